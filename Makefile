@@ -1,0 +1,24 @@
+# `make demo`: set up and run the main job (LoCoMo test slice, embedded models, no network).
+# `make test`: set up and run the test suite.
+DEMO_ARGS ?= --limit 40
+VENV := .venv
+
+.PHONY: demo test install bench clean
+
+$(VENV)/.installed: pyproject.toml scripts/install.sh
+	./scripts/install.sh
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/memfrontier eval --dataset locomo --split test --strategy rag $(DEMO_ARGS) --out runs/demo
+
+test: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/bench_store.py
+	$(VENV)/bin/python benchmarks/bench_strategies.py
+
+clean:
+	rm -rf runs .pytest_cache

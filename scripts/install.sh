@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates .venv and installs memfrontier with everything it needs (no step outside this script).
+# llama-cpp-python compiles from source (minutes on two cores): its wheel is cached in
+# $MEMFRONTIER_WHEELS (default ~/.cache/memfrontier/wheels) so later installs take seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+LLAMA_VERSION=0.3.36
+WHEELS=${MEMFRONTIER_WHEELS:-$HOME/.cache/memfrontier/wheels}
+mkdir -p "$WHEELS"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip wheel
+# The CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  echo "building llama-cpp-python $LLAMA_VERSION (one time, a few minutes)..."
+  .venv/bin/python -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+fi
+.venv/bin/python -m pip install -q --find-links "$WHEELS" -e ".[dev]"
+.venv/bin/python -c "import llama_cpp, sentence_transformers, bm25s, memfrontier" 
+touch .venv/.installed

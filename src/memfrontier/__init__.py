@@ -1,0 +1,13 @@
+"""memfrontier: long-term memory for LLM agents with measured quality, cost and latency."""
+
+__version__ = "0.1.0"
+
+__all__ = ["Memory", "AsyncMemory", "Answer"]
+
+
+def __getattr__(name):  # lazy: importing the package must not load models or heavy deps
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

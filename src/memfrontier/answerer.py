@@ -1,0 +1,110 @@
+"""The answerer f_ans(q, m_q): a frozen model with a pinned prompt (MemoryCPT App. B QA prompt).
+
+It also enforces the caller's :class:`~memfrontier.core.types.Budget` on the one call it makes:
+the context's tail is dropped (strategies put their most relevant material first) until the
+call's predicted tokens, USD and proxy seconds fit; the cut is counted in the ledger as
+``budget.context_truncated``.
+"""
+
+from __future__ import annotations
+
+from .core.ledger import current_ledger
+from .core.types import Budget, Context
+from .llm.metered import MeteredLLM
+
+PROMPT_VERSION = "qa-memorycpt-v1"
+MAX_ANSWER_TOKENS = 32
+
+# MemoryCPT, Appendix B "Final QA Model Setup" (answer in <= 6 words).
+QA_TEMPLATE = (
+    "You are a QA assistant. Use ONLY the context below to answer the question.\n"
+    "If the context lacks the info, answer with your best guess from it.\n"
+    "Answer in <=6 words, no explanation.\n"
+    "Context: {ctx}\n\n"
+    "Question: {question}\n\n"
+    "Answer:"
+)
+
+
+class BudgetExceededError(RuntimeError):
+    """Even an empty context would break the caller's hard budget."""
+
+
+def _clean(text: str) -> str:
+    """The first non-empty line of the reply, without surrounding quotes/labels."""
+    for line in text.strip().splitlines():
+        line = line.strip().strip('"').strip()
+        if line.lower().startswith("answer:"):
+            line = line[7:].strip()
+        if line:
+            return line
+    return ""
+
+
+class Answerer:
+    """Answers ``question`` from a context with one call (role ``answerer``)."""
+
+    prompt_version = PROMPT_VERSION
+
+    def __init__(self, llm: MeteredLLM, max_answer_tokens: int = MAX_ANSWER_TOKENS):
+        self.llm = llm
+        self.max_answer_tokens = max_answer_tokens
+
+    def prompt(self, question: str, context: str) -> str:
+        return QA_TEMPLATE.format(ctx=context, question=question)
+
+    def max_input_tokens(self, budget: Budget) -> int | None:
+        """The largest prompt (tokens) whose predicted call fits the budget; None = no cap.
+
+        Uses the answer model's price (MemoryCPT Eq. 4) and latency profile (MemPilot Eq. 15)
+        with the output at its cap of ``max_answer_tokens``.
+        """
+        caps = []
+        out = self.max_answer_tokens
+        if budget.max_tokens is not None:
+            caps.append(budget.max_tokens - out)
+        price = self.llm.price
+        if budget.max_usd is not None and price is not None:
+            left = budget.max_usd - 1e-6 * price.output_usd_per_mtok * out
+            caps.append(int(left / (1e-6 * price.input_usd_per_mtok)) if price.input_usd_per_mtok > 0 else 10**9)
+        if budget.max_proxy_s is not None:
+            profile = (price.latency if price else None) or self.llm.prices.fallback_latency
+            if profile is not None:
+                left = budget.max_proxy_s - profile.base_s - profile.out_s_per_token * out
+                caps.append(int(left / profile.in_s_per_token) if profile.in_s_per_token > 0 else 10**9)
+        return min(caps) if caps else None
+
+    def fit(self, question: str, context: Context, budget: Budget) -> str:
+        """The context text cut to fit the model window and the budget (tail dropped, counted)."""
+        limit = self.llm.context_tokens - self.max_answer_tokens - 8
+        cap = self.max_input_tokens(budget)
+        if cap is not None:
+            limit = min(limit, cap)
+        overhead = self.llm.count_tokens(self.prompt(question, ""))
+        if overhead > limit:
+            raise BudgetExceededError(
+                f"the question alone needs {overhead} prompt tokens but the budget allows {limit}")
+        text = context.text
+        n = self.llm.count_tokens(text)
+        if overhead + n <= limit:
+            return text
+        lines = text.splitlines()
+        while lines and overhead + self.llm.count_tokens("\n".join(lines)) > limit:
+            lines.pop()
+        ledger = current_ledger()
+        if ledger is not None:
+            ledger.count("budget.context_truncated")
+        return "\n".join(lines)
+
+    async def answer(self, question: str, context: Context, budget: Budget | None = None) -> str:
+        text = self.fit(question, context, budget or Budget())
+        out = await self.llm.complete(
+            [{"role": "user", "content": self.prompt(question, text)}],
+            role="answerer", max_tokens=self.max_answer_tokens, temperature=0.0, stop=["\n\n", "Question:"],
+        )
+        answer = _clean(out.text)
+        if not answer:
+            ledger = current_ledger()
+            if ledger is not None:
+                ledger.count("empty_output.answerer")
+        return answer

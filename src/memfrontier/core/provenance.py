@@ -1,0 +1,44 @@
+"""Provenance every result file records: git commit, versions, data sha256, model ids, seed."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import platform
+import subprocess
+from pathlib import Path
+
+from .. import __version__
+
+
+def git_commit(cwd: Path | None = None) -> dict:
+    """``{"commit": sha | "unknown", "dirty": bool | None}`` for the repo holding this package."""
+    where = cwd or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return {"commit": "unknown", "dirty": None}
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                            capture_output=True, text=True, timeout=5)
+        return {"commit": sha.stdout.strip(), "dirty": bool(st.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def provenance(**fields) -> dict:
+    """Common provenance plus the caller's fields (model ids, prompt versions, data sha256, seed...)."""
+    return {
+        "memfrontier_version": __version__,
+        **git_commit(),
+        "python": platform.python_version(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **fields,
+    }

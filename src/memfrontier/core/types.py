@@ -1,0 +1,166 @@
+"""Core data types shared by every layer: records, chunks, questions, contexts, answers.
+
+Names follow the glossary in DESIGN.md. All models are pydantic v2 and JSON-serialisable.
+Every number that leaves the library carries its unit in its name (``_usd``, ``_tokens``, ``_s``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RecordKind = Literal["turn", "paragraph", "step"]
+
+
+class ImageRef(BaseModel):
+    """An image attached to a record: id, caption and an optional local path (images may be absent)."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    caption: str = ""
+    path: str | None = None
+
+
+class Scope(BaseModel):
+    """Who a record belongs to. ``None`` on a search means "any"; on a record it means "unset"."""
+
+    model_config = ConfigDict(frozen=True)
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+
+    def key(self) -> str:
+        return "|".join(v or "" for v in (self.user_id, self.agent_id, self.run_id))
+
+
+class Record(BaseModel):
+    """One atomic unit of history: a chat turn, a document paragraph or a trajectory step.
+
+    ``id`` is stable: loaders derive it from the dataset (``conv-49:D1:3``), and
+    :func:`record_id` derives one from content for ad-hoc messages, so re-adding the same
+    record is a no-op. ``timestamp`` is ISO-8601 (session time for chat turns).
+    """
+
+    id: str
+    kind: RecordKind = "turn"
+    scope: Scope = Field(default_factory=Scope)
+    session_id: str = "default"
+    speaker: str = ""
+    role: str = "user"
+    timestamp: str | None = None
+    text: str
+    images: list[ImageRef] = Field(default_factory=list)
+    # trajectory steps
+    step_index: int | None = None
+    action: str | None = None
+    observation: str | None = None
+    meta: dict = Field(default_factory=dict)
+
+    def render(self) -> str:
+        """The text a retriever and a reader see: speaker, text, image captions (LoCoMo style)."""
+        body = self.text.strip()
+        if self.kind == "step":
+            parts = [f"step {self.step_index}" if self.step_index is not None else "step"]
+            if self.action:
+                parts.append(f"action: {self.action}")
+            if self.observation:
+                parts.append(f"observation: {self.observation}")
+            if body:
+                parts.append(body)
+            body = "; ".join(parts)
+        caps = [im.caption.strip() for im in self.images if im.caption.strip()]
+        if caps:
+            body = f"{body} [shared image: {'; '.join(caps)}]" if body else f"[shared image: {'; '.join(caps)}]"
+        return f'{self.speaker} said, "{body}"' if self.speaker else body
+
+
+def record_id(scope: Scope, session_id: str, position: int, speaker: str, text: str, timestamp: str | None) -> str:
+    """Deterministic content-derived id for a record added without one (idempotent ingest)."""
+    h = hashlib.sha256("\x1f".join([scope.key(), session_id, str(position), speaker, timestamp or "", text]).encode("utf-8"))
+    return "r-" + h.hexdigest()[:20]
+
+
+class Chunk(BaseModel):
+    """Records of one session packed to about 256 retriever tokens; a record is never split."""
+
+    id: str
+    scope: Scope
+    session_id: str
+    timestamp: str | None
+    text: str
+    record_ids: list[str]
+    n_tokens: int
+
+
+class Hit(BaseModel):
+    """A search result: a chunk plus its fused score and per-retriever ranks (1-based)."""
+
+    chunk: Chunk
+    score: float
+    ranks: dict[str, int] = Field(default_factory=dict)
+
+
+class Question(BaseModel):
+    """A benchmark question with its gold answer and, where the dataset has them, gold evidence ids."""
+
+    id: str
+    conversation_id: str
+    question: str
+    answer: str | None  # None for LoCoMo category 5 (only an adversarial answer exists)
+    category: str  # "1".."5" for LoCoMo, question_type for LongMemEval, type for HotpotQA
+    evidence_ids: list[str] = Field(default_factory=list)
+    question_date: str | None = None
+    adversarial_answer: str | None = None
+    abstention: bool = False
+    meta: dict = Field(default_factory=dict)
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _str_answer(cls, v):
+        return None if v is None else str(v)
+
+
+class Conversation(BaseModel):
+    """One history (a LoCoMo conversation, a LongMemEval haystack, a HotpotQA context) and its questions."""
+
+    id: str
+    records: list[Record]
+    questions: list[Question]
+    meta: dict = Field(default_factory=dict)
+
+
+class Context(BaseModel):
+    """What a strategy hands the answerer: m_q (text) and the record ids it was built from."""
+
+    text: str
+    evidence_ids: list[str] = Field(default_factory=list)
+    meta: dict = Field(default_factory=dict)
+
+
+class Preference(BaseModel):
+    """lambda = (lambda_Q, lambda_C, lambda_L), MemPilot's preference weights. Presets: perf, balanced, cost."""
+
+    quality: float = 1.0
+    cost: float = 0.0
+    latency: float = 0.0
+
+    @classmethod
+    def preset(cls, name: str) -> "Preference":
+        presets = {
+            "perf": cls(quality=1.0, cost=0.0, latency=0.0),
+            "balanced": cls(quality=1.0, cost=0.5, latency=0.5),
+            "cost": cls(quality=1.0, cost=1.0, latency=0.25),
+        }
+        if name not in presets:
+            raise ValueError(f"unknown preference preset {name!r}; choose one of {sorted(presets)}")
+        return presets[name]
+
+
+class Budget(BaseModel):
+    """Optional hard caps per query that a strategy must honour (None = no cap)."""
+
+    max_usd: float | None = None
+    max_tokens: int | None = None
+    max_proxy_s: float | None = None

@@ -1,0 +1,267 @@
+"""Answer metrics: LoCoMo token F1 / EM, evidence recall, judge-label parsing, aggregation.
+
+Token F1 and EM reproduce the official LoCoMo scorer (snap-research/locomo,
+``task_eval/evaluation.py``: ``normalize_answer``, ``f1_score``, ``f1``, ``exact_match_score``
+and the per-category rules of ``eval_question_answering``). Written from its behaviour, not copied.
+QPC is MemoryCPT Eq. 6 via :func:`memfrontier.core.cost.qpc`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Literal
+
+from ..core.cost import qpc
+
+_PUNCT = frozenset(string.punctuation)
+_ARTICLES_RE = re.compile(r"\b(a|an|the|and)\b")
+ABSTENTION_PHRASES = ("no information available", "not mentioned")
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer()
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return _stemmer().stem(word)
+
+
+def normalize_answer(text: object) -> str:
+    """LoCoMo normalisation: drop ",", lowercase, drop string.punctuation, drop a/an/the/and, squeeze spaces."""
+    s = str(text).replace(",", "").lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES_RE.sub(" ", s)
+    return " ".join(s.split())
+
+
+def _tokens(text: object) -> list[str]:
+    return [_stem(w) for w in normalize_answer(text).split()]
+
+
+def token_f1(prediction: str | None, gold: str | None) -> float:
+    """Bag-of-Porter-stemmed-tokens F1 in [0, 1] (LoCoMo ``f1_score``); 0.0 with no overlap or empty input."""
+    if not prediction or gold is None:
+        return 0.0
+    pred = _tokens(prediction)
+    ref = _tokens(gold)
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred)
+    recall = same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def multi_answer_f1(prediction: str | None, gold: str) -> float:
+    """LoCoMo category-1 F1: split both on ","; mean over gold parts of the max F1 over prediction parts."""
+    if not prediction:
+        return 0.0
+    preds = [p.strip() for p in str(prediction).split(",")]
+    golds = [g.strip() for g in str(gold).split(",")]
+    return sum(max(token_f1(p, g) for p in preds) for g in golds) / len(golds)
+
+
+def abstention_score(prediction: str | None) -> float:
+    """LoCoMo category-5 score: 1.0 if the prediction says "no information available" or "not mentioned"."""
+    low = (prediction or "").lower()
+    return 1.0 if any(p in low for p in ABSTENTION_PHRASES) else 0.0
+
+
+def locomo_f1(prediction: str | None, gold: str | None, category: str | int) -> float:
+    """Score one LoCoMo answer in [0, 1] as the official evaluator does, by category.
+
+    1: :func:`multi_answer_f1`; 2, 4: :func:`token_f1`; 3: token F1 against the gold cut before its
+    first ";"; 5: :func:`abstention_score` (gold ignored). Empty prediction -> 0.0.
+    Raises ValueError for another category.
+    """
+    cat = str(category).strip()
+    if cat == "5":
+        return abstention_score(prediction)
+    if cat not in ("1", "2", "3", "4"):
+        raise ValueError(f"unknown LoCoMo category {category!r}")
+    if not prediction or gold is None:
+        return 0.0
+    gold = str(gold)
+    if cat == "1":
+        return multi_answer_f1(prediction, gold)
+    if cat == "3":
+        gold = gold.split(";")[0].strip()
+    return token_f1(prediction, gold)
+
+
+def exact_match(prediction: str | None, gold: str | None) -> bool:
+    """LoCoMo ``exact_match_score``: the sets of normalised (unstemmed) tokens are equal."""
+    if prediction is None or gold is None:
+        return False
+    return set(normalize_answer(prediction).split()) == set(normalize_answer(gold).split())
+
+
+def evidence_recall(gold_ids: Iterable[str], context_ids: Iterable[str]) -> float | None:
+    """Fraction of distinct gold evidence ids present in ``context_ids``; None with no gold evidence."""
+    gold = list(dict.fromkeys(gold_ids))
+    if not gold:
+        return None
+    ctx = set(context_ids)
+    return sum(1 for g in gold if g in ctx) / len(gold)
+
+
+# --- judge label ---------------------------------------------------------------------------
+
+JudgeLabel = Literal["CORRECT", "WRONG"]
+_NEG_CORRECT_RE = re.compile(
+    r"\b(?:not|never|isn't|isnt|is\s+not|wasn't)\s+(?:(?:entirely|fully|quite|completely|totally|really|exactly|"
+    r"strictly|actually)\s+)?correct\b",
+    re.IGNORECASE,
+)
+_CORRECT_RE = re.compile(r"(?<![\w-])correct(?![\w-])", re.IGNORECASE)
+_WRONG_RE = re.compile(r"(?<![\w-])(?:wrong|incorrect)(?![\w-])", re.IGNORECASE)
+
+
+def _label_value(value: object) -> JudgeLabel | None:
+    if not isinstance(value, str):
+        return None
+    v = " ".join(value.strip().strip("\"'.!*` ").upper().split())
+    if v == "CORRECT":
+        return "CORRECT"
+    if v in ("WRONG", "INCORRECT", "NOT CORRECT"):
+        return "WRONG"
+    return None
+
+
+def _json_labels(text: str) -> list[object] | None:
+    """Values of every ``label`` key in the JSON object(s) in ``text``; None if no object has one."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    end = text.rfind("}")
+    candidate = text[start : end + 1] if end > start else text[start:]
+    try:
+        import json_repair
+
+        obj = json_repair.loads(candidate)
+    except Exception:  # noqa: BLE001 - json_repair raises varied errors on garbage
+        try:
+            obj = json.loads(candidate)
+        except ValueError:
+            return None
+    objs = obj if isinstance(obj, list) else [obj]
+    values = [v for o in objs if isinstance(o, dict) for k, v in o.items() if str(k).strip().lower() == "label"]
+    return values or None
+
+
+def parse_judge_label(text: str | None) -> JudgeLabel | None:
+    """Parse an LLM judge reply into "CORRECT", "WRONG" or None (a judge error; the caller counts it).
+
+    1. A JSON object with a ``label`` key (fenced, truncated or wrapped in prose; repaired with
+       ``json_repair``) decides: "CORRECT" -> CORRECT; "WRONG" / "INCORRECT" / "NOT CORRECT" -> WRONG;
+       any other value, or several objects that disagree -> None.
+    2. Otherwise the words in the reply: "wrong", "incorrect" and negated "correct" ("not correct",
+       "isn't correct") count as WRONG, a bare "correct" as CORRECT (case-insensitive). Exactly one
+       kind present -> that label; both or neither (including an empty reply) -> None.
+    """
+    if not text or not text.strip():
+        return None
+    values = _json_labels(text)
+    if values is not None:
+        labels = {_label_value(v) for v in values}
+        return labels.pop() if len(labels) == 1 else None
+    body = _NEG_CORRECT_RE.sub(" WRONG ", text)
+    has_wrong = bool(_WRONG_RE.search(body))
+    has_correct = bool(_CORRECT_RE.search(body))
+    if has_wrong == has_correct:
+        return None
+    return "WRONG" if has_wrong else "CORRECT"
+
+
+# --- aggregation ---------------------------------------------------------------------------
+
+LOCOMO_OVERALL = "all (1-4)"
+OVERALL = "all"
+LOCOMO_EXCLUDED = ("5",)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _present(rows: Sequence[dict], key: str) -> list[float]:
+    out = []
+    for r in rows:
+        v = r.get(key)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        out.append(float(v))
+    return out
+
+
+def _group_stats(rows: Sequence[dict]) -> dict:
+    f1s = _present(rows, "f1")
+    ems = _present(rows, "em")
+    judged = [bool(r["judge"]) for r in rows if r.get("judge") is not None]
+    recalls = _present(rows, "evidence_recall")
+    usd = _present(rows, "usd")
+    f1_mean = _mean(f1s)
+    usd_mean = _mean(usd)
+    return {
+        "n_questions": len(rows),
+        "f1": f1_mean,
+        "em": _mean(ems),
+        "judge_accuracy": _mean([1.0 if j else 0.0 for j in judged]),
+        "n_judged": len(judged),
+        "n_judge_missing": len(rows) - len(judged),
+        "evidence_recall": _mean(recalls),
+        "n_with_evidence": len(recalls),
+        "usd_per_question": usd_mean,
+        "usd_total": sum(usd) if usd else None,
+        "proxy_s_mean": _mean(_present(rows, "proxy_s")),
+        "wall_s_mean": _mean(_present(rows, "wall_s")),
+        "qpc": qpc(f1_mean, usd_mean) if f1_mean is not None and usd_mean is not None else None,
+    }
+
+
+def _group_sort_key(name: str):
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def summarize(rows: Iterable[dict], by: str = "category", dataset: str | None = None) -> dict[str, dict]:
+    """Per-group and overall means of per-question result rows.
+
+    ``rows``: dicts with ``f1``, ``em`` (bool or float), ``judge`` (bool | None), ``evidence_recall``
+    (float | None), ``usd`` (USD for that question), ``proxy_s`` and ``wall_s`` (seconds), and the
+    ``by`` key. Returns ``{group: stats, ..., overall: stats}`` with groups in natural order; each
+    stats dict has n_questions, f1, em, judge_accuracy (over non-None judges; n_judged,
+    n_judge_missing), evidence_recall (over non-None; n_with_evidence), usd_per_question, usd_total,
+    proxy_s_mean, wall_s_mean and qpc = f1 / (usd_per_question x 1e4) (MemoryCPT Eq. 6). Means are
+    None when no value is present.
+
+    LoCoMo (``dataset="locomo"``, or every row has ``dataset == "locomo"``): category "5" rows form
+    their own group (``"5"``; ``"category 5"`` when ``by`` is another key) and are never part of
+    any other group or of the overall, which is keyed ``"all (1-4)"``; otherwise it is ``"all"``.
+    """
+    rows = list(rows)
+    if dataset is None and rows and all(r.get("dataset") == "locomo" for r in rows):
+        dataset = "locomo"
+    is_locomo = (dataset or "").lower() == "locomo"
+    excluded: list[dict] = []
+    scored = rows
+    if is_locomo:
+        excluded = [r for r in rows if str(r.get("category")) in LOCOMO_EXCLUDED]
+        scored = [r for r in rows if str(r.get("category")) not in LOCOMO_EXCLUDED]
+    groups: dict[str, list[dict]] = {}
+    for r in scored:
+        groups.setdefault(str(r.get(by)), []).append(r)
+    out: dict[str, dict] = {name: _group_stats(groups[name]) for name in sorted(groups, key=_group_sort_key)}
+    if excluded:
+        out["5" if by == "category" else "category 5"] = _group_stats(excluded)
+    out[LOCOMO_OVERALL if is_locomo else OVERALL] = _group_stats(scored)
+    return out

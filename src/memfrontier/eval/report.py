@@ -1,0 +1,37 @@
+"""Render a run summary as a per-category table (rich) for the terminal."""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from ..core.cost import COST_SCALE
+
+LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def summary_table(summary: dict, title: str | None = None) -> Table:
+    """One row per category (LoCoMo ids printed with their names) and the overall row last."""
+    cfg = summary.get("config", {})
+    dataset = cfg.get("dataset", "")
+    t = Table(title=title or f"{dataset} {cfg.get('split', '')} · strategy={cfg.get('strategy', '')} · {summary.get('questions', 0)} questions")
+    for col in ("category", "n", "F1", "EM", "judge", "ev.recall", "USD×1e4/q", "proxy s/q", "wall s/q", "QPC"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for name, g in summary["metrics"].items():
+        label = f"{name} {LOCOMO_CATEGORY_NAMES[name]}" if dataset == "locomo" and name in LOCOMO_CATEGORY_NAMES else name
+        t.add_row(
+            label, str(g.get("n", 0)), _fmt(g.get("f1")), _fmt(g.get("em")), _fmt(g.get("judge")),
+            _fmt(g.get("evidence_recall")), _fmt(g["usd"] * COST_SCALE if g.get("usd") is not None else None, 4),
+            _fmt(g.get("proxy_s"), 2), _fmt(g.get("wall_s"), 2), _fmt(g.get("qpc"), 2),
+            style="bold" if name.startswith("all") else None,
+        )
+    return t

@@ -1,0 +1,251 @@
+"""The evaluation protocol: ingest -> build -> ask every question -> score -> summary.
+
+Writes ``predictions.jsonl`` (one line per question, appended and fsynced as each finishes, so an
+interrupted run resumes where it stopped) and ``summary.json`` (per-category metrics, cost,
+latency, QPC, amortized cost and provenance) into the output directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
+from ..core.cost import amortized_cost_usd
+from ..core.ledger import Ledger, use_ledger
+from ..core.provenance import provenance, sha256_file
+from ..core.types import Conversation, Question, Scope
+from ..strategies import get_strategy
+from . import datasets
+from .judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
+from .judge import Judge
+from .metrics import evidence_recall, exact_match, locomo_f1, summarize, token_f1
+
+AMORTIZATION_NS = (1, 10, 50, 100, 314, math.inf)
+
+
+class EvalConfig(BaseModel):
+    """One evaluation run. ``strategy_options`` go to the strategy's constructor (e.g. ``{"k": 8}``)."""
+
+    dataset: str = "locomo"
+    split: str = "test"
+    strategy: str = "rag"
+    strategy_options: dict = Field(default_factory=dict)
+    limit: int | None = None
+    llm: str = "local"
+    base_url: str | None = None
+    judge: bool = False
+    judge_llm: str | None = None
+    out: Path = Path("runs/latest")
+    store: Path | None = None
+    data_root: Path | None = None
+    seed: int = 42
+    concurrency: int = 1
+    price_book: Path | None = None
+    allow_unpriced: bool = False
+
+    def identity(self) -> dict:
+        """The fields that must match for a resumed run to be the same run."""
+        return self.model_dump(mode="json", include={"dataset", "split", "strategy", "strategy_options", "llm",
+                                                     "base_url", "seed", "limit", "judge", "judge_llm"})
+
+
+def select_questions(convs: list[Conversation], limit: int | None, seed: int) -> list[Question]:
+    """All questions, or a ``limit``-sized slice that covers every category: shuffle each category
+    with ``seed`` and take them round-robin (categories in sorted order). Returned in dataset order."""
+    allq = [q for c in convs for q in c.questions]
+    if limit is None or limit >= len(allq):
+        return allq
+    by_cat: dict[str, list[Question]] = defaultdict(list)
+    for q in allq:
+        by_cat[q.category].append(q)
+    rng = random.Random(seed)
+    for qs in by_cat.values():
+        rng.shuffle(qs)
+    picked: set[str] = set()
+    cats = sorted(by_cat)
+    while len(picked) < limit:
+        for c in cats:
+            if by_cat[c] and len(picked) < limit:
+                picked.add(by_cat[c].pop().id)
+    return [q for q in allq if q.id in picked]
+
+
+def score_f1(dataset: str, prediction: str, q: Question) -> float:
+    """LoCoMo: the official per-category F1 (category 5 as abstention); elsewhere plain token F1."""
+    if dataset == "locomo":
+        return locomo_f1(prediction, q.answer or "", int(q.category))
+    return token_f1(prediction, q.answer or "")
+
+
+def _read_done(path: Path) -> dict[str, dict]:
+    """Rows already written; a torn last line (crash mid-write) is dropped and rewritten."""
+    done: dict[str, dict] = {}
+    if not path.exists():
+        return done
+    good_lines = []
+    for line in path.read_text("utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done[row["id"]] = row
+        good_lines.append(line)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(l + "\n" for l in good_lines), "utf-8")
+    os.replace(tmp, path)
+    return done
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), "utf-8")
+    os.replace(tmp, path)
+
+
+class RunMismatchError(RuntimeError):
+    """The output directory holds a different run; resuming it would mix results."""
+
+
+async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> dict:
+    """Run the protocol; returns the summary dict (also written to ``cfg.out/summary.json``).
+
+    ``on_progress(event, **info)`` is called with ``start`` / ``ingest`` / ``question`` events.
+    Raises DatasetError for missing data, RunMismatchError when ``cfg.out`` holds another run.
+    """
+    from ..api import AsyncMemory
+
+    progress = on_progress or (lambda *a, **k: None)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_file = out / "run.json"
+    if run_file.exists():
+        prev = json.loads(run_file.read_text("utf-8"))
+        if prev != cfg.identity():
+            raise RunMismatchError(f"{out} holds a different run ({prev}); choose another --out or delete it")
+    else:
+        write_json_atomic(run_file, cfg.identity())
+
+    convs = datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root)
+    data_file = datasets.dataset_path(cfg.dataset, cfg.data_root)
+    questions = select_questions(convs, cfg.limit, cfg.seed)
+    needed = {q.conversation_id for q in questions}
+    convs = [c for c in convs if c.id in needed]
+
+    mem = (open_memory or AsyncMemory.open)(
+        cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
+        price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced)
+    judge = None
+    if cfg.judge:
+        from ..llm import make_llm
+        from ..llm.metered import MeteredLLM
+
+        jclient = make_llm(cfg.judge_llm, base_url=cfg.base_url) if cfg.judge_llm else mem.env.answer_llm.client
+        judge = Judge(MeteredLLM(jclient, mem.env.answer_llm.prices, allow_unpriced=cfg.allow_unpriced))
+    strategy = get_strategy(cfg.strategy, **cfg.strategy_options)
+
+    pred_path = out / "predictions.jsonl"
+    done = _read_done(pred_path)
+    pending = [q for q in questions if q.id not in done]
+    progress("start", total=len(questions), done=len(done), conversations=len(convs))
+
+    construction: dict[str, dict] = {}
+    scopes = {}
+    for c in convs:
+        scope = Scope(user_id=c.id)
+        scopes[c.id] = scope
+        added = await asyncio.to_thread(mem.store.add, c.records)
+        ledger = await mem.build(strategy, scope)
+        u = ledger.usage().construction
+        construction[c.id] = {"records": len(c.records), "records_added": len(added.added),
+                              "chunks_embedded": added.chunks_embedded, **u.model_dump()}
+        progress("ingest", conversation=c.id, added=len(added.added))
+
+    sem = asyncio.Semaphore(max(1, cfg.concurrency))
+    conv_of = {q.id: q.conversation_id for q in questions}
+
+    async def one(q: Question) -> dict:
+        async with sem:
+            ledger = Ledger()
+            ans = await mem.ask(q.question, user_id=conv_of[q.id], strategy=strategy,
+                                question_date=q.question_date, gold_evidence_ids=q.evidence_ids, ledger=ledger)
+            gold = q.answer
+            row = {
+                "id": q.id, "conversation_id": q.conversation_id, "category": q.category,
+                "question": q.question, "gold": gold, "prediction": ans.text,
+                "f1": score_f1(cfg.dataset, ans.text, q),
+                "em": bool(gold is not None and exact_match(ans.text, gold)),
+                "evidence_ids": ans.evidence_ids, "gold_evidence_ids": q.evidence_ids,
+                "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),
+                "usd": ans.usage.query.usd, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
+                "usage": ans.usage.model_dump(),
+            }
+            if judge is not None:
+                jl = Ledger()
+                with use_ledger(jl, "query"):
+                    verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text)
+                row["judge"] = verdict
+                row["judge_usd"] = jl.usd()
+                if verdict is None:
+                    row["judge_error"] = True
+            return row
+
+    with pred_path.open("a", encoding="utf-8") as f:
+        for fut in asyncio.as_completed([one(q) for q in pending]):
+            row = await fut
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            done[row["id"]] = row
+            progress("question", row=row)
+    mem.close()
+
+    rows = [done[q.id] for q in questions if q.id in done]
+    summary = build_summary(cfg, rows, construction, data_file, mem, strategy)
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy) -> dict:
+    """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3) and provenance."""
+    groups = summarize(rows, by="category", dataset=cfg.dataset)
+    n = len(rows)
+    online = sum(r["usd"] for r in rows) / n if n else 0.0
+    constr_usd = sum(c["usd"] for c in construction.values())
+    per_conv_constr = constr_usd / len(construction) if construction else 0.0
+    amortized = {
+        ("inf" if math.isinf(k) else str(k)): amortized_cost_usd(per_conv_constr, k, online) for k in AMORTIZATION_NS
+    }
+    return {
+        "config": cfg.model_dump(mode="json"),
+        "questions": n,
+        "metrics": groups,
+        "construction": construction,
+        "amortized_usd_per_question": amortized,
+        "judge_errors": sum(1 for r in rows if r.get("judge_error")),
+        "events": _sum_events(rows),
+        "provenance": provenance(
+            data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
+            answer_model=mem.env.answer_llm.model_id, memory_model=mem.env.llm.model_id,
+            embedding_model=getattr(mem.store, "embedder", None) and mem.store.embedder.model_id,
+            judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
+            prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
+                             **({"judge": JUDGE_PROMPT_VERSION} if cfg.judge else {})},
+            price_book_version=mem.env.answer_llm.prices.version,
+        ),
+    }
+
+
+def _sum_events(rows: list[dict]) -> dict[str, int]:
+    total: dict[str, int] = defaultdict(int)
+    for r in rows:
+        for k, v in r.get("usage", {}).get("events", {}).items():
+            total[k] += v
+    return dict(total)

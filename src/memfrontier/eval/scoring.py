@@ -1,0 +1,65 @@
+"""Score predictions made by any system under our protocol (``memfrontier score``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..core.provenance import provenance, sha256_file
+from .metrics import exact_match, locomo_f1, summarize, token_f1
+
+
+class ScoreInputError(ValueError):
+    """A line of the predictions file is not JSON or lacks a required field."""
+
+
+def score_row(row: dict, dataset: str) -> dict:
+    """Adds ``f1`` and ``em`` to one ``{prediction, answer?, category}`` row (LoCoMo official rules)."""
+    pred = str(row.get("prediction") or "")
+    gold = row.get("answer")
+    gold = None if gold is None else str(gold)
+    if dataset == "locomo":
+        try:
+            cat = int(row["category"])
+        except (KeyError, TypeError, ValueError):
+            raise ScoreInputError(f"row {row.get('id', '?')}: LoCoMo scoring needs an integer 'category'") from None
+        if gold is None and cat != 5:
+            raise ScoreInputError(f"row {row.get('id', '?')}: category {cat} needs an 'answer'")
+        f1 = locomo_f1(pred, gold or "", cat)
+    else:
+        if gold is None:
+            raise ScoreInputError(f"row {row.get('id', '?')}: needs an 'answer'")
+        f1 = token_f1(pred, gold)
+    return {**row, "category": str(row.get("category", "all")), "f1": f1,
+            "em": bool(gold is not None and exact_match(pred, gold))}
+
+
+def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
+    """Writes ``out/scored.jsonl`` and ``out/summary.json``; returns the summary.
+    Raises FileNotFoundError or ScoreInputError (with the line number)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such predictions file: {path}")
+    rows = []
+    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ScoreInputError(f"{path}:{n}: not JSON ({e})") from None
+        try:
+            rows.append(score_row(row, dataset))
+        except ScoreInputError as e:
+            raise ScoreInputError(f"{path}:{n}: {e}") from None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scored.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    summary = {
+        "config": {"dataset": dataset, "split": "", "strategy": f"external:{path.name}"},
+        "questions": len(rows),
+        "metrics": summarize(rows, by="category", dataset=dataset),
+        "provenance": provenance(predictions_file=str(path), predictions_sha256=sha256_file(path)),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str), "utf-8")
+    return summary

@@ -1,0 +1,256 @@
+"""A :class:`~memfrontier.llm.base.ChatClient` for any OpenAI-compatible chat-completions endpoint
+(OpenAI, OpenRouter, vLLM, SGLang, llama.cpp's server, Ollama) through the ``openai`` SDK.
+
+Retry policy (ours; the SDK's own retries are disabled so the policy is exact and testable):
+
+* HTTP 429 and 503 (plus 502 / 504, see ``retry_statuses``), connection errors and timeouts are
+  retried up to ``max_retries`` times. The wait honours ``Retry-After`` (seconds or an HTTP date)
+  or ``retry-after-ms``, capped at ``max_retry_after_s``; without the header it is exponential
+  backoff ``backoff_base_s * 2**attempt`` (capped at ``backoff_max_s``, with up to 25 % jitter).
+* Any other 4xx is never retried: :class:`LLMError` is raised at once with status and message.
+* When the retries are spent: :class:`LLMTimeoutError` if the last failure was a timeout, else
+  :class:`LLMError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import os
+import random
+import time
+from typing import Any
+
+import openai
+
+from ..core.ledger import current_ledger
+from .base import Completion, LLMError, LLMTimeoutError, Message
+
+__all__ = ["OpenAICompatLLM", "parse_retry_after_s"]
+
+
+def parse_retry_after_s(headers: Any, *, cap_s: float = 60.0) -> float | None:
+    """Seconds to wait from a response's ``retry-after-ms`` / ``Retry-After`` header.
+
+    ``Retry-After`` may be a number of seconds or an HTTP date. Returns None when absent or
+    unparseable; the result is clamped to ``[0, cap_s]``.
+    """
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return min(max(float(ms) / 1000.0, 0.0), cap_s)
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if ra is None:
+        return None
+    try:
+        return min(max(float(ra), 0.0), cap_s)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(ra)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return min(max(when.timestamp() - time.time(), 0.0), cap_s)
+
+
+class OpenAICompatLLM:
+    """Chat completions against an OpenAI-compatible server.
+
+    Args:
+        model: the model name the server expects (e.g. ``"gpt-4o-mini"``, ``"qwen/qwen3-8b"``).
+        base_url: the API root (e.g. ``"http://127.0.0.1:8000/v1"``); None means OpenAI's.
+        api_key: defaults to ``$OPENAI_API_KEY``, else the placeholder ``"EMPTY"`` (local servers).
+        timeout_s: per-attempt limit in seconds (connect + wait for the whole response).
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests).
+        model_id: the id used for pricing in the ledger (defaults to ``model``).
+        context_tokens: the usable context window in tokens (default 32768; not queried remotely).
+        retry_statuses: HTTP statuses that are retried (default 429, 502, 503, 504).
+        max_retry_after_s: cap on a server's ``Retry-After`` (seconds).
+        backoff_base_s / backoff_max_s: exponential backoff without ``Retry-After`` (seconds).
+        extra_body: extra JSON fields sent with every request (e.g. OpenRouter's
+            ``{"usage": {"include": True}}`` to get the exact cost back).
+
+    ``complete`` returns a :class:`Completion` whose ``input_tokens`` is the server's
+    ``prompt_tokens`` (cached tokens included, ``cached_tokens`` from
+    ``prompt_tokens_details``) and ``output_tokens`` its ``completion_tokens`` (reasoning tokens
+    included, ``reasoning_tokens`` from ``completion_tokens_details``): nothing is added twice.
+    ``exact_usd`` is set when the response carries ``usage.cost`` (OpenRouter). When a server
+    returns no usage at all, tokens are estimated with :meth:`count_tokens` and the event
+    ``usage_estimated`` is counted on the current ledger.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        *,
+        model_id: str | None = None,
+        context_tokens: int = 32768,
+        retry_statuses: tuple[int, ...] = (429, 502, 503, 504),
+        max_retry_after_s: float = 60.0,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        extra_body: dict | None = None,
+        default_headers: dict[str, str] | None = None,
+    ):
+        self.model = model
+        self.model_id = model_id or model
+        self.base_url = base_url
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.retry_statuses = frozenset(retry_statuses)
+        self.max_retry_after_s = float(max_retry_after_s)
+        self.backoff_base_s = float(backoff_base_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.extra_body = dict(extra_body) if extra_body else None
+        self._context_tokens = int(context_tokens)
+        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self._client = openai.AsyncOpenAI(
+            api_key=key,
+            base_url=base_url,
+            timeout=self.timeout_s,
+            max_retries=0,  # our policy, below
+            default_headers=default_headers,
+        )
+
+    # --- protocol --------------------------------------------------------------------------
+    @property
+    def context_tokens(self) -> int:
+        """The configured context window in tokens (default 32768)."""
+        return self._context_tokens
+
+    def count_tokens(self, text: str) -> int:
+        """An *estimate*: ``ceil(len(text) / 4)`` (about 4 characters a token for English text),
+        because the tokenizer lives on the server. Use it for budgeting, not for billing."""
+        return (len(text) + 3) // 4 if text else 0
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        json_schema: dict | None = None,
+        stop: list[str] | None = None,
+    ) -> Completion:
+        """One chat completion (``max_tokens`` output tokens at most), retried per the module
+        policy. ``json_schema`` is sent as a strict ``response_format`` of type ``json_schema``.
+
+        Raises :class:`LLMError` (non-retryable status, or retries spent) or
+        :class:`LLMTimeoutError` (the last attempt timed out).
+        """
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if stop:
+            kwargs["stop"] = stop
+        if json_schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": json_schema, "strict": True},
+            }
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+
+        attempt = 0
+        while True:
+            try:
+                resp = await asyncio.wait_for(
+                    self._client.chat.completions.create(**kwargs), timeout=self.timeout_s
+                )
+                return self._to_completion(resp, messages)
+            except (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError) as e:
+                if attempt >= self.max_retries:
+                    raise LLMTimeoutError(
+                        f"{self.model}: timed out after {attempt + 1} attempt(s) of {self.timeout_s:g}s"
+                    ) from e
+                wait = self._backoff_s(attempt)
+            except openai.APIConnectionError as e:
+                if attempt >= self.max_retries:
+                    raise LLMError(f"{self.model}: connection failed after {attempt + 1} attempt(s): {e}") from e
+                wait = self._backoff_s(attempt)
+            except openai.APIStatusError as e:
+                status = e.status_code
+                msg = _error_message(e)
+                if status not in self.retry_statuses:
+                    raise LLMError(f"{self.model}: HTTP {status}: {msg}") from e
+                if attempt >= self.max_retries:
+                    raise LLMError(
+                        f"{self.model}: HTTP {status} after {attempt + 1} attempt(s): {msg}"
+                    ) from e
+                ra = parse_retry_after_s(getattr(e.response, "headers", None), cap_s=self.max_retry_after_s)
+                wait = ra if ra is not None else self._backoff_s(attempt)
+            except openai.APIResponseValidationError as e:
+                raise LLMError(f"{self.model}: malformed response: {e}") from e
+            ledger = current_ledger()
+            if ledger is not None:
+                ledger.count("llm_retry")
+            attempt += 1
+            await asyncio.sleep(wait)
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _backoff_s(self, attempt: int) -> float:
+        base = min(self.backoff_base_s * (2**attempt), self.backoff_max_s)
+        return base * (1.0 + 0.25 * random.random())
+
+    def _to_completion(self, resp: Any, messages: list[Message]) -> Completion:
+        if not getattr(resp, "choices", None):
+            raise LLMError(f"{self.model}: response has no choices")
+        choice = resp.choices[0]
+        msg = choice.message
+        text = (msg.content if msg is not None else None) or ""
+        usage = getattr(resp, "usage", None)
+        if usage is None or not usage.prompt_tokens:
+            ledger = current_ledger()
+            if ledger is not None:
+                ledger.count("usage_estimated")
+            n_in = sum(self.count_tokens(str(m.get("content") or "")) for m in messages)
+            return Completion(
+                text=text, model_id=self.model_id, input_tokens=n_in,
+                output_tokens=self.count_tokens(text), finish_reason=choice.finish_reason,
+            )
+        ptd = getattr(usage, "prompt_tokens_details", None)
+        ctd = getattr(usage, "completion_tokens_details", None)
+        cached = int(getattr(ptd, "cached_tokens", None) or 0)
+        reasoning = int(getattr(ctd, "reasoning_tokens", None) or 0)
+        n_in = int(usage.prompt_tokens or 0)
+        n_out = int(usage.completion_tokens or 0)
+        cost = getattr(usage, "cost", None)
+        exact = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+        return Completion(
+            text=text,
+            model_id=self.model_id,
+            input_tokens=n_in,
+            cached_tokens=min(cached, n_in),
+            output_tokens=n_out,
+            reasoning_tokens=min(reasoning, n_out),
+            finish_reason=choice.finish_reason,
+            exact_usd=exact,
+        )
+
+    async def aclose(self) -> None:
+        """Close the underlying HTTP connection pool."""
+        await self._client.close()
+
+
+def _error_message(e: "openai.APIStatusError") -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:500]
+        if isinstance(err, str):
+            return err[:500]
+    return str(getattr(e, "message", e))[:500]

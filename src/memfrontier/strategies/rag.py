@@ -1,0 +1,30 @@
+"""``rag``: top-k hybrid (dense + BM25, RRF k=60) chunks."""
+
+from __future__ import annotations
+
+from ..core.types import Budget, Context, Preference, Scope
+from .base import MemoryEnv, Query, render_dated
+
+
+class Rag:
+    """The top-``k`` chunks by hybrid search, in rank order, each with its session date."""
+
+    name = "rag"
+    prompt_version = "rag-v1"
+
+    def __init__(self, k: int = 8, retrievers: tuple[str, ...] = ("dense", "bm25")):
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = k
+        self.retrievers = retrievers
+
+    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+        return None
+
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+        hits = env.store.search(query.text, query.scope, k=self.k, retrievers=self.retrievers)
+        evidence: list[str] = []
+        for h in hits:
+            evidence.extend(i for i in h.chunk.record_ids if i not in evidence)
+        text = render_dated([(h.chunk.timestamp, h.chunk.text) for h in hits])
+        return Context(text=text, evidence_ids=evidence, meta={"chunks": [h.chunk.id for h in hits]})
