@@ -138,24 +138,48 @@ def _label_value(value: object) -> JudgeLabel | None:
     return None
 
 
+def _json_objects(text: str) -> list[str]:
+    """Top-level ``{...}`` spans of ``text`` (quote-aware); an unclosed last one runs to the end."""
+    spans: list[str] = []
+    depth, begin, in_str, esc, quote = 0, -1, False, False, ""
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == quote:
+                in_str = False
+        elif ch in "\"'" and depth > 0:
+            in_str, quote = True, ch
+        elif ch == "{":
+            if depth == 0:
+                begin = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[begin : i + 1])
+    if depth > 0:
+        spans.append(text[begin:])
+    return spans
+
+
 def _json_labels(text: str) -> list[object] | None:
     """Values of every ``label`` key in the JSON object(s) in ``text``; None if no object has one."""
-    start = text.find("{")
-    if start < 0:
-        return None
-    end = text.rfind("}")
-    candidate = text[start : end + 1] if end > start else text[start:]
-    try:
-        import json_repair
-
-        obj = json_repair.loads(candidate)
-    except Exception:  # noqa: BLE001 - json_repair raises varied errors on garbage
+    values: list[object] = []
+    for span in _json_objects(text):
         try:
-            obj = json.loads(candidate)
-        except ValueError:
-            return None
-    objs = obj if isinstance(obj, list) else [obj]
-    values = [v for o in objs if isinstance(o, dict) for k, v in o.items() if str(k).strip().lower() == "label"]
+            import json_repair
+
+            obj = json_repair.loads(span)
+        except Exception:  # noqa: BLE001 - json_repair raises varied errors on garbage
+            try:
+                obj = json.loads(span)
+            except ValueError:
+                continue
+        objs = obj if isinstance(obj, list) else [obj]
+        values += [v for o in objs if isinstance(o, dict) for k, v in o.items() if str(k).strip().lower() == "label"]
     return values or None
 
 

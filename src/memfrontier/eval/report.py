@@ -14,9 +14,13 @@ LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", 
 def _fmt(v, digits=3) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    if isinstance(v, float) and math.isinf(v):
+    if v == "inf" or (isinstance(v, float) and math.isinf(v)):
         return "inf"
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def _scaled(usd):
+    return None if usd is None else usd * COST_SCALE
 
 
 def summary_table(summary: dict, title: str | None = None) -> Table:
@@ -29,9 +33,9 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
     for name, g in summary["metrics"].items():
         label = f"{name} {LOCOMO_CATEGORY_NAMES[name]}" if dataset == "locomo" and name in LOCOMO_CATEGORY_NAMES else name
         t.add_row(
-            label, str(g.get("n", 0)), _fmt(g.get("f1")), _fmt(g.get("em")), _fmt(g.get("judge")),
-            _fmt(g.get("evidence_recall")), _fmt(g["usd"] * COST_SCALE if g.get("usd") is not None else None, 4),
-            _fmt(g.get("proxy_s"), 2), _fmt(g.get("wall_s"), 2), _fmt(g.get("qpc"), 2),
+            label, str(g.get("n_questions", 0)), _fmt(g.get("f1")), _fmt(g.get("em")), _fmt(g.get("judge_accuracy")),
+            _fmt(g.get("evidence_recall")), _fmt(_scaled(g.get("usd_per_question")), 4),
+            _fmt(g.get("proxy_s_mean"), 2), _fmt(g.get("wall_s_mean"), 2), _fmt(g.get("qpc"), 2),
             style="bold" if name.startswith("all") else None,
         )
     return t

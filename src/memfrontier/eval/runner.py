@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.cost import amortized_cost_usd
 from ..core.ledger import Ledger, use_ledger
+from ..core.jsonio import write_json_atomic
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Conversation, Question, Scope
 from ..strategies import get_strategy
@@ -102,12 +103,6 @@ def _read_done(path: Path) -> dict[str, dict]:
     tmp.write_text("".join(l + "\n" for l in good_lines), "utf-8")
     os.replace(tmp, path)
     return done
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), "utf-8")
-    os.replace(tmp, path)
 
 
 class RunMismatchError(RuntimeError):

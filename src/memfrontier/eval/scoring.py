@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.jsonio import write_json_atomic
 from ..core.provenance import provenance, sha256_file
 from .metrics import exact_match, locomo_f1, summarize, token_f1
 
@@ -61,5 +62,5 @@ def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
         "metrics": summarize(rows, by="category", dataset=dataset),
         "provenance": provenance(predictions_file=str(path), predictions_sha256=sha256_file(path)),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str), "utf-8")
+    write_json_atomic(out / "summary.json", summary)
     return summary

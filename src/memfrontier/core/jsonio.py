@@ -1,0 +1,30 @@
+"""Atomic, strict JSON writing for result files."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+def json_safe(obj):
+    """Strict-JSON copy: NaN -> None, +/-inf -> "inf"/"-inf" (a free system's QPC is inf)."""
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write JSON to a temp file and rename it over ``path`` (readers never see a torn file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=str, allow_nan=False), "utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,154 @@
+"""Benchmark loaders: LoCoMo, LongMemEval, HotpotQA -> :class:`~memfrontier.core.types.Conversation`.
+
+Data lives outside the repo (``../shared/data``, see its README). :func:`data_root` finds it;
+every loader also takes an explicit file path. A missing, unreadable or malformed file raises
+:class:`DatasetError` naming the path and how to point memfrontier at the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+ENV_VAR = "MEMFRONTIER_DATA"
+
+# dataset name -> file path relative to the data root
+DATASET_FILES: dict[str, str] = {
+    "locomo": "locomo/locomo10.json",
+    "longmemeval": "longmemeval/longmemeval_oracle.json",
+    "hotpotqa": "hotpotqa/hotpot_dev_distractor_v1_103.json",
+}
+
+SPLITS: dict[str, tuple[str, ...]] = {
+    "locomo": ("test", "train", "all"),
+    "longmemeval": ("all",),
+    "hotpotqa": ("all",),
+}
+
+
+class DatasetError(Exception):
+    """A benchmark file is missing, unreadable or does not match its documented schema."""
+
+
+def _repo_data_root() -> Path:
+    # src/memfrontier/eval/datasets/__init__.py -> parents[4] is the repo root
+    return (Path(__file__).resolve().parents[4] / ".." / "shared" / "data").resolve()
+
+
+def data_root(explicit: str | os.PathLike | None = None) -> Path:
+    """The folder holding ``locomo/``, ``longmemeval/``, ``hotpotqa/``.
+
+    Order: ``explicit`` argument, then ``$MEMFRONTIER_DATA``, then ``./../shared/data`` (relative
+    to the working directory) if it exists, then ``<repo>/../shared/data`` if it exists. When
+    nothing exists the working-directory candidate is returned (loaders then raise
+    :class:`DatasetError` naming it). The folder is not checked for the explicit and env cases.
+    """
+    if explicit is not None:
+        return Path(explicit).expanduser()
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    cwd_candidate = Path.cwd() / ".." / "shared" / "data"
+    if cwd_candidate.is_dir():
+        return cwd_candidate.resolve()
+    repo_candidate = _repo_data_root()
+    if repo_candidate.is_dir():
+        return repo_candidate
+    return cwd_candidate.resolve()
+
+
+_data_root = data_root  # load_dataset's parameter shadows the function name
+
+
+def _how_to_override() -> str:
+    return (
+        f"set {ENV_VAR}=/path/to/data (the folder holding locomo/, longmemeval/, hotpotqa/), "
+        "pass --data-root on the CLI, or give the loader an explicit file path"
+    )
+
+
+def dataset_path(name: str, path: str | os.PathLike | None = None) -> Path:
+    """Resolve the file for dataset ``name``: ``path`` may be the file, a data-root folder, or None."""
+    if name not in DATASET_FILES:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASET_FILES)}")
+    if path is None:
+        return data_root() / DATASET_FILES[name]
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p / DATASET_FILES[name]
+    return p
+
+
+def read_json(path: Path, dataset: str) -> Any:
+    """Parse a JSON file; raises :class:`DatasetError` (missing file, bad UTF-8, bad JSON)."""
+    if not path.is_file():
+        raise DatasetError(f"{dataset} data file not found: {path} ; {_how_to_override()}")
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            return json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{dataset} data file is corrupt or not JSON: {path}: {exc}") from exc
+    except OSError as exc:
+        raise DatasetError(f"cannot read {dataset} data file {path}: {exc}; {_how_to_override()}") from exc
+
+
+def schema_error(path: Path, dataset: str, exc: BaseException) -> DatasetError:
+    """Wrap a KeyError/TypeError/ValueError raised while converting records."""
+    return DatasetError(
+        f"{dataset} data file {path} does not match the expected schema: {type(exc).__name__}: {exc}"
+    )
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes (recorded with every result). Raises DatasetError if missing."""
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetError(f"cannot hash {p}: file not found; {_how_to_override()}")
+    h = hashlib.sha256()
+    with p.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | None = None):
+    """Load ``name`` (locomo | longmemeval | hotpotqa) and apply ``split``.
+
+    Splits: locomo ``test`` / ``train`` / ``all`` (see :func:`locomo_split`); the others ``all``.
+    Returns ``list[Conversation]``. Raises ValueError for an unknown name or split and
+    :class:`DatasetError` for a missing or corrupt file.
+    """
+    if name not in DATASET_FILES:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASET_FILES)}")
+    if split not in SPLITS[name]:
+        raise ValueError(f"unknown split {split!r} for {name}; choose one of {list(SPLITS[name])}")
+    root = _data_root(data_root)
+    path = root / DATASET_FILES[name]
+    if name == "locomo":
+        return locomo_split(load_locomo(path), split)
+    if name == "longmemeval":
+        return load_longmemeval(path)
+    return load_hotpotqa(path)
+
+
+# Re-exports (imported last: the loaders import the helpers above).
+from .hotpotqa import load_hotpotqa  # noqa: E402
+from .locomo import load_locomo, locomo_split  # noqa: E402
+from .longmemeval import load_longmemeval  # noqa: E402
+
+__all__ = [
+    "DATASET_FILES",
+    "DatasetError",
+    "ENV_VAR",
+    "data_root",
+    "dataset_path",
+    "file_sha256",
+    "load_dataset",
+    "load_hotpotqa",
+    "load_locomo",
+    "load_longmemeval",
+    "locomo_split",
+]

@@ -1,0 +1,142 @@
+"""LongMemEval loader (oracle, S or M file; xiaowu0162/LongMemEval, Wu et al., ICLR 2025).
+
+One :class:`Conversation` per question (id = ``question_id``, scope ``user_id=question_id``): its
+haystack sessions become turn records. Session id ``f"{qid}:{haystack_session_id}"``; when a
+haystack session id repeats inside one question (13 questions in S), later occurrences get
+``#<session_index>`` appended so sessions and record ids stay unique. Record id
+``f"{session_id}:{turn}"`` (turn 1-based). Timestamps ``"2023/05/23 (Tue) 19:11"`` ->
+``"2023-05-23T19:11:00"``. Turns with ``has_answer`` give the question's ``evidence_ids``;
+``_abs`` questions have ``abstention=True``; int answers become str.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+
+from ...core.types import Conversation, Question, Record, Scope
+from . import DatasetError, dataset_path, read_json, schema_error
+
+QUESTION_TYPES = (
+    "temporal-reasoning",
+    "multi-session",
+    "knowledge-update",
+    "single-session-user",
+    "single-session-assistant",
+    "single-session-preference",
+)
+
+_DATE_RE = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})\s*(?:\([A-Za-z]+\))?\s*(\d{1,2}):(\d{2})\s*$")
+
+
+def parse_lme_datetime(text: str | None) -> str | None:
+    """``"2023/05/23 (Tue) 19:11"`` -> ``"2023-05-23T19:11:00"``; None if absent or unparseable."""
+    if not text:
+        return None
+    m = _DATE_RE.match(text)
+    if m:
+        y, mo, d, h, mi = (int(g) for g in m.groups())
+        try:
+            return datetime(y, mo, d, h, mi).isoformat()
+        except ValueError:
+            pass
+    try:
+        import dateparser
+    except ImportError:  # pragma: no cover
+        return None
+    dt = dateparser.parse(re.sub(r"\([^)]*\)", " ", text), languages=["en"])
+    return dt.replace(tzinfo=None, microsecond=0).isoformat() if dt else None
+
+
+def _convert(item: dict) -> Conversation:
+    qid = str(item["question_id"])
+    scope = Scope(user_id=qid)
+    dates = item["haystack_dates"]
+    sids = item["haystack_session_ids"]
+    sessions = item["haystack_sessions"]
+    if not (len(dates) == len(sids) == len(sessions)):
+        raise ValueError(
+            f"question {qid}: haystack lists differ in length "
+            f"(dates {len(dates)}, session ids {len(sids)}, sessions {len(sessions)})"
+        )
+    records: list[Record] = []
+    evidence: list[str] = []
+    seen: set[str] = set()
+    session_ids: list[str] = []
+    for si, (raw_sid, raw_date, turns) in enumerate(zip(sids, dates, sessions)):
+        session_id = f"{qid}:{raw_sid}"
+        if session_id in seen:
+            session_id = f"{session_id}#{si}"
+        seen.add(session_id)
+        session_ids.append(session_id)
+        ts = parse_lme_datetime(raw_date)
+        for ti, turn in enumerate(turns, start=1):
+            role = str(turn["role"])
+            rid = f"{session_id}:{ti}"
+            has_answer = bool(turn.get("has_answer", False))
+            records.append(
+                Record(
+                    id=rid,
+                    kind="turn",
+                    scope=scope,
+                    session_id=session_id,
+                    speaker=role,
+                    role=role,
+                    timestamp=ts,
+                    text=str(turn["content"]),
+                    meta={
+                        "haystack_session_id": raw_sid,
+                        "session_index": si,
+                        "turn_index": ti,
+                        "has_answer": has_answer,
+                        "session_date_raw": raw_date,
+                    },
+                )
+            )
+            if has_answer:
+                evidence.append(rid)
+    answer_sids = set(item.get("answer_session_ids", []))
+    question = Question(
+        id=qid,
+        conversation_id=qid,
+        question=str(item["question"]),
+        answer=item["answer"],  # validator casts int -> str
+        category=str(item["question_type"]),
+        evidence_ids=evidence,
+        question_date=parse_lme_datetime(item.get("question_date")),
+        abstention=qid.endswith("_abs"),
+        meta={
+            "question_date_raw": item.get("question_date"),
+            "answer_session_ids": list(item.get("answer_session_ids", [])),
+            "evidence_session_ids": [s for s, raw in zip(session_ids, sids) if raw in answer_sids],
+        },
+    )
+    return Conversation(
+        id=qid,
+        records=records,
+        questions=[question],
+        meta={"dataset": "longmemeval", "n_sessions": len(sessions), "session_ids": session_ids},
+    )
+
+
+def load_longmemeval(path: str | os.PathLike | None = None) -> list[Conversation]:
+    """Load a LongMemEval file -> one Conversation per question (oracle: 500).
+
+    ``path``: the JSON file (oracle, S or M: same format) or a data-root folder; default
+    ``data_root()/longmemeval/longmemeval_oracle.json``. Raises :class:`DatasetError` if the
+    file is missing, not JSON or not in LongMemEval's schema. Loads the whole file in memory
+    (fine for oracle and S; M is about 2.7 GB).
+    """
+    p: Path = dataset_path("longmemeval", path)
+    data = read_json(p, "longmemeval")
+    if not isinstance(data, list):
+        raise DatasetError(f"longmemeval data file {p} does not match the expected schema: top level is not a list")
+    try:
+        convs = [_convert(item) for item in data]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise schema_error(p, "longmemeval", exc) from exc
+    for c in convs:
+        c.meta["source"] = str(p)
+    return convs

@@ -1,0 +1,64 @@
+"""`memfrontier score`: any system's predictions under our protocol; question slicing."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from memfrontier.cli import app
+from memfrontier.eval.datasets import load_dataset
+from memfrontier.eval.runner import select_questions
+from memfrontier.eval.scoring import ScoreInputError, score_file
+
+ROWS = [
+    {"id": "a", "category": 4, "answer": "Paris", "prediction": "in Paris"},           # P=1/2 R=1 -> 2/3
+    {"id": "b", "category": 1, "answer": "apples, pears", "prediction": "pears"},      # mean(0, 1) = 0.5
+    {"id": "c", "category": 3, "answer": "likely yes; she said so", "prediction": "yes likely"},  # 1.0
+    {"id": "d", "category": 2, "answer": 2022, "prediction": "in 2021"},                # 0.0
+    {"id": "e", "category": 5, "prediction": "Not mentioned in the conversation"},      # abstention 1
+]
+
+
+def test_score_file_official_rules(tmp_path):
+    f = tmp_path / "preds.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    summary = score_file(f, dataset="locomo", out=tmp_path / "out")
+    scored = [json.loads(l) for l in (tmp_path / "out" / "scored.jsonl").read_text().splitlines()]
+    assert [round(r["f1"], 4) for r in scored] == [0.6667, 0.5, 1.0, 0.0, 1.0]
+    m = summary["metrics"]
+    assert m["all (1-4)"]["n_questions"] == 4
+    assert m["all (1-4)"]["f1"] == pytest.approx((2 / 3 + 0.5 + 1.0 + 0.0) / 4)
+    assert m["5"]["n_questions"] == 1 and m["5"]["f1"] == 1.0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["provenance"]["predictions_sha256"]
+
+
+def test_score_rejects_bad_lines(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"category": 4, "answer": "x", "prediction": "x"}\n{not json\n')
+    with pytest.raises(ScoreInputError, match="bad.jsonl:2"):
+        score_file(f, dataset="locomo", out=tmp_path / "o")
+    f.write_text('{"category": 2, "prediction": "x"}\n')
+    with pytest.raises(ScoreInputError, match="needs an 'answer'"):
+        score_file(f, dataset="locomo", out=tmp_path / "o")
+
+
+def test_score_cli(tmp_path):
+    f = tmp_path / "preds.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    res = CliRunner().invoke(app, ["score", "--dataset", "locomo", str(f), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "scored preds.jsonl" in res.output
+    assert "all (1-4)" in json.loads((tmp_path / "o" / "summary.json").read_text())["metrics"]
+    res = CliRunner().invoke(app, ["score", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "no such predictions file" in res.output
+
+
+def test_slice_is_seeded_and_covers_every_category():
+    convs = load_dataset("locomo", "test")
+    qs = select_questions(convs, 40, seed=42)
+    assert len(qs) == 40
+    cats = {q.category for q in qs}
+    assert cats == {"1", "2", "3", "4"}
+    assert [q.id for q in qs] == [q.id for q in select_questions(convs, 40, seed=42)]
+    assert [q.id for q in qs] != [q.id for q in select_questions(convs, 40, seed=7)]
+    assert len(select_questions(convs, None, seed=42)) == 314
