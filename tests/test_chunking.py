@@ -1,0 +1,109 @@
+"""Turn-atomic chunking: hand-checkable packing with a word counter, then the real MiniLM tokenizer."""
+
+import pytest
+
+from memfrontier.build.chunking import chunk_records
+from memfrontier.core.types import Record, Scope
+from memfrontier.embed.minilm import MiniLMEmbedder
+
+A = Scope(user_id="alice")
+B = Scope(user_id="bob")
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def rec(i, text, *, scope=A, session="s1", ts="2023-05-08T13:56:00", speaker=""):
+    return Record(id=f"r{i}", scope=scope, session_id=session, timestamp=ts, text=text, speaker=speaker)
+
+
+def test_greedy_packing_by_hand():
+    recs = [rec(1, "a b c"), rec(2, "d e f"), rec(3, "g h i"), rec(4, "j"), rec(5, "k l m n o p q")]
+    chunks = chunk_records(recs, words, max_tokens=6)
+    assert [c.record_ids for c in chunks] == [["r1", "r2"], ["r3", "r4"], ["r5"]]
+    assert [c.n_tokens for c in chunks] == [6, 4, 7]  # r5 (7 words) is oversized: alone
+    assert chunks[0].text == "a b c\nd e f"
+    assert all(c.id.startswith("c-") and len(c.id) == 26 for c in chunks)
+
+
+def test_oversized_record_is_its_own_chunk_between_others():
+    recs = [rec(1, "a b"), rec(2, " ".join(["w"] * 20)), rec(3, "c d")]
+    chunks = chunk_records(recs, words, max_tokens=5)
+    assert [c.record_ids for c in chunks] == [["r1"], ["r2"], ["r3"]]
+    assert chunks[1].n_tokens == 20
+
+
+def test_sessions_and_scopes_never_mix_and_keep_first_appearance_order():
+    recs = [
+        rec(1, "one", session="s1"),
+        rec(2, "two", session="s2", ts="2023-06-01T10:00:00"),
+        rec(3, "three", session="s1"),
+        rec(4, "four", scope=B, session="s1"),
+    ]
+    chunks = chunk_records(recs, words, max_tokens=100)
+    assert [(c.scope.user_id, c.session_id, c.record_ids) for c in chunks] == [
+        ("alice", "s1", ["r1", "r3"]),
+        ("alice", "s2", ["r2"]),
+        ("bob", "s1", ["r4"]),
+    ]
+    # same session id, different scope -> different chunk ids
+    assert len({c.id for c in chunks}) == 3
+
+
+def test_chunk_time_is_session_time():
+    recs = [rec(1, "a", ts=None), rec(2, "b", ts="2023-05-08T13:56:00"), rec(3, "c", ts="2023-05-08T14:10:00")]
+    chunks = chunk_records(recs + [rec(4, "d e f g h", ts="2023-05-08T15:00:00")], words, max_tokens=3)
+    assert len(chunks) == 2
+    assert {c.timestamp for c in chunks} == {"2023-05-08T13:56:00"}  # first (non-None) record time of the session
+
+
+def test_deterministic_ids():
+    recs = [rec(i, f"turn number {i} about hiking") for i in range(10)]
+    c1 = chunk_records(recs, words, max_tokens=12)
+    c2 = chunk_records([r.model_copy() for r in recs], words, max_tokens=12)
+    assert [c.id for c in c1] == [c.id for c in c2]
+    c3 = chunk_records([r.model_copy(update={"session_id": "s2"}) for r in recs], words, max_tokens=12)
+    assert not ({c.id for c in c1} & {c.id for c in c3})
+
+
+def test_invalid_budget():
+    with pytest.raises(ValueError):
+        chunk_records([rec(1, "a")], words, max_tokens=0)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return MiniLMEmbedder()
+
+
+def test_real_tokenizer_budget_respected_and_no_record_split(embedder):
+    texts = [
+        "I went to the LGBTQ support group yesterday and it was so powerful.",
+        "That's amazing! What did you learn there?",
+        "Mostly that I'm not alone; people shared stories about transitioning.",
+        "Café au lait with 寿司 and a 🍕 emoji, naïve coöperation.",
+    ] * 12
+    recs = [rec(i, t, speaker="Caroline" if i % 2 else "Melanie") for i, t in enumerate(texts)]
+    long_rec = rec(999, " ".join(["pottery"] * 400), speaker="Melanie")
+    recs.insert(20, long_rec)
+    chunks = chunk_records(recs, embedder.count_tokens, max_tokens=256)
+
+    # every record in exactly one chunk, order preserved
+    flat = [rid for c in chunks for rid in c.record_ids]
+    assert flat == [r.id for r in recs]
+    by_id = {r.id: r for r in recs}
+    for c in chunks:
+        assert c.text == "\n".join(by_id[i].render() for i in c.record_ids)
+        assert c.n_tokens == embedder.count_tokens(c.text)  # WordPiece: additive over "\n"
+        if len(c.record_ids) > 1:
+            assert c.n_tokens <= 256
+    oversized = [c for c in chunks if "r999" in c.record_ids]
+    assert len(oversized) == 1 and oversized[0].record_ids == ["r999"] and oversized[0].n_tokens > 256
+    # greedy: the first record of the next chunk would not have fitted
+    for cur, nxt in zip(chunks, chunks[1:]):
+        if cur.record_ids == ["r999"] or nxt.record_ids == ["r999"]:
+            continue
+        first_next = embedder.count_tokens(by_id[nxt.record_ids[0]].render())
+        assert cur.n_tokens + first_next > 256
+    assert len(chunks) >= 3

@@ -1,0 +1,164 @@
+"""The embedded LLM: real llama-cpp-python running the packaged Gemma 3 270M GGUF."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from memfrontier.core.ledger import Ledger, use_ledger
+from memfrontier.core.pricebook import PriceBook
+from memfrontier.llm import ChatClient, make_llm
+from memfrontier.llm.embedded import MODEL_ID, EmbeddedLLM, render_prompt
+from memfrontier.llm.metered import MeteredLLM
+from memfrontier.llm.parsing import parse_json
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# --- no model needed --------------------------------------------------------------------------
+def test_render_prompt_layout():
+    msgs = [
+        {"role": "system", "content": "You extract facts."},
+        {"role": "user", "content": "  Alice likes tea.  "},
+        {"role": "assistant", "content": "Facts:"},
+    ]
+    assert render_prompt(msgs) == "You extract facts.\n\nAlice likes tea.\n\nFacts:"
+    assert render_prompt(msgs[:2]) == "You extract facts.\n\nAlice likes tea.\n\n"
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    assert render_prompt([{"role": "user", "content": parts}]) == "look\n\n"
+
+
+def test_make_llm_local_is_embedded_and_lazy():
+    llm = make_llm("local", n_ctx=1024)
+    assert isinstance(llm, EmbeddedLLM) and isinstance(llm, ChatClient)
+    assert llm.model_id == MODEL_ID == "gemma-3-270m-q4_k_m"
+    assert llm.context_tokens == 1024
+    with pytest.raises(ValueError):
+        make_llm("local", base_url="http://x")
+    with pytest.raises(ValueError):
+        make_llm("nonsense")
+
+
+def test_model_id_is_priced():
+    assert PriceBook.load().get(MODEL_ID) is not None
+
+
+# --- real model -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llm():
+    client = EmbeddedLLM()  # default n_ctx 8192
+    t0 = time.perf_counter()
+    client.count_tokens("warm up")  # loads the model
+    print(f"\nmodel load: {time.perf_counter() - t0:.2f}s")
+    return client
+
+
+@pytest.mark.slow
+def test_count_tokens_exact(llm):
+    assert llm.count_tokens("") == 0
+    n = llm.count_tokens("The capital of France is Paris.")
+    assert 5 <= n <= 10
+    assert llm.count_tokens("word " * 100) >= 100
+
+
+@pytest.mark.slow
+def test_short_completion_text_and_usage(llm):
+    msgs = [{"role": "user", "content": "The capital of France is"}]
+    t0 = time.perf_counter()
+    c = run(llm.complete(msgs, max_tokens=20))
+    print(f"20-token completion: {time.perf_counter() - t0:.2f}s -> {c.text!r}")
+    assert c.model_id == MODEL_ID
+    assert c.text.strip()
+    # BOS + the rendered prompt's tokens, as llama.cpp reports them.
+    assert c.input_tokens == llm.count_tokens(render_prompt(msgs)) + 1
+    assert 1 <= c.output_tokens <= 20
+    assert c.finish_reason in ("stop", "length")
+    assert c.cached_tokens == 0 and c.reasoning_tokens == 0 and c.exact_usd is None
+    # Greedy decoding is deterministic.
+    again = run(llm.complete(msgs, max_tokens=20))
+    assert again.text == c.text and again.output_tokens == c.output_tokens
+
+
+@pytest.mark.slow
+def test_stop_sequence(llm):
+    c = run(llm.complete([{"role": "user", "content": "1, 2, 3, 4, 5,"}], max_tokens=30, stop=["8"]))
+    assert "8" not in c.text
+    assert c.output_tokens < 30
+
+
+@pytest.mark.slow
+def test_json_schema_constrained_output(llm):
+    schema = {
+        "type": "object",
+        "properties": {
+            "people": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 3},
+            "place": {"type": "string", "maxLength": 40},
+        },
+        "required": ["people", "place"],
+    }
+    msgs = [
+        {"role": "system", "content": "Extract the people and the place from the text as JSON."},
+        {"role": "user", "content": "Alice met Bob, Carol, Dave and Erin at the market in Lyon on Tuesday."},
+    ]
+    c = run(llm.complete(msgs, max_tokens=150, json_schema=schema))
+    r = parse_json(c.text, expect="object")
+    assert r.ok and not r.truncated, (c.text, r)
+    assert set(r.value) == {"people", "place"}
+    assert isinstance(r.value["people"], list) and len(r.value["people"]) <= 3
+    assert all(isinstance(p, str) for p in r.value["people"])
+    assert isinstance(r.value["place"], str)
+    assert c.finish_reason == "stop" and c.output_tokens < 150
+
+
+@pytest.mark.slow
+def test_json_schema_array_is_bounded(llm):
+    schema = {"type": "array", "items": {"type": "integer"}, "maxItems": 4}
+    msgs = [{"role": "user", "content": "Count from one to twenty as a JSON array of integers."}]
+    c = run(llm.complete(msgs, max_tokens=120, json_schema=schema))
+    r = parse_json(c.text, expect="array")
+    assert r.ok, (c.text, r)
+    assert 0 <= len(r.value) <= 4 and all(isinstance(x, int) for x in r.value)
+
+
+@pytest.mark.slow
+def test_prompt_far_larger_than_context_is_truncated_and_counted():
+    small = EmbeddedLLM(n_ctx=512)
+    question = "\nQuestion: what colour is the sky? Answer:"
+    msgs = [{"role": "user", "content": "filler text " * 3000 + question}]  # ~6000 tokens
+    led = Ledger()
+    with use_ledger(led):
+        c = run(small.complete(msgs, max_tokens=16))
+    assert led.events == {"truncated_prompt": 1}
+    assert 512 - 16 - 2 <= c.input_tokens <= 512 - 16
+    assert 1 <= c.output_tokens <= 16
+    # No ledger: still no crash, nothing to count.
+    c2 = run(small.complete(msgs, max_tokens=16))
+    assert c2.input_tokens == c.input_tokens
+
+
+@pytest.mark.slow
+def test_metered_records_the_call(llm):
+    metered = MeteredLLM(llm, PriceBook.load())
+    led = Ledger()
+    with use_ledger(led):
+        c = run(metered.complete([{"role": "user", "content": "Hello, my name is"}], role="answer", max_tokens=8))
+    assert len(led.calls) == 1
+    call = led.calls[0]
+    assert call.model_id == MODEL_ID and call.role == "answer"
+    assert call.input_tokens == c.input_tokens > 0 and call.output_tokens == c.output_tokens > 0
+    assert call.usd is not None and call.usd > 0 and not call.unpriced
+
+
+@pytest.mark.slow
+def test_concurrent_calls_are_serialised(llm):
+    msgs = [{"role": "user", "content": "Once upon a time"}]
+
+    async def both():
+        return await asyncio.gather(llm.complete(msgs, max_tokens=10), llm.complete(msgs, max_tokens=10))
+
+    a, b = run(both())
+    assert a.text == b.text and a.output_tokens == b.output_tokens > 0

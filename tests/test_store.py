@@ -1,0 +1,431 @@
+"""SQLiteStore with the real MiniLM embedder, real bm25s and real SQLite in a temp directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memfrontier.core.types import ImageRef, Record, Scope
+from memfrontier.embed.minilm import MINILM_MODEL_ID, MiniLMEmbedder
+from memfrontier.retrieve.rrf import rrf_fuse
+from memfrontier.store.base import EmbeddingMismatchError, MemoryStore, StoreError
+from memfrontier.store.sqlite import SQLiteStore, bm25_split
+
+A = Scope(user_id="alice")
+B = Scope(user_id="bob")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CountingEmbedder:
+    """Wraps the real MiniLM; counts encode calls/texts. model_id/dim may be overridden to
+    simulate a store built by another model (the vectors stay real MiniLM vectors)."""
+
+    def __init__(self, inner: MiniLMEmbedder, model_id: str | None = None, dim: int | None = None):
+        self.inner = inner
+        self.model_id = model_id or inner.model_id
+        self.dim = dim or inner.dim
+        self.calls = 0
+        self.texts = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+    def count_tokens(self, text):
+        return self.inner.count_tokens(text)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return MiniLMEmbedder()
+
+
+@pytest.fixture
+def emb(minilm):
+    return CountingEmbedder(minilm)
+
+
+@pytest.fixture
+def store(tmp_path, emb):
+    s = SQLiteStore(tmp_path / "mem", emb)
+    yield s
+    s.close()
+
+
+def turn(i, text, *, scope=A, session="s1", speaker="Ann", ts="2023-05-08T13:56:00", **kw):
+    return Record(id=f"{scope.user_id}:{session}:{i}", scope=scope, session_id=session, speaker=speaker, timestamp=ts, text=text, **kw)
+
+
+ALICE = [
+    turn(1, "I adopted a golden retriever puppy named Biscuit last week."),
+    turn(2, "We went hiking at Mount Rainier and saw marmots."),
+    turn(3, "My sister is getting married in Lisbon next spring.", session="s2", ts="2023-06-01T10:00:00"),
+    turn(4, "I started learning the cello; practice is hard.", session="s2", ts="2023-06-01T10:00:00"),
+]
+BOB = [
+    turn(1, "I adopted a black kitten named Pepper.", scope=B, speaker="Bob"),
+    turn(2, "Bob went hiking in the Alps with his brother.", scope=B, speaker="Bob"),
+]
+
+
+def chunk_of(store, record_id):
+    return [c for c in store.chunks(Scope()) if record_id in c.record_ids]
+
+
+def test_protocol_and_layout(store, tmp_path):
+    assert isinstance(store, MemoryStore)
+    res = store.add(ALICE + BOB)
+    assert sorted(res.added) == sorted(r.id for r in ALICE + BOB)
+    assert res.skipped == [] and res.chunks_built == 3 and res.chunks_embedded == 3
+    assert (tmp_path / "mem" / "store.db").is_file()
+    hits = store.search("puppy", A, k=5)
+    assert hits and hits[0].chunk.record_ids == ["alice:s1:1", "alice:s1:2"]
+    assert (tmp_path / "mem" / "bm25").is_dir() and any((tmp_path / "mem" / "bm25").iterdir())
+    assert store.count() == {"records": 6, "chunks": 3, "vectors": 3}
+
+
+def test_hybrid_scores_are_rrf_of_the_two_rankings(store):
+    store.add(ALICE + BOB)
+    q = "hiking marmots"
+    hits = store.search(q, Scope(), k=3)
+    dense = [c.id for c, _ in store.search_dense(q, Scope(), k=50)]
+    bm25 = [c.id for c, _ in store.search_bm25(q, Scope(), k=50)]
+    expected = rrf_fuse({"dense": dense, "bm25": bm25}, k=60, top_n=3)
+    assert [(h.chunk.id, h.score, h.ranks) for h in hits] == [(d, pytest.approx(s), r) for d, s, r in expected]
+    top = hits[0]
+    assert top.ranks == {"dense": 1, "bm25": 1}
+    assert top.score == pytest.approx(2 / 61)
+    only_bm25 = store.search(q, Scope(), k=3, retrievers=("bm25",))
+    assert all(set(h.ranks) == {"bm25"} for h in only_bm25)
+    with pytest.raises(ValueError):
+        store.search(q, Scope(), retrievers=("sparse",))
+
+
+def test_idempotent_ingest_does_not_reembed(store, emb):
+    first = store.add(ALICE)
+    calls, texts = emb.calls, emb.texts
+    assert calls >= 1 and texts == first.chunks_embedded == 2
+    again = store.add(ALICE)
+    assert again.added == [] and sorted(again.skipped) == sorted(r.id for r in ALICE)
+    assert again.chunks_built == 0 and again.chunks_embedded == 0
+    assert (emb.calls, emb.texts) == (calls, texts)
+    # duplicates inside one batch: first wins, the rest counted as skipped
+    dup = store.add([BOB[0], BOB[0]])
+    assert dup.added == [BOB[0].id] and dup.skipped == [BOB[0].id]
+    assert store.count()["records"] == 5
+
+
+def test_incremental_add_reuses_vectors_of_unchanged_chunks(store, emb):
+    long_session = [turn(i, f"Turn {i}: we talked about the garden, tomatoes, basil and the weather in Seattle today.") for i in range(40)]
+    store.add(long_session)
+    before = {c.id for c in store.chunks(A)}
+    assert len(before) >= 3
+    texts0 = emb.texts
+    res = store.add([turn(100, "Oh, and I bought a telescope.")])
+    after = {c.id for c in store.chunks(A)}
+    assert res.chunks_built == 1 and res.chunks_embedded == 1 and emb.texts == texts0 + 1
+    assert len(before - after) == 1 and len(after - before) == 1  # only the last chunk changed
+    assert store.count() == {"records": 41, "chunks": len(after), "vectors": len(after)}
+
+
+def test_reopen_does_not_reembed_and_loads_bm25_from_disk(tmp_path, minilm):
+    e1 = CountingEmbedder(minilm)
+    s1 = SQLiteStore(tmp_path / "m", e1)
+    s1.add(ALICE + BOB)
+    assert [c.id for c, _ in s1.search_bm25("cello", A, 3)] == [chunk_of(s1, "alice:s2:4")[0].id]
+    assert s1.stats["bm25_builds"] == 1
+    s1.close()
+
+    e2 = CountingEmbedder(minilm)
+    s2 = SQLiteStore(tmp_path / "m", e2)
+    assert e2.calls == 0
+    hits = s2.search_bm25("cello", A, 3)
+    assert [c.record_ids for c, _ in hits] == [["alice:s2:3", "alice:s2:4"]]
+    assert s2.stats["bm25_loads"] == 1 and s2.stats["bm25_builds"] == 0
+    s2.add(ALICE)
+    assert e2.calls == 0  # still nothing to embed
+    dense = s2.search("Biscuit the golden retriever", A, k=1)
+    assert e2.calls == 1 and e2.texts == 1  # only the query was embedded
+    assert "alice:s1:1" in dense[0].chunk.record_ids
+    s2.close()
+
+
+def test_scope_isolation_for_both_retrievers(store):
+    store.add(ALICE + BOB)
+    for q in ["adopted a pet named", "hiking", "kitten Pepper", "Alps brother"]:
+        for retr in [("dense",), ("bm25",), ("dense", "bm25")]:
+            hits = store.search(q, A, k=10, retrievers=retr)
+            assert all(h.chunk.scope.user_id == "alice" for h in hits), (q, retr)
+            hits = store.search(q, B, k=10, retrievers=retr)
+            assert all(h.chunk.scope.user_id == "bob" for h in hits), (q, retr)
+    # a word only Bob said is found for Bob and never for Alice
+    assert store.search_bm25("Pepper", A, 10) == []
+    assert [c.scope.user_id for c, _ in store.search_bm25("Pepper", B, 10)] == ["bob"]
+    assert {h.chunk.scope.user_id for h in store.search("hiking", Scope(), k=10)} == {"alice", "bob"}
+    assert all(c.scope.user_id == "alice" for c, _ in store.search_dense("kitten", A, 10))
+    assert store.search("hiking", Scope(user_id="nobody"), k=5) == []
+    assert {r.id for r in store.records(B)} == {r.id for r in BOB}
+
+
+def test_delete_reaches_every_index(store):
+    store.add(ALICE + BOB)
+    victim = turn(9, "The secret password is zanzibarquokka, remember it.", session="s1")
+    store.add([victim])
+    q = "zanzibarquokka"
+    assert [c.record_ids for c, _ in store.search_bm25(q, A, 5)][0] == ["alice:s1:1", "alice:s1:2", victim.id]
+    assert victim.id in store.search_dense("secret password zanzibarquokka", A, 1)[0][0].record_ids
+    n_before = store.count()
+
+    assert store.delete(victim.id) is True
+    assert store.delete(victim.id) is False
+    assert store.get([victim.id]) == []
+    assert chunk_of(store, victim.id) == []
+    assert all("zanzibarquokka" not in c.text for c in store.chunks(Scope()))
+    assert store.search_bm25(q, Scope(), 5) == []
+    top = store.search_dense("secret password zanzibarquokka", Scope(), 1)[0][0]
+    assert victim.id not in top.record_ids and "zanzibarquokka" not in top.text
+    assert all(victim.id not in h.chunk.record_ids for h in store.search(q, Scope(), k=10))
+    assert store.count() == {"records": n_before["records"] - 1, "chunks": n_before["chunks"], "vectors": n_before["chunks"]}
+    # the rest of the session is still there, re-chunked
+    assert [c.record_ids for c in store.chunks(A) if c.session_id == "s1"] == [["alice:s1:1", "alice:s1:2"]]
+
+
+def test_delete_all(store):
+    store.add(ALICE + BOB)
+    with pytest.raises(ValueError):
+        store.delete_all(Scope())
+    assert store.delete_all(A) == 4
+    assert store.records(A) == [] and store.chunks(A) == []
+    assert store.search("puppy Biscuit", A, k=5) == []
+    assert store.search_bm25("Biscuit", Scope(), 5) == []
+    assert {r.id for r in store.records(Scope())} == {r.id for r in BOB}
+    assert store.count() == {"records": 2, "chunks": 1, "vectors": 1}
+    assert store.delete_all(A) == 0
+
+
+def test_non_ascii_found_by_bm25(store):
+    recs = [
+        turn(1, "Nous avons bu un café crème à la crêperie de Montréal.", session="fr"),
+        turn(2, "我喜欢吃寿司，特别是三文鱼。", session="zh"),
+        turn(3, "東京タワーに行きました", session="ja"),
+        turn(4, "Dinner was 🍕🍕 and then 🎉 with friends", session="emoji"),
+        turn(5, "Die Straße in München war gesperrt.", session="de"),
+        turn(6, "오늘 서울에서 친구를 만났어요", session="ko"),
+    ]
+    store.add(recs)
+
+    def top(q):
+        hits = store.search_bm25(q, A, 3)
+        return hits[0][0].session_id if hits else None
+
+    assert top("cafe creperie") == "fr"  # accent-insensitive
+    assert top("Montréal") == "fr"
+    assert top("寿司") == "zh"  # a word inside an unspaced CJK sentence
+    assert top("三文鱼") == "zh"
+    assert top("東京") == "ja"
+    assert top("🍕") == "emoji"
+    assert top("🎉") == "emoji"
+    assert top("strasse munchen") == "de"
+    assert top("서울에서") == "ko"
+    # hybrid search finds them too
+    assert store.search("寿司", A, k=1)[0].chunk.session_id == "zh"
+    assert store.search("🍕", A, k=1, retrievers=("bm25",))[0].chunk.session_id == "emoji"
+
+
+def test_bm25_split():
+    assert bm25_split("我喜欢寿司") == ["我", "喜", "欢", "寿", "司", "我喜", "喜欢", "欢寿", "寿司"]
+    assert bm25_split("café naïve Straße 7 x 👍🏽") == ["cafe", "naive", "strasse", "7", "👍"]
+
+
+def test_empty_and_stopword_queries(store):
+    store.add(ALICE)
+    assert store.search_bm25("", A, 5) == []
+    assert store.search_bm25("   ", A, 5) == []
+    assert store.search_bm25("the and of is", A, 5) == []
+    assert store.search_bm25("xylophoneunseenword", A, 5) == []
+    assert store.search("", A, 5) == []
+    assert store.search("the and of", A, 5, retrievers=("bm25",)) == []
+    assert len(store.search("the and of", A, 5)) == 2  # dense still answers
+
+
+def test_empty_store_search(store):
+    assert store.search("anything", A, 5) == []
+    assert store.search_bm25("anything", Scope(), 5) == []
+
+
+def test_empty_record_rejected_atomically(store):
+    good = turn(1, "hello there")
+    bad = turn(2, "   \n ")
+    with pytest.raises(ValueError, match="alice:s1:2"):
+        store.add([good, bad])
+    assert store.count() == {"records": 0, "chunks": 0, "vectors": 0}
+    # an image-only record is fine
+    img = turn(3, "", images=[ImageRef(id="img1", caption="a dog on a beach")])
+    assert store.add([img]).added == [img.id]
+    assert store.search_bm25("beach", A, 1)[0][0].record_ids == [img.id]
+
+
+def test_records_chronological_get_and_chunks(store):
+    late = turn(1, "later session", session="s9", ts="2023-07-01T09:00:00")
+    early = turn(2, "earlier session", session="s8", ts="2023-05-01T09:00:00")
+    mid_a = turn(3, "middle a", session="s7", ts="2023-06-01T09:00:00")
+    mid_b = turn(4, "middle b", session="s7", ts="2023-06-01T09:00:00")
+    store.add([late, mid_a])
+    store.add([early, mid_b])
+    assert [r.id for r in store.records(A)] == [early.id, mid_a.id, mid_b.id, late.id]
+    assert [r.id for r in store.records(A, session_id="s7")] == [mid_a.id, mid_b.id]
+    assert [r.id for r in store.get([late.id, "nope", early.id])] == [late.id, early.id]
+    assert store.get([early.id])[0] == early  # round trip of every field
+    chunks = store.chunks(A)
+    assert [c.session_id for c in chunks] == ["s8", "s7", "s9"]
+    assert [c.timestamp for c in chunks] == ["2023-05-01T09:00:00", "2023-06-01T09:00:00", "2023-07-01T09:00:00"]
+    assert chunks[1].record_ids == [mid_a.id, mid_b.id]
+
+
+def test_embedding_mismatch(tmp_path, minilm):
+    s = SQLiteStore(tmp_path / "m", minilm)
+    s.add(ALICE)
+    s.close()
+    other = CountingEmbedder(minilm, model_id="acme/other-embedder")
+    with pytest.raises(EmbeddingMismatchError, match="sentence-transformers/all-MiniLM-L6-v2.*acme/other-embedder"):
+        SQLiteStore(tmp_path / "m", other)
+    with pytest.raises(EmbeddingMismatchError, match="dim 128"):
+        SQLiteStore(tmp_path / "m", CountingEmbedder(minilm, dim=128))
+    assert other.calls == 0
+    s2 = SQLiteStore(tmp_path / "m", other, reembed=True)
+    assert other.texts == 2  # both chunks re-embedded
+    assert s2.search_dense("cello", A, 1)[0][0].session_id == "s2"
+    s2.close()
+    # now the store belongs to the new id; the original one mismatches
+    with pytest.raises(EmbeddingMismatchError):
+        SQLiteStore(tmp_path / "m", minilm)
+    assert MiniLMEmbedder.model_id == MINILM_MODEL_ID
+
+
+def test_chunk_tokens_recorded(tmp_path, minilm):
+    SQLiteStore(tmp_path / "m", minilm, chunk_tokens=128).close()
+    with pytest.raises(StoreError, match="chunk_tokens=128"):
+        SQLiteStore(tmp_path / "m", minilm)
+
+
+def test_corrupt_db_raises_store_error_with_path(tmp_path, minilm):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "store.db").write_bytes(os.urandom(4096))
+    with pytest.raises(StoreError) as ei:
+        SQLiteStore(d, minilm)
+    assert str(d / "store.db") in str(ei.value)
+
+
+def test_two_threads_add_concurrently(store):
+    shared = [turn(1000 + i, f"shared fact number {i} about astronomy", session="shared") for i in range(10)]
+    t1 = [turn(i, f"thread one says item {i} about gardening", session=f"t1-{i % 3}") for i in range(30)] + shared
+    t2 = [turn(100 + i, f"thread two says item {i} about cooking", session=f"t2-{i % 3}") for i in range(30)] + shared
+    errors = []
+
+    def work(recs):
+        try:
+            for b in range(0, len(recs), 8):
+                store.add(recs[b : b + 8])
+        except Exception as e:  # pragma: no cover - surfaced below
+            errors.append(e)
+
+    ths = [threading.Thread(target=work, args=(t,)) for t in (t1, t2)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert errors == []
+    want = {r.id for r in t1 + t2}
+    got = [r.id for r in store.records(Scope())]
+    assert len(got) == len(want) == 70 and set(got) == want
+    in_chunks = [rid for c in store.chunks(Scope()) for rid in c.record_ids]
+    assert sorted(in_chunks) == sorted(want)  # each record in exactly one chunk
+    counts = store.count()
+    assert counts["vectors"] == counts["chunks"]
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {src!r})
+    from memfrontier.core.types import Record, Scope
+    from memfrontier.embed.minilm import MiniLMEmbedder
+    from memfrontier.store.sqlite import SQLiteStore
+    s = SQLiteStore({path!r}, MiniLMEmbedder())
+    s.embedder.encode(["warm up"])
+    print("READY", flush=True)
+    sys.stdin.readline()
+    recs = [Record(id=f"child:{{i}}", scope=Scope(user_id="child"), session_id=f"c{{i % 4}}", text=f"child process fact {{i}} about volcanoes")
+            for i in range(40)]
+    recs += [Record(id=f"both:{{i}}", scope=Scope(user_id="both"), session_id="b", text=f"written by both {{i}}") for i in range(10)]
+    for b in range(0, len(recs), 5):
+        s.add(recs[b:b + 5])
+    s.close()
+    print("DONE", flush=True)
+    """
+)
+
+
+def test_second_process_writes_same_store(tmp_path, minilm):
+    path = tmp_path / "shared"
+    parent = SQLiteStore(path, minilm)
+    parent.add(ALICE)
+    script = CHILD.format(src=str(ROOT / "src"), path=str(path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        mine = [Record(id=f"parent:{i}", scope=Scope(user_id="parent"), session_id=f"p{i % 4}", text=f"parent fact {i} about glaciers") for i in range(40)]
+        mine += [Record(id=f"both:{i}", scope=Scope(user_id="both"), session_id="b", text=f"written by both {i}") for i in range(10)]
+        for b in range(0, len(mine), 5):
+            parent.add(mine[b : b + 5])
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert "DONE" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    recs = parent.records(Scope())
+    ids = [r.id for r in recs]
+    assert len(ids) == len(set(ids)) == 4 + 40 + 40 + 10
+    in_chunks = [rid for c in parent.chunks(Scope()) for rid in c.record_ids]
+    assert sorted(in_chunks) == sorted(ids)
+    assert parent.count()["vectors"] == parent.count()["chunks"]
+    # the parent's in-memory indexes pick up the child's writes
+    assert parent.search_bm25("volcanoes", Scope(user_id="child"), 1)[0][0].scope.user_id == "child"
+    assert parent.search("volcanoes", Scope(user_id="parent"), k=3)[0].chunk.scope.user_id == "parent"
+    parent.close()
+
+
+def test_vectors_are_unit_float32(store, minilm):
+    store.add(ALICE)
+    store.search("x", A, 1)
+    mat = store._snap.vectors
+    assert mat.dtype == np.float32 and mat.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(mat, axis=1), 1.0, atol=1e-5)
+    enc = minilm.encode(["a", "b"])
+    assert enc.shape == (2, 384) and enc.dtype == np.float32
+    assert minilm.encode([]).shape == (0, 384)
+
+
+def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_missed(store, emb, monkeypatch):
+    # simulate a concurrent writer that changed the sessions between the two passes:
+    # the optimistic pre-embedding finds nothing, so the transaction must embed by itself
+    monkeypatch.setattr(store, "_pre_embed", lambda *a, **k: {})
+    res = store.add(ALICE)
+    assert res.chunks_embedded == 2 and emb.texts == 2
+    assert store.delete("alice:s2:4") is True  # re-chunked s2 -> one new chunk embedded in the tx
+    assert emb.texts == 3
+    assert store.count() == {"records": 3, "chunks": 2, "vectors": 2}
+    assert store.search_bm25("cello", A, 5) == []
+    assert store.search_bm25("Lisbon", A, 1)[0][0].record_ids == ["alice:s2:3"]
