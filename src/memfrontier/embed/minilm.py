@@ -74,7 +74,9 @@ def _load_model(path: str, device: str):
         if model is None:
             _set_offline_env()
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
+            hf_logging.disable_progress_bar()  # a local load needs no "Loading weights" bar
             model = SentenceTransformer(path, device=device, local_files_only=True)
             _MODELS[key] = model
         return model

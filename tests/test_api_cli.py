@@ -1,0 +1,81 @@
+"""The Memory facade and the CLI on real components (SQLite, bm25s, MiniLM, embedded LLM)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from memfrontier import Memory
+from memfrontier.api import messages_to_records
+from memfrontier.cli import app
+from memfrontier.core.types import Scope
+from memfrontier.eval.judge import Judge
+
+pytestmark = pytest.mark.slow
+
+MESSAGES = [
+    {"role": "user", "speaker": "Ana", "content": "I moved to Lisbon in May and started learning fado."},
+    {"role": "assistant", "speaker": "Bot", "content": "Lisbon is lovely! Où habitez-vous exactement ?"},
+    {"role": "user", "speaker": "Ana", "content": "我喜欢吃寿司 🍣 near Alfama."},
+]
+
+
+def test_add_is_idempotent_and_scoped(tmp_path):
+    with Memory.open(tmp_path / "m") as m:
+        first = m.add(MESSAGES, user_id="ana", session_id="s1", timestamp="2023-05-08T13:56:00")
+        again = m.add(MESSAGES, user_id="ana", session_id="s1", timestamp="2023-05-08T13:56:00")
+        assert len(first.added) == 3 and again.added == [] and len(again.skipped) == 3
+        m.add(["Bob lives in Porto."], user_id="bob")
+        hits = m.search("寿司", user_id="ana", k=3)
+        assert hits and "寿司" in hits[0].chunk.text
+        assert all(h.chunk.scope.user_id == "ana" for h in m.search("Porto", user_id="ana", k=5))
+        assert m.delete_all(user_id="ana") == 3
+        assert m.search("Lisbon", user_id="ana", k=3) == []
+        assert m.search("Porto", user_id="bob", k=3)
+
+
+def test_bad_messages_are_rejected_with_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="message 0"):
+        messages_to_records([42], scope=Scope(user_id="u"), session_id="s", timestamp=None)
+    with Memory.open(tmp_path / "m") as m:
+        with pytest.raises(ValueError):
+            m.add([{"role": "user", "content": "   "}], user_id="u")
+        assert m.search("anything", user_id="u") == []
+
+
+def test_judge_with_the_embedded_model_returns_a_label_or_counts_an_error(tmp_path):
+    import asyncio
+
+    from memfrontier.core.ledger import Ledger, use_ledger
+
+    with Memory.open(tmp_path / "m") as m:
+        judge = Judge(m.aio.env.answer_llm)
+        ledger = Ledger()
+
+        async def run():
+            with use_ledger(ledger):
+                return await judge("Where did Evan go?", "Canada", "Canada")
+
+        verdict = asyncio.run(run())
+    assert verdict in (True, False) or ledger.events.get("judge_error") == 1
+    assert ledger.calls[0].role == "judge" and ledger.calls[0].output_tokens > 0
+
+
+def test_cli_ingest_ask_search(tmp_path):
+    f = tmp_path / "msgs.jsonl"
+    f.write_text("".join(json.dumps({**m, "session_id": "s1", "timestamp": "2023-05-08T13:56:00"}) + "\n" for m in MESSAGES))
+    store = str(tmp_path / "store")
+    run = CliRunner().invoke
+    res = run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
+    assert res.exit_code == 0, res.output
+    assert "+3 records" in res.output
+    res = run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
+    assert "+0 records, 3 already present" in res.output
+    res = run(app, ["search", "fado", "--store", store, "--user-id", "ana", "--k", "1"])
+    assert res.exit_code == 0 and "fado" in res.output
+    res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--json"])
+    assert res.exit_code == 0, res.output
+    ans = json.loads(res.output)
+    assert ans["usage"]["by_stage"]["query"]["calls"] == 1 and ans["usage"]["by_stage"]["query"]["usd"] > 0
+    res = run(app, ["ask", "x", "--store", store, "--llm", "openai:acme/mystery", "--base-url", "http://127.0.0.1:9"])
+    assert res.exit_code == 2 and "not in price book" in res.output
