@@ -6,8 +6,8 @@ import math
 import pytest
 
 from memfrontier.core.cost import amortized_cost_usd, qpc, trajectory_proxy_s
-from memfrontier.core.ledger import Call, Ledger, use_ledger
-from memfrontier.core.pricebook import LatencyProfile, ModelPrice, PriceBook, UnpricedModelError
+from memfrontier.core.ledger import Ledger, use_ledger
+from memfrontier.core.pricebook import ModelPrice, PriceBook, UnpricedModelError
 from memfrontier.llm.base import Completion, LLMError
 from memfrontier.llm.metered import MeteredLLM
 

@@ -10,10 +10,9 @@ the first keep their leading space). ``evidence_ids`` are the paragraphs named i
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ...core.types import Conversation, Question, Record, Scope
-from . import DatasetError, dataset_path, read_json, schema_error
+from . import load_conversations
 
 
 def _convert(item: dict) -> Conversation:
@@ -70,14 +69,4 @@ def load_hotpotqa(path: str | os.PathLike | None = None) -> list[Conversation]:
     ``data_root()/hotpotqa/hotpot_dev_distractor_v1_103.json``. Raises :class:`DatasetError` if
     the file is missing, not JSON or not in HotpotQA's schema.
     """
-    p: Path = dataset_path("hotpotqa", path)
-    data = read_json(p, "hotpotqa")
-    if not isinstance(data, list):
-        raise DatasetError(f"hotpotqa data file {p} does not match the expected schema: top level is not a list")
-    try:
-        convs = [_convert(item) for item in data]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise schema_error(p, "hotpotqa", exc) from exc
-    for c in convs:
-        c.meta["source"] = str(p)
-    return convs
+    return load_conversations("hotpotqa", path, _convert)

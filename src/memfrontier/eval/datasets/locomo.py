@@ -16,10 +16,9 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from pathlib import Path
 
 from ...core.types import Conversation, ImageRef, Question, Record, Scope
-from . import DatasetError, dataset_path, read_json, schema_error
+from . import load_conversations
 
 TEST_CONVERSATIONS = ("conv-49", "conv-50")
 SCORED_CATEGORIES = ("1", "2", "3", "4")
@@ -181,17 +180,7 @@ def load_locomo(path: str | os.PathLike | None = None) -> list[Conversation]:
     ``path``: the JSON file or a data-root folder; default ``data_root()/locomo/locomo10.json``.
     Raises :class:`DatasetError` if the file is missing, not JSON or not in LoCoMo's schema.
     """
-    p: Path = dataset_path("locomo", path)
-    data = read_json(p, "locomo")
-    if not isinstance(data, list):
-        raise DatasetError(f"locomo data file {p} does not match the expected schema: top level is not a list")
-    try:
-        convs = [_convert_sample(s) for s in data]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise schema_error(p, "locomo", exc) from exc
-    for c in convs:
-        c.meta["source"] = str(p)
-    return convs
+    return load_conversations("locomo", path, _convert_sample)
 
 
 def locomo_split(conversations: list[Conversation], split: str) -> list[Conversation]:

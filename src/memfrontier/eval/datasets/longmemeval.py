@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from pathlib import Path
 
 from ...core.types import Conversation, Question, Record, Scope
-from . import DatasetError, dataset_path, read_json, schema_error
+from . import load_conversations
 
 QUESTION_TYPES = (
     "temporal-reasoning",
@@ -129,14 +128,4 @@ def load_longmemeval(path: str | os.PathLike | None = None) -> list[Conversation
     file is missing, not JSON or not in LongMemEval's schema. Loads the whole file in memory
     (fine for oracle and S; M is about 2.7 GB).
     """
-    p: Path = dataset_path("longmemeval", path)
-    data = read_json(p, "longmemeval")
-    if not isinstance(data, list):
-        raise DatasetError(f"longmemeval data file {p} does not match the expected schema: top level is not a list")
-    try:
-        convs = [_convert(item) for item in data]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise schema_error(p, "longmemeval", exc) from exc
-    for c in convs:
-        c.meta["source"] = str(p)
-    return convs
+    return load_conversations("longmemeval", path, _convert)
