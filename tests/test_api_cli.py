@@ -79,3 +79,16 @@ def test_cli_ingest_ask_search(tmp_path):
     assert ans["usage"]["by_stage"]["query"]["calls"] == 1 and ans["usage"]["by_stage"]["query"]["usd"] > 0
     res = run(app, ["ask", "x", "--store", store, "--llm", "openai:acme/mystery", "--base-url", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "not in price book" in res.output
+
+
+def test_a_record_far_larger_than_the_context_is_cut_visibly(tmp_path):
+    from memfrontier.llm.embedded import EmbeddedLLM
+
+    huge = " ".join(f"word{i}" for i in range(6_000)) + " the secret code is 7781"
+    with Memory.open(tmp_path / "m", llm=EmbeddedLLM(n_ctx=1024)) as m:  # a small window keeps it quick
+        res = m.add([{"role": "user", "content": huge}], user_id="u")
+        assert res.chunks_built == 1  # an oversized record is its own chunk, never split
+        ans = m.ask("What is the secret code?", user_id="u", strategy="rag")
+    q = ans.usage.query
+    assert ans.usage.events.get("budget.context_truncated") == 1
+    assert q.calls == 1 and 900 <= q.input_tokens <= 1024 - 32

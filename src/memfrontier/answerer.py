@@ -84,17 +84,29 @@ class Answerer:
         if overhead > limit:
             raise BudgetExceededError(
                 f"the question alone needs {overhead} prompt tokens but the budget allows {limit}")
+        room = limit - overhead
         text = context.text
-        n = self.llm.count_tokens(text)
-        if overhead + n <= limit:
+        if self.llm.count_tokens(text) <= room:
             return text
-        lines = text.splitlines()
-        while lines and overhead + self.llm.count_tokens("\n".join(lines)) > limit:
-            lines.pop()
+        kept, used = [], 0
+        for line in text.splitlines():  # keep whole lines from the top while they fit
+            n = self.llm.count_tokens(line) + 1
+            if used + n > room:
+                if not kept:  # one line larger than the room (a huge record): cut it
+                    kept.append(self._cut(line, room))
+                break
+            kept.append(line)
+            used += n
         ledger = current_ledger()
         if ledger is not None:
             ledger.count("budget.context_truncated")
-        return "\n".join(lines)
+        return "\n".join(kept)
+
+    def _cut(self, line: str, room: int) -> str:
+        """The longest prefix of ``line`` (found by shrinking) that fits in ``room`` tokens."""
+        while line and self.llm.count_tokens(line) > room:
+            line = line[: int(len(line) * 0.9)]
+        return line
 
     async def answer(self, question: str, context: Context, budget: Budget | None = None) -> str:
         text = self.fit(question, context, budget or Budget())

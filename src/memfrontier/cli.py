@@ -27,13 +27,14 @@ def _fail(msg: str, code: int = 2):
 
 
 def _known_errors():
+    from .answerer import BudgetExceededError
     from .core.pricebook import UnpricedModelError
     from .eval.datasets import DatasetError
     from .eval.runner import RunMismatchError
     from .llm.base import LLMError
     from .store.base import StoreError
 
-    return (UnpricedModelError, DatasetError, RunMismatchError, LLMError, StoreError, FileNotFoundError, ValueError)
+    return (BudgetExceededError, UnpricedModelError, DatasetError, RunMismatchError, LLMError, StoreError, FileNotFoundError, ValueError)
 
 
 @app.command("eval")
