@@ -140,3 +140,21 @@ def test_unpriced_model_fails_fast_or_is_flagged():
     (call,) = ledger.calls
     assert call.unpriced and call.usd is None
     assert ledger.usage().query.unpriced_calls == 1
+
+
+def test_price_as_reads_a_local_run_in_hosted_dollars():
+    book = PriceBook.load()
+    client = Scripted(model_id="gemma-3-270m-q4_k_m",
+                      replies=[Completion(text="x", model_id="gemma-3-270m-q4_k_m", input_tokens=1000, output_tokens=200)])
+    llm = MeteredLLM(client, book, price_as="qwen3-14b")
+    ledger = Ledger()
+
+    async def run():
+        with use_ledger(ledger):
+            await llm.complete([], role="answerer")
+
+    asyncio.run(run())
+    (call,) = ledger.calls
+    assert call.model_id == "gemma-3-270m-q4_k_m" and call.usd == pytest.approx(1.48e-4)
+    with pytest.raises(UnpricedModelError):
+        MeteredLLM(client, book, price_as="acme/x", allow_unpriced=True)

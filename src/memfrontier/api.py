@@ -84,6 +84,7 @@ class AsyncMemory:
         base_url: str | None = None,
         price_book: str | Path | PriceBook | None = None,
         allow_unpriced: bool = False,
+        price_as: str | None = None,
         embedder=None,
         reembed: bool = False,
     ) -> "AsyncMemory":
@@ -93,6 +94,7 @@ class AsyncMemory:
         ChatClient; ``answer_llm`` defaults to the same model. Raises UnpricedModelError for a
         model missing from the price book unless ``allow_unpriced``; EmbeddingMismatchError if the
         store was built with another embedding model (pass ``reembed=True`` to rebuild vectors).
+        ``price_as`` prices every call as that price-book model (see :class:`MeteredLLM`).
         """
         from .embed.minilm import MiniLMEmbedder
         from .store.sqlite import SQLiteStore
@@ -106,8 +108,8 @@ class AsyncMemory:
         store = SQLiteStore(Path(path), embedder or MiniLMEmbedder(), reembed=reembed)
         return cls(
             store,
-            MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced),
-            MeteredLLM(ans_client, prices, allow_unpriced=allow_unpriced),
+            MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
+            MeteredLLM(ans_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
         )
 
     async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",

@@ -55,6 +55,7 @@ def eval_cmd(
     concurrency: int = typer.Option(1, help="Questions in flight at once (the embedded model runs one at a time)."),
     price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
     allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars."),
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
     from .eval.report import summary_table
@@ -63,7 +64,8 @@ def eval_cmd(
     opts = {"k": k} if k is not None and strategy == "rag" else {}
     cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
                      base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
-                     seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced)
+                     seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
+                     price_as=price_as)
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False) as bar:
         task = bar.add_task("loading", total=None)

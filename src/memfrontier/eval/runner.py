@@ -51,11 +51,12 @@ class EvalConfig(BaseModel):
     concurrency: int = 1
     price_book: Path | None = None
     allow_unpriced: bool = False
+    price_as: str | None = None
 
     def identity(self) -> dict:
         """The fields that must match for a resumed run to be the same run."""
         return self.model_dump(mode="json", include={"dataset", "split", "strategy", "strategy_options", "llm",
-                                                     "base_url", "seed", "limit", "judge", "judge_llm"})
+                                                     "base_url", "seed", "limit", "judge", "judge_llm", "price_as"})
 
 
 def select_questions(convs: list[Conversation], limit: int | None, seed: int) -> list[Question]:
@@ -136,7 +137,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
     mem = (open_memory or AsyncMemory.open)(
         cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
-        price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced)
+        price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
     judge = None
     if cfg.judge:
         from ..llm import make_llm
@@ -233,7 +234,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
             judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
             prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
                              **({"judge": JUDGE_PROMPT_VERSION} if cfg.judge else {})},
-            price_book_version=mem.env.answer_llm.prices.version,
+            price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
         ),
     }
 

@@ -15,17 +15,21 @@ class MeteredLLM:
     latency proxy (MemPilot Eq. 15/17) and measured wall time.
 
     Raises :class:`UnpricedModelError` at construction when the model is unknown to the price book
-    and ``allow_unpriced`` is False, so a run fails before it spends anything.
+    and ``allow_unpriced`` is False, so a run fails before it spends anything. ``price_as`` prices
+    (and latency-profiles) the calls as another book entry, e.g. the embedded model's tokens at
+    Qwen3-14B rates, to read a local run in a hosted model's dollars; calls keep their real model id.
     """
 
-    def __init__(self, client: ChatClient, prices: PriceBook, *, allow_unpriced: bool = False):
+    def __init__(self, client: ChatClient, prices: PriceBook, *, allow_unpriced: bool = False,
+                 price_as: str | None = None):
         self.client = client
         self.prices = prices
         self.allow_unpriced = allow_unpriced
+        self.price_as = price_as
         try:
-            self.price = prices.get(client.model_id)
+            self.price = prices.get(price_as or client.model_id)
         except UnpricedModelError:
-            if not allow_unpriced:
+            if price_as or not allow_unpriced:
                 raise
             self.price = None
 
