@@ -1,0 +1,1 @@
+"""Training: reward functions and trainers (BudgetMem router PPO, ...)."""
