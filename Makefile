@@ -1,6 +1,11 @@
 # `make demo`: set up and run the main job (LoCoMo test slice, embedded models, no network).
 # `make test`: set up and run the test suite.
-DEMO_ARGS ?= --limit 40
+# `make demo FULL=1`: the whole LoCoMo test split (314 questions) into runs/demo-full.
+ifdef FULL
+DEMO_ARGS ?= --out runs/demo-full
+else
+DEMO_ARGS ?= --limit 40 --out runs/demo
+endif
 VENV := .venv
 
 .PHONY: demo test install bench clean
@@ -11,7 +16,7 @@ $(VENV)/.installed: pyproject.toml scripts/install.sh
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/memfrontier eval --dataset locomo --split test --strategy rag $(DEMO_ARGS) --out runs/demo
+	$(VENV)/bin/memfrontier eval --dataset locomo --split test --strategy rag $(DEMO_ARGS)
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q

@@ -92,3 +92,23 @@ def test_a_record_far_larger_than_the_context_is_cut_visibly(tmp_path):
     q = ans.usage.query
     assert ans.usage.events.get("budget.context_truncated") == 1
     assert q.calls == 1 and 900 <= q.input_tokens <= 1024 - 32
+
+
+def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
+    f = tmp_path / "msgs.jsonl"
+    f.write_text(json.dumps({"content": "Bruno likes jazz.", "session_id": "a"}) + "\n"
+                 + json.dumps({"content": "   ", "session_id": "b"}) + "\n")
+    store = tmp_path / "store"
+    res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--user-id", "u"])
+    assert res.exit_code == 2 and "msgs.jsonl:2" in res.output
+    res = CliRunner().invoke(app, ["search", "jazz", "--store", str(store), "--user-id", "u"])
+    assert res.exit_code == 0 and "no results" in res.output
+    res = CliRunner().invoke(app, ["search", "jazz", "--store", str(tmp_path / "nowhere")])
+    assert res.exit_code == 2 and "no memory store" in res.output
+
+
+def test_oracle_outside_evaluation_is_refused(tmp_path):
+    with Memory.open(tmp_path / "m") as m:
+        m.add(["Bruno likes jazz."], user_id="u")
+        with pytest.raises(ValueError, match="evaluation anchor"):
+            m.ask("What does Bruno like?", user_id="u", strategy="oracle")

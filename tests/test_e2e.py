@@ -12,7 +12,7 @@ from memfrontier.eval.datasets import load_dataset
 from memfrontier.eval.metrics import locomo_f1
 from memfrontier.eval.runner import EvalConfig, RunMismatchError, run_eval
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 
 @pytest.fixture(scope="module")

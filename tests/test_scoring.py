@@ -53,6 +53,7 @@ def test_score_cli(tmp_path):
     assert res.exit_code == 2 and "no such predictions file" in res.output
 
 
+@pytest.mark.data
 def test_slice_is_seeded_and_covers_every_category():
     convs = load_dataset("locomo", "test")
     qs = select_questions(convs, 40, seed=42)

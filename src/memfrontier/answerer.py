@@ -83,7 +83,8 @@ class Answerer:
         overhead = self.llm.count_tokens(self.prompt(question, ""))
         if overhead > limit:
             raise BudgetExceededError(
-                f"the question alone needs {overhead} prompt tokens but the budget allows {limit}")
+                f"the question alone needs {overhead} prompt tokens, but the budget leaves {max(limit, 0)} for the "
+                f"prompt once {self.max_answer_tokens} tokens are reserved for the answer; raise the budget")
         room = limit - overhead
         text = context.text
         if self.llm.count_tokens(text) <= room:

@@ -141,7 +141,7 @@ class AsyncMemory:
         budget = budget or Budget()
         ledger = ledger or Ledger()
         query = Query(text=question, scope=_scope(user_id, agent_id, run_id), question_date=question_date,
-                      gold_evidence_ids=gold_evidence_ids or [])
+                      gold_evidence_ids=gold_evidence_ids)
         t0 = time.perf_counter()
         with use_ledger(ledger, "query"):
             ctx = await strat.context(query, self.env, pref, budget)

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
+# Logs and CI are not terminals: render tables wide there rather than cutting numbers.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 LLM_HELP = "'local' (embedded Gemma 3 270M, no network) or 'openai:MODEL' for any OpenAI-compatible server."
@@ -42,17 +43,17 @@ def eval_cmd(
     dataset: str = typer.Option("locomo", help="locomo | longmemeval | hotpotqa"),
     split: str = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all"),
     strategy: str = typer.Option("rag", help="longctx | rag | oracle"),
-    limit: Optional[int] = typer.Option(None, help="Answer a category-balanced slice of this many questions (seeded)."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded). Default: all."),
     llm: str = typer.Option("local", help=LLM_HELP),
     base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
     judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
     judge_llm: Optional[str] = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP),
-    k: Optional[int] = typer.Option(None, help="rag: chunks to retrieve (default 8)."),
+    k: Optional[int] = typer.Option(None, min=1, help="rag: chunks to retrieve (default 8)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output directory: predictions.jsonl, summary.json, store/."),
     store: Optional[Path] = typer.Option(None, help="Store directory to reuse across runs (default OUT/store)."),
     data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
     seed: int = typer.Option(42, help="Seed for the question slice."),
-    concurrency: int = typer.Option(1, help="Questions in flight at once (the embedded model runs one at a time)."),
+    concurrency: int = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time)."),
     price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
     allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
     price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars."),
@@ -92,10 +93,12 @@ def eval_cmd(
 @app.command()
 def score(
     file: Path = typer.Argument(..., help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line."),
-    dataset: str = typer.Option("locomo", help="Scoring protocol: locomo (official per-category F1) or plain token F1."),
+    dataset: str = typer.Option("locomo", help="Scoring protocol: locomo (official per-category F1, category 5 as abstention); longmemeval or hotpotqa (plain token F1)."),
     out: Path = typer.Option(Path("runs/scored"), help="Output directory: scored.jsonl and summary.json."),
 ):
     """Score predictions made by any memory system with our metrics (same protocol, comparable numbers)."""
+    if dataset not in ("locomo", "longmemeval", "hotpotqa"):
+        _fail(f"unknown --dataset {dataset!r}; choose locomo, longmemeval or hotpotqa")
     from .eval.report import summary_table
     from .eval.scoring import score_file
 
@@ -136,20 +139,38 @@ def ingest(
                     res = mem.aio.store.add(c.records)
                     console.print(f"{c.id}: +{len(res.added)} records, {len(res.skipped)} already present")
             else:
-                by_session: dict[str, list[dict]] = {}
-                for n, line in enumerate(file.read_text("utf-8").splitlines(), 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        m = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        _fail(f"{file}:{n}: not JSON ({e})")
-                    by_session.setdefault(m.pop("session_id", session_id), []).append(m)
+                by_session = _read_messages(file, session_id)  # the whole file is checked before any write
                 for sid, msgs in by_session.items():
                     res = mem.add(msgs, user_id=user_id, session_id=sid)
                     console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
     except _known_errors() as e:
         _fail(str(e))
+
+
+def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
+    """Messages of a JSONL file grouped by session; any bad line fails with file:line, nothing written."""
+    if not file.is_file():
+        _fail(f"no such file: {file}")
+    by_session: dict[str, list[dict]] = {}
+    for n, line in enumerate(file.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError as e:
+            _fail(f"{file}:{n}: not JSON ({e})")
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'")
+        if not m["content"].strip():
+            _fail(f"{file}:{n}: 'content' is empty or whitespace; nothing was written")
+        by_session.setdefault(str(m.pop("session_id", default_session)), []).append(m)
+    return by_session
+
+
+def _existing_store(store: Path) -> Path:
+    if not (store / "store.db").is_file():
+        _fail(f"no memory store at {store}; create one with `memfrontier ingest --store {store} ...`")
+    return store
 
 
 @app.command()
@@ -163,6 +184,9 @@ def ask(
     preference: str = typer.Option("perf", help="perf | balanced | cost"),
     max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
     max_tokens: Optional[int] = typer.Option(None, help="Hard cap on the answer call's prompt+output tokens."),
+    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
+    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    price_as: Optional[str] = typer.Option(None, help="Price the calls as this price-book model."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole Answer as JSON."),
 ):
     """Answer one question from a store and print the answer with its cost."""
@@ -170,7 +194,8 @@ def ask(
     from .core.types import Budget
 
     try:
-        with Memory.open(store, llm=llm, base_url=base_url) as mem:
+        with Memory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
+                         allow_unpriced=allow_unpriced, price_as=price_as) as mem:
             ans = mem.ask(question, user_id=user_id, strategy=strategy, preference=preference,
                           budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
     except _known_errors() as e:
@@ -181,7 +206,10 @@ def ask(
     q = ans.usage.query
     console.print(f"[bold]{ans.text or '(empty answer)'}[/bold]")
     console.print(f"{q.calls} calls · {q.input_tokens} in / {q.output_tokens} out tokens · "
-                  f"${q.usd:.8f} · proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · evidence {len(ans.evidence_ids)} records")
+                  f"${q.usd:.8f} (USD) · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
+                  f"evidence {len(ans.evidence_ids)} records")
+    if ans.usage.events:
+        console.print(f"events: {ans.usage.events}")
 
 
 @app.command()
@@ -189,18 +217,22 @@ def search(
     query: str = typer.Argument(...),
     store: Path = typer.Option(..., help="Store directory."),
     user_id: Optional[str] = typer.Option(None),
-    k: int = typer.Option(5),
+    k: int = typer.Option(5, min=1),
 ):
     """Hybrid (dense + BM25, RRF) search; prints the top chunks."""
     from .api import Memory
 
     try:
-        with Memory.open(store) as mem:
+        with Memory.open(_existing_store(store)) as mem:
             hits = mem.search(query, user_id=user_id, k=k)
     except _known_errors() as e:
         _fail(str(e))
+    if not hits:
+        console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
     for i, h in enumerate(hits, 1):
-        console.print(f"[bold]{i}. {h.score:.4f}[/bold] {h.ranks} [dim]{h.chunk.timestamp}[/dim]\n{h.chunk.text[:400]}\n")
+        ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
+        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
+                      f"{h.chunk.text[:400]}\n")
 
 
 def main():  # pragma: no cover

@@ -125,7 +125,10 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     if run_file.exists():
         prev = json.loads(run_file.read_text("utf-8"))
         if prev != cfg.identity():
-            raise RunMismatchError(f"{out} holds a different run ({prev}); choose another --out or delete it")
+            diff = {k: (prev.get(k), v) for k, v in cfg.identity().items() if prev.get(k) != v}
+            raise RunMismatchError(
+                f"{out} holds a different run (differs in {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in diff.items())}); "
+                f"choose another --out or delete it")
     else:
         write_json_atomic(run_file, cfg.identity())
 

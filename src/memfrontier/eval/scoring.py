@@ -49,10 +49,14 @@ def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ScoreInputError(f"{path}:{n}: not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ScoreInputError(f"{path}:{n}: each line must be a JSON object")
         try:
             rows.append(score_row(row, dataset))
         except ScoreInputError as e:
             raise ScoreInputError(f"{path}:{n}: {e}") from None
+    if not rows:
+        raise ScoreInputError(f"{path}: no predictions to score")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scored.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")

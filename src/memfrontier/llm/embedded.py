@@ -24,6 +24,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,10 @@ def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **k
 # otherwise starts with a newline, copies the context's "(date) X said, ..." layout, or emits a
 # special token such as <start_of_image>).
 SINGLE_LINE_GBNF = r'root ::= [^\n\t "\[(<] [^\n]*'
+
+
+# Gemma's control tokens: they carry no text and must not reach an answer or a parser.
+_SPECIAL_TOKENS = re.compile(r"<(?:start|end)_of_(?:image|turn)>|<(?:bos|eos|pad|unk|mask)>")
 
 
 @functools.cache
@@ -351,7 +356,7 @@ class EmbeddedLLM:
         choice = out["choices"][0]
         usage = out.get("usage") or {}
         return Completion(
-            text=choice.get("text") or "",
+            text=_SPECIAL_TOKENS.sub("", choice.get("text") or ""),
             model_id=self.model_id,
             input_tokens=int(usage.get("prompt_tokens") or len(tokens)),
             output_tokens=int(usage.get("completion_tokens") or 0),

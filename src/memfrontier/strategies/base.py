@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from ..core.types import Budget, Context, Preference, Scope
 from ..llm.metered import MeteredLLM
@@ -20,13 +20,13 @@ from ..store.base import MemoryStore
 
 
 class Query(BaseModel):
-    """One question as a strategy sees it. ``gold_evidence_ids`` is read only by the ``oracle``
-    anchor; every other strategy must ignore it."""
+    """One question as a strategy sees it. ``gold_evidence_ids`` (None when unknown) is read only
+    by the ``oracle`` anchor; every other strategy must ignore it."""
 
     text: str
     scope: Scope
     question_date: str | None = None
-    gold_evidence_ids: list[str] = Field(default_factory=list)
+    gold_evidence_ids: list[str] | None = None
 
 
 @dataclass

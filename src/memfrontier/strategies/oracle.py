@@ -7,8 +7,9 @@ from .base import MemoryEnv, Query, render_dated
 
 
 class Oracle:
-    """Reads the query's gold evidence records from the store, chronologically. A question with no
-    gold evidence gets an empty context (and ``meta['no_gold_evidence']``), never a silent fallback."""
+    """Reads the query's gold evidence records from the store, chronologically. An evaluation anchor:
+    a query without gold evidence ids (None) raises ValueError; a benchmark question whose gold
+    evidence list is empty gets an empty context and ``meta['no_gold_evidence']``."""
 
     name = "oracle"
     prompt_version = "oracle-v1"
@@ -17,6 +18,9 @@ class Oracle:
         return None
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+        if query.gold_evidence_ids is None:
+            raise ValueError("the oracle strategy reads a question's gold evidence ids and has none here; "
+                             "it is an evaluation anchor (memfrontier eval --strategy oracle)")
         found = {r.id: r for r in env.store.get(query.gold_evidence_ids)}
         ordered = [r for r in env.store.records(query.scope) if r.id in found] if found else []
         text = render_dated([(r.timestamp, r.render()) for r in ordered])

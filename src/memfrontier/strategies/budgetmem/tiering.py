@@ -1,0 +1,227 @@
+"""BudgetMem tiering strategies: how Low / Mid / High are realised (BudgetMem Sec. 4.2).
+
+* :class:`ImplementationTiering` - Low = rules and patterns, Mid = a compact learned model run
+  locally (MiniLM), High = an LLM call with the module's prompt (``direct`` style).
+* :class:`ReasoningTiering` - one model; Low = direct, Mid = step-by-step, High = plan, act,
+  reflect (prompt styles of :mod:`.prompts`).
+* :class:`CapacityTiering` - the plan-act-reflect prompt on three models of increasing size
+  (default: the MemPilot pool's Llama 3.2 3B / 3.1 8B / 3.3 70B).
+
+A tiering never parses or post-processes by itself: it asks the module (duck-typed, see
+:class:`memfrontier.strategies.budgetmem.modules.Module`) for its rules, its learned variant, its
+prompt body, answer schema and parser. Every execution is written to the current ledger: LLM
+calls by :class:`~memfrontier.llm.metered.MeteredLLM` under role ``budgetmem.<module>.<tier>``,
+non-LLM tiers as a :class:`~memfrontier.core.ledger.Call` with role ``budgetmem.<module>``,
+model id ``rules`` / ``minilm``, ``usd=0`` and the measured wall time (latency proxy 0).
+
+A failed LLM call or an unusable output raises :class:`ModuleOutputError`; the module runner
+then falls back to the next lower tier and counts it (``fallback.<module>.<tier>``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ...core.ledger import Call, current_ledger, current_stage
+from ...llm.base import ChatClient, LLMError
+from ...llm.metered import MeteredLLM
+from ...llm.parsing import parse_json
+from . import prompts
+
+TIERS: tuple[str, ...] = ("low", "mid", "high")
+
+#: Capacity tiering default pool (MemPilot Table 3 / BudgetMem released ``model_tier``).
+DEFAULT_CAPACITY_MODELS: dict[str, str] = {
+    "low": "openai:meta-llama/llama-3.2-3b-instruct",
+    "mid": "openai:meta-llama/llama-3.1-8b-instruct",
+    "high": "openai:meta-llama/llama-3.3-70b-instruct",
+}
+
+
+class ModuleOutputError(ValueError):
+    """A tier produced no usable module output (the call failed or its output did not parse)."""
+
+
+def lower_tier(tier: str) -> str | None:
+    """The next cheaper tier (``high -> mid -> low -> None``)."""
+    i = TIERS.index(tier)
+    return TIERS[i - 1] if i > 0 else None
+
+
+def record_local(module: str, model_id: str, wall_s: float) -> None:
+    """Write a non-LLM module execution to the current ledger: $0, proxy 0, measured wall time."""
+    ledger = current_ledger()
+    if ledger is not None:
+        ledger.record(Call(stage=current_stage(), role=f"budgetmem.{module}", model_id=model_id,
+                           usd=0.0, proxy_s=0.0, wall_s=max(wall_s, 1e-9)))
+
+
+def run_local(module, fn_name: str, model_id: str, query: str, module_input: Any) -> Any:
+    """Run ``module.<fn_name>(query, module_input)`` (``rules`` / ``learned``) and record it."""
+    t0 = time.perf_counter()
+    out = getattr(module, fn_name)(query, module_input)
+    record_local(module.name, model_id, time.perf_counter() - t0)
+    return out
+
+
+async def run_llm(module, query: str, module_input: Any, tier: str, llm: MeteredLLM, style: str) -> Any:
+    """One schema-constrained LLM call for ``module`` in prompt ``style``; returns the module output.
+
+    The reply is parsed defensively (:func:`~memfrontier.llm.parsing.parse_json`); the ``answer``
+    field is taken, else (truncated reply) the ``draft`` of the reflect style, else a bare array.
+    Raises :class:`ModuleOutputError` when the call fails or nothing usable comes back.
+    """
+    body = module.prompt_body(query, module_input)
+    schema = prompts.output_schema(style, module.answer_schema(module_input))
+    try:
+        out = await llm.complete(
+            prompts.messages(module.name, style, body), role=f"budgetmem.{module.name}.{tier}",
+            max_tokens=module.max_tokens(style, module_input), temperature=0.0, json_schema=schema,
+        )
+    except LLMError as e:
+        raise ModuleOutputError(f"{module.name}.{tier}: call failed: {e}") from e
+    res = parse_json(out.text, expect=None)
+    if not res.ok:
+        raise ModuleOutputError(f"{module.name}.{tier}: {res.error}")
+    value = res.value
+    if isinstance(value, dict):
+        value = value.get("answer", value.get("draft"))
+    if value is None:
+        raise ModuleOutputError(f"{module.name}.{tier}: no 'answer' in the reply")
+    return module.from_llm(value, module_input)  # raises ModuleOutputError on a bad shape
+
+
+def _metered(client: ChatClient | MeteredLLM | str, template: MeteredLLM, base_url: str | None, **kw) -> MeteredLLM:
+    """A MeteredLLM for ``client`` (a spec string, a ChatClient or already metered), priced by
+    ``template``'s price book and unpriced policy."""
+    if isinstance(client, MeteredLLM):
+        return client
+    if isinstance(client, str):
+        from ...llm import make_llm
+
+        client = make_llm(client, **({} if client.strip() in ("local", "embedded") else {"base_url": base_url, **kw}))
+    return MeteredLLM(client, template.prices, allow_unpriced=template.allow_unpriced)
+
+
+class Tiering:
+    """Base class: ``execute(module, query, module_input, tier, env)`` -> module output."""
+
+    name: str = ""
+
+    def fingerprint(self, env) -> str:
+        """What besides the input decides a tier's output (salts the module cache)."""
+        raise NotImplementedError
+
+    def uses_llm(self, tier: str) -> bool:
+        raise NotImplementedError
+
+    async def execute(self, module, query: str, module_input: Any, tier: str, env) -> Any:
+        raise NotImplementedError
+
+
+class ImplementationTiering(Tiering):
+    """Low = ``module.rules`` (model id ``rules``), Mid = ``module.learned`` (``minilm``),
+    High = ``env.llm`` with the module prompt in ``high_style`` (default ``direct``)."""
+
+    name = "implementation"
+
+    def __init__(self, high_style: str = "direct"):
+        if high_style not in prompts.STYLES:
+            raise ValueError(f"unknown prompt style {high_style!r}")
+        self.high_style = high_style
+
+    def fingerprint(self, env) -> str:
+        return f"{self.name}|{self.high_style}|{env.llm.model_id}"
+
+    def uses_llm(self, tier: str) -> bool:
+        return tier == "high"
+
+    async def execute(self, module, query, module_input, tier, env):
+        if tier == "low":
+            return run_local(module, "rules", "rules", query, module_input)
+        if tier == "mid":
+            return run_local(module, "learned", "minilm", query, module_input)
+        if tier == "high":
+            return await run_llm(module, query, module_input, tier, env.llm, self.high_style)
+        raise ValueError(f"unknown tier {tier!r}")
+
+
+class ReasoningTiering(Tiering):
+    """One model (``env.llm``, or ``llm`` if given); Low/Mid/High = direct / cot / reflect."""
+
+    name = "reasoning"
+    STYLE_OF = {"low": "direct", "mid": "cot", "high": "reflect"}
+
+    def __init__(self, llm: ChatClient | MeteredLLM | str | None = None, base_url: str | None = None):
+        self._spec, self._base_url, self._llm = llm, base_url, None
+
+    def _model(self, env) -> MeteredLLM:
+        if self._spec is None:
+            return env.llm
+        if self._llm is None:
+            self._llm = _metered(self._spec, env.llm, self._base_url)
+        return self._llm
+
+    def fingerprint(self, env) -> str:
+        return f"{self.name}|{self._model(env).model_id}"
+
+    def uses_llm(self, tier: str) -> bool:
+        return True
+
+    async def execute(self, module, query, module_input, tier, env):
+        return await run_llm(module, query, module_input, tier, self._model(env), self.STYLE_OF[tier])
+
+
+class CapacityTiering(Tiering):
+    """Low/Mid/High = three models of increasing size, all with the ``reflect`` prompt.
+
+    ``models`` maps tier -> ``"openai:MODEL"`` spec, ``"local"`` (the embedded model), a
+    ChatClient or a MeteredLLM (default :data:`DEFAULT_CAPACITY_MODELS`, which need an
+    OpenAI-compatible ``base_url`` such as OpenRouter's). Clients are built on first use and
+    priced with ``env.llm``'s price book.
+    """
+
+    name = "capacity"
+
+    def __init__(self, models: Mapping[str, Any] | None = None, *, base_url: str | None = None,
+                 style: str = "reflect", **client_kw):
+        models = dict(DEFAULT_CAPACITY_MODELS if models is None else models)
+        missing = [t for t in TIERS if t not in models]
+        if missing or set(models) - set(TIERS):
+            raise ValueError(f"capacity tiering needs exactly the tiers {TIERS}, got {sorted(models)}")
+        if style not in prompts.STYLES:
+            raise ValueError(f"unknown prompt style {style!r}")
+        self._specs, self._base_url, self._client_kw, self.style = models, base_url, client_kw, style
+        self._llms: dict[str, MeteredLLM] = {}
+
+    def model(self, tier: str, env) -> MeteredLLM:
+        if tier not in self._llms:
+            self._llms[tier] = _metered(self._specs[tier], env.llm, self._base_url, **self._client_kw)
+        return self._llms[tier]
+
+    def fingerprint(self, env) -> str:
+        return f"{self.name}|{self.style}|" + "|".join(f"{t}={self.model(t, env).model_id}" for t in TIERS)
+
+    def uses_llm(self, tier: str) -> bool:
+        return True
+
+    async def execute(self, module, query, module_input, tier, env):
+        return await run_llm(module, query, module_input, tier, self.model(tier, env), self.style)
+
+
+TIERINGS = {"implementation": ImplementationTiering, "reasoning": ReasoningTiering, "capacity": CapacityTiering}
+
+
+def make_tiering(tiering: str | Tiering, **options) -> Tiering:
+    """A tiering by name (``implementation`` / ``reasoning`` / ``capacity``) or the instance itself."""
+    if isinstance(tiering, Tiering):
+        if options:
+            raise ValueError("options are given to a tiering by name only")
+        return tiering
+    try:
+        cls = TIERINGS[tiering]
+    except KeyError:
+        raise ValueError(f"unknown tiering {tiering!r}; choose one of {', '.join(TIERINGS)}") from None
+    return cls(**options)
