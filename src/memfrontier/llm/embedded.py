@@ -175,10 +175,20 @@ def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **k
         return hit
 
 
-# One line of text that does not open with whitespace, a quote, a bracket or "<" (the base model
-# otherwise starts with a newline, copies the context's "(date) X said, ..." layout, or emits a
-# special token such as <start_of_image>).
-SINGLE_LINE_GBNF = r'root ::= [^\n\t "\[(<] [^\n]*'
+def _single_line_gbnf(label: str = "Answer:") -> str:
+    """GBNF for one line of text that does not open with whitespace, a quote, a bracket or "<",
+    and does not open with ``label``: the base model otherwise starts with a newline, copies the
+    context's "(date) X said, ..." layout, emits a special token, or repeats the prompt's
+    "Answer:" label and stops. A line may still start with the label's first letter ("Adopted")."""
+    first, tail = label[0], label[1:]
+    alts = []
+    for i, ch in enumerate(tail):  # diverge from the label at position i
+        head = f'"{tail[:i]}" ' if i else ""
+        alts.append(f"{head}[^{ch}\\n] [^\\n]*")
+    return f'root ::= [^\\n\\t "\\[(<{first}] [^\\n]* | "{first}" ({" | ".join(alts)})'
+
+
+SINGLE_LINE_GBNF = _single_line_gbnf()
 
 
 # Gemma's control tokens: they carry no text and must not reach an answer or a parser.
