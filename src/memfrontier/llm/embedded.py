@@ -179,13 +179,16 @@ def _single_line_gbnf(label: str = "Answer:") -> str:
     """GBNF for one line of text that does not open with whitespace, a quote, a bracket or "<",
     and does not open with ``label``: the base model otherwise starts with a newline, copies the
     context's "(date) X said, ..." layout, emits a special token, or repeats the prompt's
-    "Answer:" label and stops. A line may still start with the label's first letter ("Adopted")."""
+    "Answer:" label and stops there. The label is allowed only when an answer follows it on the
+    same line ("Answer: Canada"; the answerer strips it); a line may start with the label's first
+    letter ("Adopted a dog")."""
     first, tail = label[0], label[1:]
     alts = []
     for i, ch in enumerate(tail):  # diverge from the label at position i
         head = f'"{tail[:i]}" ' if i else ""
         alts.append(f"{head}[^{ch}\\n] [^\\n]*")
-    return f'root ::= [^\\n\\t "\\[(<{first}] [^\\n]* | "{first}" ({" | ".join(alts)})'
+    answer_after_label = f'"{label}" " "? [^\\n\\t ] [^\\n]*'
+    return f'root ::= [^\\n\\t "\\[(<{first}] [^\\n]* | "{first}" ({" | ".join(alts)}) | {answer_after_label}'
 
 
 SINGLE_LINE_GBNF = _single_line_gbnf()

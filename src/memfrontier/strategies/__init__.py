@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from .base import MemoryEnv, Query, Strategy
+from .budgetmem import BudgetMem
 from .longctx import LongContext
 from .oracle import Oracle
 from .rag import Rag
 
-STRATEGIES = {"longctx": LongContext, "rag": Rag, "oracle": Oracle}
+STRATEGIES = {"longctx": LongContext, "rag": Rag, "oracle": Oracle, "budgetmem": BudgetMem}
 
 
 def get_strategy(name: str, **options) -> Strategy:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ...core.ledger import Call, current_ledger, current_stage
 from ...llm.base import ChatClient, LLMError
@@ -152,7 +152,7 @@ class ReasoningTiering(Tiering):
     """One model (``env.llm``, or ``llm`` if given); Low/Mid/High = direct / cot / reflect."""
 
     name = "reasoning"
-    STYLE_OF = {"low": "direct", "mid": "cot", "high": "reflect"}
+    STYLE_OF: ClassVar[dict[str, str]] = {"low": "direct", "mid": "cot", "high": "reflect"}
 
     def __init__(self, llm: ChatClient | MeteredLLM | str | None = None, base_url: str | None = None):
         self._spec, self._base_url, self._llm = llm, base_url, None

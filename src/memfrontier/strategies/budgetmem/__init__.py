@@ -1,0 +1,38 @@
+"""BudgetMem (arXiv 2602.06025): runtime memory extraction with per-module budget tiers.
+
+:class:`BudgetMem` is the strategy; :class:`BudgetMemModules` runs the five modules behind one
+budget-tier interface ``run(query, module_input, tier)``; :mod:`.tiering` holds the three
+tiering strategies, :mod:`.prompts` the versioned prompts, :mod:`.cache` the module output cache.
+"""
+
+from .cache import ModuleCache
+from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
+from .pipeline import BudgetMem
+from .prompts import PROMPT_VERSION
+from .tiering import (
+    TIERS,
+    CapacityTiering,
+    ImplementationTiering,
+    ModuleOutputError,
+    ReasoningTiering,
+    Tiering,
+    make_tiering,
+)
+
+__all__ = [
+    "EXTRACTORS",
+    "MODULES",
+    "PROMPT_VERSION",
+    "TIERS",
+    "BudgetMem",
+    "BudgetMemModules",
+    "CapacityTiering",
+    "ImplementationTiering",
+    "ModuleCache",
+    "ModuleOutputError",
+    "ModuleResult",
+    "ReasoningTiering",
+    "SummaryInput",
+    "Tiering",
+    "make_tiering",
+]

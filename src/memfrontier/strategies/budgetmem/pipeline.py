@@ -1,0 +1,219 @@
+"""``budgetmem``: runtime extraction over raw chunks with per-module budget tiers
+(BudgetMem, arXiv 2602.06025, Sec. 4.1-4.3).
+
+Per question: retrieve the top-K chunks (K=5, Sec. 5.2) -> filter (Eq. 4) -> {entity,
+temporal, topic} in one parallel stage (Eq. 5) -> summary (Eq. 6) -> the frozen answerer reads
+the summary. Each module's tier comes from a fixed ``tiers`` mapping or from a router
+(Sec. 4.3): any object with ``decide(query_emb, input_emb, module, greedy) -> (tier, logprob,
+value)`` such as :class:`memfrontier.train.router.TierRouter`, whose state is the query
+embedding and the mean embedding of the module input (the previous module's output).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core.ledger import Call, Ledger, current_ledger, current_stage
+from ...core.types import Budget, Context, Preference, Scope
+from ..base import MemoryEnv, Query
+from .cache import ModuleCache
+from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
+from .prompts import PROMPT_VERSION
+from .tiering import TIERS, Tiering, make_tiering
+
+
+def _budget_spent(budget: Budget, ledger: Ledger | None) -> bool:
+    """True once the question's query-stage spend reached one of the budget's hard caps."""
+    if ledger is None or (budget.max_usd is None and budget.max_tokens is None and budget.max_proxy_s is None):
+        return False
+    u = ledger.usage().query
+    return ((budget.max_usd is not None and u.usd >= budget.max_usd)
+            or (budget.max_tokens is not None and u.input_tokens + u.output_tokens >= budget.max_tokens)
+            or (budget.max_proxy_s is not None and u.proxy_s >= budget.max_proxy_s))
+
+
+class BudgetMem:
+    """The BudgetMem strategy (implements :class:`~memfrontier.strategies.base.Strategy`).
+
+    Args:
+        k: chunks retrieved (hybrid dense + BM25 search of the store), default 5.
+        module_topk: chunks the filter keeps, default 5.
+        tiering: ``"implementation"`` (default), ``"reasoning"``, ``"capacity"`` or a Tiering.
+        tiers: fixed tiers, a mapping module -> tier (missing modules: ``"mid"``) or one tier
+            for all modules; default all ``"mid"``. Exclusive with ``router``.
+        router: an object with ``decide(...)`` (see the module doc) or a path to a
+            :class:`~memfrontier.train.router.TierRouter` checkpoint.
+        lam: the cost weight lambda the router was trained with (BudgetMem Eq. 7); recorded only.
+        greedy: router argmax (test, default) or sampling (training rollouts).
+        cache: a :class:`ModuleCache`, a path for one, ``True`` (in memory) or None (off).
+        max_relations: relations per extraction module, default 10.
+        record_states: put the router states (embeddings) in ``meta`` for PPO; default: when
+            sampling (``greedy=False``).
+        tiering_options: keyword arguments of the tiering class (e.g. ``models``, ``base_url``
+            for capacity tiering).
+
+    ``Context.meta``: ``tiers`` (chosen), ``tiers_used`` (after fallbacks), ``fallbacks``
+    (module -> failed tiers), ``cached`` (module -> bool), ``module_usd`` and ``extraction_usd``
+    (what the module calls cost, replayed from the cache on a hit: the cost of Eq. 7),
+    ``decisions`` (router: module, tier, logprob, value), ``retrieved_chunks``,
+    ``filtered_chunks``, ``relations`` (counts), ``filter_passthrough``.
+
+    A hard :class:`~memfrontier.core.types.Budget` is honoured between modules: once the
+    question's query-stage spend reaches a cap, the remaining modules run their rules ($0,
+    ``tiers_used`` = ``"rules"``, event ``budget.rules_only.<module>``). A single call can still
+    overshoot the cap; the answerer then cuts its context to what is left.
+    """
+
+    name = "budgetmem"
+    prompt_version = PROMPT_VERSION
+
+    def __init__(self, k: int = 5, module_topk: int = 5, tiering: str | Tiering = "implementation",
+                 tiers: Mapping[str, str] | str | None = None, router: Any = None, lam: float | None = None,
+                 *, greedy: bool = True, cache: ModuleCache | str | Path | bool | None = None,
+                 max_relations: int = 10, record_states: bool | None = None,
+                 retrievers: tuple[str, ...] = ("dense", "bm25"), tiering_options: dict | None = None):
+        if k < 1 or module_topk < 1:
+            raise ValueError("k and module_topk must be >= 1")
+        if router is not None and tiers is not None:
+            raise ValueError("give either fixed tiers or a router, not both")
+        self.k, self.module_topk, self.max_relations = k, module_topk, max_relations
+        self.tiering = make_tiering(tiering, **(tiering_options or {}))
+        self.tiers = self._fixed_tiers(tiers)
+        self._router_spec = router
+        self._router = None if isinstance(router, (str, Path)) else router
+        self.lam = lam
+        self.greedy = greedy
+        self.record_states = (not greedy) if record_states is None else record_states
+        self.retrievers = retrievers
+        if cache is True:
+            cache = ModuleCache()
+        elif isinstance(cache, (str, Path)):
+            cache = ModuleCache(cache)
+        self.cache: ModuleCache | None = cache or None
+        self._runtime: BudgetMemModules | None = None
+
+    @staticmethod
+    def _fixed_tiers(tiers) -> dict[str, str]:
+        if tiers is None:
+            tiers = "mid"
+        if isinstance(tiers, str):
+            tiers = {m: tiers for m in MODULES}
+        unknown = set(tiers) - set(MODULES)
+        bad = {t for t in tiers.values() if t not in TIERS}
+        if unknown or bad:
+            raise ValueError(f"tiers: unknown modules {sorted(unknown)} or tiers {sorted(bad)}; "
+                             f"modules {MODULES}, tiers {TIERS}")
+        return {m: tiers.get(m, "mid") for m in MODULES}
+
+    def runtime(self, env: MemoryEnv) -> BudgetMemModules:
+        """The modules bound to ``env`` (rebuilt when the env changes)."""
+        if self._runtime is None or self._runtime.env is not env:
+            self._runtime = BudgetMemModules(env, self.tiering, module_topk=self.module_topk,
+                                             max_relations=self.max_relations, cache=self.cache)
+        return self._runtime
+
+    def router(self, env: MemoryEnv):
+        if self._router is None and self._router_spec is not None:
+            from ...train.router import TierRouter
+
+            self._router = TierRouter.load(self._router_spec, expected_modules=MODULES,
+                                           expected_emb_dim=int(self.runtime(env).embedder.dim))
+        return self._router
+
+    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+        return None  # raw chunks: nothing to build offline
+
+    # --- routing ---------------------------------------------------------------------------------
+    def _route(self, rt: BudgetMemModules, modules: tuple[str, ...], q_emb: np.ndarray | None,
+               input_texts: list[str], meta: dict) -> dict[str, str]:
+        router = self._router
+        if router is None:
+            return {m: self.tiers[m] for m in modules}
+        t0 = time.perf_counter()
+        x = rt.embed(input_texts).mean(axis=0) if input_texts else np.zeros_like(q_emb)
+        if len(modules) > 1 and hasattr(router, "decide_many"):
+            out = router.decide_many(q_emb, x, list(modules), self.greedy)
+        else:
+            out = [router.decide(q_emb, x, m, self.greedy) for m in modules]
+        ledger = current_ledger()
+        if ledger is not None:  # the router is local compute: $0, its wall time recorded
+            ledger.record(Call(stage=current_stage(), role="budgetmem.router", model_id="tier-router",
+                               usd=0.0, proxy_s=0.0, wall_s=time.perf_counter() - t0))
+        chosen = {}
+        for m, (tier, logp, value) in zip(modules, out):
+            if tier not in TIERS:
+                raise ValueError(f"router chose unknown tier {tier!r} for {m}")
+            chosen[m] = tier
+            d = {"module": m, "tier": tier, "logprob": float(logp), "value": float(value)}
+            if self.record_states:
+                d["input_emb"] = [float(v) for v in x]
+            meta["decisions"].append(d)
+        return chosen
+
+    # --- the strategy ------------------------------------------------------------------------------
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+        rt = self.runtime(env)
+        router = self.router(env)
+        ledger = current_ledger()
+        q = query.text
+        meta: dict[str, Any] = {"tiering": self.tiering.name, "lam": self.lam, "k": self.k,
+                                "module_topk": self.module_topk, "prompt_version": PROMPT_VERSION,
+                                "tiers": {}, "tiers_used": {}, "fallbacks": {}, "cached": {},
+                                "module_usd": {}, "decisions": [], "router": router is not None}
+        hits = await asyncio.to_thread(env.store.search, q, query.scope, self.k, retrievers=self.retrievers)
+        chunks = [h.chunk for h in hits]
+        meta["retrieved_chunks"] = [c.id for c in chunks]
+        if not chunks:
+            if ledger is not None:
+                ledger.count("budgetmem.no_chunks")
+            meta.update(filtered_chunks=[], relations={}, extraction_usd=0.0, filter_passthrough=False)
+            return Context(text="", evidence_ids=[], meta=meta)
+        q_emb = rt.embed([q])[0] if router is not None else None
+        if router is not None and self.record_states:
+            meta["query_emb"] = [float(v) for v in q_emb]
+
+        results: dict[str, ModuleResult] = {}
+
+        async def run(module: str, inp: Any, tier: str) -> ModuleResult:
+            spent = _budget_spent(budget, ledger)  # a hard cap reached: no more paid calls
+            if spent and ledger is not None:
+                ledger.count(f"budget.rules_only.{module}")
+            res = await rt.run_traced(rt.modules[module], q, inp, tier, rules_only=spent)
+            results[module] = res
+            return res
+
+        # M_fil (Eq. 4)
+        tier_f = self._route(rt, ("filter",), q_emb, rt.filter.input_texts(chunks), meta)["filter"]
+        filtered = (await run("filter", chunks, tier_f)).output
+        # {M_ent, M_tmp, M_top} in one parallel stage (Eq. 5)
+        ext_tiers = self._route(rt, EXTRACTORS, q_emb, rt.entity.input_texts(filtered), meta)
+        stage = ledger.parallel() if ledger is not None else contextlib.nullcontext()
+        with stage:
+            await asyncio.gather(*(run(m, filtered, ext_tiers[m]) for m in EXTRACTORS))
+        s_in = SummaryInput(chunks=filtered, entity=results["entity"].output,
+                            temporal=results["temporal"].output, topic=results["topic"].output)
+        # M_sum (Eq. 6)
+        tier_s = self._route(rt, ("summary",), q_emb, rt.summary.input_texts(s_in), meta)["summary"]
+        summary = (await run("summary", s_in, tier_s)).output
+
+        for m in MODULES:
+            r = results[m]
+            meta["tiers"][m], meta["tiers_used"][m] = r.tier, r.tier_used
+            meta["fallbacks"][m], meta["cached"][m], meta["module_usd"][m] = r.fallbacks, r.cached, r.usd
+        meta["extraction_usd"] = sum(meta["module_usd"].values())
+        meta["filtered_chunks"] = [c.id for c in filtered]
+        meta["relations"] = {m: len(results[m].output) for m in EXTRACTORS}
+        meta["filter_passthrough"] = any(e.startswith("filter.empty.") for e in results["filter"].events)
+        if _budget_spent(budget, ledger):
+            meta["budget_spent"] = True
+        evidence: list[str] = []
+        for c in filtered:
+            evidence.extend(i for i in c.record_ids if i not in evidence)
+        return Context(text=summary, evidence_ids=evidence, meta=meta)
