@@ -24,6 +24,7 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_store.py
 	$(VENV)/bin/python benchmarks/bench_strategies.py
+	$(VENV)/bin/python benchmarks/bench_router.py
 
 clean:
 	rm -rf runs .pytest_cache
