@@ -1,4 +1,4 @@
-"""The ``memfrontier`` command line: eval, score, ingest, ask, search."""
+"""The ``memfrontier`` command line: eval, score, ingest, ask, search, train, sweep."""
 
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 LLM_HELP = "'local' (embedded Gemma 3 270M, no network) or 'openai:MODEL' for any OpenAI-compatible server."
+TIERINGS = ("implementation", "reasoning", "capacity")
+TIER_NAMES = ("low", "mid", "high")
+
+train_app = typer.Typer(help="Train learned components (the BudgetMem tier router).", no_args_is_help=True)
+sweep_app = typer.Typer(help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
+app.add_typer(train_app, name="train")
+app.add_typer(sweep_app, name="sweep")
 
 
 def _fail(msg: str, code: int = 2):
@@ -38,17 +45,68 @@ def _known_errors():
     return (BudgetExceededError, UnpricedModelError, DatasetError, RunMismatchError, LLMError, StoreError, FileNotFoundError, ValueError)
 
 
+def _check_router(path: Path) -> None:
+    """Fail (exit 2) before any work when ``path`` is not a readable tier-router checkpoint."""
+    from .train.router import RouterCheckpointError, TierRouter
+
+    try:
+        TierRouter.load(path)  # the CLI always embeds with MiniLM (384-d)
+    except (FileNotFoundError, RouterCheckpointError) as e:
+        _fail(str(e))
+
+
+def _strategy_options(strategy: str, *, k, router, lam, tiering, tiers, module_topk) -> dict:
+    """Constructor options of the strategy from the eval flags; flags that do not apply fail."""
+    budgetmem = {"--router": router, "--lambda": lam, "--tiering": tiering, "--tiers": tiers, "--module-topk": module_topk}
+    given = [flag for flag, v in budgetmem.items() if v is not None]
+    if given and strategy != "budgetmem":
+        _fail(f"{', '.join(given)} apply to --strategy budgetmem only")
+    if k is not None and strategy not in ("rag", "budgetmem"):
+        _fail("--k applies to --strategy rag or budgetmem only")
+    if tiering is not None and tiering not in TIERINGS:
+        _fail(f"unknown --tiering {tiering!r}; choose {', '.join(TIERINGS)}")
+    if tiers is not None and tiers not in TIER_NAMES:
+        _fail(f"unknown --tiers {tiers!r}; choose {', '.join(TIER_NAMES)}")
+    if router is not None:
+        if tiers is not None:
+            _fail("give --router or --tiers, not both")
+        _check_router(router)
+    opts = {"k": k, "router": None if router is None else str(router), "lam": lam, "tiering": tiering,
+            "tiers": tiers, "module_topk": module_topk}
+    return {name: v for name, v in opts.items() if v is not None}
+
+
+def _float_list(flag: str, text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        _fail(f"{flag} must be comma-separated numbers, got {text!r}")
+    if not values or any(v < 0 for v in values):
+        _fail(f"{flag} needs at least one value, all >= 0; got {text!r}")
+    return values
+
+
+def _question_bar():
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
+
+
 @app.command("eval")
 def eval_cmd(
     dataset: str = typer.Option("locomo", help="locomo | longmemeval | hotpotqa"),
     split: str = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all"),
-    strategy: str = typer.Option("rag", help="longctx | rag | oracle"),
+    strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem"),
     limit: Optional[int] = typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded). Default: all."),
     llm: str = typer.Option("local", help=LLM_HELP),
     base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
     judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
     judge_llm: Optional[str] = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP),
-    k: Optional[int] = typer.Option(None, min=1, help="rag: chunks to retrieve (default 8)."),
+    k: Optional[int] = typer.Option(None, min=1, help="rag / budgetmem: chunks to retrieve (default 8 / 5)."),
+    router: Optional[Path] = typer.Option(None, help="budgetmem: a trained tier-router checkpoint (e.g. router_best.pt from `train router`); it picks each module's tier per question."),
+    lam: Optional[float] = typer.Option(None, "--lambda", min=0, help="budgetmem: the cost weight lambda the router was trained with (recorded with the run)."),
+    tiering: Optional[str] = typer.Option(None, help="budgetmem: how tiers are realised: implementation (default) | reasoning | capacity."),
+    tiers: Optional[str] = typer.Option(None, help="budgetmem without --router: one fixed tier for every module: low | mid | high (default mid)."),
+    module_topk: Optional[int] = typer.Option(None, min=1, help="budgetmem: chunks the filter module keeps (default 5)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output directory: predictions.jsonl, summary.json, store/."),
     store: Optional[Path] = typer.Option(None, help="Store directory to reuse across runs (default OUT/store)."),
     data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
@@ -62,13 +120,12 @@ def eval_cmd(
     from .eval.report import summary_table
     from .eval.runner import EvalConfig, run_eval
 
-    opts = {"k": k} if k is not None and strategy == "rag" else {}
+    opts = _strategy_options(strategy, k=k, router=router, lam=lam, tiering=tiering, tiers=tiers, module_topk=module_topk)
     cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
                      base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
                      seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
                      price_as=price_as)
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False) as bar:
+    with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
         f1s: list[float] = []
 
@@ -87,7 +144,194 @@ def eval_cmd(
             bar.stop()
             _fail(str(e))
     console.print(summary_table(summary))
+    if summary.get("choices", {}).get("tiers"):
+        console.print(tier_table(summary["choices"]["tiers"]))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
+
+
+def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("module")
+    for tier in TIER_NAMES:
+        t.add_column(tier, justify="right")
+    for module, r in ratios.items():
+        t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in TIER_NAMES))
+    return t
+
+
+@train_app.command("router")
+def train_router_cmd(
+    tiering: str = typer.Option("implementation", help="How tiers are realised: implementation (Low rules, Mid MiniLM, High the LLM) | reasoning | capacity."),
+    lam: float = typer.Option(0.3, "--lambda", min=0, help="Cost weight lambda of the reward r = r_task + lambda * alpha * r_cost (BudgetMem Eq. 7)."),
+    reward: str = typer.Option("f1", help="Task reward r_task: f1 (LoCoMo F1) | judge (LLM judge, 0/1)."),
+    align: bool = typer.Option(True, "--align/--no-align", help="Reward-scale alignment alpha = std(r_task)/std(r_cost) (Eq. 10); --no-align sets alpha = 1."),
+    updates: int = typer.Option(20, min=1, help="PPO updates (one batch of questions each)."),
+    batch_questions: int = typer.Option(32, min=1, help="Questions (episodes) per update."),
+    epochs: int = typer.Option(4, min=1, help="PPO epochs over each batch."),
+    lr: float = typer.Option(3e-4, min=0, help="Adam learning rate."),
+    train_questions: Optional[int] = typer.Option(None, min=1, help="Training questions drawn (stratified by category, seeded) from the pool left after validation. Default: all."),
+    val_questions: int = typer.Option(32, min=1, help="Validation questions held out from the training pool (stratified); they pick router_best.pt."),
+    conversation: Optional[list[str]] = typer.Option(None, help="Only these training-pool conversations (repeatable; default all eight)."),
+    k: int = typer.Option(5, min=1, help="Chunks retrieved per question."),
+    module_topk: int = typer.Option(5, min=1, help="Chunks the filter module keeps."),
+    max_relations: int = typer.Option(10, min=1, help="Relations per extraction module at most."),
+    seed: int = typer.Option(42, help="Seed of the split, the batch order, the router init and tier sampling."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default runs/budgetmem/routers/lambda_<L>): router_best.pt, router_last.pt, train_log.jsonl, reward_curve.png, train_summary.json."),
+    store: Optional[Path] = typer.Option(None, help="Store directory for the training conversations, reused across runs (default: OUT/../store)."),
+    cache: Optional[Path] = typer.Option(None, help="Module/answer cache file, reused across runs and lambdas (default: OUT/../module_cache.json)."),
+    llm: str = typer.Option("local", help=LLM_HELP),
+    base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
+    judge_llm: Optional[str] = typer.Option(None, help="With --reward judge: the judge model (default: the answer model). " + LLM_HELP),
+    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
+    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
+    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+):
+    """Train the BudgetMem tier router with PPO on the LoCoMo training pool; logs the reward curve."""
+    from pydantic import ValidationError
+
+    from .train.budgetmem_trainer import TrainConfig, router_dir_name, train_router
+
+    if reward not in ("f1", "judge"):
+        _fail(f"unknown --reward {reward!r}; choose f1 or judge")
+    if tiering not in TIERINGS:
+        _fail(f"unknown --tiering {tiering!r}; choose {', '.join(TIERINGS)}")
+    out = out or Path("runs/budgetmem/routers") / router_dir_name(lam)
+    try:
+        cfg = TrainConfig(tiering=tiering, lam=lam, reward=reward, align=align, updates=updates,
+                          batch_questions=batch_questions, epochs=epochs, lr=lr, train_questions=train_questions,
+                          val_questions=val_questions, conversations=conversation or None, k=k, module_topk=module_topk,
+                          max_relations=max_relations, seed=seed, out=out, store=store, cache=cache, llm=llm,
+                          base_url=base_url, judge_llm=judge_llm, data_root=data_root, price_book=price_book,
+                          allow_unpriced=allow_unpriced)
+    except ValidationError as e:
+        _fail(str(e))
+    with _question_bar() as bar:
+        task = bar.add_task("loading", total=None)
+
+        def on_progress(event, **info):
+            if event == "start":
+                bar.update(task, total=info["updates"] * info["questions_per_update"], completed=0,
+                           description=f"ingesting ({info['train']} train / {info['val']} val questions)")
+            elif event == "ingest":
+                bar.update(task, description=f"ingested {info['conversation']} (+{info['added']} records)")
+            elif event == "question":
+                bar.advance(task)
+            elif event == "update":
+                r = info["row"]
+                bar.update(task, description=f"update {r['update']}/{cfg.updates} · reward {r['mean_reward']:.3f} · "
+                                             f"val {r['val_reward']:.3f}")
+
+        try:
+            summary = asyncio.run(train_router(cfg, on_progress=on_progress))
+        except _known_errors() as e:
+            bar.stop()
+            _fail(str(e))
+    console.print(_train_table(cfg.out / "train_log.jsonl"))
+    console.print(tier_table(summary["final"]["val_tier_ratios"], title="validation tier selection ratio (last update, greedy)"))
+    console.print(f"best update {summary['best_update']} (val reward {summary['best_val_reward']:.4f}); "
+                  f"module cache {summary['module_cache']['hits']} hits / {summary['module_cache']['misses']} misses; "
+                  f"{summary['llm_calls']} model calls")
+    console.print(f"wrote {cfg.out / 'router_best.pt'}, {cfg.out / 'router_last.pt'}, {cfg.out / 'train_log.jsonl'}, "
+                  f"{cfg.out / 'reward_curve.png'}")
+
+
+def _train_table(log_path: Path):
+    from rich.table import Table
+
+    cols = [("update", "update", 0), ("reward", "mean_reward", 4), ("±", "std_reward", 4), ("r_task", "r_task", 4),
+            ("r_cost", "r_cost", 4), ("alpha", "alpha", 3), ("val reward", "val_reward", 4), ("val F1", "val_f1", 4),
+            ("val USD×1e4/q", "val_extraction_usd_per_question", 4), ("q/s", "train_questions_per_s", 2)]
+    t = Table(title=f"router training ({log_path})")
+    for name, _key, _d in cols:
+        t.add_column(name, justify="right")
+    for line in log_path.read_text("utf-8").splitlines():
+        r = json.loads(line)
+        cells = []
+        for _name, key, d in cols:
+            v = r.get(key)
+            if key == "val_extraction_usd_per_question" and v is not None:
+                v *= 1e4
+            cells.append("-" if v is None else (str(v) if d == 0 else f"{v:.{d}f}"))
+        t.add_row(*cells)
+    return t
+
+
+@sweep_app.command("budgetmem")
+def sweep_budgetmem(
+    lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_<L>/router_best.pt (skipped, and reported, when missing)."),
+    ks: str = typer.Option("1,3,5,8,10", help="Comma-separated retrieval sizes K for the K sweep (empty: no K sweep)."),
+    router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_<L>/ per lambda)."),
+    k_router: Optional[Path] = typer.Option(None, help="K sweep with this router checkpoint instead of all-Mid fixed tiers."),
+    k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
+    module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5)."),
+    tiering: Optional[str] = typer.Option(None, help="implementation (default) | reasoning | capacity; must match the routers' training."),
+    dataset: str = typer.Option("locomo", help="locomo | longmemeval | hotpotqa"),
+    split: str = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all"),
+    limit: Optional[int] = typer.Option(None, min=1, help="Category-balanced slice of this many questions (seeded) per run. Default: all."),
+    llm: str = typer.Option("local", help=LLM_HELP),
+    base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
+    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge (a judge panel on the Pareto plot)."),
+    judge_llm: Optional[str] = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP),
+    out: Path = typer.Option(Path("runs/budgetmem/sweep"), help="Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png."),
+    store: Optional[Path] = typer.Option(None, help="Store directory shared by every run (default OUT/store)."),
+    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
+    seed: int = typer.Option(42, help="Seed for the question slice."),
+    concurrency: int = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time)."),
+    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
+    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b)."),
+):
+    """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable."""
+    from .eval.runner import EvalConfig
+    from .eval.sweep import plan_budgetmem_sweep, run_budgetmem_sweep, table_row, write_sweep_report
+
+    lams = _float_list("--lambdas", lambdas)
+    kvals = [int(v) for v in _float_list("--ks", ks)] if ks.strip() else []
+    if any(v < 1 for v in kvals):
+        _fail(f"--ks must be positive integers, got {ks!r}")
+    if tiering is not None and tiering not in TIERINGS:
+        _fail(f"unknown --tiering {tiering!r}; choose {', '.join(TIERINGS)}")
+    if k_router is not None:
+        _check_router(k_router)
+    options = {name: v for name, v in (("module_topk", module_topk), ("tiering", tiering)) if v is not None}
+    runs, missing = plan_budgetmem_sweep(lams, kvals, router_dir=router_dir, k=k, k_router=k_router, options=options)
+    for p in missing:
+        err.print(f"[yellow]skipped:[/yellow] no router checkpoint {p} (train one with `memfrontier train router --lambda ...`)")
+    for r in runs:
+        if "router" in r.options:
+            _check_router(Path(r.options["router"]))
+    base = EvalConfig(dataset=dataset, split=split, strategy="budgetmem", limit=limit, llm=llm, base_url=base_url,
+                      judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
+                      concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
+    with _question_bar() as bar:
+        task = bar.add_task("loading", total=None)
+
+        def on_progress(event, **info):
+            if event == "run":
+                bar.update(task, description=f"{info['run']}: starting", total=None, completed=0)
+            elif event == "start":
+                bar.update(task, total=info["total"], completed=info["done"], description=f"{info['run']}: ingesting")
+            elif event == "question":
+                bar.update(task, advance=1, description=f"{info['run']}: answering")
+
+        try:
+            results = asyncio.run(run_budgetmem_sweep(base, runs, on_progress=on_progress))
+        except _known_errors() as e:
+            bar.stop()
+            _fail(str(e))
+    written = write_sweep_report(results, out, missing)
+    from rich.table import Table
+
+    t = Table(title=f"BudgetMem sweep ({len(results)} runs)")
+    cols = ("run", "n", "f1", "judge", "usd_x1e4", "qpc")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "run" else "right")
+    for row in map(table_row, results):
+        t.add_row(*("-" if row[c] is None else (f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c])) for c in cols))
+    console.print(t)
+    console.print("wrote " + ", ".join(str(p) for p in written.values()))
 
 
 @app.command()

@@ -53,3 +53,12 @@ class Judge:
                 ledger.count("judge_error")
             return None
         return label == "CORRECT"
+
+
+def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None, allow_unpriced: bool = False) -> Judge:
+    """A :class:`Judge` on ``judge_llm`` (an LLM spec) or, by default, ``mem``'s answer model,
+    priced with ``mem``'s price book."""
+    from ..llm import make_llm
+
+    client = make_llm(judge_llm, base_url=base_url) if judge_llm else mem.env.answer_llm.client
+    return Judge(MeteredLLM(client, mem.env.answer_llm.prices, allow_unpriced=allow_unpriced))

@@ -289,3 +289,14 @@ def summarize(rows: Iterable[dict], by: str = "category", dataset: str | None = 
         out["5" if by == "category" else "category 5"] = _group_stats(excluded)
     out[LOCOMO_OVERALL if is_locomo else OVERALL] = _group_stats(scored)
     return out
+
+
+def choice_ratios(choices: Iterable[dict]) -> dict[str, dict[str, float]]:
+    """Share of each choice per name over dicts ``{name: choice}`` (e.g. BudgetMem's module ->
+    tier): ``{name: {choice: ratio}}``, names and choices in first-seen order, ratios per name
+    summing to 1. An empty input gives ``{}``."""
+    counts: dict[str, Counter] = {}
+    for d in choices:
+        for name, choice in d.items():
+            counts.setdefault(str(name), Counter())[str(choice)] += 1
+    return {name: {c: n / sum(cnt.values()) for c, n in cnt.items()} for name, cnt in counts.items()}

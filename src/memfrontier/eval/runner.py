@@ -26,10 +26,13 @@ from ..core.types import Conversation, Question, Scope
 from ..strategies import get_strategy
 from . import datasets
 from .judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
-from .judge import Judge
-from .metrics import evidence_recall, exact_match, locomo_f1, summarize, token_f1
+from .judge import make_judge
+from .metrics import choice_ratios, evidence_recall, exact_match, locomo_f1, summarize, token_f1
 
 AMORTIZATION_NS = (1, 10, 50, 100, 314, math.inf)
+#: Context.meta keys holding a ``{component: choice}`` dict (BudgetMem: module -> tier chosen /
+#: used); the summary reports the share of each choice per component under ``choices``.
+CHOICE_KEYS = ("tiers", "tiers_used")
 
 
 class EvalConfig(BaseModel):
@@ -54,15 +57,26 @@ class EvalConfig(BaseModel):
     price_as: str | None = None
 
     def identity(self) -> dict:
-        """The fields that must match for a resumed run to be the same run."""
-        return self.model_dump(mode="json", include={"dataset", "split", "strategy", "strategy_options", "llm",
-                                                     "base_url", "seed", "limit", "judge", "judge_llm", "price_as"})
+        """The fields that must match for a resumed run to be the same run. A strategy option that
+        names a file (e.g. a router checkpoint) also contributes the file's sha256, so a retrained
+        file at the same path is a different run."""
+        ident = self.model_dump(mode="json", include={"dataset", "split", "strategy", "strategy_options", "llm",
+                                                      "base_url", "seed", "limit", "judge", "judge_llm", "price_as"})
+        files = {k: sha256_file(v) for k, v in sorted(self.strategy_options.items())
+                 if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()}
+        if files:
+            ident["strategy_option_sha256"] = files
+        return ident
 
 
 def select_questions(convs: list[Conversation], limit: int | None, seed: int) -> list[Question]:
     """All questions, or a ``limit``-sized slice that covers every category: shuffle each category
     with ``seed`` and take them round-robin (categories in sorted order). Returned in dataset order."""
-    allq = [q for c in convs for q in c.questions]
+    return stratified_sample([q for c in convs for q in c.questions], limit, seed)
+
+
+def stratified_sample(allq: list[Question], limit: int | None, seed: int) -> list[Question]:
+    """:func:`select_questions` over a list of questions (kept in their given order)."""
     if limit is None or limit >= len(allq):
         return allq
     by_cat: dict[str, list[Question]] = defaultdict(list)
@@ -141,13 +155,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     mem = (open_memory or AsyncMemory.open)(
         cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
         price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
-    judge = None
-    if cfg.judge:
-        from ..llm import make_llm
-        from ..llm.metered import MeteredLLM
-
-        jclient = make_llm(cfg.judge_llm, base_url=cfg.base_url) if cfg.judge_llm else mem.env.answer_llm.client
-        judge = Judge(MeteredLLM(jclient, mem.env.answer_llm.prices, allow_unpriced=cfg.allow_unpriced))
+    judge = make_judge(mem, cfg.judge_llm, cfg.base_url, cfg.allow_unpriced) if cfg.judge else None
     strategy = get_strategy(cfg.strategy, **cfg.strategy_options)
 
     pred_path = out / "predictions.jsonl"
@@ -185,6 +193,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                 "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),
                 "usd": ans.usage.query.usd, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
                 "usage": ans.usage.model_dump(),
+                "strategy_meta": ans.meta,
             }
             if judge is not None:
                 jl = Ledger()
@@ -230,6 +239,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "amortized_usd_per_question": amortized,
         "judge_errors": sum(1 for r in rows if r.get("judge_error")),
         "events": _sum_events(rows),
+        **_choices(rows),
         "provenance": provenance(
             data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
             answer_model=mem.env.answer_llm.model_id, memory_model=mem.env.llm.model_id,
@@ -240,6 +250,17 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
         ),
     }
+
+
+def _choices(rows: list[dict]) -> dict:
+    """``{"choices": {key: {component: {choice: ratio}}}}`` over the rows whose strategy meta has a
+    :data:`CHOICE_KEYS` dict; ``{}`` when none has (the summary then has no ``choices``)."""
+    out = {}
+    for key in CHOICE_KEYS:
+        dicts = [m[key] for r in rows if isinstance(m := r.get("strategy_meta"), dict) and isinstance(m.get(key), dict)]
+        if any(dicts):
+            out[key] = choice_ratios(dicts)
+    return {"choices": out} if out else {}
 
 
 def _sum_events(rows: list[dict]) -> dict[str, int]:

@@ -96,7 +96,7 @@ class BudgetMem:
             cache = ModuleCache()
         elif isinstance(cache, (str, Path)):
             cache = ModuleCache(cache)
-        self.cache: ModuleCache | None = cache or None
+        self.cache: ModuleCache | None = cache if isinstance(cache, ModuleCache) else None  # an empty cache is falsy
         self._runtime: BudgetMemModules | None = None
 
     @staticmethod
