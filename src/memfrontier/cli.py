@@ -29,6 +29,19 @@ app.add_typer(train_app, name="train")
 app.add_typer(sweep_app, name="sweep")
 
 
+# Options shared by several commands (one definition, one help text).
+OPT_LLM = typer.Option("local", help=LLM_HELP)
+OPT_BASE_URL = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL).")
+OPT_JUDGE_LLM = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP)
+OPT_DATA_ROOT = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data).")
+OPT_SEED = typer.Option(42, help="Seed for the question slice.")
+OPT_CONCURRENCY = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time).")
+OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packaged one).")
+OPT_ALLOW_UNPRICED = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing.")
+OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa")
+OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all")
+
+
 def _fail(msg: str, code: int = 2):
     err.print(f"[red]error:[/red] {msg}")
     raise typer.Exit(code)
@@ -93,14 +106,14 @@ def _question_bar():
 
 @app.command("eval")
 def eval_cmd(
-    dataset: str = typer.Option("locomo", help="locomo | longmemeval | hotpotqa"),
-    split: str = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all"),
+    dataset: str = OPT_DATASET,
+    split: str = OPT_SPLIT,
     strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem"),
     limit: Optional[int] = typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded). Default: all."),
-    llm: str = typer.Option("local", help=LLM_HELP),
-    base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
     judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
-    judge_llm: Optional[str] = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP),
+    judge_llm: Optional[str] = OPT_JUDGE_LLM,
     k: Optional[int] = typer.Option(None, min=1, help="rag / budgetmem: chunks to retrieve (default 8 / 5)."),
     router: Optional[Path] = typer.Option(None, help="budgetmem: a trained tier-router checkpoint (e.g. router_best.pt from `train router`); it picks each module's tier per question."),
     lam: Optional[float] = typer.Option(None, "--lambda", min=0, help="budgetmem: the cost weight lambda the router was trained with (recorded with the run)."),
@@ -109,11 +122,11 @@ def eval_cmd(
     module_topk: Optional[int] = typer.Option(None, min=1, help="budgetmem: chunks the filter module keeps (default 5)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output directory: predictions.jsonl, summary.json, store/."),
     store: Optional[Path] = typer.Option(None, help="Store directory to reuse across runs (default OUT/store)."),
-    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
-    seed: int = typer.Option(42, help="Seed for the question slice."),
-    concurrency: int = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time)."),
-    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
-    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    seed: int = OPT_SEED,
+    concurrency: int = OPT_CONCURRENCY,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars."),
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
@@ -181,12 +194,12 @@ def train_router_cmd(
     out: Optional[Path] = typer.Option(None, help="Output directory (default runs/budgetmem/routers/lambda_<L>): router_best.pt, router_last.pt, train_log.jsonl, reward_curve.png, train_summary.json."),
     store: Optional[Path] = typer.Option(None, help="Store directory for the training conversations, reused across runs (default: OUT/../store)."),
     cache: Optional[Path] = typer.Option(None, help="Module/answer cache file, reused across runs and lambdas (default: OUT/../module_cache.json)."),
-    llm: str = typer.Option("local", help=LLM_HELP),
-    base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
     judge_llm: Optional[str] = typer.Option(None, help="With --reward judge: the judge model (default: the answer model). " + LLM_HELP),
-    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
-    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
-    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
 ):
     """Train the BudgetMem tier router with PPO on the LoCoMo training pool; logs the reward curve."""
     from pydantic import ValidationError
@@ -267,20 +280,20 @@ def sweep_budgetmem(
     k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
     module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5)."),
     tiering: Optional[str] = typer.Option(None, help="implementation (default) | reasoning | capacity; must match the routers' training."),
-    dataset: str = typer.Option("locomo", help="locomo | longmemeval | hotpotqa"),
-    split: str = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all"),
+    dataset: str = OPT_DATASET,
+    split: str = OPT_SPLIT,
     limit: Optional[int] = typer.Option(None, min=1, help="Category-balanced slice of this many questions (seeded) per run. Default: all."),
-    llm: str = typer.Option("local", help=LLM_HELP),
-    base_url: Optional[str] = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
     judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge (a judge panel on the Pareto plot)."),
-    judge_llm: Optional[str] = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP),
+    judge_llm: Optional[str] = OPT_JUDGE_LLM,
     out: Path = typer.Option(Path("runs/budgetmem/sweep"), help="Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png."),
     store: Optional[Path] = typer.Option(None, help="Store directory shared by every run (default OUT/store)."),
-    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data)."),
-    seed: int = typer.Option(42, help="Seed for the question slice."),
-    concurrency: int = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time)."),
-    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
-    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    seed: int = OPT_SEED,
+    concurrency: int = OPT_CONCURRENCY,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b)."),
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable."""
@@ -423,13 +436,13 @@ def ask(
     store: Path = typer.Option(..., help="Store directory."),
     user_id: Optional[str] = typer.Option(None),
     strategy: str = typer.Option("rag", help="longctx | rag | oracle"),
-    llm: str = typer.Option("local", help=LLM_HELP),
+    llm: str = OPT_LLM,
     base_url: Optional[str] = typer.Option(None),
     preference: str = typer.Option("perf", help="perf | balanced | cost"),
     max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
     max_tokens: Optional[int] = typer.Option(None, help="Hard cap on the answer call's prompt+output tokens."),
-    price_book: Optional[Path] = typer.Option(None, help="A price-book YAML (default: the packaged one)."),
-    allow_unpriced: bool = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing."),
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = typer.Option(None, help="Price the calls as this price-book model."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole Answer as JSON."),
 ):
