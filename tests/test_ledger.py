@@ -70,6 +70,18 @@ def test_unknown_model_is_an_error_and_aliases_resolve(tmp_path):
         PriceBook.load(bad)
 
 
+def _answer_once(llm) -> Ledger:
+    """One ``answerer`` call through ``llm`` under a fresh ledger; returns the ledger."""
+    ledger = Ledger()
+
+    async def run():
+        with use_ledger(ledger):
+            await llm.complete([], role="answerer")
+
+    asyncio.run(run())
+    return ledger
+
+
 class Scripted:
     """A scripted client for control-flow tests of the metering (no real model involved)."""
 
@@ -130,13 +142,7 @@ def test_unpriced_model_fails_fast_or_is_flagged():
         MeteredLLM(Scripted(model_id="acme/x"), book)
     llm = MeteredLLM(Scripted(model_id="acme/x", replies=[Completion(text="x", model_id="acme/x", input_tokens=5)]),
                      book, allow_unpriced=True)
-    ledger = Ledger()
-
-    async def run():
-        with use_ledger(ledger):
-            await llm.complete([], role="answerer")
-
-    asyncio.run(run())
+    ledger = _answer_once(llm)
     (call,) = ledger.calls
     assert call.unpriced and call.usd is None
     assert ledger.usage().query.unpriced_calls == 1
@@ -147,14 +153,7 @@ def test_price_as_reads_a_local_run_in_hosted_dollars():
     client = Scripted(model_id="gemma-3-270m-q4_k_m",
                       replies=[Completion(text="x", model_id="gemma-3-270m-q4_k_m", input_tokens=1000, output_tokens=200)])
     llm = MeteredLLM(client, book, price_as="qwen3-14b")
-    ledger = Ledger()
-
-    async def run():
-        with use_ledger(ledger):
-            await llm.complete([], role="answerer")
-
-    asyncio.run(run())
-    (call,) = ledger.calls
+    (call,) = _answer_once(llm).calls
     assert call.model_id == "gemma-3-270m-q4_k_m" and call.usd == pytest.approx(1.48e-4)
     with pytest.raises(UnpricedModelError):
         MeteredLLM(client, book, price_as="acme/x", allow_unpriced=True)

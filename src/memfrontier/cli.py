@@ -38,6 +38,7 @@ OPT_SEED = typer.Option(42, help="Seed for the question slice.")
 OPT_CONCURRENCY = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time).")
 OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packaged one).")
 OPT_ALLOW_UNPRICED = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing.")
+OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
 OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa")
 OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all")
 
@@ -127,7 +128,7 @@ def eval_cmd(
     concurrency: int = OPT_CONCURRENCY,
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
-    price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars."),
+    price_as: Optional[str] = OPT_PRICE_AS,
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
     from .eval.report import summary_table
@@ -294,7 +295,7 @@ def sweep_budgetmem(
     concurrency: int = OPT_CONCURRENCY,
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
-    price_as: Optional[str] = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b)."),
+    price_as: Optional[str] = OPT_PRICE_AS,
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable."""
     from .eval.runner import EvalConfig
