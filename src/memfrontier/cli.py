@@ -22,6 +22,7 @@ err = Console(stderr=True)
 LLM_HELP = "'local' (embedded Gemma 3 270M, no network) or 'openai:MODEL' for any OpenAI-compatible server."
 TIERINGS = ("implementation", "reasoning", "capacity")
 TIER_NAMES = ("low", "mid", "high")
+MEMORYCPT_ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
 
 train_app = typer.Typer(help="Train learned components (the BudgetMem tier router).", no_args_is_help=True)
 sweep_app = typer.Typer(help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
@@ -69,6 +70,25 @@ def _check_router(path: Path) -> None:
         _fail(str(e))
 
 
+def _memorycpt_options(strategy: str, *, episodic_k=None, semantic_k=None, ablation=None, construction_llm=None,
+                       summarizer_llm=None, summarizer_adapter=None) -> dict:
+    """MemoryCPT's constructor options from the eval/sweep flags; flags given to another strategy fail."""
+    opts = {"episodic_k": episodic_k, "semantic_k": semantic_k, "ablation": ablation,
+            "construction_llm": construction_llm, "summarizer_llm": summarizer_llm,
+            "summarizer_adapter": None if summarizer_adapter is None else str(summarizer_adapter)}
+    opts = {name: v for name, v in opts.items() if v is not None}
+    if opts and strategy != "memorycpt":
+        _fail(f"{', '.join('--' + n.replace('_', '-') for n in opts)} apply to --strategy memorycpt only")
+    if ablation is not None and ablation.replace("-", "_") not in MEMORYCPT_ABLATIONS:
+        _fail(f"unknown --ablation {ablation!r}; choose {', '.join(a.replace('_', '-') for a in MEMORYCPT_ABLATIONS)}")
+    if "ablation" in opts:
+        opts["ablation"] = ablation.replace("-", "_")
+    if summarizer_adapter is not None and not (Path(summarizer_adapter) / "adapter_config.json").is_file():
+        _fail(f"--summarizer-adapter {summarizer_adapter} is not a LoRA adapter directory (no adapter_config.json); "
+              "train one with `memfrontier train qar`")
+    return opts
+
+
 def _strategy_options(strategy: str, *, k, router, lam, tiering, tiers, module_topk) -> dict:
     """Constructor options of the strategy from the eval flags; flags that do not apply fail."""
     budgetmem = {"--router": router, "--lambda": lam, "--tiering": tiering, "--tiers": tiers, "--module-topk": module_topk}
@@ -109,7 +129,7 @@ def _question_bar():
 def eval_cmd(
     dataset: str = OPT_DATASET,
     split: str = OPT_SPLIT,
-    strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem"),
+    strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem | memorycpt"),
     limit: Optional[int] = typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded). Default: all."),
     llm: str = OPT_LLM,
     base_url: Optional[str] = OPT_BASE_URL,
@@ -121,6 +141,12 @@ def eval_cmd(
     tiering: Optional[str] = typer.Option(None, help="budgetmem: how tiers are realised: implementation (default) | reasoning | capacity."),
     tiers: Optional[str] = typer.Option(None, help="budgetmem without --router: one fixed tier for every module: low | mid | high (default mid)."),
     module_topk: Optional[int] = typer.Option(None, min=1, help="budgetmem: chunks the filter module keeps (default 5)."),
+    episodic_k: Optional[int] = typer.Option(None, min=0, help="memorycpt: episodes RRF keeps (default 20)."),
+    semantic_k: Optional[int] = typer.Option(None, min=0, help="memorycpt: facts RRF keeps (default 50)."),
+    ablation: Optional[str] = typer.Option(None, help="memorycpt: none | no-qad (build with the base model) | no-qar (plain dense top-k, no summary) | no-fs (RRF candidates, no summary)."),
+    construction_llm: Optional[str] = typer.Option(None, help="memorycpt: the QAD model, e.g. 'hf:runs/qad/merged' (the merged LoRA-A from `train qad`). Default: --llm."),
+    summarizer_llm: Optional[str] = typer.Option(None, help="memorycpt: the Fine Summary model, e.g. 'hf' or 'hf:runs/qad/merged'. Default: --llm ('hf' with --summarizer-adapter)."),
+    summarizer_adapter: Optional[Path] = typer.Option(None, help="memorycpt: a LoRA-B adapter directory from `train qar`."),
     out: Path = typer.Option(Path("runs/latest"), help="Output directory: predictions.jsonl, summary.json, store/."),
     store: Optional[Path] = typer.Option(None, help="Store directory to reuse across runs (default OUT/store)."),
     data_root: Optional[Path] = OPT_DATA_ROOT,
@@ -131,10 +157,13 @@ def eval_cmd(
     price_as: Optional[str] = OPT_PRICE_AS,
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
-    from .eval.report import summary_table
+    from .eval.report import construction_table, summary_table
     from .eval.runner import EvalConfig, run_eval
 
     opts = _strategy_options(strategy, k=k, router=router, lam=lam, tiering=tiering, tiers=tiers, module_topk=module_topk)
+    opts |= _memorycpt_options(strategy, episodic_k=episodic_k, semantic_k=semantic_k, ablation=ablation,
+                               construction_llm=construction_llm, summarizer_llm=summarizer_llm,
+                               summarizer_adapter=summarizer_adapter)
     cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
                      base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
                      seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
@@ -146,6 +175,8 @@ def eval_cmd(
         def on_progress(event, **info):
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"], description="ingesting")
+            elif event == "build":
+                bar.update(task, description=f"building memories of {info['conversation']} (offline, once per store)")
             elif event == "ingest":
                 bar.update(task, description=f"ingested {info['conversation']} (+{info['added']} records)")
             elif event == "question":
@@ -158,6 +189,8 @@ def eval_cmd(
             bar.stop()
             _fail(str(e))
     console.print(summary_table(summary))
+    if any(c.get("calls") for c in summary.get("construction", {}).values()):
+        console.print(construction_table(summary))
     if summary.get("choices", {}).get("tiers"):
         console.print(tier_table(summary["choices"]["tiers"]))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")

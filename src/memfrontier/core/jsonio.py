@@ -23,8 +23,13 @@ def json_safe(obj):
     return obj
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON to a temp file and rename it over ``path`` (readers never see a torn file)."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to a temp file and rename it over ``path`` (readers never see a torn file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=str, allow_nan=False), "utf-8")
+    tmp.write_text(text, "utf-8")
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write strict JSON atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=str, allow_nan=False))

@@ -77,7 +77,7 @@ class Usage(BaseModel):
         return self.by_stage.get("construction", StageUsage())
 
 
-def _totals(calls: list[Call]) -> StageUsage:
+def stage_totals(calls: list[Call]) -> StageUsage:
     return StageUsage(
         calls=len(calls),
         input_tokens=sum(c.input_tokens for c in calls),
@@ -127,8 +127,8 @@ class Ledger:
             stages.setdefault(c.stage, []).append(c)
             roles.setdefault(c.role, []).append(c)
         return Usage(
-            by_stage={k: _totals(v) for k, v in stages.items()},
-            by_role={k: _totals(v) for k, v in roles.items()},
+            by_stage={k: stage_totals(v) for k, v in stages.items()},
+            by_role={k: stage_totals(v) for k, v in roles.items()},
             events=dict(self.events),
         )
 

@@ -39,3 +39,21 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
             style="bold" if name.startswith("all") else None,
         )
     return t
+
+
+def construction_table(summary: dict) -> Table:
+    """Offline construction per conversation (calls, tokens, USD) and the amortized cost per
+    question C(n) = C_construction / n + C_online for the run's n values (MemoryCPT Eq. 20, App. C)."""
+    t = Table(title="offline construction and amortized cost (USD×1e4 per question)")
+    for col in ("conversation", "calls", "input tok", "output tok", "USD×1e4", "proxy s", "rejected ops"):
+        t.add_column(col, justify="left" if col == "conversation" else "right")
+    for conv, c in summary.get("construction", {}).items():
+        rejected = sum(v for k, v in c.get("events", {}).items() if ".op_rejected." in f".{k}")
+        t.add_row(conv, str(int(c.get("calls", 0))), str(int(c.get("input_tokens", 0))),
+                  str(int(c.get("output_tokens", 0))), _fmt(_scaled(c.get("usd")), 4), _fmt(c.get("proxy_s"), 1),
+                  str(rejected))
+    amortized = summary.get("amortized_usd_per_question", {})
+    if amortized:
+        t.add_row("C(n): " + " · ".join(f"n={n}: {_fmt(_scaled(v), 4)}" for n, v in amortized.items()),
+                  "", "", "", "", "", "", style="bold")
+    return t

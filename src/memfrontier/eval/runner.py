@@ -169,10 +169,15 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         scope = Scope(user_id=c.id)
         scopes[c.id] = scope
         added = await asyncio.to_thread(mem.store.add, c.records)
+        progress("build", conversation=c.id)
         ledger = await mem.build(strategy, scope)
-        u = ledger.usage().construction
+        usage = ledger.usage().construction.model_dump()
+        stored = getattr(strategy, "construction_usage", None)
+        if stored is not None:  # the view records its own cost, so a reused store still reports it
+            usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
         construction[c.id] = {"records": len(c.records), "records_added": len(added.added),
-                              "chunks_embedded": added.chunks_embedded, **u.model_dump()}
+                              "chunks_embedded": added.chunks_embedded, **usage,
+                              "events": dict(ledger.events)}
         progress("ingest", conversation=c.id, added=len(added.added))
 
     sem = asyncio.Semaphore(max(1, cfg.concurrency))

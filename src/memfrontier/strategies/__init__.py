@@ -5,10 +5,12 @@ from __future__ import annotations
 from .base import MemoryEnv, Query, Strategy
 from .budgetmem import BudgetMem
 from .longctx import LongContext
+from .memorycpt import MemoryCPT
 from .oracle import Oracle
 from .rag import Rag
 
-STRATEGIES = {"longctx": LongContext, "rag": Rag, "oracle": Oracle, "budgetmem": BudgetMem}
+STRATEGIES = {"longctx": LongContext, "rag": Rag, "oracle": Oracle, "budgetmem": BudgetMem,
+              "memorycpt": MemoryCPT}
 
 
 def get_strategy(name: str, **options) -> Strategy:

@@ -1,0 +1,139 @@
+"""Prompts and output schemas of the four construction roles (MemoryCPT QAD, after Nemori).
+
+Each prompt puts its stable instruction block first (a cacheable prefix) and the per-call material
+last. Every role answers with one JSON object whose first field, ``reasoning``, is the teacher's
+short rationale (kept as the ``<think>`` part of the SFT target); a reasoning model's own
+``<think>`` block is used instead when it has one. Schemas bound every array (``maxItems``) so a
+small model under a grammar cannot loop until ``max_tokens``; strings are bounded by the call's
+``max_tokens`` only (a ``maxLength`` makes llama.cpp's grammar explode).
+"""
+
+from __future__ import annotations
+
+PROMPT_VERSION = "memorycpt-qad-v1"
+MAX_SEGMENT_TURNS = 80  # BatchSegmenter window (Nemori splits longer batches into 80s)
+
+_REASONING = {"type": "string"}
+
+SEGMENTER_SYSTEM = (
+    "You split a conversation into episodes: coherent stretches about one topic or goal.\n"
+    "Start a new episode when the topic changes, when the speaker's intent changes, when a long time "
+    "passes between messages, or at an explicit transition. When in doubt, split. Typical episodes "
+    "have 2 to 15 messages. Every message number must appear in exactly one episode.\n"
+    "Reply with JSON: {\"reasoning\": short explanation, \"episodes\": [{\"indices\": [message numbers], "
+    "\"topic\": short topic}]}."
+)
+SEGMENTER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "reasoning": _REASONING,
+        "episodes": {"type": "array", "maxItems": 40, "items": {
+            "type": "object",
+            "properties": {"indices": {"type": "array", "items": {"type": "integer"}, "maxItems": MAX_SEGMENT_TURNS},
+                           "topic": {"type": "string"}},
+            "required": ["indices", "topic"]}},
+    },
+    "required": ["reasoning", "episodes"],
+}
+
+EPISODE_SYSTEM = (
+    "You write episodic memories. Given the messages of one episode, write:\n"
+    "- title: 10 to 20 specific, searchable words naming who did what;\n"
+    "- content: a third-person narrative of the episode: who, when, what happened, decisions, feelings "
+    "and plans, with names and concrete details; convert relative times (yesterday, last week) to "
+    "absolute dates using the message dates;\n"
+    "- timestamp: when the episode happened, ISO format (YYYY-MM-DDTHH:MM), taken from the message "
+    "dates, never from today's date.\n"
+    "Reply with JSON: {\"reasoning\": ..., \"title\": ..., \"content\": ..., \"timestamp\": ...}."
+)
+EPISODE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "reasoning": _REASONING,
+        "title": {"type": "string"},
+        "content": {"type": "string"},
+        "timestamp": {"type": "string"},
+    },
+    "required": ["reasoning", "title", "content", "timestamp"],
+}
+
+MERGER_SYSTEM = (
+    "You maintain episodic memory. A new episode arrived; similar stored episodes are listed by "
+    "number. Merge only when the new episode continues the same event in the same session and close in "
+    "time (more than an hour apart: do not merge). If you merge, write the combined episode: all details "
+    "of both, in time order, no repetition, with the earlier timestamp.\n"
+    "Reply with JSON: {\"reasoning\": ..., \"decision\": \"merge\" or \"new\", \"target\": number of the "
+    "stored episode to merge with (0 for new), \"title\": ..., \"content\": ..., \"timestamp\": ...} "
+    "(title, content and timestamp are empty strings for new)."
+)
+MERGER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "reasoning": _REASONING,
+        "decision": {"type": "string", "enum": ["merge", "new"]},
+        "target": {"type": "integer"},
+        "title": {"type": "string"},
+        "content": {"type": "string"},
+        "timestamp": {"type": "string"},
+    },
+    "required": ["reasoning", "decision", "target", "title", "content", "timestamp"],
+}
+
+PREDICT_SYSTEM = (
+    "You know some facts about the people in a conversation. From an episode's title and these "
+    "facts only, predict what the episode says: its substance, not its style. Reply with the "
+    "predicted content as plain text, a few sentences."
+)
+
+_FACT_RULES = (
+    "Keep only facts that are durable (still true in six months), specific, useful later and "
+    "self-contained (names, no pronouns): identity, preferences, skills, relationships, goals, "
+    "beliefs, habits, possessions, important events. Skip greetings, passing moods and small talk. "
+    "One atomic statement per fact, present tense.\n"
+    "Reply with JSON: {\"reasoning\": ..., \"facts\": [statements]}; an empty list when nothing qualifies."
+)
+EXTRACT_SYSTEM = (
+    "You update a knowledge base from conversations. You get an episode's original messages and a "
+    "prediction of its content made from existing knowledge. Extract only knowledge the prediction "
+    "missed or got wrong.\n" + _FACT_RULES
+)
+EXTRACT_DIRECT_SYSTEM = "You build a knowledge base from conversations. Extract facts from the episode.\n" + _FACT_RULES
+FACTS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "reasoning": _REASONING,
+        "facts": {"type": "array", "maxItems": 10, "items": {"type": "string"}},
+    },
+    "required": ["reasoning", "facts"],
+}
+
+
+def segmenter_user(lines: list[str]) -> str:
+    """``lines``: rendered messages, numbered from 1 in the prompt."""
+    body = "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
+    return f"Messages:\n{body}\n\nJSON:"
+
+
+def episode_user(topic: str, lines: list[str]) -> str:
+    return f"Episode topic: {topic}\nMessages:\n" + "\n".join(lines) + "\n\nJSON:"
+
+
+def merger_user(new_title: str, new_content: str, new_ts: str | None, candidates: list[tuple[str, str, str | None]]) -> str:
+    listed = "\n".join(f"{i}. [{ts or 'unknown time'}] {t}: {c}" for i, (t, c, ts) in enumerate(candidates, 1))
+    return (f"Stored episodes:\n{listed}\n\nNew episode:\n[{new_ts or 'unknown time'}] {new_title}: {new_content}\n\nJSON:")
+
+
+def predict_user(title: str, facts: list[str]) -> str:
+    return "Known facts:\n" + "\n".join(f"- {f}" for f in facts) + f"\n\nEpisode title: {title}\n\nPredicted content:"
+
+
+def extract_user(lines: list[str], prediction: str) -> str:
+    return "Original messages:\n" + "\n".join(lines) + f"\n\nPrediction:\n{prediction}\n\nJSON:"
+
+
+def extract_direct_user(title: str, content: str) -> str:
+    return f"Episode: {title}\n{content}\n\nJSON:"
+
+
+def messages(system: str, user: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

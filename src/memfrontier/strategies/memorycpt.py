@@ -1,0 +1,192 @@
+"""``memorycpt``: episodic + semantic memory built offline (QAD), RRF rough selection and a
+query-aware Fine Summary online (QAR), read by the frozen answerer (MemoryCPT Sec. 3, Eq. 10-17).
+
+Online, for a query q:
+1. RRF (k=60) over dense (MiniLM) and BM25 rankings, separately on the episodic and the semantic
+   index (Eq. 10); the top ``episodic_k`` episodes (20) and top ``semantic_k`` facts (50) are
+   concatenated into M_q^RRF.
+2. Fine Summary: the summarizer (role ``summarizer``; base model, or base + LoRA-B) writes a short
+   query-aware summary m_q from (q, M_q^RRF) (Eq. 12, 17); the answerer reads (q, m_q).
+
+Ablations (MemoryCPT Table 3): ``no_qad`` builds with the untrained base model even when a
+LoRA-A construction model is configured; ``no_qar`` hands the QA model a plain dense top-(k_e+k_s)
+over the whole memory (no RRF, no summary); ``no_fs`` hands it M_q^RRF (no summary).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from ..build.episodic import EPISODE, FACT, EpisodicBuilder
+from ..core.ledger import current_ledger
+from ..core.types import Budget, Context, Preference, Scope
+from ..llm.metered import MeteredLLM
+from ..store.bank import BankHit, MemoryBank
+from .base import MemoryEnv, Query, human_date
+
+Ablation = Literal["none", "no_qad", "no_qar", "no_fs"]
+ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
+SUMMARY_MAX_TOKENS = 96
+
+SUMMARY_SYSTEM = (
+    "You compress memories for a question-answering model. From the memories below, write the few "
+    "facts needed to answer the question, with names and dates, in at most 40 words. Write nothing else."
+)
+
+
+def summary_messages(question: str, candidates: str) -> list[dict]:
+    """The summarizer's prompt (stable instruction first); also the GRPO policy's prompt (Eq. 11)."""
+    return [{"role": "system", "content": SUMMARY_SYSTEM},
+            {"role": "user", "content": f"Memories:\n{candidates}\n\nQuestion: {question}\n\nSummary:"}]
+
+
+def render_candidates(episodes: list[BankHit], facts: list[BankHit]) -> str:
+    """M_q^RRF as text: episodes then facts, each line prefixed with its date in words."""
+    lines = []
+    for h in episodes:
+        day = human_date(h.item.timestamp)
+        lines.append(f"({day}) {h.item.render()}" if day else h.item.render())
+    for h in facts:
+        day = human_date(h.item.timestamp)
+        lines.append(f"- {h.item.text} ({day})" if day else f"- {h.item.text}")
+    return "\n".join(lines)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "model"
+
+
+class MemoryCPT:
+    """The MemoryCPT strategy.
+
+    Args:
+        episodic_k / semantic_k: RRF depth per index (20 / 50, MemoryCPT Sec. 4).
+        ablation: "none", "no_qad", "no_qar" or "no_fs" (see the module docstring).
+        construction_llm: the QAD model: a :func:`~memfrontier.llm.make_llm` spec (e.g.
+            ``"hf:runs/qad/merged"``, the merged LoRA-A checkpoint) or a MeteredLLM; None = the
+            environment's memory model.
+        summarizer_llm: the Fine Summary model (spec or MeteredLLM; e.g. ``"hf"`` or
+            ``"hf:runs/qad/merged"``); None = the environment's memory model.
+        summarizer_adapter: a LoRA-B adapter directory (from ``memfrontier train qar``) applied to
+            ``summarizer_llm`` (default spec ``"hf"``, the packaged base through transformers).
+        concurrency: bound on concurrent construction calls.
+
+    Spec-built models are priced with the environment's price book (unknown ids are recorded as
+    unpriced, never as $0).
+
+    Memories live in the store directory's bank ``memorycpt-<construction model id>``, so
+    memories built by different construction models never mix.
+    """
+
+    name = "memorycpt"
+
+    def __init__(self, episodic_k: int = 20, semantic_k: int = 50, ablation: Ablation = "none",
+                 construction_llm: str | MeteredLLM | None = None, summarizer_llm: str | MeteredLLM | None = None,
+                 summarizer_adapter: str | None = None, concurrency: int = 4):
+        if episodic_k < 0 or semantic_k < 0 or episodic_k + semantic_k == 0:
+            raise ValueError(f"retrieval depth must be >= 0 and not both 0, got {episodic_k}/{semantic_k}")
+        if ablation not in ABLATIONS:
+            raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
+        self.episodic_k = episodic_k
+        self.semantic_k = semantic_k
+        self.ablation = ablation
+        self.construction_llm = construction_llm
+        self.summarizer_llm = summarizer_llm if summarizer_llm is not None or summarizer_adapter is None else "hf"
+        self.summarizer_adapter = summarizer_adapter
+        self.concurrency = concurrency
+        self._banks: dict[tuple[str, str], MemoryBank] = {}
+        self._models: dict[tuple[str, str | None], MeteredLLM] = {}
+        self.last_build = None
+
+    @property
+    def prompt_version(self) -> str:
+        return f"{EpisodicBuilder.prompt_version}+qar-v1+{self.ablation}"
+
+    def _model(self, spec: str | MeteredLLM | None, env: MemoryEnv, adapter: str | None = None) -> MeteredLLM:
+        if spec is None:
+            return env.llm
+        if isinstance(spec, MeteredLLM):
+            return spec
+        key = (spec, adapter)
+        if key not in self._models:
+            from ..llm import make_llm
+
+            client = make_llm(spec, **({"adapter": adapter} if adapter else {}))
+            self._models[key] = MeteredLLM(client, env.llm.prices, allow_unpriced=True, price_as=env.llm.price_as)
+        return self._models[key]
+
+    def _construction_spec(self) -> str | MeteredLLM | None:
+        return None if self.ablation == "no_qad" else self.construction_llm
+
+    def bank(self, env: MemoryEnv) -> MemoryBank:
+        """The bank that holds this configuration's memories in ``env.store``'s directory, named
+        after the construction model (its spec when given as one, else its model id)."""
+        spec = self._construction_spec()
+        model = spec if isinstance(spec, str) else self._model(spec, env).model_id
+        key = (str(getattr(env.store, "path", id(env.store))), model)
+        if key not in self._banks:
+            self._banks[key] = MemoryBank.for_store(env.store, f"memorycpt-{_slug(model)}")
+        return self._banks[key]
+
+    async def build(self, env: MemoryEnv, scope: Scope, on_session=None) -> None:
+        """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable)."""
+        builder = EpisodicBuilder(self._model(self._construction_spec(), env), self.bank(env),
+                                  concurrency=self.concurrency)
+        self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
+
+    def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
+        """What building ``scope``'s memories cost over every run that built part of it (calls,
+        tokens, USD, proxy seconds; summed over sessions, which are built one after another)."""
+        total: dict[str, float] = {}
+        for usage in self.bank(env).done_usage(scope):
+            for key, v in usage.items():
+                if isinstance(v, (int, float)):
+                    total[key] = total.get(key, 0) + v
+        return total
+
+    def candidates(self, query: str, scope: Scope, env: MemoryEnv) -> tuple[list[BankHit], list[BankHit]]:
+        """M_q^RRF (Eq. 10, 17): top episodic and semantic items, or plain dense top-k for ``no_qar``."""
+        bank = self.bank(env)
+        if self.ablation == "no_qar":
+            k = self.episodic_k + self.semantic_k
+            pooled = bank.search(query, scope, EPISODE, k, retrievers=("dense",)) + \
+                bank.search(query, scope, FACT, k, retrievers=("dense",))
+            pooled.sort(key=lambda h: -h.score)
+            pooled = pooled[:k]
+            return [h for h in pooled if h.item.kind == EPISODE], [h for h in pooled if h.item.kind == FACT]
+        return (bank.search(query, scope, EPISODE, self.episodic_k) if self.episodic_k else [],
+                bank.search(query, scope, FACT, self.semantic_k) if self.semantic_k else [])
+
+    def _fit(self, llm: MeteredLLM, question: str, text: str) -> str:
+        """Candidate lines kept from the top while the summarizer prompt fits its window."""
+        room = llm.context_tokens - SUMMARY_MAX_TOKENS - llm.count_tokens(str(summary_messages(question, ""))) - 16
+        kept, used = [], 0
+        for line in text.splitlines():
+            n = llm.count_tokens(line) + 1
+            if used + n > room:
+                ledger = current_ledger()
+                if ledger is not None:
+                    ledger.count("memorycpt.candidates_truncated")
+                break
+            kept.append(line)
+            used += n
+        return "\n".join(kept)
+
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+        episodes, facts = self.candidates(query.text, query.scope, env)
+        evidence = list(dict.fromkeys(i for h in episodes + facts for i in h.item.source_ids))
+        text = render_candidates(episodes, facts)
+        meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.ablation}
+        if self.ablation in ("no_qar", "no_fs") or not text:
+            return Context(text=text, evidence_ids=evidence, meta=meta)
+        llm = self._model(self.summarizer_llm, env, self.summarizer_adapter)
+        msgs = summary_messages(query.text, self._fit(llm, query.text, text))
+        out = await llm.complete(msgs, role="summarizer", max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0)
+        summary = out.text.strip()
+        meta["summary_tokens"] = out.output_tokens
+        if not summary:
+            ledger = current_ledger()
+            if ledger is not None:
+                ledger.count("empty_output.summarizer")
+        return Context(text=summary, evidence_ids=evidence, meta=meta)

@@ -1,0 +1,349 @@
+"""MemoryCPT: reward (Eq. 14-16, 19), operation validation, relative dates, the memory bank's
+RRF (Eq. 10), the construction pipeline's control flow (scripted model), SFT export, and an
+end-to-end build + answer with the embedded model on a real LoCoMo slice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+
+from memfrontier.api import Memory
+from memfrontier.build.dates import resolve_relative_dates
+from memfrontier.build.episodic import EpisodicBuilder
+from memfrontier.build.episodic_ops import (
+    OperationError,
+    validate_episode,
+    validate_facts,
+    validate_merge,
+    validate_segments,
+)
+from memfrontier.core.ledger import Ledger, use_ledger
+from memfrontier.core.pricebook import PriceBook
+from memfrontier.core.types import Record, Scope
+from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.eval.datasets import load_dataset
+from memfrontier.llm.base import Completion
+from memfrontier.llm.metered import MeteredLLM
+from memfrontier.store.bank import BankItem, MemoryBank
+from memfrontier.store.sqlite import SQLiteStore
+from memfrontier.strategies import MemoryEnv, Query
+from memfrontier.strategies.memorycpt import MemoryCPT
+from memfrontier.train.cost_reward import SummaryCostModel
+from memfrontier.train.sft_export import export_sft
+
+SCOPE = Scope(user_id="u1")
+
+
+# --- reward (MemoryCPT Eq. 14-16, 19) ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cost_model():
+    return SummaryCostModel.from_pricebook(PriceBook.load())
+
+
+def test_reference_cost_is_the_papers_1_392e_5_usd(cost_model):
+    # (60 * (0.10 + 0.10) + 8 * 0.24) / 1e6, MemoryCPT Eq. 19
+    assert cost_model.reference_usd() == pytest.approx(1.392e-5, rel=1e-12)
+
+
+@pytest.mark.parametrize("f1, n_sum, n_ans, expected", [
+    (0.5, 30, 4, 0.8 * 0.5 + 0.2 * (1 - 6.96 / 13.92)),   # C = 30*0.2 + 4*0.24 = 6.96e-6 -> C~ = 0.5
+    (1.0, 120, 8, 0.8),                                   # C = 25.92e-6 > C_ref -> clipped to 1
+    (0.0, 0, 0, 0.2),                                     # free and wrong
+    (0.25, 10, 2, 0.8 * 0.25 + 0.2 * (1 - 2.48 / 13.92)),  # C = 2 + 0.48
+])
+def test_reward_matches_hand_computed_values(cost_model, f1, n_sum, n_ans, expected):
+    assert cost_model.reward(f1, n_sum, n_ans, alpha=0.8) == pytest.approx(expected, rel=1e-12)
+
+
+def test_reward_rejects_bad_alpha_and_f1(cost_model):
+    with pytest.raises(ValueError):
+        cost_model.reward(0.5, 10, 2, alpha=1.5)
+    with pytest.raises(ValueError):
+        cost_model.reward(1.2, 10, 2)
+    with pytest.raises(ValueError):
+        cost_model.cost_usd(-1, 2)
+    assert cost_model.reward(0.5, 10, 2, alpha=1.0) == 0.5  # alpha = 1: quality only
+
+
+# --- operation validation -----------------------------------------------------------------------
+def test_segments_reject_unknown_and_reused_indices_and_cover_every_message():
+    obj = {"episodes": [{"indices": [1, 2], "topic": "cars"}, {"indices": [2, 3], "topic": "dup"},
+                        {"indices": [9], "topic": "unknown"}, {"indices": [5], "topic": "trip"}, {"topic": "none"}]}
+    segs, rejected = validate_segments(obj, 6)
+    assert [(s.indices, s.topic, s.from_model) for s in segs] == [
+        ([1, 2], "cars", True), ([3, 4], "", False), ([5], "trip", True), ([6], "", False)]
+    assert len(rejected) == 3
+    with pytest.raises(OperationError):
+        validate_segments({"segments": []}, 3)
+    with pytest.raises(OperationError):
+        validate_segments([1, 2], 3)
+
+
+def test_episode_and_merge_validation():
+    draft, fixed = validate_episode({"title": "T", "content": "C", "timestamp": "not a date"}, "2023-05-08T13:56")
+    assert (draft.timestamp, fixed) == ("2023-05-08T13:56", True)
+    draft, fixed = validate_episode({"title": "T", "content": "C", "timestamp": "2023-05-07T10:00"}, None)
+    assert (draft.timestamp, fixed) == ("2023-05-07T10:00", False)
+    with pytest.raises(OperationError):
+        validate_episode({"title": "", "content": "C"}, None)
+    assert validate_merge({"decision": "new", "target": 0}, 2, None).merge is False
+    with pytest.raises(OperationError):
+        validate_merge({"decision": "merge", "target": 3, "title": "t", "content": "c"}, 2, None)
+    with pytest.raises(OperationError):
+        validate_merge({"decision": "maybe"}, 2, None)
+    ok = validate_merge({"decision": "merge", "target": 2, "title": "t", "content": "c", "timestamp": ""}, 2, "2023-01-01T00:00")
+    assert (ok.merge, ok.target, ok.draft.timestamp) == (True, 2, "2023-01-01T00:00")
+
+
+def test_fact_validation_rejects_duplicates_empty_and_long():
+    ops = validate_facts({"facts": ["Evan drives a Prius.", "evan drives a prius", "", 3, "x" * 301, "Evan lives in Canada"]},
+                         existing={"evan lives in canada"})
+    assert ops.facts == ["Evan drives a Prius."]
+    assert len(ops.rejected) == 5
+    with pytest.raises(OperationError):
+        validate_facts({"facts": "Evan"})
+
+
+# --- relative dates -----------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("She went to a support group yesterday.", "She went to a support group yesterday (7 May 2023)."),
+    ("We met last Friday and again two weeks ago.", "We met last Friday (5 May 2023) and again two weeks ago (24 April 2023)."),
+    ("He moved last year; the trip is next month.", "He moved last year (2022); the trip is next month (June 2023)."),
+    ("Nothing relative here.", "Nothing relative here."),
+])
+def test_relative_dates_resolve_against_the_session_date(text, expected):
+    out = resolve_relative_dates(text, "2023-05-08T13:56:00")
+    assert out == expected
+    assert resolve_relative_dates(out, "2023-05-08T13:56:00") == out  # idempotent
+
+
+def test_relative_dates_need_a_session_date():
+    assert resolve_relative_dates("see you tomorrow", None) == "see you tomorrow"
+
+
+# --- memory bank: RRF over episodic and semantic indices ----------------------------------------
+@pytest.fixture(scope="module")
+def minilm():
+    return MiniLMEmbedder()
+
+
+def _item(i, kind, text, ts="2023-05-08T13:56", sources=None):
+    return BankItem(id=f"{kind}-{i}", kind=kind, scope=SCOPE, title="" if kind == "fact" else f"title {i}", text=text,
+                    timestamp=ts, source_ids=sources or [f"r{i}"])
+
+
+@pytest.fixture()
+def bank(tmp_path, minilm):
+    b = MemoryBank(tmp_path / "bank.db", minilm)
+    b.apply([_item(1, "episode", "Evan bought a new Prius after his old car broke down."),
+             _item(2, "episode", "Sam went hiking in the Rockies with friends."),
+             _item(3, "episode", "Evan and Sam talked about painting classes."),
+             _item(1, "fact", "Evan drives a Prius."), _item(2, "fact", "Sam likes hiking."),
+             _item(3, "fact", "Evan takes painting classes."), _item(4, "fact", "Sam has a dog named Max."),
+             BankItem(id="other", kind="fact", scope=Scope(user_id="u2"), text="Evan drives a Tesla.")])
+    yield b
+    b.close()
+
+
+def test_bank_search_fuses_dense_and_bm25_per_kind(bank):
+    hits = bank.search("What car does Evan drive? Prius", SCOPE, "fact", 2)
+    assert [h.item.id for h in hits] == ["fact-1", "fact-3"]
+    top = hits[0]
+    assert top.ranks == {"dense": 1, "bm25": 1}
+    assert top.score == pytest.approx(2 / 61)  # RRF k=60: 1/(60+1) from each retriever
+    assert all(h.item.scope == SCOPE for h in bank.search("Evan drives", SCOPE, "fact", 10))  # u2's fact excluded
+
+
+def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(tmp_path, minilm, bank):
+    store = SQLiteStore(tmp_path / "store", minilm)
+    env = MemoryEnv(store=store, llm=None, answer_llm=None)
+    strat = MemoryCPT(episodic_k=2, semantic_k=3, ablation="no_fs", construction_llm=MeteredLLM(
+        ScriptedClient(lambda m: ""), PriceBook.load(), allow_unpriced=True))
+    strat._banks[(str(store.path), "scripted-fake")] = bank
+    episodes, facts = strat.candidates("Evan's car", SCOPE, env)
+    assert (len(episodes), len(facts)) == (2, 3)
+    ctx = asyncio.run(strat.context(Query(text="Evan's car", scope=SCOPE), env, None, None))
+    lines = ctx.text.splitlines()
+    assert len(lines) == 5 and lines[0].startswith("(8 May 2023) title 1:") and lines[2].startswith("- ")
+    assert ctx.evidence_ids[0] == "r1"
+    strat.ablation = "no_qar"  # plain dense top-(2+3) over both kinds together
+    e2, f2 = strat.candidates("Evan's car", SCOPE, env)
+    assert len(e2) + len(f2) == 5
+    store.close()
+
+
+# --- the construction pipeline's control flow (scripted model) -----------------------------------
+class ScriptedClient:
+    """Replies by role (found from the system prompt) via ``script(messages) -> text``."""
+
+    model_id = "scripted-fake"
+    context_tokens = 8192
+
+    def __init__(self, script):
+        self.script = script
+        self.calls: list[str] = []
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    async def complete(self, messages, **kw) -> Completion:
+        role = role_of(messages)
+        self.calls.append(role)
+        return Completion(text=self.script(messages), model_id=self.model_id, input_tokens=100, output_tokens=20)
+
+
+def role_of(messages) -> str:
+    system = messages[0]["content"]
+    for prefix, role in (("You split", "segmenter"), ("You write episodic", "episode"), ("You maintain", "merger"),
+                         ("You know some facts", "predict"), ("You update", "extract"), ("You build", "extract")):
+        if system.startswith(prefix):
+            return role
+    raise AssertionError(system[:40])
+
+
+def records_two_sessions():
+    out = []
+    for s, day in ((1, "2023-05-08T13:56:00"), (2, "2023-05-20T10:00:00")):
+        for i, text in enumerate(["I bought a Prius yesterday.", "Nice! What color?", "Blue, like my old one.", "Cool."], 1):
+            out.append(Record(id=f"c:D{s}:{i}", scope=SCOPE, session_id=f"s{s}", speaker="Evan" if i % 2 else "Sam",
+                              timestamp=day, text=text if s == 1 else text.replace("Prius", "bike")))
+    return out
+
+
+def good_script(messages):
+    role = role_of(messages)
+    if role == "segmenter":
+        return json.dumps({"reasoning": "one topic", "episodes": [{"indices": [1, 2, 3, 4], "topic": "car"}]})
+    if role == "episode":
+        return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle", "content": "Evan bought it yesterday.",
+                           "timestamp": "2023-05-08T13:56"})
+    if role == "merger":
+        return json.dumps({"reasoning": "different", "decision": "new", "target": 0, "title": "", "content": "", "timestamp": ""})
+    if role == "predict":
+        return "Evan bought something."
+    return json.dumps({"reasoning": "durable", "facts": ["Evan owns a blue vehicle."]})
+
+
+@pytest.fixture()
+def store(tmp_path, minilm):
+    s = SQLiteStore(tmp_path / "store", minilm)
+    s.add(records_two_sessions())
+    yield s
+    s.close()
+
+
+def _build(client, store, ledger=None):
+    bank = MemoryBank.for_store(store, "memorycpt-test")
+    builder = EpisodicBuilder(MeteredLLM(client, PriceBook.load(), allow_unpriced=True), bank)
+    ledger = ledger or Ledger()
+    with use_ledger(ledger, "construction"):
+        report = asyncio.run(builder.build(SCOPE, store.records(SCOPE)))
+    return bank, report, ledger
+
+
+def test_build_applies_valid_ops_keeps_provenance_and_is_idempotent(store):
+    client = ScriptedClient(good_script)
+    bank, report, ledger = _build(client, store)
+    eps = bank.items(SCOPE, "episode")
+    assert [e.source_ids for e in eps] == [[f"c:D1:{i}" for i in range(1, 5)], [f"c:D2:{i}" for i in range(1, 5)]]
+    assert eps[0].text == "Evan bought it yesterday (7 May 2023)."  # resolved against session 1's date
+    assert eps[1].text == "Evan bought it yesterday (19 May 2023)."  # ... and session 2's, not the wall clock
+    facts = bank.items(SCOPE, "fact")
+    assert [f.text for f in facts] == ["Evan owns a blue vehicle."]  # the repeat in session 2 is a duplicate
+    assert facts[0].source_ids == [f"c:D1:{i}" for i in range(1, 5)]
+    assert report.sessions_built == 2 and ledger.events["memorycpt.op_rejected.semantic_extractor"] == 1
+    assert all(c.stage == "construction" for c in ledger.calls)
+    n_calls = len(client.calls)
+    bank2, report2, ledger2 = _build(client, store)
+    assert (report2.sessions_built, report2.sessions_skipped, len(client.calls)) == (0, 2, n_calls)
+    assert len(bank2.items(SCOPE, "episode")) == 2 and not ledger2.calls
+    assert bank2.done_usage(SCOPE)[0]["calls"] > 0  # the build's cost is kept with the view
+
+
+def test_bad_json_is_rejected_counted_and_retried_once(store):
+    replies = {"segmenter": ["{not json", "[1, 2]"], "episode": ['{"title": "", "content": ""}']}
+
+    def script(messages):
+        role = role_of(messages)
+        queue = replies.get(role)
+        if queue:
+            return queue.pop(0)
+        return good_script(messages)
+
+    bank, report, ledger = _build(ScriptedClient(script), store)
+    ev = ledger.events
+    assert ev["memorycpt.op_rejected.segmenter"] == 2 and ev["memorycpt.fallback.segmenter"] == 1
+    assert ev["memorycpt.op_rejected.episode_generator"] == 1 and "memorycpt.fallback.episode_generator" not in ev
+    eps = bank.items(SCOPE, "episode")
+    assert len(eps) == 2 and all(len(e.source_ids) == 4 for e in eps)  # fallback: the window is one segment
+    rejected = [t for t in bank.traces() if not t.accepted]
+    assert {t.role for t in rejected} == {"segmenter", "episode_generator"}
+
+
+def test_merge_replaces_its_target_and_unknown_targets_are_rejected(store):
+    decisions = [json.dumps({"reasoning": "x", "decision": "merge", "target": 7, "title": "t", "content": "c", "timestamp": ""}),
+                 json.dumps({"reasoning": "x", "decision": "merge", "target": 1, "title": "Evan's vehicles",
+                             "content": "Evan bought a Prius, then a bike.", "timestamp": "2023-05-20T10:00"})]
+
+    def script(messages):
+        if role_of(messages) == "merger":
+            return decisions.pop(0) if decisions else good_script(messages)
+        return good_script(messages)
+
+    bank, report, ledger = _build(ScriptedClient(script), store)
+    eps = bank.items(SCOPE, "episode")
+    assert ledger.events["memorycpt.op_rejected.episode_merger"] == 1
+    assert len(eps) == 1 and report.episodes_merged == 1
+    assert eps[0].source_ids == [f"c:D1:{i}" for i in range(1, 5)] + [f"c:D2:{i}" for i in range(1, 5)]
+    assert eps[0].timestamp == "2023-05-08T13:56"  # the earlier of the two
+
+
+def test_interrupted_build_resumes_at_the_unfinished_session(store):
+    def crash_in_session_2(messages):
+        if "2023-05-20" in messages[-1]["content"]:
+            raise KeyboardInterrupt
+        return good_script(messages)
+
+    with pytest.raises(KeyboardInterrupt):
+        _build(ScriptedClient(crash_in_session_2), store)
+    client = ScriptedClient(good_script)
+    bank, report, _ = _build(client, store)
+    assert (report.sessions_skipped, report.sessions_built) == (1, 1)
+    assert len(bank.items(SCOPE, "episode")) == 2
+
+
+def test_sft_export_writes_sharegpt_per_role(store, tmp_path, minilm):
+    bank, _, _ = _build(ScriptedClient(good_script), store)
+    counts = export_sft([bank.path], tmp_path / "sft", minilm)
+    assert counts["segmenter"] == 2 and counts["episode_generator"] == 2
+    line = json.loads((tmp_path / "sft" / "episode_generator.jsonl").read_text().splitlines()[0])
+    assert [t["from"] for t in line["conversations"]] == ["system", "human", "gpt"]
+    target = line["conversations"][-1]["value"]
+    assert target.startswith("<think>r</think>\n") and json.loads(target.split("\n", 1)[1])["title"] == "Evan bought a vehicle"
+
+
+# --- end to end with the embedded model -----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.data
+def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
+    (conv,) = [c for c in load_dataset("locomo", "test") if c.id == "conv-49"]
+    records = [r for r in conv.records if r.session_id == "conv-49:session_1"][:10]
+    with Memory.open(tmp_path / "mem") as m:
+        m.aio.store.add(records)
+        strat = MemoryCPT(episodic_k=4, semantic_k=6)
+        ledger = asyncio.run(m.aio.build(strat, records[0].scope))
+        bank = strat.bank(m.aio.env)
+        eps = bank.items(records[0].scope, "episode")
+        assert eps and ledger.usage().construction.calls >= 2
+        ids = {r.id for r in records}
+        assert all(e.source_ids and set(e.source_ids) <= ids for e in eps)
+        assert sum(len(e.source_ids) for e in eps) == len(records)  # every turn is in exactly one episode
+        ans = m.ask("What kind of car does Evan drive?", user_id=records[0].scope.user_id, strategy=strat)
+        assert ans.usage.by_role["summarizer"].calls == 1 and ans.usage.by_role["answerer"].calls == 1
+        assert ans.evidence_ids and set(ans.evidence_ids) <= ids
+        assert ans.usage.query.usd > 0 and not math.isnan(ans.usage.query.usd)
+        again = asyncio.run(m.aio.build(strat, records[0].scope))
+        assert again.calls == []  # idempotent
