@@ -305,6 +305,42 @@ def _train_table(log_path: Path):
     return t
 
 
+def _run_sweep_with_progress(base, runs) -> list[dict]:
+    """Run a sweep's points (:func:`memfrontier.eval.sweep.run_sweep`) under one progress bar."""
+    from .eval.sweep import run_sweep
+
+    with _question_bar() as bar:
+        task = bar.add_task("loading", total=None)
+
+        def on_progress(event, **info):
+            if event == "run":
+                bar.update(task, description=f"{info['run']}: starting", total=None, completed=0)
+            elif event == "build":
+                bar.update(task, description=f"{info['run']}: building memories of {info['conversation']}")
+            elif event == "start":
+                bar.update(task, total=info["total"], completed=info["done"], description=f"{info['run']}: ingesting")
+            elif event == "question":
+                bar.update(task, advance=1, description=f"{info['run']}: answering")
+
+        try:
+            return asyncio.run(run_sweep(base, runs, on_progress=on_progress))
+        except _known_errors() as e:
+            bar.stop()
+            _fail(str(e))
+
+
+def _print_sweep(title: str, rows: list[dict], cols: tuple[str, ...], written: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("run", "kind", "label") else "right")
+    for row in rows:
+        t.add_row(*("-" if row[c] is None else (f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c])) for c in cols))
+    console.print(t)
+    console.print("wrote " + ", ".join(str(p) for p in written.values()))
+
+
 @sweep_app.command("budgetmem")
 def sweep_budgetmem(
     lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_<L>/router_best.pt (skipped, and reported, when missing)."),
@@ -332,7 +368,7 @@ def sweep_budgetmem(
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable."""
     from .eval.runner import EvalConfig
-    from .eval.sweep import plan_budgetmem_sweep, run_budgetmem_sweep, table_row, write_sweep_report
+    from .eval.sweep import plan_budgetmem_sweep, table_row, write_sweep_report
 
     lams = _float_list("--lambdas", lambdas)
     kvals = [int(v) for v in _float_list("--ks", ks)] if ks.strip() else []
@@ -352,33 +388,82 @@ def sweep_budgetmem(
     base = EvalConfig(dataset=dataset, split=split, strategy="budgetmem", limit=limit, llm=llm, base_url=base_url,
                       judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
                       concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
-    with _question_bar() as bar:
-        task = bar.add_task("loading", total=None)
-
-        def on_progress(event, **info):
-            if event == "run":
-                bar.update(task, description=f"{info['run']}: starting", total=None, completed=0)
-            elif event == "start":
-                bar.update(task, total=info["total"], completed=info["done"], description=f"{info['run']}: ingesting")
-            elif event == "question":
-                bar.update(task, advance=1, description=f"{info['run']}: answering")
-
-        try:
-            results = asyncio.run(run_budgetmem_sweep(base, runs, on_progress=on_progress))
-        except _known_errors() as e:
-            bar.stop()
-            _fail(str(e))
+    results = _run_sweep_with_progress(base, runs)
     written = write_sweep_report(results, out, missing)
-    from rich.table import Table
+    _print_sweep(f"BudgetMem sweep ({len(results)} runs)", [table_row(r) for r in results],
+                 ("run", "n", "f1", "judge", "usd_x1e4", "qpc"), written)
 
-    t = Table(title=f"BudgetMem sweep ({len(results)} runs)")
-    cols = ("run", "n", "f1", "judge", "usd_x1e4", "qpc")
-    for c in cols:
-        t.add_column(c, justify="left" if c == "run" else "right")
-    for row in map(table_row, results):
-        t.add_row(*("-" if row[c] is None else (f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c])) for c in cols))
-    console.print(t)
-    console.print("wrote " + ", ".join(str(p) for p in written.values()))
+
+export_app = typer.Typer(help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("sft")
+def export_sft_cmd(
+    store: Path = typer.Option(..., help="A store directory whose MemoryCPT memories were built (e.g. runs/demo/store)."),
+    out: Path = typer.Option(Path("runs/sft"), help="Output directory: one ShareGPT JSONL per construction role."),
+    bank: Optional[str] = typer.Option(None, help="Only this bank (file name under STORE/banks without .db); default every memorycpt-* bank."),
+    include_rejected: bool = typer.Option(False, help="Also export outputs the validator rejected (not recommended as SFT targets)."),
+):
+    """Teacher traces of MemoryCPT construction -> per-role ShareGPT JSONL for `train qad` (LoRA-A)."""
+    from .embed.minilm import MiniLMEmbedder
+    from .train.sft_export import export_sft
+
+    root = _existing_store(store) / "banks"
+    files = [root / f"{bank}.db"] if bank else sorted(root.glob("memorycpt-*.db"))
+    if not files or not all(f.is_file() for f in files):
+        _fail(f"no MemoryCPT memory bank under {root}; build one with `memfrontier eval --strategy memorycpt --store {store}`")
+    counts = export_sft(files, out, MiniLMEmbedder(), include_rejected=include_rejected)
+    if not counts:
+        _fail(f"the banks in {root} hold no traces{'' if include_rejected else ' of accepted operations'}")
+    for role, n in sorted(counts.items()):
+        console.print(f"{role}: {n} samples -> {out / (role + '.jsonl')}")
+
+
+@sweep_app.command("memorycpt")
+def sweep_memorycpt(
+    what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
+    alphas: str = typer.Option("0.2,0.4,0.6,0.8,1.0", help="alpha values whose LoRA-B adapters to compare."),
+    adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_<A>/adapter from `train qar --alpha A --out runs/qar/alpha_<A>`."),
+    construction_llm: Optional[str] = typer.Option(None, help="The QAD model for every run (e.g. 'hf:runs/qad/merged'); default --llm."),
+    dataset: str = OPT_DATASET,
+    split: str = OPT_SPLIT,
+    limit: Optional[int] = typer.Option(None, min=1, help="Questions per run (category-balanced, seeded). Default: all."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
+    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
+    judge_llm: Optional[str] = OPT_JUDGE_LLM,
+    out: Path = typer.Option(Path("runs/sweep-memorycpt"), help="Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png."),
+    store: Optional[Path] = typer.Option(None, help="Shared store directory (default OUT/store)."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    seed: int = OPT_SEED,
+    concurrency: int = OPT_CONCURRENCY,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
+    price_as: Optional[str] = OPT_PRICE_AS,
+):
+    """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable."""
+    from .eval.runner import EvalConfig
+    from .eval.sweep_memorycpt import ABLATIONS, DEPTHS, table_row, write_memorycpt_report
+    from .eval.sweep_memorycpt import plan_memorycpt_sweep as plan
+
+    chosen = {w.strip() for w in what.split(",") if w.strip()}
+    if not chosen or chosen - {"depth", "ablation", "alpha"}:
+        _fail(f"--what takes depth, ablation and/or alpha; got {what!r}")
+    runs, missing = plan(_float_list("--alphas", alphas) if "alpha" in chosen else [],
+                         DEPTHS if "depth" in chosen else [], ABLATIONS if "ablation" in chosen else [],
+                         adapters=adapters, options={"construction_llm": construction_llm} if construction_llm else {})
+    for p in missing:
+        err.print(f"[yellow]skipped:[/yellow] no LoRA-B adapter {p}")
+    if not runs:
+        _fail("nothing to run")
+    base = EvalConfig(dataset=dataset, split=split, strategy="memorycpt", limit=limit, llm=llm, base_url=base_url,
+                      judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
+                      concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
+    results = _run_sweep_with_progress(base, runs)
+    written = write_memorycpt_report(results, out, missing)
+    _print_sweep(f"MemoryCPT sweep ({len(results)} runs)", [table_row(r) for r in results],
+                 ("kind", "label", "n", "f1", "usd_x1e4", "amortized_314_x1e4", "qpc"), written)
 
 
 @app.command()

@@ -48,24 +48,28 @@ def plot_reward_curve(log: Sequence[Mapping], path: Path, title: str = "router t
     return _save(fig, path)
 
 
-def plot_pareto(points: Sequence[Mapping], path: Path, title: str = "BudgetMem: quality vs cost") -> Path:
-    """Quality against cost, one panel per metric present (``f1``, ``judge``).
+def plot_quality_cost(points: Sequence[Mapping], path: Path, title: str) -> Path:
+    """Quality against cost, one panel per metric present (``f1``, ``judge``), one series per
+    ``series`` value: points with an ``order`` are joined in that order (a trade-off curve), points
+    without one are drawn as squares (baselines, ablations). Each point is annotated with ``label``.
 
-    ``points``: dicts with ``label``, ``kind`` (``lambda`` points are joined in lambda order,
-    ``fixed`` baselines drawn as squares), ``usd_x1e4``, ``f1`` and optionally ``judge``.
+    ``points``: dicts with ``label``, ``series``, ``order`` (number or None), ``usd_x1e4``, ``f1``
+    and optionally ``judge``.
     """
     metrics = [m for m in ("f1", "judge") if any(p.get(m) is not None for p in points)] or ["f1"]
     fig, axes = _figure(len(metrics))
+    names = list(dict.fromkeys(p["series"] for p in points))
     for ax, metric in zip(axes, metrics):
-        lam = sorted((p for p in points if p["kind"] == "lambda" and p.get(metric) is not None), key=lambda p: p["lam"])
-        if lam:
-            ax.plot([p["usd_x1e4"] for p in lam], [p[metric] for p in lam], marker="o", label="router (lambda)")
-        fixed = [p for p in points if p["kind"] == "fixed" and p.get(metric) is not None]
-        if fixed:
-            ax.scatter([p["usd_x1e4"] for p in fixed], [p[metric] for p in fixed], marker="s", color="tab:red",
-                       zorder=3, label="fixed tiers")
-        for p in lam + fixed:
-            ax.annotate(p["label"], (p["usd_x1e4"], p[metric]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        for name in names:
+            pts = [p for p in points if p["series"] == name and p.get(metric) is not None]
+            curve = sorted((p for p in pts if p.get("order") is not None), key=lambda p: p["order"])
+            if curve:
+                ax.plot([p["usd_x1e4"] for p in curve], [p[metric] for p in curve], marker="o", label=name)
+            loose = [p for p in pts if p.get("order") is None]
+            if loose:
+                ax.scatter([p["usd_x1e4"] for p in loose], [p[metric] for p in loose], marker="s", zorder=3, label=name)
+            for p in pts:
+                ax.annotate(p["label"], (p["usd_x1e4"], p[metric]), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.margins(0.12)  # room for the labels
         ax.set_xlabel(COST_LABEL)
         ax.set_ylabel("LLM-judge accuracy" if metric == "judge" else "F1")
@@ -73,6 +77,14 @@ def plot_pareto(points: Sequence[Mapping], path: Path, title: str = "BudgetMem: 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def plot_pareto(points: Sequence[Mapping], path: Path, title: str = "BudgetMem: quality vs cost") -> Path:
+    """BudgetMem's frontier: ``lambda`` points joined in lambda order, ``fixed`` tiers as squares
+    (see :func:`plot_quality_cost`; points carry ``kind``, ``lam``, ``label``, ``usd_x1e4``, ``f1``)."""
+    series = {"lambda": "router (lambda)", "fixed": "fixed tiers"}
+    return plot_quality_cost([{**p, "series": series.get(p["kind"], p["kind"]),
+                               "order": p["lam"] if p["kind"] == "lambda" else None} for p in points], path, title)
 
 
 def plot_tier_ratios(ratios: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path,

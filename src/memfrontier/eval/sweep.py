@@ -36,6 +36,7 @@ class SweepRun:
     options: dict = field(hash=False)
     lam: float | None = None
     k: int | None = None
+    order: float | None = None  # position on a trade-off curve (e.g. MemoryCPT's alpha or depth)
 
 
 def plan_budgetmem_sweep(lambdas: Sequence[float] = LAMBDAS, ks: Sequence[int] = KS, *, router_dir: Path,
@@ -60,11 +61,10 @@ def plan_budgetmem_sweep(lambdas: Sequence[float] = LAMBDAS, ks: Sequence[int] =
     return runs, missing
 
 
-async def run_budgetmem_sweep(base: EvalConfig, runs: Sequence[SweepRun], *,
-                              on_progress: Callable | None = None) -> list[dict]:
-    """Run every point with ``base`` (its ``out`` is the sweep folder; the store defaults to
-    ``out/store``, shared). Returns one result per run: name, kind, label, lam, k, options, out,
-    summary. ``on_progress(event, run=name, **info)`` relays :func:`run_eval`'s events."""
+async def run_sweep(base: EvalConfig, runs: Sequence[SweepRun], *, on_progress: Callable | None = None) -> list[dict]:
+    """Run every point with ``base``'s strategy (its ``out`` is the sweep folder; the store
+    defaults to ``out/store``, shared). Returns one result per run: name, kind, label, lam, k,
+    options, out, summary. ``on_progress(event, run=name, **info)`` relays :func:`run_eval`'s events."""
     progress = on_progress or (lambda *a, **k: None)
     out = Path(base.out)
     store = base.store or out / "store"
@@ -73,18 +73,18 @@ async def run_budgetmem_sweep(base: EvalConfig, runs: Sequence[SweepRun], *,
     for run in runs:
         key = json.dumps(run.options, sort_keys=True)
         if key not in done:
-            cfg = base.model_copy(update={"strategy": "budgetmem", "strategy_options": run.options,
+            cfg = base.model_copy(update={"strategy_options": run.options,
                                           "out": out / run.name, "store": store})
             progress("run", run=run.name, label=run.label)
             summary = await run_eval(cfg, on_progress=lambda ev, **info: progress(ev, run=run.name, **info))
             done[key] = (cfg.out, summary)
         folder, summary = done[key]
         results.append({"name": run.name, "kind": run.kind, "label": run.label, "lam": run.lam, "k": run.k,
-                        "options": run.options, "out": str(folder), "summary": summary})
+                        "order": run.order, "options": run.options, "out": str(folder), "summary": summary})
     return results
 
 
-def _overall(summary: dict) -> dict:
+def overall(summary: dict) -> dict:
     metrics = summary.get("metrics", {})
     key = next((k for k in metrics if k.startswith("all")), None)
     return metrics.get(key, {}) if key else {}
@@ -92,7 +92,7 @@ def _overall(summary: dict) -> dict:
 
 def table_row(result: dict) -> dict:
     """One flat row of the sweep table (overall metrics and per-module tier ratios)."""
-    g = _overall(result["summary"])
+    g = overall(result["summary"])
     usd = g.get("usd_per_question")
     opts = result.get("options", {})
     ratios = result["summary"].get("choices", {}).get("tiers", {})
