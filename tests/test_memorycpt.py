@@ -347,3 +347,43 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
         assert ans.usage.query.usd > 0 and not math.isnan(ans.usage.query.usd)
         again = asyncio.run(m.aio.build(strat, records[0].scope))
         assert again.calls == []  # idempotent
+
+
+# --- CLI flags and the sweep report ---------------------------------------------------------------
+def test_cli_rejects_memorycpt_flags_elsewhere_and_bad_values(tmp_path):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    run = CliRunner().invoke
+    res = run(app, ["eval", "--strategy", "rag", "--episodic-k", "3", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 2 and "--episodic-k apply to --strategy memorycpt only" in res.output
+    res = run(app, ["eval", "--strategy", "memorycpt", "--ablation", "no-magic", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "unknown --ablation" in res.output
+    res = run(app, ["eval", "--strategy", "memorycpt", "--summarizer-adapter", str(tmp_path), "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "not a LoRA adapter directory" in " ".join(res.output.split())
+    res = run(app, ["export", "sft", "--store", str(tmp_path / "nowhere")])
+    assert res.exit_code == 2
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_sweep_plan_and_report(tmp_path):
+    from memfrontier.eval.sweep_memorycpt import plan_memorycpt_sweep, write_memorycpt_report
+
+    (tmp_path / "qar" / "alpha_0.8" / "adapter").mkdir(parents=True)
+    (tmp_path / "qar" / "alpha_0.8" / "adapter" / "adapter_config.json").write_text("{}")
+    runs, missing = plan_memorycpt_sweep((0.2, 0.8), ((2, 5), (20, 50)), ("none", "no_fs"), adapters=tmp_path / "qar")
+    assert [r.name for r in runs] == ["alpha_0.8", "depth_2_5", "depth_20_50", "ablation_none", "ablation_no_fs"]
+    assert missing == [tmp_path / "qar" / "alpha_0.2" / "adapter"]
+    assert runs[1].options == {"episodic_k": 2, "semantic_k": 5} and runs[4].options == {"ablation": "no_fs"}
+
+    def summary(f1, usd):
+        return {"metrics": {"all": {"n_questions": 4, "f1": f1, "usd_per_question": usd, "qpc": f1 / (usd * 1e4)}},
+                "amortized_usd_per_question": {"314": usd * 2}}
+
+    results = [{"name": r.name, "kind": r.kind, "label": r.label, "order": r.order, "summary": summary(0.1 * (i + 1), 1e-5 * (i + 1))}
+               for i, r in enumerate(runs)]
+    written = write_memorycpt_report(results, tmp_path / "out", missing)
+    assert {"csv", "md", "pareto"} <= set(written) and written["pareto"].stat().st_size > 1000
+    md = written["md"].read_text()
+    assert "| depth | 2/5 | 4 | 0.2000 | - | 0.2000 | 0.4000 | 1.0000 |" in md and "alpha_0.2" in md
