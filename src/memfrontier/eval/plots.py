@@ -29,7 +29,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_reward_curve(log: Sequence[Mapping], path: Path, title: str = "router training") -> Path:
+def plot_reward_curve(log: Sequence[Mapping], path: Path, title: str = "router training", xlabel: str = "PPO update") -> Path:
     """Training batch mean reward (+/- std), r_task and validation reward per update."""
     fig, (ax,) = _figure()
     u = [r["update"] for r in log]
@@ -39,7 +39,7 @@ def plot_reward_curve(log: Sequence[Mapping], path: Path, title: str = "router t
     ax.fill_between(u, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2)
     ax.plot(u, [r.get("r_task") for r in log], marker=".", linestyle="--", label="train r_task")
     ax.plot(u, [r.get("val_reward") for r in log], marker="s", label="validation reward (greedy)")
-    ax.set_xlabel("PPO update")
+    ax.set_xlabel(xlabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("reward")
     ax.set_title(title)

@@ -24,6 +24,10 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
       (everything after the first colon, so ``"openai:qwen/qwen3-8b:free"`` works) at
       ``base_url``; ``kw`` go to its constructor (``api_key``, ``timeout_s``, ``max_retries``,
       ``model_id``, ``context_tokens``, ``schema_format``...).
+    * ``"hf"`` / ``"hf:PATH"``: :class:`~memfrontier.llm.hf.HFLLM` (transformers, local) over the
+      packaged Gemma GGUF / the checkpoint directory or ``.gguf`` file ``PATH``; ``kw`` go to its
+      constructor (``adapter`` = a PEFT adapter dir, ``model_id``, ``context_tokens``, ``device``).
+      ``base_url`` must be None.
 
     Raises ValueError for an unknown or malformed spec.
     """
@@ -41,4 +45,11 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
         from .openai_compat import OpenAICompatLLM
 
         return OpenAICompatLLM(model, base_url=base_url, **kw)
-    raise ValueError(f"unknown LLM spec {spec!r}: expected 'local' or 'openai:MODEL'")
+    if s == "hf" or s.startswith("hf:"):
+        if base_url is not None:
+            raise ValueError("make_llm('hf') takes no base_url")
+        path = s[len("hf:"):].strip() if s.startswith("hf:") else ""
+        from .hf import HFLLM
+
+        return HFLLM(path or None, **kw)
+    raise ValueError(f"unknown LLM spec {spec!r}: expected 'local', 'openai:MODEL', 'hf' or 'hf:PATH'")

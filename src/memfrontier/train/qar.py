@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from statistics import fmean
 from dataclasses import dataclass, field
 
 from ..answerer import Answerer
@@ -95,8 +96,11 @@ class SummaryReward:
     def __call__(self, completions: list[str], rows: list[dict]) -> list[float]:
         if len(completions) != len(rows):
             raise ValueError(f"{len(completions)} completions for {len(rows)} rows")
-        answers = self._loop.run_until_complete(asyncio.gather(
-            *(self.answerer.answer(r["question"], Context(text=c.strip())) for c, r in zip(completions, rows))))
+        async def answer_all():
+            return await asyncio.gather(
+                *(self.answerer.answer(r["question"], Context(text=c.strip())) for c, r in zip(completions, rows)))
+
+        answers = self._loop.run_until_complete(answer_all())
         out = []
         for c, r, y in zip(completions, rows, answers):
             f1 = self._f1(y, r)
@@ -108,3 +112,64 @@ class SummaryReward:
 
     def close(self) -> None:
         self._loop.close()
+
+
+def train_qar(mem, *, convs: list[Conversation], out, dataset: str = "locomo", sessions: int | None = 2,
+              max_questions: int | None = 16, alpha: float = DEFAULT_ALPHA, base: str | None = None,
+              construction_llm: str | None = None, max_steps: int = 4, num_generations: int = 4, beta: float = 0.04,
+              lr: float = 1e-5, max_completion_tokens: int = 64, temperature: float = 1.0, seed: int = 13,
+              on_progress: Callable | None = None) -> dict:
+    """LoRA-B for the Fine Summary (MemoryCPT Sec. 3.3, Eq. 11-16), end to end.
+
+    Builds the training pool (:func:`build_qar_pool`) in ``mem``'s store, then GRPO-trains a new
+    LoRA adapter on ``base`` (None = the packaged base; the merged LoRA-A checkpoint otherwise)
+    with :class:`SummaryReward` (frozen answerer = ``mem``'s answer model). Writes into ``out``:
+    ``adapter/``, ``train_log.jsonl``, ``reward_curve.png`` and ``qar_summary.json`` (settings,
+    pool size, reward/F1/summary-length per step, provenance). Returns the summary dict.
+
+    Raises ValueError when no training question is answerable from the built sessions.
+    """
+    import json
+    from pathlib import Path
+
+    from ..core.jsonio import write_json_atomic
+    from ..core.provenance import provenance
+    from ..eval import plots
+    from .grpo import train_grpo
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    strategy = MemoryCPT(construction_llm=construction_llm)
+    pool = asyncio.run(build_qar_pool(mem, strategy, convs, sessions=sessions, max_questions=max_questions,
+                                      on_progress=on_progress))
+    if not pool:
+        raise ValueError(f"no training question is answerable from the first {sessions} sessions; raise --sessions")
+    cost = SummaryCostModel.from_pricebook(mem.env.llm.prices)
+    reward = SummaryReward(mem.answerer, cost, alpha=alpha, dataset=dataset)
+    try:
+        result = train_grpo(pool, reward, out, base=base, num_generations=num_generations, beta=beta, lr=lr,
+                            max_steps=max_steps, max_completion_tokens=max_completion_tokens,
+                            temperature=temperature, seed=seed, on_progress=on_progress)
+    finally:
+        reward.close()
+    per_step = num_generations
+    steps = [reward.history[i:i + per_step] for i in range(0, len(reward.history), per_step)]
+    step_stats = [{"step": n + 1, "f1_mean": fmean([h["f1"] for h in s]),
+                   "summary_tokens_mean": fmean([h["summary_tokens"] for h in s]),
+                   "reward_mean": fmean([h["reward"] for h in s])} for n, s in enumerate(steps)]
+    log = [json.loads(line) for line in result.train_log.read_text().splitlines() if line.strip()]
+    curve = [{"update": r["step"], "mean_reward": r["reward_mean"], "std_reward": r.get("reward_std")}
+             for r in log if r.get("reward_mean") is not None]
+    if curve:
+        plots.plot_reward_curve(curve, out / "reward_curve.png", title=f"QAR GRPO (alpha={alpha:g})", xlabel="GRPO step")
+    summary = {
+        "alpha": alpha, "c_ref_usd": cost.reference_usd(), "pool_size": len(pool), "sessions": sessions,
+        "result": result.model_dump(mode="json"), "steps": step_stats,
+        "provenance": provenance(seed=seed, policy_base=base or "packaged gemma-3-270m (transformers)",
+                                 answer_model=mem.env.answer_llm.model_id, construction_model=construction_llm or mem.env.llm.model_id,
+                                 prompt_versions={"strategy": strategy.prompt_version},
+                                 price_book_version=mem.env.llm.prices.version),
+    }
+    write_json_atomic(out / "qar_summary.json", summary)
+    return summary
+
