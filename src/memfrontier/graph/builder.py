@@ -1,0 +1,199 @@
+"""Build one scope's graph index from its records (AutoMEM, arXiv 2606.04315, Sec. 5).
+
+records -> windows -> notes (one ``indexer`` call per window, :mod:`.notes`) -> deduplicated
+Speaker / Topic names (:mod:`.dedup`) -> :class:`~memfrontier.graph.backend.GraphData` ->
+backend. Runs in a strategy's ``build`` (ledger stage ``construction``).
+
+Idempotent and resumable: the notes of every window are cached in ``<state dir>/notes.json``
+keyed by (prompt version, model, the window's records), written after each window, so an
+interrupted build pays only for the windows it had not finished; ``<state dir>/meta.json``
+records what the graph was built from, and a build whose inputs match it makes no call and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.jsonio import write_json_atomic
+from ..core.types import Record
+from ..llm.metered import MeteredLLM
+from .backend import GraphBackend, GraphData
+from .dedup import dedup_names, normalize_name
+from .notes import PROMPT_VERSION, Note, make_windows, summarize_window
+from .schema import SCHEMA_VERSION
+
+NOTES_FILE = "notes.json"
+META_FILE = "meta.json"
+
+
+@dataclass
+class GraphBuild:
+    """What a build did: windows, model calls made, windows served from the cache, whether the
+    graph was already up to date (``skipped``), and the node/edge counts written."""
+
+    windows: int = 0
+    calls: int = 0
+    cached_windows: int = 0
+    skipped: bool = False
+    counts: dict | None = None
+
+
+def records_digest(records: list[Record]) -> str:
+    """sha256 over the records' ids and rendered texts, in order."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(f"{r.id}\x1f{r.render()}\x1f{r.timestamp or ''}\x1e".encode())
+    return h.hexdigest()
+
+
+def graph_from_notes(
+    notes: list[Note], ns: str, *, embed: Callable[[list[str]], np.ndarray] | None = None
+) -> GraphData:
+    """Notes (in time order) -> nodes and edges.
+
+    Memory ``m<pos>`` per note; Speaker / Topic per deduplicated name (ids ``s:<normalised>`` /
+    ``t:<normalised>``); SAID_BY per (note, speaker), OF_TOPIC per note with a topic, FOLLOWS from
+    each note to the next. Topic names are stored lower-case; ``embed`` adds embedding similarity
+    to the topic dedup.
+    """
+    spk = dedup_names([s for n in notes for s in n.speakers])
+    top = dedup_names([n.topic for n in notes if n.topic], embed=embed)
+    data = GraphData()
+    speakers: dict[str, str] = {}
+    topics: dict[str, str] = {}
+    for pos, n in enumerate(notes):
+        mid = f"m{pos}"
+        data.memories.append(
+            {
+                "id": mid,
+                "ns": ns,
+                "text": n.text,
+                "time": n.time or "",
+                "session": n.session,
+                "pos": pos,
+                "step": n.step,
+                "action": n.action or "",
+                "record_ids": list(n.record_ids),
+                "source": n.source,
+            }
+        )
+        for s in dict.fromkeys(spk.get(s, s) for s in n.speakers):
+            key = normalize_name(s)
+            if not key:
+                continue
+            if key not in speakers:
+                speakers[key] = f"s:{key}"
+                data.speakers.append({"id": f"s:{key}", "ns": ns, "name": s})
+            data.said_by.append((mid, speakers[key]))
+        if n.topic:
+            name = top.get(n.topic, n.topic).lower()
+            key = normalize_name(name)
+            if key:
+                if key not in topics:
+                    topics[key] = f"t:{key}"
+                    data.topics.append({"id": f"t:{key}", "ns": ns, "name": name})
+                data.of_topic.append((mid, topics[key]))
+        if pos:
+            data.follows.append((f"m{pos - 1}", mid))
+    return data
+
+
+class GraphIndexer:
+    """Builds graph indexes with ``llm`` (role ``indexer``).
+
+    Args:
+        llm: the metered memory-side model.
+        window_turns: records per window (one call each).
+        concurrency: windows in flight at once (the embedded model runs one at a time anyway).
+        embed: optional ``texts -> (n, d)`` L2-normalised vectors for topic dedup.
+    """
+
+    def __init__(
+        self,
+        llm: MeteredLLM,
+        *,
+        window_turns: int = 20,
+        concurrency: int = 4,
+        embed: Callable[[list[str]], np.ndarray] | None = None,
+    ):
+        if window_turns < 1:
+            raise ValueError(f"window_turns must be >= 1, got {window_turns}")
+        self.llm = llm
+        self.window_turns = window_turns
+        self.concurrency = max(1, concurrency)
+        self.embed = embed
+
+    def _meta(self, records: list[Record], ns: str) -> dict:
+        return {
+            "schema": SCHEMA_VERSION,
+            "prompt": PROMPT_VERSION,
+            "model": self.llm.model_id,
+            "window_turns": self.window_turns,
+            "ns": ns,
+            "records_sha256": records_digest(records),
+        }
+
+    async def build(
+        self, records: list[Record], backend: GraphBackend, ns: str, state_dir: str | Path | None = None
+    ) -> GraphBuild:
+        """Build (or confirm up to date) the graph of ``records`` in ``backend``.
+
+        ``state_dir`` holds the notes cache and build meta (None: no cache, always rebuilt).
+        Raises GraphError when the backend cannot be written; model failures (LLMError) propagate.
+        """
+        meta = self._meta(records, ns)
+        state = Path(state_dir) if state_dir is not None else None
+        if state is not None and (state / META_FILE).is_file():
+            try:
+                old = json.loads((state / META_FILE).read_text("utf-8"))
+            except (OSError, ValueError):
+                old = {}
+            if {k: old.get(k) for k in meta} == meta:
+                return GraphBuild(skipped=True, counts=old.get("counts"))
+        cache: dict[str, list[dict]] = {}
+        if state is not None and (state / NOTES_FILE).is_file():
+            try:
+                cache = json.loads((state / NOTES_FILE).read_text("utf-8"))
+            except (OSError, ValueError):
+                cache = {}
+        windows = make_windows(records, self.window_turns)
+        report = GraphBuild(windows=len(windows))
+        results: list[list[Note] | None] = [None] * len(windows)
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(i: int) -> None:
+            w = windows[i]
+            key = w.key(self.llm.model_id)
+            if key in cache:
+                results[i] = [Note(**d) for d in cache[key]]
+                report.cached_windows += 1
+                return
+            async with sem:
+                notes = await summarize_window(self.llm, w)
+            if not w.is_step:
+                report.calls += 1
+            results[i] = notes
+            cache[key] = [n.to_json() for n in notes]
+            if state is not None and not w.is_step:
+                state.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(state / NOTES_FILE, cache)
+
+        await asyncio.gather(*(one(i) for i in range(len(windows))))
+        notes = [n for group in results for n in (group or [])]
+        data = graph_from_notes(notes, ns, embed=self.embed)
+        await asyncio.to_thread(backend.replace, data)
+        report.counts = data.counts()
+        if state is not None:
+            state.mkdir(parents=True, exist_ok=True)
+            live = {w.key(self.llm.model_id) for w in windows}
+            write_json_atomic(state / NOTES_FILE, {k: v for k, v in cache.items() if k in live})
+            write_json_atomic(state / META_FILE, {**meta, "counts": report.counts, "windows": len(windows)})
+        return report

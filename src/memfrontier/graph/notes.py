@@ -1,0 +1,333 @@
+"""Write-time summary notes, the raw material of the graph index (AutoMEM, arXiv 2606.04315,
+Sec. 5: "a Cypher graph built from LightMem's write-time summary index").
+
+Records are cut into *windows*: consecutive chat turns / paragraphs of one session, at most
+``window_turns`` of them. Each window costs exactly one model call (role ``indexer``) that
+returns JSON ``{"notes": [{"text", "speakers", "topic"}]}`` (at most :data:`MAX_NOTES` notes,
+bounded strings; the embedded model decodes under the schema's grammar). Time, session and
+record ids come from the records, never from the model. The reply is validated
+(:class:`NoteOut`); a reply that does not parse or validate is counted (``parse_error.indexer``)
+and the window falls back to one note per record (``source="fallback"``, counted as
+``indexer.fallback``), so nothing in the history is lost from the index.
+
+A note must be grounded in its window: it has at least :data:`MIN_CONTENT_WORDS` content words
+(3+ letters) and at least :data:`GROUNDING_MIN` of them occur in the window's text, else it is
+dropped (counted as
+``indexer.ungrounded_note``; a small model otherwise writes fluent notes about things nobody
+said); a window left without notes falls back as above. Note speakers are the model's names
+matched to the window's real speakers (normalised exact or difflib ratio >= 0.85); when none
+matches, the speaker whose turns share the most words with the note.
+
+Trajectory steps are not summarised: each step is its own note carrying its step index and
+action verbatim (the storage failure the paper diagnoses is exactly a summary dropping them);
+its topic is the action's verb.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from ..core.ledger import current_ledger
+from ..core.types import Record
+from ..llm.metered import MeteredLLM
+from ..llm.parsing import parse_or_count
+from .dedup import name_similarity, normalize_name
+
+PROMPT_VERSION = "automem-indexer-v2"
+MAX_NOTES = 4
+NOTE_MAX_CHARS = 160
+TOPIC_MAX_CHARS = 30
+SPEAKER_MAX_CHARS = 40
+MAX_TOKENS = 320
+#: Characters of one record shown to the indexer (longer records are cut).
+RECORD_MAX_CHARS = 600
+FALLBACK_MAX_CHARS = 200
+#: Share of a note's content words that must occur in its window, and the fewest content words
+#: a note needs ("Evan said" is no note).
+GROUNDING_MIN = 0.5
+MIN_CONTENT_WORDS = 3
+
+INDEXER_INSTRUCTION = (
+    "You write compact memory notes from an excerpt of a history. Write one note per distinct fact, "
+    'event or plan: "text" is one sentence that keeps names, dates, places and numbers exactly; '
+    '"speakers" are the people who said it; "topic" is one or two lower-case words. '
+    f"At most {MAX_NOTES} notes. Reply with JSON only."
+)
+
+NOTES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "notes": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_NOTES,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "minLength": 1, "maxLength": NOTE_MAX_CHARS},
+                    "speakers": {
+                        "type": "array",
+                        "maxItems": 2,
+                        "items": {"type": "string", "maxLength": SPEAKER_MAX_CHARS},
+                    },
+                    "topic": {"type": "string", "maxLength": TOPIC_MAX_CHARS},
+                },
+                "required": ["text", "speakers", "topic"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["notes"],
+    "additionalProperties": False,
+}
+
+
+class NoteOut(BaseModel):
+    """One note as the model must return it."""
+
+    text: str = Field(min_length=1)
+    speakers: list[str] = Field(default_factory=list)
+    topic: str = ""
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        v = " ".join(v.split())
+        if not v:
+            raise ValueError("empty note text")
+        return v[: NOTE_MAX_CHARS * 2]
+
+    @field_validator("speakers", mode="before")
+    @classmethod
+    def _speakers(cls, v):
+        if isinstance(v, str):
+            v = [v]
+        return [str(s).strip() for s in (v or []) if str(s).strip()][:4]
+
+    @field_validator("topic", mode="before")
+    @classmethod
+    def _topic(cls, v):
+        return " ".join(str(v or "").lower().split())[: TOPIC_MAX_CHARS * 2]
+
+
+class NotesOut(BaseModel):
+    notes: list[NoteOut] = Field(min_length=1)
+
+
+@dataclass
+class Note:
+    """A note ready for the graph: the model's text/speakers/topic plus time, session, the record
+    ids it covers, and for trajectory steps the step index and action."""
+
+    text: str
+    speakers: list[str]
+    topic: str
+    time: str
+    session: str
+    record_ids: list[str]
+    step: int = -1
+    action: str = ""
+    source: str = "model"
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Window:
+    """Consecutive records of one session summarised by one call (or one trajectory step)."""
+
+    records: list[Record]
+    is_step: bool = False
+    speakers: list[str] = field(default_factory=list)
+
+    def key(self, model_id: str) -> str:
+        """Cache key: prompt version, model and the records' ids and texts."""
+        h = hashlib.sha256()
+        h.update(f"{PROMPT_VERSION}\x1f{model_id}\x1f".encode())
+        for r in self.records:
+            h.update(f"{r.id}\x1f{r.render()}\x1e".encode())
+        return h.hexdigest()[:24]
+
+
+def make_windows(records: list[Record], window_turns: int) -> list[Window]:
+    """Cut chronological ``records`` into windows: each trajectory step alone; other records in
+    runs of one session, at most ``window_turns`` long. Raises ValueError for ``window_turns < 1``."""
+    if window_turns < 1:
+        raise ValueError(f"window_turns must be >= 1, got {window_turns}")
+    out: list[Window] = []
+    cur: list[Record] = []
+
+    def flush():
+        if cur:
+            spk = list(dict.fromkeys(r.speaker for r in cur if r.speaker))
+            out.append(Window(list(cur), speakers=spk))
+            cur.clear()
+
+    for r in records:
+        if r.kind == "step":
+            flush()
+            out.append(Window([r], is_step=True, speakers=[r.speaker] if r.speaker else []))
+            continue
+        if cur and (cur[-1].session_id != r.session_id or len(cur) >= window_turns):
+            flush()
+        cur.append(r)
+    flush()
+    return out
+
+
+def window_prompt(w: Window) -> list[dict]:
+    """The indexer's messages for one window: instruction, then the dated excerpt."""
+    from ..strategies.base import human_date  # lazy: strategies import this package
+
+    first = w.records[0]
+    day = human_date(first.timestamp)
+    head = f"Excerpt from {first.session_id}" + (f", {day}" if day else "") + ":"
+    lines = [head]
+    for i, r in enumerate(w.records, 1):
+        text = r.render()
+        lines.append(f"[{i}] {text[:RECORD_MAX_CHARS]}")
+    return [
+        {"role": "system", "content": INDEXER_INSTRUCTION},
+        {"role": "user", "content": "\n".join(lines) + "\n\nJSON:"},
+    ]
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def _best_speaker(text: str, w: Window) -> list[str]:
+    """The window speaker whose turns share the most words with ``text`` (none when no overlap)."""
+    words = _content_words(text)
+    best, best_n = None, 0
+    for r in w.records:
+        n = len(words & _content_words(r.text))
+        if r.speaker and n > best_n:
+            best, best_n = r.speaker, n
+    return [best] if best else []
+
+
+def match_speakers(names: list[str], w: Window, text: str) -> list[str]:
+    """The window speakers that ``names`` refer to (normalised exact, or difflib ratio >= 0.85);
+    when none does, :func:`_best_speaker`. Unmatched names are counted (``indexer.unknown_speaker``)."""
+    out: list[str] = []
+    unknown = 0
+    for n in names:
+        hit = next((s for s in w.speakers if normalize_name(s) == normalize_name(n)), None)
+        if hit is None:
+            scored = [(name_similarity(n, s), s) for s in w.speakers]
+            sim, s = max(scored, default=(0.0, None))
+            hit = s if sim >= 0.85 else None
+        if hit is None:
+            unknown += 1
+        elif hit not in out:
+            out.append(hit)
+    ledger = current_ledger()
+    if unknown and ledger is not None:
+        ledger.count("indexer.unknown_speaker", unknown)
+    return out or _best_speaker(text, w)
+
+
+def _verb(action: str) -> str:
+    m = re.match(r"\s*([A-Za-z_]+)", action or "")
+    return m.group(1).lower() if m else ""
+
+
+def step_note(r: Record) -> Note:
+    """A trajectory step as a note: its rendered text, step index and action kept verbatim."""
+    return Note(
+        text=r.render()[: NOTE_MAX_CHARS * 4],
+        speakers=[r.speaker] if r.speaker else [],
+        topic=_verb(r.action or ""),
+        time=r.timestamp or "",
+        session=r.session_id,
+        record_ids=[r.id],
+        step=r.step_index if r.step_index is not None else -1,
+        action=r.action or "",
+        source="step",
+    )
+
+
+def fallback_notes(w: Window) -> list[Note]:
+    """One note per record (its text cut to :data:`FALLBACK_MAX_CHARS`), used when the model fails."""
+    return [
+        Note(
+            text=(r.text or r.render())[:FALLBACK_MAX_CHARS],
+            speakers=[r.speaker] if r.speaker else [],
+            topic="",
+            time=r.timestamp or "",
+            session=r.session_id,
+            record_ids=[r.id],
+            source="fallback",
+        )
+        for r in w.records
+    ]
+
+
+def _content_words(text: str) -> set[str]:
+    return {t.lower() for t in _WORDS.findall(text) if len(t) >= 3}
+
+
+def grounded(note_text: str, w: Window) -> bool:
+    """True when the note has >= :data:`MIN_CONTENT_WORDS` content words and >= :data:`GROUNDING_MIN`
+    of them occur in the window."""
+    words = _content_words(note_text)
+    if len(words) < MIN_CONTENT_WORDS:
+        return False
+    window = set().union(*(_content_words(r.render()) for r in w.records))
+    return len(words & window) / len(words) >= GROUNDING_MIN
+
+
+def notes_from_reply(text: str, w: Window) -> list[Note] | None:
+    """Validated, grounded notes from the indexer's raw reply, or None (counted) when it does not
+    parse or validate or no note is grounded. Counts ``parse_error.indexer`` (via
+    :func:`parse_or_count`), ``invalid_output.indexer`` or ``indexer.ungrounded_note``."""
+    res = parse_or_count(text, "parse_error.indexer", expect="object")
+    if not res.ok:
+        return None
+    try:
+        out = NotesOut.model_validate(res.value)
+    except ValidationError:
+        ledger = current_ledger()
+        if ledger is not None:
+            ledger.count("invalid_output.indexer")
+        return None
+    first = w.records[0]
+    rids = [r.id for r in w.records]
+    kept = [n for n in out.notes[:MAX_NOTES] if grounded(n.text, w)]
+    ledger = current_ledger()
+    if ledger is not None and len(kept) < len(out.notes[:MAX_NOTES]):
+        ledger.count("indexer.ungrounded_note", len(out.notes[:MAX_NOTES]) - len(kept))
+    if not kept:
+        return None
+    return [
+        Note(
+            text=n.text,
+            speakers=match_speakers(n.speakers, w, n.text),
+            topic=n.topic,
+            time=first.timestamp or "",
+            session=first.session_id,
+            record_ids=rids,
+        )
+        for n in kept
+    ]
+
+
+async def summarize_window(llm: MeteredLLM, w: Window) -> list[Note]:
+    """Notes of one window: one ``indexer`` call for turns/paragraphs, none for a step."""
+    if w.is_step:
+        return [step_note(w.records[0])]
+    out = await llm.complete(
+        window_prompt(w), role="indexer", max_tokens=MAX_TOKENS, temperature=0.0, json_schema=NOTES_SCHEMA
+    )
+    notes = notes_from_reply(out.text, w)
+    if notes is None:
+        ledger = current_ledger()
+        if ledger is not None:
+            ledger.count("indexer.fallback")
+        return fallback_notes(w)
+    return notes

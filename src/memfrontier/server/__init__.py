@@ -1,0 +1,1 @@
+"""Servers that expose a memory store: MCP (``memfrontier mcp``)."""

@@ -1,0 +1,311 @@
+"""``memfrontier mcp --store PATH``: the memory over the Model Context Protocol (official ``mcp``
+SDK, ``MCPServer``), on stdio or streamable HTTP bound to a loopback address.
+
+Tools (AutoMEM's memory tools, arXiv 2606.04315, Sec. 5, plus hybrid search and a full answer):
+
+* ``search(query, k)`` - hybrid dense + BM25 search fused by RRF (k=60); top-k chunks.
+* ``rg(patterns, ignore_case)`` - regular expressions over the scope's raw records.
+* ``read(ids)`` - full records by id.
+* ``index_query(cypher)`` - one read-only Cypher query on the scope's graph index.
+* ``ask(question, strategy, single_pass, max_usd)`` - an answer with its usage (tokens, USD).
+
+Every tool takes the caller's scope (``user_id`` / ``agent_id`` / ``run_id``, at least one) and
+sees only that scope's records. A server started with a pinned scope (``--user-id`` ...) refuses
+calls that name another value for a pinned field and fills the pinned fields in. Arguments are
+validated against the tools' input schemas (types, lengths, ranges) by the SDK and again here;
+a bad argument or a tool error comes back as an error result (``isError``), never as a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from ..agent.actions import CYPHER_MAX_CHARS, MAX_IDS, MAX_PATTERNS, PATTERN_MAX_CHARS
+from ..agent.corpus import ScopedCorpus
+from ..agent.tools import ToolLimits, index_query, read, rg
+from ..core.types import Budget, Scope
+
+LOOPBACK_NAMES = ("localhost",)
+ASK_STRATEGIES = ("rag", "longctx", "automem")
+
+ScopeField = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1)."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class MemoryService:
+    """The store and models behind the MCP tools (opened lazily on the first call).
+
+    Args:
+        store: an existing store directory.
+        pinned: the scope every call is confined to (None fields are free).
+        llm / base_url / price_book / allow_unpriced / price_as: models for ``ask`` (see
+            :meth:`memfrontier.api.AsyncMemory.open`).
+        limits: caps of ``rg`` / ``read`` / ``index_query``.
+    """
+
+    def __init__(
+        self,
+        store: str | Path,
+        *,
+        pinned: Scope | None = None,
+        llm: str = "local",
+        base_url: str | None = None,
+        price_book: str | Path | None = None,
+        allow_unpriced: bool = False,
+        price_as: str | None = None,
+        limits: ToolLimits | None = None,
+    ):
+        self.store_path = Path(store)
+        self.pinned = pinned or Scope()
+        self.open_kwargs = {
+            "llm": llm,
+            "base_url": base_url,
+            "price_book": price_book,
+            "allow_unpriced": allow_unpriced,
+            "price_as": price_as,
+        }
+        self.limits = limits or ToolLimits()
+        self._mem = None
+        self._strategies: dict = {}
+        self._lock = asyncio.Lock()
+
+    async def memory(self):
+        async with self._lock:
+            if self._mem is None:
+                from ..api import AsyncMemory
+
+                self._mem = await asyncio.to_thread(AsyncMemory.open, self.store_path, **self.open_kwargs)
+            return self._mem
+
+    def scope(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> Scope:
+        """The effective scope of a call; raises ValueError when none is given or a pinned field
+        is contradicted."""
+        given = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+        out = {}
+        for k, v in given.items():
+            pin = getattr(self.pinned, k)
+            if pin is not None and v is not None and v != pin:
+                raise ValueError(f"{k}={v!r} is outside this server's scope")
+            out[k] = pin if pin is not None else v
+        if all(v is None for v in out.values()):
+            raise ValueError("give a scope: at least one of user_id, agent_id, run_id")
+        return Scope(**out)
+
+    async def corpus(self, scope: Scope) -> ScopedCorpus:
+        mem = await self.memory()
+        return await asyncio.to_thread(ScopedCorpus, mem.store, scope)
+
+    def graph(self, scope: Scope):
+        """The scope's Ladybug graph opened read-only, or None when none was built."""
+        from ..graph import state_dir
+        from ..graph.ladybug_store import DB_FILE, LadybugGraph
+
+        folder = state_dir(self.store_path, scope.key())
+        if folder is None or not (folder / DB_FILE).exists():
+            return None
+        return LadybugGraph(folder, read_only=True)
+
+    def strategy(self, name: str, single_pass: bool):
+        from ..strategies import get_strategy
+
+        key = (name, single_pass)
+        if key not in self._strategies:
+            self._strategies[key] = get_strategy(name, single_pass=True) if single_pass else get_strategy(name)
+        return self._strategies[key]
+
+    def close(self) -> None:
+        if self._mem is not None:
+            self._mem.close()
+
+
+def build_server(service: MemoryService):
+    """An ``MCPServer`` with the five tools bound to ``service``."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer(
+        "memfrontier",
+        log_level="WARNING",
+        instructions=(
+            "Long-term memory. Every tool needs a scope (user_id, agent_id or run_id). Use search for "
+            "relevant passages, rg for exact words or counts, read for full records, index_query for "
+            "Cypher over the graph index (read-only), ask for an answer with its cost."
+        ),
+    )
+
+    def scope_of(user_id, agent_id, run_id) -> Scope:
+        try:
+            return service.scope(user_id, agent_id, run_id)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+
+    def result(obs) -> dict[str, Any]:
+        if not obs.ok:
+            raise ToolError(obs.text.removeprefix("error: "))
+        return {"text": obs.text, "record_ids": obs.record_ids, "truncated": obs.truncated}
+
+    @server.tool(
+        structured_output=True,
+        description="Hybrid (dense + BM25, RRF) search over the scope's memory; returns the top-k chunks.",
+    )
+    async def search(
+        query: Annotated[str, Field(min_length=1, max_length=2000)],
+        k: Annotated[int, Field(ge=1, le=50)] = 5,
+        user_id: ScopeField = None,
+        agent_id: ScopeField = None,
+        run_id: ScopeField = None,
+    ) -> dict[str, Any]:
+        scope = scope_of(user_id, agent_id, run_id)
+        if not query.strip():
+            raise ToolError("query is empty")
+        mem = await service.memory()
+        hits = await asyncio.to_thread(mem.store.search, query, scope, k)
+        return {
+            "hits": [
+                {
+                    "chunk_id": h.chunk.id,
+                    "score": h.score,
+                    "session_id": h.chunk.session_id,
+                    "timestamp": h.chunk.timestamp,
+                    "text": h.chunk.text,
+                    "record_ids": h.chunk.record_ids,
+                }
+                for h in hits
+            ]
+        }
+
+    @server.tool(
+        structured_output=True,
+        description="Regular expressions over the scope's raw records: how many records match and the "
+        "matching lines with record id and date.",
+    )
+    async def rg(
+        patterns: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=PATTERN_MAX_CHARS * 2)]],
+            Field(min_length=1, max_length=MAX_PATTERNS),
+        ],
+        ignore_case: bool = True,
+        user_id: ScopeField = None,
+        agent_id: ScopeField = None,
+        run_id: ScopeField = None,
+    ) -> dict[str, Any]:
+        scope = scope_of(user_id, agent_id, run_id)
+        corpus = await service.corpus(scope)
+        return result(await asyncio.to_thread(_rg, corpus, patterns, ignore_case, service.limits))
+
+    @server.tool(structured_output=True, description="Full records of the scope by id.")
+    async def read(
+        ids: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1, max_length=MAX_IDS)
+        ],
+        user_id: ScopeField = None,
+        agent_id: ScopeField = None,
+        run_id: ScopeField = None,
+    ) -> dict[str, Any]:
+        scope = scope_of(user_id, agent_id, run_id)
+        corpus = await service.corpus(scope)
+        return result(await asyncio.to_thread(_read, corpus, ids, service.limits))
+
+    @server.tool(
+        structured_output=True,
+        description="One read-only Cypher query on the scope's graph index (Memory, Speaker, Topic; "
+        "SAID_BY, OF_TOPIC, FOLLOWS). Writes are rejected.",
+    )
+    async def index_query(
+        cypher: Annotated[str, Field(min_length=1, max_length=CYPHER_MAX_CHARS * 5)],
+        user_id: ScopeField = None,
+        agent_id: ScopeField = None,
+        run_id: ScopeField = None,
+    ) -> dict[str, Any]:
+        scope = scope_of(user_id, agent_id, run_id)
+        corpus = await service.corpus(scope)
+        graph = service.graph(scope)
+        try:
+            return result(await asyncio.to_thread(_index_query, graph, cypher, corpus, service.limits))
+        finally:
+            if graph is not None:
+                graph.close()
+
+    @server.tool(
+        structured_output=True,
+        description="Answer a question from the scope's memory; returns the answer, its evidence ids "
+        "and usage (calls, tokens, USD).",
+    )
+    async def ask(
+        question: Annotated[str, Field(min_length=1, max_length=2000)],
+        strategy: Literal["rag", "longctx", "automem"] = "rag",
+        single_pass: bool = False,
+        max_usd: Annotated[float | None, Field(default=None, gt=0)] = None,
+        user_id: ScopeField = None,
+        agent_id: ScopeField = None,
+        run_id: ScopeField = None,
+    ) -> dict[str, Any]:
+        scope = scope_of(user_id, agent_id, run_id)
+        if single_pass and strategy != "automem":
+            raise ToolError("single_pass applies to strategy 'automem' only")
+        mem = await service.memory()
+        ans = await mem.ask(
+            question,
+            user_id=scope.user_id,
+            agent_id=scope.agent_id,
+            run_id=scope.run_id,
+            strategy=service.strategy(strategy, single_pass),
+            budget=Budget(max_usd=max_usd),
+        )
+        q = ans.usage.query
+        return {
+            "answer": ans.text,
+            "evidence_ids": ans.evidence_ids,
+            "strategy": ans.strategy,
+            "usage": {
+                "calls": q.calls,
+                "input_tokens": q.input_tokens,
+                "output_tokens": q.output_tokens,
+                "usd": q.usd,
+                "proxy_s": q.proxy_s,
+                "wall_s": ans.wall_s,
+                "events": ans.usage.events,
+            },
+        }
+
+    return server
+
+
+# The tool functions under other names (the MCP tool functions above shadow them).
+_rg, _read, _index_query = rg, read, index_query
+
+
+def serve(
+    store: str | Path, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765, **service_kwargs
+) -> None:
+    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP).
+
+    Raises ValueError for an unknown transport or a host that is not a loopback address.
+    """
+    if transport not in ("stdio", "http"):
+        raise ValueError(f"unknown transport {transport!r}; choose stdio or http")
+    if transport == "http" and not is_loopback(host):
+        raise ValueError(f"--host {host!r} is not a loopback address; the MCP server only binds loopback")
+    service = MemoryService(store, **service_kwargs)
+    server = build_server(service)
+    try:
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        service.close()

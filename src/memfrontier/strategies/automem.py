@@ -1,0 +1,170 @@
+"""``automem``: the AutoMEM agentic memory harness (arXiv 2606.04315) as a memfrontier strategy.
+
+``build`` (stage ``construction``) builds the scope's graph index from write-time summary notes
+(:mod:`memfrontier.graph`; role ``indexer``, one call per window of turns). ``context`` (stage
+``query``) runs Algorithm 1 (:class:`~memfrontier.agent.loop.AutoMemAgent`; roles ``planner``,
+``judge``, ``dump``) or, with ``single_pass=True``, the single-pass variant, and returns the
+trace as the context; the shared answerer makes the one answer call over it (role ``answerer``).
+
+Models per role: planner and judge default to the memory-side model (``env.llm``); pass
+``planner_llm`` / ``judge_llm`` (``"local"``, ``"openai:MODEL"`` with ``base_url``, or a
+ChatClient) to put them on a cheaper model, priced from the same price book. ``dump`` and the
+answer use the answer model (``env.answer_llm``), the indexer the memory-side model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from ..agent import prompts
+from ..agent.corpus import ScopedCorpus
+from ..agent.loop import AutoMemAgent
+from ..agent.tools import ToolLimits, Toolbox
+from ..core.types import Budget, Context, Preference, Scope
+from ..graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
+from ..graph.backend import GraphBackend
+from ..graph.builder import GraphIndexer
+from ..graph.notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
+from ..llm import make_llm
+from ..llm.metered import MeteredLLM
+from .base import MemoryEnv, Query
+
+
+class AutoMem:
+    """The AutoMEM strategy.
+
+    Args:
+        single_pass: the single-pass variant (K_max = 1, no dump, no judge, parallel actions).
+        k_max: the loop's step budget K_max (default 3: one plan and up to two re-plans, as in
+            the released code's ``max_agentic_iters = 2``).
+        graph: ``"ladybug"`` (embedded, default), ``"neo4j"`` (server from the environment) or
+            ``"none"`` (no graph index; ``index_query`` answers ``no_index``).
+        window_turns: records per indexer call.
+        planner_llm / judge_llm: per-role model (spec string or ChatClient); None = ``env.llm``.
+        base_url: the OpenAI-compatible server of ``openai:`` role specs.
+        build_concurrency: indexer calls in flight at once.
+        limits: tool caps (:class:`~memfrontier.agent.tools.ToolLimits` or a dict of its fields).
+    Raises ValueError for an unknown ``graph`` or ``k_max < 1``.
+    """
+
+    name = "automem"
+    prompt_version = f"{prompts.PROMPT_VERSION}+{INDEXER_PROMPT_VERSION}"
+
+    def __init__(
+        self,
+        single_pass: bool = False,
+        k_max: int = 3,
+        graph: str = "ladybug",
+        window_turns: int = 20,
+        planner_llm: Any = None,
+        judge_llm: Any = None,
+        base_url: str | None = None,
+        build_concurrency: int = 4,
+        limits: ToolLimits | dict | None = None,
+    ):
+        if graph not in (*BACKENDS, "none"):
+            raise ValueError(f"unknown graph backend {graph!r}; choose one of {(*BACKENDS, 'none')}")
+        if k_max < 1:
+            raise ValueError(f"k_max must be >= 1, got {k_max}")
+        self.single_pass = bool(single_pass)
+        self.k_max = 1 if self.single_pass else int(k_max)
+        self.graph = graph
+        self.window_turns = int(window_turns)
+        self.role_specs = {"planner": planner_llm, "judge": judge_llm}
+        self.base_url = base_url
+        self.build_concurrency = build_concurrency
+        self.limits = limits if isinstance(limits, ToolLimits) else ToolLimits(**(limits or {}))
+        self._graphs: dict[str, GraphBackend] = {}
+        self._role_llms: dict[str, MeteredLLM] = {}
+        self._lock = threading.Lock()
+
+    # --- models ----------------------------------------------------------------------------
+    def role_llm(self, env: MemoryEnv, role: str) -> MeteredLLM:
+        """The metered model of ``role`` (``planner`` / ``judge``)."""
+        spec = self.role_specs.get(role)
+        if spec is None:
+            return env.llm
+        if isinstance(spec, MeteredLLM):
+            return spec
+        with self._lock:
+            if role not in self._role_llms:
+                client = make_llm(spec, base_url=self.base_url) if isinstance(spec, str) else spec
+                self._role_llms[role] = MeteredLLM(
+                    client, env.llm.prices, allow_unpriced=env.llm.allow_unpriced, price_as=env.llm.price_as
+                )
+            return self._role_llms[role]
+
+    # --- graph -----------------------------------------------------------------------------
+    def _graph_for(self, env: MemoryEnv, scope: Scope, *, create: bool) -> GraphBackend | None:
+        """The scope's graph backend (cached); for queries, None when none was built."""
+        key = scope.key()
+        with self._lock:
+            if key in self._graphs:
+                return self._graphs[key]
+            root = getattr(env.store, "path", None)
+            if self.graph == "none":
+                return None
+            if self.graph == "ladybug" and not create:
+                folder = state_dir(root, key)
+                from ..graph.ladybug_store import DB_FILE
+
+                if folder is None or not (folder / DB_FILE).exists():
+                    return None
+            g = open_graph(self.graph, root, key)
+            self._graphs[key] = g
+            return g
+
+    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+        """Build the scope's graph index (idempotent: an up-to-date graph costs no call)."""
+        if self.graph == "none":
+            return
+        records = await asyncio.to_thread(env.store.records, scope)
+        if not records:
+            return
+        backend = self._graph_for(env, scope, create=True)
+        embedder = getattr(env.store, "embedder", None)
+        indexer = GraphIndexer(
+            env.llm,
+            window_turns=self.window_turns,
+            concurrency=self.build_concurrency,
+            embed=embedder.encode if embedder is not None else None,
+        )
+        await indexer.build(records, backend, scope.key(), state_dir(getattr(env.store, "path", None), scope.key()))
+
+    # --- query -----------------------------------------------------------------------------
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+        corpus = await asyncio.to_thread(ScopedCorpus, env.store, query.scope)
+        graph = self._graph_for(env, query.scope, create=False)
+        toolbox = Toolbox(
+            corpus, graph=graph, dump_llm=None if self.single_pass else env.answer_llm, limits=self.limits
+        )
+        agent = AutoMemAgent(
+            toolbox,
+            planner=self.role_llm(env, "planner"),
+            judge=self.role_llm(env, "judge"),
+            context=prompts.context_block(corpus.catalog(), SCHEMA_HINT if graph else None),
+            k_max=self.k_max,
+            budget=budget,
+        )
+        run = agent.run_single_pass if self.single_pass else agent.run
+        result = await run(query.text, query.question_date)
+        meta = {
+            **result.meta(),
+            "graph": graph.kind if graph is not None else None,
+            "k_max": self.k_max,
+            "models": {
+                "planner": agent.planner.model_id,
+                "judge": agent.judge.model_id,
+                "dump": env.answer_llm.model_id,
+            },
+        }
+        return Context(text=result.context_text(), evidence_ids=result.evidence_ids(), meta=meta)
+
+    def close(self) -> None:
+        """Close the open graph handles."""
+        with self._lock:
+            for g in self._graphs.values():
+                g.close()
+            self._graphs.clear()

@@ -1,0 +1,352 @@
+"""The AutoMEM graph index: the read-only Cypher guard, name dedup, notes, windows, the builder
+and the real Ladybug backend (write, read-only transaction, time limit, per-scope files)."""
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from memfrontier.core.ledger import Ledger, use_ledger
+from memfrontier.core.pricebook import PriceBook
+from memfrontier.core.types import Record, Scope
+from memfrontier.graph import GraphQueryError, open_graph, state_dir
+from memfrontier.graph import ladybug_store
+from memfrontier.graph.builder import GraphIndexer, graph_from_notes
+from memfrontier.graph.dedup import dedup_names, name_similarity, normalize_name
+from memfrontier.graph.guard import CypherRejected, check_read_only, strip_literals
+from memfrontier.graph.notes import Note, Window, grounded, make_windows, notes_from_reply, step_note
+from memfrontier.llm.base import Completion
+from memfrontier.llm.metered import MeteredLLM
+
+# --- guard -------------------------------------------------------------------------------------
+
+READS = [
+    "MATCH (m:Memory) RETURN m.text LIMIT 5",
+    "MATCH (m:Memory) WHERE m.text CONTAINS 'set up the tent' RETURN m.id;",
+    "OPTIONAL MATCH (m:Memory)-[:SAID_BY]->(s:Speaker) RETURN s.name, count(m)",
+    "// create nothing\nMATCH (m:Memory) /* DELETE */ RETURN count(*)",
+    "UNWIND [1, 2] AS x RETURN x",
+    "CALL show_tables() RETURN *",
+    "MATCH (m:Memory) WITH m ORDER BY m.pos RETURN m.step",
+    'MATCH (t:Topic {name: "merge"}) RETURN t',
+]
+WRITES = [
+    ("CREATE (m:Memory {id: 'x'})", "CREATE"),
+    ("MATCH (m:Memory) SET m.text = 'x' RETURN m", "SET"),
+    ("MATCH (m:Memory) DETACH DELETE m", "DETACH"),
+    ("MATCH (m:Memory) DELETE m", "DELETE"),
+    ("MERGE (s:Speaker {id: 'y'}) RETURN s", "MERGE"),
+    ("MATCH (m:Memory) REMOVE m.text RETURN m", "REMOVE"),
+    ("DROP TABLE Memory", "DROP"),
+    ("LOAD CSV FROM 'file:///etc/passwd' AS row RETURN row", "LOAD"),
+    ("COPY Memory FROM 'x.csv'", "COPY"),
+    ("match (m:Memory) set m.x = 1 return m", "SET"),
+    ("MATCH (m) FOREACH (x IN [1] | CREATE (:Topic)) RETURN m", "FOREACH"),
+    ("CALL apoc.create.node(['X'], {}) YIELD node RETURN node", "apoc.create.node"),
+    ("CALL db.createLabel('X')", "db.createlabel"),
+    ("MATCH (m:Memory) RETURN m; MATCH (n) DETACH DELETE n", "several statements"),
+    ("MATCH (m:Memory)", "RETURN"),
+    ("BEGIN TRANSACTION", "BEGIN"),
+    ("", "empty"),
+    ("UNWIND range(1, 2000000000) AS x RETURN sum(x)", "range()"),
+    ("MATCH (m:Memory) WHERE m.text = 'unterminated RETURN m", "unterminated"),
+]
+
+
+@pytest.mark.parametrize("q", READS)
+def test_guard_accepts_read_queries(q):
+    assert check_read_only(q) == q.strip().rstrip(";").rstrip()
+
+
+@pytest.mark.parametrize("q,word", WRITES)
+def test_guard_rejects_writes_before_the_database(q, word):
+    with pytest.raises(CypherRejected) as e:
+        check_read_only(q)
+    assert word.lower() in str(e.value).lower()
+
+
+def test_strip_literals_keeps_positions():
+    q = "MATCH (m) WHERE m.t = 'a;b' RETURN m // c"
+    s = strip_literals(q)
+    assert len(s) == len(q) and ";" not in s and s.startswith("MATCH (m) WHERE m.t = '   ' RETURN m")
+
+
+# --- dedup -------------------------------------------------------------------------------------
+
+
+def test_normalize_and_similarity_values():
+    assert normalize_name("  Évan  O'Neil! ") == "evan oneil"
+    assert normalize_name("!!!") == ""
+    # difflib ratio = 2 * matches / (len a + len b)
+    assert name_similarity("Caroline", "Carolin") == pytest.approx(2 * 7 / 15)
+    assert name_similarity("hiking", "hike") == pytest.approx(2 * 3 / 10)
+    assert name_similarity("Evan", "EVAN.") == 1.0
+
+
+def test_dedup_exact_then_similarity_most_frequent_wins():
+    names = ["Evan", "evan", "Evan.", "Sam", "Carolin", "Caroline", "Caroline", "hiking", "hike"]
+    m = dedup_names(names)
+    assert m["evan"] == m["Evan."] == m["Evan"] == "Evan"  # normalised exact, first seen
+    assert m["Carolin"] == "Caroline"  # ratio 0.933 >= 0.85; "Caroline" is more frequent
+    assert m["Sam"] == "Sam"
+    assert m["hike"] == "hike" and m["hiking"] == "hiking"  # ratio 0.6: stays apart
+
+
+def test_dedup_uses_embeddings_when_given():
+    import numpy as np
+
+    vec = {"hiking": [1.0, 0.0], "hike": [0.96, 0.28], "painting": [0.0, 1.0]}
+    m = dedup_names(["hiking", "hiking", "hike", "painting"], embed=lambda xs: np.array([vec[x] for x in xs]))
+    assert m["hike"] == "hiking"  # cosine 0.96 >= 0.88
+    assert m["painting"] == "painting"
+
+
+# --- windows and notes -------------------------------------------------------------------------
+
+
+def _turn(i, session, speaker, text, ts="2023-05-08T10:00:00"):
+    return Record(
+        id=f"c:{session}:{i}", scope=Scope(user_id="u"), session_id=session, speaker=speaker, timestamp=ts, text=text
+    )
+
+
+def _step(i, action, obs):
+    return Record(
+        id=f"run:step{i}",
+        kind="step",
+        scope=Scope(user_id="run"),
+        session_id="run:episode",
+        speaker="agent",
+        text="",
+        step_index=i,
+        action=action,
+        observation=obs,
+    )
+
+
+def test_make_windows_cuts_on_session_size_and_steps():
+    recs = [_turn(i, "s1", "Ann", f"t{i}") for i in range(5)] + [_turn(0, "s2", "Bob", "x")]
+    recs += [_step(0, "click[a]", "o"), _step(1, "scroll[down]", "o"), _turn(9, "s2", "Bob", "y")]
+    ws = make_windows(recs, window_turns=2)
+    assert [len(w.records) for w in ws] == [2, 2, 1, 1, 1, 1, 1]
+    assert [w.is_step for w in ws] == [False, False, False, False, True, True, False]
+    assert ws[0].speakers == ["Ann"]
+    with pytest.raises(ValueError):
+        make_windows(recs, 0)
+
+
+def test_step_note_keeps_step_and_action():
+    n = step_note(_step(3, "scroll[down]", "more results"))
+    assert (n.step, n.action, n.topic, n.source, n.record_ids) == (3, "scroll[down]", "scroll", "step", ["run:step3"])
+
+
+def test_notes_from_reply_validates_grounds_and_matches_speakers():
+    w = Window(
+        [
+            _turn(0, "s1", "Evan", "I drove my new Prius to Canada last week."),
+            _turn(1, "s1", "Sam", "Wow, how was the trip to Canada?"),
+        ],
+        speakers=["Evan", "Sam"],
+    )
+    reply = json.dumps(
+        {
+            "notes": [
+                {"text": "Evan drove his new Prius to Canada.", "speakers": ["evan"], "topic": "Travel"},
+                {"text": "The American Revolution began in 1775.", "speakers": ["George"], "topic": "history"},
+                {"text": "Sam asked about the Canada trip.", "speakers": ["Thomas"], "topic": "travel"},
+            ]
+        }
+    )
+    ledger = Ledger()
+    with use_ledger(ledger):
+        notes = notes_from_reply(reply, w)
+    assert [n.text for n in notes] == ["Evan drove his new Prius to Canada.", "Sam asked about the Canada trip."]
+    assert notes[0].speakers == ["Evan"] and notes[0].topic == "travel"
+    assert notes[1].speakers == ["Sam"]  # "Thomas" is no speaker here: the best word overlap decides
+    assert notes[0].record_ids == ["c:s1:0", "c:s1:1"] and notes[0].time == "2023-05-08T10:00:00"
+    assert ledger.events == {"indexer.ungrounded_note": 1, "indexer.unknown_speaker": 1}
+    assert grounded("Evan drove to Canada", w) and not grounded("Text", w) and not grounded("Evan said", w)
+    assert not grounded("Thomas Jefferson founded Canada", w)  # 1 of 4 content words in the window
+
+
+@pytest.mark.parametrize(
+    "reply,event",
+    [
+        ("not json at all", "parse_error.indexer"),
+        ('{"notes": []}', "invalid_output.indexer"),
+        ('{"notes": [{"text": "Thomas Jefferson", "speakers": [], "topic": ""}]}', "indexer.ungrounded_note"),
+    ],
+)
+def test_bad_indexer_replies_are_counted(reply, event):
+    w = Window([_turn(0, "s1", "Evan", "I drove my new Prius.")], speakers=["Evan"])
+    ledger = Ledger()
+    with use_ledger(ledger):
+        assert notes_from_reply(reply, w) is None
+    assert ledger.events[event] == 1
+
+
+# --- graph data --------------------------------------------------------------------------------
+
+
+def _notes():
+    return [
+        Note("Evan bought a Prius.", ["Evan"], "cars", "2023-05-08T10:00:00", "s1", ["c:1"]),
+        Note("Sam went hiking.", ["Sam", "evan"], "Hiking", "2023-05-08T10:00:00", "s1", ["c:2"]),
+        Note("Evan. sold the Prius.", ["Evan."], "car", "2023-06-01T10:00:00", "s2", ["c:3", "c:4"]),
+        Note("agent said step 0", ["agent"], "click", "", "r", ["r:0"], step=0, action="click[x]", source="step"),
+    ]
+
+
+def test_graph_from_notes_counts_dedup_and_order():
+    g = graph_from_notes(_notes(), "u||")
+    # speakers: Evan / evan / Evan. normalise to "evan" -> one node; topics: "car" joins "cars"
+    # (difflib ratio 2*3/7 = 0.857 >= 0.85), "Hiking" is stored lower-case
+    assert name_similarity("cars", "car") == pytest.approx(6 / 7)
+    assert g.counts() == {"Memory": 4, "Speaker": 3, "Topic": 3, "SAID_BY": 5, "OF_TOPIC": 4, "FOLLOWS": 3}
+    assert [s["name"] for s in g.speakers] == ["Evan", "Sam", "agent"]
+    assert [t["name"] for t in g.topics] == ["cars", "hiking", "click"]
+    assert g.of_topic == [("m0", "t:cars"), ("m1", "t:hiking"), ("m2", "t:cars"), ("m3", "t:click")]
+    assert g.follows == [("m0", "m1"), ("m1", "m2"), ("m2", "m3")]
+    assert [m["step"] for m in g.memories] == [-1, -1, -1, 0] and g.memories[2]["record_ids"] == ["c:3", "c:4"]
+
+
+# --- Ladybug -----------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def graph(tmp_path):
+    g = open_graph("ladybug", tmp_path, "u||")
+    g.replace(graph_from_notes(_notes(), "u||"))
+    yield g
+    g.close()
+
+
+def test_ladybug_round_trip_and_counts(graph, tmp_path):
+    assert graph.counts() == {"Memory": 4, "Speaker": 3, "Topic": 3, "SAID_BY": 5, "OF_TOPIC": 4, "FOLLOWS": 3}
+    rows = graph.query("MATCH (m:Memory)-[:SAID_BY]->(s:Speaker {name: 'Evan'}) RETURN m.text ORDER BY m.pos").rows
+    assert rows == [["Evan bought a Prius."], ["Sam went hiking."], ["Evan. sold the Prius."]]
+    r = graph.query("MATCH (a:Memory)-[:FOLLOWS]->(b:Memory) WHERE a.pos = 2 RETURN b.step, b.action, b.record_ids")
+    assert r.rows == [[0, "click[x]", ["r:0"]]] and r.columns == ["b.step", "b.action", "b.record_ids"]
+    assert (state_dir(tmp_path, "u||") / "graph.lbug").exists()
+
+
+def test_ladybug_caps_rows(graph):
+    r = graph.query("MATCH (m:Memory) RETURN m.id", max_rows=2)
+    assert len(r.rows) == 2 and r.truncated
+
+
+def test_ladybug_errors_and_timeout(graph):
+    with pytest.raises(GraphQueryError) as e:
+        graph.query("MATCH (m:Memory RETURN m")
+    assert e.value.kind == "error" and "Parser exception" in str(e.value)
+    with pytest.raises(GraphQueryError) as e:
+        graph.query("MATCH (m:Nope) RETURN m")
+    assert e.value.kind == "error"
+    with pytest.raises(GraphQueryError) as e:
+        graph.query("UNWIND range(1, 100000) AS x UNWIND range(1, 100000) AS y WITH x, y WHERE (x * y) % 7 = 3 RETURN count(*)", timeout_s=0.05)
+    assert e.value.kind == "timeout"
+    assert graph.query("MATCH (m:Memory) RETURN count(m)").rows == [[4]]  # still usable
+
+
+def test_ladybug_refuses_writes_even_past_the_guard(graph, monkeypatch):
+    with pytest.raises(CypherRejected):
+        graph.query("MATCH (m:Memory) SET m.text = 'x' RETURN m")
+    monkeypatch.setattr(ladybug_store, "check_read_only", lambda q: q)  # second lock: read-only transaction
+    with pytest.raises(GraphQueryError) as e:
+        graph.query("CREATE (m:Memory {id: 'evil'}) RETURN m")
+    assert "read-only" in str(e.value)
+    monkeypatch.undo()
+    assert graph.query("MATCH (m:Memory) RETURN count(m)").rows == [[4]]
+
+
+def test_scopes_have_separate_graph_files(tmp_path):
+    a, b = open_graph("ladybug", tmp_path, "alice||"), open_graph("ladybug", tmp_path, "bob||")
+    a.replace(graph_from_notes(_notes()[:1], "alice||"))
+    b.replace(graph_from_notes(_notes()[1:2], "bob||"))
+    assert a.query("MATCH (m:Memory) RETURN m.text").rows == [["Evan bought a Prius."]]
+    assert b.query("MATCH (m:Memory) RETURN m.text").rows == [["Sam went hiking."]]
+    ro = open_graph("ladybug", tmp_path, "alice||", read_only=True)
+    a.close()
+    assert ro.query("MATCH (m:Memory) RETURN count(m)").rows == [[1]]
+    ro.close()
+    b.close()
+
+
+def test_open_graph_rejects_unknown_backend(tmp_path):
+    with pytest.raises(ValueError):
+        open_graph("sqlite", tmp_path, "u||")
+
+
+# --- builder (scripted model: control flow of cache / idempotence only) -------------------------
+
+
+class ScriptedClient:
+    model_id = "scripted"
+    context_tokens = 4096
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.prompts = []
+
+    async def complete(self, messages, **kw):
+        self.prompts.append(messages)
+        return Completion(text=self.replies.pop(0), model_id=self.model_id, input_tokens=100, output_tokens=20)
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+
+def test_indexer_builds_caches_and_skips(tmp_path):
+    recs = [_turn(i, "s1", "Evan" if i % 2 else "Sam", f"Evan bought a red Prius number {i}") for i in range(4)]
+    recs += [_step(0, "click[B07]", "item page")]
+    good = json.dumps({"notes": [{"text": "Evan bought a red Prius", "speakers": ["Evan"], "topic": "cars"}]})
+    client = ScriptedClient([good, "garbage"])
+    llm = MeteredLLM(client, PriceBook.load(), allow_unpriced=True)
+    g = open_graph("ladybug", tmp_path, "u||")
+    ledger = Ledger()
+    with use_ledger(ledger, "construction"):
+        rep = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, "u||", state_dir(tmp_path, "u||")))
+    assert (rep.windows, rep.calls, rep.cached_windows, rep.skipped) == (3, 2, 0, False)
+    # window 1: one model note; window 2: garbage -> one fallback note per record; the step: one note
+    assert rep.counts["Memory"] == 1 + 2 + 1 and rep.counts["FOLLOWS"] == 3
+    assert ledger.events["parse_error.indexer"] == 1 and ledger.events["indexer.fallback"] == 1
+    assert [c.role for c in ledger.calls] == ["indexer", "indexer"] and {c.stage for c in ledger.calls} == {
+        "construction"
+    }
+    src = g.query("MATCH (m:Memory) RETURN m.source ORDER BY m.pos").rows
+    assert src == [["model"], ["fallback"], ["fallback"], ["step"]]
+    # same records again: nothing to do, no call
+    again = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, "u||", state_dir(tmp_path, "u||")))
+    assert again.skipped and client.prompts.__len__() == 2
+    # one more record: the two old windows come from the notes cache, one new call
+    client.replies.append(good)
+    more = recs + [_turn(7, "s9", "Evan", "Evan sold the red Prius")]
+    rep3 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, "u||", state_dir(tmp_path, "u||")))
+    assert (rep3.calls, rep3.cached_windows) == (1, 3)
+    assert g.counts()["Memory"] == 5
+    g.close()
+
+
+# --- Neo4j (only with a configured server) ---------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.environ.get("MEMFRONTIER_NEO4J_URL"), reason="set MEMFRONTIER_NEO4J_URL to test Neo4j")
+def test_neo4j_backend_same_queries_and_namespaces():
+    a, b = open_graph("neo4j", None, "mf-test-alice||"), open_graph("neo4j", None, "mf-test-bob||")
+    try:
+        a.replace(graph_from_notes(_notes(), "mf-test-alice||"))
+        b.replace(graph_from_notes(_notes()[:1], "mf-test-bob||"))
+        assert a.counts() == {"Memory": 4, "Speaker": 3, "Topic": 3, "SAID_BY": 5, "OF_TOPIC": 4, "FOLLOWS": 3}
+        rows = a.query("MATCH (m:Memory)-[:SAID_BY]->(s:Speaker {name: 'Evan'}) RETURN m ORDER BY m.pos").rows
+        assert [r[0]["text"] for r in rows] == ["Evan bought a Prius.", "Sam went hiking.", "Evan. sold the Prius."]
+        assert b.query("MATCH (m:Memory {ns: $ns}) RETURN count(m)").rows == [[1]]
+        with pytest.raises(CypherRejected):
+            a.query("MATCH (m:Memory) DETACH DELETE m")
+    finally:
+        from memfrontier.graph.backend import GraphData
+
+        a.replace(GraphData())
+        b.replace(GraphData())
+        a.close()
+        b.close()
