@@ -26,8 +26,14 @@ def git_commit(cwd: Path | None = None) -> dict:
 
 
 def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes; for a folder (a dataset stored as one file per conversation,
+    e.g. Mem-Gallery) the sha256 of its sorted ``"<relative path> <file sha256>"`` lines."""
+    p = Path(path)
+    if p.is_dir():
+        lines = [f"{f.relative_to(p).as_posix()} {sha256_file(f)}" for f in sorted(p.rglob("*")) if f.is_file()]
+        return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(p, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

@@ -1,4 +1,4 @@
-"""Benchmark loaders: LoCoMo, LongMemEval, HotpotQA -> :class:`~memfrontier.core.types.Conversation`.
+"""Benchmark loaders: LoCoMo, LongMemEval, HotpotQA, Mem-Gallery -> :class:`~memfrontier.core.types.Conversation`.
 
 Data lives outside the repo (``../shared/data``, see its README). :func:`data_root` finds it;
 every loader also takes an explicit file path. A missing, unreadable or malformed file raises
@@ -20,12 +20,14 @@ DATASET_FILES: dict[str, str] = {
     "locomo": "locomo/locomo10.json",
     "longmemeval": "longmemeval/longmemeval_oracle.json",
     "hotpotqa": "hotpotqa/hotpot_dev_distractor_v1_103.json",
+    "mem_gallery": "mem_gallery/dialog",  # a folder of one JSON file per conversation
 }
 
 SPLITS: dict[str, tuple[str, ...]] = {
     "locomo": ("test", "train", "all"),
     "longmemeval": ("all",),
     "hotpotqa": ("all",),
+    "mem_gallery": ("test", "train", "val", "all"),
 }
 
 
@@ -134,9 +136,10 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | None = None):
-    """Load ``name`` (locomo | longmemeval | hotpotqa) and apply ``split``.
+    """Load ``name`` (locomo | longmemeval | hotpotqa | mem_gallery) and apply ``split``.
 
-    Splits: locomo ``test`` / ``train`` / ``all`` (see :func:`locomo_split`); the others ``all``.
+    Splits: locomo ``test`` / ``train`` / ``all`` (see :func:`locomo_split`); mem_gallery ``train`` / ``val`` /
+    ``test`` / ``all`` (see :func:`mem_gallery_split`); the others ``all``.
     Returns ``list[Conversation]``. Raises ValueError for an unknown name or split and
     :class:`DatasetError` for a missing or corrupt file.
     """
@@ -150,6 +153,8 @@ def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | N
         return locomo_split(load_locomo(path), split)
     if name == "longmemeval":
         return load_longmemeval(path)
+    if name == "mem_gallery":
+        return mem_gallery_split(load_mem_gallery(path), split)
     return load_hotpotqa(path)
 
 
@@ -157,6 +162,7 @@ def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | N
 from .hotpotqa import load_hotpotqa  # noqa: E402
 from .locomo import load_locomo, locomo_split  # noqa: E402
 from .longmemeval import load_longmemeval  # noqa: E402
+from .mem_gallery import load_mem_gallery, mem_gallery_split  # noqa: E402
 
 __all__ = [
     "DATASET_FILES",
@@ -169,5 +175,7 @@ __all__ = [
     "load_hotpotqa",
     "load_locomo",
     "load_longmemeval",
+    "load_mem_gallery",
+    "mem_gallery_split",
     "locomo_split",
 ]

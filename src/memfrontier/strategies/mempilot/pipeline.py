@@ -1,0 +1,201 @@
+"""``mempilot``: the Retrieve/Curate orchestrator over a priced model pool (MemPilot, arXiv 2610.06830).
+
+``build`` makes the compressed bank of the scope (offline, query-agnostic, no model calls with the
+offline compressor); ``context`` runs one greedy trajectory (:class:`Orchestrator`) and hands the
+answerer the evidence the trajectory collected — the paper's decoupled answer model ("answer
+replacement", App. A.4): the answerer reads the question and the evidence only, never the
+policy's reasoning or its answer. With ``answer_mode="policy"`` the policy's own answer is put
+first in the context instead (the shared answerer still writes the final line: every strategy in
+this library ends with the same answerer call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from ...build.bank import KINDS, CompressedBank
+from ...build.compress import Compressor, make_compressor
+from ...core.types import Budget, Context, Preference, Scope
+from ...llm.base import ChatClient
+from ...llm.pool import ModelPool, PoolProfile
+from ..base import MemoryEnv, Query
+from .orchestrator import Orchestrator, Trajectory
+from .prompts import PROMPT_VERSION
+from .protocol import MAX_ROUNDS
+
+ANSWER_MODES = ("decoupled", "policy")
+
+
+def as_preference(p: Preference | str | dict | None) -> Preference | None:
+    """A :class:`Preference` from a preset name (``perf``, ``balanced``, ``cost``), a dict of weights
+    or a Preference; None stays None. Raises ValueError for an unknown preset."""
+    if p is None or isinstance(p, Preference):
+        return p
+    if isinstance(p, str):
+        return Preference.preset(p)
+    if isinstance(p, dict):
+        return Preference(**p)
+    raise ValueError(f"preference must be a preset name, a dict or a Preference, not {type(p).__name__}")
+
+
+def _stricter(a: Budget, b: Budget | None) -> Budget:
+    """The field-wise tighter of two budgets (None = no cap)."""
+    if b is None:
+        return a
+
+    def low(x, y):
+        return y if x is None else x if y is None else min(x, y)
+
+    return Budget(max_usd=low(a.max_usd, b.max_usd), max_tokens=low(a.max_tokens, b.max_tokens),
+                  max_proxy_s=low(a.max_proxy_s, b.max_proxy_s))
+
+
+class MemPilot:
+    """The MemPilot strategy (implements :class:`~memfrontier.strategies.base.Strategy`).
+
+    Args:
+        pool: pool profile name (``local``: every route served by the embedded model, a labelled
+            stand-in; ``table3``: MemPilot's OpenRouter pool) or a YAML path, or a PoolProfile.
+        preference: preset name, weights dict or Preference. When set it overrides the caller's
+            (evaluation runs pass none); otherwise the caller's preference is used.
+        answer_mode: ``decoupled`` (default; the answerer reads question + evidence) or ``policy``.
+        bank: ``compressed`` (built by :meth:`build`) or ``imported`` (a JSONL imported with
+            :meth:`CompressedBank.import_jsonl`; :meth:`build` then builds nothing).
+        compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.build.compress`).
+        adapter: a LoRA adapter directory saved by ``memfrontier train orchestrator``: the policy is
+            then the packaged GGUF model in transformers with that adapter
+            (:class:`memfrontier.train.mempilot_policy.HFPolicy`). Default: the memory-side model.
+        policy: an explicit policy ChatClient (overrides ``adapter``).
+        max_rounds, temperature, constrained, first_turn_tools, answer_after_repeat, policy_max_tokens,
+        max_observation_tokens, delegate_timeout_s: see :class:`Orchestrator`.
+        rollout_key: mixed into the per-rollout permutation of tools and model cards.
+        budget: a hard :class:`Budget` (or dict) of the strategy, combined with the caller's (the
+            tighter cap wins); ``max_usd`` / ``max_proxy_s`` end curation early (MemPilot prefs).
+        bank_file: with ``bank="imported"``, a JSONL (see :meth:`CompressedBank.import_jsonl`) whose
+            items of each scope are imported by :meth:`build`.
+
+    ``Context.meta``: ``policy_answer``, ``answer_mode``, ``format_valid`` / ``gate_reasons``
+    (Eq. 20), ``rounds``, ``retrieve_calls`` / ``curate_calls`` (valid calls run, repeats excluded),
+    ``repeated_calls``, ``invalid_calls``, ``delegate_calls`` (attempted external
+    calls, N_ext of Eq. 22), ``image_requests`` / ``image_accesses`` (images asked for / sent),
+    ``routes`` (route id per delegate call), ``route_models``, ``tool_errors``, ``trajectory_usd`` and
+    ``trajectory_proxy_s`` (Eq. 14 / Eq. 19, the policy and delegates, without the answerer),
+    ``stopped_by_budget``, ``preference``, ``pool``.
+    """
+
+    name = "mempilot"
+    prompt_version = PROMPT_VERSION
+
+    def __init__(self, pool: str | Path | PoolProfile = "local", preference: Preference | str | dict | None = None, *,
+                 answer_mode: str = "decoupled", bank: str = "compressed", compressor: str | Compressor = "auto",
+                 adapter: str | Path | None = None, policy: ChatClient | None = None, max_rounds: int = MAX_ROUNDS,
+                 temperature: float = 0.0, constrained: bool = True, first_turn_tools: bool = True,
+                 answer_after_repeat: bool = True, policy_max_tokens: int = 256, max_observation_tokens: int = 1024,
+                 delegate_timeout_s: float | None = None, rollout_key: str = "0",
+                 budget: Budget | dict | None = None, bank_file: str | Path | None = None):
+        if answer_mode not in ANSWER_MODES:
+            raise ValueError(f"unknown answer_mode {answer_mode!r}; choose {' or '.join(ANSWER_MODES)}")
+        if bank not in KINDS:
+            raise ValueError(f"unknown bank {bank!r}; choose {' or '.join(KINDS)}")
+        if adapter is not None and not Path(adapter).is_dir():
+            raise FileNotFoundError(f"no LoRA adapter directory {adapter}")
+        self.profile = pool if isinstance(pool, PoolProfile) else PoolProfile.load(pool)
+        self.preference = as_preference(preference)
+        self.answer_mode = answer_mode
+        self.bank_kind = bank
+        self.compressor = make_compressor(compressor) if isinstance(compressor, str) else compressor
+        self.adapter = None if adapter is None else str(adapter)
+        self._policy = policy
+        self.options = dict(max_rounds=max_rounds, temperature=temperature, constrained=constrained,
+                            first_turn_tools=first_turn_tools, answer_after_repeat=answer_after_repeat,
+                            policy_max_tokens=policy_max_tokens,
+                            max_observation_tokens=max_observation_tokens, delegate_timeout_s=delegate_timeout_s)
+        self.rollout_key = rollout_key
+        self.budget = Budget(**budget) if isinstance(budget, dict) else budget
+        if bank_file is not None and not Path(bank_file).is_file():
+            raise FileNotFoundError(f"no bank file {bank_file}")
+        if bank_file is not None and bank != "imported":
+            raise ValueError("bank_file needs bank='imported'")
+        self.bank_file = None if bank_file is None else str(bank_file)
+        self._pool: ModelPool | None = None
+        self._bank: CompressedBank | None = None
+
+    # -- wiring ----------------------------------------------------------------------------
+    def bank(self, env: MemoryEnv) -> CompressedBank:
+        if self._bank is None:
+            self._bank = CompressedBank.for_store(env.store)
+        return self._bank
+
+    def pool(self, env: MemoryEnv) -> ModelPool:
+        if self._pool is None:
+            from ...llm.embedded import EmbeddedLLM
+
+            client = env.llm.client
+            self._pool = ModelPool(self.profile, env.llm.prices,
+                                   embedded=client if isinstance(client, EmbeddedLLM) else None)
+        return self._pool
+
+    def policy(self, env: MemoryEnv) -> ChatClient:
+        if self._policy is None:
+            if self.adapter is not None:
+                from ...train.mempilot_policy import HFPolicy
+
+                self._policy = HFPolicy.load(adapter=self.adapter)
+            else:
+                self._policy = env.llm.client
+        return self._policy
+
+    def orchestrator(self, env: MemoryEnv, preference: Preference, budget: Budget, **overrides) -> Orchestrator:
+        from .views import DualView
+
+        opts = {**self.options, **overrides}
+        return Orchestrator(pool=self.pool(env), views=DualView(env.store, self.bank(env), self.bank_kind),
+                            policy=self.policy(env), prices=env.llm.prices, preference=preference, budget=budget, **opts)
+
+    # -- Strategy protocol -----------------------------------------------------------------
+    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+        """Compress every raw chunk of ``scope`` into the bank (idempotent), or, with ``bank_file``,
+        import that file's items of ``scope`` as the imported bank."""
+        if self.bank_kind == "compressed":
+            await asyncio.to_thread(self.bank(env).build_from_store, env.store, scope, self.compressor)
+        elif self.bank_file is not None:
+            await asyncio.to_thread(self.bank(env).import_jsonl, self.bank_file, scope, only_scope=True)
+
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+        pref = self.preference or preference
+        orch = self.orchestrator(env, pref, _stricter(budget, self.budget))
+        traj = await orch.run(query.text, query.scope, self.rollout_key)
+        return self.to_context(traj, orch, pref)
+
+    def to_context(self, traj: Trajectory, orch: Orchestrator, preference: Preference) -> Context:
+        """The answerer's context and the trajectory's report (see the class docstring)."""
+        from ...train.mempilot_reward import format_gate  # here: train.mempilot_reward imports this package
+
+        gate = format_gate(traj.segments, set(orch.pool.ids), tool_errors=traj.tool_errors)
+        usd, secs = orch.spent(traj)
+        blocks = traj.evidence()
+        evidence_ids = list(dict.fromkeys(rid for _, ids in blocks for rid in ids))
+        text = "\n\n".join(b for b, _ in blocks)
+        if self.answer_mode == "policy" and traj.answer:
+            text = f"Answer found by the memory agent: {traj.answer}\n\n{text}".strip()
+        calls = traj.calls
+        delegated = [c for c in calls if c.delegated]
+        meta = {
+            "policy_answer": traj.answer, "answer_mode": self.answer_mode, "format_valid": gate.valid,
+            "gate_reasons": gate.reasons, "rounds": len(traj.turns),
+            "retrieve_calls": sum(1 for c in calls if c.tool == "retrieve_memory" and c.error is None and not c.repeated),
+            "curate_calls": sum(1 for c in calls if c.tool == "runtime_memory" and c.error is None and not c.repeated),
+            "repeated_calls": sum(1 for c in calls if c.repeated), "invalid_calls": sum(1 for c in calls if c.error and not c.delegated),
+            "delegate_calls": len(delegated), "routes": [c.route for c in delegated],
+            "route_models": {c.route: c.model for c in delegated},
+            "image_requests": sum(c.images_requested for c in calls), "image_accesses": sum(c.images_sent for c in calls),
+            "tool_errors": traj.tool_errors, "trajectory_usd": usd, "trajectory_proxy_s": secs,
+            "stopped_by_budget": traj.stopped_by_budget, "policy_error": traj.policy_error,
+            "preference": preference.model_dump(), "pool": self.profile.name,
+            "tool_order": traj.tool_order, "segments": traj.segments,
+        }
+        return Context(text=text, evidence_ids=evidence_ids, meta=meta)
+
+
+__all__ = ["ANSWER_MODES", "MemPilot", "as_preference"]

@@ -1,0 +1,106 @@
+"""MemPilot's dual-view memory: the offline compressor's contract and the compressed bank
+(real SQLite store, real MiniLM)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memfrontier.build.bank import BankError, CompressedBank
+from memfrontier.build.compress import PLACEHOLDER, OfflineCompressor, compressed_views, make_compressor
+from memfrontier.core.types import ImageRef, Record, Scope
+from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.store.sqlite import SQLiteStore
+
+
+def test_offline_compressor_contract():
+    c = OfflineCompressor(0.4)
+    text = "Caroline: I went to the support group yesterday and it was so powerful. Did you go?\nMelanie: Yes! on 8 May 2023."
+    out = c.compress(text)
+    # 22 words -> ceil(0.4 * 22) = 9 kept; forced: "Caroline:", "go?", "Melanie:", "8", "2023." (digits, ':', '?');
+    # then 4 by score (all idf ln 1.5 in a batch of one): capitalised "Yes!", "May" (+0.5; "I", "Did" are
+    # stopwords), then the longest: "yesterday", "powerful." (9 letters, earlier first)
+    assert out == "Caroline: yesterday powerful. go?\nMelanie: Yes! 8 May 2023."
+    assert "\n" in out  # newlines are structure and survive
+    assert len(out.split()) == 9
+    assert c.compress("   ") == PLACEHOLDER and c.compress("the and of") == PLACEHOLDER
+    assert c.compress("I") == PLACEHOLDER  # a stopword alone: nothing to keep, never empty
+    # IDF over the batch: a word in every text scores lower than a rare one
+    # idf: alpha, beta ln(1 + 2/3); the others ln 2. Budget 2 each; ties -> longer, then earlier
+    assert c.compress_many(["alpha beta gamma delta epsilon", "alpha beta zeta"]) == ["gamma epsilon", "alpha zeta"]
+    with pytest.raises(ValueError):
+        OfflineCompressor(0)
+    assert make_compressor("auto").name == "offline-idf-v1@0.4"  # llmlingua is not installed here
+    with pytest.raises(RuntimeError):
+        make_compressor("llmlingua2")
+
+
+def test_compressed_views_keep_image_ids_and_compress_captions_separately():
+    r = Record(id="c:D1:1", speaker="Ana", text="Look at the grey cat I adopted in March 2024 from the shelter downtown",
+               images=[ImageRef(id="D1:IMG_001", caption="a small grey cat sleeping on a red blanket near a window")])
+    (view,) = compressed_views([[r]], OfflineCompressor(0.4))
+    lines = view.split("\n")
+    assert lines[0].startswith("Ana:") and "2024" in lines[0]
+    assert lines[1] == "image_id: D1:IMG_001"
+    assert lines[2].startswith("image_caption: ") and len(lines[2].split()) - 1 <= 5  # ceil(0.4 * 11) = 5 words
+    img_only = Record(id="c:D1:2", text="", images=[ImageRef(id="D1:IMG_002", caption="")])
+    assert compressed_views([[img_only]], OfflineCompressor())[0] == "image_id: D1:IMG_002"
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return MiniLMEmbedder(num_threads=1)
+
+
+def _records(user: str) -> list[Record]:
+    s = Scope(user_id=user)
+    texts = ["I adopted a grey cat named Miso from the shelter.", "My sister Lena bought a red dress for the gala.",
+             "We hiked Mount Tam on Saturday and saw 3 deer.", "I started learning the cello last month."]
+    return [Record(id=f"{user}:D1:{i}", scope=s, session_id=f"{user}:D1", speaker="Ana", timestamp="2024-05-01T10:00:00",
+                   text=t) for i, t in enumerate(texts)]
+
+
+def test_bank_build_search_import(tmp_path, embedder):
+    store = SQLiteStore(tmp_path / "store", embedder, chunk_tokens=16)  # small chunks: one record each
+    store.add(_records("ana") + _records("bob"))
+    bank = CompressedBank.for_store(store)
+    assert bank.path == tmp_path / "store" / "mempilot_bank"
+    ana = Scope(user_id="ana")
+    res = bank.build_from_store(store, ana, OfflineCompressor())
+    assert res == {"added": 4, "removed": 0, "kept": 0}
+    assert bank.build_from_store(store, ana, OfflineCompressor()) == {"added": 0, "removed": 0, "kept": 4}  # idempotent
+    items = bank.items(ana)
+    assert all(it.text.startswith("date: 2024-05-01\nAna:") for it in items)
+    assert {it.record_ids[0] for it in items} == {f"ana:D1:{i}" for i in range(4)}
+    top = bank.search("which pet did she adopt", ana, 2)
+    assert top[0][0].record_ids == ["ana:D1:0"] and len(top) == 2
+    assert bank.search("cat", Scope(user_id="bob"), 3) == []  # bob's bank not built: scopes never mix
+    assert bank.search("", ana, 3) == [] and bank.search("cat", ana, 0) == []
+    # a chunk that disappears takes its item with it
+    store.delete("ana:D1:3")
+    assert bank.build_from_store(store, ana, OfflineCompressor())["removed"] == 1
+    # imports are a separate kind; a bad line writes nothing
+    f = tmp_path / "amem.jsonl"
+    f.write_text(json.dumps({"text": "Ana owns a cat called Miso", "user_id": "ana", "record_ids": ["ana:D1:0"]}) + "\n"
+                 + json.dumps({"text": "Lena: red dress", "record_ids": ["ana:D1:1"]}) + "\n")
+    assert bank.import_jsonl(f, Scope(user_id="ana")) == 2
+    assert bank.count(ana, "imported") == 2 and bank.count(ana) == 3
+    assert bank.search("cat", ana, 1, kind="imported")[0][0].text == "Ana owns a cat called Miso"
+    f.write_text(json.dumps({"text": "x", "user_id": "ana"}) + "\n" + json.dumps({"text": ""}) + "\n")
+    with pytest.raises(ValueError, match="amem.jsonl:2"):
+        bank.import_jsonl(f)
+    assert bank.count(ana, "imported") == 2
+    with pytest.raises(ValueError, match="unknown bank kind"):
+        bank.items(ana, "other")
+    bank.close()
+    # reopening keeps the items; another embedding model is refused
+    again = CompressedBank(tmp_path / "store" / "mempilot_bank", embedder)
+    assert again.count(ana) == 3
+
+    class Other:
+        model_id, dim = "other-model", 384
+
+    with pytest.raises(BankError, match="other-model"):
+        CompressedBank(tmp_path / "store" / "mempilot_bank", Other())
+    store.close()
