@@ -25,6 +25,7 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_store.py
 	$(VENV)/bin/python benchmarks/bench_strategies.py
 	$(VENV)/bin/python benchmarks/bench_router.py
+	$(VENV)/bin/python benchmarks/bench_memorycpt.py
 
 clean:
 	rm -rf runs .pytest_cache

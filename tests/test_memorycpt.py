@@ -387,3 +387,15 @@ def test_sweep_plan_and_report(tmp_path):
     assert {"csv", "md", "pareto"} <= set(written) and written["pareto"].stat().st_size > 1000
     md = written["md"].read_text()
     assert "| depth | 2/5 | 4 | 0.2000 | - | 0.2000 | 0.4000 | 1.0000 |" in md and "alpha_0.2" in md
+
+
+def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, minilm):
+    store = SQLiteStore(tmp_path / "short", minilm)
+    store.add([Record(id="short:1", scope=SCOPE, session_id="s1", speaker="Evan", timestamp="2023-05-08T13:56:00",
+                      text="I bought a Prius yesterday.")])
+    client = ScriptedClient(good_script)
+    bank, report, _ = _build(client, store)
+    assert "segmenter" not in client.calls  # below the segment minimum: one episode, no segmentation call
+    (ep,) = bank.items(SCOPE, "episode")
+    assert ep.source_ids == ["short:1"] and report.episodes_added == 1
+    store.close()

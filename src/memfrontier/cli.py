@@ -24,7 +24,7 @@ TIERINGS = ("implementation", "reasoning", "capacity")
 TIER_NAMES = ("low", "mid", "high")
 MEMORYCPT_ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
 
-train_app = typer.Typer(help="Train learned components (the BudgetMem tier router).", no_args_is_help=True)
+train_app = typer.Typer(help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
 sweep_app = typer.Typer(help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
 app.add_typer(train_app, name="train")
 app.add_typer(sweep_app, name="sweep")
@@ -40,8 +40,8 @@ OPT_CONCURRENCY = typer.Option(1, min=1, help="Questions in flight at once (the 
 OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packaged one).")
 OPT_ALLOW_UNPRICED = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing.")
 OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
-OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa")
-OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; others: all")
+OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
+OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all")
 
 
 def _fail(msg: str, code: int = 2):
@@ -110,6 +110,52 @@ def _strategy_options(strategy: str, *, k, router, lam, tiering, tiers, module_t
     return {name: v for name, v in opts.items() if v is not None}
 
 
+def _automem_options(strategy: str, *, single_pass: bool) -> dict:
+    """automem constructor options from the eval flags (``--single-pass``)."""
+    if single_pass and strategy != "automem":
+        _fail("--single-pass applies to --strategy automem only")
+    return {"single_pass": True} if single_pass else {}
+
+
+def _mempilot_options(strategy: str, *, preference, pool, answer_mode, adapter, bank_file, max_usd, max_proxy_s) -> dict:
+    """mempilot constructor options from the eval flags; they fail for other strategies."""
+    flags = {"--preference": preference, "--pool": pool, "--answer-mode": answer_mode, "--adapter": adapter,
+             "--bank-file": bank_file, "--max-usd": max_usd, "--max-proxy-s": max_proxy_s}
+    given = [f for f, v in flags.items() if v is not None]
+    if given and strategy != "mempilot":
+        _fail(f"{', '.join(given)} apply to --strategy mempilot only")
+    if strategy != "mempilot":
+        return {}
+    from .strategies.mempilot import ANSWER_MODES, as_preference
+
+    try:
+        pref = _parse_preference(preference) if preference is not None else None
+        as_preference(pref)
+    except ValueError as e:
+        _fail(str(e))
+    if answer_mode is not None and answer_mode not in ANSWER_MODES:
+        _fail(f"unknown --answer-mode {answer_mode!r}; choose {' or '.join(ANSWER_MODES)}")
+    for flag, path in (("--adapter", adapter), ("--bank-file", bank_file)):
+        if path is not None and not Path(path).exists():
+            _fail(f"{flag} {path} does not exist")
+    budget = {k: v for k, v in (("max_usd", max_usd), ("max_proxy_s", max_proxy_s)) if v is not None}
+    opts = {"preference": pref, "pool": pool, "answer_mode": answer_mode,
+            "adapter": None if adapter is None else str(adapter),
+            "bank_file": None if bank_file is None else str(bank_file), "bank": "imported" if bank_file else None,
+            "budget": budget or None}
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def _parse_preference(text: str):
+    """A preset name (perf | balanced | cost) or explicit weights 'Q,C,L' (e.g. '1,0.25,0.5')."""
+    if "," not in text:
+        return text
+    vals = _float_list("--preference", text)
+    if len(vals) != 3:
+        _fail(f"--preference weights must be three numbers Q,C,L; got {text!r}")
+    return {"quality": vals[0], "cost": vals[1], "latency": vals[2]}
+
+
 def _float_list(flag: str, text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
@@ -129,7 +175,7 @@ def _question_bar():
 def eval_cmd(
     dataset: str = OPT_DATASET,
     split: str = OPT_SPLIT,
-    strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem | memorycpt"),
+    strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem | memorycpt | automem | mempilot"),
     limit: Optional[int] = typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded). Default: all."),
     llm: str = OPT_LLM,
     base_url: Optional[str] = OPT_BASE_URL,
@@ -147,6 +193,14 @@ def eval_cmd(
     construction_llm: Optional[str] = typer.Option(None, help="memorycpt: the QAD model, e.g. 'hf:runs/qad/merged' (the merged LoRA-A from `train qad`). Default: --llm."),
     summarizer_llm: Optional[str] = typer.Option(None, help="memorycpt: the Fine Summary model, e.g. 'hf' or 'hf:runs/qad/merged'. Default: --llm ('hf' with --summarizer-adapter)."),
     summarizer_adapter: Optional[Path] = typer.Option(None, help="memorycpt: a LoRA-B adapter directory from `train qar`."),
+    single_pass: bool = typer.Option(False, "--single-pass", help="automem: the single-pass variant (one plan of parallel tool calls, no judge, no dump)."),
+    preference: Optional[str] = typer.Option(None, help="mempilot: perf | balanced | cost, or weights 'Q,C,L' (default perf)."),
+    pool: Optional[str] = typer.Option(None, help="mempilot: model pool: local (every route served by the embedded model, a stand-in; default) | table3 (OpenRouter) | a pool YAML."),
+    answer_mode: Optional[str] = typer.Option(None, help="mempilot: decoupled (the answerer reads question + evidence; default) | policy (the policy's answer first)."),
+    adapter: Optional[Path] = typer.Option(None, help="mempilot: a LoRA adapter from `train orchestrator` (the policy then runs in transformers)."),
+    bank_file: Optional[Path] = typer.Option(None, help="mempilot: import this JSONL as the memory bank instead of compressing the chunks."),
+    max_usd: Optional[float] = typer.Option(None, min=0, help="mempilot: hard USD cap per question; curation ends once reached."),
+    max_proxy_s: Optional[float] = typer.Option(None, min=0, help="mempilot: hard latency-proxy cap (s) per question; curation ends once reached."),
     out: Path = typer.Option(Path("runs/latest"), help="Output directory: predictions.jsonl, summary.json, store/."),
     store: Optional[Path] = typer.Option(None, help="Store directory to reuse across runs (default OUT/store)."),
     data_root: Optional[Path] = OPT_DATA_ROOT,
@@ -164,6 +218,9 @@ def eval_cmd(
     opts |= _memorycpt_options(strategy, episodic_k=episodic_k, semantic_k=semantic_k, ablation=ablation,
                                construction_llm=construction_llm, summarizer_llm=summarizer_llm,
                                summarizer_adapter=summarizer_adapter)
+    opts |= _automem_options(strategy, single_pass=single_pass)
+    opts |= _mempilot_options(strategy, preference=preference, pool=pool, answer_mode=answer_mode, adapter=adapter,
+                              bank_file=bank_file, max_usd=max_usd, max_proxy_s=max_proxy_s)
     cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
                      base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
                      seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
@@ -193,6 +250,14 @@ def eval_cmd(
         console.print(construction_table(summary))
     if summary.get("choices", {}).get("tiers"):
         console.print(tier_table(summary["choices"]["tiers"]))
+    if strategy == "mempilot":
+        from .eval.mempilot_report import read_rows, run_stats, stats_table
+
+        console.print(stats_table(run_stats(read_rows(out / "predictions.jsonl"))))
+    if strategy == "automem":
+        from .agent.report import automem_table
+
+        console.print(automem_table(out / "predictions.jsonl"))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
 
 
@@ -206,6 +271,152 @@ def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
     for module, r in ratios.items():
         t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in TIER_NAMES))
     return t
+
+
+@train_app.command("qad")
+def train_qad_cmd(
+    data: Path = typer.Option(Path("runs/sft"), help="Folder of per-role ShareGPT JSONL from `export sft` (or one .jsonl file)."),
+    out: Path = typer.Option(Path("runs/qad"), help="Output: adapter/, merged/ (serve with --construction-llm hf:OUT/merged), train_log.jsonl."),
+    base: Optional[str] = typer.Option(None, help="Base checkpoint directory (default: the packaged Gemma 3 270M, loaded from its GGUF)."),
+    rank: int = typer.Option(16, min=1, help="LoRA rank (MemoryCPT: 16)."),
+    lora_alpha: float = typer.Option(32, help="LoRA alpha (MemoryCPT: 32)."),
+    dropout: float = typer.Option(0.05, min=0, max=1, help="LoRA dropout (MemoryCPT: 0.05)."),
+    lr: float = typer.Option(1e-4, help="Learning rate (MemoryCPT: 1e-4)."),
+    cutoff_tokens: int = typer.Option(8192, min=16, help="Longer samples are dropped and counted (MemoryCPT: 8192)."),
+    epochs: float = typer.Option(1.0, help="Epochs over the training split."),
+    max_steps: Optional[int] = typer.Option(None, min=1, help="Stop after this many optimizer steps (smoke runs)."),
+    val_fraction: float = typer.Option(0.1, min=0, max=0.9, help="Held-out share; the best validation-loss checkpoint is kept."),
+    seed: int = OPT_SEED,
+):
+    """LoRA-A: distil the construction roles (SFT on teacher traces, MemoryCPT QAD), then merge it."""
+    from .train.lora_sft import SFTDataError, train_lora_sft
+
+    files = sorted(data.glob("*.jsonl")) if data.is_dir() else [data]
+    if not files or not all(f.is_file() for f in files):
+        _fail(f"no SFT data at {data}; write it with `memfrontier export sft --store STORE --out {data}`")
+    err.print(f"training LoRA-A on {len(files)} file(s): {', '.join(f.name for f in files)}")
+    try:
+        res = train_lora_sft(files, out, base=base, rank=rank, alpha=lora_alpha, dropout=dropout, lr=lr,
+                             cutoff_tokens=cutoff_tokens, epochs=epochs, max_steps=max_steps,
+                             val_fraction=val_fraction, seed=seed,
+                             on_progress=lambda event, **info: err.print(f"[dim]{event}[/dim] {info}"))
+    except (SFTDataError, *_known_errors()) as e:
+        _fail(str(e))
+    console.print(f"{res.steps} steps on {res.n_train} samples ({res.n_val} validation, {res.n_too_long} too long) "
+                  f"in {res.seconds:.0f}s; best validation loss {res.best_val_loss}")
+    console.print(f"adapter: {res.adapter_dir}  merged: {res.merged_dir}  log: {res.train_log}")
+
+
+@train_app.command("qar")
+def train_qar_cmd(
+    alpha: float = typer.Option(0.8, min=0, max=1, help="Reward weight of F1 against cost (MemoryCPT Eq. 16; paper: 0.8)."),
+    out: Optional[Path] = typer.Option(None, help="Output (default runs/qar/alpha_<A>): adapter/, train_log.jsonl, reward_curve.png, qar_summary.json."),
+    store: Path = typer.Option(Path("runs/qar/store"), help="Store for the training conversations' memories (reused across runs)."),
+    dataset: str = OPT_DATASET,
+    split: str = typer.Option("train", help="locomo: train (the eight non-test conversations) | all"),
+    sessions: int = typer.Option(2, min=0, help="Sessions built per conversation (0 = all; construction with the embedded model takes ~30 s per session)."),
+    questions: int = typer.Option(16, min=1, help="Training states (questions answerable from the built sessions)."),
+    base: Optional[str] = typer.Option(None, help="Policy base checkpoint (default the packaged base; e.g. runs/qad/merged for base_A)."),
+    construction_llm: Optional[str] = typer.Option(None, help="The QAD model that builds the memories (e.g. 'hf:runs/qad/merged'); default --llm."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
+    max_steps: int = typer.Option(4, min=1, help="GRPO steps (one question x --num-generations summaries each)."),
+    num_generations: int = typer.Option(4, min=2, help="Summaries sampled per question (the GRPO group)."),
+    beta: float = typer.Option(0.04, min=0, help="KL weight against the frozen base (Eq. 13)."),
+    lr: float = typer.Option(1e-5, help="Learning rate."),
+    max_summary_tokens: int = typer.Option(64, min=4, help="Longest sampled summary."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    seed: int = OPT_SEED,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+):
+    """LoRA-B: GRPO-train the query-aware summarizer with the cost-aware reward (MemoryCPT QAR)."""
+    from .api import AsyncMemory
+    from .eval.datasets import load_dataset
+    from .train.qar import train_qar
+    from .eval.sweep_memorycpt import alpha_dir_name
+
+    out = out or Path("runs/qar") / alpha_dir_name(alpha)
+    try:
+        convs = load_dataset(dataset, split, data_root=data_root)
+        mem = AsyncMemory.open(store, llm=llm, base_url=base_url, price_book=price_book)
+    except _known_errors() as e:
+        _fail(str(e))
+
+    def on_progress(event, **info):
+        err.print(f"[dim]{event}[/dim] " + " ".join(f"{k}={v}" for k, v in info.items()))
+
+    try:
+        summary = train_qar(mem, convs=convs, out=out, dataset=dataset, sessions=sessions, max_questions=questions,
+                            alpha=alpha, base=base, construction_llm=construction_llm, max_steps=max_steps,
+                            num_generations=num_generations, beta=beta, lr=lr,
+                            max_completion_tokens=max_summary_tokens, seed=seed, on_progress=on_progress)
+    except _known_errors() as e:
+        _fail(str(e))
+    finally:
+        mem.close()
+    res = summary["result"]
+    for s in summary["steps"]:
+        console.print(f"step {s['step']}: reward {s['reward_mean']:.3f}  F1 {s['f1_mean']:.3f}  "
+                      f"summary tokens {s['summary_tokens_mean']:.1f}")
+    console.print(f"{res['steps']} steps on {summary['pool_size']} states; LoRA change ||Δφ||₂ = {res['lora_delta_l2']:.4g}")
+    console.print(f"adapter: {res['adapter_dir']} (use: eval --strategy memorycpt --summarizer-adapter {res['adapter_dir']})")
+
+
+@train_app.command("orchestrator")
+def train_orchestrator_cmd(
+    preference: str = typer.Option("balanced", help="perf | balanced | cost, or weights 'Q,C,L' (MemPilot Eq. 10)."),
+    dataset: str = OPT_DATASET,
+    split: str = typer.Option("train", help="locomo: train | all; mem_gallery: train (70/10/20, seed 13) | val | all."),
+    conversation: Optional[list[str]] = typer.Option(None, help="Train on these conversations (repeatable; default the split's first)."),
+    sessions: int = typer.Option(2, min=0, help="Sessions ingested per conversation (0 = all); questions need their evidence inside."),
+    steps: int = typer.Option(1, min=1, help="Optimizer steps (one batch of questions x --group-size rollouts each)."),
+    questions_per_step: int = typer.Option(1, min=1, help="Queries per step."),
+    group_size: int = typer.Option(4, min=2, help="Rollouts per query, G (Table 5: 4)."),
+    max_rounds: int = typer.Option(3, min=1, help="Policy turns per rollout (Table 5: 6; smaller at CPU smoke scale)."),
+    temperature: float = typer.Option(1.0, min=0.01, help="Rollout temperature (Table 5: 1.0)."),
+    lr: float = typer.Option(1e-6, min=0, help="AdamW learning rate (Table 5: 1e-6)."),
+    beta: float = typer.Option(0.001, min=0, help="KL-loss coefficient (Table 5: 0.001)."),
+    clip: float = typer.Option(0.2, min=0.0001, help="GRPO clipping epsilon (Table 5: 0.2)."),
+    eta: float = typer.Option(0.5, min=0, help="Marginal-utility weight (Eq. 13; Table 5: 0.5)."),
+    out: Optional[Path] = typer.Option(None, help="Output (default runs/mempilot/orchestrator/<preference>): adapter/, train_log.jsonl, train_summary.json."),
+    store: Optional[Path] = typer.Option(None, help="Store for the training conversations (default OUT/store)."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    seed: int = typer.Option(13, help="Seed of the question order, sampling and LoRA init."),
+):
+    """GRPO for the MemPilot policy (decoupled advantages, marginal utility); saves a LoRA adapter."""
+    from pydantic import ValidationError
+
+    from .train.mempilot_trainer import OrchestratorTrainConfig, train_orchestrator
+
+    pref = _parse_preference(preference)
+    name = pref if isinstance(pref, str) else "w_" + "_".join(f"{v:g}" for v in pref.values())
+    out = out or Path("runs/mempilot/orchestrator") / name
+    try:
+        from .strategies.mempilot import as_preference
+
+        as_preference(pref)
+        cfg = OrchestratorTrainConfig(dataset=dataset, split=split, preference=pref, conversations=conversation or None,
+                                      sessions=sessions or None, steps=steps, questions_per_step=questions_per_step,
+                                      group_size=group_size, max_rounds=max_rounds, temperature=temperature, lr=lr,
+                                      beta=beta, clip=clip, eta=eta, out=out, store=store, data_root=data_root, seed=seed)
+    except (ValidationError, ValueError) as e:
+        _fail(str(e))
+
+    def on_progress(event, **info):
+        if event == "step":
+            r = info["row"]
+            console.print(f"step {r['step']}: {r['rollouts']} rollouts · valid {r['valid_share']:.2f} · Q {r['quality_mean']:.3f} · "
+                          f"r_task {r['task_reward_mean']:.3f} · USD {r['usd_mean']:.2e} · proxy {r['proxy_s_mean']:.2f}s · "
+                          f"loss {r['loss']:.4f} · KL {r['kl']:.2e} · ||Δφ|| {r['lora_delta_l2']:.3g} · {r['seconds']:.0f}s")
+        else:
+            err.print(f"[dim]{event}[/dim] " + " ".join(f"{k}={v}" for k, v in info.items()))
+
+    try:
+        summary = asyncio.run(train_orchestrator(cfg, on_progress=on_progress))
+    except _known_errors() as e:
+        _fail(str(e))
+    console.print(f"adapter: {summary['adapter_dir']} (use: eval --strategy mempilot --adapter {summary['adapter_dir']}); "
+                  f"LoRA change ||Δφ||₂ = {summary['lora_delta_l2']:.4g}; {summary['seconds']:.0f}s")
 
 
 @train_app.command("router")
@@ -420,6 +631,54 @@ def export_sft_cmd(
         console.print(f"{role}: {n} samples -> {out / (role + '.jsonl')}")
 
 
+@sweep_app.command("mempilot")
+def sweep_mempilot(
+    preferences: str = typer.Option("perf,balanced,cost", help="Presets and/or weights 'Q:C:L' (e.g. 'perf,balanced,cost,1:2:1'), comma-separated."),
+    adapters: Optional[Path] = typer.Option(None, help="Folder with <preference>/adapter from `train orchestrator` (missing: the untrained policy)."),
+    pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | a YAML."),
+    dataset: str = OPT_DATASET,
+    split: str = OPT_SPLIT,
+    limit: Optional[int] = typer.Option(None, min=1, help="Questions per run (category-balanced, seeded). Default: all."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
+    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
+    judge_llm: Optional[str] = OPT_JUDGE_LLM,
+    out: Path = typer.Option(Path("runs/mempilot/sweep"), help="Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png."),
+    store: Optional[Path] = typer.Option(None, help="Shared store directory (default OUT/store)."),
+    data_root: Optional[Path] = OPT_DATA_ROOT,
+    seed: int = OPT_SEED,
+    concurrency: int = OPT_CONCURRENCY,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
+    price_as: Optional[str] = OPT_PRICE_AS,
+):
+    """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable."""
+    from .eval.runner import EvalConfig
+    from .eval.sweep_mempilot import plan_mempilot_sweep, table_row, write_mempilot_report
+
+    prefs = []
+    for item in (x.strip() for x in preferences.split(",") if x.strip()):
+        parsed = _parse_preference(item.replace(":", ",")) if ":" in item else item
+        try:
+            from .strategies.mempilot import as_preference
+
+            as_preference(parsed)
+        except ValueError as e:
+            _fail(str(e))
+        prefs.append(parsed)
+    if not prefs:
+        _fail("--preferences is empty")
+    runs = plan_mempilot_sweep(prefs, adapters=adapters, options={"pool": pool} if pool else {})
+    base = EvalConfig(dataset=dataset, split=split, strategy="mempilot", limit=limit, llm=llm, base_url=base_url,
+                      judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
+                      concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
+    results = _run_sweep_with_progress(base, runs)
+    written = write_mempilot_report(results, out, dataset)
+    _print_sweep(f"MemPilot preference sweep ({len(results)} runs, {dataset})", [table_row(r) for r in results],
+                 ("label", "policy", "n", "f1", "usd_x1e4", "proxy_s", "delegate_calls", "image_accesses",
+                  "retrieve_calls", "curate_calls"), written)
+
+
 @sweep_app.command("memorycpt")
 def sweep_memorycpt(
     what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
@@ -609,6 +868,34 @@ def search(
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
         console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
                       f"{h.chunk.text[:400]}\n")
+
+
+@app.command("mcp")
+def mcp_cmd(
+    store: Path = typer.Option(..., help="Store directory to serve."),
+    transport: str = typer.Option("stdio", help="stdio | http (streamable HTTP, loopback only)."),
+    host: str = typer.Option("127.0.0.1", help="HTTP: a loopback address to bind."),
+    port: int = typer.Option(8765, min=1, max=65535, help="HTTP: port."),
+    user_id: Optional[str] = typer.Option(None, help="Pin every call to this user (calls naming another are refused)."),
+    agent_id: Optional[str] = typer.Option(None, help="Pin every call to this agent."),
+    run_id: Optional[str] = typer.Option(None, help="Pin every call to this run."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
+    price_as: Optional[str] = OPT_PRICE_AS,
+):
+    """Serve the memory over MCP: tools search, rg, read, index_query, ask (each scoped)."""
+    from .core.types import Scope
+    from .server.mcp import is_loopback, serve
+
+    if transport not in ("stdio", "http"):
+        _fail(f"unknown --transport {transport!r}; choose stdio or http")
+    if transport == "http" and not is_loopback(host):
+        _fail(f"--host {host!r} is not a loopback address")
+    serve(_existing_store(store), transport=transport, host=host, port=port,
+          pinned=Scope(user_id=user_id, agent_id=agent_id, run_id=run_id), llm=llm, base_url=base_url,
+          price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
 
 
 def main():  # pragma: no cover

@@ -110,6 +110,15 @@ def table_row(result: dict) -> dict:
     return row
 
 
+def write_rows_csv(rows: Sequence[dict], path: Path) -> Path:
+    """Write flat dict rows (the first row's keys are the header) as CSV; returns ``path``."""
+    with Path(path).open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return Path(path)
+
+
 def _fmt(v, digits: int = 4) -> str:
     if v is None:
         return "-"
@@ -126,11 +135,7 @@ def write_sweep_report(results: Sequence[dict], out: Path, missing: Sequence[Pat
     rows = [table_row(r) for r in results]
     written: dict[str, Path] = {}
     if rows:
-        with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        written["csv"] = out / "sweep.csv"
+        written["csv"] = write_rows_csv(rows, out / "sweep.csv")
 
     cols = ("run", "label", "n", "f1", "judge", "usd_x1e4", "qpc", "proxy_s")
     md = ["# BudgetMem sweep", "", f"Cost: {plots.COST_LABEL}. Tier ratios: share of questions "

@@ -12,13 +12,12 @@ store (so the episodic/semantic memory is built once per construction model). Th
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.cost import COST_SCALE
 from . import plots
-from .sweep import SweepRun, overall
+from .sweep import SweepRun, overall, write_rows_csv
 
 ALPHAS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 DEPTHS: tuple[tuple[int, int], ...] = ((2, 5), (4, 10), (8, 20), (20, 50), (32, 80))
@@ -78,11 +77,7 @@ def write_memorycpt_report(results: Sequence[dict], out: Path, missing: Sequence
     rows = [table_row(r) for r in results]
     written: dict[str, Path] = {}
     if rows:
-        with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        written["csv"] = out / "sweep.csv"
+        written["csv"] = write_rows_csv(rows, out / "sweep.csv")
     cols = ("kind", "label", "n", "f1", "judge", "usd_x1e4", "amortized_314_x1e4", "qpc", "proxy_s")
     md = ["# MemoryCPT sweep", "", f"Online cost: {plots.COST_LABEL}; amortized: C(314) = C_construction / 314 + "
           "C_online (MemoryCPT Eq. 20).", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

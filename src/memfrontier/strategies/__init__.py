@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from .automem import AutoMem
 from .base import MemoryEnv, Query, Strategy
 from .budgetmem import BudgetMem
 from .longctx import LongContext
 from .memorycpt import MemoryCPT
+from .mempilot import MemPilot
 from .oracle import Oracle
 from .rag import Rag
 
 STRATEGIES = {"longctx": LongContext, "rag": Rag, "oracle": Oracle, "budgetmem": BudgetMem,
-              "memorycpt": MemoryCPT}
+              "memorycpt": MemoryCPT, "mempilot": MemPilot, "automem": AutoMem}
 
 
 def get_strategy(name: str, **options) -> Strategy:
