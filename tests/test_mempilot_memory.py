@@ -7,11 +7,14 @@ import json
 
 import pytest
 
-from memfrontier.build.bank import BankError, CompressedBank
 from memfrontier.build.compress import PLACEHOLDER, OfflineCompressor, compressed_views, make_compressor
+from memfrontier.build.compressed_bank import build_from_store, import_jsonl, open_bank
 from memfrontier.core.types import ImageRef, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.store.bank import MemoryBank
+from memfrontier.store.base import StoreError
 from memfrontier.store.sqlite import SQLiteStore
+from memfrontier.strategies.mempilot.views import DualView
 
 
 def test_offline_compressor_contract():
@@ -64,43 +67,51 @@ def _records(user: str) -> list[Record]:
 def test_bank_build_search_import(tmp_path, embedder):
     store = SQLiteStore(tmp_path / "store", embedder, chunk_tokens=16)  # small chunks: one record each
     store.add(_records("ana") + _records("bob"))
-    bank = CompressedBank.for_store(store)
-    assert bank.path == tmp_path / "store" / "mempilot_bank"
+    bank = open_bank(store)
+    assert bank.path == tmp_path / "store" / "banks" / "mempilot.db"
     ana = Scope(user_id="ana")
-    res = bank.build_from_store(store, ana, OfflineCompressor())
+    res = build_from_store(bank, store, ana, OfflineCompressor())
     assert res == {"added": 4, "removed": 0, "kept": 0}
-    assert bank.build_from_store(store, ana, OfflineCompressor()) == {"added": 0, "removed": 0, "kept": 4}  # idempotent
-    items = bank.items(ana)
+    assert build_from_store(bank, store, ana, OfflineCompressor()) == {"added": 0, "removed": 0, "kept": 4}  # idempotent
+    items = bank.items(ana, "compressed")
     assert all(it.text.startswith("date: 2024-05-01\nAna:") for it in items)
-    assert {it.record_ids[0] for it in items} == {f"ana:D1:{i}" for i in range(4)}
-    top = bank.search("which pet did she adopt", ana, 2)
-    assert top[0][0].record_ids == ["ana:D1:0"] and len(top) == 2
-    assert bank.search("cat", Scope(user_id="bob"), 3) == []  # bob's bank not built: scopes never mix
-    assert bank.search("", ana, 3) == [] and bank.search("cat", ana, 0) == []
+    assert {it.source_ids[0] for it in items} == {f"ana:D1:{i}" for i in range(4)}
+    assert {it.meta["chunk_id"] for it in items} == {ch.id for ch in store.chunks(ana)}
+    assert all(it.meta["source"] == "compress:offline-idf-v1@0.4" and it.meta["image_ids"] == [] for it in items)
+    view = DualView(store, bank)
+    top = bank.search("which pet did she adopt", ana, "compressed", 2, retrievers=("dense",))
+    assert top[0].item.source_ids == ["ana:D1:0"] and len(top) == 2
+    assert top[0].score == pytest.approx(float(embedder.encode(["which pet did she adopt"])[0] @ embedder.encode([top[0].item.text])[0]), abs=1e-5)
+    assert [it.id for it in view.retrieve("which pet did she adopt", ana, 2)] == [h.item.id for h in top]
+    assert view.retrieve("cat", Scope(user_id="bob"), 3) == []  # bob's bank not built: scopes never mix
+    assert view.retrieve("", ana, 3) == [] and view.retrieve("cat", ana, 0) == []
     # a chunk that disappears takes its item with it
     store.delete("ana:D1:3")
-    assert bank.build_from_store(store, ana, OfflineCompressor())["removed"] == 1
+    assert build_from_store(bank, store, ana, OfflineCompressor())["removed"] == 1
     # imports are a separate kind; a bad line writes nothing
     f = tmp_path / "amem.jsonl"
     f.write_text(json.dumps({"text": "Ana owns a cat called Miso", "user_id": "ana", "record_ids": ["ana:D1:0"]}) + "\n"
                  + json.dumps({"text": "Lena: red dress", "record_ids": ["ana:D1:1"]}) + "\n")
-    assert bank.import_jsonl(f, Scope(user_id="ana")) == 2
-    assert bank.count(ana, "imported") == 2 and bank.count(ana) == 3
-    assert bank.search("cat", ana, 1, kind="imported")[0][0].text == "Ana owns a cat called Miso"
+    assert import_jsonl(bank, f, Scope(user_id="ana")) == 2
+    assert bank.count(ana, "imported") == 2 and bank.count(ana, "compressed") == 3
+    assert import_jsonl(bank, f, Scope(user_id="ana")) == 2 and bank.count(ana, "imported") == 2  # replaced, not added
+    assert DualView(store, bank, "imported").retrieve("cat", ana, 1)[0].text == "Ana owns a cat called Miso"
     f.write_text(json.dumps({"text": "x", "user_id": "ana"}) + "\n" + json.dumps({"text": ""}) + "\n")
     with pytest.raises(ValueError, match="amem.jsonl:2"):
-        bank.import_jsonl(f)
+        import_jsonl(bank, f)
     assert bank.count(ana, "imported") == 2
+    with pytest.raises(FileNotFoundError, match="no bank file"):
+        import_jsonl(bank, tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="unknown bank kind"):
-        bank.items(ana, "other")
+        DualView(store, bank, "other")
     bank.close()
     # reopening keeps the items; another embedding model is refused
-    again = CompressedBank(tmp_path / "store" / "mempilot_bank", embedder)
-    assert again.count(ana) == 3
+    again = MemoryBank(tmp_path / "store" / "banks" / "mempilot.db", embedder)
+    assert again.count(ana, "compressed") == 3
 
     class Other:
         model_id, dim = "other-model", 384
 
-    with pytest.raises(BankError, match="other-model"):
-        CompressedBank(tmp_path / "store" / "mempilot_bank", Other())
+    with pytest.raises(StoreError, match="other-model"):
+        MemoryBank(tmp_path / "store" / "banks" / "mempilot.db", Other())
     store.close()

@@ -276,7 +276,7 @@ async def _e2e(tmp_path, records, questions):
     strat = MemPilot(pool="local", preference="balanced")
     scope = records[0].scope
     await mem.build(strat, scope)
-    assert strat.bank(mem.env).count(scope) == len(mem.store.chunks(scope))
+    assert strat.bank(mem.env).count(scope, "compressed") == len(mem.store.chunks(scope))
     out = []
     for q in questions:
         ans = await mem.ask(q.question, user_id=scope.user_id, strategy=strat)

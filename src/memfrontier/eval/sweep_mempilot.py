@@ -16,7 +16,6 @@ proxy), with the non-dominated points joined.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from ..core.cost import COST_SCALE
 from ..core.types import Preference
 from . import plots
 from .mempilot_report import read_rows, run_stats
-from .sweep import SweepRun
+from .sweep import SweepRun, write_rows_csv
 
 PRESETS: tuple[str, ...] = ("perf", "balanced", "cost")
 
@@ -108,26 +107,20 @@ def _fmt(v, digits: int = 4) -> str:
 
 
 def write_mempilot_report(results: Sequence[dict], out: Path, dataset: str = "") -> dict[str, Path]:
-    """Write ``sweep.csv``, ``model_share.csv``, ``sweep.md``, ``pareto_cost.png`` and ``pareto_latency.png``."""
+    """Write ``sweep.csv``, ``model_share.csv``, ``sweep.md``, ``pareto_cost.png`` and ``pareto_latency.png``
+    (the CSVs and plots only when there is at least one run)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = [table_row(r) for r in results]
     written: dict[str, Path] = {}
     flat = [{k: v for k, v in r.items() if k not in ("route_share", "route_models")} for r in rows]
-    if flat:
-        with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(flat[0]))
-            w.writeheader()
-            w.writerows(flat)
-        written["csv"] = out / "sweep.csv"
     routes = sorted({rt for r in rows for rt in r["route_share"]})
     models = {rt: m for r in rows for rt, m in r["route_models"].items()}
-    with (out / "model_share.csv").open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["preference", *routes])
-        for r in rows:
-            w.writerow([r["label"], *(f"{r['route_share'].get(rt, 0.0):.4f}" for rt in routes)])
-    written["model_share"] = out / "model_share.csv"
+    if rows:
+        written["csv"] = write_rows_csv(flat, out / "sweep.csv")
+        written["model_share"] = write_rows_csv(
+            [{"preference": r["label"], **{rt: f"{r['route_share'].get(rt, 0.0):.4f}" for rt in routes}} for r in rows],
+            out / "model_share.csv")
 
     cols = ("label", "policy", "n", "f1", "judge", "usd_x1e4", "proxy_s", "delegate_calls", "image_accesses",
             "retrieve_calls", "curate_calls", "format_valid")

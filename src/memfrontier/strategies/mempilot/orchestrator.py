@@ -339,7 +339,7 @@ class Orchestrator:
         items = await asyncio.to_thread(self.views.retrieve, call.args["retrieval_query"], scope, k)
         text = "\n\n".join(it.text for it in items) if items else "(no memory found)"
         obs = self._cap(f"{RETRIEVE} results:\n{text}")
-        rec_ids = list(dict.fromkeys(rid for it in items for rid in it.record_ids))
+        rec_ids = list(dict.fromkeys(rid for it in items for rid in it.source_ids))
         return CallRecord(RETRIEVE, call.args, obs, record_ids=rec_ids, evidence="\n\n".join(it.text for it in items) or None)
 
     async def _curate(self, call: ToolCall, question: str, scope: Scope) -> CallRecord:

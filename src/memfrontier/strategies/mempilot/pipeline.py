@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ...build.bank import KINDS, CompressedBank
 from ...build.compress import Compressor, make_compressor
+from ...build.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
 from ...llm.pool import ModelPool, PoolProfile
+from ...store.bank import MemoryBank
 from ..base import MemoryEnv, Query
 from .orchestrator import Orchestrator, Trajectory
 from .prompts import PROMPT_VERSION
@@ -61,7 +62,7 @@ class MemPilot:
             (evaluation runs pass none); otherwise the caller's preference is used.
         answer_mode: ``decoupled`` (default; the answerer reads question + evidence) or ``policy``.
         bank: ``compressed`` (built by :meth:`build`) or ``imported`` (a JSONL imported with
-            :meth:`CompressedBank.import_jsonl`; :meth:`build` then builds nothing).
+            :func:`~memfrontier.build.compressed_bank.import_jsonl`; :meth:`build` then builds nothing).
         compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.build.compress`).
         adapter: a LoRA adapter directory saved by ``memfrontier train orchestrator``: the policy is
             then the packaged GGUF model in transformers with that adapter
@@ -72,7 +73,7 @@ class MemPilot:
         rollout_key: mixed into the per-rollout permutation of tools and model cards.
         budget: a hard :class:`Budget` (or dict) of the strategy, combined with the caller's (the
             tighter cap wins); ``max_usd`` / ``max_proxy_s`` end curation early (MemPilot prefs).
-        bank_file: with ``bank="imported"``, a JSONL (see :meth:`CompressedBank.import_jsonl`) whose
+        bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.build.compressed_bank.import_jsonl`) whose
             items of each scope are imported by :meth:`build`.
 
     ``Context.meta``: ``policy_answer``, ``answer_mode``, ``format_valid`` / ``gate_reasons``
@@ -119,12 +120,13 @@ class MemPilot:
             raise ValueError("bank_file needs bank='imported'")
         self.bank_file = None if bank_file is None else str(bank_file)
         self._pool: ModelPool | None = None
-        self._bank: CompressedBank | None = None
+        self._bank: MemoryBank | None = None
 
     # -- wiring ----------------------------------------------------------------------------
-    def bank(self, env: MemoryEnv) -> CompressedBank:
+    def bank(self, env: MemoryEnv) -> MemoryBank:
+        """The compressed bank M of ``env``'s store (``<store>/banks/mempilot.db``)."""
         if self._bank is None:
-            self._bank = CompressedBank.for_store(env.store)
+            self._bank = open_bank(env.store)
         return self._bank
 
     def pool(self, env: MemoryEnv) -> ModelPool:
@@ -158,9 +160,9 @@ class MemPilot:
         """Compress every raw chunk of ``scope`` into the bank (idempotent), or, with ``bank_file``,
         import that file's items of ``scope`` as the imported bank."""
         if self.bank_kind == "compressed":
-            await asyncio.to_thread(self.bank(env).build_from_store, env.store, scope, self.compressor)
+            await asyncio.to_thread(build_from_store, self.bank(env), env.store, scope, self.compressor)
         elif self.bank_file is not None:
-            await asyncio.to_thread(self.bank(env).import_jsonl, self.bank_file, scope, only_scope=True)
+            await asyncio.to_thread(import_jsonl, self.bank(env), self.bank_file, scope, only_scope=True)
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
         pref = self.preference or preference

@@ -1,7 +1,7 @@
 """MemPilot's dual-view memory at query time (MemPilot Sec. 3.1, App. A.4).
 
-* the compressed bank M (:class:`~memfrontier.build.bank.CompressedBank`, its own dense index):
-  RETRIEVE returns its texts only;
+* the compressed bank M (a :class:`~memfrontier.store.bank.MemoryBank`, see
+  :mod:`memfrontier.build.compressed_bank`; its own dense index): RETRIEVE returns its texts only;
 * the raw history H: the store's turn-atomic ~256-token chunks, searched by the store's dense
   index; CURATE renders their records with ids, speaker, time, image ids and captions, and can
   attach the image files that exist.
@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...build.bank import BankItem, CompressedBank
+from ...build.compressed_bank import KINDS
 from ...core.types import ImageRef, Record, Scope
+from ...store.bank import BankItem, MemoryBank
 from ..base import human_date
 
 MAX_IMAGE_BYTES = 4 * 1024 * 1024  # released tool: images <= 4 MB
@@ -48,16 +49,20 @@ def render_record(r: Record) -> str:
 
 
 class DualView:
-    """Both views of one store. ``bank_kind`` selects the bank's compressed or imported items."""
+    """Both views of one store. ``bank_kind`` selects the bank's compressed or imported items.
+    Raises ValueError for another ``bank_kind``."""
 
-    def __init__(self, store, bank: CompressedBank, bank_kind: str = "compressed"):
+    def __init__(self, store, bank: MemoryBank, bank_kind: str = "compressed"):
+        if bank_kind not in KINDS:
+            raise ValueError(f"unknown bank kind {bank_kind!r}; choose {' or '.join(KINDS)}")
         self.store = store
         self.bank = bank
         self.bank_kind = bank_kind
 
     def retrieve(self, query: str, scope: Scope, k: int) -> list[BankItem]:
-        """RETRIEVE: the top-``k`` bank items (dense cosine over the bank's own index)."""
-        return [it for it, _ in self.bank.search(query, scope, k, kind=self.bank_kind)]
+        """RETRIEVE: the top-``k`` bank items (dense cosine over the bank's own index; ties: earlier
+        item first). An empty query or ``k <= 0`` gives []."""
+        return [h.item for h in self.bank.search(query, scope, self.bank_kind, k, retrievers=("dense",))]
 
     def raw(self, query: str, scope: Scope, k: int) -> RawEvidence:
         """CURATE's evidence: the top-``k`` raw chunks (the store's dense index), their records rendered
