@@ -20,9 +20,9 @@ MemPilot Sec. 4.6 "memory-bank compatibility").
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
+from ..core.jsonio import read_jsonl_objects
 from ..core.types import Scope
 from ..store.bank import BankItem, MemoryBank
 from .compress import Compressor, compressed_views
@@ -86,14 +86,8 @@ def import_jsonl(bank: MemoryBank, path: str | Path, scope: Scope | None = None,
         raise FileNotFoundError(f"no bank file {p}")
     base = scope or Scope()
     items: list[BankItem] = []
-    for n, line in enumerate(p.read_text("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{n}: not JSON ({e})") from e
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
+    for n, obj in read_jsonl_objects(p):
+        if not isinstance(obj.get("text"), str) or not obj["text"].strip():
             raise ValueError(f"{p}:{n}: each line must be a JSON object with a non-empty string 'text'")
         sc = Scope(**{k: (str(obj[k]) if obj.get(k) is not None else getattr(base, k))
                       for k in ("user_id", "agent_id", "run_id")})

@@ -33,3 +33,30 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, obj) -> None:
     """Write strict JSON atomically (see :func:`write_text_atomic`)."""
     write_text_atomic(path, json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=str, allow_nan=False))
+
+
+def read_jsonl_objects(path: Path, error: type[Exception] = ValueError) -> list[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a JSONL file (1-based numbers).
+
+    Raises ``error("<path>:<line>: ...")`` for a line that is not JSON or not a JSON object, and
+    ``error`` for an unreadable file (FileNotFoundError when it does not exist).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"cannot read {path}: {e}") from e
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise error(f"{path}:{n}: not JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise error(f"{path}:{n}: each line must be a JSON object")
+        out.append((n, obj))
+    return out

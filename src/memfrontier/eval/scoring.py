@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..core.jsonio import write_json_atomic
+from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..core.provenance import provenance, sha256_file
 from .metrics import exact_match, locomo_f1, summarize, token_f1
 
@@ -42,15 +42,7 @@ def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no such predictions file: {path}")
     rows = []
-    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ScoreInputError(f"{path}:{n}: not JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise ScoreInputError(f"{path}:{n}: each line must be a JSON object")
+    for n, row in read_jsonl_objects(path, ScoreInputError):
         try:
             rows.append(score_row(row, dataset))
         except ScoreInputError as e:

@@ -23,10 +23,10 @@ Questions (optional, a second JSONL): ``{"id", "run_id", "question", "answer", "
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from ...core.jsonio import read_jsonl_objects
 from ...core.types import Conversation, Question, Record, Scope
 from . import DatasetError
 
@@ -34,22 +34,7 @@ from . import DatasetError
 def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     if not path.is_file():
         raise DatasetError(f"trajectory file not found: {path}")
-    out = []
-    try:
-        lines = path.read_text("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"cannot read trajectory file {path}: {e}") from e
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{path}:{n}: not JSON ({e})") from e
-        if not isinstance(obj, dict):
-            raise DatasetError(f"{path}:{n}: each line must be a JSON object")
-        out.append((n, obj))
-    return out
+    return read_jsonl_objects(path, DatasetError)
 
 
 def _req(obj: dict, key: str, typ, where: str):
