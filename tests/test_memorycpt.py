@@ -399,3 +399,15 @@ def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, m
     (ep,) = bank.items(SCOPE, "episode")
     assert ep.source_ids == ["short:1"] and report.episodes_added == 1
     store.close()
+
+
+def test_a_failing_construction_model_stops_the_build_and_leaves_the_session_unbuilt(store):
+    from memfrontier.llm.base import LLMError
+
+    def unreachable(messages):
+        raise LLMError("connection refused")
+
+    with pytest.raises(LLMError, match="stays unbuilt"):
+        _build(ScriptedClient(unreachable), store)
+    bank, report, _ = _build(ScriptedClient(good_script), store)
+    assert report.sessions_built == 2 and len(bank.items(SCOPE, "episode")) == 2

@@ -22,7 +22,9 @@ sets ``construction``) and kept as a trace (prompt, rationale, JSON) for SFT exp
 
 Bad output: unparseable JSON, unknown indices or targets, empty or truncated output -> the
 operation is rejected and counted (``memorycpt.op_rejected.<role>``), the call is retried once,
-then a safe fallback applies (one segment for the window; an episode made of the turns
+then a safe fallback applies; a model that fails outright (``LLMError``: unreachable, unloadable)
+ends the build with that error and leaves the session unmarked, so nothing half-built is reused.
+Fallbacks: (one segment for the window; an episode made of the turns
 themselves; "new" instead of merge; no facts). Nothing stored is deleted except a merge target,
 in the same transaction that writes the merged episode. A session is marked done with its last
 write, so re-running adds nothing and an interrupted build resumes at the first unfinished session.
@@ -128,6 +130,7 @@ class EpisodicBuilder:
         self.keep_traces = keep_traces
         self._sem = asyncio.Semaphore(concurrency)
         self._traces: list[tuple[Scope, Trace]] = []
+        self._llm_errors: list[str] = []
         self._report = BuildReport()
 
     # -- one validated JSON call ------------------------------------------------------------
@@ -141,8 +144,9 @@ class EpisodicBuilder:
                 async with self._sem:
                     out = await self.llm.complete(messages, role=role, max_tokens=max_tokens, temperature=temp,
                                                   json_schema=schema)
-            except LLMError:
+            except LLMError as e:
                 _event(f"llm_error.{role}")
+                self._llm_errors.append(f"{role}: {e}")
                 continue
             self._report.calls[role] = self._report.calls.get(role, 0) + 1
             think, _ = strip_think(out.text)
@@ -321,6 +325,11 @@ class EpisodicBuilder:
             if facts:
                 self.bank.apply(facts)
                 self._report.facts_added += len(facts)
+        if self._llm_errors:  # the model failed, not its output: keep the session unfinished and stop
+            errors, self._llm_errors = self._llm_errors, []
+            self.bank.apply(traces=self._take_traces())
+            raise LLMError(f"construction model {self.llm.model_id!r} failed {len(errors)} call(s) in session "
+                           f"{recs[0].session_id!r} (first: {errors[0]}); the session stays unbuilt and is retried next run")
         usage = stage_totals(ledger.calls[first_call:]).model_dump() if ledger is not None else {}
         self.bank.apply(done=[(scope, unit, usage)], traces=self._take_traces())
 

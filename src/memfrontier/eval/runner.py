@@ -143,8 +143,6 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             raise RunMismatchError(
                 f"{out} holds a different run (differs in {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in diff.items())}); "
                 f"choose another --out or delete it")
-    else:
-        write_json_atomic(run_file, cfg.identity())
 
     convs = datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root)
     data_file = datasets.dataset_path(cfg.dataset, cfg.data_root)
@@ -157,6 +155,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
     judge = make_judge(mem, cfg.judge_llm, cfg.base_url, cfg.allow_unpriced) if cfg.judge else None
     strategy = get_strategy(cfg.strategy, **cfg.strategy_options)
+    if not run_file.exists():  # only once the data, models and strategy are known to be valid
+        write_json_atomic(run_file, cfg.identity())
 
     pred_path = out / "predictions.jsonl"
     done = _read_done(pred_path)

@@ -72,8 +72,9 @@ class MemoryCPT:
             ``summarizer_llm`` (default spec ``"hf"``, the packaged base through transformers).
         concurrency: bound on concurrent construction calls.
 
-    Spec-built models are priced with the environment's price book (unknown ids are recorded as
-    unpriced, never as $0).
+    Spec-built models are priced like the environment's models: the same price book, ``price_as``
+    and ``allow_unpriced`` (a local checkpoint missing from the book raises UnpricedModelError
+    unless the run allows unpriced calls, which are then flagged, never counted as $0).
 
     Memories live in the store directory's bank ``memorycpt-<construction model id>``, so
     memories built by different construction models never mix.
@@ -113,7 +114,8 @@ class MemoryCPT:
             from ..llm import make_llm
 
             client = make_llm(spec, **({"adapter": adapter} if adapter else {}))
-            self._models[key] = MeteredLLM(client, env.llm.prices, allow_unpriced=True, price_as=env.llm.price_as)
+            self._models[key] = MeteredLLM(client, env.llm.prices, allow_unpriced=env.llm.allow_unpriced,
+                                           price_as=env.llm.price_as)
         return self._models[key]
 
     def _construction_spec(self) -> str | MeteredLLM | None:
