@@ -11,8 +11,9 @@ import json
 import pytest
 
 from memfrontier.api import Memory
-from memfrontier.core.pricebook import PriceBook
+from memfrontier.core.pricebook import PriceBook, UnpricedModelError
 from memfrontier.llm.metered import MeteredLLM
+from memfrontier.strategies import MemoryEnv
 from memfrontier.strategies.memorycpt import MemoryCPT, render_candidates, summary_messages
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.grpo import train_grpo
@@ -46,12 +47,16 @@ def test_qad_sft_on_exported_traces_gives_a_serving_construction_model(built):
     assert res.steps == 1 and res.n_train + res.n_val == sum(counts.values()) - res.n_too_long
     assert res.merged_dir is not None and (res.merged_dir / "config.json").is_file()
     cpt = MemoryCPT(construction_llm=f"hf:{res.merged_dir}")
-    llm = cpt._model(cpt.construction_llm, m.aio.env)
+    with pytest.raises(UnpricedModelError):  # a local checkpoint is not in the price book: the run must say so
+        cpt._model(cpt.construction_llm, m.aio.env)
+    env = MemoryEnv(store=m.aio.store, answer_llm=m.aio.env.answer_llm,
+                    llm=MeteredLLM(m.aio.env.llm.client, m.aio.env.llm.prices, allow_unpriced=True))
+    llm = cpt._model(cpt.construction_llm, env)
     assert llm.model_id == "qad/merged"
     out = asyncio.run(llm.complete([{"role": "user", "content": "Messages:\n1. [2023-05-08 13:56] Evan: hi\n\nJSON:"}],
                                    role="segmenter", max_tokens=8))
     assert out.output_tokens >= 1
-    assert cpt.bank(m.aio.env).path.name.startswith("memorycpt-hf_")  # its memories never mix with the base's
+    assert cpt.bank(env).path.name.startswith("memorycpt-hf_")  # its memories never mix with the base's
 
 
 @pytest.mark.slow
@@ -79,5 +84,5 @@ def test_qar_grpo_with_the_cost_aware_reward_trains_an_adapter_the_strategy_uses
     served._banks = strat._banks  # same store, same construction model: reuse the built bank
     ans = m.ask(question, user_id=SCOPE.user_id, strategy=served)
     summ = ans.usage.by_role["summarizer"]
-    assert summ.calls == 1 and summ.output_tokens >= 1
+    assert summ.calls == 1 and summ.output_tokens >= 1 and summ.unpriced_calls == 0  # priced as its base
     assert ans.evidence_ids

@@ -114,8 +114,12 @@ class MemoryCPT:
             from ..llm import make_llm
 
             client = make_llm(spec, **({"adapter": adapter} if adapter else {}))
+            price_as = env.llm.price_as
+            base_id = client.model_id.split("+", 1)[0]  # a LoRA adapter costs what its base costs per token
+            if price_as is None and adapter and base_id != client.model_id and env.llm.prices.resolve(base_id):
+                price_as = base_id
             self._models[key] = MeteredLLM(client, env.llm.prices, allow_unpriced=env.llm.allow_unpriced,
-                                           price_as=env.llm.price_as)
+                                           price_as=price_as)
         return self._models[key]
 
     def _construction_spec(self) -> str | MeteredLLM | None:
