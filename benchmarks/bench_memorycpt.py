@@ -28,7 +28,7 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Scope
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.strategies import get_strategy
-from memfrontier.strategies.memorycpt import MemoryCPT
+from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
 from memfrontier.train.qar import answerable, first_sessions
 
 

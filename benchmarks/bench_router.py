@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from memfrontier.train.router import TierRouter
+from memfrontier.strategies.budgetmem.router import TierRouter
 
 EXTRACTION = ["entity", "temporal", "topic"]
 

@@ -10,14 +10,20 @@ import pytest
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
-from memfrontier.graph import GraphQueryError, open_graph, state_dir
-from memfrontier.graph import ladybug_store
-from memfrontier.graph.builder import GraphIndexer, graph_from_notes
+from memfrontier.graph import GraphQueryError, ladybug_store, open_graph, state_dir
 from memfrontier.graph.dedup import dedup_names, name_similarity, normalize_name
 from memfrontier.graph.guard import CypherRejected, check_read_only, strip_literals
-from memfrontier.graph.notes import Note, Window, grounded, make_windows, notes_from_reply, step_note
 from memfrontier.llm.base import Completion
 from memfrontier.llm.metered import MeteredLLM
+from memfrontier.views.graph_builder import GraphIndexer, graph_from_notes
+from memfrontier.views.graph_notes import (
+    Note,
+    Window,
+    grounded,
+    make_windows,
+    notes_from_reply,
+    step_note,
+)
 
 # --- guard -------------------------------------------------------------------------------------
 

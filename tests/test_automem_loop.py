@@ -10,14 +10,9 @@ import json
 import os
 
 import pytest
+from test_automem_tools import ALICE, build_store
 
 from memfrontier import Memory
-from memfrontier.agent.actions import Action, parse_action
-from memfrontier.agent.corpus import ScopedCorpus
-from memfrontier.agent.loop import AutoMemAgent, parse_verdict
-from memfrontier.agent.prefix import PrefixMeter
-from memfrontier.agent.prompts import SYSTEM, key_terms
-from memfrontier.agent.tools import ToolLimits, Toolbox
 from memfrontier.api import AsyncMemory
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
@@ -27,8 +22,13 @@ from memfrontier.graph import SCHEMA_HINT, open_graph
 from memfrontier.llm.base import Completion
 from memfrontier.llm.embedded import render_prompt
 from memfrontier.llm.metered import MeteredLLM
-from memfrontier.strategies.automem import AutoMem
-from test_automem_tools import ALICE, build_store
+from memfrontier.strategies.automem.actions import Action, parse_action
+from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.strategies.automem.loop import AutoMemAgent, parse_verdict
+from memfrontier.strategies.automem.pipeline import AutoMem
+from memfrontier.strategies.automem.prefix import PrefixMeter
+from memfrontier.strategies.automem.prompts import SYSTEM, key_terms
+from memfrontier.strategies.automem.tools import Toolbox, ToolLimits
 
 PRICES = PriceBook.load()
 

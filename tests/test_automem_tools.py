@@ -8,9 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from memfrontier.agent.actions import Action
-from memfrontier.agent.corpus import ScopedCorpus
-from memfrontier.agent.tools import ToolLimits, Toolbox, index_query, read, rg
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
@@ -18,11 +15,20 @@ from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import DatasetError
 from memfrontier.eval.datasets.trajectories import load_trajectories
 from memfrontier.graph import open_graph, state_dir
-from memfrontier.graph.builder import GraphIndexer, graph_from_notes
-from memfrontier.graph.notes import Note
 from memfrontier.llm.embedded import EmbeddedLLM
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
+from memfrontier.strategies.automem.actions import Action
+from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.strategies.automem.tools import (
+    Toolbox,
+    ToolLimits,
+    index_query,
+    read,
+    rg,
+)
+from memfrontier.views.graph_builder import GraphIndexer, graph_from_notes
+from memfrontier.views.graph_notes import Note
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 ALICE, BOB, EVE = Scope(user_id="alice"), Scope(user_id="bob"), Scope(user_id="eve")

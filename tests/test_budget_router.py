@@ -8,6 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from memfrontier.strategies.budgetmem.router import (
+    MODULES,
+    TIERS,
+    RouterCheckpointError,
+    TierRouter,
+)
 from memfrontier.train.budget_reward import (
     BudgetRewardShaper,
     CostNormalizer,
@@ -15,7 +21,6 @@ from memfrontier.train.budget_reward import (
     budget_reward,
 )
 from memfrontier.train.ppo import Episode, PPOTrainer, compute_advantages, ppo_losses
-from memfrontier.train.router import MODULES, TIERS, RouterCheckpointError, TierRouter
 
 
 @pytest.fixture(autouse=True)

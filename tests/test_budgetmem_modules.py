@@ -399,7 +399,7 @@ def test_hard_budget_stops_paid_module_calls(memory):
 @pytest.mark.slow
 def test_real_tier_router_checkpoint_is_loaded_and_used(memory, tmp_path):
     torch = pytest.importorskip("torch")
-    from memfrontier.train.router import TierRouter
+    from memfrontier.strategies.budgetmem.router import TierRouter
 
     torch.manual_seed(0)
     path = tmp_path / "router.pt"

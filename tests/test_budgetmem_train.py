@@ -18,9 +18,14 @@ from typer.testing import CliRunner
 from memfrontier.cli import app
 from memfrontier.core.types import Question
 from memfrontier.eval.runner import EvalConfig, run_eval
-from memfrontier.eval.sweep import plan_budgetmem_sweep, write_sweep_report
-from memfrontier.train.budgetmem_trainer import TrainConfig, router_dir_name, split_questions, train_router
-from memfrontier.train.router import MODULES, TIERS, TierRouter
+from memfrontier.eval.sweeps.base import plan_budgetmem_sweep, write_sweep_report
+from memfrontier.strategies.budgetmem.router import MODULES, TIERS, TierRouter
+from memfrontier.train.budgetmem_trainer import (
+    TrainConfig,
+    router_dir_name,
+    split_questions,
+    train_router,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SMALL = dict(conversations=["conv-41"], k=1, module_topk=1, max_relations=2)

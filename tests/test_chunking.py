@@ -2,9 +2,9 @@
 
 import pytest
 
-from memfrontier.build.chunking import chunk_records
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.store.chunking import chunk_records
 
 A = Scope(user_id="alice")
 B = Scope(user_id="bob")

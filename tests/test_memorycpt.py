@@ -11,15 +11,6 @@ import math
 import pytest
 
 from memfrontier.api import Memory
-from memfrontier.build.dates import resolve_relative_dates
-from memfrontier.build.episodic import EpisodicBuilder
-from memfrontier.build.episodic_ops import (
-    OperationError,
-    validate_episode,
-    validate_facts,
-    validate_merge,
-    validate_segments,
-)
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
@@ -30,9 +21,18 @@ from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query
-from memfrontier.strategies.memorycpt import MemoryCPT
+from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.sft_export import export_sft
+from memfrontier.views.dates import resolve_relative_dates
+from memfrontier.views.episodic import EpisodicBuilder
+from memfrontier.views.episodic_ops import (
+    OperationError,
+    validate_episode,
+    validate_facts,
+    validate_merge,
+    validate_segments,
+)
 
 SCOPE = Scope(user_id="u1")
 
@@ -368,7 +368,10 @@ def test_cli_rejects_memorycpt_flags_elsewhere_and_bad_values(tmp_path):
 
 
 def test_sweep_plan_and_report(tmp_path):
-    from memfrontier.eval.sweep_memorycpt import plan_memorycpt_sweep, write_memorycpt_report
+    from memfrontier.eval.sweeps.memorycpt import (
+        plan_memorycpt_sweep,
+        write_memorycpt_report,
+    )
 
     (tmp_path / "qar" / "alpha_0.8" / "adapter").mkdir(parents=True)
     (tmp_path / "qar" / "alpha_0.8" / "adapter" / "adapter_config.json").write_text("{}")

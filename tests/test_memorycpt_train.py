@@ -9,19 +9,22 @@ import asyncio
 import json
 
 import pytest
+from test_memorycpt import SCOPE, ScriptedClient, good_script, records_two_sessions
 
 from memfrontier.api import Memory
 from memfrontier.core.pricebook import PriceBook, UnpricedModelError
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.strategies import MemoryEnv
-from memfrontier.strategies.memorycpt import MemoryCPT, render_candidates, summary_messages
+from memfrontier.strategies.memorycpt.pipeline import (
+    MemoryCPT,
+    render_candidates,
+    summary_messages,
+)
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.grpo import train_grpo
 from memfrontier.train.lora_sft import train_lora_sft
 from memfrontier.train.qar import SummaryReward
 from memfrontier.train.sft_export import export_sft
-
-from test_memorycpt import SCOPE, ScriptedClient, good_script, records_two_sessions
 
 
 @pytest.fixture(scope="module")

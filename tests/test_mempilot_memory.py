@@ -7,14 +7,19 @@ import json
 
 import pytest
 
-from memfrontier.build.compress import PLACEHOLDER, OfflineCompressor, compressed_views, make_compressor
-from memfrontier.build.compressed_bank import build_from_store, import_jsonl, open_bank
 from memfrontier.core.types import ImageRef, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.store.bank import MemoryBank
 from memfrontier.store.base import StoreError
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.mempilot.views import DualView
+from memfrontier.views.compress import (
+    PLACEHOLDER,
+    OfflineCompressor,
+    compressed_views,
+    make_compressor,
+)
+from memfrontier.views.compressed_bank import build_from_store, import_jsonl, open_bank
 
 
 def test_offline_compressor_contract():

@@ -9,6 +9,15 @@ import pytest
 
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Preference
+from memfrontier.strategies.mempilot.accounting import (
+    ExternalCall,
+    PolicySegment,
+    format_gate,
+    kv_prefix_segments,
+    policy_cost_usd,
+    trajectory_cost_usd,
+    trajectory_latency_s,
+)
 from memfrontier.strategies.mempilot.protocol import (
     decision_schema,
     parse_turn,
@@ -16,18 +25,11 @@ from memfrontier.strategies.mempilot.protocol import (
     validate_call,
 )
 from memfrontier.train.mempilot_reward import (
-    ExternalCall,
-    PolicySegment,
     Rewards,
     decoupled_advantages,
-    format_gate,
     group_normalize,
-    kv_prefix_segments,
     marginal_credit,
-    policy_cost_usd,
     task_reward,
-    trajectory_cost_usd,
-    trajectory_latency_s,
 )
 
 BOOK = PriceBook.load()

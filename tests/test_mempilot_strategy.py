@@ -15,10 +15,10 @@ from memfrontier.core.types import Budget, ImageRef, Preference, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.llm.base import Completion, LLMError
 from memfrontier.llm.metered import MeteredLLM
-from memfrontier.llm.pool import ModelPool, PoolProfile, Route
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.mempilot import MemPilot
+from memfrontier.strategies.mempilot.pool import ModelPool, PoolProfile, Route
 from memfrontier.strategies.mempilot.prompts import ANSWER_NOW
 
 BOOK = PriceBook.load()

@@ -13,8 +13,12 @@ from typer.testing import CliRunner
 
 from memfrontier.cli import app
 from memfrontier.core.types import Question
-from memfrontier.strategies.mempilot.protocol import decision_schema, parse_turn, render_decision
-from memfrontier.train.mempilot_policy import Generation, HFPolicy, SchemaError
+from memfrontier.strategies.mempilot.policy import Generation, HFPolicy, SchemaError
+from memfrontier.strategies.mempilot.protocol import (
+    decision_schema,
+    parse_turn,
+    render_decision,
+)
 from memfrontier.train.mempilot_reward import Rewards
 from memfrontier.train.mempilot_trainer import Rollout, pg_token_loss, token_advantages
 
@@ -149,7 +153,11 @@ def _row(f1, usd, proxy, routes, valid=True):
 
 
 def test_sweep_report_tables_and_pareto(tmp_path):
-    from memfrontier.eval.sweep_mempilot import pareto_front, plan_mempilot_sweep, write_mempilot_report
+    from memfrontier.eval.sweeps.mempilot import (
+        pareto_front,
+        plan_mempilot_sweep,
+        write_mempilot_report,
+    )
 
     runs = plan_mempilot_sweep(["perf", "cost", {"quality": 1, "cost": 2, "latency": 0}], options={"pool": "local"})
     assert [r.name for r in runs] == ["pref_perf", "pref_cost", "pref_w_1_2_0"] and runs[1].order == 1.25
@@ -191,7 +199,10 @@ def test_cli_mempilot_flags_are_checked():
 @pytest.mark.data
 def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
     from memfrontier.strategies.mempilot import MemPilot
-    from memfrontier.train.mempilot_trainer import OrchestratorTrainConfig, train_orchestrator
+    from memfrontier.train.mempilot_trainer import (
+        OrchestratorTrainConfig,
+        train_orchestrator,
+    )
 
     torch.set_num_threads(2)
     cfg = OrchestratorTrainConfig(steps=1, group_size=2, max_rounds=2, sessions=1, policy_max_tokens=64,

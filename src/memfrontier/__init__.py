@@ -1,6 +1,6 @@
 """memfrontier: long-term memory for LLM agents with measured quality, cost and latency."""
 
-__version__ = "0.1.0"
+from .core.version import __version__  # noqa: F401  (the public version attribute)
 
 __all__ = ["Memory", "AsyncMemory", "Answer"]
 

@@ -11,7 +11,14 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
                   no_args_is_help=True, add_completion=False)
@@ -62,7 +69,7 @@ def _known_errors():
 
 def _check_router(path: Path) -> None:
     """Fail (exit 2) before any work when ``path`` is not a readable tier-router checkpoint."""
-    from .train.router import RouterCheckpointError, TierRouter
+    from .strategies.budgetmem.router import RouterCheckpointError, TierRouter
 
     try:
         TierRouter.load(path)  # the CLI always embeds with MiniLM (384-d)
@@ -211,7 +218,7 @@ def eval_cmd(
     price_as: Optional[str] = OPT_PRICE_AS,
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
-    from .eval.report import construction_table, summary_table
+    from .eval.reports.summary import construction_table, summary_table
     from .eval.runner import EvalConfig, run_eval
 
     opts = _strategy_options(strategy, k=k, router=router, lam=lam, tiering=tiering, tiers=tiers, module_topk=module_topk)
@@ -251,11 +258,11 @@ def eval_cmd(
     if summary.get("choices", {}).get("tiers"):
         console.print(tier_table(summary["choices"]["tiers"]))
     if strategy == "mempilot":
-        from .eval.mempilot_report import read_rows, run_stats, stats_table
+        from .eval.reports.mempilot import read_rows, run_stats, stats_table
 
         console.print(stats_table(run_stats(read_rows(out / "predictions.jsonl"))))
     if strategy == "automem":
-        from .agent.report import automem_table
+        from .eval.reports.automem import automem_table
 
         console.print(automem_table(out / "predictions.jsonl"))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
@@ -332,8 +339,8 @@ def train_qar_cmd(
     """LoRA-B: GRPO-train the query-aware summarizer with the cost-aware reward (MemoryCPT QAR)."""
     from .api import AsyncMemory
     from .eval.datasets import load_dataset
+    from .eval.sweeps.memorycpt import alpha_dir_name
     from .train.qar import train_qar
-    from .eval.sweep_memorycpt import alpha_dir_name
 
     out = out or Path("runs/qar") / alpha_dir_name(alpha)
     try:
@@ -517,8 +524,8 @@ def _train_table(log_path: Path):
 
 
 def _run_sweep_with_progress(base, runs) -> list[dict]:
-    """Run a sweep's points (:func:`memfrontier.eval.sweep.run_sweep`) under one progress bar."""
-    from .eval.sweep import run_sweep
+    """Run a sweep's points (:func:`memfrontier.eval.sweeps.base.run_sweep`) under one progress bar."""
+    from .eval.sweeps.base import run_sweep
 
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
@@ -579,7 +586,7 @@ def sweep_budgetmem(
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable."""
     from .eval.runner import EvalConfig
-    from .eval.sweep import plan_budgetmem_sweep, table_row, write_sweep_report
+    from .eval.sweeps.base import plan_budgetmem_sweep, table_row, write_sweep_report
 
     lams = _float_list("--lambdas", lambdas)
     kvals = [int(v) for v in _float_list("--ks", ks)] if ks.strip() else []
@@ -654,7 +661,11 @@ def sweep_mempilot(
 ):
     """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable."""
     from .eval.runner import EvalConfig
-    from .eval.sweep_mempilot import plan_mempilot_sweep, table_row, write_mempilot_report
+    from .eval.sweeps.mempilot import (
+        plan_mempilot_sweep,
+        table_row,
+        write_mempilot_report,
+    )
 
     prefs = []
     for item in (x.strip() for x in preferences.split(",") if x.strip()):
@@ -703,8 +714,13 @@ def sweep_memorycpt(
 ):
     """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable."""
     from .eval.runner import EvalConfig
-    from .eval.sweep_memorycpt import ABLATIONS, DEPTHS, table_row, write_memorycpt_report
-    from .eval.sweep_memorycpt import plan_memorycpt_sweep as plan
+    from .eval.sweeps.memorycpt import (
+        ABLATIONS,
+        DEPTHS,
+        table_row,
+        write_memorycpt_report,
+    )
+    from .eval.sweeps.memorycpt import plan_memorycpt_sweep as plan
 
     chosen = {w.strip() for w in what.split(",") if w.strip()}
     if not chosen or chosen - {"depth", "ablation", "alpha"}:
@@ -734,7 +750,7 @@ def score(
     """Score predictions made by any memory system with our metrics (same protocol, comparable numbers)."""
     if dataset not in ("locomo", "longmemeval", "hotpotqa"):
         _fail(f"unknown --dataset {dataset!r}; choose locomo, longmemeval or hotpotqa")
-    from .eval.report import summary_table
+    from .eval.reports.summary import summary_table
     from .eval.scoring import score_file
 
     try:

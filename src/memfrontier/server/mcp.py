@@ -25,10 +25,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..agent.actions import CYPHER_MAX_CHARS, MAX_IDS, MAX_PATTERNS, PATTERN_MAX_CHARS
-from ..agent.corpus import ScopedCorpus
-from ..agent.tools import ToolLimits, index_query, read, rg
 from ..core.types import Budget, Scope
+from ..strategies.automem.actions import (
+    CYPHER_MAX_CHARS,
+    MAX_IDS,
+    MAX_PATTERNS,
+    PATTERN_MAX_CHARS,
+)
+from ..strategies.automem.corpus import ScopedCorpus
+from ..strategies.automem.tools import ToolLimits, index_query, read, rg
 
 LOOPBACK_NAMES = ("localhost",)
 ASK_STRATEGIES = ("rag", "longctx", "automem")

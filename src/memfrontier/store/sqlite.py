@@ -59,10 +59,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..build.chunking import chunk_records
 from ..core.types import Chunk, Hit, ImageRef, Record, Scope
 from ..retrieve.rrf import rrf_fuse
 from .base import AddResult, EmbeddingMismatchError, StoreError
+from .chunking import chunk_records
 
 log = logging.getLogger(__name__)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .automem import AutoMem
+from .automem.pipeline import AutoMem
 from .base import MemoryEnv, Query, Strategy
 from .budgetmem import BudgetMem
 from .longctx import LongContext
-from .memorycpt import MemoryCPT
+from .memorycpt.pipeline import MemoryCPT
 from .mempilot import MemPilot
 from .oracle import Oracle
 from .rag import Rag

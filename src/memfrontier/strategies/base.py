@@ -9,7 +9,6 @@ Offline construction (episodes, graphs...) happens in ``build``, recorded under 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -49,23 +48,3 @@ class Strategy(Protocol):
         ...
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context: ...
-
-
-def human_date(ts: str | None) -> str | None:
-    """ISO timestamp -> "8 May 2023" (the form LoCoMo's gold temporal answers use); None stays None."""
-    if not ts:
-        return None
-    try:
-        d = datetime.fromisoformat(ts)
-    except ValueError:
-        return ts
-    return f"{d.day} {d:%B %Y}"
-
-
-def render_dated(blocks: list[tuple[str | None, str]]) -> str:
-    """Join ``(timestamp, text)`` blocks into context text, each prefixed with its date in words."""
-    out = []
-    for ts, text in blocks:
-        day = human_date(ts)
-        out.append(f"({day}) {text}" if day else text)
-    return "\n".join(out)

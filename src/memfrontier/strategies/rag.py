@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
-from .base import MemoryEnv, Query, render_dated
+from .base import MemoryEnv, Query
 
 
 class Rag:

@@ -52,17 +52,11 @@ from ..eval.runner import score_f1, stratified_sample
 from ..strategies.budgetmem import PROMPT_VERSION as BUDGETMEM_PROMPT_VERSION
 from ..strategies.budgetmem import BudgetMem, ModuleCache
 from ..strategies.budgetmem.cache import input_hash
+from ..strategies.budgetmem.router import TIERS, TierRouter, router_dir_name
 from .budget_reward import BudgetRewardShaper, budget_reward
 from .ppo import Decision, Episode, PPOTrainer
-from .router import TIERS, TierRouter
 
 LOCAL_MODEL_IDS = frozenset({"rules", "minilm", "tier-router"})  # ledger calls that are not model calls
-
-
-def router_dir_name(lam: float) -> str:
-    """The folder name of a router trained at ``lam`` (``lambda_0``, ``lambda_0.3``): the sweep looks
-    for ``<router-dir>/<this>/router_best.pt``."""
-    return f"lambda_{lam:g}"
 
 
 class TrainConfig(BaseModel):
@@ -193,7 +187,7 @@ async def train_router(cfg: TrainConfig, on_progress: Callable | None = None) ->
     Raises DatasetError (missing data), ValueError (bad configuration).
     """
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the router is tiny: intra-op threads only wait (see train/router.py)
+    torch.set_num_threads(1)  # the router is tiny: intra-op threads only wait (see strategies/budgetmem/router.py)
     try:
         return await _train(cfg, on_progress or (lambda *a, **k: None))
     finally:

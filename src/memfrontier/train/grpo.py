@@ -171,7 +171,7 @@ def train_grpo(
 
     Args:
         prompts: states s_q (Eq. 11): dicts with ``prompt`` (chat messages -- e.g.
-            :func:`memfrontier.strategies.memorycpt.summary_messages` -- or rendered text, see
+            :func:`memfrontier.strategies.memorycpt.pipeline.summary_messages` -- or rendered text, see
             :func:`prompt_text`) and any other keys (question, answer, ...), handed to
             ``reward_fn`` untouched.
         reward_fn: ``reward_fn(completions, rows) -> list[float]``, one finite reward per

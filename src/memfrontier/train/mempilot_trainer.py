@@ -11,7 +11,7 @@ has its own small policy-gradient loop over the same PEFT LoRA setup
 (:func:`memfrontier.train.lora_common.lora_config`, the model from
 :func:`memfrontier.llm.hf.load_causal_lm`):
 
-1. per query, G rollouts at temperature 1.0 with :class:`~memfrontier.train.mempilot_policy.HFPolicy`
+1. per query, G rollouts at temperature 1.0 with :class:`~memfrontier.strategies.mempilot.policy.HFPolicy`
    (schema-guided decoding on the LoRA-wrapped model) through the same
    :class:`~memfrontier.strategies.mempilot.orchestrator.Orchestrator` the strategy uses (local pool);
 2. rewards: Q = F1 of the policy's final answer, gated (Eq. 20); C and L from Eq. 14 / Eq. 19;
@@ -40,8 +40,9 @@ from pydantic import BaseModel, Field
 from ..core.jsonio import write_json_atomic
 from ..core.ledger import Ledger, use_ledger
 from ..core.types import Budget, Preference, Question, Scope
-from .mempilot_policy import Generation
-from .mempilot_reward import ETA, Rewards, decoupled_advantages, format_gate, marginal_credit
+from ..strategies.mempilot.accounting import format_gate
+from ..strategies.mempilot.policy import Generation
+from .mempilot_reward import ETA, Rewards, decoupled_advantages, marginal_credit
 
 
 class OrchestratorTrainConfig(BaseModel):
@@ -156,8 +157,8 @@ async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Calla
     from ..eval.runner import score_f1
     from ..llm.hf import load_causal_lm
     from ..strategies.mempilot import MemPilot, as_preference
+    from ..strategies.mempilot.policy import HFPolicy
     from .lora_common import lora_config, lora_delta_l2, lora_snapshot
-    from .mempilot_policy import HFPolicy
 
     progress = on_progress or (lambda *a, **k: None)
     t_start = time.perf_counter()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .router import TierRouter, _as_tensor, log_probs
+from ..strategies.budgetmem.router import TierRouter, _as_tensor, log_probs
 
 MAX_LOG_RATIO = 10.0  # log-ratio clamp: keeps exp() finite on a stale batch
 

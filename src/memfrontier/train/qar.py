@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from statistics import fmean
 from dataclasses import dataclass, field
+from statistics import fmean
 
 from ..answerer import Answerer
 from ..core.types import Context, Conversation, Question, Record, Scope
 from ..eval.metrics import locomo_f1, token_f1
-from ..strategies.memorycpt import MemoryCPT, render_candidates, summary_messages
+from ..strategies.memorycpt.pipeline import (
+    MemoryCPT,
+    render_candidates,
+    summary_messages,
+)
 from .cost_reward import DEFAULT_ALPHA, SummaryCostModel
 
 

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from ...core.ledger import current_ledger
+from ...core.render import human_date
 from ...core.types import Chunk
-from ..base import human_date
 from . import prompts, rules
 from .cache import ModuleCache, input_hash
 from .tiering import (

@@ -5,7 +5,7 @@ Per question: retrieve the top-K chunks (K=5, Sec. 5.2) -> filter (Eq. 4) -> {en
 temporal, topic} in one parallel stage (Eq. 5) -> summary (Eq. 6) -> the frozen answerer reads
 the summary. Each module's tier comes from a fixed ``tiers`` mapping or from a router
 (Sec. 4.3): any object with ``decide(query_emb, input_emb, module, greedy) -> (tier, logprob,
-value)`` such as :class:`memfrontier.train.router.TierRouter`, whose state is the query
+value)`` such as :class:`memfrontier.strategies.budgetmem.router.TierRouter`, whose state is the query
 embedding and the mean embedding of the module input (the previous module's output).
 """
 
@@ -49,7 +49,7 @@ class BudgetMem:
         tiers: fixed tiers, a mapping module -> tier (missing modules: ``"mid"``) or one tier
             for all modules; default all ``"mid"``. Exclusive with ``router``.
         router: an object with ``decide(...)`` (see the module doc) or a path to a
-            :class:`~memfrontier.train.router.TierRouter` checkpoint.
+            :class:`~memfrontier.strategies.budgetmem.router.TierRouter` checkpoint.
         lam: the cost weight lambda the router was trained with (BudgetMem Eq. 7); recorded only.
         greedy: router argmax (test, default) or sampling (training rollouts).
         cache: a :class:`ModuleCache`, a path for one, ``True`` (in memory) or None (off).
@@ -121,7 +121,7 @@ class BudgetMem:
 
     def router(self, env: MemoryEnv):
         if self._router is None and self._router_spec is not None:
-            from ...train.router import TierRouter
+            from .router import TierRouter
 
             self._router = TierRouter.load(self._router_spec, expected_modules=MODULES,
                                            expected_emb_dim=int(self.runtime(env).embedder.dim))

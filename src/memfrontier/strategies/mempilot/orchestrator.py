@@ -18,7 +18,7 @@ for its whole prompt, later turns only for the newly appended observation tokens
 (``cached_tokens`` holds the rest) — and each turn is its own latency stage; delegate calls are
 recorded by their metered client (role ``delegate``) inside one ``ledger.parallel()`` stage per
 round. :class:`Trajectory` recomputes the same totals with the pure functions of
-:mod:`memfrontier.train.mempilot_reward`.
+:mod:`.accounting`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,14 @@ from ...core.pricebook import ModelPrice, PriceBook
 from ...core.types import Budget, Preference, Scope
 from ...llm.base import ChatClient, LLMError, LLMTimeoutError, Message
 from ...llm.parsing import parse_json
-from ...llm.pool import ModelPool
 from . import prompts
+from .accounting import (
+    ExternalCall,
+    PolicySegment,
+    trajectory_cost_usd,
+    trajectory_latency_s,
+)
+from .pool import ModelPool
 from .protocol import (
     CURATE,
     MAX_EVIDENCE,
@@ -192,7 +198,6 @@ class Orchestrator:
     # -- accounting ------------------------------------------------------------------------
     def spent(self, traj: Trajectory) -> tuple[float, float]:
         """(USD, latency proxy seconds) of the trajectory so far (Eq. 14, Eq. 19)."""
-        from ...train.mempilot_reward import trajectory_cost_usd, trajectory_latency_s
 
         segs, calls = self.accounting(traj)
         return (trajectory_cost_usd(segs, self.policy_price, calls),
@@ -200,7 +205,6 @@ class Orchestrator:
 
     def accounting(self, traj: Trajectory):
         """The trajectory as :class:`PolicySegment` and :class:`ExternalCall` lists (Eq. 14-19)."""
-        from ...train.mempilot_reward import ExternalCall, PolicySegment
 
         segs = [PolicySegment(t.charged_input_tokens, t.output_tokens) for t in traj.turns]
         calls = [ExternalCall(str(i), self.prices.get(c.model), c.input_tokens, c.output_tokens, c.images_sent,

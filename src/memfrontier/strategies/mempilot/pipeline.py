@@ -14,14 +14,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ...build.compress import Compressor, make_compressor
-from ...build.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
-from ...llm.pool import ModelPool, PoolProfile
 from ...store.bank import MemoryBank
+from ...views.compress import Compressor, make_compressor
+from ...views.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
 from ..base import MemoryEnv, Query
+from .accounting import format_gate
 from .orchestrator import Orchestrator, Trajectory
+from .pool import ModelPool, PoolProfile
 from .prompts import PROMPT_VERSION
 from .protocol import MAX_ROUNDS
 
@@ -62,18 +63,18 @@ class MemPilot:
             (evaluation runs pass none); otherwise the caller's preference is used.
         answer_mode: ``decoupled`` (default; the answerer reads question + evidence) or ``policy``.
         bank: ``compressed`` (built by :meth:`build`) or ``imported`` (a JSONL imported with
-            :func:`~memfrontier.build.compressed_bank.import_jsonl`; :meth:`build` then builds nothing).
-        compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.build.compress`).
+            :func:`~memfrontier.views.compressed_bank.import_jsonl`; :meth:`build` then builds nothing).
+        compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.views.compress`).
         adapter: a LoRA adapter directory saved by ``memfrontier train orchestrator``: the policy is
             then the packaged GGUF model in transformers with that adapter
-            (:class:`memfrontier.train.mempilot_policy.HFPolicy`). Default: the memory-side model.
+            (:class:`memfrontier.strategies.mempilot.policy.HFPolicy`). Default: the memory-side model.
         policy: an explicit policy ChatClient (overrides ``adapter``).
         max_rounds, temperature, constrained, first_turn_tools, answer_after_repeat, policy_max_tokens,
         max_observation_tokens, delegate_timeout_s: see :class:`Orchestrator`.
         rollout_key: mixed into the per-rollout permutation of tools and model cards.
         budget: a hard :class:`Budget` (or dict) of the strategy, combined with the caller's (the
             tighter cap wins); ``max_usd`` / ``max_proxy_s`` end curation early (MemPilot prefs).
-        bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.build.compressed_bank.import_jsonl`) whose
+        bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.views.compressed_bank.import_jsonl`) whose
             items of each scope are imported by :meth:`build`.
 
     ``Context.meta``: ``policy_answer``, ``answer_mode``, ``format_valid`` / ``gate_reasons``
@@ -141,7 +142,7 @@ class MemPilot:
     def policy(self, env: MemoryEnv) -> ChatClient:
         if self._policy is None:
             if self.adapter is not None:
-                from ...train.mempilot_policy import HFPolicy
+                from .policy import HFPolicy
 
                 self._policy = HFPolicy.load(adapter=self.adapter)
             else:
@@ -172,7 +173,6 @@ class MemPilot:
 
     def to_context(self, traj: Trajectory, orch: Orchestrator, preference: Preference) -> Context:
         """The answerer's context and the trajectory's report (see the class docstring)."""
-        from ...train.mempilot_reward import format_gate  # here: train.mempilot_reward imports this package
 
         gate = format_gate(traj.segments, set(orch.pool.ids), tool_errors=traj.tool_errors)
         usd, secs = orch.spent(traj)

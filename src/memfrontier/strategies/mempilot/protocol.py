@@ -1,7 +1,7 @@
 """MemPilot's action protocol: the two tools, their argument rules, and parsing of policy output.
 
 Pure text processing, shared by the orchestrator (to execute actions) and the format gate
-(:func:`memfrontier.train.mempilot_reward.format_gate`, MemPilot Eq. 20), so both judge a tool
+(:func:`memfrontier.strategies.mempilot.accounting.format_gate`, MemPilot Eq. 20), so both judge a tool
 call by the same rules.
 
 Actions (MemPilot Eq. 6, Sec. 3.2; Hermes-style tags as in the released agent loop):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ...core.ledger import current_ledger
-from ...graph.backend import GraphBackend
-from ...llm.metered import MeteredLLM
+from ....core.ledger import current_ledger
+from ....graph.backend import GraphBackend
+from ....llm.metered import MeteredLLM
 from ..actions import Action
 from ..corpus import ScopedCorpus
 from ..observation import Observation

@@ -24,11 +24,11 @@ import numpy as np
 
 from ..core.jsonio import write_json_atomic
 from ..core.types import Record
+from ..graph.backend import GraphBackend, GraphData
+from ..graph.dedup import dedup_names, normalize_name
+from ..graph.schema import SCHEMA_VERSION
 from ..llm.metered import MeteredLLM
-from .backend import GraphBackend, GraphData
-from .dedup import dedup_names, normalize_name
-from .notes import PROMPT_VERSION, Note, make_windows, summarize_window
-from .schema import SCHEMA_VERSION
+from .graph_notes import PROMPT_VERSION, Note, make_windows, summarize_window
 
 NOTES_FILE = "notes.json"
 META_FILE = "meta.json"

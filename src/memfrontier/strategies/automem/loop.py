@@ -32,10 +32,10 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
-from ..core.ledger import current_ledger
-from ..core.types import Budget
-from ..llm.metered import MeteredLLM
-from ..llm.parsing import parse_or_count
+from ...core.ledger import current_ledger
+from ...core.types import Budget
+from ...llm.metered import MeteredLLM
+from ...llm.parsing import parse_or_count
 from . import prompts
 from .actions import (
     ACTION_SCHEMA,

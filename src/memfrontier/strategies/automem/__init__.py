@@ -2,7 +2,7 @@
 (:mod:`.tools`: ``rg``, ``read``, ``dump``, ``index_query``), the observation and trace types,
 versioned prompts, and the plan -> execute -> judge loop with its single-pass variant
 (:mod:`.loop`). The strategy that plugs it into memfrontier is
-:class:`memfrontier.strategies.automem.AutoMem`; the MCP server exposes the same tools.
+:class:`memfrontier.strategies.automem.pipeline.AutoMem`; the MCP server exposes the same tools.
 """
 
 from .actions import TOOLS, Action, parse_action
@@ -10,7 +10,7 @@ from .corpus import ScopedCorpus
 from .loop import AgentResult, AutoMemAgent, parse_verdict
 from .observation import Observation, TraceStep, Verdict, render_trace
 from .prompts import PROMPT_VERSION
-from .tools import ToolLimits, Toolbox
+from .tools import Toolbox, ToolLimits
 
 __all__ = [
     "PROMPT_VERSION",

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.cost import COST_SCALE
-from . import plots
-from .sweep import SweepRun, overall, write_rows_csv
+from ...core.cost import COST_SCALE
+from .. import plots
+from .base import SweepRun, overall, write_rows_csv
 
 ALPHAS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 DEPTHS: tuple[tuple[int, int], ...] = ((2, 5), (4, 10), (8, 20), (20, 50), (32, 80))

@@ -10,9 +10,9 @@ reply is JSON ``{"answer", "evidence"}``; cited ids that are not in the dumped s
 
 from __future__ import annotations
 
-from ...core.ledger import current_ledger
-from ...llm.metered import MeteredLLM
-from ...llm.parsing import parse_or_count
+from ....core.ledger import current_ledger
+from ....llm.metered import MeteredLLM
+from ....llm.parsing import parse_or_count
 from ..corpus import ScopedCorpus
 from ..observation import Observation
 from ..prompts import DUMP_SCHEMA, dump_messages

@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from ..build.episodic import EPISODE, FACT, EpisodicBuilder
-from ..core.ledger import current_ledger
-from ..core.types import Budget, Context, Preference, Scope
-from ..llm.metered import MeteredLLM
-from ..store.bank import BankHit, MemoryBank
-from .base import MemoryEnv, Query, human_date
+from ...core.ledger import current_ledger
+from ...core.render import human_date
+from ...core.types import Budget, Context, Preference, Scope
+from ...llm.metered import MeteredLLM
+from ...store.bank import BankHit, MemoryBank
+from ...views.episodic import EPISODE, FACT, EpisodicBuilder
+from ..base import MemoryEnv, Query
 
 Ablation = Literal["none", "no_qad", "no_qar", "no_fs"]
 ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
@@ -111,7 +112,7 @@ class MemoryCPT:
             return spec
         key = (spec, adapter)
         if key not in self._models:
-            from ..llm import make_llm
+            from ...llm import make_llm
 
             client = make_llm(spec, **({"adapter": adapter} if adapter else {}))
             price_as = env.llm.price_as

@@ -2,7 +2,7 @@
 
 ``build`` (stage ``construction``) builds the scope's graph index from write-time summary notes
 (:mod:`memfrontier.graph`; role ``indexer``, one call per window of turns). ``context`` (stage
-``query``) runs Algorithm 1 (:class:`~memfrontier.agent.loop.AutoMemAgent`; roles ``planner``,
+``query``) runs Algorithm 1 (:class:`~memfrontier.strategies.automem.loop.AutoMemAgent`; roles ``planner``,
 ``judge``, ``dump``) or, with ``single_pass=True``, the single-pass variant, and returns the
 trace as the context; the shared answerer makes the one answer call over it (role ``answerer``).
 
@@ -18,18 +18,18 @@ import asyncio
 import threading
 from typing import Any
 
-from ..agent import prompts
-from ..agent.corpus import ScopedCorpus
-from ..agent.loop import AutoMemAgent
-from ..agent.tools import ToolLimits, Toolbox
-from ..core.types import Budget, Context, Preference, Scope
-from ..graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
-from ..graph.backend import GraphBackend
-from ..graph.builder import GraphIndexer
-from ..graph.notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
-from ..llm import make_llm
-from ..llm.metered import MeteredLLM
-from .base import MemoryEnv, Query
+from ...core.types import Budget, Context, Preference, Scope
+from ...graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
+from ...graph.backend import GraphBackend
+from ...llm import make_llm
+from ...llm.metered import MeteredLLM
+from ...views.graph_builder import GraphIndexer
+from ...views.graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
+from ..base import MemoryEnv, Query
+from . import prompts
+from .corpus import ScopedCorpus
+from .loop import AutoMemAgent
+from .tools import Toolbox, ToolLimits
 
 
 class AutoMem:
@@ -45,7 +45,7 @@ class AutoMem:
         planner_llm / judge_llm: per-role model (spec string or ChatClient); None = ``env.llm``.
         base_url: the OpenAI-compatible server of ``openai:`` role specs.
         build_concurrency: indexer calls in flight at once.
-        limits: tool caps (:class:`~memfrontier.agent.tools.ToolLimits` or a dict of its fields).
+        limits: tool caps (:class:`~memfrontier.strategies.automem.tools.ToolLimits` or a dict of its fields).
     Raises ValueError for an unknown ``graph`` or ``k_max < 1``.
     """
 
@@ -108,7 +108,7 @@ class AutoMem:
                 return None
             if self.graph == "ladybug" and not create:
                 folder = state_dir(root, key)
-                from ..graph.ladybug_store import DB_FILE
+                from ...graph.ladybug_store import DB_FILE
 
                 if folder is None or not (folder / DB_FILE).exists():
                     return None

@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.cost import COST_SCALE
-from ..train.budgetmem_trainer import router_dir_name
-from ..train.router import MODULES, TIERS
-from . import plots
-from .runner import EvalConfig, run_eval
+from ...core.cost import COST_SCALE
+from ...strategies.budgetmem.router import MODULES, TIERS, router_dir_name
+from .. import plots
+from ..runner import EvalConfig, run_eval
 
 LAMBDAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.9)
 KS: tuple[int, ...] = (1, 3, 5, 8, 10)

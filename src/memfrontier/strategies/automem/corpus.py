@@ -7,15 +7,15 @@ so a record outside the scope cannot be shown, whatever id a planner or a client
 
 from __future__ import annotations
 
-from ..core.types import Record, Scope
-from ..store.base import MemoryStore
+from ...core.render import human_date
+from ...core.types import Record, Scope
+from ...store.base import MemoryStore
 
 #: Sessions listed in the catalog (first and last halves when there are more).
 CATALOG_SESSIONS = 40
 
 
 def _day(ts: str | None) -> str | None:
-    from ..strategies.base import human_date  # lazy: the strategies package imports this one
 
     return human_date(ts)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...graph.backend import GraphBackend, GraphQueryError
-from ...graph.guard import CypherRejected
+from ....graph.backend import GraphBackend, GraphQueryError
+from ....graph.guard import CypherRejected
 from ..corpus import ScopedCorpus
 from ..observation import Observation
 from .limits import ToolLimits

@@ -16,7 +16,7 @@ import os
 
 from pydantic import BaseModel
 
-from ..llm.embedded import render_prompt
+from ...llm.embedded import render_prompt
 
 
 class CallPrefix(BaseModel):

@@ -6,7 +6,7 @@ import math
 
 from rich.table import Table
 
-from ..core.cost import COST_SCALE
+from ...core.cost import COST_SCALE
 
 LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 

@@ -28,9 +28,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ..core.pricebook import PriceBook
-from .base import ChatClient, Completion, Message
-from .metered import MeteredLLM
+from ...core.pricebook import PriceBook
+from ...llm.base import ChatClient, Completion, Message
+from ...llm.metered import MeteredLLM
 
 Endpoint = Literal["embedded", "openai"]
 PROFILES = ("local", "table3")
@@ -193,7 +193,7 @@ class ModelPool:
         return "image" in r.modalities and self.profile.endpoint_of(r) != "embedded"
 
     def _backend(self, r: Route) -> ChatClient:
-        from . import make_llm
+        from ...llm import make_llm
 
         if r.id in self._backends:
             return self._backends[r.id]

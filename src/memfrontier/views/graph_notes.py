@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from ..core.ledger import current_ledger
+from ..core.render import human_date
 from ..core.types import Record
+from ..graph.dedup import name_similarity, normalize_name
 from ..llm.metered import MeteredLLM
 from ..llm.parsing import parse_or_count
-from .dedup import name_similarity, normalize_name
 
 PROMPT_VERSION = "automem-indexer-v2"
 MAX_NOTES = 4
@@ -182,7 +183,6 @@ def make_windows(records: list[Record], window_turns: int) -> list[Window]:
 
 def window_prompt(w: Window) -> list[dict]:
     """The indexer's messages for one window: instruction, then the dated excerpt."""
-    from ..strategies.base import human_date  # lazy: strategies import this package
 
     first = w.records[0]
     day = human_date(first.timestamp)

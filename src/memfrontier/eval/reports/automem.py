@@ -4,7 +4,7 @@
 Per category and overall: questions, model calls per question (query stage, all roles), input
 and output tokens per question, USD per question, steps per question, the share of questions
 whose judge found the trace sufficient, and the stable-prefix fraction (token-weighted over every
-question's calls that had a previous call; see :mod:`memfrontier.agent.prefix`).
+question's calls that had a previous call; see :mod:`memfrontier.strategies.automem.prefix`).
 """
 
 from __future__ import annotations

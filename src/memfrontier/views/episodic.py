@@ -7,7 +7,7 @@ Per session of a scope, in time order:
    minimum is one episode without a call.
 2. **EpisodeGenerator** (``episode_generator``): per segment, title + third-person narrative +
    ISO timestamp; relative dates are then resolved against the segment's session time
-   (:func:`memfrontier.build.dates.resolve_relative_dates`), never the wall clock.
+   (:func:`memfrontier.views.dates.resolve_relative_dates`), never the wall clock.
 3. **EpisodeMerger** (``episode_merger``): the top-5 stored episodes with cosine > 0.85 are the
    candidates; one call decides merge-or-new and writes the merged episode. The merged episode
    replaces its target in one transaction.
@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from contextlib import nullcontext
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from ..core.ledger import stage_totals, current_ledger
+from ..core.ledger import current_ledger, stage_totals
 from ..core.types import Record, Scope
 from ..llm.base import LLMError
 from ..llm.metered import MeteredLLM

@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from .metrics import token_f1
+from ..metrics import token_f1
 
 STAT_KEYS = ("delegate_calls", "image_accesses", "image_requests", "retrieve_calls", "curate_calls", "rounds")
 

@@ -47,6 +47,12 @@ MODULE_DESCRIPTIONS: dict[str, str] = {
 }
 
 
+def router_dir_name(lam: float) -> str:
+    """The folder name of a router trained at ``lam`` (``lambda_0``, ``lambda_0.3``): the sweep looks
+    for ``<router-dir>/<this>/router_best.pt``."""
+    return f"lambda_{lam:g}"
+
+
 class RouterCheckpointError(ValueError):
     """A router checkpoint is unreadable or does not match the configured pipeline."""
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..core.cost import COST_SCALE
-from ..core.types import Preference
-from . import plots
-from .mempilot_report import read_rows, run_stats
-from .sweep import SweepRun, write_rows_csv
+from ...core.cost import COST_SCALE
+from ...core.types import Preference
+from .. import plots
+from ..reports.mempilot import read_rows, run_stats
+from .base import SweepRun, write_rows_csv
 
 PRESETS: tuple[str, ...] = ("perf", "balanced", "cost")
 

@@ -33,9 +33,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from ..core.ledger import current_ledger
-from ..llm.base import Completion, LLMError, Message
-from ..llm.embedded import MODEL_ID, render_prompt
+from ...core.ledger import current_ledger
+from ...llm.base import Completion, LLMError, Message
+from ...llm.embedded import MODEL_ID, render_prompt
 
 _FORBIDDEN = set('<>"\\\n\r\t')
 _MIN_PROMPT_TOKENS = 64
@@ -260,7 +260,7 @@ class HFPolicy:
     def load(cls, adapter: str | os.PathLike | None = None, *, device: str = "cpu", seed: int = 0) -> "HFPolicy":
         """The packaged Gemma 3 270M in transformers, with the LoRA ``adapter`` merged in when given
         (as saved by ``memfrontier train orchestrator``). Raises :class:`LLMError` when loading fails."""
-        from ..llm.hf import default_model_id, load_causal_lm
+        from ...llm.hf import default_model_id, load_causal_lm
 
         lm, tok = load_causal_lm(None, device=device, copy=True)
         if adapter is not None:

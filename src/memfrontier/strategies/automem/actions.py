@@ -13,7 +13,7 @@ arguments::
 The root is an object (what OpenAI's strict ``response_format`` requires); arrays and strings are
 bounded so the embedded model, decoding under the schema's llama.cpp grammar, cannot loop.
 :func:`parse_action` turns a parsed value into an :class:`Action` or into an error
-:class:`~memfrontier.agent.observation.Observation` (``bad_action`` / ``unknown_tool``) that the
+:class:`~memfrontier.strategies.automem.observation.Observation` (``bad_action`` / ``unknown_tool``) that the
 planner sees on its next turn; it also accepts the flat form (every field in one object).
 """
 
