@@ -1,0 +1,49 @@
+"""Frontier plots: F1 against amortized USD×1e4 per question (log x) and against proxy seconds per
+question, one colour per strategy family, Pareto points filled and joined, 95% F1 intervals as bars."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..eval.plots import COST_LABEL, _figure, _save
+
+
+def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, title: str, log_x: bool) -> None:
+    families = list(dict.fromkeys(r["strategy"] for r in rows))
+    colours = {f: f"C{i % 10}" for i, f in enumerate(families)}
+    for r in rows:
+        x = r[x_key]
+        if x is None:
+            continue
+        on = bool(r.get(pareto_key))
+        ax.errorbar([x], [r["f1"]], yerr=[[r["f1"] - r["f1_low"]], [r["f1_high"] - r["f1"]]], fmt="none",
+                    ecolor=colours[r["strategy"]], alpha=0.4, capsize=2)
+        ax.scatter([x], [r["f1"]], color=colours[r["strategy"]], marker="o" if on else "s",
+                   facecolors=colours[r["strategy"]] if on else "none", zorder=3)
+        ax.annotate(r["label"], (x, r["f1"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    front = sorted((r for r in rows if r.get(pareto_key) and r[x_key] is not None), key=lambda r: r[x_key])
+    if len(front) > 1:
+        ax.plot([r[x_key] for r in front], [r["f1"] for r in front], color="black", linewidth=0.8, alpha=0.6,
+                label="Pareto front")
+    for f in families:
+        ax.scatter([], [], color=colours[f], label=f)
+    if log_x and all(r[x_key] and r[x_key] > 0 for r in rows if r[x_key] is not None):
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("F1 (95% CI)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def plot_frontier(rows: Sequence[dict], out: Path, title: str = "frontier") -> dict[str, Path]:
+    """Write ``frontier_cost.png`` and ``frontier_latency.png`` into ``out``; returns their paths."""
+    paths = {}
+    fig, (ax,) = _figure(1, width=7.0, height=5.0)
+    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized C(n)", f"{title}: quality vs cost (filled: Pareto)", True)
+    paths["plot_cost"] = _save(fig, out / "frontier_cost.png")
+    fig, (ax,) = _figure(1, width=7.0, height=5.0)
+    _panel(ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency (filled: Pareto)", False)
+    paths["plot_latency"] = _save(fig, out / "frontier_latency.png")
+    return paths

@@ -1,0 +1,205 @@
+"""The frontier report: one row per configuration from its ``eval`` output (``summary.json`` +
+``predictions.jsonl``), on the questions every configuration answered, with intervals and the
+Pareto set; written as ``frontier.csv``, ``frontier.json``, ``frontier.md`` and two plots.
+
+Columns (units in the names): ``f1`` overall and per category with its 95% bootstrap interval,
+``evidence_recall``, ``judge_accuracy`` (when judged), ``usd_x1e4_online`` (query-time USD per question
+x 1e4), ``construction_usd`` (offline build, all conversations), ``usd_x1e4_amortized`` (C(n) x 1e4 with
+n = questions answered from those stores; MemoryCPT Eq. 3), ``qpc`` (F1 / C(n) x 1e4, MemoryCPT Eq. 5-6,
+App. C) beside ``qpc_online`` (online cost only, labelled), ``proxy_s``, ``wall_s``, ``calls``,
+``input_tokens``/``output_tokens`` (per question, query stage), and the paired differences in F1 and USD
+against the reference configuration (``rag`` by default) with their intervals.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..core.cost import COST_SCALE
+from ..core.jsonio import read_jsonl_objects, write_json_atomic
+from ..eval.metrics import LOCOMO_EXCLUDED
+from .stats import amortized_qpc, bootstrap_ci, paired_diff_ci, pareto_front
+
+CSV_FIELDS = ("label", "strategy", "status", "n", "f1", "f1_low", "f1_high", "evidence_recall", "judge_accuracy",
+              "usd_x1e4_online", "construction_usd", "usd_x1e4_amortized", "qpc", "qpc_online", "proxy_s",
+              "wall_s", "calls", "input_tokens", "output_tokens", "d_f1", "d_f1_low", "d_f1_high",
+              "d_usd_x1e4", "d_usd_x1e4_low", "d_usd_x1e4_high", "pareto_cost", "pareto_latency", "fallbacks")
+
+
+def _scored(rows: list[dict], dataset: str) -> list[dict]:
+    if dataset == "locomo":
+        return [r for r in rows if str(r.get("category")) not in LOCOMO_EXCLUDED]
+    return rows
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else None
+
+
+def load_run(run_dir: Path) -> tuple[dict, list[dict]]:
+    """(summary, prediction rows) of one ``eval`` output folder; raises FileNotFoundError without a summary."""
+    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    rows = [obj for _, obj in read_jsonl_objects(run_dir / "predictions.jsonl")]
+    return summary, rows
+
+
+def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: Sequence[str], *, seed: int = 0) -> dict:
+    """The frontier row of one configuration over the question ``ids`` (the shared set)."""
+    dataset = summary.get("config", {}).get("dataset", "")
+    by_id = {r["id"]: r for r in rows}
+    use = _scored([by_id[i] for i in ids if i in by_id], dataset)
+    n = len(use)
+    f1, lo, hi = bootstrap_ci([r["f1"] for r in use], seed=seed) if use else (None, None, None)
+    online = _mean([r.get("usd") for r in use])
+    construction = sum(float(c.get("usd") or 0.0) for c in summary.get("construction", {}).values())
+    total_q = summary.get("questions") or n
+    q_usage = [r.get("usage", {}).get("by_stage", {}).get("query", {}) for r in use]
+    row = {
+        "label": label, "strategy": strategy, "status": "ok", "n": n,
+        "f1": f1, "f1_low": lo, "f1_high": hi,
+        "evidence_recall": _mean([r.get("evidence_recall") for r in use]),
+        "judge_accuracy": _mean([1.0 if r["judge"] else 0.0 for r in use if r.get("judge") is not None]),
+        "usd_x1e4_online": None if online is None else online * COST_SCALE,
+        "construction_usd": construction,
+        "usd_x1e4_amortized": None if online is None else (construction / max(total_q, 1) + online) * COST_SCALE,
+        "qpc": amortized_qpc(f1, online, construction, total_q) if f1 is not None and online is not None else None,
+        "qpc_online": amortized_qpc(f1, online, 0.0, 1) if f1 is not None and online is not None else None,
+        "proxy_s": _mean([r.get("proxy_s") for r in use]),
+        "wall_s": _mean([r.get("wall_s") for r in use]),
+        "calls": _mean([u.get("calls", 0) for u in q_usage]),
+        "input_tokens": _mean([u.get("input_tokens", 0) for u in q_usage]),
+        "output_tokens": _mean([u.get("output_tokens", 0) for u in q_usage]),
+        "per_category": {},
+        "fallbacks": sum(v for k, v in summary.get("events", {}).items() if "fallback" in k or k.startswith("llm_error")),
+        "unpriced_calls": sum(u.get("unpriced_calls", 0) for u in q_usage),
+        "provenance": summary.get("provenance", {}),
+    }
+    cats = sorted({str(r.get("category")) for r in use})
+    for c in cats:
+        vals = [r["f1"] for r in use if str(r.get("category")) == c]
+        m, clo, chi = bootstrap_ci(vals, seed=seed)
+        row["per_category"][c] = {"n": len(vals), "f1": m, "f1_low": clo, "f1_high": chi}
+    if row["unpriced_calls"]:
+        row["qpc"] = row["qpc_online"] = None  # an unpriced run has no QPC: printed "unpriced"
+    return row
+
+
+def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0) -> dict:
+    """The frontier over ``runs``: dicts with ``label``, ``strategy`` and either ``dir`` (an eval
+    output folder) or ``status`` (why it did not run). Every configuration is scored on the questions
+    that all finished configurations answered. Returns ``{"rows", "question_ids", "reference", "notes"}``.
+    """
+    loaded = {}
+    rows_out: list[dict] = []
+    for r in runs:
+        if r.get("dir") is None:
+            continue
+        try:
+            loaded[r["label"]] = load_run(Path(r["dir"]))
+        except FileNotFoundError:
+            r = {**r, "dir": None, "status": "no summary.json (run not finished)"}
+    finished = [r for r in runs if r["label"] in loaded]
+    id_sets = [{x["id"] for x in loaded[r["label"]][1]} for r in finished]
+    shared = sorted(set.intersection(*id_sets)) if id_sets else []
+    notes = []
+    if id_sets and any(len(s) != len(shared) for s in id_sets):
+        notes.append(f"scored on the {len(shared)} questions every finished configuration answered")
+    for r in runs:
+        if r["label"] in loaded:
+            summary, prows = loaded[r["label"]]
+            rows_out.append(config_row(r["label"], r["strategy"], summary, prows, shared, seed=seed))
+        else:
+            rows_out.append({"label": r["label"], "strategy": r["strategy"], "status": r.get("status") or "not run", "n": 0})
+    ok = [x for x in rows_out if x["status"] == "ok" and x["f1"] is not None]
+    ref = next((x for x in ok if x["label"] == reference), None)
+    if ref is not None:
+        ref_summary, ref_rows = loaded[reference]
+        ref_f1 = {p["id"]: p["f1"] for p in _scored(ref_rows, ref_summary["config"].get("dataset", ""))}
+        ref_usd = {p["id"]: p.get("usd") or 0.0 for p in ref_rows}
+        for x in ok:
+            summary, prows = loaded[x["label"]]
+            mine = _scored([p for p in prows if p["id"] in set(shared)], summary["config"].get("dataset", ""))
+            d_f1 = paired_diff_ci({p["id"]: p["f1"] for p in mine}, ref_f1, seed=seed)
+            d_usd = paired_diff_ci({p["id"]: (p.get("usd") or 0.0) * COST_SCALE for p in mine},
+                                   {k: v * COST_SCALE for k, v in ref_usd.items()}, seed=seed)
+            x.update(d_f1=d_f1["mean"], d_f1_low=d_f1["low"], d_f1_high=d_f1["high"],
+                     d_usd_x1e4=d_usd["mean"], d_usd_x1e4_low=d_usd["low"], d_usd_x1e4_high=d_usd["high"])
+    else:
+        notes.append(f"reference configuration {reference!r} did not finish: no paired differences")
+    cost_pts = [(x["usd_x1e4_amortized"], x["f1"]) for x in ok]
+    lat_pts = [(x["proxy_s"] or 0.0, x["f1"]) for x in ok]
+    for x, pc, pl in zip(ok, pareto_front(cost_pts), pareto_front(lat_pts)):
+        x["pareto_cost"], x["pareto_latency"] = pc, pl
+    answerers = {x["provenance"].get("answer_model") for x in ok}
+    if len(answerers) > 1:
+        notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")
+    return {"rows": rows_out, "question_ids": shared, "reference": reference, "notes": notes}
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _interval(v, lo, hi, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def render_markdown(report: dict, title: str = "frontier") -> str:
+    """The report as a Markdown table (one line per configuration) plus notes."""
+    head = ("| configuration | n | F1 [95% CI] | ΔF1 vs {ref} [95% CI] | USD×1e4/q online | C(n)×1e4/q | QPC | QPC online "
+            "| proxy s/q | wall s/q | calls/q | evidence recall | Pareto (cost / latency) |").format(ref=report["reference"])
+    lines = [f"# {title}", "", head, "|" + "---|" * 13]
+    for x in report["rows"]:
+        if x["status"] != "ok":
+            lines.append(f"| {x['label']} | - | not run: {x['status']} |" + " |" * 10)
+            continue
+        unpriced = x.get("unpriced_calls")
+        lines.append("| " + " | ".join([
+            x["label"], str(x["n"]), _interval(x["f1"], x["f1_low"], x["f1_high"]),
+            _interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
+            "unpriced" if unpriced else _fmt(x["usd_x1e4_online"], 4),
+            "unpriced" if unpriced else _fmt(x["usd_x1e4_amortized"], 4),
+            "unpriced" if unpriced else _fmt(x["qpc"], 3), "unpriced" if unpriced else _fmt(x["qpc_online"], 3),
+            _fmt(x["proxy_s"], 2), _fmt(x["wall_s"], 1), _fmt(x["calls"], 2), _fmt(x["evidence_recall"]),
+            f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}",
+        ]) + " |")
+    lines += ["", f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
+              "LoCoMo category 5 is scored apart, as abstention). "
+              "C(n) spreads each configuration's construction cost over the questions answered from its stores "
+              "(MemoryCPT Eq. 3); QPC = F1 / (C(n)×1e4) (Eq. 5-6); QPC online ignores construction. "
+              "Intervals: 95% percentile bootstrap over questions (paired for Δ)."]
+    fallbacks = [x for x in report["rows"] if x.get("fallbacks")]
+    if fallbacks:
+        lines.append("Fallback / model-error events: " + ", ".join(f"{x['label']} {x['fallbacks']}" for x in fallbacks))
+    lines += [f"- {n}" for n in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict, out: Path, title: str = "frontier") -> dict[str, Path]:
+    """Write ``frontier.{json,csv,md}`` and the two plots into ``out``; returns their paths."""
+    from .plots import plot_frontier
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "frontier.json", "csv": out / "frontier.csv", "md": out / "frontier.md"}
+    write_json_atomic(paths["json"], report)
+    with paths["csv"].open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for x in report["rows"]:
+            w.writerow({k: x.get(k) for k in CSV_FIELDS})
+    paths["md"].write_text(render_markdown(report, title), "utf-8")
+    ok = [x for x in report["rows"] if x["status"] == "ok" and x.get("f1") is not None]
+    if ok:
+        paths.update(plot_frontier(ok, out, title))
+    return paths

@@ -1,0 +1,77 @@
+"""Run a frontier: every configuration of a spec through the evaluation protocol on the same
+questions, one output folder (and ledger) per configuration, one shared store so that ingest and
+each view's offline construction happen once; then the report.
+
+Resumable at two levels: a finished configuration (``summary.json`` present and its ``run.json``
+identity unchanged) is not rerun, and an interrupted one resumes from its ``predictions.jsonl``
+(:func:`memfrontier.eval.runner.run_eval`). Layout of ``out``::
+
+    store/                 the shared store (raw chunks, banks, graph index)
+    configs/<label>/       one eval run per configuration (predictions.jsonl, summary.json, run.json)
+    frontier.{json,csv,md} frontier_cost.png frontier_latency.png
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ..eval.runner import EvalConfig, run_eval
+from .report import build_report, write_report
+from .spec import FrontierConfig, FrontierSpec
+
+
+def config_dir(out: Path, label: str) -> Path:
+    return Path(out) / "configs" / label
+
+
+def _is_finished(cfg: EvalConfig) -> bool:
+    run_file = cfg.out / "run.json"
+    if not (cfg.out / "summary.json").is_file() or not run_file.is_file():
+        return False
+    return json.loads(run_file.read_text("utf-8")) == cfg.identity()
+
+
+async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
+                       reference: str = "rag", on_config: Callable[[str, str], None] | None = None,
+                       on_progress=None, report_only: bool = False) -> dict:
+    """Run (or resume) every selected configuration with the run options of ``base`` (dataset,
+    split, limit, models, price book, seed...) and write the report into ``out``.
+
+    ``on_config(label, status)`` is called with ``start``/``done``/``skipped``/``failed: ...``. A
+    configuration that fails (missing required file, model error, budget...) is reported as not run
+    with its error; the others still run. Returns the report (see :func:`build_report`).
+    """
+    out = Path(out)
+    notify = on_config or (lambda *_: None)
+    runs = []
+    for fc in spec.select(labels):
+        cfg = base.model_copy(update={"strategy": fc.strategy, "strategy_options": dict(fc.options),
+                                      "out": config_dir(out, fc.label), "store": out / "store"})
+        entry = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
+        missing = [p for p in fc.requires if not Path(p).exists()]
+        if missing:
+            entry.update(dir=None, status=f"missing {', '.join(missing)}")
+            notify(fc.label, entry["status"])
+        elif report_only or _is_finished(cfg):
+            notify(fc.label, "done" if (cfg.out / "summary.json").is_file() else "not run")
+            if not (cfg.out / "summary.json").is_file():
+                entry.update(dir=None, status="not run yet")
+        else:
+            notify(fc.label, "start")
+            try:
+                await run_eval(cfg, on_progress=on_progress)
+                notify(fc.label, "done")
+            except Exception as e:  # reported per configuration; the frontier goes on
+                entry.update(dir=None, status=f"failed: {type(e).__name__}: {e}")
+                notify(fc.label, entry["status"])
+        runs.append(entry)
+    report = build_report(runs, reference=reference, seed=base.seed)
+    report["spec"] = spec.model_dump(mode="json")
+    report["run_options"] = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
+    write_report(report, out, title=spec.name)
+    return report
+
+
+__all__ = ["FrontierConfig", "config_dir", "run_frontier"]

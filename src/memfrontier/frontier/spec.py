@@ -1,0 +1,79 @@
+"""The frontier's list of configurations: a YAML file of ``{label, strategy, options, requires}``
+entries (a default one ships next to this module as ``default.yaml``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_SPEC = Path(__file__).with_name("default.yaml")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class FrontierConfig(BaseModel):
+    """One configuration: a strategy with its options, under a label that names its output folder."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    strategy: str
+    options: dict = Field(default_factory=dict)
+    #: files the configuration needs (e.g. a trained router); missing ones mark it "not run"
+    requires: list[str] = Field(default_factory=list)
+
+    @field_validator("label")
+    @classmethod
+    def _label_is_a_folder_name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError(f"label {v!r} must be 1-64 characters of letters, digits, '.', '_' or '-'")
+        return v
+
+    def family(self) -> str:
+        """The strategy family a plot colours by (``rag-k4`` and ``rag`` are both ``rag``)."""
+        return self.strategy
+
+
+class FrontierSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "frontier"
+    configurations: list[FrontierConfig]
+
+    @field_validator("configurations")
+    @classmethod
+    def _unique_labels(cls, v: list[FrontierConfig]) -> list[FrontierConfig]:
+        seen: set[str] = set()
+        for c in v:
+            if c.label in seen:
+                raise ValueError(f"label {c.label!r} appears twice")
+            seen.add(c.label)
+        if not v:
+            raise ValueError("a frontier needs at least one configuration")
+        return v
+
+    def select(self, labels: list[str] | None) -> list[FrontierConfig]:
+        """The configurations named in ``labels`` (all when None); raises ValueError for an unknown label."""
+        if not labels:
+            return list(self.configurations)
+        known = {c.label: c for c in self.configurations}
+        unknown = [x for x in labels if x not in known]
+        if unknown:
+            raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; the spec has {', '.join(known)}")
+        return [known[x] for x in labels]
+
+
+def load_spec(path: str | Path | None = None) -> FrontierSpec:
+    """Read a spec file (YAML or JSON); the shipped default when ``path`` is None.
+
+    Raises ValueError naming the file and the problem for unreadable YAML or an invalid spec.
+    """
+    p = Path(path) if path is not None else DEFAULT_SPEC
+    try:
+        raw = yaml.safe_load(p.read_text("utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"cannot read frontier spec {p}: {e}") from e
+    try:
+        return FrontierSpec.model_validate(raw)
+    except ValidationError as e:
+        raise ValueError(f"invalid frontier spec {p}: {e}") from e

@@ -1,0 +1,77 @@
+"""Statistics of a frontier: percentile bootstrap intervals, paired differences, the Pareto set and
+the amortized quality per cost.
+
+- bootstrap interval of a mean ........................ :func:`bootstrap_ci` (Efron & Tibshirani 1993, percentile)
+- paired difference of two configurations ............. :func:`paired_diff_ci` (resampling question ids jointly)
+- Pareto set (max quality, min cost) .................. :func:`pareto_front`
+- amortized QPC ....................................... :func:`amortized_qpc` (MemoryCPT Eq. 3, 5-6, App. C)
+
+Every interval is seeded, so a report is reproducible; ``n_boot`` resamples (default 2,000).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..core.cost import COST_SCALE, amortized_cost_usd
+
+N_BOOT = 2000
+ALPHA = 0.05  # 95% intervals
+
+
+def bootstrap_ci(values: Sequence[float], *, n_boot: int = N_BOOT, alpha: float = ALPHA,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` and its ``1 - alpha`` percentile bootstrap interval.
+
+    Raises ValueError on an empty sequence. A single value gives a zero-width interval.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("bootstrap_ci needs at least one value")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))
+    means = x[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(x.mean()), float(lo), float(hi)
+
+
+def paired_diff_ci(a: Mapping[str, float], b: Mapping[str, float], *, n_boot: int = N_BOOT,
+                   alpha: float = ALPHA, seed: int = 0) -> dict:
+    """Mean of ``a[q] - b[q]`` over the question ids both hold, with its bootstrap interval.
+
+    ``a``/``b``: question id -> value (F1, USD...). Returns ``{"n", "mean", "low", "high"}``;
+    ``n == 0`` (no shared question) gives None for the figures. The interval excludes 0 exactly when
+    "A differs from B" is a measured statement at that level.
+    """
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        return {"n": 0, "mean": None, "low": None, "high": None}
+    mean, lo, hi = bootstrap_ci([a[i] - b[i] for i in ids], n_boot=n_boot, alpha=alpha, seed=seed)
+    return {"n": len(ids), "mean": mean, "low": lo, "high": hi}
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """For ``(cost, quality)`` points, whether each is on the Pareto front: no other point has
+    cost <= and quality >= with one of them strict. Ties (identical points) are all on the front."""
+    flags = []
+    for i, (c, q) in enumerate(points):
+        dominated = any((c2 <= c and q2 >= q) and (c2 < c or q2 > q) for j, (c2, q2) in enumerate(points) if j != i)
+        flags.append(not dominated)
+    return flags
+
+
+def amortized_qpc(f1: float, online_usd_per_question: float, construction_usd: float, n_questions: int) -> float | None:
+    """QPC with the construction cost spread over the questions answered from the store:
+    F1 / (C(n) x 1e4), C(n) = C_construction / n + C_online (MemoryCPT Eq. 3, 5-6, App. C).
+
+    Returns None when the cost is zero or unknown (a free or unpriced run has no QPC, never ``inf``).
+    """
+    if n_questions <= 0 or online_usd_per_question is None or math.isnan(online_usd_per_question):
+        return None
+    c_n = amortized_cost_usd(construction_usd, n_questions, online_usd_per_question)
+    if c_n <= 0:
+        return None
+    return f1 / (c_n * COST_SCALE)

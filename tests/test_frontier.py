@@ -1,0 +1,125 @@
+"""The frontier: amortized QPC (MemoryCPT Eq. 3, 5-6), the Pareto set, bootstrap intervals and the
+report over eval output folders (written by hand here; the end-to-end run is in test_frontier_e2e)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memfrontier.frontier.report import build_report, render_markdown, write_report
+from memfrontier.frontier.spec import FrontierSpec, load_spec
+from memfrontier.frontier.stats import (
+    amortized_qpc,
+    bootstrap_ci,
+    paired_diff_ci,
+    pareto_front,
+)
+
+
+def test_amortized_qpc_is_memorycpt_eq_5_6():
+    # F1 0.479, online 3.0e-4 USD/q, construction 0.0144 USD over n=314 questions:
+    # C(n) = 0.0144/314 + 3.0e-4 = 3.45860e-4 USD -> x1e4 = 3.45860 -> QPC = 0.479 / 3.45860 = 0.13850
+    assert amortized_qpc(0.479, 3.0e-4, 0.0144, 314) == pytest.approx(0.13850, abs=5e-5)
+    # the online-only figure the eval summary reports beside it: 0.479 / 3.0
+    assert amortized_qpc(0.479, 3.0e-4, 0.0, 1) == pytest.approx(0.159667, abs=1e-6)
+    assert amortized_qpc(0.5, 0.0, 0.0, 10) is None  # free: no QPC, never inf
+
+
+def test_pareto_front_by_hand():
+    # (cost, quality): b dominates d (cheaper, better); a and c trade off; e duplicates a
+    pts = [(1.0, 0.3), (2.0, 0.5), (4.0, 0.6), (3.0, 0.4), (1.0, 0.3)]
+    assert pareto_front(pts) == [True, True, True, False, True]
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
+    vals = [0.0, 1.0] * 20
+    m, lo, hi = bootstrap_ci(vals, seed=3)
+    assert m == 0.5 and lo < 0.5 < hi
+    assert (m, lo, hi) == bootstrap_ci(vals, seed=3)
+    # normal approximation: sd of the mean = 0.5/sqrt(40) = 0.079 -> half-width ~0.155
+    assert 0.10 < hi - m < 0.21 and 0.10 < m - lo < 0.21
+    assert bootstrap_ci([0.7], seed=0) == (0.7, 0.7, 0.7)
+    with pytest.raises(ValueError):
+        bootstrap_ci([])
+
+
+def test_paired_difference_uses_shared_questions_only():
+    a = {"q1": 0.6, "q2": 0.4, "q3": 1.0}
+    b = {"q1": 0.5, "q2": 0.3, "q9": 0.0}
+    d = paired_diff_ci(a, b)
+    assert d["n"] == 2 and d["mean"] == pytest.approx(0.1) and d["low"] == pytest.approx(0.1) and d["high"] == pytest.approx(0.1)
+    assert paired_diff_ci({"x": 1.0}, {"y": 1.0})["mean"] is None
+
+
+def _write_run(path, rows, construction_usd=0.0, answer_model="m", unpriced=False):
+    path.mkdir(parents=True)
+    with (path / "predictions.jsonl").open("w") as f:
+        for r in rows:
+            q = {"calls": 1, "input_tokens": 100, "output_tokens": 10, "unpriced_calls": int(unpriced)}
+            f.write(json.dumps({**r, "usage": {"by_stage": {"query": q}}, "proxy_s": 1.0, "wall_s": 2.0}) + "\n")
+    summary = {"config": {"dataset": "locomo"}, "questions": len(rows),
+               "construction": {"conv-1": {"usd": construction_usd}}, "events": {},
+               "provenance": {"answer_model": answer_model}}
+    (path / "summary.json").write_text(json.dumps(summary))
+
+
+def _rows(f1s, usd, cats=("1", "2", "5")):
+    return [{"id": f"q{i}", "category": cats[i % len(cats)], "f1": f, "usd": usd, "evidence_recall": 1.0}
+            for i, f in enumerate(f1s)]
+
+
+def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_path):
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5, 0.0, 0.5], 2e-4))
+    # memorycpt: +0.2 F1 on each scored question, cheaper online, a construction cost
+    _write_run(tmp_path / "cpt", _rows([0.7, 0.7, 0.9, 0.7, 0.7], 1e-4), construction_usd=4e-4)
+    runs = [{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+            {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "cpt"},
+            {"label": "router", "strategy": "budgetmem", "dir": None, "status": "missing router.pt"}]
+    rep = build_report(runs)
+    assert rep["question_ids"] == ["q0", "q1", "q2", "q3"]  # q4 only memorycpt answered
+    rag, cpt, router = rep["rows"]
+    # category 5 (q2) is excluded from LoCoMo's overall: rag F1 = mean(0.5, 0.5, 0.5)
+    assert rag["n"] == 3 and rag["f1"] == pytest.approx(0.5)
+    assert cpt["f1"] == pytest.approx(0.7) and cpt["d_f1"] == pytest.approx(0.2)
+    assert cpt["d_f1_low"] == pytest.approx(0.2) and cpt["d_usd_x1e4"] == pytest.approx(-1.0)
+    # C(n): 4e-4 USD over the 5 questions the run answered + 1e-4 online = 1.8e-4 -> x1e4 = 1.8
+    assert cpt["usd_x1e4_amortized"] == pytest.approx(1.8)
+    assert cpt["qpc"] == pytest.approx(0.7 / 1.8) and cpt["qpc_online"] == pytest.approx(0.7 / 1.0)
+    assert cpt["pareto_cost"] and not rag["pareto_cost"]  # better and cheaper
+    assert router["status"] == "missing router.pt"
+    md = render_markdown(rep)
+    assert "not run: missing router.pt" in md and "0.700 [0.700, 0.700]" in md
+    paths = write_report(rep, tmp_path / "out")
+    for key in ("json", "csv", "md", "plot_cost", "plot_latency"):
+        assert paths[key].is_file() and paths[key].stat().st_size > 0
+    header = paths["csv"].read_text().splitlines()[0].split(",")
+    assert header[:5] == ["label", "strategy", "status", "n", "f1"]
+
+
+def test_unpriced_run_prints_unpriced_not_inf(tmp_path):
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 0.0), unpriced=True)
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}])
+    assert rep["rows"][0]["qpc"] is None
+    md = render_markdown(rep)
+    assert "unpriced" in md and "inf" not in md
+
+
+def test_default_spec_covers_every_strategy_family():
+    spec = load_spec()
+    assert {c.strategy for c in spec.configurations} == {
+        "oracle", "longctx", "rag", "budgetmem", "memorycpt", "automem", "mempilot"}
+    assert spec.select(["rag"])[0].options == {"k": 8}
+    with pytest.raises(ValueError, match="unknown configuration"):
+        spec.select(["nope"])
+
+
+def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):
+    with pytest.raises(ValueError, match="twice"):
+        FrontierSpec.model_validate({"configurations": [{"label": "a", "strategy": "rag"}] * 2})
+    with pytest.raises(ValueError, match="label"):
+        FrontierSpec.model_validate({"configurations": [{"label": "../x", "strategy": "rag"}]})
+    bad = tmp_path / "s.yaml"
+    bad.write_text("configurations: [ {label: a")
+    with pytest.raises(ValueError, match="cannot read frontier spec"):
+        load_spec(bad)
