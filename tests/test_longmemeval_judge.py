@@ -1,0 +1,30 @@
+"""LongMemEval's per-type judge prompts (the rules its authors apply), checked per type."""
+
+import pytest
+
+from memfrontier.eval.longmemeval_judge import QUESTION_TYPES, judge_prompt
+
+
+def test_every_type_has_its_rule_and_the_label_contract():
+    prompts = {t: judge_prompt(t, "Q?", "G", "R") for t in QUESTION_TYPES}
+    for p in prompts.values():
+        assert "Question: Q?" in p and "Response: R" in p and '{"label": "CORRECT"}' in p
+    assert "differs from the reference by one" in prompts["temporal-reasoning"]
+    assert "differs from the reference by one" not in prompts["multi-session"]
+    assert "most recent value" in prompts["knowledge-update"]
+    assert "Rubric of a good personalised response: G" in prompts["single-session-preference"]
+
+
+def test_abstention_overrides_the_type():
+    p = judge_prompt("multi-session", "Q?", "never mentioned", "I don't know", abstention=True)
+    assert "does not contain the answer" in p and "Why it cannot be answered: never mentioned" in p
+
+
+def test_unknown_type_is_refused():
+    with pytest.raises(ValueError, match="unknown LongMemEval question type"):
+        judge_prompt("open-domain", "Q", "G", "R")
+
+
+def test_braces_in_text_do_not_break_formatting():
+    p = judge_prompt("single-session-user", "What is {x}?", "{y}", "{z}")
+    assert "What is {x}?" in p and "Reference answer: {y}" in p
