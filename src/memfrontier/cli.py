@@ -216,9 +216,12 @@ def eval_cmd(
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = OPT_PRICE_AS,
+    allow_fallbacks: bool = typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role)."),
+    fallback_threshold: float = typer.Option(0.05, min=0.0, max=1.0, help="Largest share of a role's calls that may fail or fall back."),
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
-    from .eval.reports.summary import construction_table, summary_table
+    from .eval.fallbacks import FallbackError
+    from .eval.reports.summary import construction_table, fallback_table, summary_table
     from .eval.runner import EvalConfig, run_eval
 
     opts = _strategy_options(strategy, k=k, router=router, lam=lam, tiering=tiering, tiers=tiers, module_topk=module_topk)
@@ -231,7 +234,8 @@ def eval_cmd(
     cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
                      base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
                      seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
-                     price_as=price_as)
+                     price_as=price_as, allow_fallbacks=allow_fallbacks, fallback_threshold=fallback_threshold)
+    refused = None
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
         f1s: list[float] = []
@@ -249,14 +253,22 @@ def eval_cmd(
 
         try:
             summary = asyncio.run(run_eval(cfg, on_progress=on_progress))
+        except FallbackError as e:
+            summary, refused = e.summary, str(e)
         except _known_errors() as e:
             bar.stop()
             _fail(str(e))
     console.print(summary_table(summary))
+    console.print(fallback_table(summary))
     if any(c.get("calls") for c in summary.get("construction", {}).values()):
         console.print(construction_table(summary))
-    if summary.get("choices", {}).get("tiers"):
-        console.print(tier_table(summary["choices"]["tiers"]))
+    choices = summary.get("choices", {})
+    if choices.get("tiers_used"):  # what ran; what was planned only where it differs
+        console.print(tier_table(choices["tiers_used"], "tier that ran per module (after fallbacks)"))
+        if choices.get("tiers") and choices["tiers"] != choices["tiers_used"]:
+            console.print(tier_table(choices["tiers"], "tier planned per module"))
+    elif choices.get("tiers"):
+        console.print(tier_table(choices["tiers"]))
     if strategy == "mempilot":
         from .eval.reports.mempilot import read_rows, run_stats, stats_table
 
@@ -266,17 +278,20 @@ def eval_cmd(
 
         console.print(automem_table(out / "predictions.jsonl"))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
+    if refused is not None:
+        _fail(f"too many model calls failed or fell back: {refused}", code=3)
 
 
 def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
     from rich.table import Table
 
     t = Table(title=title)
+    cols = [*TIER_NAMES, *sorted({c for r in ratios.values() for c in r} - set(TIER_NAMES))]  # e.g. "rules"
     t.add_column("module")
-    for tier in TIER_NAMES:
+    for tier in cols:
         t.add_column(tier, justify="right")
     for module, r in ratios.items():
-        t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in TIER_NAMES))
+        t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in cols))
     return t
 
 
