@@ -26,7 +26,8 @@ app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measur
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-LLM_HELP = "'local' (embedded Gemma 3 270M, no network) or 'openai:MODEL' for any OpenAI-compatible server."
+LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
+            "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
 TIERINGS = ("implementation", "reasoning", "capacity")
 TIER_NAMES = ("low", "mid", "high")
 MEMORYCPT_ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
@@ -899,6 +900,27 @@ def search(
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
         console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
                       f"{h.chunk.text[:400]}\n")
+
+
+@app.command("serve-model")
+def serve_model_cmd(
+    name: str = typer.Argument(..., help="A local model: gemma-3-270m | qwen2.5-1.5b | qwen2.5-0.5b (see `python -m memfrontier.llm.local_models list`)."),
+    port: int = typer.Option(8011, min=1, max=65535, help="Port on 127.0.0.1."),
+    n_ctx: Optional[int] = typer.Option(None, min=256, help="Context window in tokens (default: the model's, 8192)."),
+):
+    """Serve a local model OpenAI-compatibly on 127.0.0.1 (llama_cpp.server), for
+    `--llm openai:MODEL_ID --base-url http://127.0.0.1:PORT/v1`."""
+    from .llm.embedded import serve
+    from .llm.local_models import resolve_local, serve_argv
+
+    try:
+        model = resolve_local(name)
+        argv = serve_argv(model, port, n_ctx=n_ctx)
+    except _known_errors() as e:
+        _fail(str(e))
+    err.print(f"serving {model.name} as {model.model_id!r} on http://127.0.0.1:{port}/v1 -- use "
+              f"--llm openai:{model.model_id} --base-url http://127.0.0.1:{port}/v1")
+    serve(argv)
 
 
 @app.command("mcp")

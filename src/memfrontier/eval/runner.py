@@ -19,16 +19,28 @@ from pydantic import BaseModel, Field
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.cost import amortized_cost_usd
-from ..core.ledger import Ledger, use_ledger
 from ..core.jsonio import write_json_atomic
+from ..core.ledger import Ledger, use_ledger
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Conversation, Question, Scope
 from ..strategies import get_strategy
 from . import datasets
-from .fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
+from .fallbacks import (
+    DEFAULT_THRESHOLD,
+    FallbackError,
+    exceeded_message,
+    fallback_report,
+)
 from .judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
 from .judge import make_judge
-from .metrics import choice_ratios, evidence_recall, exact_match, locomo_f1, summarize, token_f1
+from .metrics import (
+    choice_ratios,
+    evidence_recall,
+    exact_match,
+    locomo_f1,
+    summarize,
+    token_f1,
+)
 
 AMORTIZATION_NS = (1, 10, 50, 100, 314, math.inf)
 #: Context.meta keys holding a ``{component: choice}`` dict (BudgetMem: module -> tier chosen /

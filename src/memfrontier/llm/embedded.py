@@ -44,6 +44,7 @@ __all__ = [
     "render_prompt",
     "cpu_extra_buffers_ok",
     "load_llama",
+    "serve",
 ]
 
 # llama.cpp's CPU backend uses OpenMP. With the default (active, spinning) wait policy a decode
@@ -437,7 +438,7 @@ def _chat_formatter(model_path: str, n_ctx: int, n_threads: int):
 _FORMATTERS: dict[tuple[str, int], Any] = {}
 
 
-def _serve(argv: list[str] | None = None) -> None:
+def serve(argv: list[str] | None = None) -> None:
     """Run ``llama_cpp.server`` in this process with :func:`cpu_extra_buffers_ok` applied."""
     import runpy
     import sys
@@ -450,4 +451,4 @@ def _serve(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by tests through a subprocess
-    _serve()
+    serve()

