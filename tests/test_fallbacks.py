@@ -115,3 +115,39 @@ def test_budgetmem_high_against_a_dead_server_is_refused_then_kept_when_allowed(
     assert "high" not in summary["choices"]["tiers_used"]["filter"]  # what ran
     kept = asyncio.run(run_eval(cfg.model_copy(update={"allow_fallbacks": True})))
     assert kept["questions"] == 1 and kept["fallbacks"]["exceeded"] == summary["fallbacks"]["exceeded"]
+
+
+def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkeypatch):
+    # Control flow of the command only: the runner is replaced by one that ends as a degraded run does.
+    from typer.testing import CliRunner
+
+    import memfrontier.eval.runner as runner
+    from memfrontier.cli import app
+
+    rows = [row({"budgetmem.filter.high": 1, "answerer": 1}, {"llm_error.budgetmem.filter.high": 1,
+                "fallback.filter.high": 1}, [{"role": "budgetmem.filter.high", "error": "connection refused"}])]
+    summary = {"config": {"dataset": "locomo", "split": "test", "strategy": "budgetmem"}, "questions": 1,
+               "metrics": summarize([{"category": "1", "f1": 0.5, "em": False, "usd": 1e-5, "proxy_s": 1.0,
+                                      "wall_s": 1.0}], dataset="locomo"),
+               "fallbacks": fallback_report(rows),
+               "choices": {"tiers": {"filter": {"high": 1.0}}, "tiers_used": {"filter": {"mid": 1.0}}}}
+    seen = {}
+
+    async def degraded(cfg, on_progress=None):
+        seen["cfg"] = cfg
+        if cfg.allow_fallbacks:
+            return summary
+        raise FallbackError(exceeded_message(summary["fallbacks"]), summary)
+
+    monkeypatch.setattr(runner, "run_eval", degraded)
+    args = ["eval", "--strategy", "budgetmem", "--tiers", "high", "--out", str(tmp_path / "run")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 3, res.output
+    out = " ".join(res.output.split())
+    assert "budgetmem.filter.high" in out and "100%" in out and "connection refused" in out
+    assert "tier that ran per module (after fallbacks)" in out and "tier planned per module" in out
+    assert "role 'budgetmem.filter.high'" in out and "--allow-fallbacks" in out
+    assert seen["cfg"].fallback_threshold == 0.05 and not seen["cfg"].allow_fallbacks
+    res = CliRunner().invoke(app, [*args, "--allow-fallbacks", "--fallback-threshold", "0.5"])
+    assert res.exit_code == 0, res.output
+    assert seen["cfg"].allow_fallbacks and seen["cfg"].fallback_threshold == 0.5

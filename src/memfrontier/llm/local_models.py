@@ -25,7 +25,9 @@ redoes nothing and loading the model costs no re-hash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -94,11 +96,17 @@ class LocalModel:
         """The GGUF's path (str). Raises :class:`ModelNotInstalledError` for a split model that
         is not installed (the message names ``make bench-model``)."""
         if self.packaged is not None:
-            from .embedded import default_model_path
-
-            return default_model_path()
+            return _packaged_path(self.packaged)
         assert self.split is not None
         return str(model_file(self))
+
+
+@functools.cache
+def _packaged_path(package: str) -> str:
+    """The GGUF a model package ships: its module's ``assemble()`` (which verifies the sha256)
+    writes it once into the user cache and returns the path. Cached per process."""
+    module = importlib.import_module(package.replace("-", "_"))
+    return str(module.assemble())
 
 
 LOCAL_MODELS: dict[str, LocalModel] = {
