@@ -151,3 +151,14 @@ def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkey
     res = CliRunner().invoke(app, [*args, "--allow-fallbacks", "--fallback-threshold", "0.5"])
     assert res.exit_code == 0, res.output
     assert seen["cfg"].allow_fallbacks and seen["cfg"].fallback_threshold == 0.5
+
+
+def test_construction_failures_count_with_the_query_ones():
+    # AutoMEM's indexer runs offline: 10 calls, 3 fell back ("indexer.fallback"), one of them an error.
+    construction = [{"calls_by_role": {"indexer": 10}, "events": {"indexer.fallback": 3, "llm_error.indexer": 1},
+                     "call_errors": [{"role": "indexer", "error": "HTTP 500: response_format"}]},
+                    {"calls": 0, "events": {}}]  # a store built by an earlier run: nothing ran here
+    rep = fallback_report([row({"answerer": 2})], construction=construction)
+    assert rep["by_role"]["indexer"] == {"calls": 10, "errors": 1, "fallbacks": 3, "error_share": 0.1,
+                                         "fallback_share": 0.3, "first_error": "HTTP 500: response_format"}
+    assert rep["exceeded"] == ["indexer"] and rep["by_role"]["answerer"]["calls"] == 2

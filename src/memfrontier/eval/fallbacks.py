@@ -1,8 +1,9 @@
 """Per-run error and fallback shares by role, so a degraded run is never reported as the
 configuration that was asked for.
 
-Read from the per-question ledgers as the runner stores them in each row (``usage.by_role``,
-``usage.events``, ``call_errors``), for the query stage:
+Read from the ledgers as the runner stores them: each question's row (``usage.by_role``,
+``usage.events``, ``call_errors``) and, when given, each conversation's offline construction
+built in this run (``calls_by_role``, ``events``, ``call_errors``):
 
 * an **error** of role R is a model call of R that failed for good (event ``llm_error.R``,
   counted by :class:`~memfrontier.llm.metered.MeteredLLM` or by a strategy for a call it makes
@@ -53,8 +54,10 @@ def _role_of(key: str, roles: set[str]) -> str:
     return hits[0] if len(hits) == 1 else key
 
 
-def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD) -> dict:
-    """Error and fallback shares per role over the run's result ``rows``.
+def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, *,
+                    construction: Iterable[dict] = ()) -> dict:
+    """Error and fallback shares per role over the run's result ``rows`` and its
+    ``construction`` entries (the summary's per-conversation construction dicts).
 
     Returns ``{"threshold": float, "by_role": {role: {"calls", "errors", "fallbacks",
     "error_share", "fallback_share", "first_error"}}, "exceeded": [role, ...]}`` with roles
@@ -65,6 +68,10 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD) 
     """
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"fallback threshold must be in [0, 1], not {threshold}")
+    built = [{"usage": {"by_role": {r: {"calls": n} for r, n in (c.get("calls_by_role") or {}).items()},
+                        "events": c.get("events") or {}}, "call_errors": c.get("call_errors") or ()}
+             for c in construction]
+    rows = [*rows, *built]
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     fallback_keys: Counter[str] = Counter()

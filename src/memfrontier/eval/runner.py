@@ -197,7 +197,9 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
         construction[c.id] = {"records": len(c.records), "records_added": len(added.added),
                               "chunks_embedded": added.chunks_embedded, **usage,
-                              "events": dict(ledger.events)}
+                              "events": dict(ledger.events),
+                              "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
+                              "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
         progress("ingest", conversation=c.id, added=len(added.added))
 
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
@@ -268,7 +270,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "amortized_usd_per_question": amortized,
         "judge_errors": sum(1 for r in rows if r.get("judge_error")),
         "events": _sum_events(rows),
-        "fallbacks": fallback_report(rows, cfg.fallback_threshold),
+        "fallbacks": fallback_report(rows, cfg.fallback_threshold, construction=construction.values()),
         **_choices(rows),
         "provenance": provenance(
             data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
