@@ -27,7 +27,11 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.llm import ChatClient, LLMError, LLMTimeoutError, make_llm
 from memfrontier.llm.embedded import MODEL_ID, default_model_path
 from memfrontier.llm.metered import MeteredLLM
-from memfrontier.llm.openai_compat import OpenAICompatLLM, parse_retry_after_s, structured_output_modes
+from memfrontier.llm.openai_compat import (
+    OpenAICompatLLM,
+    parse_retry_after_s,
+    structured_output_modes,
+)
 from memfrontier.llm.parsing import parse_json
 
 
