@@ -1,5 +1,7 @@
 # `make demo`: set up and run the main job (LoCoMo test slice, embedded models, no network).
 # `make test`: set up and run the test suite.
+# `make bench-model`: download, assemble and verify the Qwen2.5-Coder 1.5B / 0.5B GGUFs (~1.6 GB;
+#   cache ~/.cache/memfrontier/models, override MEMFRONTIER_MODELS). Not part of `make test`.
 # `make demo FULL=1`: the whole LoCoMo test split (314 questions) into runs/demo-full.
 ifdef FULL
 DEMO_ARGS ?= --out runs/demo-full
@@ -8,7 +10,7 @@ DEMO_ARGS ?= --limit 40 --out runs/demo
 endif
 VENV := .venv
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench bench-model clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	./scripts/install.sh
@@ -26,6 +28,9 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_strategies.py
 	$(VENV)/bin/python benchmarks/bench_router.py
 	$(VENV)/bin/python benchmarks/bench_memorycpt.py
+
+bench-model: $(VENV)/.installed
+	$(VENV)/bin/python -m memfrontier.llm.local_models install
 
 clean:
 	rm -rf runs .pytest_cache

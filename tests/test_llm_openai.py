@@ -27,7 +27,11 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.llm import ChatClient, LLMError, LLMTimeoutError, make_llm
 from memfrontier.llm.embedded import MODEL_ID, default_model_path
 from memfrontier.llm.metered import MeteredLLM
-from memfrontier.llm.openai_compat import OpenAICompatLLM, parse_retry_after_s
+from memfrontier.llm.openai_compat import (
+    OpenAICompatLLM,
+    parse_retry_after_s,
+    structured_output_modes,
+)
 from memfrontier.llm.parsing import parse_json
 
 
@@ -124,14 +128,39 @@ def test_real_server_json_schema_honoured(llama_server):
 
 
 @pytest.mark.slow
-def test_real_server_rejects_openai_json_schema_format_without_retry(llama_server):
-    # The same server rejects OpenAI's {"type": "json_schema"} form (HTTP 500): an error at once.
-    llm = OpenAICompatLLM(MODEL_ID, base_url=llama_server, timeout_s=60, max_retries=3, backoff_base_s=5)
+def test_real_server_rejects_fixed_json_schema_format_without_retry(llama_server):
+    # The same server rejects OpenAI's {"type": "json_schema"} form (HTTP 500): with the mode
+    # fixed, that is an error at once (no backoff, no other mode tried).
+    llm = OpenAICompatLLM(MODEL_ID, base_url=llama_server, timeout_s=60, max_retries=3, backoff_base_s=5,
+                          schema_format="json_schema")
     t0 = time.perf_counter()
-    with pytest.raises(LLMError, match="HTTP 500") as ei:
+    with pytest.raises(LLMError, match="(?s)HTTP 500.*response_format") as ei:
         run(llm.complete([{"role": "user", "content": "x"}], max_tokens=4, json_schema={"type": "object"}))
     assert not isinstance(ei.value, LLMTimeoutError)
     assert time.perf_counter() - t0 < 5  # no backoff happened
+
+
+@pytest.mark.slow
+def test_real_server_auto_mode_falls_back_to_json_object_and_remembers(llama_server):
+    # The default: json_schema is rejected (HTTP 500 naming response_format.type), the call is
+    # re-sent as json_object with the schema, succeeds, and the endpoint keeps that mode.
+    llm = OpenAICompatLLM(MODEL_ID, base_url=llama_server, timeout_s=120, max_retries=0)
+    assert llm.structured_output_mode == "json_schema"
+    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 12}},
+              "required": ["word"]}
+    led = Ledger()
+    with use_ledger(led):
+        c = run(MeteredLLM(llm, PriceBook.load()).complete(
+            [{"role": "user", "content": "Give one English word as JSON."}], role="indexer",
+            max_tokens=24, json_schema=schema))
+    r = parse_json(c.text, expect="object")
+    assert r.ok and isinstance(r.value.get("word"), str), c.text
+    assert led.events == {"structured_output.json_object": 1}
+    assert [call.error for call in led.calls] == [None]  # one metered call; the rejection cost nothing
+    assert llm.structured_output_mode == "json_object"
+    assert structured_output_modes()[f"{llama_server}|{MODEL_ID}"] == "json_object"
+    again = OpenAICompatLLM(MODEL_ID, base_url=llama_server, timeout_s=120, max_retries=0)
+    assert again.structured_output_mode == "json_object"  # a new client of the endpoint starts there
 
 
 # =============================================================================================
@@ -332,9 +361,80 @@ def test_request_shape_json_schema_and_options(stub):
     stub.reset((200, {}, chat_json(), 0))
     run(client(stub, schema_format="json_object").complete(MSGS, json_schema=schema))
     assert stub.requests[0][1]["response_format"] == {"type": "json_object", "schema": schema}
+    stub.reset((200, {}, chat_json('{"a": 1}'), 0))
+    run(client(stub, schema_format="prompt").complete(MSGS, json_schema=schema))
+    assert "response_format" not in stub.requests[0][1] and len(stub.requests[0][1]["messages"]) == 3
+    stub.reset((200, {}, chat_json(), 0))
+    run(client(stub, schema_format="json_object").complete(MSGS, json_schema=schema))
+    assert stub.requests[0][1]["response_format"] == {"type": "json_object", "schema": schema}
     stub.reset((200, {}, chat_json(), 0))
     run(client(stub).complete(MSGS))
     assert "response_format" not in stub.requests[0][1] and "stop" not in stub.requests[0][1]
+
+
+REJECT_JSON_SCHEMA = (500, {}, {"error": {"message": "1 validation error: response_format.type: Input should be "
+                                                     "'text' or 'json_object'", "type": "internal_server_error"}}, 0)
+REJECT_JSON_OBJECT = (400, {}, {"error": {"message": "response_format is not supported by this model"}}, 0)
+SCHEMA_A = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def test_auto_mode_downgrades_to_json_object_once_per_endpoint(stub):
+    stub.reset(REJECT_JSON_SCHEMA, (200, {}, chat_json('{"a": 1}'), 0))
+    llm = OpenAICompatLLM("m-json-object", base_url=stub.base_url, api_key="k", timeout_s=5, backoff_base_s=0.05)
+    led = Ledger()
+    with use_ledger(led):
+        c = run(llm.complete(MSGS, json_schema=SCHEMA_A))
+    assert c.text == '{"a": 1}'
+    sent = [b.get("response_format", {}).get("type") for _, b in stub.requests]
+    assert sent == ["json_schema", "json_object"]
+    assert stub.requests[1][1]["response_format"]["schema"] == SCHEMA_A
+    assert led.events == {"structured_output.json_object": 1}  # a downgrade, not a retry
+    assert llm.structured_output_mode == "json_object"
+    assert structured_output_modes()[llm.endpoint] == "json_object"
+    stub.reset((200, {}, chat_json('{"a": 2}'), 0))
+    run(llm.complete(MSGS, json_schema=SCHEMA_A))
+    assert [b["response_format"]["type"] for _, b in stub.requests] == ["json_object"]  # remembered
+    stub.reset((200, {}, chat_json("plain"), 0))
+    run(llm.complete(MSGS))  # no schema: no response_format whatever the mode
+    assert "response_format" not in stub.requests[0][1]
+
+
+def test_auto_mode_ends_in_prompt_json_parsed_by_the_project_parser(stub):
+    stub.reset(REJECT_JSON_SCHEMA, REJECT_JSON_OBJECT,
+               (200, {}, chat_json('Sure! Here it is:\n```json\n{"a": 3,}\n```'), 0))
+    llm = OpenAICompatLLM("m-prompt", base_url=stub.base_url, api_key="k", timeout_s=5, backoff_base_s=0.05)
+    led = Ledger()
+    with use_ledger(led):
+        c = run(llm.complete(MSGS, json_schema=SCHEMA_A))
+    assert c.text == '{"a": 3}'  # fenced, trailing comma: repaired by parse_json
+    assert len(stub.requests) == 3
+    last = stub.requests[2][1]
+    assert "response_format" not in last
+    assert last["messages"][:2] == MSGS and last["messages"][2]["role"] == "user"
+    assert json.dumps(SCHEMA_A) in last["messages"][2]["content"]
+    assert led.events == {"structured_output.json_object": 1, "structured_output.prompt": 1}
+    assert llm.structured_output_mode == "prompt"
+    # prose that holds no JSON is returned as is (the caller's parser counts the failure)
+    stub.reset((200, {}, chat_json("I cannot do that."), 0))
+    assert run(llm.complete(MSGS, json_schema=SCHEMA_A)).text == "I cannot do that."
+
+
+def test_fixed_mode_and_unrelated_errors_are_not_downgraded(stub):
+    stub.reset(REJECT_JSON_SCHEMA)
+    fixed = OpenAICompatLLM("m-fixed", base_url=stub.base_url, api_key="k", timeout_s=5, schema_format="json_schema")
+    with pytest.raises(LLMError, match="HTTP 500: 1 validation error: response_format.type"):
+        run(fixed.complete(MSGS, json_schema=SCHEMA_A))
+    assert len(stub.requests) == 1 and fixed.structured_output_mode == "json_schema"
+    stub.reset((400, {}, {"error": {"message": "context length exceeded"}}, 0))
+    auto = OpenAICompatLLM("m-other-400", base_url=stub.base_url, api_key="k", timeout_s=5)
+    with pytest.raises(LLMError, match="HTTP 400: context length exceeded"):
+        run(auto.complete(MSGS, json_schema=SCHEMA_A))
+    assert len(stub.requests) == 1 and auto.structured_output_mode == "json_schema"
+    stub.reset(REJECT_JSON_SCHEMA, REJECT_JSON_OBJECT, (400, {}, {"error": {"message": "response_format again"}}, 0))
+    last = OpenAICompatLLM("m-all-rejected", base_url=stub.base_url, api_key="k", timeout_s=5)
+    with pytest.raises(LLMError, match="HTTP 400: response_format again"):
+        run(last.complete(MSGS, json_schema=SCHEMA_A))
+    assert "response_format" not in stub.requests[2][1]  # prompt mode sent none: the error is the server's
 
 
 def test_same_client_across_event_loops(stub):

@@ -26,7 +26,8 @@ app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measur
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-LLM_HELP = "'local' (embedded Gemma 3 270M, no network) or 'openai:MODEL' for any OpenAI-compatible server."
+LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
+            "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
 TIERINGS = ("implementation", "reasoning", "capacity")
 TIER_NAMES = ("low", "mid", "high")
 MEMORYCPT_ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
@@ -216,9 +217,12 @@ def eval_cmd(
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = OPT_PRICE_AS,
+    allow_fallbacks: bool = typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role)."),
+    fallback_threshold: float = typer.Option(0.05, min=0.0, max=1.0, help="Largest share of a role's calls that may fail or fall back."),
 ):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
-    from .eval.reports.summary import construction_table, summary_table
+    from .eval.fallbacks import FallbackError
+    from .eval.reports.summary import construction_table, fallback_table, summary_table
     from .eval.runner import EvalConfig, run_eval
 
     opts = _strategy_options(strategy, k=k, router=router, lam=lam, tiering=tiering, tiers=tiers, module_topk=module_topk)
@@ -231,7 +235,8 @@ def eval_cmd(
     cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
                      base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
                      seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
-                     price_as=price_as)
+                     price_as=price_as, allow_fallbacks=allow_fallbacks, fallback_threshold=fallback_threshold)
+    refused = None
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
         f1s: list[float] = []
@@ -249,14 +254,22 @@ def eval_cmd(
 
         try:
             summary = asyncio.run(run_eval(cfg, on_progress=on_progress))
+        except FallbackError as e:
+            summary, refused = e.summary, str(e)
         except _known_errors() as e:
             bar.stop()
             _fail(str(e))
     console.print(summary_table(summary))
+    console.print(fallback_table(summary))
     if any(c.get("calls") for c in summary.get("construction", {}).values()):
         console.print(construction_table(summary))
-    if summary.get("choices", {}).get("tiers"):
-        console.print(tier_table(summary["choices"]["tiers"]))
+    choices = summary.get("choices", {})
+    if choices.get("tiers_used"):  # what ran; what was planned only where it differs
+        console.print(tier_table(choices["tiers_used"], "tier that ran per module (after fallbacks)"))
+        if choices.get("tiers") and choices["tiers"] != choices["tiers_used"]:
+            console.print(tier_table(choices["tiers"], "tier planned per module"))
+    elif choices.get("tiers"):
+        console.print(tier_table(choices["tiers"]))
     if strategy == "mempilot":
         from .eval.reports.mempilot import read_rows, run_stats, stats_table
 
@@ -266,17 +279,20 @@ def eval_cmd(
 
         console.print(automem_table(out / "predictions.jsonl"))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
+    if refused is not None:
+        _fail(f"too many model calls failed or fell back: {refused}", code=3)
 
 
 def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
     from rich.table import Table
 
     t = Table(title=title)
+    cols = [*TIER_NAMES, *sorted({c for r in ratios.values() for c in r} - set(TIER_NAMES))]  # e.g. "rules"
     t.add_column("module")
-    for tier in TIER_NAMES:
+    for tier in cols:
         t.add_column(tier, justify="right")
     for module, r in ratios.items():
-        t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in TIER_NAMES))
+        t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in cols))
     return t
 
 
@@ -884,6 +900,27 @@ def search(
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
         console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
                       f"{h.chunk.text[:400]}\n")
+
+
+@app.command("serve-model")
+def serve_model_cmd(
+    name: str = typer.Argument(..., help="A local model: gemma-3-270m | qwen2.5-1.5b | qwen2.5-0.5b (see `python -m memfrontier.llm.local_models list`)."),
+    port: int = typer.Option(8011, min=1, max=65535, help="Port on 127.0.0.1."),
+    n_ctx: Optional[int] = typer.Option(None, min=256, help="Context window in tokens (default: the model's, 8192)."),
+):
+    """Serve a local model OpenAI-compatibly on 127.0.0.1 (llama_cpp.server), for
+    `--llm openai:MODEL_ID --base-url http://127.0.0.1:PORT/v1`."""
+    from .llm.embedded import serve
+    from .llm.local_models import resolve_local, serve_argv
+
+    try:
+        model = resolve_local(name)
+        argv = serve_argv(model, port, n_ctx=n_ctx)
+    except _known_errors() as e:
+        _fail(str(e))
+    err.print(f"serving {model.name} as {model.model_id!r} on http://127.0.0.1:{port}/v1 -- use "
+              f"--llm openai:{model.model_id} --base-url http://127.0.0.1:{port}/v1")
+    serve(argv)
 
 
 @app.command("mcp")

@@ -37,7 +37,10 @@ class LatencyProfile(BaseModel):
 
 
 class ModelPrice(BaseModel):
-    """Prices in USD per 1M tokens; ``cached_input`` defaults to the input price when a provider gives none."""
+    """Prices in USD per 1M tokens; ``cached_input`` defaults to the input price when a provider gives none.
+    ``source`` cites where the numbers come from; ``proxy_for`` is set when they are not this
+    model's own price but a hosted model's of the same size class (a local model read in hosted
+    dollars)."""
 
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
@@ -45,6 +48,7 @@ class ModelPrice(BaseModel):
     latency: LatencyProfile | None = None
     aliases: list[str] = Field(default_factory=list)
     source: str = ""
+    proxy_for: str | None = None
 
     def usd(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0) -> float:
         """USD of one call; MemoryCPT Eq. 4 / MemPilot Eq. 14.

@@ -234,8 +234,9 @@ def _group_stats(rows: Sequence[dict]) -> dict:
     judged = [bool(r["judge"]) for r in rows if r.get("judge") is not None]
     recalls = _present(rows, "evidence_recall")
     usd = _present(rows, "usd")
+    unpriced = sum(1 for r in rows if r.get("unpriced_calls"))
     f1_mean = _mean(f1s)
-    usd_mean = _mean(usd)
+    usd_mean = None if unpriced else _mean(usd)  # unknown, not the priced part
     return {
         "n_questions": len(rows),
         "f1": f1_mean,
@@ -246,7 +247,8 @@ def _group_stats(rows: Sequence[dict]) -> dict:
         "evidence_recall": _mean(recalls),
         "n_with_evidence": len(recalls),
         "usd_per_question": usd_mean,
-        "usd_total": sum(usd) if usd else None,
+        "usd_total": sum(usd) if usd and not unpriced else None,
+        "unpriced_questions": unpriced,
         "proxy_s_mean": _mean(_present(rows, "proxy_s")),
         "wall_s_mean": _mean(_present(rows, "wall_s")),
         "qpc": qpc(f1_mean, usd_mean) if f1_mean is not None and usd_mean is not None else None,
@@ -266,7 +268,9 @@ def summarize(rows: Iterable[dict], by: str = "category", dataset: str | None = 
     stats dict has n_questions, f1, em, judge_accuracy (over non-None judges; n_judged,
     n_judge_missing), evidence_recall (over non-None; n_with_evidence), usd_per_question, usd_total,
     proxy_s_mean, wall_s_mean and qpc = f1 / (usd_per_question x 1e4) (MemoryCPT Eq. 6). Means are
-    None when no value is present.
+    None when no value is present. A row with ``unpriced_calls`` > 0 (calls of a model missing from
+    the price book) makes its group's cost unknown: usd_per_question, usd_total and qpc are None and
+    ``unpriced_questions`` counts such rows.
 
     LoCoMo (``dataset="locomo"``, or every row has ``dataset == "locomo"``): category "5" rows form
     their own group (``"5"``; ``"category 5"`` when ``by`` is another key) and are never part of

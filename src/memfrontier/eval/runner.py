@@ -19,15 +19,28 @@ from pydantic import BaseModel, Field
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.cost import amortized_cost_usd
-from ..core.ledger import Ledger, use_ledger
 from ..core.jsonio import write_json_atomic
+from ..core.ledger import Ledger, use_ledger
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Conversation, Question, Scope
 from ..strategies import get_strategy
 from . import datasets
+from .fallbacks import (
+    DEFAULT_THRESHOLD,
+    FallbackError,
+    exceeded_message,
+    fallback_report,
+)
 from .judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
 from .judge import make_judge
-from .metrics import choice_ratios, evidence_recall, exact_match, locomo_f1, summarize, token_f1
+from .metrics import (
+    choice_ratios,
+    evidence_recall,
+    exact_match,
+    locomo_f1,
+    summarize,
+    token_f1,
+)
 
 AMORTIZATION_NS = (1, 10, 50, 100, 314, math.inf)
 #: Context.meta keys holding a ``{component: choice}`` dict (BudgetMem: module -> tier chosen /
@@ -55,6 +68,11 @@ class EvalConfig(BaseModel):
     price_book: Path | None = None
     allow_unpriced: bool = False
     price_as: str | None = None
+    #: A run whose error or fallback share of any role is above ``fallback_threshold`` raises
+    #: :class:`~memfrontier.eval.fallbacks.FallbackError` (after writing its summary) unless
+    #: ``allow_fallbacks``. Neither changes the run's results, so neither is part of its identity.
+    allow_fallbacks: bool = False
+    fallback_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
 
     def identity(self) -> dict:
         """The fields that must match for a resumed run to be the same run. A strategy option that
@@ -128,7 +146,9 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     """Run the protocol; returns the summary dict (also written to ``cfg.out/summary.json``).
 
     ``on_progress(event, **info)`` is called with ``start`` / ``ingest`` / ``question`` events.
-    Raises DatasetError for missing data, RunMismatchError when ``cfg.out`` holds another run.
+    Raises DatasetError for missing data, RunMismatchError when ``cfg.out`` holds another run,
+    FallbackError (summary written) when a role's error or fallback share is above
+    ``cfg.fallback_threshold`` and ``cfg.allow_fallbacks`` is False.
     """
     from ..api import AsyncMemory
 
@@ -177,7 +197,9 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
         construction[c.id] = {"records": len(c.records), "records_added": len(added.added),
                               "chunks_embedded": added.chunks_embedded, **usage,
-                              "events": dict(ledger.events)}
+                              "events": dict(ledger.events),
+                              "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
+                              "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
         progress("ingest", conversation=c.id, added=len(added.added))
 
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
@@ -196,9 +218,10 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                 "em": bool(gold is not None and exact_match(ans.text, gold)),
                 "evidence_ids": ans.evidence_ids, "gold_evidence_ids": q.evidence_ids,
                 "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),
-                "usd": ans.usage.query.usd, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
+                "usd": ans.usage.query.usd, "unpriced_calls": ans.usage.query.unpriced_calls, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
                 "usage": ans.usage.model_dump(),
                 "strategy_meta": ans.meta,
+                "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
             }
             if judge is not None:
                 jl = Ledger()
@@ -223,6 +246,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     rows = [done[q.id] for q in questions if q.id in done]
     summary = build_summary(cfg, rows, construction, data_file, mem, strategy)
     write_json_atomic(out / "summary.json", summary)
+    if summary["fallbacks"]["exceeded"] and not cfg.allow_fallbacks:
+        raise FallbackError(exceeded_message(summary["fallbacks"]), summary)
     return summary
 
 
@@ -233,7 +258,8 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
     online = sum(r["usd"] for r in rows) / n if n else 0.0
     constr_usd = sum(c["usd"] for c in construction.values())
     per_conv_constr = constr_usd / len(construction) if construction else 0.0
-    amortized = {
+    unpriced = any(r.get("unpriced_calls") for r in rows) or any(c.get("unpriced_calls") for c in construction.values())
+    amortized = None if unpriced else {  # a cost with unpriced calls in it is unknown, not their priced part
         ("inf" if math.isinf(k) else str(k)): amortized_cost_usd(per_conv_constr, k, online) for k in AMORTIZATION_NS
     }
     return {
@@ -244,6 +270,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "amortized_usd_per_question": amortized,
         "judge_errors": sum(1 for r in rows if r.get("judge_error")),
         "events": _sum_events(rows),
+        "fallbacks": fallback_report(rows, cfg.fallback_threshold, construction=construction.values()),
         **_choices(rows),
         "provenance": provenance(
             data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
@@ -253,8 +280,18 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
             prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
                              **({"judge": JUDGE_PROMPT_VERSION} if cfg.judge else {})},
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
+            structured_output=_structured_output_modes(),
         ),
     }
+
+
+def _structured_output_modes() -> dict[str, str]:
+    """The structured-output mode each OpenAI-compatible endpoint settled on (``{}`` when none
+    was used; the SDK is not imported just to say so)."""
+    import sys
+
+    mod = sys.modules.get("memfrontier.llm.openai_compat")
+    return mod.structured_output_modes() if mod is not None else {}
 
 
 def _choices(rows: list[dict]) -> dict:

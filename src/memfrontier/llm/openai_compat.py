@@ -10,14 +10,32 @@ Retry policy (ours; the SDK's own retries are disabled so the policy is exact an
 * Any other 4xx is never retried: :class:`LLMError` is raised at once with status and message.
 * When the retries are spent: :class:`LLMTimeoutError` if the last failure was a timeout, else
   :class:`LLMError`.
+
+Structured output adapts to the server (``schema_format="auto"``, the default). A call with a
+JSON schema is sent in the first mode of :data:`SCHEMA_MODES` the endpoint has not rejected:
+
+1. ``json_schema``: OpenAI's strict ``{"type": "json_schema", "json_schema": {...}}`` (OpenAI,
+   vLLM, SGLang, OpenRouter, llama.cpp's C++ ``llama-server``);
+2. ``json_object``: ``{"type": "json_object", "schema": ...}`` (llama-cpp-python's
+   ``llama_cpp.server``, which answers the first form with HTTP 500 "response_format.type: Input
+   should be 'text' or 'json_object'");
+3. ``prompt``: no ``response_format``; the schema is appended to the prompt and the reply is
+   parsed with :func:`memfrontier.llm.parsing.parse_json` (the JSON found is returned as text).
+
+A non-retryable error whose message names ``response_format`` moves the endpoint to the next mode
+at once (no backoff, event ``structured_output.<mode>`` on the current ledger). The mode that
+works is remembered per endpoint (base URL + model) for the process: later clients of the same
+endpoint start there, and :func:`structured_output_modes` reports it for run provenance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import os
 import random
+import threading
 import time
 from typing import Any, Literal
 
@@ -25,8 +43,49 @@ import openai
 
 from ..core.ledger import current_ledger
 from .base import Completion, LLMError, LLMTimeoutError, Message
+from .parsing import parse_json
 
-__all__ = ["OpenAICompatLLM", "parse_retry_after_s"]
+__all__ = ["OpenAICompatLLM", "SCHEMA_MODES", "parse_retry_after_s", "structured_output_modes"]
+
+#: Structured-output modes, most to least constrained; ``auto`` walks them in this order.
+SCHEMA_MODES = ("json_schema", "json_object", "prompt")
+
+_MODES_LOCK = threading.Lock()
+_ENDPOINT_MODES: dict[str, str] = {}
+
+
+def _endpoint_key(base_url: str | None, model: str) -> str:
+    return f"{(base_url or 'https://api.openai.com/v1').rstrip('/')}|{model}"
+
+
+def structured_output_modes() -> dict[str, str]:
+    """``{"BASE_URL|MODEL": mode}`` for every endpoint whose structured-output mode this process
+    has settled (a JSON-schema call succeeded, or a mode was rejected). For run provenance."""
+    with _MODES_LOCK:
+        return dict(_ENDPOINT_MODES)
+
+
+def _remember_mode(key: str, mode: str) -> None:
+    with _MODES_LOCK:
+        _ENDPOINT_MODES[key] = mode
+
+
+def _names_response_format(status: int | None, message: str) -> bool:
+    """Whether a failed request was rejected for its ``response_format`` (any 4xx / 5xx whose
+    message names the field, e.g. llama_cpp.server's HTTP 500 ``response_format.type: ...``)."""
+    return status is not None and status >= 400 and "response_format" in message.lower()
+
+
+def _schema_prompt(messages: list[Message], schema: dict) -> list[Message]:
+    """``messages`` with the JSON-only instruction and the schema appended as a last user turn
+    (a trailing assistant prefix stays last)."""
+    note = {"role": "user", "content": (
+        "Reply with one JSON value and nothing else. It must match this JSON schema:\n"
+        + json.dumps(schema, ensure_ascii=False))}
+    msgs = list(messages)
+    if msgs and msgs[-1].get("role") == "assistant":
+        return [*msgs[:-1], note, msgs[-1]]
+    return [*msgs, note]
 
 
 def parse_retry_after_s(headers: Any, *, cap_s: float = 60.0) -> float | None:
@@ -75,11 +134,9 @@ class OpenAICompatLLM:
         backoff_base_s / backoff_max_s: exponential backoff without ``Retry-After`` (seconds).
         extra_body: extra JSON fields sent with every request (e.g. OpenRouter's
             ``{"usage": {"include": True}}`` to get the exact cost back).
-        schema_format: how ``json_schema`` is sent. ``"json_schema"`` (default; OpenAI, vLLM,
-            SGLang, OpenRouter, llama.cpp's C++ ``llama-server``): ``{"type": "json_schema",
-            "json_schema": {"name": "output", "schema": ..., "strict": true}}``.
-            ``"json_object"`` (llama-cpp-python's ``llama_cpp.server``, which rejects the former
-            with HTTP 422): ``{"type": "json_object", "schema": ...}``.
+        schema_format: how ``json_schema`` is sent: ``"auto"`` (default: adapt to the server, see
+            the module docstring) or one fixed mode of :data:`SCHEMA_MODES`, which is never
+            changed (a rejection is then an :class:`LLMError`).
 
     ``complete`` returns a :class:`Completion` whose ``input_tokens`` is the server's
     ``prompt_tokens`` (cached tokens included, ``cached_tokens`` from
@@ -106,7 +163,7 @@ class OpenAICompatLLM:
         backoff_max_s: float = 30.0,
         extra_body: dict | None = None,
         default_headers: dict[str, str] | None = None,
-        schema_format: Literal["json_schema", "json_object"] = "json_schema",
+        schema_format: Literal["auto", "json_schema", "json_object", "prompt"] = "auto",
     ):
         self.model = model
         self.model_id = model_id or model
@@ -118,9 +175,10 @@ class OpenAICompatLLM:
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
         self.extra_body = dict(extra_body) if extra_body else None
-        if schema_format not in ("json_schema", "json_object"):
-            raise ValueError(f"schema_format must be 'json_schema' or 'json_object', not {schema_format!r}")
+        if schema_format != "auto" and schema_format not in SCHEMA_MODES:
+            raise ValueError(f"schema_format must be 'auto' or one of {SCHEMA_MODES}, not {schema_format!r}")
         self.schema_format = schema_format
+        self.endpoint = _endpoint_key(base_url, model)
         self._context_tokens = int(context_tokens)
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         self._default_headers = default_headers
@@ -145,6 +203,15 @@ class OpenAICompatLLM:
         self._clients[id(loop)] = (loop, client)
         return client
 
+    @property
+    def structured_output_mode(self) -> str:
+        """The mode the next JSON-schema call uses: the fixed ``schema_format``, else the mode
+        remembered for this endpoint (``json_schema`` until the server rejects it)."""
+        if self.schema_format != "auto":
+            return self.schema_format
+        with _MODES_LOCK:
+            return _ENDPOINT_MODES.get(self.endpoint, SCHEMA_MODES[0])
+
     # --- protocol --------------------------------------------------------------------------
     @property
     def context_tokens(self) -> int:
@@ -167,12 +234,40 @@ class OpenAICompatLLM:
         single_line: bool = False,
     ) -> Completion:
         """One chat completion (``max_tokens`` output tokens at most), retried per the module
-        policy. ``json_schema`` is sent as ``response_format`` in the ``schema_format`` style
-        (default: strict ``json_schema``). Each retry counts ``llm_retry`` on the current ledger.
+        policy. ``json_schema`` is sent in :attr:`structured_output_mode`; with ``"auto"`` a
+        rejection naming ``response_format`` moves to the next mode and sends again (module
+        docstring). Each retry counts ``llm_retry`` on the current ledger.
 
-        Raises :class:`LLMError` (non-retryable status, or retries spent) or
-        :class:`LLMTimeoutError` (the last attempt timed out).
+        Raises :class:`LLMError` (non-retryable status, or retries spent, or the last structured
+        mode rejected) or :class:`LLMTimeoutError` (the last attempt timed out).
         """
+        while True:
+            mode = self.structured_output_mode if json_schema is not None else None
+            try:
+                out = await self._complete_once(messages, mode, max_tokens=max_tokens, temperature=temperature,
+                                                json_schema=json_schema, stop=stop, single_line=single_line)
+            except _FormatRejected as e:
+                nxt = SCHEMA_MODES.index(mode) + 1
+                if self.schema_format != "auto" or nxt >= len(SCHEMA_MODES):
+                    raise LLMError(str(e)) from e.__cause__
+                _remember_mode(self.endpoint, SCHEMA_MODES[nxt])
+                ledger = current_ledger()
+                if ledger is not None:
+                    ledger.count(f"structured_output.{SCHEMA_MODES[nxt]}")
+                continue
+            if mode is not None and self.schema_format == "auto":
+                _remember_mode(self.endpoint, mode)
+            if mode == "prompt":
+                parsed = parse_json(out.text)
+                if parsed.ok:
+                    out = out.model_copy(update={"text": json.dumps(parsed.value, ensure_ascii=False)})
+            return out
+
+    async def _complete_once(self, messages, mode, *, max_tokens, temperature, json_schema, stop,
+                             single_line) -> Completion:
+        """One request (with the retry policy) in structured mode ``mode`` (None: no schema)."""
+        if mode == "prompt":
+            messages = _schema_prompt(messages, json_schema)
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -183,14 +278,13 @@ class OpenAICompatLLM:
             stop = [*(stop or []), "\n"]
         if stop:
             kwargs["stop"] = stop
-        if json_schema is not None:
-            if self.schema_format == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "output", "schema": json_schema, "strict": True},
-                }
-            else:
-                kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
+        if mode == "json_schema":
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": json_schema, "strict": True},
+            }
+        elif mode == "json_object":
+            kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
 
@@ -214,6 +308,8 @@ class OpenAICompatLLM:
             except openai.APIStatusError as e:
                 status = e.status_code
                 msg = _error_message(e)
+                if mode in ("json_schema", "json_object") and _names_response_format(status, msg):
+                    raise _FormatRejected(f"{self.model}: HTTP {status}: {msg}") from e
                 if status not in self.retry_statuses:
                     raise LLMError(f"{self.model}: HTTP {status}: {msg}") from e
                 if attempt >= self.max_retries:
@@ -279,6 +375,10 @@ class OpenAICompatLLM:
         self._clients.clear()
         if hit is not None and hit[0] is loop:
             await hit[1].close()
+
+
+class _FormatRejected(Exception):
+    """The server rejected the request's ``response_format`` (internal: triggers the next mode)."""
 
 
 def _error_message(e: "openai.APIStatusError") -> str:

@@ -32,10 +32,11 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
         t.add_column(col, justify="left" if col == "category" else "right")
     for name, g in summary["metrics"].items():
         label = f"{name} {LOCOMO_CATEGORY_NAMES[name]}" if dataset == "locomo" and name in LOCOMO_CATEGORY_NAMES else name
+        unpriced = bool(g.get("unpriced_questions"))  # cost unknown: say so, never "inf"
         t.add_row(
             label, str(g.get("n_questions", 0)), _fmt(g.get("f1")), _fmt(g.get("em")), _fmt(g.get("judge_accuracy")),
-            _fmt(g.get("evidence_recall")), _fmt(_scaled(g.get("usd_per_question")), 4),
-            _fmt(g.get("proxy_s_mean"), 2), _fmt(g.get("wall_s_mean"), 2), _fmt(g.get("qpc"), 2),
+            _fmt(g.get("evidence_recall")), "unpriced" if unpriced else _fmt(_scaled(g.get("usd_per_question")), 4),
+            _fmt(g.get("proxy_s_mean"), 2), _fmt(g.get("wall_s_mean"), 2), "unpriced" if unpriced else _fmt(g.get("qpc"), 2),
             style="bold" if name.startswith("all") else None,
         )
     return t
@@ -52,8 +53,27 @@ def construction_table(summary: dict) -> Table:
         t.add_row(conv, str(int(c.get("calls", 0))), str(int(c.get("input_tokens", 0))),
                   str(int(c.get("output_tokens", 0))), _fmt(_scaled(c.get("usd")), 4), _fmt(c.get("proxy_s"), 1),
                   str(rejected))
-    amortized = summary.get("amortized_usd_per_question", {})
+    amortized = summary.get("amortized_usd_per_question") or {}
     if amortized:
         t.add_row("C(n): " + " · ".join(f"n={n}: {_fmt(_scaled(v), 4)}" for n, v in amortized.items()),
                   "", "", "", "", "", "", style="bold")
+    return t
+
+
+def fallback_table(summary: dict) -> Table:
+    """Error and fallback shares of every role that had a failed or replaced call (from
+    ``summary["fallbacks"]``, :func:`memfrontier.eval.fallbacks.fallback_report`); a one-line
+    table saying so when none had."""
+    rep = summary.get("fallbacks") or {}
+    limit = rep.get("threshold", 0.0)
+    bad = {r: v for r, v in (rep.get("by_role") or {}).items() if v["errors"] or v["fallbacks"]}
+    t = Table(title=f"model-call errors and fallbacks per role (threshold {limit:.0%} of a role's calls)")
+    for col in ("role", "calls", "errors", "error share", "fallbacks", "fallback share", "first error"):
+        t.add_column(col, justify="left" if col in ("role", "first error") else "right")
+    if not bad:
+        t.add_row("(none)", "", "", "", "", "", "every model call of the run succeeded and was used")
+    for role, v in bad.items():
+        over = role in rep.get("exceeded", ())
+        t.add_row(role, str(v["calls"]), str(v["errors"]), f"{v['error_share']:.0%}", str(v["fallbacks"]),
+                  f"{v['fallback_share']:.0%}", (v["first_error"] or "-")[:120], style="bold red" if over else None)
     return t

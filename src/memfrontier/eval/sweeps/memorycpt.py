@@ -58,7 +58,7 @@ def table_row(result: dict) -> dict:
     """One flat row: overall quality, online cost, QPC and the amortized cost at n = 314."""
     g = overall(result["summary"])
     usd = g.get("usd_per_question")
-    amortized = result["summary"].get("amortized_usd_per_question", {}).get("314")
+    amortized = (result["summary"].get("amortized_usd_per_question") or {}).get("314")
     return {"run": result["name"], "kind": result["kind"], "label": result["label"], "order": result.get("order"),
             "n": g.get("n_questions"), "f1": g.get("f1"), "judge": g.get("judge_accuracy"),
             "usd_x1e4": None if usd is None else usd * COST_SCALE,

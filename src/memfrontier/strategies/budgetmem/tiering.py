@@ -101,7 +101,7 @@ def _metered(client: ChatClient | MeteredLLM | str, template: MeteredLLM, base_u
     if isinstance(client, str):
         from ...llm import make_llm
 
-        client = make_llm(client, **({} if client.strip() in ("local", "embedded") else {"base_url": base_url, **kw}))
+        client = make_llm(client, **({} if client.strip().partition(":")[0] in ("local", "embedded") else {"base_url": base_url, **kw}))
     return MeteredLLM(client, template.prices, allow_unpriced=template.allow_unpriced)
 
 

@@ -1,0 +1,126 @@
+"""Per-run error and fallback shares by role, so a degraded run is never reported as the
+configuration that was asked for.
+
+Read from the ledgers as the runner stores them: each question's row (``usage.by_role``,
+``usage.events``, ``call_errors``) and, when given, each conversation's offline construction
+built in this run (``calls_by_role``, ``events``, ``call_errors``):
+
+* an **error** of role R is a model call of R that failed for good (event ``llm_error.R``,
+  counted by :class:`~memfrontier.llm.metered.MeteredLLM` or by a strategy for a call it makes
+  itself);
+* a **fallback** of R is an output of R that was not used and replaced by something cheaper
+  (events ``fallback.X`` / ``X.fallback``; ``X`` is matched to the role that is ``X`` or ends in
+  ``.X``, e.g. BudgetMem's ``fallback.filter.high`` -> ``budgetmem.filter.high``).
+
+A role's share is errors (resp. fallbacks) over its calls; a role with more failures than
+recorded calls (calls a strategy does not meter, module-cache hits that replay a fallback)
+counts its failures as its calls, so a share never exceeds 1. A run **exceeds** the threshold
+when any role's error or fallback share is above it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+__all__ = ["DEFAULT_THRESHOLD", "FallbackError", "fallback_report", "exceeded_message"]
+
+#: Share of a role's calls that may fail or fall back before a run is refused (5 %).
+DEFAULT_THRESHOLD = 0.05
+
+
+class FallbackError(RuntimeError):
+    """The run's error or fallback share of some role is above the threshold. ``summary`` is the
+    run's summary (already written to ``summary.json``)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
+
+
+def _fallback_key(event: str) -> str | None:
+    if event.startswith("fallback."):
+        return event[len("fallback."):] or None
+    if event.endswith(".fallback"):
+        return event[: -len(".fallback")] or None
+    return None
+
+
+def _role_of(key: str, roles: set[str]) -> str:
+    """The one role that is ``key`` or ends in ``.key``; else ``key`` itself."""
+    if key in roles:
+        return key
+    hits = [r for r in roles if r.endswith("." + key)]
+    return hits[0] if len(hits) == 1 else key
+
+
+def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, *,
+                    construction: Iterable[dict] = ()) -> dict:
+    """Error and fallback shares per role over the run's result ``rows`` and its
+    ``construction`` entries (the summary's per-conversation construction dicts).
+
+    Returns ``{"threshold": float, "by_role": {role: {"calls", "errors", "fallbacks",
+    "error_share", "fallback_share", "first_error"}}, "exceeded": [role, ...]}`` with roles
+    sorted by name, shares in [0, 1] and ``first_error`` the message of the first failed call of
+    the role (None when no message was recorded). ``exceeded`` lists the roles whose error or
+    fallback share is above ``threshold``, worst first. Raises ValueError for a threshold outside
+    [0, 1].
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"fallback threshold must be in [0, 1], not {threshold}")
+    built = [{"usage": {"by_role": {r: {"calls": n} for r, n in (c.get("calls_by_role") or {}).items()},
+                        "events": c.get("events") or {}}, "call_errors": c.get("call_errors") or ()}
+             for c in construction]
+    rows = [*rows, *built]
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    fallback_keys: Counter[str] = Counter()
+    first_error: dict[str, str] = {}
+    meta_errors: list[tuple[str, str]] = []
+    for r in rows:
+        usage = r.get("usage") or {}
+        for role, st in (usage.get("by_role") or {}).items():
+            calls[role] += int(st.get("calls", 0))
+        for ev, n in (usage.get("events") or {}).items():
+            if ev.startswith("llm_error."):
+                errors[ev[len("llm_error."):]] += int(n)
+            elif (key := _fallback_key(ev)) is not None:
+                fallback_keys[key] += int(n)
+        for e in r.get("call_errors") or ():
+            first_error.setdefault(e["role"], e["error"])
+        meta = r.get("strategy_meta")
+        if isinstance(meta, dict):  # a strategy that makes a call itself notes its error as ROLE_error
+            meta_errors += [(k[: -len("_error")], v) for k, v in meta.items() if k.endswith("_error") and isinstance(v, str) and v]
+    roles = set(calls) | set(errors)
+    fallbacks: Counter[str] = Counter()
+    for key, n in fallback_keys.items():
+        fallbacks[_role_of(key, roles)] += n
+    for role, msg in meta_errors:
+        if role in errors:
+            first_error.setdefault(role, msg)
+    by_role = {}
+    for role in sorted(roles | set(fallbacks)):
+        n = max(calls[role], errors[role], fallbacks[role])
+        by_role[role] = {
+            "calls": n, "errors": errors[role], "fallbacks": fallbacks[role],
+            "error_share": errors[role] / n if n else 0.0,
+            "fallback_share": fallbacks[role] / n if n else 0.0,
+            "first_error": first_error.get(role),
+        }
+    worst = sorted(((max(v["error_share"], v["fallback_share"]), role) for role, v in by_role.items()), reverse=True)
+    return {"threshold": threshold, "by_role": by_role, "exceeded": [role for share, role in worst if share > threshold]}
+
+
+def exceeded_message(report: dict) -> str | None:
+    """One line naming the worst role above the threshold, its shares and first error; None when
+    no role is above it."""
+    if not report.get("exceeded"):
+        return None
+    role = report["exceeded"][0]
+    v = report["by_role"][role]
+    others = len(report["exceeded"]) - 1
+    first = v["first_error"] or f"no message recorded (events llm_error.{role} / fallback)"
+    return (f"role {role!r}: {v['errors']} of {v['calls']} calls failed ({v['error_share']:.0%}), "
+            f"{v['fallbacks']} fell back ({v['fallback_share']:.0%}); threshold {report['threshold']:.0%}"
+            + (f"; {others} more role(s) above it" if others else "")
+            + f". First error: {first}. Pass --allow-fallbacks to keep such a run.")
