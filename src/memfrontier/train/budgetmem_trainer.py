@@ -140,7 +140,7 @@ class _Rollouts:
 
     def __init__(self, cfg: TrainConfig, mem, cache: ModuleCache, on_question: Callable[[dict], None]):
         self.cfg, self.mem, self.cache, self.on_question = cfg, mem, cache, on_question
-        self.judge = make_judge(mem, cfg.judge_llm, cfg.base_url, cfg.allow_unpriced) if cfg.reward == "judge" else None
+        self.judge = make_judge(mem, cfg.judge_llm, cfg.base_url) if cfg.reward == "judge" else None
 
     async def run(self, q: Question, strategy: BudgetMem) -> dict:
         ledger = Ledger()
