@@ -95,55 +95,61 @@ class MeteredLLM:
         profile = (self.price.latency if self.price else None) or self.prices.fallback_latency
         return profile.seconds(n_in, n_out, n_img) if profile else 0.0
 
-    def max_cost_usd(self, messages: list[Message], max_tokens: int, *, kv_prefix_tokens: int = 0) -> float | None:
-        """The most a call with ``messages`` and output capped at ``max_tokens`` can cost, USD
-        (MemoryCPT Eq. 4 at the predicted input and the full output cap; ``kv_prefix_tokens`` of
-        the prompt are free, MemPilot Eq. 14). None when the model is unpriced."""
-        n_in, _ = self.prompt_tokens(messages)
-        return self._usd(max(n_in - kv_prefix_tokens, 0), max_tokens)
-
-    def max_proxy_s(self, messages: list[Message], max_tokens: int, *, kv_prefix_tokens: int = 0) -> float:
-        """The latency proxy of that worst case, seconds (MemPilot Eq. 15/17)."""
+    def _charged(self, messages: list[Message], new_input_tokens: int | None) -> tuple[int, int, int]:
+        """(predicted input tokens, of which charged, images)."""
         n_in, n_img = self.prompt_tokens(messages)
-        return self._proxy_s(max(n_in - kv_prefix_tokens, 0), max_tokens, n_img)
+        return n_in, n_in if new_input_tokens is None else min(max(new_input_tokens, 0), n_in), n_img
+
+    def max_cost_usd(self, messages: list[Message], max_tokens: int, *, new_input_tokens: int | None = None) -> float | None:
+        """The most a call with ``messages`` and output capped at ``max_tokens`` can cost, USD
+        (MemoryCPT Eq. 4 at the predicted input and the full output cap; with
+        ``new_input_tokens`` only those are charged, MemPilot Eq. 14). None when unpriced."""
+        _, charged, _ = self._charged(messages, new_input_tokens)
+        return self._usd(charged, max_tokens)
+
+    def max_proxy_s(self, messages: list[Message], max_tokens: int, *, new_input_tokens: int | None = None) -> float:
+        """The latency proxy of that worst case, seconds (MemPilot Eq. 15-17)."""
+        _, charged, n_img = self._charged(messages, new_input_tokens)
+        return self._proxy_s(charged, max_tokens, n_img)
 
     def over_budget(self, messages: list[Message], max_tokens: int, budget: Budget | None, *,
-                    kv_prefix_tokens: int = 0) -> str | None:
+                    new_input_tokens: int | None = None) -> str | None:
         """Why a call could cross ``budget`` given the current ledger's query-stage spend and the
         calls in flight (a message), or None when it cannot (or no ledger / no cap applies)."""
         ledger = current_ledger()
         if budget is None or ledger is None or current_stage() != "query":
             return None
-        n_in, n_img = self.prompt_tokens(messages)
+        n_in, _, _ = self._charged(messages, new_input_tokens)
         return ledger.would_exceed(
-            budget, usd=self.max_cost_usd(messages, max_tokens, kv_prefix_tokens=kv_prefix_tokens),
+            budget, usd=self.max_cost_usd(messages, max_tokens, new_input_tokens=new_input_tokens),
             tokens=n_in + max_tokens,
-            proxy_s=self.max_proxy_s(messages, max_tokens, kv_prefix_tokens=kv_prefix_tokens))
+            proxy_s=self.max_proxy_s(messages, max_tokens, new_input_tokens=new_input_tokens))
 
     # --- the call ---------------------------------------------------------------------------
     async def complete(self, messages: list[Message], *, role: str, budget: Budget | None = None,
-                       kv_prefix_tokens: int = 0, **kwargs) -> Completion:
+                       new_input_tokens: int | None = None, **kwargs) -> Completion:
         """Run one call as ``role`` (e.g. ``answerer``, ``judge``, ``segmenter``) and record it.
 
         ``budget``: a hard budget of the query stage; when the call's worst case
         (:meth:`over_budget`, output at ``max_tokens``) could cross it, no call is made:
         ``budget.call_refused.<role>`` is counted and :class:`BudgetExceededError` raised, for the
-        caller to fall back visibly. ``kv_prefix_tokens``: leading prompt tokens served from the
-        KV cache of the previous turn (MemPilot Eq. 14 ideal prefix reuse): recorded as cached,
-        charged nothing and left out of the latency proxy (Eq. 16).
+        caller to fall back visibly. ``new_input_tokens``: with ideal KV-prefix reuse (MemPilot
+        Eq. 14, App. A.1) only the prompt's last ``new_input_tokens`` (appended since the previous
+        turn) are charged and enter the latency proxy (Eq. 16); the rest of the prompt is recorded
+        as ``cached_tokens`` at no cost. None: the whole prompt is charged.
         """
         max_tokens = int(kwargs.get("max_tokens", 256))
         ledger = current_ledger()
         reserve = contextlib.nullcontext()
         if budget is not None and ledger is not None:
-            why = self.over_budget(messages, max_tokens, budget, kv_prefix_tokens=kv_prefix_tokens)
+            why = self.over_budget(messages, max_tokens, budget, new_input_tokens=new_input_tokens)
             if why is not None:
                 ledger.count(f"budget.call_refused.{role}")
                 raise BudgetExceededError(f"{role} call not made: {why}")
-            n_in, _ = self.prompt_tokens(messages)
-            usd = self.max_cost_usd(messages, max_tokens, kv_prefix_tokens=kv_prefix_tokens)
+            n_in, _, _ = self._charged(messages, new_input_tokens)
+            usd = self.max_cost_usd(messages, max_tokens, new_input_tokens=new_input_tokens)
             reserve = ledger.reserve(usd or 0.0, n_in + max_tokens,
-                                     self.max_proxy_s(messages, max_tokens, kv_prefix_tokens=kv_prefix_tokens))
+                                     self.max_proxy_s(messages, max_tokens, new_input_tokens=new_input_tokens))
         t0 = time.perf_counter()
         with reserve:
             try:
@@ -156,10 +162,10 @@ class MeteredLLM:
                 raise
         wall = time.perf_counter() - t0
         if ledger is not None:
-            ledger.record(self._call(out, messages, role, kv_prefix_tokens, wall))
+            ledger.record(self._call(out, messages, role, new_input_tokens, wall))
         return out
 
-    def _call(self, out: Completion, messages: list[Message], role: str, kv_prefix: int, wall: float) -> Call:
+    def _call(self, out: Completion, messages: list[Message], role: str, new_input: int | None, wall: float) -> Call:
         """The ledger entry of ``out``, with provider figures checked (see the class docstring)."""
         flags: list[str] = []
         n_in, cached, n_out, reasoning, n_img = (out.input_tokens, out.cached_tokens, out.output_tokens,
@@ -186,7 +192,8 @@ class MeteredLLM:
             n_img = 0
             flags.append("images_rejected")
         n_in, cached, n_out, reasoning, n_img = int(n_in), int(cached), int(n_out), int(reasoning), int(n_img)
-        prefix = min(max(int(kv_prefix), 0), n_in)  # free under ideal KV-prefix reuse (MemPilot Eq. 14)
+        # free under ideal KV-prefix reuse (MemPilot Eq. 14): all but the newly appended tokens
+        prefix = 0 if new_input is None else n_in - min(max(int(new_input), 0), n_in)
         paid_cached = max(cached - prefix, 0)
         exact = out.exact_usd
         if exact is not None and _bad(exact):
