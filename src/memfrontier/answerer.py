@@ -8,7 +8,7 @@ call's predicted tokens, USD and proxy seconds fit; the cut is counted in the le
 
 from __future__ import annotations
 
-from .core.ledger import BudgetExceededError, current_ledger
+from .core.ledger import BudgetExceededError, count_event, current_ledger
 from .core.types import Budget, Context
 from .llm.metered import MeteredLLM
 
@@ -104,9 +104,7 @@ class Answerer:
                 break
             kept.append(line)
             used += n
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.count("budget.context_truncated")
+        count_event("budget.context_truncated")
         return "\n".join(kept)
 
     def _cut(self, line: str, room: int) -> str:
@@ -123,7 +121,5 @@ class Answerer:
         )
         answer = _clean(out.text)
         if not answer:
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("empty_output.answerer")
+            count_event("empty_output.answerer")
         return answer

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import openai
 
-from ..core.ledger import current_ledger
+from ..core.ledger import count_event
 from .base import Completion, LLMError, LLMTimeoutError, Message
 
 __all__ = ["OpenAICompatLLM", "parse_retry_after_s"]
@@ -226,9 +226,7 @@ class OpenAICompatLLM:
                 raise LLMError(f"{self.model}: malformed response: {e}") from e
             except openai.OpenAIError as e:  # anything else the SDK raises: not retryable
                 raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("llm_retry")
+            count_event("llm_retry")
             attempt += 1
             await asyncio.sleep(wait)
 
@@ -245,9 +243,7 @@ class OpenAICompatLLM:
         text = (msg.content if msg is not None else None) or ""
         usage = getattr(resp, "usage", None)
         if usage is None or not usage.prompt_tokens:
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("usage_estimated")
+            count_event("usage_estimated")
             n_in = sum(self.count_tokens(str(m.get("content") or "")) for m in messages)
             return Completion(
                 text=text, model_id=self.model_id, input_tokens=n_in,

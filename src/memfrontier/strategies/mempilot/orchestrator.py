@@ -219,10 +219,6 @@ class Orchestrator:
         ledger = current_ledger()
         return ledger is not None and ledger.would_exceed(self.budget, usd=1e-12, tokens=1, proxy_s=1e-9) is not None
 
-    @staticmethod
-    def _count(event: str) -> None:
-        count_event(event)
-
     # -- the loop --------------------------------------------------------------------------
     def start(self, question: str, rollout_key: str = "0") -> Trajectory:
         """The initial prompt with tools and model cards permuted by sha256(question, rollout_key)."""
@@ -252,7 +248,7 @@ class Orchestrator:
             final = turn == self.max_rounds - 1
             if turn > 0 and not traj.stopped_by_budget and self._cap_reached():
                 traj.stopped_by_budget = True
-                self._count("budget.curation_stopped")
+                count_event("budget.curation_stopped")
             answer_only = final or traj.stopped_by_budget or (self.answer_after_repeat and traj.only_repeats)
             if answer_only and not self.constrained:
                 msg = {"role": "user", "content": prompts.ANSWER_NOW}
@@ -265,11 +261,11 @@ class Orchestrator:
                 traj.answer = decision.answer
                 break
             if decision.error or not decision.calls:
-                self._count(f"{EVENT}.unreadable_turn")
+                count_event(f"{EVENT}.unreadable_turn")
                 obs = prompts.tool_response([f"error: {decision.error or 'no tool call'}; reply with one JSON action"])
             else:
                 if decision.answer is not None:
-                    self._count(f"{EVENT}.answer_with_tool_calls")
+                    count_event(f"{EVENT}.answer_with_tool_calls")
                 records = await self._run_stage(decision.calls, traj, scope)
                 traj.only_repeats = all(r.repeated for r in records)
                 traj.stages.append(records)
@@ -280,7 +276,7 @@ class Orchestrator:
             if decision.calls:
                 traj.prefix_ends.append(len(traj.messages))
         if traj.answer is None and traj.policy_error is None:
-            self._count(f"{EVENT}.no_answer")
+            count_event(f"{EVENT}.no_answer")
 
     async def _policy_turn(self, traj: Trajectory, turn: int, answer_only: bool, appended: int) -> Decision | None:
         allow_answer = answer_only or not (turn == 0 and self.first_turn_tools)
@@ -314,23 +310,23 @@ class Orchestrator:
         with current_ledger().parallel():
             records = list(await asyncio.gather(*(self._execute(c, traj, scope) for c in calls[:MAX_PARALLEL])))
         for c in extra:
-            self._count(f"{EVENT}.too_many_calls")
+            count_event(f"{EVENT}.too_many_calls")
             records.append(CallRecord(c.name, c.args, f"error: at most {MAX_PARALLEL} tool calls per turn; "
                                                       f"this {c.name or 'call'} was not run", error="too many calls"))
         return records
 
     async def _execute(self, call: ToolCall, traj: Trajectory, scope: Scope) -> CallRecord:
         if call.error:
-            self._count(_error_event(call.error))
+            count_event(_error_event(call.error))
             return CallRecord(call.name, call.args, f"error: {call.error}", error=call.error)
         key = json.dumps([call.name, call.args], sort_keys=True)
         if key in traj.seen_calls:
-            self._count(f"{EVENT}.repeated_call")
+            count_event(f"{EVENT}.repeated_call")
             return CallRecord(call.name, call.args, "(the same call was made before; its result is above: "
                                                     "ask for something else or answer)", repeated=True)
         traj.seen_calls.add(key)
         if call.clamped:
-            self._count(f"{EVENT}.evidence_count_clamped")
+            count_event(f"{EVENT}.evidence_count_clamped")
         if call.name == RETRIEVE:
             return await self._retrieve(call, scope)
         rec = await self._curate(call, traj, scope)
@@ -358,16 +354,16 @@ class Orchestrator:
         if a["include_images"]:
             rec.images_requested = len(raw.images)
             if not self.pool.is_vision(route):
-                self._count(f"{EVENT}.images_to_text_model")
+                count_event(f"{EVENT}.images_to_text_model")
                 notes.append(f"{route} cannot see images; it got the captions only")
             elif not self.pool.sees_pixels(route):
-                self._count(f"{EVENT}.images_not_sent.text_only_backend")
+                count_event(f"{EVENT}.images_not_sent.text_only_backend")
                 notes.append(f"{route} is served by a text-only stand-in here; it got the captions only")
             else:
                 for im in raw.images:
                     part, why = image_part(im)
                     if part is None:
-                        self._count(f"{EVENT}.image_missing")
+                        count_event(f"{EVENT}.image_missing")
                         notes.append(f"image {im.id}: {why}; caption only")
                     else:
                         parts.append(part)
@@ -384,20 +380,20 @@ class Orchestrator:
                              budget=self.budget),
                 timeout=self.delegate_timeout_s)
         except BudgetExceededError:  # not made (nothing spent); the next turn may only answer
-            self._count(f"{EVENT}.delegate_over_budget")
+            count_event(f"{EVENT}.delegate_over_budget")
             traj.stopped_by_budget = True
             rec.error = "over budget"
             rec.observation = f"error: {route} was not called: its cost could exceed the budget; answer now"
             return rec
         except (asyncio.TimeoutError, LLMTimeoutError):
             rec.delegated = True
-            self._count(f"{EVENT}.delegate_timeout")
+            count_event(f"{EVENT}.delegate_timeout")
             rec.error = "delegate timed out"
             rec.observation = f"error: {route} timed out; try again, another model or retrieve_memory"
             return rec
         except LLMError as e:
             rec.delegated = True
-            self._count(f"{EVENT}.delegate_error")
+            count_event(f"{EVENT}.delegate_error")
             rec.error = f"delegate failed: {str(e)[:200]}"
             rec.observation = f"error: {route} failed ({str(e)[:200]}); try another model or retrieve_memory"
             return rec
@@ -405,12 +401,12 @@ class Orchestrator:
         rec.input_tokens, rec.output_tokens, rec.exact_usd = out.input_tokens, out.output_tokens, out.exact_usd
         findings = out.text.strip()
         if "<answer" in findings.lower() or "</answer" in findings.lower():
-            self._count(f"{EVENT}.delegate_answer_tag")
+            count_event(f"{EVENT}.delegate_answer_tag")
             rec.error = "delegate output contained an answer tag"
             rec.observation = f"error: {route}'s output contained an <answer> tag and was discarded"
             return rec
         if not findings:
-            self._count(f"{EVENT}.delegate_empty")
+            count_event(f"{EVENT}.delegate_empty")
             findings = "(no findings)"
         else:
             rec.evidence = findings
@@ -422,7 +418,7 @@ class Orchestrator:
         """Cut an observation to ``max_observation_tokens`` policy tokens (event ``mempilot.observation_truncated``)."""
         if self.policy.count_tokens(text) <= self.max_observation_tokens:
             return text
-        self._count(f"{EVENT}.observation_truncated")
+        count_event(f"{EVENT}.observation_truncated")
         while text and self.policy.count_tokens(text) > self.max_observation_tokens:
             text = text[: int(len(text) * 0.85)]
         return text + " [...]"
