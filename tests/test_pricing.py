@@ -426,3 +426,28 @@ def test_would_exceed_names_the_cap():
         assert "max_usd" in ledger.would_exceed(b, usd=0.06)
     assert ledger.would_exceed(b, usd=0.06) is None
     assert ledger.would_exceed(Budget(), usd=1e9) is None
+
+
+# --- the real path (embedded Gemma 3 270M) ----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.data
+def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path):
+    """``eval --price-as qwen3-14b --judge`` with BudgetMem's reasoning tiers (LLM calls in every
+    module) on one LoCoMo question: every call in the result files is priced as qwen3-14b."""
+    from memfrontier.eval.runner import EvalConfig, run_eval
+
+    cfg = EvalConfig(dataset="locomo", split="test", strategy="budgetmem", limit=1, out=tmp_path / "run",
+                     judge=True, price_as=M, strategy_options={"tiering": "reasoning", "tiers": "low"})
+    summary = asyncio.run(run_eval(cfg))
+    assert summary["provenance"]["priced_as"] == M
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    roles = row["usage"]["by_role"]
+    assert {"budgetmem.filter.low", "budgetmem.summary.low", "answerer"} <= set(roles)
+    for role, u in roles.items():
+        if u["usd"] > 0:  # model calls (local tiers record $0 and no price)
+            assert u["priced_as"] == [M], role
+            assert u["usd"] == pytest.approx(1e-6 * (0.10 * u["input_tokens"] + 0.24 * u["output_tokens"]), rel=1e-9)
+    judge = row["judge_usage"]
+    assert judge["calls"] == 1 and judge["priced_as"] == [M]
+    assert row["judge_usd"] == pytest.approx(1e-6 * (0.10 * judge["input_tokens"] + 0.24 * judge["output_tokens"]),
+                                             rel=1e-9)

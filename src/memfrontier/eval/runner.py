@@ -206,6 +206,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                     verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text)
                 row["judge"] = verdict
                 row["judge_usd"] = jl.usd()
+                row["judge_usage"] = jl.usage().query.model_dump()
                 if verdict is None:
                     row["judge_error"] = True
             return row
