@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import os
 import random
 import time
@@ -57,6 +58,17 @@ def parse_retry_after_s(headers: Any, *, cap_s: float = 60.0) -> float | None:
     if when is None:
         return None
     return min(max(when.timestamp() - time.time(), 0.0), cap_s)
+
+
+def _reported(n: Any) -> int:
+    """A provider's token count as an int: 0 when absent, -1 when not a finite number."""
+    if n is None:
+        return 0
+    try:
+        x = float(n)
+    except (TypeError, ValueError):
+        return -1
+    return int(x) if math.isfinite(x) else -1
 
 
 class OpenAICompatLLM:
@@ -251,19 +263,17 @@ class OpenAICompatLLM:
             )
         ptd = getattr(usage, "prompt_tokens_details", None)
         ctd = getattr(usage, "completion_tokens_details", None)
-        cached = int(getattr(ptd, "cached_tokens", None) or 0)
-        reasoning = int(getattr(ctd, "reasoning_tokens", None) or 0)
-        n_in = int(usage.prompt_tokens or 0)
-        n_out = int(usage.completion_tokens or 0)
         cost = getattr(usage, "cost", None)
         exact = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+        # reported as is (a count that is not a finite number as -1): the metered client checks,
+        # clamps and flags them (cached > input, negative or non-finite figures)
         return Completion(
             text=text,
             model_id=self.model_id,
-            input_tokens=n_in,
-            cached_tokens=min(cached, n_in),
-            output_tokens=n_out,
-            reasoning_tokens=min(reasoning, n_out),
+            input_tokens=_reported(usage.prompt_tokens),
+            cached_tokens=_reported(getattr(ptd, "cached_tokens", None)),
+            output_tokens=_reported(usage.completion_tokens),
+            reasoning_tokens=_reported(getattr(ctd, "reasoning_tokens", None)),
             finish_reason=choice.finish_reason,
             exact_usd=exact,
         )
