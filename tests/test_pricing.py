@@ -451,3 +451,21 @@ def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path):
     assert judge["calls"] == 1 and judge["priced_as"] == [M]
     assert row["judge_usd"] == pytest.approx(1e-6 * (0.10 * judge["input_tokens"] + 0.24 * judge["output_tokens"]),
                                              rel=1e-9)
+
+
+def test_memorycpt_construction_usage_is_the_ledgers_view_of_the_build(tmp_path, minilm):
+    client = Scripted()
+    store = SQLiteStore(tmp_path / "store", minilm)
+    mem = AsyncMemory(store, MeteredLLM(client, BOOK, price_as=M), MeteredLLM(client, BOOK, price_as=M),
+                      prices=BOOK, price_as=M)
+    strat = get_strategy("memorycpt")
+    store.add(records())
+    ledger = asyncio.run(mem.build(strat, SCOPE))
+    built = strat.construction_usage(mem.env, SCOPE)
+    u = ledger.usage().construction
+    assert u.calls == client.calls >= 2
+    assert (built["calls"], built["input_tokens"], built["output_tokens"]) == (u.calls, u.input_tokens, u.output_tokens)
+    assert built["usd"] == pytest.approx(u.usd, rel=1e-12) and u.usd == pytest.approx(
+        sum(1e-6 * (0.10 * c.input_tokens + 0.24 * c.output_tokens) for c in ledger.calls), rel=1e-12)
+    assert asyncio.run(mem.build(strat, SCOPE)).calls == []  # built once: the view keeps its cost, no new call
+    store.close()
