@@ -390,10 +390,11 @@ def test_hard_budget_stops_paid_module_calls(memory):
     strat = BudgetMem(k=1, module_topk=1, tiers="high")
     with use_ledger(Ledger()) as ledger:
         ctx = run(strat.context(Query(text=QUESTION, scope=SCOPE), memory.aio.env, Preference(), Budget(max_tokens=10)))
-    paid = [c for c in ledger.calls if c.usd]
-    assert [c.role for c in paid] == ["budgetmem.filter.high"]  # spent the cap; the rest ran rules
-    assert ctx.meta["tiers_used"] == {"filter": "high", **{m: "rules" for m in MODULES[1:]}}
-    assert ctx.meta["budget_spent"] and ledger.events["budget.rules_only.summary"] == 1
+    # no High call fits 10 tokens (prompt + max_tokens): none is made, each module falls back to Mid
+    assert [c for c in ledger.calls if c.usd or c.input_tokens] == []
+    assert all(ledger.events[f"budget.call_refused.budgetmem.{m}.high"] == 1 for m in MODULES)
+    assert ctx.meta["tiers_used"] == {m: "mid" for m in MODULES}
+    assert ctx.meta["fallbacks"] == {m: ["high"] for m in MODULES}
 
 
 @pytest.mark.slow

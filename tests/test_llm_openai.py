@@ -474,3 +474,19 @@ def test_make_llm_openai_spec():
         make_llm("openai:")
     with pytest.raises(ValueError):
         OpenAICompatLLM("m", schema_format="yaml")
+
+
+@pytest.mark.parametrize("cost", [-2100.0, float("nan")])
+def test_provider_figures_that_cannot_be_right_are_repriced_and_flagged(stub, cost):
+    # cost -2100 (or NaN) and 500 cached of 100 prompt tokens: not summed, not a crash
+    usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
+             "prompt_tokens_details": {"cached_tokens": 500}, "cost": cost}
+    stub.reset((200, {}, chat_json("x", usage), 0))
+    led = Ledger()
+    with use_ledger(led):
+        run(MeteredLLM(client(stub, model_id="qwen3-14b"), PriceBook.load()).complete(MSGS, role="answerer"))
+    (c,) = led.calls
+    assert c.flags == ["cached_tokens_clamped", "provider_cost_rejected"] and not c.usd_exact
+    assert (c.input_tokens, c.cached_tokens) == (100, 100)
+    assert c.usd == pytest.approx(1e-6 * (0.10 * 100 + 0.24 * 10), rel=1e-12)  # qwen3-14b: 0.10 / 0.24 per 1M
+    assert led.events == {"usage_repaired.cached_tokens_clamped": 1, "usage_repaired.provider_cost_rejected": 1}

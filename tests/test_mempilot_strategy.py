@@ -19,7 +19,6 @@ from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.mempilot import MemPilot
 from memfrontier.strategies.mempilot.pool import ModelPool, PoolProfile, Route
-from memfrontier.strategies.mempilot.prompts import ANSWER_NOW
 
 BOOK = PriceBook.load()
 SCOPE = Scope(user_id="ana")
@@ -97,11 +96,15 @@ def profile() -> PoolProfile:
               endpoint="openai")])
 
 
+def _env(store, client) -> MemoryEnv:
+    return MemoryEnv(store=store, llm=MeteredLLM(client, BOOK), answer_llm=MeteredLLM(client, BOOK))
+
+
 def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget=None, **options):
     """Build the bank, run one question; returns (context, ledger, policy, delegate, vision, strategy)."""
     policy, delegate, vision = Scripted(policy_replies), Scripted(delegate_replies), Scripted(vision_replies)
     strat = MemPilot(pool=profile(), policy=policy, compressor="offline", **options)
-    env = MemoryEnv(store=store, llm=MeteredLLM(policy, BOOK), answer_llm=MeteredLLM(policy, BOOK))
+    env = _env(store, policy)
     strat._pool = ModelPool(strat.profile, BOOK, backends={"model_txt": delegate, "model_vis": vision})
     ledger = Ledger()
 
@@ -155,10 +158,22 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     assert pol[1].proxy_s == pytest.approx(p.latency.seconds(n_obs, pol[1].output_tokens))
     d = BOOK.get("meta-llama/llama-3.1-8b-instruct")
     assert dele[0].usd == pytest.approx(d.usd(dele[0].input_tokens, dele[0].output_tokens))
-    # Eq. 14 / Eq. 19 from the trajectory equal the ledger's totals
-    assert m["trajectory_usd"] == pytest.approx(ledger.usd("query"))
-    assert m["trajectory_proxy_s"] == pytest.approx(ledger.proxy_s("query"))
-    assert m["trajectory_proxy_s"] == pytest.approx(pol[0].proxy_s + pol[1].proxy_s + dele[0].proxy_s)
+    # one account: every call priced by its metered client as the model it stands for
+    assert [c.priced_as for c in ledger.calls] == ["qwen3-4b-instruct-2507", "meta-llama/llama-3.1-8b-instruct",
+                                                   "qwen3-4b-instruct-2507"]
+    # the trajectory's cost and latency (the ledger's view) against Eq. 14 / Eq. 19 by hand:
+    # turn 1 pays its whole prompt, turn 2 only the observation; policy 0.05 / 0.25, 8B 0.05 / 0.08 USD per 1M
+    n0 = sum(len(_text(x["content"]).split()) for x in policy.seen[0][0])
+    assert (pol[0].input_tokens, pol[0].cached_tokens) == (n0, 0)
+    o0, o1, d_in, d_out = pol[0].output_tokens, pol[1].output_tokens, dele[0].input_tokens, dele[0].output_tokens
+    usd = 1e-6 * (0.05 * n0 + 0.25 * o0) + 1e-6 * (0.05 * n_obs + 0.25 * o1) + 1e-6 * (0.05 * d_in + 0.08 * d_out)
+    assert m["trajectory_usd"] == pytest.approx(usd, rel=1e-12)
+    # Eq. 15-16 (policy: 0.332 + 3.0e-6 n_in + 6.64e-3 n_out) and Eq. 17 (8B: 0.439 + 3.6e-5 n_in + 4.99e-3 n_out),
+    # three stages one after another (Eq. 19)
+    secs = (0.332 + 3.0e-6 * n0 + 6.64e-3 * o0) + (0.332 + 3.0e-6 * n_obs + 6.64e-3 * o1) \
+        + (0.439 + 3.6e-5 * d_in + 4.99e-3 * d_out)
+    assert m["trajectory_proxy_s"] == pytest.approx(secs, rel=1e-12)
+    assert ledger.usd("query") == pytest.approx(usd, rel=1e-12)  # no second account: the ledger is the total
 
 
 def test_parallel_stage_counts_max_latency(store):
@@ -241,11 +256,20 @@ def test_repeat_then_answer_only_and_budget_stop(store):
     assert ledger.events["mempilot.repeated_call"] == 1
     assert policy.seen[2][1]["json_schema"]["required"] == ["answer"]
     assert ctx.meta["repeated_calls"] == 1 and ctx.meta["retrieve_calls"] == 1 and ctx.meta["format_valid"]
-    # a hard USD budget reached after the first turn: the next turn may only answer
+    # a hard USD budget that holds the first turn's worst case (its prompt + 256 output tokens at
+    # qwen3-4b's 0.05 / 0.25 USD per 1M, MemPilot Eq. 14) but not the second's: turn 2 is never made
+    strat = MemPilot(pool=profile(), policy=Scripted([]), compressor="offline", constrained=False)
+    msgs = strat.orchestrator(_env(store, Scripted([])), Preference.preset("balanced"), Budget()).start(QUESTION, "0").messages
+    n_in = sum(len(m["content"].split()) + 8 for m in msgs)  # predicted prompt: words + 8 per message
+    cap = 1e-6 * (0.05 * n_in + 0.25 * 256) * 1.0001
     ctx, ledger, policy, *_ = run(store, [ret("Lena"), "<answer>red</answer>"], constrained=False,
-                                  budget=Budget(max_usd=1e-9))
-    assert ledger.events["budget.curation_stopped"] == 1 and ctx.meta["stopped_by_budget"]
-    assert policy.seen[1][0][-1]["content"] == ANSWER_NOW
+                                  budget=Budget(max_usd=cap))
+    assert [c.role for c in ledger.calls] == ["policy"] and len(policy.seen) == 1
+    assert ledger.events["budget.call_refused.policy"] == 1 and ctx.meta["stopped_by_budget"]
+    assert 0 < ledger.usd("query") <= cap and ctx.meta["trajectory_usd"] == ledger.usd("query")
+    # a cap below any turn: nothing is spent
+    ctx, ledger, policy, *_ = run(store, [ret("Lena")], constrained=False, budget=Budget(max_usd=1e-9))
+    assert ledger.calls == [] and policy.seen == [] and ctx.meta["stopped_by_budget"]
 
 
 def test_policy_failure_and_permutation(store):
@@ -255,7 +279,8 @@ def test_policy_failure_and_permutation(store):
     pool = ModelPool(strat.profile, BOOK)
     from memfrontier.strategies.mempilot.orchestrator import Orchestrator
 
-    orch = Orchestrator(pool=pool, views=None, policy=Scripted([]), prices=BOOK)
+    env = _env(None, Scripted([]))
+    orch = Orchestrator(pool=pool, views=None, policy=env.llm, env=env)
     a, b, c = orch.start(QUESTION, "0"), orch.start(QUESTION, "0"), orch.start(QUESTION, "1")
     assert a.model_order == b.model_order and a.tool_order == b.tool_order
     assert sorted(a.model_order) == sorted(pool.ids)

@@ -8,9 +8,11 @@ call's predicted tokens, USD and proxy seconds fit; the cut is counted in the le
 
 from __future__ import annotations
 
-from .core.ledger import current_ledger
+from .core.ledger import BudgetExceededError, count_event, current_ledger
 from .core.types import Budget, Context
 from .llm.metered import MeteredLLM
+
+__all__ = ["Answerer", "BudgetExceededError"]
 
 PROMPT_VERSION = "qa-memorycpt-v1"
 MAX_ANSWER_TOKENS = 32
@@ -24,10 +26,6 @@ QA_TEMPLATE = (
     "Question: {question}\n\n"
     "Answer:"
 )
-
-
-class BudgetExceededError(RuntimeError):
-    """Even an empty context would break the caller's hard budget."""
 
 
 def _clean(text: str) -> str:
@@ -57,8 +55,16 @@ class Answerer:
         """The largest prompt (tokens) whose predicted call fits the budget; None = no cap.
 
         Uses the answer model's price (MemoryCPT Eq. 4) and latency profile (MemPilot Eq. 15)
-        with the output at its cap of ``max_answer_tokens``.
+        with the output at its cap of ``max_answer_tokens``, against what the strategy left of
+        the budget (the current ledger's query-stage spend is subtracted first).
         """
+        ledger = current_ledger()
+        if ledger is not None and (budget.max_usd, budget.max_tokens, budget.max_proxy_s) != (None, None, None):
+            spent = ledger.usage().query
+            budget = Budget(
+                max_usd=None if budget.max_usd is None else budget.max_usd - spent.usd,
+                max_tokens=None if budget.max_tokens is None else budget.max_tokens - spent.input_tokens - spent.output_tokens,
+                max_proxy_s=None if budget.max_proxy_s is None else budget.max_proxy_s - spent.proxy_s)
         caps = []
         out = self.max_answer_tokens
         if budget.max_tokens is not None:
@@ -98,9 +104,7 @@ class Answerer:
                 break
             kept.append(line)
             used += n
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.count("budget.context_truncated")
+        count_event("budget.context_truncated")
         return "\n".join(kept)
 
     def _cut(self, line: str, room: int) -> str:
@@ -117,7 +121,5 @@ class Answerer:
         )
         answer = _clean(out.text)
         if not answer:
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("empty_output.answerer")
+            count_event("empty_output.answerer")
         return answer

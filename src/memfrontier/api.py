@@ -69,9 +69,11 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp: s
 class AsyncMemory:
     """The async core. Construct with :meth:`open`."""
 
-    def __init__(self, store: MemoryStore, llm: MeteredLLM, answer_llm: MeteredLLM):
+    def __init__(self, store: MemoryStore, llm: MeteredLLM, answer_llm: MeteredLLM, *,
+                 prices: PriceBook | None = None, allow_unpriced: bool | None = None, price_as: str | None = None):
         self.store = store
-        self.env = MemoryEnv(store=store, llm=llm, answer_llm=answer_llm)
+        self.env = MemoryEnv(store=store, llm=llm, answer_llm=answer_llm, prices=prices,
+                             allow_unpriced=allow_unpriced, price_as=price_as)
         self.answerer = Answerer(answer_llm)
 
     @classmethod
@@ -110,6 +112,7 @@ class AsyncMemory:
             store,
             MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
             MeteredLLM(ans_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
+            prices=prices, allow_unpriced=allow_unpriced, price_as=price_as,
         )
 
     async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",

@@ -2,8 +2,16 @@
 
 One :class:`Ledger` per question (or per construction job). Model clients never write it
 directly: :class:`memfrontier.llm.metered.MeteredLLM` records each call into the ledger that is
-current in the calling context (:func:`use_ledger`). Calls made inside ``with ledger.parallel():``
-share one parallel stage and count as their maximum in the latency proxy (MemPilot Eq. 18).
+current in the calling context (:func:`use_ledger`); local compute (rules, routers, small
+encoders) is recorded with :meth:`Ledger.record_local` and notable events with
+:func:`count_event`. Calls made inside ``with ledger.parallel():`` share one parallel stage and
+count as their maximum in the latency proxy (MemPilot Eq. 18). ``with ledger.span(name) as s:``
+gives a view ``s`` of the calls recorded inside the block (in this task and the tasks it starts),
+so a module's or a trajectory's cost is read from the one account, never recomputed.
+
+Hard budgets (:class:`~memfrontier.core.types.Budget`) are checked before a call is made:
+:meth:`Ledger.would_exceed` compares the query-stage spend plus the calls in flight
+(:meth:`Ledger.reserve`) plus a call's worst case against each cap.
 """
 
 from __future__ import annotations
@@ -17,13 +25,19 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .cost import trajectory_proxy_s
+from .types import Budget
 
 Stage = Literal["construction", "query"]
 
 _current: contextvars.ContextVar["Ledger | None"] = contextvars.ContextVar("memfrontier_ledger", default=None)
 _stage: contextvars.ContextVar[Stage] = contextvars.ContextVar("memfrontier_stage", default="query")
 _parallel: contextvars.ContextVar[str | None] = contextvars.ContextVar("memfrontier_parallel", default=None)
+_spans: contextvars.ContextVar[tuple["LedgerSpan", ...]] = contextvars.ContextVar("memfrontier_spans", default=())
 _ids = itertools.count(1)
+
+
+class BudgetExceededError(RuntimeError):
+    """A call (or the smallest useful prompt) would break the caller's hard :class:`Budget`."""
 
 
 class Call(BaseModel):
@@ -41,10 +55,12 @@ class Call(BaseModel):
     usd: float | None = 0.0
     usd_exact: bool = False  # True when the API returned the cost itself
     unpriced: bool = False
+    priced_as: str | None = None  # the price-book id the call was priced as (None: unpriced or local)
     proxy_s: float = 0.0
     wall_s: float = 0.0
     parallel_stage: str = ""
     error: str | None = None
+    flags: list[str] = Field(default_factory=list)  # e.g. ``provider_cost_rejected``, ``cached_tokens_clamped``
 
 
 class StageUsage(BaseModel):
@@ -57,6 +73,8 @@ class StageUsage(BaseModel):
     reasoning_tokens: int = 0
     usd: float = 0.0
     unpriced_calls: int = 0
+    flagged_calls: int = 0
+    priced_as: list[str] = Field(default_factory=list)  # distinct price-book ids, sorted
     proxy_s: float = 0.0
     wall_s: float = 0.0
 
@@ -86,9 +104,39 @@ def stage_totals(calls: list[Call]) -> StageUsage:
         reasoning_tokens=sum(c.reasoning_tokens for c in calls),
         usd=sum(c.usd or 0.0 for c in calls),
         unpriced_calls=sum(1 for c in calls if c.unpriced),
+        flagged_calls=sum(1 for c in calls if c.flags),
+        priced_as=sorted({c.priced_as for c in calls if c.priced_as}),
         proxy_s=trajectory_proxy_s((c.parallel_stage, c.proxy_s) for c in calls),
         wall_s=sum(c.wall_s for c in calls),
     )
+
+
+def _spent(calls: list[Call]) -> tuple[float, int, float]:
+    """(USD, input + output tokens, latency proxy seconds) of ``calls``."""
+    return (sum(c.usd or 0.0 for c in calls), sum(c.input_tokens + c.output_tokens for c in calls),
+            trajectory_proxy_s((c.parallel_stage, c.proxy_s) for c in calls))
+
+
+class LedgerSpan:
+    """A read-only view of the calls a ledger recorded inside one ``with ledger.span(name):``
+    block (in the task that opened it and the tasks started inside it; concurrent siblings
+    outside the block are not included). Totals as :func:`stage_totals`."""
+
+    def __init__(self, ledger: "Ledger", name: str):
+        self.ledger = ledger
+        self.name = name
+        self.calls: list[Call] = []
+
+    def usage(self) -> StageUsage:
+        return stage_totals(self.calls)
+
+    def usd(self) -> float:
+        """USD of the span's calls (unpriced calls count 0 and are flagged in :meth:`usage`)."""
+        return sum(c.usd or 0.0 for c in self.calls)
+
+    def proxy_s(self) -> float:
+        """Latency proxy of the span's calls, seconds (MemPilot Eq. 18-19)."""
+        return trajectory_proxy_s((c.parallel_stage, c.proxy_s) for c in self.calls)
 
 
 class Ledger:
@@ -97,6 +145,7 @@ class Ledger:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.events: Counter[str] = Counter()
+        self._reserved: list[tuple[float, int, float]] = []  # worst cases of the calls in flight
 
     # --- context -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -108,16 +157,69 @@ class Ledger:
         finally:
             _parallel.reset(token)
 
+    @contextlib.contextmanager
+    def span(self, name: str):
+        """``with ledger.span("budgetmem.filter") as s:`` -> :class:`LedgerSpan` ``s`` of the calls
+        recorded inside the block (spans nest; each call lands in every open span of this ledger)."""
+        view = LedgerSpan(self, name)
+        token = _spans.set((*_spans.get(), view))
+        try:
+            yield view
+        finally:
+            _spans.reset(token)
+
     # --- writing -------------------------------------------------------------------------
     def record(self, call: Call) -> Call:
         if not call.parallel_stage:
             call.parallel_stage = _parallel.get() or f"s{next(_ids)}"
         self.calls.append(call)
+        for view in _spans.get():
+            if view.ledger is self:
+                view.calls.append(call)
         return call
+
+    def record_local(self, role: str, wall_s: float, model_id: str = "local") -> Call:
+        """Record non-LLM work (rules, a router, a small local encoder) as a call: $0, latency
+        proxy 0, the measured ``wall_s`` seconds, in the current stage."""
+        return self.record(Call(stage=current_stage(), role=role, model_id=model_id, usd=0.0, proxy_s=0.0,
+                                wall_s=max(float(wall_s), 1e-9)))
 
     def count(self, event: str, n: int = 1) -> None:
         """Count a visible event (e.g. ``parse_error.answerer``, ``fallback.truncated_context``)."""
         self.events[event] += n
+
+    # --- hard budgets ----------------------------------------------------------------------
+    def would_exceed(self, budget: Budget, *, usd: float | None = 0.0, tokens: int = 0, proxy_s: float = 0.0,
+                     stage: Stage = "query") -> str | None:
+        """The first cap of ``budget`` that ``stage``'s spend, plus the calls in flight, plus one
+        more call costing at most ``usd`` / ``tokens`` (input + output) / ``proxy_s`` would
+        exceed, as a message; None when all caps hold. ``usd=None`` (an unpriced call) breaks a
+        USD cap, since its cost is unknown."""
+        if budget.max_usd is None and budget.max_tokens is None and budget.max_proxy_s is None:
+            return None
+        u, n, s = _spent([c for c in self.calls if c.stage == stage])
+        for r_usd, r_n, r_s in self._reserved:
+            u, n, s = u + r_usd, n + r_n, s + r_s
+        if budget.max_usd is not None:
+            if usd is None:
+                return f"an unpriced call cannot be held to max_usd={budget.max_usd}"
+            if u + usd > budget.max_usd:
+                return f"spent ${u:.6g} + up to ${usd:.6g} would exceed max_usd={budget.max_usd}"
+        if budget.max_tokens is not None and n + tokens > budget.max_tokens:
+            return f"spent {n} + up to {tokens} tokens would exceed max_tokens={budget.max_tokens}"
+        if budget.max_proxy_s is not None and s + proxy_s > budget.max_proxy_s:
+            return f"spent {s:.4g} s + up to {proxy_s:.4g} s would exceed max_proxy_s={budget.max_proxy_s}"
+        return None
+
+    @contextlib.contextmanager
+    def reserve(self, usd: float, tokens: int, proxy_s: float):
+        """Hold a call's worst case against the budget while it runs (concurrent calls see it)."""
+        item = (usd, tokens, proxy_s)
+        self._reserved.append(item)
+        try:
+            yield
+        finally:
+            self._reserved.remove(item)
 
     # --- reading -------------------------------------------------------------------------
     def usage(self) -> Usage:
@@ -160,3 +262,10 @@ def use_ledger(ledger: Ledger, stage: Stage = "query"):
     finally:
         _stage.reset(t2)
         _current.reset(t1)
+
+
+def count_event(event: str, n: int = 1) -> None:
+    """Count ``event`` in the current ledger; a no-op outside :func:`use_ledger`."""
+    ledger = _current.get()
+    if ledger is not None:
+        ledger.count(event, n)

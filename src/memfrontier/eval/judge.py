@@ -6,7 +6,7 @@ ledger so they never enter a question's cost.
 
 from __future__ import annotations
 
-from ..core.ledger import current_ledger
+from ..core.ledger import count_event
 from ..llm.metered import MeteredLLM
 from .metrics import parse_judge_label
 
@@ -48,17 +48,13 @@ class Judge:
                                       max_tokens=16, temperature=0.0, json_schema=LABEL_SCHEMA)
         label = parse_judge_label(out.text)
         if label is None:
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("judge_error")
+            count_event("judge_error")
             return None
         return label == "CORRECT"
 
 
-def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None, allow_unpriced: bool = False) -> Judge:
+def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None) -> Judge:
     """A :class:`Judge` on ``judge_llm`` (an LLM spec) or, by default, ``mem``'s answer model,
-    priced with ``mem``'s price book."""
-    from ..llm import make_llm
-
-    client = make_llm(judge_llm, base_url=base_url) if judge_llm else mem.env.answer_llm.client
-    return Judge(MeteredLLM(client, mem.env.answer_llm.prices, allow_unpriced=allow_unpriced))
+    made by :meth:`~memfrontier.strategies.base.MemoryEnv.model`: priced by the run's price book,
+    ``price_as`` and ``allow_unpriced``."""
+    return Judge(mem.env.model(judge_llm, "judge", base_url=base_url))

@@ -173,7 +173,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     mem = (open_memory or AsyncMemory.open)(
         cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
         price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
-    judge = make_judge(mem, cfg.judge_llm, cfg.base_url, cfg.allow_unpriced) if cfg.judge else None
+    judge = make_judge(mem, cfg.judge_llm, cfg.base_url) if cfg.judge else None
     strategy = get_strategy(cfg.strategy, **cfg.strategy_options)
     if not run_file.exists():  # only once the data, models and strategy are known to be valid
         write_json_atomic(run_file, cfg.identity())
@@ -229,6 +229,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                     verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text)
                 row["judge"] = verdict
                 row["judge_usd"] = jl.usd()
+                row["judge_usage"] = jl.usage().query.model_dump()
                 if verdict is None:
                     row["judge_error"] = True
             return row

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import os
 import random
 import threading
@@ -41,7 +42,7 @@ from typing import Any, Literal
 
 import openai
 
-from ..core.ledger import current_ledger
+from ..core.ledger import count_event
 from .base import Completion, LLMError, LLMTimeoutError, Message
 from .parsing import parse_json
 
@@ -116,6 +117,17 @@ def parse_retry_after_s(headers: Any, *, cap_s: float = 60.0) -> float | None:
     if when is None:
         return None
     return min(max(when.timestamp() - time.time(), 0.0), cap_s)
+
+
+def _reported(n: Any) -> int:
+    """A provider's token count as an int: 0 when absent, -1 when not a finite number."""
+    if n is None:
+        return 0
+    try:
+        x = float(n)
+    except (TypeError, ValueError):
+        return -1
+    return int(x) if math.isfinite(x) else -1
 
 
 class OpenAICompatLLM:
@@ -251,9 +263,7 @@ class OpenAICompatLLM:
                 if self.schema_format != "auto" or nxt >= len(SCHEMA_MODES):
                     raise LLMError(str(e)) from e.__cause__
                 _remember_mode(self.endpoint, SCHEMA_MODES[nxt])
-                ledger = current_ledger()
-                if ledger is not None:
-                    ledger.count(f"structured_output.{SCHEMA_MODES[nxt]}")
+                count_event(f"structured_output.{SCHEMA_MODES[nxt]}")
                 continue
             if mode is not None and self.schema_format == "auto":
                 _remember_mode(self.endpoint, mode)
@@ -322,9 +332,7 @@ class OpenAICompatLLM:
                 raise LLMError(f"{self.model}: malformed response: {e}") from e
             except openai.OpenAIError as e:  # anything else the SDK raises: not retryable
                 raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("llm_retry")
+            count_event("llm_retry")
             attempt += 1
             await asyncio.sleep(wait)
 
@@ -341,9 +349,7 @@ class OpenAICompatLLM:
         text = (msg.content if msg is not None else None) or ""
         usage = getattr(resp, "usage", None)
         if usage is None or not usage.prompt_tokens:
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("usage_estimated")
+            count_event("usage_estimated")
             n_in = sum(self.count_tokens(str(m.get("content") or "")) for m in messages)
             return Completion(
                 text=text, model_id=self.model_id, input_tokens=n_in,
@@ -351,19 +357,17 @@ class OpenAICompatLLM:
             )
         ptd = getattr(usage, "prompt_tokens_details", None)
         ctd = getattr(usage, "completion_tokens_details", None)
-        cached = int(getattr(ptd, "cached_tokens", None) or 0)
-        reasoning = int(getattr(ctd, "reasoning_tokens", None) or 0)
-        n_in = int(usage.prompt_tokens or 0)
-        n_out = int(usage.completion_tokens or 0)
         cost = getattr(usage, "cost", None)
         exact = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+        # reported as is (a count that is not a finite number as -1): the metered client checks,
+        # clamps and flags them (cached > input, negative or non-finite figures)
         return Completion(
             text=text,
             model_id=self.model_id,
-            input_tokens=n_in,
-            cached_tokens=min(cached, n_in),
-            output_tokens=n_out,
-            reasoning_tokens=min(reasoning, n_out),
+            input_tokens=_reported(usage.prompt_tokens),
+            cached_tokens=_reported(getattr(ptd, "cached_tokens", None)),
+            output_tokens=_reported(usage.completion_tokens),
+            reasoning_tokens=_reported(getattr(ctd, "reasoning_tokens", None)),
             finish_reason=choice.finish_reason,
             exact_usd=exact,
         )

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import json_repair
 
-from ..core.ledger import current_ledger
+from ..core.ledger import count_event, current_ledger
 
 Expect = Literal["object", "array"] | None
 
@@ -170,9 +170,7 @@ def extract_tag(text: str | None, tag: str, *, event: str | None = None) -> str 
     if m is None:
         return None
     if not m.closed:
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.count(event or f"unclosed_tag.{tag}")
+        count_event(event or f"unclosed_tag.{tag}")
     return m.text
 
 

@@ -8,12 +8,15 @@ Offline construction (episodes, graphs...) happens in ``build``, recorded under 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from ..core.pricebook import PriceBook
 from ..core.types import Budget, Context, Preference, Scope
+from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
 
@@ -28,14 +31,92 @@ class Query(BaseModel):
     gold_evidence_ids: list[str] | None = None
 
 
+#: Roles whose default model is the answer model (the rest default to the memory-side model).
+ANSWER_SIDE_ROLES = frozenset({"answerer", "judge", "dump"})
+
+
 @dataclass
 class MemoryEnv:
-    """What a strategy may use: the store, the memory-side model and the answer model
-    (for token counting and context limits)."""
+    """What a strategy may use: the store, the memory-side model, the answer model (for token
+    counting and context limits) and the run's pricing rules, from which every other model of the
+    run is made (:meth:`model`).
+
+    ``prices`` / ``allow_unpriced`` / ``price_as`` default to ``llm``'s (so an env built from two
+    metered clients prices like them).
+    """
 
     store: MemoryStore
     llm: MeteredLLM
     answer_llm: MeteredLLM
+    prices: PriceBook | None = None
+    allow_unpriced: bool | None = None
+    price_as: str | None = None
+    _models: dict = field(default_factory=dict, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.llm is None:  # an env without models (retrieval-only use)
+            return
+        if self.prices is None:
+            self.prices = self.llm.prices
+        if self.allow_unpriced is None:
+            self.allow_unpriced = self.llm.allow_unpriced
+        if self.price_as is None:
+            self.price_as = self.llm.price_as
+
+    def model(self, spec: str | ChatClient | MeteredLLM | None, role: str, adapter: str | None = None, *,
+              stands_for: str | None = None, base_url: str | None = None, **client_kw) -> MeteredLLM:
+        """The metered client of ``role`` on ``spec``, priced by the run's rules. The one way a
+        priced model is made (issue 12 step 3).
+
+        Args:
+            spec: ``None`` (the env's answer model for the roles in :data:`ANSWER_SIDE_ROLES`, else
+                its memory-side model), a :func:`~memfrontier.llm.make_llm` spec (``"local"``,
+                ``"openai:MODEL"``, ``"hf:PATH"``), a ChatClient, or a MeteredLLM (returned as is:
+                its maker chose its pricing).
+            role: the role the client serves (``judge``, ``planner``, ``budgetmem.high``...).
+            adapter: a LoRA adapter directory for ``hf`` specs.
+            stands_for: the price-book model this client stands in for (a MemPilot pool route).
+            base_url / client_kw: for :func:`~memfrontier.llm.make_llm` (``base_url`` is ignored
+                by the local backends).
+
+        Pricing, first match wins: the run's ``price_as`` (every call of the run priced as that
+        model); ``stands_for``; a LoRA adapter's base model when the book has it (an adapter costs
+        what its base costs per token); the client's own model id. Unknown to the book: raises
+        :class:`~memfrontier.core.pricebook.UnpricedModelError` unless the run allows unpriced
+        calls (then recorded ``unpriced``, never $0). Clients are cached per (spec, adapter,
+        stands_for, base_url, options), so a spec's model is loaded once per env.
+        """
+        if isinstance(spec, MeteredLLM):
+            return spec
+        if spec is None:
+            base = self.answer_llm if role in ANSWER_SIDE_ROLES else self.llm
+            if stands_for is None:
+                return base
+            spec = base.client
+        key = (spec if isinstance(spec, str) else id(spec), adapter, stands_for, base_url,
+               tuple(sorted((k, repr(v)) for k, v in client_kw.items())))
+        with self._lock:
+            if key in self._models:
+                return self._models[key]
+        client = spec
+        if isinstance(spec, str):
+            from ..llm import make_llm
+
+            s = spec.strip()
+            kw = dict(client_kw)
+            if adapter:
+                kw["adapter"] = adapter
+            if base_url is not None and s.startswith("openai:"):
+                kw["base_url"] = base_url
+            client = make_llm(s, **kw)
+        price_as = self.price_as or stands_for
+        base_id = client.model_id.split("+", 1)[0]
+        if price_as is None and adapter and base_id != client.model_id and self.prices.resolve(base_id):
+            price_as = base_id
+        metered = MeteredLLM(client, self.prices, allow_unpriced=bool(self.allow_unpriced), price_as=price_as)
+        with self._lock:
+            return self._models.setdefault(key, metered)
 
 
 @runtime_checkable

@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.jsonio import json_safe, write_json_atomic
-from ..core.ledger import Ledger, current_ledger, use_ledger
+from ..core.ledger import Ledger, count_event, use_ledger
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Question
 from ..eval import datasets
@@ -126,9 +126,7 @@ async def cached(cache: ModuleCache, question: str, kind: str, salt: dict, compu
     key = ModuleCache.key(question, kind, "-", input_hash(salt))
     entry = cache.get(key)
     if entry is not None:
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.count(f"cache_hit.{kind}")
+        count_event(f"cache_hit.{kind}")
         return entry["value"]
     value = await compute()
     cache.put(key, {"module": kind, "value": value})
@@ -140,7 +138,7 @@ class _Rollouts:
 
     def __init__(self, cfg: TrainConfig, mem, cache: ModuleCache, on_question: Callable[[dict], None]):
         self.cfg, self.mem, self.cache, self.on_question = cfg, mem, cache, on_question
-        self.judge = make_judge(mem, cfg.judge_llm, cfg.base_url, cfg.allow_unpriced) if cfg.reward == "judge" else None
+        self.judge = make_judge(mem, cfg.judge_llm, cfg.base_url) if cfg.reward == "judge" else None
 
     async def run(self, q: Question, strategy: BudgetMem) -> dict:
         ledger = Ledger()

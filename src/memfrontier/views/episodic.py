@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from ..core.ledger import current_ledger, stage_totals
+from ..core.ledger import count_event, current_ledger
 from ..core.types import Record, Scope
 from ..llm.base import LLMError
 from ..llm.metered import MeteredLLM
@@ -61,9 +61,7 @@ EPISODE, FACT = "episode", "fact"
 
 
 def _event(name: str, n: int = 1) -> None:
-    ledger = current_ledger()
-    if ledger is not None:
-        ledger.count(f"memorycpt.{name}", n)
+    count_event(f"memorycpt.{name}", n)
 
 
 def _digest(*parts: str) -> str:
@@ -310,9 +308,15 @@ class EpisodicBuilder:
         return self._report
 
     async def _build_session(self, scope: Scope, recs: list[Record], unit: str) -> None:
+        ledger = current_ledger()
+        with ledger.span(f"memorycpt.session.{unit}") if ledger is not None else nullcontext() as span:
+            await self._build_session_calls(scope, recs)
+        usage = span.usage().model_dump() if span is not None else {}
+        self.bank.apply(done=[(scope, unit, usage)], traces=self._take_traces())
+
+    async def _build_session_calls(self, scope: Scope, recs: list[Record]) -> None:
         windows = [recs[i:i + P.MAX_SEGMENT_TURNS] for i in range(0, len(recs), P.MAX_SEGMENT_TURNS)]
         ledger = current_ledger()
-        first_call = len(ledger.calls) if ledger is not None else 0
         with ledger.parallel() if ledger is not None else nullcontext():
             segmented = await asyncio.gather(*(self._segment(scope, w) for w in windows))
         jobs = [(w, s) for w, segs in zip(windows, segmented) for s in segs]
@@ -330,6 +334,4 @@ class EpisodicBuilder:
             self.bank.apply(traces=self._take_traces())
             raise LLMError(f"construction model {self.llm.model_id!r} failed {len(errors)} call(s) in session "
                            f"{recs[0].session_id!r} (first: {errors[0]}); the session stays unbuilt and is retried next run")
-        usage = stage_totals(ledger.calls[first_call:]).model_dump() if ledger is not None else {}
-        self.bank.apply(done=[(scope, unit, usage)], traces=self._take_traces())
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from ..core.ledger import current_ledger
+from ..core.ledger import count_event
 from ..core.render import human_date
 from ..core.types import Record
 from ..graph.dedup import name_similarity, normalize_name
@@ -226,9 +226,8 @@ def match_speakers(names: list[str], w: Window, text: str) -> list[str]:
             unknown += 1
         elif hit not in out:
             out.append(hit)
-    ledger = current_ledger()
-    if unknown and ledger is not None:
-        ledger.count("indexer.unknown_speaker", unknown)
+    if unknown:
+        count_event("indexer.unknown_speaker", unknown)
     return out or _best_speaker(text, w)
 
 
@@ -292,16 +291,13 @@ def notes_from_reply(text: str, w: Window) -> list[Note] | None:
     try:
         out = NotesOut.model_validate(res.value)
     except ValidationError:
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.count("invalid_output.indexer")
+        count_event("invalid_output.indexer")
         return None
     first = w.records[0]
     rids = [r.id for r in w.records]
     kept = [n for n in out.notes[:MAX_NOTES] if grounded(n.text, w)]
-    ledger = current_ledger()
-    if ledger is not None and len(kept) < len(out.notes[:MAX_NOTES]):
-        ledger.count("indexer.ungrounded_note", len(out.notes[:MAX_NOTES]) - len(kept))
+    if len(kept) < len(out.notes[:MAX_NOTES]):
+        count_event("indexer.ungrounded_note", len(out.notes[:MAX_NOTES]) - len(kept))
     if not kept:
         return None
     return [
@@ -326,8 +322,6 @@ async def summarize_window(llm: MeteredLLM, w: Window) -> list[Note]:
     )
     notes = notes_from_reply(out.text, w)
     if notes is None:
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.count("indexer.fallback")
+        count_event("indexer.fallback")
         return fallback_notes(w)
     return notes

@@ -32,7 +32,7 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
-from ...core.ledger import current_ledger
+from ...core.ledger import count_event
 from ...core.types import Budget
 from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_or_count
@@ -114,9 +114,7 @@ def parse_verdict(text: str) -> Verdict:
         suff = suff.strip().lower() == "true"
     if not isinstance(suff, bool):
         if res.ok:  # parsed, but not the expected shape
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("parse_error.judge")
+            count_event("parse_error.judge")
         return Verdict(sufficient=False, missing="", parsed=False)
     missing = res.value.get("missing")
     return Verdict(sufficient=suff, missing=str(missing or "")[: prompts.JUDGE_MISSING_CHARS])
@@ -153,32 +151,15 @@ class AutoMemAgent:
         self.budget = budget or Budget()
 
     # --- helpers ---------------------------------------------------------------------------
-    def _affordable(self, llm: MeteredLLM, prompt_tokens: int, max_tokens: int) -> bool:
-        b, ledger = self.budget, current_ledger()
-        if ledger is None or (b.max_usd is None and b.max_proxy_s is None):
-            return True
-        if b.max_usd is not None and llm.price is not None:
-            if ledger.usd("query") + llm.price.usd(prompt_tokens, max_tokens) > b.max_usd:
-                return False
-        if b.max_proxy_s is not None:
-            profile = (llm.price.latency if llm.price else None) or llm.prices.fallback_latency
-            if (
-                profile is not None
-                and ledger.proxy_s("query") + profile.seconds(prompt_tokens, max_tokens) > b.max_proxy_s
-            ):
-                return False
-        return True
-
     async def _call(
         self, meter: PrefixMeter, llm: MeteredLLM, role: str, messages: list[dict], *, max_tokens: int, schema: dict
     ) -> str | None:
-        """One metered call, or None when the budget cannot afford it (counted)."""
+        """One metered call, or None when its worst case (prompt, ``max_tokens`` of output) could
+        cross the hard budget (counted ``automem.budget_stop``; no call made)."""
         rec = meter.measure(role, messages, llm)
-        if not self._affordable(llm, rec.prompt_tokens, max_tokens):
+        if llm.over_budget(messages, max_tokens, self.budget) is not None:
             meter.calls.pop()
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("automem.budget_stop")
+            count_event("automem.budget_stop")
             return None
         out = await llm.complete(messages, role=role, max_tokens=max_tokens, temperature=0.0, json_schema=schema)
         rec.cached_tokens = out.cached_tokens

@@ -8,7 +8,7 @@ trace as the context; the shared answerer makes the one answer call over it (rol
 
 Models per role: planner and judge default to the memory-side model (``env.llm``); pass
 ``planner_llm`` / ``judge_llm`` (``"local"``, ``"openai:MODEL"`` with ``base_url``, or a
-ChatClient) to put them on a cheaper model, priced from the same price book. ``dump`` and the
+ChatClient) to put them on a cheaper model, priced by the run's rules (:meth:`MemoryEnv.model`). ``dump`` and the
 answer use the answer model (``env.answer_llm``), the indexer the memory-side model.
 """
 
@@ -21,7 +21,6 @@ from typing import Any
 from ...core.types import Budget, Context, Preference, Scope
 from ...graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
 from ...graph.backend import GraphBackend
-from ...llm import make_llm
 from ...llm.metered import MeteredLLM
 from ...views.graph_builder import GraphIndexer
 from ...views.graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
@@ -77,24 +76,14 @@ class AutoMem:
         self.build_concurrency = build_concurrency
         self.limits = limits if isinstance(limits, ToolLimits) else ToolLimits(**(limits or {}))
         self._graphs: dict[str, GraphBackend] = {}
-        self._role_llms: dict[str, MeteredLLM] = {}
         self._lock = threading.Lock()
 
     # --- models ----------------------------------------------------------------------------
     def role_llm(self, env: MemoryEnv, role: str) -> MeteredLLM:
-        """The metered model of ``role`` (``planner`` / ``judge``)."""
+        """The metered model of ``role`` (``planner`` / ``judge``), made by :meth:`MemoryEnv.model`
+        (the run's price book, ``price_as`` and ``allow_unpriced``); None = ``env.llm``."""
         spec = self.role_specs.get(role)
-        if spec is None:
-            return env.llm
-        if isinstance(spec, MeteredLLM):
-            return spec
-        with self._lock:
-            if role not in self._role_llms:
-                client = make_llm(spec, base_url=self.base_url) if isinstance(spec, str) else spec
-                self._role_llms[role] = MeteredLLM(
-                    client, env.llm.prices, allow_unpriced=env.llm.allow_unpriced, price_as=env.llm.price_as
-                )
-            return self._role_llms[role]
+        return env.llm if spec is None else env.model(spec, role, base_url=self.base_url)
 
     # --- graph -----------------------------------------------------------------------------
     def _graph_for(self, env: MemoryEnv, scope: Scope, *, create: bool) -> GraphBackend | None:
@@ -138,7 +127,8 @@ class AutoMem:
         corpus = await asyncio.to_thread(ScopedCorpus, env.store, query.scope)
         graph = self._graph_for(env, query.scope, create=False)
         toolbox = Toolbox(
-            corpus, graph=graph, dump_llm=None if self.single_pass else env.answer_llm, limits=self.limits
+            corpus, graph=graph, dump_llm=None if self.single_pass else env.answer_llm, limits=self.limits,
+            budget=budget,
         )
         agent = AutoMemAgent(
             toolbox,

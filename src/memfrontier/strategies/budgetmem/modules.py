@@ -27,6 +27,7 @@ attribution.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -35,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from ...core.ledger import current_ledger
+from ...core.ledger import BudgetExceededError, count_event, current_ledger
 from ...core.render import human_date
-from ...core.types import Chunk
+from ...core.types import Budget, Chunk
 from . import prompts, rules
 from .cache import ModuleCache, input_hash
 from .tiering import (
@@ -518,13 +519,16 @@ class BudgetMemModules:
         return await self.modules[module].run(query, module_input, tier)
 
     async def run_traced(self, module: Module, query: str, module_input: Any, tier: str,
-                         *, rules_only: bool = False) -> ModuleResult:
+                         *, rules_only: bool = False, budget: Budget | None = None) -> ModuleResult:
         """Run ``module`` at ``tier``: cache, tiering, fallback chain, contract, cost attribution.
 
         Fallback (BudgetMem issue "bad input"): an unusable output at a tier counts
         ``fallback.<module>.<tier>`` and runs the next lower tier; below Low, the rules
         (``tier_used="rules"``), which always produce a valid output. ``rules_only`` runs the
-        rules directly (a hard budget already spent).
+        rules directly (a hard budget already spent). An LLM call whose worst case could cross the
+        hard ``budget`` is not made (``budget.call_refused.<role>``) and falls back the same way.
+        The module's cost is the ledger's view of the calls made inside this execution
+        (:meth:`~memfrontier.core.ledger.Ledger.span`).
         """
         if tier not in TIERS:
             raise ValueError(f"unknown tier {tier!r}; choose one of {TIERS}")
@@ -542,8 +546,29 @@ class BudgetMemModules:
                 return ModuleResult(module.name, tier, entry["tier_used"], module.decode(entry["output"], module_input),
                                     list(entry["fallbacks"]), list(entry["events"]), True, entry["usd"],
                                     entry["calls"], entry["input_tokens"], entry["output_tokens"], entry["wall_s"])
-        n0 = len(ledger.calls) if ledger is not None else 0
+        span_cm = ledger.span(f"budgetmem.{module.name}") if ledger is not None else contextlib.nullcontext()
+        with span_cm as span:
+            out, current, fallbacks, events, t0, refused = await self._run_chain(module, query, module_input, tier,
+                                                                                 rules_only, budget)
+        for ev in events:
+            count_event(ev)
+        res = ModuleResult(module.name, tier, current, out, fallbacks, events, wall_s=time.perf_counter() - t0)
+        if span is not None:
+            u = span.usage()
+            res.usd, res.calls, res.input_tokens, res.output_tokens = u.usd, u.calls, u.input_tokens, u.output_tokens
+        if key is not None and not refused:  # a budget's fallback is not the tier's output: not cached
+            self.cache.put(key, {"module": module.name, "tier": tier, "tier_used": res.tier_used,
+                                 "output": module.encode(out), "fallbacks": fallbacks, "events": events,
+                                 "usd": res.usd, "calls": res.calls, "input_tokens": res.input_tokens,
+                                 "output_tokens": res.output_tokens, "wall_s": res.wall_s})
+        return res
+
+    async def _run_chain(self, module: Module, query: str, module_input: Any, tier: str, rules_only: bool,
+                         budget: Budget | None):
+        """The tier chain of :meth:`run_traced`: (output, tier used, fallbacks, events, start time,
+        whether a call was refused by the budget)."""
         t0 = time.perf_counter()
+        refused = False
         current: str = FLOOR if rules_only else tier
         fallbacks: list[str] = []
         events: list[str] = []
@@ -552,7 +577,7 @@ class BudgetMemModules:
                 if current == FLOOR:
                     out = run_local(module, "rules", "rules", query, module_input)
                 else:
-                    out = await self.tiering.execute(module, query, module_input, current, self.env)
+                    out = await self.tiering.execute(module, query, module_input, current, self.env, budget)
                 notes: list[str] = []
                 out = module.finalize(out, module_input, current if current != FLOOR else "low", notes)
                 events.extend(notes)
@@ -563,22 +588,6 @@ class BudgetMemModules:
                 log.info("budgetmem %s: %s; falling back", module.name, e)
                 fallbacks.append(current)
                 events.append(f"fallback.{module.name}.{current}")
+                refused = refused or isinstance(e.__cause__, BudgetExceededError)
                 current = lower_tier(current) or FLOOR
-        if ledger is not None:
-            for ev in events:
-                ledger.count(ev)
-        res = ModuleResult(module.name, tier, current, out, fallbacks, events, wall_s=time.perf_counter() - t0)
-        if ledger is not None:
-            role = f"budgetmem.{module.name}"
-            for c in ledger.calls[n0:]:
-                if c.role == role or c.role.startswith(role + "."):
-                    res.usd += c.usd or 0.0
-                    res.calls += 1
-                    res.input_tokens += c.input_tokens
-                    res.output_tokens += c.output_tokens
-        if key is not None:
-            self.cache.put(key, {"module": module.name, "tier": tier, "tier_used": res.tier_used,
-                                 "output": module.encode(out), "fallbacks": fallbacks, "events": events,
-                                 "usd": res.usd, "calls": res.calls, "input_tokens": res.input_tokens,
-                                 "output_tokens": res.output_tokens, "wall_s": res.wall_s})
-        return res
+        return out, current, fallbacks, events, t0, refused

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.ledger import Call, Ledger, current_ledger, current_stage
+from ...core.ledger import Ledger, current_ledger
 from ...core.types import Budget, Context, Preference, Scope
 from ..base import MemoryEnv, Query
 from .cache import ModuleCache
@@ -31,12 +31,10 @@ from .tiering import TIERS, Tiering, make_tiering
 
 def _budget_spent(budget: Budget, ledger: Ledger | None) -> bool:
     """True once the question's query-stage spend reached one of the budget's hard caps."""
-    if ledger is None or (budget.max_usd is None and budget.max_tokens is None and budget.max_proxy_s is None):
+    if ledger is None:
         return False
-    u = ledger.usage().query
-    return ((budget.max_usd is not None and u.usd >= budget.max_usd)
-            or (budget.max_tokens is not None and u.input_tokens + u.output_tokens >= budget.max_tokens)
-            or (budget.max_proxy_s is not None and u.proxy_s >= budget.max_proxy_s))
+    # any further paid call (the smallest: one token, one proxy second's worth) would cross a cap
+    return ledger.would_exceed(budget, usd=1e-12, tokens=1, proxy_s=1e-9) is not None
 
 
 class BudgetMem:
@@ -65,10 +63,12 @@ class BudgetMem:
     ``decisions`` (router: module, tier, logprob, value), ``retrieved_chunks``,
     ``filtered_chunks``, ``relations`` (counts), ``filter_passthrough``.
 
-    A hard :class:`~memfrontier.core.types.Budget` is honoured between modules: once the
-    question's query-stage spend reaches a cap, the remaining modules run their rules ($0,
-    ``tiers_used`` = ``"rules"``, event ``budget.rules_only.<module>``). A single call can still
-    overshoot the cap; the answerer then cuts its context to what is left.
+    A hard :class:`~memfrontier.core.types.Budget` is honoured before every call: an LLM tier
+    whose worst case (predicted prompt, output at ``max_tokens``) could cross a cap is not called
+    and falls back to the next lower tier (event ``budget.call_refused.<role>`` and
+    ``fallback.<module>.<tier>``); once a cap is reached, the remaining modules run their rules
+    ($0, ``tiers_used`` = ``"rules"``, event ``budget.rules_only.<module>``). The answerer then
+    cuts its context to what is left.
     """
 
     name = "budgetmem"
@@ -144,8 +144,7 @@ class BudgetMem:
             out = [router.decide(q_emb, x, m, self.greedy) for m in modules]
         ledger = current_ledger()
         if ledger is not None:  # the router is local compute: $0, its wall time recorded
-            ledger.record(Call(stage=current_stage(), role="budgetmem.router", model_id="tier-router",
-                               usd=0.0, proxy_s=0.0, wall_s=time.perf_counter() - t0))
+            ledger.record_local("budgetmem.router", time.perf_counter() - t0, model_id="tier-router")
         chosen = {}
         for m, (tier, logp, value) in zip(modules, out):
             if tier not in TIERS:
@@ -185,7 +184,7 @@ class BudgetMem:
             spent = _budget_spent(budget, ledger)  # a hard cap reached: no more paid calls
             if spent and ledger is not None:
                 ledger.count(f"budget.rules_only.{module}")
-            res = await rt.run_traced(rt.modules[module], q, inp, tier, rules_only=spent)
+            res = await rt.run_traced(rt.modules[module], q, inp, tier, rules_only=spent, budget=budget)
             results[module] = res
             return res
 

@@ -11,11 +11,16 @@ A tiering never parses or post-processes by itself: it asks the module (duck-typ
 :class:`memfrontier.strategies.budgetmem.modules.Module`) for its rules, its learned variant, its
 prompt body, answer schema and parser. Every execution is written to the current ledger: LLM
 calls by :class:`~memfrontier.llm.metered.MeteredLLM` under role ``budgetmem.<module>.<tier>``,
-non-LLM tiers as a :class:`~memfrontier.core.ledger.Call` with role ``budgetmem.<module>``,
-model id ``rules`` / ``minilm``, ``usd=0`` and the measured wall time (latency proxy 0).
+non-LLM tiers with :meth:`~memfrontier.core.ledger.Ledger.record_local` under role
+``budgetmem.<module>``, model id ``rules`` / ``minilm``, ``usd=0`` and the measured wall time
+(latency proxy 0). Models named by spec are made by
+:meth:`~memfrontier.strategies.base.MemoryEnv.model`, so they follow the run's pricing
+(price book, ``price_as``, ``allow_unpriced``).
 
-A failed LLM call or an unusable output raises :class:`ModuleOutputError`; the module runner
-then falls back to the next lower tier and counts it (``fallback.<module>.<tier>``).
+A failed LLM call, an unusable output, or a call whose worst-case cost could cross the query's
+hard budget (:class:`~memfrontier.core.ledger.BudgetExceededError`, counted
+``budget.call_refused.<role>``) raises :class:`ModuleOutputError`; the module runner then falls
+back to the next lower tier and counts it (``fallback.<module>.<tier>``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ...core.ledger import Call, current_ledger, current_stage
+from ...core.ledger import BudgetExceededError, current_ledger
+from ...core.types import Budget
 from ...llm.base import ChatClient, LLMError
 from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_json
@@ -54,8 +60,7 @@ def record_local(module: str, model_id: str, wall_s: float) -> None:
     """Write a non-LLM module execution to the current ledger: $0, proxy 0, measured wall time."""
     ledger = current_ledger()
     if ledger is not None:
-        ledger.record(Call(stage=current_stage(), role=f"budgetmem.{module}", model_id=model_id,
-                           usd=0.0, proxy_s=0.0, wall_s=max(wall_s, 1e-9)))
+        ledger.record_local(f"budgetmem.{module}", wall_s, model_id=model_id)
 
 
 def run_local(module, fn_name: str, model_id: str, query: str, module_input: Any) -> Any:
@@ -66,20 +71,24 @@ def run_local(module, fn_name: str, model_id: str, query: str, module_input: Any
     return out
 
 
-async def run_llm(module, query: str, module_input: Any, tier: str, llm: MeteredLLM, style: str) -> Any:
+async def run_llm(module, query: str, module_input: Any, tier: str, llm: MeteredLLM, style: str,
+                  budget: Budget | None = None) -> Any:
     """One schema-constrained LLM call for ``module`` in prompt ``style``; returns the module output.
 
     The reply is parsed defensively (:func:`~memfrontier.llm.parsing.parse_json`); the ``answer``
     field is taken, else (truncated reply) the ``draft`` of the reflect style, else a bare array.
-    Raises :class:`ModuleOutputError` when the call fails or nothing usable comes back.
+    Raises :class:`ModuleOutputError` when the call fails, could cross the hard ``budget``
+    (not made), or nothing usable comes back.
     """
     body = module.prompt_body(query, module_input)
     schema = prompts.output_schema(style, module.answer_schema(module_input))
     try:
         out = await llm.complete(
             prompts.messages(module.name, style, body), role=f"budgetmem.{module.name}.{tier}",
-            max_tokens=module.max_tokens(style, module_input), temperature=0.0, json_schema=schema,
+            max_tokens=module.max_tokens(style, module_input), temperature=0.0, json_schema=schema, budget=budget,
         )
+    except BudgetExceededError as e:
+        raise ModuleOutputError(f"{module.name}.{tier}: {e}") from e
     except LLMError as e:
         raise ModuleOutputError(f"{module.name}.{tier}: call failed: {e}") from e
     res = parse_json(out.text, expect=None)
@@ -93,16 +102,11 @@ async def run_llm(module, query: str, module_input: Any, tier: str, llm: Metered
     return module.from_llm(value, module_input)  # raises ModuleOutputError on a bad shape
 
 
-def _metered(client: ChatClient | MeteredLLM | str, template: MeteredLLM, base_url: str | None, **kw) -> MeteredLLM:
-    """A MeteredLLM for ``client`` (a spec string, a ChatClient or already metered), priced by
-    ``template``'s price book and unpriced policy."""
-    if isinstance(client, MeteredLLM):
-        return client
-    if isinstance(client, str):
-        from ...llm import make_llm
-
-        client = make_llm(client, **({} if client.strip().partition(":")[0] in ("local", "embedded") else {"base_url": base_url, **kw}))
-    return MeteredLLM(client, template.prices, allow_unpriced=template.allow_unpriced)
+def _model(env, spec: ChatClient | MeteredLLM | str, tier: str, base_url: str | None, **kw) -> MeteredLLM:
+    """``env.model`` for a tier's model (``base_url`` / ``kw`` reach ``openai:`` specs only)."""
+    if isinstance(spec, str) and not spec.strip().startswith("openai:"):
+        base_url, kw = None, {}
+    return env.model(spec, f"budgetmem.{tier}", base_url=base_url, **kw)
 
 
 class Tiering:
@@ -117,7 +121,8 @@ class Tiering:
     def uses_llm(self, tier: str) -> bool:
         raise NotImplementedError
 
-    async def execute(self, module, query: str, module_input: Any, tier: str, env) -> Any:
+    async def execute(self, module, query: str, module_input: Any, tier: str, env, budget: Budget | None = None) -> Any:
+        """Run ``module`` at ``tier``; LLM calls that could cross the hard ``budget`` are not made."""
         raise NotImplementedError
 
 
@@ -138,13 +143,13 @@ class ImplementationTiering(Tiering):
     def uses_llm(self, tier: str) -> bool:
         return tier == "high"
 
-    async def execute(self, module, query, module_input, tier, env):
+    async def execute(self, module, query, module_input, tier, env, budget=None):
         if tier == "low":
             return run_local(module, "rules", "rules", query, module_input)
         if tier == "mid":
             return run_local(module, "learned", "minilm", query, module_input)
         if tier == "high":
-            return await run_llm(module, query, module_input, tier, env.llm, self.high_style)
+            return await run_llm(module, query, module_input, tier, env.llm, self.high_style, budget)
         raise ValueError(f"unknown tier {tier!r}")
 
 
@@ -155,14 +160,10 @@ class ReasoningTiering(Tiering):
     STYLE_OF: ClassVar[dict[str, str]] = {"low": "direct", "mid": "cot", "high": "reflect"}
 
     def __init__(self, llm: ChatClient | MeteredLLM | str | None = None, base_url: str | None = None):
-        self._spec, self._base_url, self._llm = llm, base_url, None
+        self._spec, self._base_url = llm, base_url
 
     def _model(self, env) -> MeteredLLM:
-        if self._spec is None:
-            return env.llm
-        if self._llm is None:
-            self._llm = _metered(self._spec, env.llm, self._base_url)
-        return self._llm
+        return env.llm if self._spec is None else _model(env, self._spec, "reasoning", self._base_url)
 
     def fingerprint(self, env) -> str:
         return f"{self.name}|{self._model(env).model_id}"
@@ -170,8 +171,8 @@ class ReasoningTiering(Tiering):
     def uses_llm(self, tier: str) -> bool:
         return True
 
-    async def execute(self, module, query, module_input, tier, env):
-        return await run_llm(module, query, module_input, tier, self._model(env), self.STYLE_OF[tier])
+    async def execute(self, module, query, module_input, tier, env, budget=None):
+        return await run_llm(module, query, module_input, tier, self._model(env), self.STYLE_OF[tier], budget)
 
 
 class CapacityTiering(Tiering):
@@ -179,8 +180,8 @@ class CapacityTiering(Tiering):
 
     ``models`` maps tier -> ``"openai:MODEL"`` spec, ``"local"`` (the embedded model), a
     ChatClient or a MeteredLLM (default :data:`DEFAULT_CAPACITY_MODELS`, which need an
-    OpenAI-compatible ``base_url`` such as OpenRouter's). Clients are built on first use and
-    priced with ``env.llm``'s price book.
+    OpenAI-compatible ``base_url`` such as OpenRouter's). Clients are built on first use by
+    ``env.model`` (the run's price book, ``price_as`` and ``allow_unpriced``).
     """
 
     name = "capacity"
@@ -194,12 +195,9 @@ class CapacityTiering(Tiering):
         if style not in prompts.STYLES:
             raise ValueError(f"unknown prompt style {style!r}")
         self._specs, self._base_url, self._client_kw, self.style = models, base_url, client_kw, style
-        self._llms: dict[str, MeteredLLM] = {}
 
     def model(self, tier: str, env) -> MeteredLLM:
-        if tier not in self._llms:
-            self._llms[tier] = _metered(self._specs[tier], env.llm, self._base_url, **self._client_kw)
-        return self._llms[tier]
+        return _model(env, self._specs[tier], tier, self._base_url, **self._client_kw)
 
     def fingerprint(self, env) -> str:
         return f"{self.name}|{self.style}|" + "|".join(f"{t}={self.model(t, env).model_id}" for t in TIERS)
@@ -207,8 +205,8 @@ class CapacityTiering(Tiering):
     def uses_llm(self, tier: str) -> bool:
         return True
 
-    async def execute(self, module, query, module_input, tier, env):
-        return await run_llm(module, query, module_input, tier, self.model(tier, env), self.style)
+    async def execute(self, module, query, module_input, tier, env, budget=None):
+        return await run_llm(module, query, module_input, tier, self.model(tier, env), self.style, budget)
 
 
 TIERINGS = {"implementation": ImplementationTiering, "reasoning": ReasoningTiering, "capacity": CapacityTiering}

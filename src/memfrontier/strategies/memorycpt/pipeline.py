@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from ...core.ledger import current_ledger
+from ...core.ledger import BudgetExceededError, count_event
 from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.metered import MeteredLLM
@@ -73,9 +73,14 @@ class MemoryCPT:
             ``summarizer_llm`` (default spec ``"hf"``, the packaged base through transformers).
         concurrency: bound on concurrent construction calls.
 
-    Spec-built models are priced like the environment's models: the same price book, ``price_as``
-    and ``allow_unpriced`` (a local checkpoint missing from the book raises UnpricedModelError
-    unless the run allows unpriced calls, which are then flagged, never counted as $0).
+    Spec-built models are made by :meth:`MemoryEnv.model`, priced like the environment's models:
+    the same price book, ``price_as`` and ``allow_unpriced`` (a local checkpoint missing from the
+    book raises UnpricedModelError unless the run allows unpriced calls, which are then flagged,
+    never counted as $0; a LoRA adapter is priced as its base model).
+
+    A hard :class:`Budget` is honoured: when the Fine Summary call's worst case (its prompt and
+    ``SUMMARY_MAX_TOKENS`` of output) could cross it, no call is made and the answerer gets
+    M_q^RRF unsummarized (``meta["summary_skipped"]``, event ``budget.call_refused.summarizer``).
 
     Memories live in the store directory's bank ``memorycpt-<construction model id>``, so
     memories built by different construction models never mix.
@@ -98,30 +103,17 @@ class MemoryCPT:
         self.summarizer_adapter = summarizer_adapter
         self.concurrency = concurrency
         self._banks: dict[tuple[str, str], MemoryBank] = {}
-        self._models: dict[tuple[str, str | None], MeteredLLM] = {}
         self.last_build = None
 
     @property
     def prompt_version(self) -> str:
         return f"{EpisodicBuilder.prompt_version}+qar-v1+{self.ablation}"
 
-    def _model(self, spec: str | MeteredLLM | None, env: MemoryEnv, adapter: str | None = None) -> MeteredLLM:
-        if spec is None:
-            return env.llm
-        if isinstance(spec, MeteredLLM):
-            return spec
-        key = (spec, adapter)
-        if key not in self._models:
-            from ...llm import make_llm
-
-            client = make_llm(spec, **({"adapter": adapter} if adapter else {}))
-            price_as = env.llm.price_as
-            base_id = client.model_id.split("+", 1)[0]  # a LoRA adapter costs what its base costs per token
-            if price_as is None and adapter and base_id != client.model_id and env.llm.prices.resolve(base_id):
-                price_as = base_id
-            self._models[key] = MeteredLLM(client, env.llm.prices, allow_unpriced=env.llm.allow_unpriced,
-                                           price_as=price_as)
-        return self._models[key]
+    def _model(self, spec: str | MeteredLLM | None, env: MemoryEnv, adapter: str | None = None,
+               role: str = "memorycpt") -> MeteredLLM:
+        """The metered model of ``spec`` (None = the env's memory-side model), made by
+        :meth:`MemoryEnv.model` (the run's pricing; a LoRA adapter priced as its base)."""
+        return env.llm if spec is None else env.model(spec, role, adapter)
 
     def _construction_spec(self) -> str | MeteredLLM | None:
         return None if self.ablation == "no_qad" else self.construction_llm
@@ -172,9 +164,7 @@ class MemoryCPT:
         for line in text.splitlines():
             n = llm.count_tokens(line) + 1
             if used + n > room:
-                ledger = current_ledger()
-                if ledger is not None:
-                    ledger.count("memorycpt.candidates_truncated")
+                count_event("memorycpt.candidates_truncated")
                 break
             kept.append(line)
             used += n
@@ -187,13 +177,16 @@ class MemoryCPT:
         meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.ablation}
         if self.ablation in ("no_qar", "no_fs") or not text:
             return Context(text=text, evidence_ids=evidence, meta=meta)
-        llm = self._model(self.summarizer_llm, env, self.summarizer_adapter)
+        llm = self._model(self.summarizer_llm, env, self.summarizer_adapter, role="summarizer")
         msgs = summary_messages(query.text, self._fit(llm, query.text, text))
-        out = await llm.complete(msgs, role="summarizer", max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0)
+        try:
+            out = await llm.complete(msgs, role="summarizer", max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0,
+                                     budget=budget)
+        except BudgetExceededError:  # counted by the metered client; M_q^RRF goes to the answerer as is
+            meta["summary_skipped"] = True
+            return Context(text=text, evidence_ids=evidence, meta=meta)
         summary = out.text.strip()
         meta["summary_tokens"] = out.output_tokens
         if not summary:
-            ledger = current_ledger()
-            if ledger is not None:
-                ledger.count("empty_output.summarizer")
+            count_event("empty_output.summarizer")
         return Context(text=summary, evidence_ids=evidence, meta=meta)

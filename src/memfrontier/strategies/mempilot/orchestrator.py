@@ -12,36 +12,46 @@ event (``mempilot.*``), never an exception. A call identical to an earlier one o
 trajectory is not run again (its result is already in the transcript; event
 ``mempilot.repeated_call``).
 
-Accounting (MemPilot Eq. 14-19): each policy turn is recorded in the ledger (role ``policy``)
-priced as the pool's ``policy_price_as`` model with ideal KV-prefix reuse — the first turn pays
-for its whole prompt, later turns only for the newly appended observation tokens
-(``cached_tokens`` holds the rest) — and each turn is its own latency stage; delegate calls are
-recorded by their metered client (role ``delegate``) inside one ``ledger.parallel()`` stage per
-round. :class:`Trajectory` recomputes the same totals with the pure functions of
-:mod:`.accounting`.
+Accounting (MemPilot Eq. 14-19), one account: every call goes through a
+:class:`~memfrontier.llm.metered.MeteredLLM` into the ledger. Policy turns (role ``policy``) are
+priced as the pool's ``policy_price_as`` model (or the run's ``price_as``) with ideal KV-prefix
+reuse — the first turn pays for its whole prompt, later turns only for the newly appended
+observation tokens (``cached_tokens`` holds the rest, free) — each its own latency stage; delegate
+calls (role ``delegate``) share one ``ledger.parallel()`` stage per round. A trajectory's cost and
+latency proxy are the ledger's view of its calls (``Trajectory.account``, a
+:class:`~memfrontier.core.ledger.LedgerSpan`).
+
+Hard budgets: a call is made only when its worst case (predicted prompt, output at its
+``max_tokens``) fits what is left (:meth:`MeteredLLM.complete` with ``budget``). A delegate call
+that does not fit becomes an ``error`` observation (``mempilot.delegate_over_budget``) and the
+next turn may only answer; a policy turn that does not fit ends the trajectory
+(``budget.call_refused.policy``); once a cap is reached, the next turn may only answer
+(``budget.curation_stopped``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
-import time
 from dataclasses import dataclass, field
 
-from ...core.ledger import Call, Ledger, current_ledger, current_stage, use_ledger
-from ...core.pricebook import ModelPrice, PriceBook
+from ...core.ledger import (
+    BudgetExceededError,
+    Ledger,
+    LedgerSpan,
+    count_event,
+    current_ledger,
+    current_stage,
+    use_ledger,
+)
 from ...core.types import Budget, Preference, Scope
-from ...llm.base import ChatClient, LLMError, LLMTimeoutError, Message
+from ...llm.base import LLMError, LLMTimeoutError, Message
+from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_json
 from . import prompts
-from .accounting import (
-    ExternalCall,
-    PolicySegment,
-    trajectory_cost_usd,
-    trajectory_latency_s,
-)
 from .pool import ModelPool
 from .protocol import (
     CURATE,
@@ -115,6 +125,7 @@ class Trajectory:
     model_order: list[str] = field(default_factory=list)
     seen_calls: set[str] = field(default_factory=set)  # identical calls are not run twice
     only_repeats: bool = False  # the last stage only repeated earlier calls
+    account: LedgerSpan | None = field(default=None, repr=False)  # the ledger's view of its calls
 
     @property
     def segments(self) -> list[str]:
@@ -154,11 +165,11 @@ class Orchestrator:
     Args:
         pool: the :class:`ModelPool` (routes, prices, clients).
         views: the :class:`DualView` (compressed bank + raw chunks).
-        policy: the policy's :class:`ChatClient` (raw: this class meters it, Eq. 14).
-        prices: the price book (the policy is priced as ``pool.profile.policy_price_as``).
+        policy: the policy's metered client, made by ``env.model`` as standing for
+            ``pool.profile.policy_price_as`` (see :meth:`MemPilot.orchestrator`).
+        env: the :class:`~memfrontier.strategies.base.MemoryEnv` that makes the delegates' clients.
         preference: lambda shown to the policy (see :func:`prompts.preference_line`).
-        budget: hard caps; once the trajectory's USD or latency proxy reaches one, the next turn
-            may only answer (event ``budget.curation_stopped``).
+        budget: hard caps of the query stage (see the module docstring).
         max_rounds: policy turns at most (6); the last turn may only answer.
         temperature: policy sampling temperature (0 = greedy, evaluation; 1.0 for GRPO rollouts).
         constrained: decode each turn against the JSON decision schema (llama.cpp grammar /
@@ -171,7 +182,7 @@ class Orchestrator:
             tool result as the policy sees it (policy tokens), and a wall-clock limit per delegate call.
     """
 
-    def __init__(self, *, pool: ModelPool, views: DualView, policy: ChatClient, prices: PriceBook,
+    def __init__(self, *, pool: ModelPool, views: DualView, policy: MeteredLLM, env,
                  preference: Preference | None = None, budget: Budget | None = None, max_rounds: int = MAX_ROUNDS,
                  temperature: float = 0.0, constrained: bool = True, first_turn_tools: bool = True,
                  answer_after_repeat: bool = True, policy_max_tokens: int = 256, max_observation_tokens: int = 1024,
@@ -181,9 +192,7 @@ class Orchestrator:
         self.pool = pool
         self.views = views
         self.policy = policy
-        self.prices = prices
-        self.policy_price: ModelPrice = prices.get(pool.profile.policy_price_as)
-        self.policy_profile = self.policy_price.latency or prices.fallback_latency
+        self.env = env
         self.preference = preference or Preference()
         self.budget = budget or Budget()
         self.max_rounds = int(max_rounds)
@@ -196,33 +205,19 @@ class Orchestrator:
         self.delegate_timeout_s = delegate_timeout_s if delegate_timeout_s is not None else pool.profile.timeout_s
 
     # -- accounting ------------------------------------------------------------------------
-    def spent(self, traj: Trajectory) -> tuple[float, float]:
-        """(USD, latency proxy seconds) of the trajectory so far (Eq. 14, Eq. 19)."""
+    @staticmethod
+    def spent(traj: Trajectory) -> tuple[float, float]:
+        """(USD, latency proxy seconds) of the trajectory so far, read from the ledger: policy
+        turns with KV-prefix reuse plus delegates (Eq. 14), segments plus the max of each parallel
+        stage (Eq. 19). The answerer is not part of the trajectory."""
+        if traj.account is None:
+            return 0.0, 0.0
+        return traj.account.usd(), traj.account.proxy_s()
 
-        segs, calls = self.accounting(traj)
-        return (trajectory_cost_usd(segs, self.policy_price, calls),
-                trajectory_latency_s(segs, self.policy_profile, calls, self.prices.fallback_latency))
-
-    def accounting(self, traj: Trajectory):
-        """The trajectory as :class:`PolicySegment` and :class:`ExternalCall` lists (Eq. 14-19)."""
-
-        segs = [PolicySegment(t.charged_input_tokens, t.output_tokens) for t in traj.turns]
-        calls = [ExternalCall(str(i), self.prices.get(c.model), c.input_tokens, c.output_tokens, c.images_sent,
-                              c.exact_usd)
-                 for i, stage in enumerate(traj.stages) for c in stage if c.delegated and c.error is None]
-        return segs, calls
-
-    def _over_budget(self, traj: Trajectory) -> bool:
-        b = self.budget
-        if b.max_usd is None and b.max_proxy_s is None:
-            return False
-        usd, secs = self.spent(traj)
-        return (b.max_usd is not None and usd >= b.max_usd) or (b.max_proxy_s is not None and secs >= b.max_proxy_s)
-
-    def _count(self, event: str) -> None:
+    def _cap_reached(self) -> bool:
+        """No further paid call fits the hard budget (the query stage's spend reached a cap)."""
         ledger = current_ledger()
-        if ledger is not None:
-            ledger.count(event)
+        return ledger is not None and ledger.would_exceed(self.budget, usd=1e-12, tokens=1, proxy_s=1e-9) is not None
 
     # -- the loop --------------------------------------------------------------------------
     def start(self, question: str, rollout_key: str = "0") -> Trajectory:
@@ -239,13 +234,21 @@ class Orchestrator:
         """Run one trajectory for ``question`` over ``scope``'s memory. Never raises for model or
         tool trouble (see the module docstring); the policy's own failure ends the loop
         (``policy_error``, event ``llm_error.policy``)."""
-        traj = self.start(question, rollout_key)
+        ledger = current_ledger()
+        scratch = use_ledger(ledger := Ledger(), current_stage()) if ledger is None else contextlib.nullcontext()
+        with scratch, ledger.span("mempilot.trajectory") as account:
+            traj = self.start(question, rollout_key)
+            traj.account = account
+            await self._loop(traj, scope)
+        return traj
+
+    async def _loop(self, traj: Trajectory, scope: Scope) -> None:
         appended = 0  # environment tokens appended since the last generation (charged input, Eq. 14)
         for turn in range(self.max_rounds):
             final = turn == self.max_rounds - 1
-            if turn > 0 and not traj.stopped_by_budget and self._over_budget(traj):
+            if turn > 0 and not traj.stopped_by_budget and self._cap_reached():
                 traj.stopped_by_budget = True
-                self._count("budget.curation_stopped")
+                count_event("budget.curation_stopped")
             answer_only = final or traj.stopped_by_budget or (self.answer_after_repeat and traj.only_repeats)
             if answer_only and not self.constrained:
                 msg = {"role": "user", "content": prompts.ANSWER_NOW}
@@ -258,11 +261,11 @@ class Orchestrator:
                 traj.answer = decision.answer
                 break
             if decision.error or not decision.calls:
-                self._count(f"{EVENT}.unreadable_turn")
+                count_event(f"{EVENT}.unreadable_turn")
                 obs = prompts.tool_response([f"error: {decision.error or 'no tool call'}; reply with one JSON action"])
             else:
                 if decision.answer is not None:
-                    self._count(f"{EVENT}.answer_with_tool_calls")
+                    count_event(f"{EVENT}.answer_with_tool_calls")
                 records = await self._run_stage(decision.calls, traj, scope)
                 traj.only_repeats = all(r.repeated for r in records)
                 traj.stages.append(records)
@@ -273,67 +276,60 @@ class Orchestrator:
             if decision.calls:
                 traj.prefix_ends.append(len(traj.messages))
         if traj.answer is None and traj.policy_error is None:
-            self._count(f"{EVENT}.no_answer")
-        return traj
+            count_event(f"{EVENT}.no_answer")
 
     async def _policy_turn(self, traj: Trajectory, turn: int, answer_only: bool, appended: int) -> Decision | None:
         allow_answer = answer_only or not (turn == 0 and self.first_turn_tools)
         schema = (decision_schema(traj.model_order, traj.tool_order, allow_tools=not answer_only, allow_answer=allow_answer)
                   if self.constrained else None)
-        t0 = time.perf_counter()
         try:
-            out = await self.policy.complete(traj.messages, max_tokens=self.policy_max_tokens,
-                                             temperature=self.temperature, json_schema=schema)
+            out = await self.policy.complete(traj.messages, role="policy", max_tokens=self.policy_max_tokens,
+                                             temperature=self.temperature, json_schema=schema, budget=self.budget,
+                                             new_input_tokens=None if turn == 0 else appended)
+        except BudgetExceededError:  # counted as budget.call_refused.policy
+            traj.stopped_by_budget = True
+            return None
         except LLMError as e:
             traj.policy_error = str(e)[:300]
-            self._count("llm_error.policy")
-            return None
-        charged = out.input_tokens if turn == 0 else min(appended, out.input_tokens)
-        usd = 1e-6 * (self.policy_price.input_usd_per_mtok * charged + self.policy_price.output_usd_per_mtok * out.output_tokens)
-        proxy = self.policy_profile.seconds(charged, out.output_tokens) if self.policy_profile else 0.0
+            return None  # counted as llm_error.policy by the metered client
+        call = traj.account.calls[-1]
         raw = out.text.strip()
         if self.constrained:
             parsed = parse_json(raw, expect="object")
             text = (render_decision(parsed.value) if parsed.ok else None) or raw
         else:
             text = raw
-        traj.turns.append(PolicyTurn(out.input_tokens, out.output_tokens, charged, usd, proxy, raw, text))
+        traj.turns.append(PolicyTurn(call.input_tokens, call.output_tokens, call.input_tokens - call.cached_tokens,
+                                     call.usd or 0.0, call.proxy_s, raw, text))
         traj.messages.append({"role": "assistant", "content": raw})
-        ledger = current_ledger()
-        if ledger is not None:
-            ledger.record(Call(stage=current_stage(), role="policy", model_id=self.policy.model_id,
-                               input_tokens=out.input_tokens, cached_tokens=out.input_tokens - charged,
-                               output_tokens=out.output_tokens, usd=usd, proxy_s=proxy,
-                               wall_s=time.perf_counter() - t0))
         return parse_turn(text, set(self.pool.ids))
 
     async def _run_stage(self, calls: list[ToolCall], traj: Trajectory, scope: Scope) -> list[CallRecord]:
         """Execute up to :data:`MAX_PARALLEL` calls concurrently as one latency stage (Eq. 18)."""
         extra = calls[MAX_PARALLEL:]
-        ledger = current_ledger() or Ledger()
-        with use_ledger(ledger, current_stage()), ledger.parallel():
+        with current_ledger().parallel():
             records = list(await asyncio.gather(*(self._execute(c, traj, scope) for c in calls[:MAX_PARALLEL])))
         for c in extra:
-            self._count(f"{EVENT}.too_many_calls")
+            count_event(f"{EVENT}.too_many_calls")
             records.append(CallRecord(c.name, c.args, f"error: at most {MAX_PARALLEL} tool calls per turn; "
                                                       f"this {c.name or 'call'} was not run", error="too many calls"))
         return records
 
     async def _execute(self, call: ToolCall, traj: Trajectory, scope: Scope) -> CallRecord:
         if call.error:
-            self._count(_error_event(call.error))
+            count_event(_error_event(call.error))
             return CallRecord(call.name, call.args, f"error: {call.error}", error=call.error)
         key = json.dumps([call.name, call.args], sort_keys=True)
         if key in traj.seen_calls:
-            self._count(f"{EVENT}.repeated_call")
+            count_event(f"{EVENT}.repeated_call")
             return CallRecord(call.name, call.args, "(the same call was made before; its result is above: "
                                                     "ask for something else or answer)", repeated=True)
         traj.seen_calls.add(key)
         if call.clamped:
-            self._count(f"{EVENT}.evidence_count_clamped")
+            count_event(f"{EVENT}.evidence_count_clamped")
         if call.name == RETRIEVE:
             return await self._retrieve(call, scope)
-        rec = await self._curate(call, traj.question, scope)
+        rec = await self._curate(call, traj, scope)
         if rec.error:
             traj.tool_errors += 1
         return rec
@@ -346,7 +342,8 @@ class Orchestrator:
         rec_ids = list(dict.fromkeys(rid for it in items for rid in it.source_ids))
         return CallRecord(RETRIEVE, call.args, obs, record_ids=rec_ids, evidence="\n\n".join(it.text for it in items) or None)
 
-    async def _curate(self, call: ToolCall, question: str, scope: Scope) -> CallRecord:
+    async def _curate(self, call: ToolCall, traj: Trajectory, scope: Scope) -> CallRecord:
+        question = traj.question
         a = call.args
         route = a["model"]
         model = self.pool.profile.route(route).model
@@ -357,16 +354,16 @@ class Orchestrator:
         if a["include_images"]:
             rec.images_requested = len(raw.images)
             if not self.pool.is_vision(route):
-                self._count(f"{EVENT}.images_to_text_model")
+                count_event(f"{EVENT}.images_to_text_model")
                 notes.append(f"{route} cannot see images; it got the captions only")
             elif not self.pool.sees_pixels(route):
-                self._count(f"{EVENT}.images_not_sent.text_only_backend")
+                count_event(f"{EVENT}.images_not_sent.text_only_backend")
                 notes.append(f"{route} is served by a text-only stand-in here; it got the captions only")
             else:
                 for im in raw.images:
                     part, why = image_part(im)
                     if part is None:
-                        self._count(f"{EVENT}.image_missing")
+                        count_event(f"{EVENT}.image_missing")
                         notes.append(f"image {im.id}: {why}; caption only")
                     else:
                         parts.append(part)
@@ -376,31 +373,40 @@ class Orchestrator:
                                      f"Question image: {qcap}\n" if qcap else "")
         content = [{"type": "text", "text": user}, *parts] if parts else user
         msgs = [{"role": "system", "content": prompts.DELEGATE_SYSTEM}, {"role": "user", "content": content}]
-        llm = self.pool.llm(route)
-        rec.delegated = True
+        llm = self.pool.llm(route, self.env)
         try:
             out = await asyncio.wait_for(
-                llm.complete(msgs, role="delegate", max_tokens=self.pool.profile.max_output_tokens, temperature=0.0),
+                llm.complete(msgs, role="delegate", max_tokens=self.pool.profile.max_output_tokens, temperature=0.0,
+                             budget=self.budget),
                 timeout=self.delegate_timeout_s)
+        except BudgetExceededError:  # not made (nothing spent); the next turn may only answer
+            count_event(f"{EVENT}.delegate_over_budget")
+            traj.stopped_by_budget = True
+            rec.error = "over budget"
+            rec.observation = f"error: {route} was not called: its cost could exceed the budget; answer now"
+            return rec
         except (asyncio.TimeoutError, LLMTimeoutError):
-            self._count(f"{EVENT}.delegate_timeout")
+            rec.delegated = True
+            count_event(f"{EVENT}.delegate_timeout")
             rec.error = "delegate timed out"
             rec.observation = f"error: {route} timed out; try again, another model or retrieve_memory"
             return rec
         except LLMError as e:
-            self._count(f"{EVENT}.delegate_error")
+            rec.delegated = True
+            count_event(f"{EVENT}.delegate_error")
             rec.error = f"delegate failed: {str(e)[:200]}"
             rec.observation = f"error: {route} failed ({str(e)[:200]}); try another model or retrieve_memory"
             return rec
+        rec.delegated = True
         rec.input_tokens, rec.output_tokens, rec.exact_usd = out.input_tokens, out.output_tokens, out.exact_usd
         findings = out.text.strip()
         if "<answer" in findings.lower() or "</answer" in findings.lower():
-            self._count(f"{EVENT}.delegate_answer_tag")
+            count_event(f"{EVENT}.delegate_answer_tag")
             rec.error = "delegate output contained an answer tag"
             rec.observation = f"error: {route}'s output contained an <answer> tag and was discarded"
             return rec
         if not findings:
-            self._count(f"{EVENT}.delegate_empty")
+            count_event(f"{EVENT}.delegate_empty")
             findings = "(no findings)"
         else:
             rec.evidence = findings
@@ -412,7 +418,7 @@ class Orchestrator:
         """Cut an observation to ``max_observation_tokens`` policy tokens (event ``mempilot.observation_truncated``)."""
         if self.policy.count_tokens(text) <= self.max_observation_tokens:
             return text
-        self._count(f"{EVENT}.observation_truncated")
+        count_event(f"{EVENT}.observation_truncated")
         while text and self.policy.count_tokens(text) > self.max_observation_tokens:
             text = text[: int(len(text) * 0.85)]
         return text + " [...]"
@@ -426,12 +432,12 @@ class Orchestrator:
         with use_ledger(Ledger()):
             try:
                 if self.constrained:
-                    out = await self.policy.complete(msgs, max_tokens=max_tokens, temperature=0.0,
+                    out = await self.policy.complete(msgs, role="probe", max_tokens=max_tokens, temperature=0.0,
                                                      json_schema=decision_schema([], [], allow_tools=False))
                     res = parse_json(out.text, expect="object")
                     ans = res.value.get("answer") if res.ok else None
                 else:
-                    out = await self.policy.complete([*msgs, {"role": "assistant", "content": "<answer>"}],
+                    out = await self.policy.complete([*msgs, {"role": "assistant", "content": "<answer>"}], role="probe",
                                                      max_tokens=max_tokens, temperature=0.0, stop=["</answer>"])
                     ans = out.text
             except LLMError:

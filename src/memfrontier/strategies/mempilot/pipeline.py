@@ -73,7 +73,8 @@ class MemPilot:
         max_observation_tokens, delegate_timeout_s: see :class:`Orchestrator`.
         rollout_key: mixed into the per-rollout permutation of tools and model cards.
         budget: a hard :class:`Budget` (or dict) of the strategy, combined with the caller's (the
-            tighter cap wins); ``max_usd`` / ``max_proxy_s`` end curation early (MemPilot prefs).
+            tighter cap wins); no call whose worst case could cross it is made, and curation ends
+            once a cap is reached (see :mod:`.orchestrator`).
         bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.views.compressed_bank.import_jsonl`) whose
             items of each scope are imported by :meth:`build`.
 
@@ -153,8 +154,9 @@ class MemPilot:
         from .views import DualView
 
         opts = {**self.options, **overrides}
+        policy = env.model(self.policy(env), "policy", stands_for=self.profile.policy_price_as)
         return Orchestrator(pool=self.pool(env), views=DualView(env.store, self.bank(env), self.bank_kind),
-                            policy=self.policy(env), prices=env.llm.prices, preference=preference, budget=budget, **opts)
+                            policy=policy, env=env, preference=preference, budget=budget, **opts)
 
     # -- Strategy protocol -----------------------------------------------------------------
     async def build(self, env: MemoryEnv, scope: Scope) -> None:

@@ -10,8 +10,10 @@ for ``model``, so a run's numbers have one source. Packaged profiles (``core/pri
 * ``local``  — the same 12 routes, cards, prices and latency profiles, every one *served by the
   embedded 270M model* (a clearly labelled stand-in so the whole loop runs offline).
 
-:class:`ModelPool` turns a profile into metered clients (one :class:`MeteredLLM` per route, priced
-as the route's model, role ``delegate``), built lazily so an unused remote route never connects.
+:class:`ModelPool` turns a profile into metered clients (one :class:`MeteredLLM` per route, made by
+:meth:`~memfrontier.strategies.base.MemoryEnv.model` as standing for the route's model: priced as
+that model unless the run prices every call as one model with ``price_as``; role ``delegate``),
+built lazily so an unused remote route never connects.
 Image pixels reach a route only when it lists the ``image`` modality and is not served by the
 text-only embedded model (:meth:`ModelPool.sees_pixels`); image parts sent to any other route are
 dropped before the call.
@@ -174,7 +176,7 @@ class ModelPool:
         unknown = sorted(set(self._backends) - set(self.profile.ids))
         if unknown:
             raise KeyError(f"backends for unknown routes: {', '.join(unknown)}")
-        self._clients: dict[str, MeteredLLM] = {}
+        self._clients: dict[str, _RouteClient] = {}
         prices.get(self.profile.policy_price_as)
         for r in self.profile.routes:
             prices.get(r.model)
@@ -206,14 +208,14 @@ class ModelPool:
                         api_key=key, timeout_s=self.profile.timeout_s, model_id=r.model,
                         extra_body={"usage": {"include": True}})
 
-    def llm(self, route_id: str) -> MeteredLLM:
-        """The metered client of ``route_id`` (priced and latency-profiled as the route's model).
-        Raises KeyError for an unknown route."""
+    def llm(self, route_id: str, env) -> MeteredLLM:
+        """The metered client of ``route_id``, made by ``env.model`` (a
+        :class:`~memfrontier.strategies.base.MemoryEnv`): priced and latency-profiled as the
+        route's model, or as the run's ``price_as``. Raises KeyError for an unknown route."""
         if route_id not in self._clients:
             r = self.profile.route(route_id)
-            self._clients[route_id] = MeteredLLM(_RouteClient(self._backend(r), self.sees_pixels(route_id)),
-                                                 self.prices, price_as=r.model)
-        return self._clients[route_id]
+            self._clients[route_id] = _RouteClient(self._backend(r), self.sees_pixels(route_id))
+        return env.model(self._clients[route_id], "delegate", stands_for=self.profile.route(route_id).model)
 
 
 __all__ = ["PROFILES", "ModelPool", "PoolProfile", "Route"]

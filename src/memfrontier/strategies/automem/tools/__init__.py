@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ....core.ledger import current_ledger
+from ....core.ledger import count_event
+from ....core.types import Budget
 from ....graph.backend import GraphBackend
 from ....llm.metered import MeteredLLM
 from ..actions import Action
@@ -27,10 +28,8 @@ from .rg import rg
 
 def count_events(obs: Observation) -> None:
     """Count ``obs.events`` on the current ledger (no-op without one)."""
-    ledger = current_ledger()
-    if ledger is not None:
-        for ev in obs.events:
-            ledger.count(f"automem.{obs.tool}.{ev}")
+    for ev in obs.events:
+        count_event(f"automem.{obs.tool}.{ev}")
 
 
 class Toolbox:
@@ -41,6 +40,7 @@ class Toolbox:
         graph: the scope's graph index, or None (``index_query`` then answers ``no_index``).
         dump_llm: the answer-side model ``dump`` calls (None: ``dump`` is unavailable).
         limits: the caps of every tool.
+        budget: the question's hard budget; a ``dump`` call that could cross it is not made.
     """
 
     def __init__(
@@ -50,7 +50,9 @@ class Toolbox:
         graph: GraphBackend | None = None,
         dump_llm: MeteredLLM | None = None,
         limits: ToolLimits | None = None,
+        budget: Budget | None = None,
     ):
+        self.budget = budget
         self.corpus = corpus
         self.graph = graph
         self.dump_llm = dump_llm
@@ -69,7 +71,7 @@ class Toolbox:
             if self.dump_llm is None:
                 obs = Observation.failure("dump", "unavailable", "dump is not available here")
             else:
-                obs = await dump(self.corpus, action.ids, question, self.dump_llm, lim)
+                obs = await dump(self.corpus, action.ids, question, self.dump_llm, lim, self.budget)
         else:
             obs = Observation.failure("planner", "unknown_tool", f"unknown tool {action.tool!r}")
         count_events(obs)

@@ -6,11 +6,14 @@ fits ``min(dump_max_tokens, context window - answer tokens - 256)`` tokens of th
 otherwise the observation is a ``too_large`` error telling the planner to dump a record set. The
 reply is JSON ``{"answer", "evidence"}``; cited ids that are not in the dumped set are dropped
 (and counted as ``bad_citation``). A reply that does not parse is a ``parse_error`` observation.
+A call whose worst case could cross the question's hard budget is not made: the observation is
+an ``over_budget`` error (and ``budget.call_refused.dump`` is counted).
 """
 
 from __future__ import annotations
 
-from ....core.ledger import current_ledger
+from ....core.ledger import BudgetExceededError, count_event
+from ....core.types import Budget
 from ....llm.metered import MeteredLLM
 from ....llm.parsing import parse_or_count
 from ..corpus import ScopedCorpus
@@ -22,9 +25,10 @@ PROMPT_RESERVE_TOKENS = 256
 
 
 async def dump(
-    corpus: ScopedCorpus, ids: list[str], question: str, llm: MeteredLLM, limits: ToolLimits | None = None
+    corpus: ScopedCorpus, ids: list[str], question: str, llm: MeteredLLM, limits: ToolLimits | None = None,
+    cost_budget: Budget | None = None,
 ) -> Observation:
-    """One ``dump`` call over ``ids`` (or the whole history) for ``question``."""
+    """One ``dump`` call over ``ids`` (or the whole history) for ``question``, held to ``cost_budget``."""
     lim = limits or ToolLimits()
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         return Observation.failure("dump", "bad_args", "'ids' must be a list of record ids (empty: whole history)")
@@ -61,13 +65,17 @@ async def dump(
         )
     if text is None:
         text = "\n".join(corpus.line(r) for r in records)
-    out = await llm.complete(
-        dump_messages(text, question),
-        role="dump",
-        max_tokens=lim.dump_answer_tokens,
-        temperature=0.0,
-        json_schema=DUMP_SCHEMA,
-    )
+    try:
+        out = await llm.complete(
+            dump_messages(text, question),
+            role="dump",
+            max_tokens=lim.dump_answer_tokens,
+            temperature=0.0,
+            json_schema=DUMP_SCHEMA,
+            budget=cost_budget,
+        )
+    except BudgetExceededError as e:
+        return Observation.failure("dump", "over_budget", f"dump not run: {e}; answer from what you have")
     res = parse_or_count(out.text, "parse_error.dump", expect="object")
     if not res.ok or not isinstance(res.value.get("answer"), str):
         return Observation.failure(
@@ -86,9 +94,8 @@ async def dump(
             bad += 1
     if bad:
         events.append("bad_citation")
-        ledger = current_ledger()
-        if ledger is not None and bad > 1:
-            ledger.count("automem.dump.bad_citation", bad - 1)  # the toolbox counts one per event
+        if bad > 1:
+            count_event("automem.dump.bad_citation", bad - 1)  # the toolbox counts one per event
     answer = res.value["answer"].strip() or "(empty)"
     lines = [
         f"dump answer over {len(records)} records: {answer}",
