@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
 import typing
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,8 +40,10 @@ class StrategyConfig(BaseModel):
     strategy: ClassVar[str] = ""
 
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None = None, /, **more: Any) -> "StrategyConfig":
-        """Validate ``options`` (Python or JSON values: paths and enum values may be strings).
+    def from_options(cls, options: dict[str, Any] | None = None, /, *, labels: dict[str, str] | None = None,
+                     **more: Any) -> "StrategyConfig":
+        """Validate ``options`` (Python or JSON values: paths and choices may be strings).
+        ``labels`` names a key in error messages (e.g. ``{"tiers": "--tiers"}`` for a CLI flag).
 
         Raises:
             StrategyConfigError: naming each bad key with what it accepts.
@@ -49,10 +52,10 @@ class StrategyConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            raise StrategyConfigError(cls._explain(e)) from None
+            raise StrategyConfigError(cls._explain(e, labels or {})) from None
 
     @classmethod
-    def _explain(cls, e: ValidationError) -> str:
+    def _explain(cls, e: ValidationError, labels: dict[str, str]) -> str:
         by_key: dict[str, list[dict]] = {}
         for err in e.errors():
             by_key.setdefault(str(err["loc"][0]) if err["loc"] else "", []).append(err)
@@ -67,10 +70,11 @@ class StrategyConfig(BaseModel):
             if not key:
                 parts.append(first["msg"].removeprefix("Value error, "))
             elif allowed and (isinstance(given, str) or all(x["type"] == "literal_error" for x in errs)):
-                parts.append(f"{key}={given!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+                name = cls.model_fields[key].title or labels.get(key, key)
+                parts.append(f"unknown {name} {given!r}; choose one of: {', '.join(map(str, allowed))}")
             else:
                 sub = ".".join(str(p) for p in first["loc"][1:] if not str(p).startswith(("literal[", "dict[")))
-                where = f"{key}.{sub}" if sub else key
+                where = labels.get(key, key) + (f".{sub}" if sub else "")
                 msg = first["msg"].removeprefix("Value error, ")
                 parts.append(f"{where}={given!r}: {msg}" if not isinstance(given, dict) else f"{where}: {msg}")
         return f"strategy {cls.strategy}: " + "; ".join(parts)
@@ -80,6 +84,35 @@ class StrategyConfig(BaseModel):
         """The values a ``Literal``-typed field accepts (``()`` for free-form fields)."""
         field = cls.model_fields.get(key)
         return _literal_values(field.annotation) if field is not None else ()
+
+    @classmethod
+    def parse_assignment(cls, text: str) -> tuple[tuple[str, ...], Any]:
+        """``"key=value"`` (``--set``) as ``(key path, value)``. The key may use ``-`` for ``_`` and
+        dots for a nested field (``budget.max_usd=0.01``); the value is read as YAML (``3``,
+        ``2.5``, ``true``, ``null``, ``[dense]``, ``{quality: 1, cost: 2}``), except that a number or
+        boolean given to a text-only field stays text (``rollout_key=7``).
+
+        Raises:
+            StrategyConfigError: no ``=``, or a key the config does not have (the keys are listed).
+        """
+        import yaml
+
+        key, sep, raw = text.partition("=")
+        path = tuple(p.strip().replace("-", "_") for p in key.split("."))
+        if not sep or not all(path):
+            raise StrategyConfigError(f"strategy {cls.strategy}: --set takes KEY=VALUE, got {text!r}")
+        field = cls.model_fields.get(path[0])
+        if field is None:
+            raise StrategyConfigError(f"strategy {cls.strategy}: unknown key {path[0]!r}; "
+                                      f"keys: {', '.join(cls.model_fields) or '(none)'}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if (len(path) == 1 and isinstance(value, (bool, int, float)) and not _accepts_scalar(field.annotation, value)
+                and {str, Path} & set(_leaves(field.annotation))):
+            value = raw
+        return path, value
 
     @classmethod
     def describe(cls) -> list[dict[str, Any]]:
@@ -117,8 +150,44 @@ def _literal_values(tp) -> tuple[Any, ...]:
     return out
 
 
+def _leaves(tp) -> tuple:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _leaves(typing.get_args(tp)[0])
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return tuple(x for a in typing.get_args(tp) for x in _leaves(a))
+    if origin is typing.Literal:
+        return tuple(type(v) for v in typing.get_args(tp))
+    return (tp,)
+
+
+def _accepts_scalar(tp, value) -> bool:
+    """Whether a field of type ``tp`` takes ``value``'s Python type (bool, int or float) as such."""
+    leaves = {origin if (origin := typing.get_origin(t)) else t for t in _leaves(tp)}
+    if isinstance(value, bool):
+        return bool in leaves
+    if isinstance(value, int):
+        return bool(leaves & {int, float})
+    return float in leaves
+
+
 def _type_name(tp) -> str:
-    if typing.get_origin(tp) is typing.Literal:
-        return " | ".join(repr(v) for v in typing.get_args(tp))
-    text = getattr(tp, "__name__", None) if typing.get_origin(tp) is None else None
-    return text or str(tp).replace("typing.", "").replace("pathlib.", "")
+    """A short readable type: ``int``, ``'low' | 'mid'``, ``path | None``, ``list of 'dense' | 'bm25'``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(v) for v in args)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin in (tuple, list):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "map" if not args else f"map {_type_name(args[0])} -> {_type_name(args[1])}"
+    if tp is type(None):
+        return "None"
+    if isinstance(tp, type) and issubclass(tp, Path):
+        return "path"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "map {" + ", ".join(tp.model_fields) + "}"
+    return getattr(tp, "__name__", str(tp))

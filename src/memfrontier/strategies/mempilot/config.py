@@ -49,7 +49,7 @@ class MemPilotConfig(StrategyConfig):
 
     pool: PoolName | Path = Field("local", description="Model pool: local | table3 | a pool YAML (Sec. 3.2, Table 3).")
     preference: PreferencePreset | PreferenceWeights | None = Field(
-        None, description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
+        None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
         "default: the caller's preference (perf in evaluation).")
     answer_mode: AnswerMode = Field("decoupled", description="Who answers (Sec. 3.3).")
     bank: BankKind = Field("compressed", description="Which memory bank the Retrieve tool reads (Sec. 3.1); "
