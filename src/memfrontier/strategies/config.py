@@ -72,8 +72,10 @@ class StrategyConfig(BaseModel):
             elif allowed and (isinstance(given, str) or all(x["type"] == "literal_error" for x in errs)):
                 name = cls.model_fields[key].title or labels.get(key, key)
                 parts.append(f"unknown {name} {given!r}; choose one of: {', '.join(map(str, allowed))}")
-            else:
-                sub = ".".join(str(p) for p in first["loc"][1:] if not str(p).startswith(("literal[", "dict[")))
+            else:  # a union reports one error per member: the one that is not a choice explains best
+                first = next((x for x in errs if x["type"] != "literal_error"), first)
+                given = first.get("input")
+                sub = ".".join(str(p) for p in first["loc"][1:] if "[" not in str(p) and not str(p)[:1].isupper())
                 where = labels.get(key, key) + (f".{sub}" if sub else "")
                 msg = first["msg"].removeprefix("Value error, ")
                 parts.append(f"{where}={given!r}: {msg}" if not isinstance(given, dict) else f"{where}: {msg}")
