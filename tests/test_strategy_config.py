@@ -194,9 +194,9 @@ def test_ask_build_builds_the_view_reports_its_cost_and_then_answers(tmp_path):
     run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
     args = ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", "mempilot",
             "--set", "compressor=offline", "--set", "max_rounds=1", "--json"]
-    res = CliRunner(mix_stderr=False).invoke(app, args + ["--build"])
+    res = CliRunner().invoke(app, args + ["--build"])
     assert res.exit_code == 0, res.output
     assert "built the mempilot view: 0 calls" in res.stderr  # offline compression calls no model
     assert json.loads(res.stdout)["strategy"] == "mempilot"
-    res = CliRunner(mix_stderr=False).invoke(app, args)  # built now: no refusal, nothing rebuilt
+    res = CliRunner().invoke(app, args)  # built now: no refusal, nothing rebuilt
     assert res.exit_code == 0 and "built the" not in res.stderr

@@ -40,7 +40,8 @@ from ..strategies.automem.corpus import ScopedCorpus
 from ..strategies.automem.tools import ToolLimits, index_query, read, rg
 
 LOOPBACK_NAMES = ("localhost",)
-ASK_STRATEGIES = ("rag", "longctx", "automem")
+#: Strategies the MCP ``ask`` tool answers with.
+AskStrategy = Literal["rag", "longctx", "automem"]
 
 ScopeField = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 
@@ -181,7 +182,7 @@ class IndexQueryArgs(ScopeArgs):
 
 class AskArgs(ScopeArgs):
     question: Annotated[str, Field(min_length=1, max_length=2000)]
-    strategy: Literal["rag", "longctx", "automem"] = "rag"
+    strategy: AskStrategy = "rag"
     single_pass: bool = False
     max_usd: Annotated[float | None, Field(gt=0, description="Hard USD cap of this question.")] = None
     options: Annotated[dict[str, Any] | None, Field(description="Options of the strategy's config "

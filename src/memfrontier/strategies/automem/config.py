@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ...graph import BACKENDS
 from ..config import Int, StrategyConfig
 from .tools.limits import ToolLimits
 
@@ -18,7 +19,7 @@ class AutoMEMConfig(StrategyConfig):
     single_pass: bool = Field(False, description="The single-pass variant (Sec. 4.3): one plan of parallel "
                               "tool calls, no judge, no dump (k_max = 1).")
     k_max: Int = Field(3, ge=1, description="Plan -> execute -> judge rounds at most (Sec. 4.2).")
-    graph: Literal["ladybug", "neo4j", "none"] = Field(
+    graph: Literal[(*BACKENDS, "none")] = Field(
         "ladybug", description="Graph index backend queried with Cypher (none: no index_query tool).")
     window_turns: Int = Field(20, ge=1, description="Turns per note window when building the graph index (Sec. 5).")
     planner_llm: str | None = Field(None, description="The planner model; default the run's --llm.")

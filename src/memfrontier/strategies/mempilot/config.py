@@ -8,7 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ...views.compressed_bank import KINDS
 from ..config import Float, Int, StrategyConfig
+from .pool import PROFILES
 
 #: Named preferences lambda = (lambda_Q, lambda_C, lambda_L) (Sec. 4.4; values in core.types.Preference.preset).
 PreferencePreset = Literal["perf", "balanced", "cost"]
@@ -17,9 +19,9 @@ PRESETS: tuple[str, ...] = typing.get_args(PreferencePreset)
 AnswerMode = Literal["decoupled", "policy"]
 ANSWER_MODES: tuple[str, ...] = typing.get_args(AnswerMode)
 #: compressed: the bank built from the raw chunks by compression (Sec. 3.1); imported: a JSONL bank.
-BankKind = Literal["compressed", "imported"]
+BankKind = Literal[KINDS]
 #: The packaged model pools (local: the embedded model behind every route; table3: Table 3, OpenRouter).
-PoolName = Literal["local", "table3"]
+PoolName = Literal[PROFILES]
 
 
 class PreferenceWeights(BaseModel):
