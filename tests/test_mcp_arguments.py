@@ -103,3 +103,5 @@ def test_memory_search_checks_k(store_path, tmp_path):
         for bad in (2.5, "2", True, 0):
             with pytest.raises(ValueError, match=rf"k must be an integer >= 1, got {bad!r}"):
                 mem.search("Lisbon", user_id="ana", k=bad)
+        with pytest.raises(ValueError, match=r"strategy rag: k=2.5: Input should be a valid integer"):
+            mem.ask("Where?", user_id="ana", strategy="rag", strategy_options={"k": 2.5})

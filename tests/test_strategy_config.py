@@ -76,6 +76,9 @@ def test_config_rules_of_the_papers():
         MemPilotConfig.from_options({"preference": {"cost": -1}})
     with pytest.raises(StrategyConfigError, match="strategy mempilot: pool: 'nowhere.yaml' is neither"):
         MemPilotConfig.from_options({"pool": "nowhere.yaml"})
+    with pytest.raises(StrategyConfigError, match="strategy automem: unknown key 'limits.rg_max_hitz'"):
+        strategy_config("automem", limits={"rg_max_hitz": 3})
+    assert get_strategy("automem", limits={"rg_max_hits": 3}).limits.rg_max_hits == 3
     with pytest.raises(StrategyConfigError, match="expected RagConfig"):
         strategy_config("rag", BudgetMemConfig())
 

@@ -63,7 +63,10 @@ class StrategyConfig(BaseModel):
         for key, errs in by_key.items():
             first = errs[0]
             if first["type"] == "extra_forbidden":
-                parts.append(f"unknown key {key!r}; keys: {', '.join(cls.model_fields) or '(none)'}")
+                if len(first["loc"]) > 1:  # inside a nested option (e.g. limits, budget)
+                    parts.append(f"unknown key {'.'.join(map(str, first['loc']))!r}")
+                else:
+                    parts.append(f"unknown key {key!r}; keys: {', '.join(cls.model_fields) or '(none)'}")
                 continue
             allowed = cls.allowed(key)
             given = first.get("input")
