@@ -2,6 +2,7 @@
 the embedded Gemma 3 270M answerer -> metrics, ledger and result files."""
 
 import asyncio
+import hashlib
 import json
 
 import pytest
@@ -91,6 +92,8 @@ def test_eval_writes_results_and_resumes(tmp_path):
     assert prov["data_sha256"] == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
     assert prov["answer_model"] == "gemma-3-270m-q4_k_m" and prov["seed"] == 42
     assert prov["price_book_version"] and prov["prompt_versions"]["answerer"]
+    assert prov["strategy_config"] == {}  # oracle has no options
+    assert prov["strategy_config_hash"] == hashlib.sha256(b'{"strategy":"oracle"}').hexdigest()[:16]
     assert set(summary["amortized_usd_per_question"]) == {"1", "10", "50", "100", "314", "inf"}
     assert summary["metrics"]["all (1-4)"]["n_questions"] == 4
 

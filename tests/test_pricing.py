@@ -35,7 +35,7 @@ from memfrontier.eval.judge import make_judge
 from memfrontier.llm.base import Completion
 from memfrontier.llm.metered import MESSAGE_OVERHEAD_TOKENS, MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
-from memfrontier.strategies import STRATEGIES, MemoryEnv, get_strategy
+from memfrontier.strategies import STRATEGIES, MemoryEnv, get_strategy, strategy_class
 from memfrontier.strategies.mempilot.pool import ModelPool, PoolProfile, Route
 from memfrontier.strategies.mempilot.prompts import DELEGATE_SYSTEM
 
@@ -153,16 +153,17 @@ def pool_profile() -> PoolProfile:
 
 
 def strategy(name: str, client: Scripted, env: MemoryEnv):
-    """``name`` configured so that its model calls happen, every client made by ``env.model``."""
+    """``name`` configured so that its model calls happen, every client made by ``env.model``.
+    Runtime clients are constructor arguments, not config values, hence the class itself."""
     if name == "budgetmem":  # the capacity tiers on spec-less clients: the path that used to drop price_as
-        return get_strategy(name, tiering="capacity", tiers="high",
-                            tiering_options={"models": {t: client for t in ("low", "mid", "high")}})
+        return strategy_class(name)(tiering="capacity", tiers="high",
+                                    tiering_options={"models": {t: client for t in ("low", "mid", "high")}})
     if name == "memorycpt":
-        return get_strategy(name, episodic_k=2, semantic_k=2, summarizer_llm=client)
+        return strategy_class(name)(episodic_k=2, semantic_k=2, summarizer_llm=client)
     if name == "automem":
-        return get_strategy(name, graph="none", planner_llm=client, judge_llm=client)
+        return strategy_class(name)(graph="none", planner_llm=client, judge_llm=client)
     if name == "mempilot":
-        s = get_strategy(name, pool=pool_profile(), policy=client, compressor="offline", constrained=False)
+        s = strategy_class(name)(pool=pool_profile(), policy=client, compressor="offline", constrained=False)
         s._pool = ModelPool(s.profile, env.prices, backends={"model_txt": client})
         return s
     return get_strategy(name)

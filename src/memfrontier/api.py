@@ -25,7 +25,7 @@ from .llm import make_llm
 from .llm.base import ChatClient
 from .llm.metered import MeteredLLM
 from .store.base import AddResult, MemoryStore
-from .strategies import MemoryEnv, Query, Strategy, get_strategy
+from .strategies import MemoryEnv, Query, Strategy, StrategyConfig, get_strategy
 
 
 class Answer(BaseModel):
@@ -43,6 +43,13 @@ class Answer(BaseModel):
 
 def _scope(user_id, agent_id, run_id) -> Scope:
     return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+
+def _positive_int(name: str, value) -> int:
+    """``value`` when it is an int >= 1 (not a bool); else ValueError naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
 
 
 def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp: str | None) -> list[Record]:
@@ -122,6 +129,9 @@ class AsyncMemory:
         return await asyncio.to_thread(self.store.add, records)
 
     async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10) -> list[Hit]:
+        """The top-``k`` chunks of the scope (hybrid search). Raises ValueError for a ``k`` that is
+        not an integer >= 1 (``2.5``, ``"2"``, ``True``)."""
+        k = _positive_int("k", k)
         return await asyncio.to_thread(self.store.search, query, _scope(user_id, agent_id, run_id), k)
 
     async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None) -> Ledger:
@@ -132,14 +142,19 @@ class AsyncMemory:
         return ledger
 
     async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,
-                  strategy: str | Strategy = "rag", preference: Preference | str | None = None,
+                  strategy: str | Strategy = "rag", strategy_options: StrategyConfig | dict | None = None,
+                  preference: Preference | str | None = None,
                   budget: Budget | None = None, question_date: str | None = None,
                   gold_evidence_ids: list[str] | None = None, ledger: Ledger | None = None) -> Answer:
         """Answer ``question`` from the scope's memory with ``strategy``; usage covers every call made.
 
-        ``gold_evidence_ids`` is only read by the ``oracle`` strategy.
+        ``strategy_options``: the named strategy's config or its options (e.g. ``{"k": 3}``; see
+        ``memfrontier config STRATEGY``); ValueError names a rejected option. ``gold_evidence_ids``
+        is only read by the ``oracle`` strategy.
         """
-        strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        if strategy_options is not None and not isinstance(strategy, str):
+            raise ValueError("strategy_options apply to a strategy given by name")
+        strat = get_strategy(strategy, strategy_options) if isinstance(strategy, str) else strategy
         pref = Preference.preset(preference) if isinstance(preference, str) else (preference or Preference())
         budget = budget or Budget()
         ledger = ledger or Ledger()

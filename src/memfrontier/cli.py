@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import os
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -20,6 +24,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from .strategies import STRATEGIES
+
 app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
                   no_args_is_help=True, add_completion=False)
 # Logs and CI are not terminals: render tables wide there rather than cutting numbers.
@@ -28,9 +34,6 @@ err = Console(stderr=True)
 
 LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
             "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
-TIERINGS = ("implementation", "reasoning", "capacity")
-TIER_NAMES = ("low", "mid", "high")
-MEMORYCPT_ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
 
 train_app = typer.Typer(help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
 sweep_app = typer.Typer(help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
@@ -50,6 +53,22 @@ OPT_ALLOW_UNPRICED = typer.Option(False, help="Record calls to models missing fr
 OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
 OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
 OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all")
+STRATEGY_HELP = " | ".join(STRATEGIES)
+
+
+def _strategy_name(value: str) -> str:
+    if value not in STRATEGIES:
+        raise typer.BadParameter(f"unknown strategy {value!r}; choose one of: {', '.join(STRATEGIES)}")
+    return value
+
+
+OPT_STRATEGY = typer.Option("rag", parser=_strategy_name, metavar="STRATEGY",
+                            help=f"{STRATEGY_HELP}. Options of each: `memfrontier config STRATEGY`.")
+OPT_SET = typer.Option(None, "--set", metavar="KEY=VALUE",
+                       help="A strategy-config option (repeatable; value read as YAML, nested keys with dots: "
+                            "--set k=3 --set budget.max_usd=0.001). `memfrontier config STRATEGY` lists the keys.")
+OPT_STRATEGY_CONFIG = typer.Option(None, "--strategy-config", metavar="FILE",
+                                   help="A YAML or JSON file of strategy-config options (--set overrides it).")
 
 
 def _fail(msg: str, code: int = 2):
@@ -61,11 +80,234 @@ def _known_errors():
     from .answerer import BudgetExceededError
     from .core.pricebook import UnpricedModelError
     from .eval.datasets import DatasetError
+    from .eval.fallbacks import FallbackError
     from .eval.runner import RunMismatchError
     from .llm.base import LLMError
     from .store.base import StoreError
+    from .strategies import ViewNotBuiltError
 
-    return (BudgetExceededError, UnpricedModelError, DatasetError, RunMismatchError, LLMError, StoreError, FileNotFoundError, ValueError)
+    return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
+            StoreError, ViewNotBuiltError, FileNotFoundError, ValueError)
+
+
+@contextmanager
+def known_errors(bar=None, extra: tuple[type[BaseException], ...] = ()):
+    """The one error handler of every command: a known error (budget, unpriced model, store, data,
+    model, unbuilt view, bad value) becomes ``error: <message>`` on stderr and exit code 2; the
+    progress ``bar`` (if any) is stopped first. Anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except (*_known_errors(), *extra) as e:
+        if bar is not None:
+            bar.stop()
+        _fail(str(e), code=3 if type(e).__name__ == "FallbackError" else 2)
+
+
+# --- the run block shared by eval and the sweeps ------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """One command-line parameter added to several commands (name, type, typer option)."""
+
+    name: str
+    annotation: Any
+    option: Any
+
+
+def run_params(out: Path, out_help: str) -> list[Param]:
+    """The run options of ``eval`` and every ``sweep`` (one definition). Adding a run option is one
+    row here and the field of the same name on :class:`~memfrontier.eval.runner.EvalConfig`."""
+    return [
+        Param("dataset", str, OPT_DATASET),
+        Param("split", str, OPT_SPLIT),
+        Param("limit", Optional[int], typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all.")),
+        Param("llm", str, OPT_LLM),
+        Param("base_url", Optional[str], OPT_BASE_URL),
+        Param("judge", bool, typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge.")),
+        Param("judge_llm", Optional[str], OPT_JUDGE_LLM),
+        Param("out", Path, typer.Option(out, help=out_help)),
+        Param("store", Optional[Path], typer.Option(None, help="Store directory, reused across runs (default OUT/store).")),
+        Param("data_root", Optional[Path], OPT_DATA_ROOT),
+        Param("seed", int, OPT_SEED),
+        Param("concurrency", int, OPT_CONCURRENCY),
+        Param("price_book", Optional[Path], OPT_PRICE_BOOK),
+        Param("allow_unpriced", bool, OPT_ALLOW_UNPRICED),
+        Param("price_as", Optional[str], OPT_PRICE_AS),
+        Param("allow_fallbacks", bool, typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role).")),
+        Param("fallback_threshold", float, typer.Option(0.05, min=0.0, max=1.0, help="Largest share of a role's calls that may fail or fall back.")),
+    ]
+
+
+class RunOptions(dict):
+    """The run block's values (dataset, split, limit, models, judge, out, store, data root, seed,
+    concurrency, pricing) as given on the command line."""
+
+    @property
+    def out(self) -> Path:
+        return self["out"]
+
+    @property
+    def dataset(self) -> str:
+        return self["dataset"]
+
+    def eval_config(self, strategy: str, strategy_options: dict | None = None):
+        from .eval.runner import EvalConfig
+
+        return EvalConfig(strategy=strategy, strategy_options=strategy_options or {}, **self)
+
+
+def with_params(params: list[Param], into: str, collect=dict):
+    """Append ``params`` to a command's parameters; the command receives their values gathered
+    by ``collect`` (a dict by default) as the keyword argument ``into``."""
+
+    def deco(fn):
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != into]
+        added = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.option, annotation=p.annotation)
+                 for p in params]
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            values = {p.name: kwargs.pop(p.name) for p in params}
+            return fn(*args, **kwargs, **{into: collect(values)})
+
+        wrapper.__signature__ = sig.replace(parameters=own + added)
+        del wrapper.__wrapped__  # typer must read the signature above, not the wrapped one
+        return wrapper
+
+    return deco
+
+
+def with_run_options(out: Path, out_help: str):
+    """Give a command the shared run block as ``run: RunOptions``."""
+    return with_params(run_params(out, out_help), "run", RunOptions)
+
+
+# --- strategy options: the strategy's config from --strategy-config, --set and deprecated flags ----
+@dataclass(frozen=True)
+class Alias:
+    """A deprecated per-strategy flag of ``eval``, kept for one release; it sets config ``key``."""
+
+    flag: str
+    key: str
+    strategies: tuple[str, ...]
+    annotation: Any
+    help: str
+    min: float | None = None
+
+
+ALIASES: tuple[Alias, ...] = (
+    Alias("--k", "k", ("rag", "budgetmem"), Optional[int], "rag / budgetmem: chunks to retrieve (default 8 / 5).", 1),
+    Alias("--router", "router", ("budgetmem",), Optional[Path], "budgetmem: a trained tier-router checkpoint."),
+    Alias("--lambda", "lam", ("budgetmem",), Optional[float], "budgetmem: the router's cost weight lambda (recorded).", 0),
+    Alias("--tiering", "tiering", ("budgetmem",), Optional[str], "budgetmem: implementation | reasoning | capacity."),
+    Alias("--tiers", "tiers", ("budgetmem",), Optional[str], "budgetmem without --router: one fixed tier low | mid | high."),
+    Alias("--module-topk", "module_topk", ("budgetmem",), Optional[int], "budgetmem: chunks the filter module keeps.", 1),
+    Alias("--episodic-k", "episodic_k", ("memorycpt",), Optional[int], "memorycpt: episodes RRF keeps.", 0),
+    Alias("--semantic-k", "semantic_k", ("memorycpt",), Optional[int], "memorycpt: facts RRF keeps.", 0),
+    Alias("--ablation", "ablation", ("memorycpt",), Optional[str], "memorycpt: none | no-qad | no-qar | no-fs."),
+    Alias("--construction-llm", "construction_llm", ("memorycpt",), Optional[str], "memorycpt: the QAD model."),
+    Alias("--summarizer-llm", "summarizer_llm", ("memorycpt",), Optional[str], "memorycpt: the Fine Summary model."),
+    Alias("--summarizer-adapter", "summarizer_adapter", ("memorycpt",), Optional[Path], "memorycpt: a LoRA-B adapter directory."),
+    Alias("--single-pass", "single_pass", ("automem",), bool, "automem: the single-pass variant."),
+    Alias("--preference", "preference", ("mempilot",), Optional[str], "mempilot: perf | balanced | cost, or weights 'Q,C,L'."),
+    Alias("--pool", "pool", ("mempilot",), Optional[str], "mempilot: local | table3 | a pool YAML."),
+    Alias("--answer-mode", "answer_mode", ("mempilot",), Optional[str], "mempilot: decoupled | policy."),
+    Alias("--adapter", "adapter", ("mempilot",), Optional[Path], "mempilot: a LoRA adapter from `train orchestrator`."),
+    Alias("--bank-file", "bank_file", ("mempilot",), Optional[Path], "mempilot: a JSONL imported as the memory bank."),
+    Alias("--max-usd", "budget.max_usd", ("mempilot",), Optional[float], "mempilot: hard USD cap per question.", 0),
+    Alias("--max-proxy-s", "budget.max_proxy_s", ("mempilot",), Optional[float], "mempilot: hard latency-proxy cap (s) per question.", 0),
+)
+DEPRECATED_PANEL = "Deprecated strategy flags (one release; use --set KEY=VALUE)"
+
+
+def _alias_param(a: Alias) -> Param:
+    decl = a.flag if a.annotation is not bool else f"{a.flag}/--no-{a.flag[2:]}"
+    name = a.flag[2:].replace("-", "_") if a.flag != "--lambda" else "lam"
+    opt = typer.Option(False if a.annotation is bool else None, decl, min=a.min, rich_help_panel=DEPRECATED_PANEL,
+                       help=f"{a.help} Deprecated: use --set {a.key}=VALUE.")
+    return Param(name, a.annotation, opt)
+
+
+STRATEGY_PARAMS = [Param("set_options", Optional[list[str]], OPT_SET),
+                   Param("strategy_config_file", Optional[Path], OPT_STRATEGY_CONFIG)]
+ALIAS_PARAMS = {a.flag: _alias_param(a) for a in ALIASES}
+
+
+def with_strategy_options(aliases: bool = False):
+    """Give a command ``--set`` / ``--strategy-config`` (and, for ``eval``, the deprecated flags)
+    as ``strategy_args: dict``; :func:`strategy_options` turns them into validated options."""
+    return with_params(STRATEGY_PARAMS + (list(ALIAS_PARAMS.values()) if aliases else []), "strategy_args")
+
+
+def _put(options: dict, path: tuple[str, ...], value) -> None:
+    for part in path[:-1]:
+        nested = options.get(part)
+        options[part] = nested = dict(nested) if isinstance(nested, dict) else {}
+        options = nested
+    options[path[-1]] = value
+
+
+def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:
+    """The validated options of ``strategy``'s config, from (in increasing precedence) the
+    ``--strategy-config`` file, ``fixed`` options of the command, the deprecated flags and
+    ``--set``. Exits 2 with a message naming the key (or flag) and the allowed values; a flag of
+    another strategy is refused. Returns the given options only (defaults stay implicit), as
+    JSON values, ready for :class:`~memfrontier.eval.runner.EvalConfig`."""
+    from .strategies import StrategyConfigError, strategy_class
+
+    cls = strategy_class(strategy).config_class
+    opts: dict = {}
+    labels: dict[str, str] = {}
+    with known_errors():
+        file = strategy_args.get("strategy_config_file")
+        if file is not None:
+            opts = _read_strategy_config_file(file, strategy)
+        for key, value in fixed.items():
+            if value is not None:
+                _put(opts, tuple(key.split(".")), value)
+        given = [(a, strategy_args[p.name]) for a in ALIASES if (p := ALIAS_PARAMS[a.flag]).name in strategy_args
+                 and strategy_args[p.name] not in (None, False)]
+        if wrong := [a.flag for a, _ in given if strategy not in a.strategies]:
+            targets = {s for a, _ in given if a.flag in wrong for s in a.strategies}
+            _fail(f"{', '.join(wrong)} apply to --strategy {' or '.join(sorted(targets))} only")
+        for a, value in given:
+            if a.key == "preference":
+                value = _parse_preference(value)
+            _put(opts, tuple(a.key.split(".")), str(value) if isinstance(value, Path) else value)
+            labels[a.key.split(".")[0]] = a.flag
+        for text in strategy_args.get("set_options") or ():
+            path, value = cls.parse_assignment(text)
+            _put(opts, path, value)
+            labels.pop(path[0], None)
+        try:
+            cfg = cls.from_options(opts, labels=labels)
+        except StrategyConfigError as e:
+            _fail(str(e))
+    if getattr(cfg, "router", None) is not None:
+        _check_router(cfg.router)
+    return cfg.model_dump(mode="json", include=set(opts))
+
+
+def _read_strategy_config_file(path: Path, strategy: str) -> dict:
+    """A YAML/JSON mapping of config options; an optional ``strategy`` key must name ``strategy``."""
+    import yaml
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--strategy-config {path}: no such file")
+    try:
+        data = yaml.safe_load(Path(path).read_text("utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"--strategy-config {path}: not YAML/JSON ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"--strategy-config {path}: expected a mapping of options, got {type(data).__name__}")
+    named = data.pop("strategy", strategy)
+    if named != strategy:
+        raise ValueError(f"--strategy-config {path} is for strategy {named!r}, not {strategy!r}")
+    return data
 
 
 def _check_router(path: Path) -> None:
@@ -76,82 +318,6 @@ def _check_router(path: Path) -> None:
         TierRouter.load(path)  # the CLI always embeds with MiniLM (384-d)
     except (FileNotFoundError, RouterCheckpointError) as e:
         _fail(str(e))
-
-
-def _memorycpt_options(strategy: str, *, episodic_k=None, semantic_k=None, ablation=None, construction_llm=None,
-                       summarizer_llm=None, summarizer_adapter=None) -> dict:
-    """MemoryCPT's constructor options from the eval/sweep flags; flags given to another strategy fail."""
-    opts = {"episodic_k": episodic_k, "semantic_k": semantic_k, "ablation": ablation,
-            "construction_llm": construction_llm, "summarizer_llm": summarizer_llm,
-            "summarizer_adapter": None if summarizer_adapter is None else str(summarizer_adapter)}
-    opts = {name: v for name, v in opts.items() if v is not None}
-    if opts and strategy != "memorycpt":
-        _fail(f"{', '.join('--' + n.replace('_', '-') for n in opts)} apply to --strategy memorycpt only")
-    if ablation is not None and ablation.replace("-", "_") not in MEMORYCPT_ABLATIONS:
-        _fail(f"unknown --ablation {ablation!r}; choose {', '.join(a.replace('_', '-') for a in MEMORYCPT_ABLATIONS)}")
-    if "ablation" in opts:
-        opts["ablation"] = ablation.replace("-", "_")
-    if summarizer_adapter is not None and not (Path(summarizer_adapter) / "adapter_config.json").is_file():
-        _fail(f"--summarizer-adapter {summarizer_adapter} is not a LoRA adapter directory (no adapter_config.json); "
-              "train one with `memfrontier train qar`")
-    return opts
-
-
-def _strategy_options(strategy: str, *, k, router, lam, tiering, tiers, module_topk) -> dict:
-    """Constructor options of the strategy from the eval flags; flags that do not apply fail."""
-    budgetmem = {"--router": router, "--lambda": lam, "--tiering": tiering, "--tiers": tiers, "--module-topk": module_topk}
-    given = [flag for flag, v in budgetmem.items() if v is not None]
-    if given and strategy != "budgetmem":
-        _fail(f"{', '.join(given)} apply to --strategy budgetmem only")
-    if k is not None and strategy not in ("rag", "budgetmem"):
-        _fail("--k applies to --strategy rag or budgetmem only")
-    if tiering is not None and tiering not in TIERINGS:
-        _fail(f"unknown --tiering {tiering!r}; choose {', '.join(TIERINGS)}")
-    if tiers is not None and tiers not in TIER_NAMES:
-        _fail(f"unknown --tiers {tiers!r}; choose {', '.join(TIER_NAMES)}")
-    if router is not None:
-        if tiers is not None:
-            _fail("give --router or --tiers, not both")
-        _check_router(router)
-    opts = {"k": k, "router": None if router is None else str(router), "lam": lam, "tiering": tiering,
-            "tiers": tiers, "module_topk": module_topk}
-    return {name: v for name, v in opts.items() if v is not None}
-
-
-def _automem_options(strategy: str, *, single_pass: bool) -> dict:
-    """automem constructor options from the eval flags (``--single-pass``)."""
-    if single_pass and strategy != "automem":
-        _fail("--single-pass applies to --strategy automem only")
-    return {"single_pass": True} if single_pass else {}
-
-
-def _mempilot_options(strategy: str, *, preference, pool, answer_mode, adapter, bank_file, max_usd, max_proxy_s) -> dict:
-    """mempilot constructor options from the eval flags; they fail for other strategies."""
-    flags = {"--preference": preference, "--pool": pool, "--answer-mode": answer_mode, "--adapter": adapter,
-             "--bank-file": bank_file, "--max-usd": max_usd, "--max-proxy-s": max_proxy_s}
-    given = [f for f, v in flags.items() if v is not None]
-    if given and strategy != "mempilot":
-        _fail(f"{', '.join(given)} apply to --strategy mempilot only")
-    if strategy != "mempilot":
-        return {}
-    from .strategies.mempilot import ANSWER_MODES, as_preference
-
-    try:
-        pref = _parse_preference(preference) if preference is not None else None
-        as_preference(pref)
-    except ValueError as e:
-        _fail(str(e))
-    if answer_mode is not None and answer_mode not in ANSWER_MODES:
-        _fail(f"unknown --answer-mode {answer_mode!r}; choose {' or '.join(ANSWER_MODES)}")
-    for flag, path in (("--adapter", adapter), ("--bank-file", bank_file)):
-        if path is not None and not Path(path).exists():
-            _fail(f"{flag} {path} does not exist")
-    budget = {k: v for k, v in (("max_usd", max_usd), ("max_proxy_s", max_proxy_s)) if v is not None}
-    opts = {"preference": pref, "pool": pool, "answer_mode": answer_mode,
-            "adapter": None if adapter is None else str(adapter),
-            "bank_file": None if bank_file is None else str(bank_file), "bank": "imported" if bank_file else None,
-            "budget": budget or None}
-    return {k: v for k, v in opts.items() if v is not None}
 
 
 def _parse_preference(text: str):
@@ -179,64 +345,49 @@ def _question_bar():
                     TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
 
 
-@app.command("eval")
-def eval_cmd(
-    dataset: str = OPT_DATASET,
-    split: str = OPT_SPLIT,
-    strategy: str = typer.Option("rag", help="longctx | rag | oracle | budgetmem | memorycpt | automem | mempilot"),
-    limit: Optional[int] = typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded). Default: all."),
-    llm: str = OPT_LLM,
-    base_url: Optional[str] = OPT_BASE_URL,
-    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
-    judge_llm: Optional[str] = OPT_JUDGE_LLM,
-    k: Optional[int] = typer.Option(None, min=1, help="rag / budgetmem: chunks to retrieve (default 8 / 5)."),
-    router: Optional[Path] = typer.Option(None, help="budgetmem: a trained tier-router checkpoint (e.g. router_best.pt from `train router`); it picks each module's tier per question."),
-    lam: Optional[float] = typer.Option(None, "--lambda", min=0, help="budgetmem: the cost weight lambda the router was trained with (recorded with the run)."),
-    tiering: Optional[str] = typer.Option(None, help="budgetmem: how tiers are realised: implementation (default) | reasoning | capacity."),
-    tiers: Optional[str] = typer.Option(None, help="budgetmem without --router: one fixed tier for every module: low | mid | high (default mid)."),
-    module_topk: Optional[int] = typer.Option(None, min=1, help="budgetmem: chunks the filter module keeps (default 5)."),
-    episodic_k: Optional[int] = typer.Option(None, min=0, help="memorycpt: episodes RRF keeps (default 20)."),
-    semantic_k: Optional[int] = typer.Option(None, min=0, help="memorycpt: facts RRF keeps (default 50)."),
-    ablation: Optional[str] = typer.Option(None, help="memorycpt: none | no-qad (build with the base model) | no-qar (plain dense top-k, no summary) | no-fs (RRF candidates, no summary)."),
-    construction_llm: Optional[str] = typer.Option(None, help="memorycpt: the QAD model, e.g. 'hf:runs/qad/merged' (the merged LoRA-A from `train qad`). Default: --llm."),
-    summarizer_llm: Optional[str] = typer.Option(None, help="memorycpt: the Fine Summary model, e.g. 'hf' or 'hf:runs/qad/merged'. Default: --llm ('hf' with --summarizer-adapter)."),
-    summarizer_adapter: Optional[Path] = typer.Option(None, help="memorycpt: a LoRA-B adapter directory from `train qar`."),
-    single_pass: bool = typer.Option(False, "--single-pass", help="automem: the single-pass variant (one plan of parallel tool calls, no judge, no dump)."),
-    preference: Optional[str] = typer.Option(None, help="mempilot: perf | balanced | cost, or weights 'Q,C,L' (default perf)."),
-    pool: Optional[str] = typer.Option(None, help="mempilot: model pool: local (every route served by the embedded model, a stand-in; default) | table3 (OpenRouter) | a pool YAML."),
-    answer_mode: Optional[str] = typer.Option(None, help="mempilot: decoupled (the answerer reads question + evidence; default) | policy (the policy's answer first)."),
-    adapter: Optional[Path] = typer.Option(None, help="mempilot: a LoRA adapter from `train orchestrator` (the policy then runs in transformers)."),
-    bank_file: Optional[Path] = typer.Option(None, help="mempilot: import this JSONL as the memory bank instead of compressing the chunks."),
-    max_usd: Optional[float] = typer.Option(None, min=0, help="mempilot: hard USD cap per question; curation ends once reached."),
-    max_proxy_s: Optional[float] = typer.Option(None, min=0, help="mempilot: hard latency-proxy cap (s) per question; curation ends once reached."),
-    out: Path = typer.Option(Path("runs/latest"), help="Output directory: predictions.jsonl, summary.json, store/."),
-    store: Optional[Path] = typer.Option(None, help="Store directory to reuse across runs (default OUT/store)."),
-    data_root: Optional[Path] = OPT_DATA_ROOT,
-    seed: int = OPT_SEED,
-    concurrency: int = OPT_CONCURRENCY,
-    price_book: Optional[Path] = OPT_PRICE_BOOK,
-    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
-    price_as: Optional[str] = OPT_PRICE_AS,
-    allow_fallbacks: bool = typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role)."),
-    fallback_threshold: float = typer.Option(0.05, min=0.0, max=1.0, help="Largest share of a role's calls that may fail or fall back."),
+@app.command("config")
+def config_cmd(
+    strategy: Optional[str] = typer.Argument(None, parser=_strategy_name, metavar="[STRATEGY]",
+                                             help=f"{STRATEGY_HELP} (default: every strategy)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fields as JSON."),
 ):
-    """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT."""
+    """The options of a strategy's config: key, type, default and meaning (for --set / --strategy-config)."""
+    from rich.table import Table
+
+    from .strategies import strategy_class
+
+    names = [strategy] if strategy else list(STRATEGIES)
+    if as_json:
+        console.print_json(data={n: strategy_class(n).config_class.describe() for n in names}, default=str)
+        return
+    for n in names:
+        cls = strategy_class(n).config_class
+        t = Table(title=f"{n} ({cls.__name__})", title_justify="left")
+        for col in ("key", "type", "default", "meaning"):
+            t.add_column(col, overflow="fold")
+        for row in cls.describe():
+            t.add_row(row["name"], row["type"], repr(row["default"]), row["doc"])
+        if not cls.model_fields:
+            t.add_row("-", "-", "-", "no options")
+        console.print(t)
+
+
+@app.command("eval")
+@with_strategy_options(aliases=True)
+@with_run_options(Path("runs/latest"), "Output directory: predictions.jsonl, summary.json, store/.")
+def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: dict):
+    """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT.
+
+    Strategy options come from the strategy's config: --set KEY=VALUE (repeatable) and/or
+    --strategy-config FILE; `memfrontier config STRATEGY` lists the keys, types and defaults.
+    """
     from .eval.fallbacks import FallbackError
     from .eval.reports.summary import construction_table, fallback_table, summary_table
-    from .eval.runner import EvalConfig, run_eval
+    from .eval.runner import run_eval
 
-    opts = _strategy_options(strategy, k=k, router=router, lam=lam, tiering=tiering, tiers=tiers, module_topk=module_topk)
-    opts |= _memorycpt_options(strategy, episodic_k=episodic_k, semantic_k=semantic_k, ablation=ablation,
-                               construction_llm=construction_llm, summarizer_llm=summarizer_llm,
-                               summarizer_adapter=summarizer_adapter)
-    opts |= _automem_options(strategy, single_pass=single_pass)
-    opts |= _mempilot_options(strategy, preference=preference, pool=pool, answer_mode=answer_mode, adapter=adapter,
-                              bank_file=bank_file, max_usd=max_usd, max_proxy_s=max_proxy_s)
-    cfg = EvalConfig(dataset=dataset, split=split, strategy=strategy, strategy_options=opts, limit=limit, llm=llm,
-                     base_url=base_url, judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root,
-                     seed=seed, concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced,
-                     price_as=price_as, allow_fallbacks=allow_fallbacks, fallback_threshold=fallback_threshold)
-    refused = None
+    with known_errors():
+        cfg = run.eval_config(strategy, strategy_options(strategy, strategy_args))
+    out = run.out
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
         f1s: list[float] = []
@@ -252,13 +403,12 @@ def eval_cmd(
                 f1s.append(info["row"]["f1"])
                 bar.update(task, advance=1, description=f"answering · mean F1 {sum(f1s) / len(f1s):.3f}")
 
-        try:
-            summary = asyncio.run(run_eval(cfg, on_progress=on_progress))
-        except FallbackError as e:
-            summary, refused = e.summary, str(e)
-        except _known_errors() as e:
-            bar.stop()
-            _fail(str(e))
+        refused = None
+        with known_errors(bar):
+            try:
+                summary = asyncio.run(run_eval(cfg, on_progress=on_progress))
+            except FallbackError as e:  # the run is written; it is shown, then refused
+                summary, refused = e.summary, str(e)
     console.print(summary_table(summary))
     console.print(fallback_table(summary))
     if any(c.get("calls") for c in summary.get("construction", {}).values()):
@@ -286,8 +436,10 @@ def eval_cmd(
 def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
     from rich.table import Table
 
+    from .strategies.budgetmem.config import TIERS
+
     t = Table(title=title)
-    cols = [*TIER_NAMES, *sorted({c for r in ratios.values() for c in r} - set(TIER_NAMES))]  # e.g. "rules"
+    cols = [*TIERS, *sorted({c for r in ratios.values() for c in r} - set(TIERS))]  # e.g. "rules"
     t.add_column("module")
     for tier in cols:
         t.add_column(tier, justify="right")
@@ -318,13 +470,11 @@ def train_qad_cmd(
     if not files or not all(f.is_file() for f in files):
         _fail(f"no SFT data at {data}; write it with `memfrontier export sft --store STORE --out {data}`")
     err.print(f"training LoRA-A on {len(files)} file(s): {', '.join(f.name for f in files)}")
-    try:
+    with known_errors(extra=(SFTDataError,)):
         res = train_lora_sft(files, out, base=base, rank=rank, alpha=lora_alpha, dropout=dropout, lr=lr,
                              cutoff_tokens=cutoff_tokens, epochs=epochs, max_steps=max_steps,
                              val_fraction=val_fraction, seed=seed,
                              on_progress=lambda event, **info: err.print(f"[dim]{event}[/dim] {info}"))
-    except (SFTDataError, *_known_errors()) as e:
-        _fail(str(e))
     console.print(f"{res.steps} steps on {res.n_train} samples ({res.n_val} validation, {res.n_too_long} too long) "
                   f"in {res.seconds:.0f}s; best validation loss {res.best_val_loss}")
     console.print(f"adapter: {res.adapter_dir}  merged: {res.merged_dir}  log: {res.train_log}")
@@ -359,24 +509,21 @@ def train_qar_cmd(
     from .train.qar import train_qar
 
     out = out or Path("runs/qar") / alpha_dir_name(alpha)
-    try:
+    with known_errors():
         convs = load_dataset(dataset, split, data_root=data_root)
         mem = AsyncMemory.open(store, llm=llm, base_url=base_url, price_book=price_book)
-    except _known_errors() as e:
-        _fail(str(e))
 
     def on_progress(event, **info):
         err.print(f"[dim]{event}[/dim] " + " ".join(f"{k}={v}" for k, v in info.items()))
 
-    try:
-        summary = train_qar(mem, convs=convs, out=out, dataset=dataset, sessions=sessions, max_questions=questions,
-                            alpha=alpha, base=base, construction_llm=construction_llm, max_steps=max_steps,
-                            num_generations=num_generations, beta=beta, lr=lr,
-                            max_completion_tokens=max_summary_tokens, seed=seed, on_progress=on_progress)
-    except _known_errors() as e:
-        _fail(str(e))
-    finally:
-        mem.close()
+    with known_errors():
+        try:
+            summary = train_qar(mem, convs=convs, out=out, dataset=dataset, sessions=sessions, max_questions=questions,
+                                alpha=alpha, base=base, construction_llm=construction_llm, max_steps=max_steps,
+                                num_generations=num_generations, beta=beta, lr=lr,
+                                max_completion_tokens=max_summary_tokens, seed=seed, on_progress=on_progress)
+        finally:
+            mem.close()
     res = summary["result"]
     for s in summary["steps"]:
         console.print(f"step {s['step']}: reward {s['reward_mean']:.3f}  F1 {s['f1_mean']:.3f}  "
@@ -434,10 +581,8 @@ def train_orchestrator_cmd(
         else:
             err.print(f"[dim]{event}[/dim] " + " ".join(f"{k}={v}" for k, v in info.items()))
 
-    try:
+    with known_errors():
         summary = asyncio.run(train_orchestrator(cfg, on_progress=on_progress))
-    except _known_errors() as e:
-        _fail(str(e))
     console.print(f"adapter: {summary['adapter_dir']} (use: eval --strategy mempilot --adapter {summary['adapter_dir']}); "
                   f"LoRA change ||Δφ||₂ = {summary['lora_delta_l2']:.4g}; {summary['seconds']:.0f}s")
 
@@ -476,6 +621,8 @@ def train_router_cmd(
 
     if reward not in ("f1", "judge"):
         _fail(f"unknown --reward {reward!r}; choose f1 or judge")
+    from .strategies.budgetmem.config import TIERINGS
+
     if tiering not in TIERINGS:
         _fail(f"unknown --tiering {tiering!r}; choose {', '.join(TIERINGS)}")
     out = out or Path("runs/budgetmem/routers") / router_dir_name(lam)
@@ -504,11 +651,8 @@ def train_router_cmd(
                 bar.update(task, description=f"update {r['update']}/{cfg.updates} · reward {r['mean_reward']:.3f} · "
                                              f"val {r['val_reward']:.3f}")
 
-        try:
+        with known_errors(bar):
             summary = asyncio.run(train_router(cfg, on_progress=on_progress))
-        except _known_errors() as e:
-            bar.stop()
-            _fail(str(e))
     console.print(_train_table(cfg.out / "train_log.jsonl"))
     console.print(tier_table(summary["final"]["val_tier_ratios"], title="validation tier selection ratio (last update, greedy)"))
     console.print(f"best update {summary['best_update']} (val reward {summary['best_val_reward']:.4f}); "
@@ -540,9 +684,14 @@ def _train_table(log_path: Path):
 
 
 def _run_sweep_with_progress(base, runs) -> list[dict]:
-    """Run a sweep's points (:func:`memfrontier.eval.sweeps.base.run_sweep`) under one progress bar."""
+    """Run a sweep's points (:func:`memfrontier.eval.sweeps.base.run_sweep`) under one progress bar;
+    every point's options are validated by the strategy's config before the first run starts."""
     from .eval.sweeps.base import run_sweep
+    from .strategies import strategy_config
 
+    with known_errors():
+        for r in runs:
+            strategy_config(base.strategy, r.options)
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
 
@@ -556,11 +705,8 @@ def _run_sweep_with_progress(base, runs) -> list[dict]:
             elif event == "question":
                 bar.update(task, advance=1, description=f"{info['run']}: answering")
 
-        try:
+        with known_errors(bar):
             return asyncio.run(run_sweep(base, runs, on_progress=on_progress))
-        except _known_errors() as e:
-            bar.stop()
-            _fail(str(e))
 
 
 def _print_sweep(title: str, rows: list[dict], cols: tuple[str, ...], written: dict) -> None:
@@ -576,54 +722,37 @@ def _print_sweep(title: str, rows: list[dict], cols: tuple[str, ...], written: d
 
 
 @sweep_app.command("budgetmem")
+@with_strategy_options()
+@with_run_options(Path("runs/budgetmem/sweep"), "Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png.")
 def sweep_budgetmem(
     lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_<L>/router_best.pt (skipped, and reported, when missing)."),
     ks: str = typer.Option("1,3,5,8,10", help="Comma-separated retrieval sizes K for the K sweep (empty: no K sweep)."),
     router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_<L>/ per lambda)."),
     k_router: Optional[Path] = typer.Option(None, help="K sweep with this router checkpoint instead of all-Mid fixed tiers."),
     k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
-    module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5)."),
-    tiering: Optional[str] = typer.Option(None, help="implementation (default) | reasoning | capacity; must match the routers' training."),
-    dataset: str = OPT_DATASET,
-    split: str = OPT_SPLIT,
-    limit: Optional[int] = typer.Option(None, min=1, help="Category-balanced slice of this many questions (seeded) per run. Default: all."),
-    llm: str = OPT_LLM,
-    base_url: Optional[str] = OPT_BASE_URL,
-    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge (a judge panel on the Pareto plot)."),
-    judge_llm: Optional[str] = OPT_JUDGE_LLM,
-    out: Path = typer.Option(Path("runs/budgetmem/sweep"), help="Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png."),
-    store: Optional[Path] = typer.Option(None, help="Store directory shared by every run (default OUT/store)."),
-    data_root: Optional[Path] = OPT_DATA_ROOT,
-    seed: int = OPT_SEED,
-    concurrency: int = OPT_CONCURRENCY,
-    price_book: Optional[Path] = OPT_PRICE_BOOK,
-    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
-    price_as: Optional[str] = OPT_PRICE_AS,
+    module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5; same as --set module_topk=N)."),
+    tiering: Optional[str] = typer.Option(None, help="implementation (default) | reasoning | capacity; must match the routers' training (same as --set tiering=...)."),
+    *, run: RunOptions, strategy_args: dict,
 ):
-    """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable."""
-    from .eval.runner import EvalConfig
+    """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable.
+    --set / --strategy-config options apply to every run."""
     from .eval.sweeps.base import plan_budgetmem_sweep, table_row, write_sweep_report
 
     lams = _float_list("--lambdas", lambdas)
     kvals = [int(v) for v in _float_list("--ks", ks)] if ks.strip() else []
     if any(v < 1 for v in kvals):
         _fail(f"--ks must be positive integers, got {ks!r}")
-    if tiering is not None and tiering not in TIERINGS:
-        _fail(f"unknown --tiering {tiering!r}; choose {', '.join(TIERINGS)}")
+    options = strategy_options("budgetmem", strategy_args, module_topk=module_topk, tiering=tiering)
     if k_router is not None:
         _check_router(k_router)
-    options = {name: v for name, v in (("module_topk", module_topk), ("tiering", tiering)) if v is not None}
     runs, missing = plan_budgetmem_sweep(lams, kvals, router_dir=router_dir, k=k, k_router=k_router, options=options)
     for p in missing:
         err.print(f"[yellow]skipped:[/yellow] no router checkpoint {p} (train one with `memfrontier train router --lambda ...`)")
     for r in runs:
         if "router" in r.options:
             _check_router(Path(r.options["router"]))
-    base = EvalConfig(dataset=dataset, split=split, strategy="budgetmem", limit=limit, llm=llm, base_url=base_url,
-                      judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
-                      concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
-    results = _run_sweep_with_progress(base, runs)
-    written = write_sweep_report(results, out, missing)
+    results = _run_sweep_with_progress(run.eval_config("budgetmem"), runs)
+    written = write_sweep_report(results, run.out, missing)
     _print_sweep(f"BudgetMem sweep ({len(results)} runs)", [table_row(r) for r in results],
                  ("run", "n", "f1", "judge", "usd_x1e4", "qpc"), written)
 
@@ -655,81 +784,51 @@ def export_sft_cmd(
 
 
 @sweep_app.command("mempilot")
+@with_strategy_options()
+@with_run_options(Path("runs/mempilot/sweep"), "Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png.")
 def sweep_mempilot(
     preferences: str = typer.Option("perf,balanced,cost", help="Presets and/or weights 'Q:C:L' (e.g. 'perf,balanced,cost,1:2:1'), comma-separated."),
     adapters: Optional[Path] = typer.Option(None, help="Folder with <preference>/adapter from `train orchestrator` (missing: the untrained policy)."),
-    pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | a YAML."),
-    dataset: str = OPT_DATASET,
-    split: str = OPT_SPLIT,
-    limit: Optional[int] = typer.Option(None, min=1, help="Questions per run (category-balanced, seeded). Default: all."),
-    llm: str = OPT_LLM,
-    base_url: Optional[str] = OPT_BASE_URL,
-    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
-    judge_llm: Optional[str] = OPT_JUDGE_LLM,
-    out: Path = typer.Option(Path("runs/mempilot/sweep"), help="Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png."),
-    store: Optional[Path] = typer.Option(None, help="Shared store directory (default OUT/store)."),
-    data_root: Optional[Path] = OPT_DATA_ROOT,
-    seed: int = OPT_SEED,
-    concurrency: int = OPT_CONCURRENCY,
-    price_book: Optional[Path] = OPT_PRICE_BOOK,
-    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
-    price_as: Optional[str] = OPT_PRICE_AS,
+    pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | a YAML (same as --set pool=...)."),
+    *, run: RunOptions, strategy_args: dict,
 ):
-    """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable."""
-    from .eval.runner import EvalConfig
+    """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable.
+    --set / --strategy-config options apply to every run."""
     from .eval.sweeps.mempilot import (
         plan_mempilot_sweep,
         table_row,
         write_mempilot_report,
     )
+    from .strategies import strategy_config
 
     prefs = []
     for item in (x.strip() for x in preferences.split(",") if x.strip()):
         parsed = _parse_preference(item.replace(":", ",")) if ":" in item else item
-        try:
-            from .strategies.mempilot import as_preference
-
-            as_preference(parsed)
-        except ValueError as e:
-            _fail(str(e))
+        with known_errors():
+            strategy_config("mempilot", preference=parsed)
         prefs.append(parsed)
     if not prefs:
         _fail("--preferences is empty")
-    runs = plan_mempilot_sweep(prefs, adapters=adapters, options={"pool": pool} if pool else {})
-    base = EvalConfig(dataset=dataset, split=split, strategy="mempilot", limit=limit, llm=llm, base_url=base_url,
-                      judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
-                      concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
-    results = _run_sweep_with_progress(base, runs)
-    written = write_mempilot_report(results, out, dataset)
-    _print_sweep(f"MemPilot preference sweep ({len(results)} runs, {dataset})", [table_row(r) for r in results],
+    runs = plan_mempilot_sweep(prefs, adapters=adapters, options=strategy_options("mempilot", strategy_args, pool=pool))
+    results = _run_sweep_with_progress(run.eval_config("mempilot"), runs)
+    written = write_mempilot_report(results, run.out, run.dataset)
+    _print_sweep(f"MemPilot preference sweep ({len(results)} runs, {run.dataset})", [table_row(r) for r in results],
                  ("label", "policy", "n", "f1", "usd_x1e4", "proxy_s", "delegate_calls", "image_accesses",
                   "retrieve_calls", "curate_calls"), written)
 
 
 @sweep_app.command("memorycpt")
+@with_strategy_options()
+@with_run_options(Path("runs/sweep-memorycpt"), "Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png.")
 def sweep_memorycpt(
     what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
     alphas: str = typer.Option("0.2,0.4,0.6,0.8,1.0", help="alpha values whose LoRA-B adapters to compare."),
     adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_<A>/adapter from `train qar --alpha A --out runs/qar/alpha_<A>`."),
-    construction_llm: Optional[str] = typer.Option(None, help="The QAD model for every run (e.g. 'hf:runs/qad/merged'); default --llm."),
-    dataset: str = OPT_DATASET,
-    split: str = OPT_SPLIT,
-    limit: Optional[int] = typer.Option(None, min=1, help="Questions per run (category-balanced, seeded). Default: all."),
-    llm: str = OPT_LLM,
-    base_url: Optional[str] = OPT_BASE_URL,
-    judge: bool = typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge."),
-    judge_llm: Optional[str] = OPT_JUDGE_LLM,
-    out: Path = typer.Option(Path("runs/sweep-memorycpt"), help="Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png."),
-    store: Optional[Path] = typer.Option(None, help="Shared store directory (default OUT/store)."),
-    data_root: Optional[Path] = OPT_DATA_ROOT,
-    seed: int = OPT_SEED,
-    concurrency: int = OPT_CONCURRENCY,
-    price_book: Optional[Path] = OPT_PRICE_BOOK,
-    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
-    price_as: Optional[str] = OPT_PRICE_AS,
+    construction_llm: Optional[str] = typer.Option(None, help="The QAD model for every run (e.g. 'hf:runs/qad/merged'); default --llm (same as --set construction_llm=...)."),
+    *, run: RunOptions, strategy_args: dict,
 ):
-    """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable."""
-    from .eval.runner import EvalConfig
+    """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable.
+    --set / --strategy-config options apply to every run."""
     from .eval.sweeps.memorycpt import (
         ABLATIONS,
         DEPTHS,
@@ -741,18 +840,16 @@ def sweep_memorycpt(
     chosen = {w.strip() for w in what.split(",") if w.strip()}
     if not chosen or chosen - {"depth", "ablation", "alpha"}:
         _fail(f"--what takes depth, ablation and/or alpha; got {what!r}")
+    options = strategy_options("memorycpt", strategy_args, construction_llm=construction_llm)
     runs, missing = plan(_float_list("--alphas", alphas) if "alpha" in chosen else [],
                          DEPTHS if "depth" in chosen else [], ABLATIONS if "ablation" in chosen else [],
-                         adapters=adapters, options={"construction_llm": construction_llm} if construction_llm else {})
+                         adapters=adapters, options=options)
     for p in missing:
         err.print(f"[yellow]skipped:[/yellow] no LoRA-B adapter {p}")
     if not runs:
         _fail("nothing to run")
-    base = EvalConfig(dataset=dataset, split=split, strategy="memorycpt", limit=limit, llm=llm, base_url=base_url,
-                      judge=judge, judge_llm=judge_llm, out=out, store=store, data_root=data_root, seed=seed,
-                      concurrency=concurrency, price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
-    results = _run_sweep_with_progress(base, runs)
-    written = write_memorycpt_report(results, out, missing)
+    results = _run_sweep_with_progress(run.eval_config("memorycpt"), runs)
+    written = write_memorycpt_report(results, run.out, missing)
     _print_sweep(f"MemoryCPT sweep ({len(results)} runs)", [table_row(r) for r in results],
                  ("kind", "label", "n", "f1", "usd_x1e4", "amortized_314_x1e4", "qpc"), written)
 
@@ -769,10 +866,8 @@ def score(
     from .eval.reports.summary import summary_table
     from .eval.scoring import score_file
 
-    try:
+    with known_errors():
         summary = score_file(file, dataset=dataset, out=out)
-    except _known_errors() as e:
-        _fail(str(e))
     console.print(summary_table(summary, title=f"scored {file.name} ({dataset})"))
     console.print(f"wrote {out / 'scored.jsonl'} and {out / 'summary.json'}")
 
@@ -792,7 +887,7 @@ def ingest(
 
     if (dataset is None) == (file is None):
         _fail("give exactly one of --dataset or --file")
-    try:
+    with known_errors():
         with Memory.open(store) as mem:
             if dataset:
                 from .eval.datasets import load_dataset
@@ -810,8 +905,6 @@ def ingest(
                 for sid, msgs in by_session.items():
                     res = mem.add(msgs, user_id=user_id, session_id=sid)
                     console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
-    except _known_errors() as e:
-        _fail(str(e))
 
 
 def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
@@ -841,11 +934,15 @@ def _existing_store(store: Path) -> Path:
 
 
 @app.command()
+@with_strategy_options()
 def ask(
     question: str = typer.Argument(...),
     store: Path = typer.Option(..., help="Store directory."),
     user_id: Optional[str] = typer.Option(None),
-    strategy: str = typer.Option("rag", help="longctx | rag | oracle"),
+    strategy: str = OPT_STRATEGY,
+    build: bool = typer.Option(False, "--build", help="Build the strategy's memory view (memorycpt, mempilot, automem) "
+                               "for this scope first when it is missing, and report what building cost. Without it, "
+                               "asking a strategy whose view was never built is refused."),
     llm: str = OPT_LLM,
     base_url: Optional[str] = typer.Option(None),
     preference: str = typer.Option("perf", help="perf | balanced | cost"),
@@ -855,18 +952,41 @@ def ask(
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = typer.Option(None, help="Price the calls as this price-book model."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole Answer as JSON."),
+    *, strategy_args: dict,
 ):
     """Answer one question from a store and print the answer with its cost."""
-    from .api import Memory
-    from .core.types import Budget
+    from .api import AsyncMemory
+    from .core.types import Budget, Scope
+    from .strategies import BUILT_VIEWS, ViewNotBuiltError, get_strategy, view_built
 
-    try:
-        with Memory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
-                         allow_unpriced=allow_unpriced, price_as=price_as) as mem:
-            ans = mem.ask(question, user_id=user_id, strategy=strategy, preference=preference,
-                          budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
-    except _known_errors() as e:
-        _fail(str(e))
+    options = strategy_options(strategy, strategy_args)
+    scope = Scope(user_id=user_id)
+
+    async def answer(mem):
+        strat = get_strategy(strategy, options)
+        built = None
+        if strategy in BUILT_VIEWS and not await asyncio.to_thread(view_built, strat, mem.env, scope):
+            if not build:
+                who = f" --user-id {user_id}" if user_id else ""
+                raise ViewNotBuiltError(
+                    f"the {strategy} memory view of this scope was never built, so the answer would come from no "
+                    f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
+                    f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
+            built = (await mem.build(strat, scope)).usage().construction
+        ans = await mem.ask(question, user_id=user_id, strategy=strat, preference=preference,
+                            budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
+        return ans, built
+
+    with known_errors():
+        mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
+                               allow_unpriced=allow_unpriced, price_as=price_as)
+        try:
+            ans, built = asyncio.run(answer(mem))
+        finally:
+            mem.close()
+    if built is not None:
+        err.print(f"built the {strategy} view: {built.calls} calls · {built.input_tokens} in / {built.output_tokens} out "
+                  f"tokens · ${built.usd:.8f} (USD, construction) · latency proxy {built.proxy_s:.2f}s")
     if as_json:
         console.print_json(ans.model_dump_json())
         return
@@ -889,11 +1009,9 @@ def search(
     """Hybrid (dense + BM25, RRF) search; prints the top chunks."""
     from .api import Memory
 
-    try:
+    with known_errors():
         with Memory.open(_existing_store(store)) as mem:
             hits = mem.search(query, user_id=user_id, k=k)
-    except _known_errors() as e:
-        _fail(str(e))
     if not hits:
         console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
     for i, h in enumerate(hits, 1):

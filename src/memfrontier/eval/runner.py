@@ -15,7 +15,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.cost import amortized_cost_usd
@@ -23,7 +23,7 @@ from ..core.jsonio import write_json_atomic
 from ..core.ledger import Ledger, use_ledger
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Conversation, Question, Scope
-from ..strategies import get_strategy
+from ..strategies import StrategyConfig, get_strategy, strategy_config
 from . import datasets
 from .fallbacks import (
     DEFAULT_THRESHOLD,
@@ -49,7 +49,10 @@ CHOICE_KEYS = ("tiers", "tiers_used")
 
 
 class EvalConfig(BaseModel):
-    """One evaluation run. ``strategy_options`` go to the strategy's constructor (e.g. ``{"k": 8}``)."""
+    """One evaluation run. ``strategy_options`` are the options of the strategy's config (e.g.
+    ``{"k": 8}`` for :class:`~memfrontier.strategies.rag.RagConfig`), given as a dict or as the
+    config itself; they are validated when the EvalConfig is made (a ValidationError names the
+    key and the allowed values)."""
 
     dataset: str = "locomo"
     split: str = "test"
@@ -73,6 +76,20 @@ class EvalConfig(BaseModel):
     #: ``allow_fallbacks``. Neither changes the run's results, so neither is part of its identity.
     allow_fallbacks: bool = False
     fallback_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
+
+    @field_validator("strategy_options", mode="before")
+    @classmethod
+    def _config_as_options(cls, v):
+        return v.as_json() if isinstance(v, StrategyConfig) else v
+
+    @model_validator(mode="after")
+    def _valid_strategy_options(self):
+        self.strategy_config()
+        return self
+
+    def strategy_config(self) -> StrategyConfig:
+        """The strategy's validated config (raises ValueError naming a rejected option)."""
+        return strategy_config(self.strategy, self.strategy_options)
 
     def identity(self) -> dict:
         """The fields that must match for a resumed run to be the same run. A strategy option that
@@ -174,7 +191,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
         price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
     judge = make_judge(mem, cfg.judge_llm, cfg.base_url) if cfg.judge else None
-    strategy = get_strategy(cfg.strategy, **cfg.strategy_options)
+    strategy = get_strategy(cfg.strategy, cfg.strategy_config())
     if not run_file.exists():  # only once the data, models and strategy are known to be valid
         write_json_atomic(run_file, cfg.identity())
 
@@ -282,6 +299,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
                              **({"judge": JUDGE_PROMPT_VERSION} if cfg.judge else {})},
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
             structured_output=_structured_output_modes(),
+            **_config_provenance(strategy),
         ),
     }
 
@@ -293,6 +311,14 @@ def _structured_output_modes() -> dict[str, str]:
 
     mod = sys.modules.get("memfrontier.llm.openai_compat")
     return mod.structured_output_modes() if mod is not None else {}
+
+
+def _config_provenance(strategy) -> dict:
+    """``strategy_config`` (every option, defaults included) and ``strategy_config_hash``."""
+    cfg = getattr(strategy, "config", None)
+    if cfg is None:
+        return {}
+    return {"strategy_config": cfg.as_json(), "strategy_config_hash": cfg.config_hash()}
 
 
 def _choices(rows: list[dict]) -> dict:

@@ -7,23 +7,27 @@ Tools (AutoMEM's memory tools, arXiv 2606.04315, Sec. 5, plus hybrid search and 
 * ``rg(patterns, ignore_case)`` - regular expressions over the scope's raw records.
 * ``read(ids)`` - full records by id.
 * ``index_query(cypher)`` - one read-only Cypher query on the scope's graph index.
-* ``ask(question, strategy, single_pass, max_usd)`` - an answer with its usage (tokens, USD).
+* ``ask(question, strategy, single_pass, max_usd, options)`` - an answer with its usage (tokens,
+  USD); ``options`` are the strategy config's (``memfrontier config STRATEGY``).
 
 Every tool takes the caller's scope (``user_id`` / ``agent_id`` / ``run_id``, at least one) and
 sees only that scope's records. A server started with a pinned scope (``--user-id`` ...) refuses
-calls that name another value for a pinned field and fills the pinned fields in. Arguments are
-validated against the tools' input schemas (types, lengths, ranges) by the SDK and again here;
-a bad argument or a tool error comes back as an error result (``isError``), never as a crash.
+calls that name another value for a pinned field and fills the pinned fields in. Each tool's
+arguments are one pydantic model (``extra="forbid"``, strict: ``k=2.5``, ``k="2"``, ``k=true`` and
+unknown names are refused) checked before the tool runs; the message names the parameter. A bad
+argument or a known error (budget, unpriced model, store, model) comes back as an error result
+(``isError``) with its message, never as a crash or a bare "Error executing tool".
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.types import Budget, Scope
 from ..strategies.automem.actions import (
@@ -36,7 +40,8 @@ from ..strategies.automem.corpus import ScopedCorpus
 from ..strategies.automem.tools import ToolLimits, index_query, read, rg
 
 LOOPBACK_NAMES = ("localhost",)
-ASK_STRATEGIES = ("rag", "longctx", "automem")
+#: Strategies the MCP ``ask`` tool answers with.
+AskStrategy = Literal["rag", "longctx", "automem"]
 
 ScopeField = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 
@@ -124,12 +129,15 @@ class MemoryService:
             return None
         return LadybugGraph(folder, read_only=True)
 
-    def strategy(self, name: str, single_pass: bool):
-        from ..strategies import get_strategy
+    def strategy(self, name: str, options: dict[str, Any] | None = None):
+        """The strategy ``name`` built from its config with ``options`` (cached per config;
+        raises ValueError naming a rejected option)."""
+        from ..strategies import get_strategy, strategy_config
 
-        key = (name, single_pass)
+        cfg = strategy_config(name, options or {})
+        key = (name, cfg.config_hash())
         if key not in self._strategies:
-            self._strategies[key] = get_strategy(name, single_pass=True) if single_pass else get_strategy(name)
+            self._strategies[key] = get_strategy(name, cfg)
         return self._strategies[key]
 
     def close(self) -> None:
@@ -137,12 +145,94 @@ class MemoryService:
             self._mem.close()
 
 
+class ScopeArgs(BaseModel):
+    """The caller's scope, taken by every tool (at least one id; pinned fields are filled in).
+    Tool arguments are strict: unknown names are refused, a number is never a bool or a string."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    user_id: ScopeField = None
+    agent_id: ScopeField = None
+    run_id: ScopeField = None
+
+
+class SearchArgs(ScopeArgs):
+    query: Annotated[str, Field(min_length=1, max_length=2000, description="What to look for.")]
+    k: Annotated[int, Field(ge=1, le=50, description="Chunks returned (1-50).")] = 5
+
+
+class RgArgs(ScopeArgs):
+    patterns: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=PATTERN_MAX_CHARS * 2)]],
+        Field(min_length=1, max_length=MAX_PATTERNS, description="Regular expressions (any may match)."),
+    ]
+    ignore_case: bool = True
+
+
+class ReadArgs(ScopeArgs):
+    ids: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=200)]],
+        Field(min_length=1, max_length=MAX_IDS, description="Record ids of the scope."),
+    ]
+
+
+class IndexQueryArgs(ScopeArgs):
+    cypher: Annotated[str, Field(min_length=1, max_length=CYPHER_MAX_CHARS * 5, description="One read-only Cypher query.")]
+
+
+class AskArgs(ScopeArgs):
+    question: Annotated[str, Field(min_length=1, max_length=2000)]
+    strategy: AskStrategy = "rag"
+    single_pass: bool = False
+    max_usd: Annotated[float | None, Field(gt=0, description="Hard USD cap of this question.")] = None
+    options: Annotated[dict[str, Any] | None, Field(description="Options of the strategy's config "
+                                                    "(see `memfrontier config STRATEGY`), e.g. {\"k\": 3}.")] = None
+
+
+def explain(tool: str, e: ValidationError) -> str:
+    """A ValidationError as one line naming each parameter, what was given and what is wanted."""
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "arguments"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{loc}: unknown parameter")
+        else:
+            parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
+    n = len(parts)
+    return f"{n} validation error{'s' if n > 1 else ''} for {tool}: " + "; ".join(parts)
+
+
+def _tool_errors() -> tuple[type[BaseException], ...]:
+    """Errors a tool reports with their own message (the caller can act on them)."""
+    from ..answerer import BudgetExceededError
+    from ..core.pricebook import UnpricedModelError
+    from ..llm.base import LLMError
+    from ..store.base import StoreError
+    from ..strategies import ViewNotBuiltError
+
+    return (BudgetExceededError, UnpricedModelError, LLMError, StoreError, ViewNotBuiltError, ValueError)
+
+
 def build_server(service: MemoryService):
-    """An ``MCPServer`` with the five tools bound to ``service``."""
+    """An ``MCPServer`` with the five tools bound to ``service``. Each tool's arguments are one
+    pydantic model (:class:`SearchArgs`, ...), checked before the tool runs; a known error
+    (budget, unpriced model, model, store, unbuilt view, bad value) comes back with its message."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server = MCPServer(
+    arg_models: dict[str, type[ScopeArgs]] = {}
+
+    class StrictServer(MCPServer):
+        async def call_tool(self, name, arguments, context=None):
+            model = arg_models.get(name)
+            if model is not None:
+                try:
+                    model.model_validate(arguments or {})
+                except ValidationError as e:
+                    raise ToolError(explain(name, e)) from None
+            return await super().call_tool(name, arguments, context)
+
+    server = StrictServer(
         "memfrontier",
         log_level="WARNING",
         instructions=(
@@ -152,33 +242,45 @@ def build_server(service: MemoryService):
         ),
     )
 
-    def scope_of(user_id, agent_id, run_id) -> Scope:
-        try:
-            return service.scope(user_id, agent_id, run_id)
-        except ValueError as e:
-            raise ToolError(str(e)) from None
+    def scoped_tool(model: type[ScopeArgs], description: str):
+        """Register ``handler(args, scope)`` as the tool named after it, with ``model``'s fields as
+        its parameters; the scope is resolved (and checked against the pinned one) once, here."""
+
+        def deco(handler):
+            async def tool(**kwargs) -> dict[str, Any]:
+                args = model.model_validate(kwargs, strict=False)
+                try:
+                    scope = service.scope(args.user_id, args.agent_id, args.run_id)
+                    return await handler(args, scope)
+                except ToolError:
+                    raise
+                except _tool_errors() as e:
+                    raise ToolError(str(e)) from None
+
+            tool.__name__ = handler.__name__
+            tool.__signature__ = inspect.Signature(
+                [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                   default=inspect.Parameter.empty if f.is_required() else f.default,
+                                   annotation=Annotated[(f.annotation, *f.metadata, Field(description=f.description))])
+                 for name, f in model.model_fields.items()],
+                return_annotation=dict[str, Any])
+            arg_models[handler.__name__] = model
+            server.tool(structured_output=True, description=description)(tool)
+            return handler
+
+        return deco
 
     def result(obs) -> dict[str, Any]:
         if not obs.ok:
             raise ToolError(obs.text.removeprefix("error: "))
         return {"text": obs.text, "record_ids": obs.record_ids, "truncated": obs.truncated}
 
-    @server.tool(
-        structured_output=True,
-        description="Hybrid (dense + BM25, RRF) search over the scope's memory; returns the top-k chunks.",
-    )
-    async def search(
-        query: Annotated[str, Field(min_length=1, max_length=2000)],
-        k: Annotated[int, Field(ge=1, le=50)] = 5,
-        user_id: ScopeField = None,
-        agent_id: ScopeField = None,
-        run_id: ScopeField = None,
-    ) -> dict[str, Any]:
-        scope = scope_of(user_id, agent_id, run_id)
-        if not query.strip():
+    @scoped_tool(SearchArgs, "Hybrid (dense + BM25, RRF) search over the scope's memory; returns the top-k chunks.")
+    async def search(args: SearchArgs, scope: Scope) -> dict[str, Any]:
+        if not args.query.strip():
             raise ToolError("query is empty")
         mem = await service.memory()
-        hits = await asyncio.to_thread(mem.store.search, query, scope, k)
+        hits = await asyncio.to_thread(mem.store.search, args.query, scope, args.k)
         return {
             "hits": [
                 {
@@ -193,83 +295,47 @@ def build_server(service: MemoryService):
             ]
         }
 
-    @server.tool(
-        structured_output=True,
-        description="Regular expressions over the scope's raw records: how many records match and the "
-        "matching lines with record id and date.",
-    )
-    async def rg(
-        patterns: Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=PATTERN_MAX_CHARS * 2)]],
-            Field(min_length=1, max_length=MAX_PATTERNS),
-        ],
-        ignore_case: bool = True,
-        user_id: ScopeField = None,
-        agent_id: ScopeField = None,
-        run_id: ScopeField = None,
-    ) -> dict[str, Any]:
-        scope = scope_of(user_id, agent_id, run_id)
+    @scoped_tool(RgArgs, "Regular expressions over the scope's raw records: how many records match and the "
+                 "matching lines with record id and date.")
+    async def rg(args: RgArgs, scope: Scope) -> dict[str, Any]:
         corpus = await service.corpus(scope)
-        return result(await asyncio.to_thread(_rg, corpus, patterns, ignore_case, service.limits))
+        return result(await asyncio.to_thread(_rg, corpus, args.patterns, args.ignore_case, service.limits))
 
-    @server.tool(structured_output=True, description="Full records of the scope by id.")
-    async def read(
-        ids: Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1, max_length=MAX_IDS)
-        ],
-        user_id: ScopeField = None,
-        agent_id: ScopeField = None,
-        run_id: ScopeField = None,
-    ) -> dict[str, Any]:
-        scope = scope_of(user_id, agent_id, run_id)
+    @scoped_tool(ReadArgs, "Full records of the scope by id.")
+    async def read(args: ReadArgs, scope: Scope) -> dict[str, Any]:
         corpus = await service.corpus(scope)
-        return result(await asyncio.to_thread(_read, corpus, ids, service.limits))
+        return result(await asyncio.to_thread(_read, corpus, args.ids, service.limits))
 
-    @server.tool(
-        structured_output=True,
-        description="One read-only Cypher query on the scope's graph index (Memory, Speaker, Topic; "
-        "SAID_BY, OF_TOPIC, FOLLOWS). Writes are rejected.",
-    )
-    async def index_query(
-        cypher: Annotated[str, Field(min_length=1, max_length=CYPHER_MAX_CHARS * 5)],
-        user_id: ScopeField = None,
-        agent_id: ScopeField = None,
-        run_id: ScopeField = None,
-    ) -> dict[str, Any]:
-        scope = scope_of(user_id, agent_id, run_id)
+    @scoped_tool(IndexQueryArgs, "One read-only Cypher query on the scope's graph index (Memory, Speaker, Topic; "
+                 "SAID_BY, OF_TOPIC, FOLLOWS). Writes are rejected.")
+    async def index_query(args: IndexQueryArgs, scope: Scope) -> dict[str, Any]:
         corpus = await service.corpus(scope)
         graph = service.graph(scope)
         try:
-            return result(await asyncio.to_thread(_index_query, graph, cypher, corpus, service.limits))
+            return result(await asyncio.to_thread(_index_query, graph, args.cypher, corpus, service.limits))
         finally:
             if graph is not None:
                 graph.close()
 
-    @server.tool(
-        structured_output=True,
-        description="Answer a question from the scope's memory; returns the answer, its evidence ids "
-        "and usage (calls, tokens, USD).",
-    )
-    async def ask(
-        question: Annotated[str, Field(min_length=1, max_length=2000)],
-        strategy: Literal["rag", "longctx", "automem"] = "rag",
-        single_pass: bool = False,
-        max_usd: Annotated[float | None, Field(default=None, gt=0)] = None,
-        user_id: ScopeField = None,
-        agent_id: ScopeField = None,
-        run_id: ScopeField = None,
-    ) -> dict[str, Any]:
-        scope = scope_of(user_id, agent_id, run_id)
-        if single_pass and strategy != "automem":
+    @scoped_tool(AskArgs, "Answer a question from the scope's memory; returns the answer, its evidence ids "
+                 "and usage (calls, tokens, USD). A strategy whose view was never built is refused.")
+    async def ask(args: AskArgs, scope: Scope) -> dict[str, Any]:
+        from ..strategies import ViewNotBuiltError, view_built
+
+        if args.single_pass and args.strategy != "automem":
             raise ToolError("single_pass applies to strategy 'automem' only")
         mem = await service.memory()
+        strategy = service.strategy(args.strategy, {**(args.options or {}), **({"single_pass": True} if args.single_pass else {})})
+        if not await asyncio.to_thread(view_built, strategy, mem.env, scope):
+            raise ViewNotBuiltError(f"the {args.strategy} memory view of this scope was never built; build it with "
+                                    f"`memfrontier ask --build --strategy {args.strategy} ...` before asking here")
         ans = await mem.ask(
-            question,
+            args.question,
             user_id=scope.user_id,
             agent_id=scope.agent_id,
             run_id=scope.run_id,
-            strategy=service.strategy(strategy, single_pass),
-            budget=Budget(max_usd=max_usd),
+            strategy=strategy,
+            budget=Budget(max_usd=args.max_usd),
         )
         q = ans.usage.query
         return {

@@ -1,27 +1,99 @@
-"""Strategies: f_mem(q, memory) -> m_q. ``get_strategy(name, **options)`` builds one by name."""
+"""Strategies: f_mem(q, memory) -> m_q. ``get_strategy(name, config=... or **options)`` builds one
+by name from its pydantic config (:mod:`.config`; one ``<Name>Config`` per strategy).
+
+The registry names the strategies without importing them: a strategy's package (and its
+dependencies) is imported the first time its class or config is asked for, so listing the names
+(e.g. for ``--help``) stays cheap.
+"""
 
 from __future__ import annotations
 
-from .automem.pipeline import AutoMem
-from .base import MemoryEnv, Query, Strategy
-from .budgetmem import BudgetMem
-from .longctx import LongContext
-from .memorycpt.pipeline import MemoryCPT
-from .mempilot import MemPilot
-from .oracle import Oracle
-from .rag import Rag
+from collections.abc import Iterator, Mapping
+from importlib import import_module
+from typing import Any
 
-STRATEGIES = {"longctx": LongContext, "rag": Rag, "oracle": Oracle, "budgetmem": BudgetMem,
-              "memorycpt": MemoryCPT, "mempilot": MemPilot, "automem": AutoMem}
+from .base import MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
+from .config import StrategyConfig, StrategyConfigError
+
+#: name -> (module under this package, class); the one list of strategies.
+_CLASSES: dict[str, tuple[str, str]] = {
+    "longctx": ("longctx", "LongContext"),
+    "rag": ("rag", "Rag"),
+    "oracle": ("oracle", "Oracle"),
+    "budgetmem": ("budgetmem.pipeline", "BudgetMem"),
+    "memorycpt": ("memorycpt.pipeline", "MemoryCPT"),
+    "mempilot": ("mempilot.pipeline", "MemPilot"),
+    "automem": ("automem.pipeline", "AutoMem"),
+}
+#: Config classes importable from this package (class name -> module).
+_CONFIGS: dict[str, str] = {
+    "LongContextConfig": "longctx", "RagConfig": "rag", "OracleConfig": "oracle",
+    "BudgetMemConfig": "budgetmem.config", "MemoryCPTConfig": "memorycpt.config",
+    "MemPilotConfig": "mempilot.config", "AutoMEMConfig": "automem.config",
+}
+#: Strategies whose memory view is built offline (``build``) before questions can be answered.
+BUILT_VIEWS = ("memorycpt", "mempilot", "automem")
 
 
-def get_strategy(name: str, **options) -> Strategy:
+class _Registry(Mapping):
+    """``STRATEGIES[name]`` -> the strategy class (imported on first access)."""
+
+    def __getitem__(self, name: str) -> type:
+        module, cls = _CLASSES[name]
+        return getattr(import_module(f"{__name__}.{module}"), cls)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_CLASSES)
+
+    def __len__(self) -> int:
+        return len(_CLASSES)
+
+
+STRATEGIES: Mapping[str, type] = _Registry()
+
+
+def __getattr__(name: str):  # the config classes, imported on first use (PEP 562)
+    if name in _CONFIGS:
+        return getattr(import_module(f"{__name__}.{_CONFIGS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def strategy_class(name: str) -> type:
     """Raises ValueError for an unknown name, listing the known ones."""
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(sorted(STRATEGIES))}") from None
-    return cls(**options)
+    if name not in _CLASSES:
+        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(sorted(_CLASSES))}")
+    return STRATEGIES[name]
 
 
-__all__ = ["MemoryEnv", "Query", "Strategy", "get_strategy", "STRATEGIES"]
+def strategy_config(name: str, config: StrategyConfig | dict[str, Any] | None = None, /,
+                    **options: Any) -> StrategyConfig:
+    """The validated config of strategy ``name`` from a config, a dict of options and/or keywords
+    (keywords override).
+
+    Raises:
+        ValueError: unknown strategy; :class:`StrategyConfigError` (a ValueError) for options the
+            config rejects (the message names the key and the allowed values), or a config of
+            another strategy.
+    """
+    cls = strategy_class(name).config_class
+    if isinstance(config, StrategyConfig):
+        if not isinstance(config, cls):
+            raise StrategyConfigError(f"strategy {name}: got a {type(config).__name__}, expected {cls.__name__}")
+        if not options:
+            return config
+        config = config.model_dump(exclude_unset=True)
+    return cls.from_options({**(config or {}), **options})
+
+
+def get_strategy(name: str, config: StrategyConfig | dict[str, Any] | None = None, /, **options: Any) -> Strategy:
+    """The strategy ``name`` built from its config (see :func:`strategy_config`); the instance
+    carries it as ``.config``. Raises ValueError (unknown name, rejected options)."""
+    cfg = strategy_config(name, config, **options)
+    strategy = strategy_class(name)(**cfg.options())
+    strategy.config = cfg
+    return strategy
+
+
+__all__ = ["MemoryEnv", "Query", "Strategy", "StrategyConfig", "StrategyConfigError", "ViewNotBuiltError",
+           "get_strategy", "strategy_class", "strategy_config", "view_built", "STRATEGIES", "BUILT_VIEWS",
+           *_CONFIGS]

@@ -129,3 +129,16 @@ class Strategy(Protocol):
         ...
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context: ...
+
+
+class ViewNotBuiltError(RuntimeError):
+    """The strategy reads a view (episodes, compressed bank, graph index) that was never built for
+    the scope: answering would read nothing. Build it first (``memfrontier ask --build`` or
+    ``memfrontier eval``)."""
+
+
+def view_built(strategy, env: MemoryEnv, scope: Scope) -> bool:
+    """Whether ``strategy``'s offline view exists for ``scope`` (True for strategies over raw
+    records, which have nothing to build)."""
+    check = getattr(strategy, "is_built", None)
+    return True if check is None else bool(check(env, scope))

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
 from .base import MemoryEnv, Query
+from .config import Int, StrategyConfig
+
+
+class LongContextConfig(StrategyConfig):
+    """Options of ``longctx`` (the full-context baseline)."""
+
+    strategy = "longctx"
+
+    max_context_tokens: Int | None = Field(None, ge=1, description="Token budget of the history (answer-model "
+                                           "tokens); default the answer model's window minus reserve_tokens.")
+    reserve_tokens: Int = Field(512, ge=0, description="Tokens kept free for the question, prompt and answer.")
 
 
 class LongContext:
@@ -14,6 +27,7 @@ class LongContext:
 
     name = "longctx"
     prompt_version = "longctx-v1"
+    config_class = LongContextConfig
 
     def __init__(self, max_context_tokens: int | None = None, reserve_tokens: int = 512):
         self.max_context_tokens = max_context_tokens

@@ -5,6 +5,13 @@ from __future__ import annotations
 from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
 from .base import MemoryEnv, Query
+from .config import StrategyConfig
+
+
+class OracleConfig(StrategyConfig):
+    """``oracle`` has no options: it reads the question's gold evidence records."""
+
+    strategy = "oracle"
 
 
 class Oracle:
@@ -14,6 +21,7 @@ class Oracle:
 
     name = "oracle"
     prompt_version = "oracle-v1"
+    config_class = OracleConfig
 
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         return None

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
 from .base import MemoryEnv, Query
+from .config import Int, StrategyConfig
+
+#: The store's retrievers, fused by RRF (k=60) when more than one is named.
+Retriever = Literal["dense", "bm25"]
+
+
+class RagConfig(StrategyConfig):
+    """Options of ``rag`` (the retrieval baseline of every paper's comparison)."""
+
+    strategy = "rag"
+
+    k: Int = Field(8, ge=1, description="Chunks retrieved (top-k after RRF fusion, k_RRF = 60).")
+    retrievers: tuple[Retriever, ...] = Field(("dense", "bm25"), min_length=1,
+                                              description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi).")
 
 
 class Rag:
@@ -12,6 +30,7 @@ class Rag:
 
     name = "rag"
     prompt_version = "rag-v1"
+    config_class = RagConfig
 
     def __init__(self, k: int = 8, retrievers: tuple[str, ...] = ("dense", "bm25")):
         if k < 1:

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.cost import COST_SCALE
-from ...strategies.budgetmem.router import MODULES, TIERS, router_dir_name
+from ...strategies.budgetmem.config import MODULES, TIERS
+from ...strategies.budgetmem.router import router_dir_name
 from .. import plots
 from ..runner import EvalConfig, run_eval
 
 LAMBDAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.9)
 KS: tuple[int, ...] = (1, 3, 5, 8, 10)
-FIXED_TIERS: tuple[str, ...] = ("low", "mid", "high")
+FIXED_TIERS: tuple[str, ...] = TIERS  # the all-Low / all-Mid / all-High baselines
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...core.cost import COST_SCALE
+from ...strategies.memorycpt.config import ABLATIONS
 from .. import plots
 from .base import SweepRun, overall, write_rows_csv
 
 ALPHAS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 DEPTHS: tuple[tuple[int, int], ...] = ((2, 5), (4, 10), (8, 20), (20, 50), (32, 80))
-ABLATIONS: tuple[str, ...] = ("none", "no_qad", "no_qar", "no_fs")
 SERIES = {"alpha": "LoRA-B (alpha)", "depth": "RRF depth", "ablation": "ablations"}
 
 

@@ -21,11 +21,10 @@ from pathlib import Path
 
 from ...core.cost import COST_SCALE
 from ...core.types import Preference
+from ...strategies.mempilot.config import PRESETS
 from .. import plots
 from ..reports.mempilot import read_rows, run_stats
 from .base import SweepRun, write_rows_csv
-
-PRESETS: tuple[str, ...] = ("perf", "balanced", "cost")
 
 
 def _pref_name(p: str | Mapping) -> str:

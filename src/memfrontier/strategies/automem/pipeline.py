@@ -26,6 +26,7 @@ from ...views.graph_builder import GraphIndexer
 from ...views.graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
 from ..base import MemoryEnv, Query
 from . import prompts
+from .config import AutoMEMConfig
 from .corpus import ScopedCorpus
 from .loop import AutoMemAgent
 from .tools import Toolbox, ToolLimits
@@ -49,6 +50,7 @@ class AutoMem:
     """
 
     name = "automem"
+    config_class = AutoMEMConfig
     prompt_version = f"{prompts.PROMPT_VERSION}+{INDEXER_PROMPT_VERSION}"
 
     def __init__(
@@ -104,6 +106,10 @@ class AutoMem:
             g = open_graph(self.graph, root, key)
             self._graphs[key] = g
             return g
+
+    def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        """Whether the scope's graph index exists (always True without a graph, ``graph="none"``)."""
+        return self.graph == "none" or self._graph_for(env, scope, create=False) is not None
 
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         """Build the scope's graph index (idempotent: an up-to-date graph costs no call)."""

@@ -41,6 +41,7 @@ from ...core.render import human_date
 from ...core.types import Budget, Chunk
 from . import prompts, rules
 from .cache import ModuleCache, input_hash
+from .config import MODULES
 from .tiering import (
     TIERS,
     ModuleOutputError,
@@ -52,7 +53,6 @@ from .tiering import (
 
 log = logging.getLogger(__name__)
 
-MODULES: tuple[str, ...] = ("filter", "entity", "temporal", "topic", "summary")
 EXTRACTORS: tuple[str, ...] = ("entity", "temporal", "topic")
 #: ``tier_used`` of the rules floor below Low (LLM tierings whose Low tier failed too).
 FLOOR = "rules"

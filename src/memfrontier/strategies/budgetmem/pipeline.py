@@ -24,9 +24,10 @@ from ...core.ledger import Ledger, current_ledger
 from ...core.types import Budget, Context, Preference, Scope
 from ..base import MemoryEnv, Query
 from .cache import ModuleCache
+from .config import TIERS, BudgetMemConfig
 from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
 from .prompts import PROMPT_VERSION
-from .tiering import TIERS, Tiering, make_tiering
+from .tiering import Tiering, make_tiering
 
 
 def _budget_spent(budget: Budget, ledger: Ledger | None) -> bool:
@@ -73,6 +74,7 @@ class BudgetMem:
 
     name = "budgetmem"
     prompt_version = PROMPT_VERSION
+    config_class = BudgetMemConfig
 
     def __init__(self, k: int = 5, module_topk: int = 5, tiering: str | Tiering = "implementation",
                  tiers: Mapping[str, str] | str | None = None, router: Any = None, lam: float | None = None,

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
-MODULES: tuple[str, ...] = ("filter", "entity", "temporal", "topic", "summary")
-TIERS: tuple[str, ...] = ("low", "mid", "high")
+from .config import MODULES, TIERS
+
 CHECKPOINT_FORMAT = "memfrontier.budgetmem.tier_router"
 CHECKPOINT_VERSION = 1
 

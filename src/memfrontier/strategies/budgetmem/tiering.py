@@ -35,8 +35,7 @@ from ...llm.base import ChatClient, LLMError
 from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_json
 from . import prompts
-
-TIERS: tuple[str, ...] = ("low", "mid", "high")
+from .config import TIERS
 
 #: Capacity tiering default pool (MemPilot Table 3 / BudgetMem released ``model_tier``).
 DEFAULT_CAPACITY_MODELS: dict[str, str] = {
@@ -209,7 +208,7 @@ class CapacityTiering(Tiering):
         return await run_llm(module, query, module_input, tier, self.model(tier, env), self.style, budget)
 
 
-TIERINGS = {"implementation": ImplementationTiering, "reasoning": ReasoningTiering, "capacity": CapacityTiering}
+TIERING_CLASSES = {"implementation": ImplementationTiering, "reasoning": ReasoningTiering, "capacity": CapacityTiering}
 
 
 def make_tiering(tiering: str | Tiering, **options) -> Tiering:
@@ -219,7 +218,7 @@ def make_tiering(tiering: str | Tiering, **options) -> Tiering:
             raise ValueError("options are given to a tiering by name only")
         return tiering
     try:
-        cls = TIERINGS[tiering]
+        cls = TIERING_CLASSES[tiering]
     except KeyError:
-        raise ValueError(f"unknown tiering {tiering!r}; choose one of {', '.join(TIERINGS)}") from None
+        raise ValueError(f"unknown tiering {tiering!r}; choose one of {', '.join(TIERING_CLASSES)}") from None
     return cls(**options)

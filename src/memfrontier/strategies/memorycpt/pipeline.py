@@ -16,7 +16,6 @@ over the whole memory (no RRF, no summary); ``no_fs`` hands it M_q^RRF (no summa
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from ...core.ledger import BudgetExceededError, count_event
 from ...core.render import human_date
@@ -25,9 +24,8 @@ from ...llm.metered import MeteredLLM
 from ...store.bank import BankHit, MemoryBank
 from ...views.episodic import EPISODE, FACT, EpisodicBuilder
 from ..base import MemoryEnv, Query
+from .config import ABLATIONS, Ablation, MemoryCPTConfig
 
-Ablation = Literal["none", "no_qad", "no_qar", "no_fs"]
-ABLATIONS = ("none", "no_qad", "no_qar", "no_fs")
 SUMMARY_MAX_TOKENS = 96
 
 SUMMARY_SYSTEM = (
@@ -87,6 +85,7 @@ class MemoryCPT:
     """
 
     name = "memorycpt"
+    config_class = MemoryCPTConfig
 
     def __init__(self, episodic_k: int = 20, semantic_k: int = 50, ablation: Ablation = "none",
                  construction_llm: str | MeteredLLM | None = None, summarizer_llm: str | MeteredLLM | None = None,
@@ -133,6 +132,10 @@ class MemoryCPT:
         builder = EpisodicBuilder(self._model(self._construction_spec(), env), self.bank(env),
                                   concurrency=self.concurrency)
         self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
+
+    def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        """Whether QAD ran for at least one session of ``scope`` (its memories may be few or none)."""
+        return bool(self.bank(env).done_usage(scope))
 
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
         """What building ``scope``'s memories cost over every run that built part of it (calls,

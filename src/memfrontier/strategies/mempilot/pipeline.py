@@ -21,12 +21,11 @@ from ...views.compress import Compressor, make_compressor
 from ...views.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
 from ..base import MemoryEnv, Query
 from .accounting import format_gate
+from .config import ANSWER_MODES, MemPilotConfig
 from .orchestrator import Orchestrator, Trajectory
 from .pool import ModelPool, PoolProfile
 from .prompts import PROMPT_VERSION
 from .protocol import MAX_ROUNDS
-
-ANSWER_MODES = ("decoupled", "policy")
 
 
 def as_preference(p: Preference | str | dict | None) -> Preference | None:
@@ -89,6 +88,7 @@ class MemPilot:
 
     name = "mempilot"
     prompt_version = PROMPT_VERSION
+    config_class = MemPilotConfig
 
     def __init__(self, pool: str | Path | PoolProfile = "local", preference: Preference | str | dict | None = None, *,
                  answer_mode: str = "decoupled", bank: str = "compressed", compressor: str | Compressor = "auto",
@@ -166,6 +166,10 @@ class MemPilot:
             await asyncio.to_thread(build_from_store, self.bank(env), env.store, scope, self.compressor)
         elif self.bank_file is not None:
             await asyncio.to_thread(import_jsonl, self.bank(env), self.bank_file, scope, only_scope=True)
+
+    def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        """Whether the scope's bank (``bank_kind``) holds any item."""
+        return self.bank(env).count(scope, self.bank_kind) > 0
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
         pref = self.preference or preference

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ToolLimits(BaseModel):
-    """Per-call caps of the four tools. Units are in the names (``_chars``, ``_s``, ``_tokens``)."""
+    """Per-call caps of the four tools. Units are in the names (``_chars``, ``_s``, ``_tokens``).
+    An unknown cap name is an error (a misspelt cap would otherwise be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     rg_max_patterns: int = Field(6, ge=1)
     rg_pattern_chars: int = Field(200, ge=1)

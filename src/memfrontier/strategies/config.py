@@ -1,0 +1,198 @@
+"""The base of every strategy's config (TRL's pattern: one pydantic ``Config`` per algorithm).
+
+A config holds a strategy's serialisable options, each field documented (type, default, unit, the
+paper's section or equation). Defaults equal the strategy constructor's defaults. Configs are
+frozen, reject unknown keys (``extra="forbid"``) and take numbers strictly (:data:`Int` /
+:data:`Float`: ``k=2.5``, ``k="2"`` or ``k=True`` is an error, not 2 or 1); paths and choices may be
+given as strings (JSON, YAML, ``--set``). :meth:`StrategyConfig.from_options` turns a ``ValidationError`` into a
+:class:`StrategyConfigError` whose message names the key and, for a choice, the allowed values.
+
+``memfrontier eval --set key=value`` / ``--strategy-config FILE`` and ``memfrontier config NAME``
+read these classes; ``summary.json`` records the config and its :meth:`~StrategyConfig.config_hash`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError
+
+#: Field types for numbers: a bool, a string or (for Int) a fractional float is rejected.
+Int = StrictInt
+Float = StrictFloat
+
+
+class StrategyConfigError(ValueError):
+    """Options that the strategy's config rejects (unknown key, wrong type, value outside the
+    allowed ones). The message names the strategy, the key and what is allowed."""
+
+
+class StrategyConfig(BaseModel):
+    """Options of one strategy. Subclasses set :attr:`strategy` (the registry name)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    strategy: ClassVar[str] = ""
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None = None, /, *, labels: dict[str, str] | None = None,
+                     **more: Any) -> "StrategyConfig":
+        """Validate ``options`` (Python or JSON values: paths and choices may be strings).
+        ``labels`` names a key in error messages (e.g. ``{"tiers": "--tiers"}`` for a CLI flag).
+
+        Raises:
+            StrategyConfigError: naming each bad key with what it accepts.
+        """
+        data = {**(options or {}), **more}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise StrategyConfigError(cls._explain(e, labels or {})) from None
+
+    @classmethod
+    def _explain(cls, e: ValidationError, labels: dict[str, str]) -> str:
+        by_key: dict[str, list[dict]] = {}
+        for err in e.errors():
+            by_key.setdefault(str(err["loc"][0]) if err["loc"] else "", []).append(err)
+        parts = []
+        for key, errs in by_key.items():
+            first = errs[0]
+            if first["type"] == "extra_forbidden":
+                if len(first["loc"]) > 1:  # inside a nested option (e.g. limits, budget)
+                    parts.append(f"unknown key {'.'.join(map(str, first['loc']))!r}")
+                else:
+                    parts.append(f"unknown key {key!r}; keys: {', '.join(cls.model_fields) or '(none)'}")
+                continue
+            allowed = cls.allowed(key)
+            given = first.get("input")
+            if not key:
+                parts.append(first["msg"].removeprefix("Value error, "))
+            elif allowed and (isinstance(given, str) or all(x["type"] == "literal_error" for x in errs)):
+                name = cls.model_fields[key].title or labels.get(key, key)
+                parts.append(f"unknown {name} {given!r}; choose one of: {', '.join(map(str, allowed))}")
+            else:  # a union reports one error per member: the one that is not a choice explains best
+                first = next((x for x in errs if x["type"] != "literal_error"), first)
+                given = first.get("input")
+                sub = ".".join(str(p) for p in first["loc"][1:] if "[" not in str(p) and not str(p)[:1].isupper())
+                where = labels.get(key, key) + (f".{sub}" if sub else "")
+                msg = first["msg"].removeprefix("Value error, ")
+                parts.append(f"{where}={given!r}: {msg}" if not isinstance(given, dict) else f"{where}: {msg}")
+        return f"strategy {cls.strategy}: " + "; ".join(parts)
+
+    @classmethod
+    def allowed(cls, key: str) -> tuple[Any, ...]:
+        """The values a ``Literal``-typed field accepts (``()`` for free-form fields)."""
+        field = cls.model_fields.get(key)
+        return _literal_values(field.annotation) if field is not None else ()
+
+    @classmethod
+    def parse_assignment(cls, text: str) -> tuple[tuple[str, ...], Any]:
+        """``"key=value"`` (``--set``) as ``(key path, value)``. The key may use ``-`` for ``_`` and
+        dots for a nested field (``budget.max_usd=0.01``); the value is read as YAML (``3``,
+        ``2.5``, ``true``, ``null``, ``[dense]``, ``{quality: 1, cost: 2}``), except that a number or
+        boolean given to a text-only field stays text (``rollout_key=7``).
+
+        Raises:
+            StrategyConfigError: no ``=``, or a key the config does not have (the keys are listed).
+        """
+        import yaml
+
+        key, sep, raw = text.partition("=")
+        path = tuple(p.strip().replace("-", "_") for p in key.split("."))
+        if not sep or not all(path):
+            raise StrategyConfigError(f"strategy {cls.strategy}: --set takes KEY=VALUE, got {text!r}")
+        field = cls.model_fields.get(path[0])
+        if field is None:
+            raise StrategyConfigError(f"strategy {cls.strategy}: unknown key {path[0]!r}; "
+                                      f"keys: {', '.join(cls.model_fields) or '(none)'}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if (len(path) == 1 and isinstance(value, (bool, int, float)) and not _accepts_scalar(field.annotation, value)
+                and {str, Path} & set(_leaves(field.annotation))):
+            value = raw
+        return path, value
+
+    @classmethod
+    def describe(cls) -> list[dict[str, Any]]:
+        """One row per field: ``name``, ``type``, ``default`` and ``doc`` (for ``--help`` and
+        ``memfrontier config``)."""
+        rows = []
+        for name, f in cls.model_fields.items():
+            rows.append({"name": name, "type": _type_name(f.annotation),
+                         "default": None if f.is_required() else f.get_default(call_default_factory=True),
+                         "doc": f.description or ""})
+        return rows
+
+    def options(self) -> dict[str, Any]:
+        """The constructor keyword arguments (Python values; paths as ``str``)."""
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.model_dump().items()}
+
+    def as_json(self) -> dict[str, Any]:
+        """Every field (defaults included) as JSON values, the form recorded in ``summary.json``."""
+        return self.model_dump(mode="json")
+
+    def config_hash(self) -> str:
+        """sha256 (hex, first 16 characters) of the strategy name and :meth:`as_json` as canonical
+        JSON; equal for equal effective options however they were given."""
+        text = json.dumps({"strategy": self.strategy, **self.as_json()}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _literal_values(tp) -> tuple[Any, ...]:
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp)
+    out: tuple[Any, ...] = ()
+    for arg in typing.get_args(tp):
+        if typing.get_origin(arg) is typing.Literal:
+            out += typing.get_args(arg)
+    return out
+
+
+def _leaves(tp) -> tuple:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _leaves(typing.get_args(tp)[0])
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return tuple(x for a in typing.get_args(tp) for x in _leaves(a))
+    if origin is typing.Literal:
+        return tuple(type(v) for v in typing.get_args(tp))
+    return (tp,)
+
+
+def _accepts_scalar(tp, value) -> bool:
+    """Whether a field of type ``tp`` takes ``value``'s Python type (bool, int or float) as such."""
+    leaves = {origin if (origin := typing.get_origin(t)) else t for t in _leaves(tp)}
+    if isinstance(value, bool):
+        return bool in leaves
+    if isinstance(value, int):
+        return bool(leaves & {int, float})
+    return float in leaves
+
+
+def _type_name(tp) -> str:
+    """A short readable type: ``int``, ``'low' | 'mid'``, ``path | None``, ``list of 'dense' | 'bm25'``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(v) for v in args)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin in (tuple, list):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "map" if not args else f"map {_type_name(args[0])} -> {_type_name(args[1])}"
+    if tp is type(None):
+        return "None"
+    if isinstance(tp, type) and issubclass(tp, Path):
+        return "path"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "map {" + ", ".join(tp.model_fields) + "}"
+    return getattr(tp, "__name__", str(tp))

@@ -1,0 +1,205 @@
+"""One pydantic config per strategy: validation (keys, strict numbers, choices), the config hash,
+the CLI's --set / --strategy-config / deprecated flags mapped onto the config, `memfrontier
+config`, and `ask` refusing to answer from a view that was never built."""
+
+import hashlib
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from memfrontier.cli import app
+from memfrontier.eval.runner import EvalConfig, _config_provenance
+from memfrontier.strategies import (
+    STRATEGIES,
+    BudgetMemConfig,
+    MemoryCPTConfig,
+    MemPilotConfig,
+    RagConfig,
+    StrategyConfigError,
+    get_strategy,
+    strategy_config,
+)
+from memfrontier.strategies.budgetmem.config import MODULES, TIERINGS, TIERS
+from memfrontier.strategies.memorycpt.config import ABLATIONS
+
+run = CliRunner().invoke
+
+
+def test_every_strategy_has_a_config_whose_defaults_build_it():
+    for name, cls in STRATEGIES.items():
+        s = get_strategy(name)
+        assert isinstance(s.config, cls.config_class) and s.config.strategy == name
+    assert get_strategy("rag").k == 8 and get_strategy("budgetmem").k == 5
+    m = get_strategy("memorycpt")
+    assert (m.episodic_k, m.semantic_k, m.ablation) == (20, 50, "none")
+    assert get_strategy("automem", single_pass=True).k_max == 1
+
+
+def test_choice_names_are_defined_once_by_the_configs():
+    assert MODULES == ("filter", "entity", "temporal", "topic", "summary")
+    assert TIERS == ("low", "mid", "high") and TIERINGS == ("implementation", "reasoning", "capacity")
+    assert ABLATIONS == ("none", "no_qad", "no_qar", "no_fs")
+    from memfrontier.eval.sweeps import base, memorycpt
+    from memfrontier.strategies.budgetmem import router, tiering
+
+    assert router.MODULES is MODULES and tiering.TIERS is TIERS and base.FIXED_TIERS is TIERS
+    assert memorycpt.ABLATIONS is ABLATIONS
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"k": 2.5}, ["k=2.5", "valid integer"]),
+    ({"k": "2"}, ["k='2'", "valid integer"]),
+    ({"k": True}, ["k=True", "valid integer"]),
+    ({"k": 0}, ["k=0", "greater than or equal to 1"]),
+    ({"kk": 3}, ["unknown key 'kk'", "keys: k, retrievers"]),
+    ({"retrievers": ["dense", "sparse"]}, ["unknown retrievers", "dense, bm25"]),
+])
+def test_rag_config_errors_name_the_key_and_what_is_allowed(bad, words):
+    with pytest.raises(StrategyConfigError) as e:
+        get_strategy("rag", **bad)
+    assert str(e.value).startswith("strategy rag: ")
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_config_rules_of_the_papers():
+    with pytest.raises(StrategyConfigError, match="unknown tiers 'max'; choose one of: low, mid, high"):
+        BudgetMemConfig.from_options({"tiers": "max"})
+    assert BudgetMemConfig.from_options({"tiers": {"filter": "low"}}).tiers == {"filter": "low"}
+    with pytest.raises(StrategyConfigError, match="episodic_k and semantic_k are both 0"):
+        MemoryCPTConfig.from_options({"episodic_k": 0, "semantic_k": 0})
+    assert MemoryCPTConfig.from_options({"ablation": "no-qar"}).ablation == "no_qar"
+    with pytest.raises(StrategyConfigError, match="unknown preference preset 'fast'"):
+        MemPilotConfig.from_options({"preference": "fast"})
+    with pytest.raises(StrategyConfigError, match="preference.cost=-1"):
+        MemPilotConfig.from_options({"preference": {"cost": -1}})
+    with pytest.raises(StrategyConfigError, match="strategy mempilot: pool: 'nowhere.yaml' is neither"):
+        MemPilotConfig.from_options({"pool": "nowhere.yaml"})
+    with pytest.raises(StrategyConfigError, match="strategy automem: unknown key 'limits.rg_max_hitz'"):
+        strategy_config("automem", limits={"rg_max_hitz": 3})
+    assert get_strategy("automem", limits={"rg_max_hits": 3}).limits.rg_max_hits == 3
+    with pytest.raises(StrategyConfigError, match="expected RagConfig"):
+        strategy_config("rag", BudgetMemConfig())
+
+
+def test_config_hash_is_canonical_json_of_every_option():
+    cfg = strategy_config("rag", {"k": 3})
+    expected = hashlib.sha256(b'{"k":3,"retrievers":["dense","bm25"],"strategy":"rag"}').hexdigest()[:16]
+    assert cfg.config_hash() == expected
+    assert strategy_config("rag").config_hash() == strategy_config("rag", {"k": 8}).config_hash()
+    assert _config_provenance(get_strategy("rag", k=3)) == {
+        "strategy_config": {"k": 3, "retrievers": ["dense", "bm25"]}, "strategy_config_hash": expected}
+    assert strategy_config("oracle").config_hash() == hashlib.sha256(b'{"strategy":"oracle"}').hexdigest()[:16]
+
+
+def test_set_values_are_read_as_yaml_and_keys_are_checked():
+    assert RagConfig.parse_assignment("k=3") == (("k",), 3)
+    assert RagConfig.parse_assignment("retrievers=[bm25]") == (("retrievers",), ["bm25"])
+    assert MemPilotConfig.parse_assignment("budget.max-usd=0.001") == (("budget", "max_usd"), 0.001)
+    assert MemPilotConfig.parse_assignment("rollout_key=7") == (("rollout_key",), "7")  # text field stays text
+    assert MemPilotConfig.parse_assignment("preference={quality: 1, cost: 2, latency: 0}")[1] == {
+        "quality": 1, "cost": 2, "latency": 0}
+    with pytest.raises(StrategyConfigError, match="--set takes KEY=VALUE"):
+        RagConfig.parse_assignment("k")
+    with pytest.raises(StrategyConfigError, match="unknown key 'depth'; keys: k, retrievers"):
+        RagConfig.parse_assignment("depth=3")
+
+
+def test_eval_config_validates_strategy_options_when_made():
+    with pytest.raises(ValueError, match="strategy rag: k=2.5"):
+        EvalConfig(strategy="rag", strategy_options={"k": 2.5})
+    assert EvalConfig(strategy="rag", strategy_options=RagConfig(k=3)).strategy_options == {
+        "k": 3, "retrievers": ["dense", "bm25"]}
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The EvalConfig `eval` would run (the run itself is replaced: this tests option plumbing)."""
+    import memfrontier.eval.runner as runner
+
+    got = []
+
+    async def fake_run_eval(cfg, on_progress=None):
+        got.append(cfg)
+        raise ValueError("stopped before running")
+
+    monkeypatch.setattr(runner, "run_eval", fake_run_eval)
+    return got
+
+
+def test_set_file_and_deprecated_flags_give_the_same_options(tmp_path, captured):
+    out = ["--out", str(tmp_path / "o")]
+    res = run(app, ["eval", "--strategy", "memorycpt", "--episodic-k", "4", "--ablation", "no-fs", *out])
+    assert res.exit_code == 2 and "stopped before running" in res.output
+    res = run(app, ["eval", "--strategy", "memorycpt", "--set", "episodic_k=4", "--set", "ablation=no_fs", *out])
+    f = tmp_path / "cpt.yaml"
+    f.write_text("strategy: memorycpt\nepisodic_k: 4\nablation: no_fs\nsemantic_k: 9\n")
+    res = run(app, ["eval", "--strategy", "memorycpt", "--strategy-config", str(f), "--set", "semantic_k=50", *out])
+    assert [c.strategy_options for c in captured] == [{"episodic_k": 4, "ablation": "no_fs"}] * 2 + [
+        {"episodic_k": 4, "ablation": "no_fs", "semantic_k": 50}]
+    res = run(app, ["eval", "--strategy", "mempilot", "--max-usd", "0.01", "--preference", "1,2,0", *out])
+    assert captured[-1].strategy_options == {"budget": {"max_usd": 0.01, "max_tokens": None, "max_proxy_s": None},
+                                             "preference": {"quality": 1.0, "cost": 2.0, "latency": 0.0}}
+    assert captured[-1].dataset == "locomo" and captured[-1].seed == 42 and captured[-1].out == tmp_path / "o"
+
+
+def test_cli_option_errors_name_the_key_and_run_nothing(tmp_path, captured):
+    out = ["--out", str(tmp_path / "o")]
+    res = run(app, ["eval", "--strategy", "rag", "--set", "k=2.5", *out])
+    assert res.exit_code == 2 and "strategy rag: k=2.5: Input should be a valid integer" in res.output
+    res = run(app, ["eval", "--strategy", "budgetmem", "--set", "tiers=top", *out])
+    assert res.exit_code == 2 and "unknown tiers 'top'; choose one of: low, mid, high" in res.output
+    res = run(app, ["eval", "--strategy", "rag", "--set", "depth=2", *out])
+    assert res.exit_code == 2 and "unknown key 'depth'; keys: k, retrievers" in res.output
+    res = run(app, ["eval", "--strategy", "budgetmem", "--tiers", "max", *out])
+    assert res.exit_code == 2 and "unknown --tiers 'max'" in res.output
+    f = tmp_path / "other.json"
+    f.write_text(json.dumps({"strategy": "budgetmem", "k": 3}))
+    res = run(app, ["eval", "--strategy", "rag", "--strategy-config", str(f), *out])
+    assert res.exit_code == 2 and "is for strategy 'budgetmem', not 'rag'" in " ".join(res.output.split())
+    res = run(app, ["eval", "--strategy", "magic", *out])
+    assert res.exit_code == 2 and "unknown strategy 'magic'" in res.output
+    assert captured == [] and not (tmp_path / "o").exists()
+
+
+def test_config_command_lists_keys_types_defaults_and_docs():
+    res = run(app, ["config", "budgetmem", "--json"])
+    assert res.exit_code == 0
+    rows = {r["name"]: r for r in json.loads(res.output)["budgetmem"]}
+    assert rows["k"] == {"name": "k", "type": "int", "default": 5,
+                         "doc": "Chunks retrieved per question (top-K, Sec. 5.2: K=5)."}
+    assert rows["tiering"]["type"] == "'implementation' | 'reasoning' | 'capacity'"
+    res = run(app, ["config", "--json"])
+    assert set(json.loads(res.output)) == set(STRATEGIES)
+    res = run(app, ["ask", "--help"], env={"COLUMNS": "200"})
+    assert "longctx | rag | oracle | budgetmem | memorycpt | mempilot | automem" in res.output
+
+
+def test_ask_refuses_a_view_that_was_never_built(tmp_path):
+    f = tmp_path / "msgs.jsonl"
+    f.write_text(json.dumps({"content": "Ana moved to Lisbon in May.", "speaker": "Ana"}) + "\n")
+    store = str(tmp_path / "store")
+    assert run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"]).exit_code == 0
+    for strategy in ("memorycpt", "mempilot", "automem"):
+        res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", strategy])
+        text = " ".join(res.output.split())
+        assert res.exit_code == 2, (strategy, res.output)
+        assert f"the {strategy} memory view of this scope was never built" in text
+        assert f"memfrontier ask --build --strategy {strategy} --store {store} --user-id ana" in text
+
+
+@pytest.mark.slow
+def test_ask_build_builds_the_view_reports_its_cost_and_then_answers(tmp_path):
+    f = tmp_path / "msgs.jsonl"
+    f.write_text(json.dumps({"content": "Ana moved to Lisbon in May.", "speaker": "Ana"}) + "\n")
+    store = str(tmp_path / "store")
+    run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
+    args = ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", "mempilot",
+            "--set", "compressor=offline", "--set", "max_rounds=1", "--json"]
+    res = CliRunner().invoke(app, args + ["--build"])
+    assert res.exit_code == 0, res.output
+    assert "built the mempilot view: 0 calls" in res.stderr  # offline compression calls no model
+    assert json.loads(res.stdout)["strategy"] == "mempilot"
+    res = CliRunner().invoke(app, args)  # built now: no refusal, nothing rebuilt
+    assert res.exit_code == 0 and "built the" not in res.stderr
