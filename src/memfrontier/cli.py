@@ -818,6 +818,18 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     return by_session
 
 
+def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool) -> None:
+    """Fail (before any model or store is opened) unless one scope id or --all-scopes is given."""
+    from .api import scope_for_read
+
+    try:
+        scope_for_read(what, user_id, agent_id, run_id, all_scopes)
+    except ValueError as e:
+        _fail(str(e).replace("all_scopes=True", "--all-scopes")
+              .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
+              .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id"))
+
+
 def _existing_store(store: Path) -> Path:
     if not (store / "store.db").is_file():
         _fail(f"no memory store at {store}; create one with `memfrontier ingest --store {store} ...`")
@@ -828,7 +840,10 @@ def _existing_store(store: Path) -> Path:
 def ask(
     question: str = typer.Argument(...),
     store: Path = typer.Option(..., help="Store directory."),
-    user_id: Optional[str] = typer.Option(None),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory answers (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    all_scopes: bool = typer.Option(False, "--all-scopes", help="Answer from every tenant's records (no scope id)."),
     strategy: str = typer.Option("rag", help="longctx | rag | oracle"),
     llm: str = OPT_LLM,
     base_url: Optional[str] = typer.Option(None),
@@ -844,10 +859,13 @@ def ask(
     from .api import Memory
     from .core.types import Budget
 
+    _check_scope("ask", user_id, agent_id, run_id, all_scopes)
+
     try:
         with Memory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
                          allow_unpriced=allow_unpriced, price_as=price_as) as mem:
-            ans = mem.ask(question, user_id=user_id, strategy=strategy, preference=preference,
+            ans = mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
+                          strategy=strategy, preference=preference,
                           budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
     except _known_errors() as e:
         _fail(str(e))
@@ -867,15 +885,19 @@ def ask(
 def search(
     query: str = typer.Argument(...),
     store: Path = typer.Option(..., help="Store directory."),
-    user_id: Optional[str] = typer.Option(None),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory is searched (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
     k: int = typer.Option(5, min=1),
 ):
-    """Hybrid (dense + BM25, RRF) search; prints the top chunks."""
+    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks."""
     from .api import Memory
 
+    _check_scope("search", user_id, agent_id, run_id, all_scopes)
     try:
         with Memory.open(_existing_store(store)) as mem:
-            hits = mem.search(query, user_id=user_id, k=k)
+            hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
     except _known_errors() as e:
         _fail(str(e))
     if not hits:
