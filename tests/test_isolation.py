@@ -134,6 +134,8 @@ def test_search_and_ask_need_a_scope_or_an_explicit_all_scopes(mem):
     assert {h.chunk.scope.user_id for h in mem.search("PIN ferns", user_id="bob", k=5)} == {"bob"}
     with pytest.raises(ValueError, match="delete_all needs"):
         mem.delete_all()
+    with pytest.raises(ValueError, match="add needs a scope"):  # its owner could never reach it again
+        mem.add(["Nobody's note."])
     # strategies' own corpora: a query and a corpus without a scope are refused
     with pytest.raises(ValueError, match="a query needs a scope"):
         Query(text="What is the PIN?", scope=Scope())
@@ -370,3 +372,41 @@ def test_a_closed_memory_refuses_calls(tmp_path, embedder):
     m.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         m.search("hello", user_id="u")
+
+
+def test_a_strategy_built_bank_forgets_a_deleted_user(mem):
+    """MemPilot's own build (offline compressor: no model call) and its own open bank object."""
+    from memfrontier.strategies import get_strategy
+
+    _populate(mem)
+    strat = get_strategy("mempilot", compressor=OfflineCompressor(rate=1.0))
+    env = mem.aio.env
+    asyncio.run(mem.aio.build(strat, DANA))
+    bank = strat.bank(env)
+    assert "quokka7731" in bank.search("secret code", DANA, "compressed", 1)[0].item.text
+    mem.delete_all(user_id="dana")
+    assert bank.search("secret code", DANA, "compressed", 5) == []  # the strategy's cached bank too
+    asyncio.run(mem.aio.build(strat, DANA))  # a rebuild has nothing to bring back
+    assert bank.items(DANA, "compressed") == []
+    assert files_containing(mem.aio.store.path, NONCE) == []
+
+
+@pytest.mark.slow
+def test_an_automem_graph_built_by_the_model_is_dropped_with_its_records(mem):
+    """AutoMEM's real build (the embedded model writes the notes), then delete_all: the graph, its
+    notes cache and build meta go, a rebuild makes no call, and the text is nowhere on disk."""
+    from memfrontier.core.ledger import Ledger
+    from memfrontier.strategies.automem.pipeline import AutoMem
+
+    mem.add([f"Remember this: {SECRET}.", "I keep it in the blue notebook."], user_id="dana", session_id="s1",
+            timestamp="2024-05-01T10:00:00")
+    strat = AutoMem()
+    ledger = asyncio.run(mem.aio.build(strat, DANA))
+    assert [c.role for c in ledger.calls] == ["indexer"]
+    root = mem.aio.store.path
+    assert (state_dir(root, DANA.key()) / "graph.lbug").exists()
+    mem.delete_all(user_id="dana")
+    assert not state_dir(root, DANA.key()).exists()
+    assert asyncio.run(mem.aio.build(strat, DANA, Ledger())).calls == []
+    assert files_containing(root, NONCE) == []
+    strat.close()

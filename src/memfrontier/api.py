@@ -146,9 +146,12 @@ class AsyncMemory:
         """Store ``messages`` under the scope. Record ids are unique per scope: the same id in
         another scope is another record; a message whose id is already stored in this scope with
         the same content is skipped (re-adding adds nothing), with other content it raises
-        :class:`~memfrontier.store.base.RecordConflictError` (a ValueError) and nothing is written."""
+        :class:`~memfrontier.store.base.RecordConflictError` (a ValueError) and nothing is written.
+        Raises ValueError when a record would have no scope id."""
         scope = _scope(user_id, agent_id, run_id)
         records = messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
+        if any(r.scope == Scope() for r in records):  # it could never be searched nor deleted by its owner
+            raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")
         return await asyncio.to_thread(self.store.add, records)
 
     async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,

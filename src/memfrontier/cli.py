@@ -818,9 +818,12 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     return by_session
 
 
-def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool) -> None:
-    """Fail (before any model or store is opened) unless one scope id or --all-scopes is given."""
+def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: Path) -> None:
+    """Fail (before any model is loaded) when ``store`` is not a store, or unless one scope id or
+    --all-scopes is given."""
     from .api import scope_for_read
+
+    _existing_store(store)
 
     try:
         scope_for_read(what, user_id, agent_id, run_id, all_scopes)
@@ -859,7 +862,7 @@ def ask(
     from .api import Memory
     from .core.types import Budget
 
-    _check_scope("ask", user_id, agent_id, run_id, all_scopes)
+    _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
 
     try:
         with Memory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
@@ -894,7 +897,7 @@ def search(
     """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks."""
     from .api import Memory
 
-    _check_scope("search", user_id, agent_id, run_id, all_scopes)
+    _check_scope("search", user_id, agent_id, run_id, all_scopes, store)
     try:
         with Memory.open(_existing_store(store)) as mem:
             hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
