@@ -15,7 +15,8 @@ Prints three tables of counts, in one run:
     asked, as bob, for alice's secret, and without any scope: search, ask's context (``rag``,
     ``longctx``), get, delete, the MemPilot and MemoryCPT banks, the graph index, the MCP tools
     (search, rg, read, index_query, and a call without scope) and the CLI. Leaks must be 0 and
-    unscoped calls refused. Then ``delete_all(user_id="alice")`` and a byte grep of every file
+    unscoped calls refused (a control row shows the same queries finding the secret as alice,
+    so the probes can see it). Then ``delete_all(user_id="alice")`` and a byte grep of every file
     under the store directory for her secret.
 
 Usage::
@@ -224,6 +225,8 @@ def scope_probes() -> tuple[list[dict], list[str]]:
             g.close()
 
         queries = ["locker code", "spare key Ottoline", "4417", "what is the code?"]
+        own = sum(any(_leaks(h.chunk.text) for h in m.search(q, user_id="alice", k=10)) for q in queries)
+        row("control: API search as alice (leaks = her own hits)", len(queries), own)
         hits = [h for q in queries for h in m.search(q, user_id="bob", k=10)]
         row("API search (as bob)", len(queries), sum(_leaks(h.chunk.text) for h in hits))
         refused = 0
