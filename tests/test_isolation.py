@@ -32,7 +32,7 @@ from memfrontier.store.bank import BankItem, MemoryBank, Trace
 from memfrontier.store.base import RecordConflictError
 from memfrontier.store.purge import covering_scopes
 from memfrontier.store.sqlite import SQLiteStore
-from memfrontier.strategies import Query
+from memfrontier.strategies import Query, get_strategy
 from memfrontier.strategies.automem.corpus import ScopedCorpus
 from memfrontier.views.compress import OfflineCompressor
 from memfrontier.views.compressed_bank import build_from_store, open_bank
@@ -136,6 +136,8 @@ def test_search_and_ask_need_a_scope_or_an_explicit_all_scopes(mem):
         mem.delete_all()
     with pytest.raises(ValueError, match="add needs a scope"):  # its owner could never reach it again
         mem.add(["Nobody's note."])
+    with pytest.raises(ValueError, match="build needs"):  # no view over every tenant's records
+        asyncio.run(mem.aio.build(get_strategy("mempilot"), Scope()))
     # strategies' own corpora: a query and a corpus without a scope are refused
     with pytest.raises(ValueError, match="a query needs a scope"):
         Query(text="What is the PIN?", scope=Scope())
@@ -376,8 +378,6 @@ def test_a_closed_memory_refuses_calls(tmp_path, embedder):
 
 def test_a_strategy_built_bank_forgets_a_deleted_user(mem):
     """MemPilot's own build (offline compressor: no model call) and its own open bank object."""
-    from memfrontier.strategies import get_strategy
-
     _populate(mem)
     strat = get_strategy("mempilot", compressor=OfflineCompressor(rate=1.0))
     env = mem.aio.env

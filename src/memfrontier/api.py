@@ -67,7 +67,7 @@ def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Sc
 
 
 def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
-    """The scope of a delete: at least one id. Raises ValueError otherwise."""
+    """The scope of a delete or a view build: at least one id. Raises ValueError otherwise."""
     scope = _scope(user_id, agent_id, run_id)
     if scope == Scope():
         raise ValueError(f"{what} needs the scope of the records: give user_id, agent_id or run_id")
@@ -162,7 +162,9 @@ class AsyncMemory:
         return await asyncio.to_thread(self.store.search, query, scope, k)
 
     async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None) -> Ledger:
-        """Run a strategy's offline construction for ``scope`` under stage ``construction``."""
+        """Run a strategy's offline construction for ``scope`` under stage ``construction``.
+        Raises ValueError for a scope without any id (a view over every tenant's records)."""
+        scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
         ledger = ledger or Ledger()
         with use_ledger(ledger, "construction"):
             await strategy.build(self.env, scope)
