@@ -8,6 +8,12 @@ Prints three tables of counts, in one run:
     store is reopened: ``PRAGMA integrity_check``, acknowledged ids missing (must be 0), records
     present, re-running the whole ingest (adds exactly the rest), and re-running it once more
     (adds nothing).
+(a') kill -9 during deletes: ``--users`` users, each with a record and every derived view (banks,
+    graph, BM25 files); a child process ``delete_all``s them one after another and is killed after
+    a random number of acknowledged deletes (plus a random delay). After reopening: intents left
+    pending at the kill and after the open (must be 0), acknowledged users with records or text
+    left on disk (must be 0), whether the delete in flight happened, and users whose records are
+    gone but whose text is still on disk (must be 0).
 (b) concurrent writers: ``--threads`` threads sharing one ``Memory`` (``--thread-adds`` adds
     each; 10 x 50 by default, the issue's case) and ``--processes`` processes sharing one store
     directory (``--adds`` adds each): records expected, stored, calls that raised, wall seconds.
@@ -68,6 +74,17 @@ def child_ingest(store: str, n: int) -> None:
             print(f"ack m-{i}", flush=True)
 
 
+def child_delete(store: str, users: list[str]) -> None:
+    """``delete_all`` each user in turn and acknowledge each on stdout (killed part way)."""
+    from memfrontier import Memory
+
+    with Memory.open(store) as m:
+        print("ready", flush=True)
+        for u in users:
+            m.delete_all(user_id=u)
+            print(f"deleted {u}", flush=True)
+
+
 def child_writer(store: str, worker: int, adds: int) -> None:
     """Add ``adds`` messages to the shared store; print how many calls raised."""
     from memfrontier import Memory
@@ -120,6 +137,92 @@ def kill_during_ingest(trials: int, n: int, rng: random.Random) -> list[dict]:
         rows.append({"trial": t + 1, "acked": len(acked), "killed_rc": proc.returncode, "integrity": integrity,
                      "acked_missing": len(missing), "present": len(present), "rerun_added": rerun,
                      "rerun_again_added": again, "final_records": total})
+    return rows
+
+
+# -- (a') kill -9 during deletes --------------------------------------------------------------------
+
+
+def _nonce(user: str) -> bytes:
+    return f"nonce{user}q{sum(map(ord, user)) * 7919}".encode()
+
+
+def _populate_views(m, users: list[str]) -> None:
+    """One record per user and every derived view of it (no model call): MemPilot's compressed bank,
+    a MemoryCPT-like bank with a trace, and a Ladybug graph with its notes cache."""
+    from memfrontier.core.jsonio import write_json_atomic
+    from memfrontier.core.types import Scope
+    from memfrontier.graph import open_graph, state_dir
+    from memfrontier.store.bank import BankItem, MemoryBank, Trace
+    from memfrontier.views.compress import OfflineCompressor
+    from memfrontier.views.compressed_bank import build_from_store, open_bank
+    from memfrontier.views.graph_builder import graph_from_notes
+    from memfrontier.views.graph_notes import Note
+
+    store = m.aio.store
+    bank, cpt = open_bank(store), MemoryBank.for_store(store, "memorycpt-probe")
+    for u in users:
+        text = f"{u} keeps the code {_nonce(u).decode()} in a drawer."
+        m.add([{"id": "r-1", "content": text}], user_id=u, session_id="s1")
+        sc = Scope(user_id=u)
+        build_from_store(bank, store, sc, OfflineCompressor(rate=1.0))
+        cpt.apply([BankItem(id=f"ep-{u}", kind="episode", scope=sc, text=text, source_ids=["r-1"])],
+                  traces=[(sc, Trace(role="episode_generator", model_id="m", prompt_version="v",
+                                     messages=[{"role": "user", "content": text}]))])
+        notes = [Note(text, [u], "codes", "", "s1", ["r-1"])]
+        g = open_graph("ladybug", store.path, sc.key())
+        g.replace(graph_from_notes(notes, sc.key()))
+        g.close()
+        write_json_atomic(state_dir(store.path, sc.key()) / "notes.json", {"w": [n.to_json() for n in notes]})
+    m.search("drawer", user_id=users[0], k=1)  # BM25 files on disk
+    bank.close()
+    cpt.close()
+
+
+def kill_during_deletes(trials: int, users: int, rng: random.Random) -> list[dict]:
+    from memfrontier import Memory
+    from memfrontier.core.types import Scope
+    from memfrontier.embed.minilm import MiniLMEmbedder
+    from memfrontier.store.sqlite import SQLiteStore
+
+    names = [f"user{i}" for i in range(users)]
+    rows = []
+    for t in range(trials):
+        store = Path(tempfile.mkdtemp(prefix="mf-killdel-")) / "store"
+        with Memory.open(store) as m:
+            _populate_views(m, names)
+        kill_after = rng.randint(1, users - 1)
+        proc = subprocess.Popen([sys.executable, __file__, "--child-delete", str(store), *names],
+                                stdout=subprocess.PIPE, text=True, env=ENV)
+        acked: list[str] = []
+        for line in proc.stdout:
+            if line.startswith("deleted "):
+                acked.append(line.split()[1])
+                if len(acked) >= kill_after:
+                    time.sleep(rng.uniform(0, 0.2))  # land somewhere inside the next delete
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        proc.wait()
+        db = sqlite3.connect(store / "store.db")
+        pending_before = db.execute("SELECT COUNT(*) FROM pending_purges").fetchone()[0]
+        db.close()
+        with SQLiteStore(store, MiniLMEmbedder()) as s:  # opening completes pending intents
+            db = sqlite3.connect(store / "store.db")
+            pending_after = db.execute("SELECT COUNT(*) FROM pending_purges").fetchone()[0]
+            db.close()
+            state = {}
+            for u in names:
+                n = s.count(Scope(user_id=u))["records"]
+                files = sum(1 for p in store.rglob("*") if p.is_file() and _nonce(u) in p.read_bytes())
+                state[u] = (n, files)
+        acked_left = sum(1 for u in acked if state[u] != (0, 0))
+        inflight = names[len(acked)] if len(acked) < users else None
+        torn = sum(1 for u in names if state[u][0] == 0 and state[u][1] > 0)
+        rows.append({"trial": t + 1, "deletes_acked": len(acked), "killed_rc": proc.returncode,
+                     "intents_pending_at_kill": pending_before, "pending_after_open": pending_after,
+                     "acked_with_leftovers": acked_left,
+                     "in_flight": "-" if inflight is None else ("deleted" if state[inflight][0] == 0 else "kept"),
+                     "deleted_but_text_on_disk": torn})
     return rows
 
 
@@ -311,10 +414,13 @@ def table(title: str, rows: list[dict]) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child-ingest":
         return child_ingest(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-delete":
+        return child_delete(sys.argv[2], sys.argv[3:])
     if len(sys.argv) > 1 and sys.argv[1] == "--child-writer":
         return child_writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--users", type=int, default=6, help="users deleted one after another in (a')")
     ap.add_argument("--messages", type=int, default=120)
     ap.add_argument("--threads", type=int, default=10)
     ap.add_argument("--processes", type=int, default=3)
@@ -324,7 +430,10 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.update({k: ENV[k] for k in ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")})
     t0 = time.perf_counter()
-    table("(a) kill -9 during ingest", kill_during_ingest(args.trials, args.messages, random.Random(args.seed)))
+    rng = random.Random(args.seed)
+    table("(a) kill -9 during ingest", kill_during_ingest(args.trials, args.messages, rng))
+    table("(a') kill -9 during delete_all of one user after another (each user has every view)",
+          kill_during_deletes(args.trials, args.users, rng))
     table("(b) concurrent writers", [concurrent_threads(args.threads, args.thread_adds),
                                      concurrent_processes(args.processes, args.adds)])
     rows, grep = scope_probes()
