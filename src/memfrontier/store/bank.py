@@ -118,9 +118,17 @@ def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: 
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
     try:
         conn.execute("PRAGMA secure_delete = ON")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"items", "done", "traces"} <= tables:  # not a bank (or an empty file): nothing to purge
+            return 0
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rows = conn.execute("SELECT id, scope_json, source_ids FROM items").fetchall()
+            if whole is not None:  # items inside a deleted scope may be of any scope key
+                rows = conn.execute("SELECT id, scope_json, source_ids FROM items").fetchall()
+            else:  # an item built from a deleted record has the key of a scope covering it
+                covering = sorted(reset_keys)
+                rows = conn.execute(f"SELECT id, scope_json, source_ids FROM items WHERE scope_key IN "
+                                    f"({','.join('?' * len(covering))})", covering).fetchall() if covering else []
             gone = []
             for iid, scope_json, sources in rows:
                 g = Scope.model_validate_json(scope_json)
