@@ -77,7 +77,8 @@ def test_cli_ingest_ask_search(tmp_path):
     assert res.exit_code == 0, res.output
     ans = json.loads(res.stdout)  # stderr may carry the model runtime's log lines
     assert ans["usage"]["by_stage"]["query"]["calls"] == 1 and ans["usage"]["by_stage"]["query"]["usd"] > 0
-    res = run(app, ["ask", "x", "--store", store, "--llm", "openai:acme/mystery", "--base-url", "http://127.0.0.1:9"])
+    res = run(app, ["ask", "x", "--store", store, "--user-id", "ana", "--llm", "openai:acme/mystery",
+                    "--base-url", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "not in price book" in res.output
 
 

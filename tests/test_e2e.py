@@ -8,7 +8,7 @@ import json
 import pytest
 
 from memfrontier import Memory
-from memfrontier.core.types import Budget
+from memfrontier.core.types import Budget, Scope
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.eval.metrics import locomo_f1
 from memfrontier.eval.runner import EvalConfig, RunMismatchError, run_eval
@@ -56,7 +56,7 @@ def test_rag_runs_the_real_pipeline_and_meters_it(memory, conv49):
 def test_oracle_reads_only_gold_evidence(memory, conv49):
     q = next(q for q in conv49.questions if q.evidence_ids and q.evidence_ids[0].startswith("conv-49:D2:"))
     ans = memory.ask(q.question, user_id="conv-49", strategy="oracle", gold_evidence_ids=q.evidence_ids)
-    stored = {r.id for r in memory.aio.store.get(q.evidence_ids)}  # only sessions 1-3 were ingested
+    stored = {r.id for r in memory.aio.store.get(q.evidence_ids, Scope(user_id="conv-49"))}  # sessions 1-3 ingested
     order = [r.id for r in conv49.records]
     assert stored and ans.evidence_ids == sorted(stored, key=order.index)
     assert set(ans.meta["missing_evidence"]) == set(q.evidence_ids) - stored

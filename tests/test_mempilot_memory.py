@@ -90,9 +90,11 @@ def test_bank_build_search_import(tmp_path, embedder):
     assert [it.id for it in view.retrieve("which pet did she adopt", ana, 2)] == [h.item.id for h in top]
     assert view.retrieve("cat", Scope(user_id="bob"), 3) == []  # bob's bank not built: scopes never mix
     assert view.retrieve("", ana, 3) == [] and view.retrieve("cat", ana, 0) == []
-    # a chunk that disappears takes its item with it
-    store.delete("ana:D1:3")
-    assert build_from_store(bank, store, ana, OfflineCompressor())["removed"] == 1
+    # deleting a record takes the items built from it with it (the open bank sees the purge)
+    store.delete("ana:D1:3", ana)
+    assert all("ana:D1:3" not in it.source_ids for it in bank.items(ana, "compressed"))
+    assert len(bank.items(ana, "compressed")) == 3  # one record per chunk: its item went with it
+    assert build_from_store(bank, store, ana, OfflineCompressor()) == {"added": 0, "removed": 0, "kept": 3}
     # imports are a separate kind; a bad line writes nothing
     f = tmp_path / "amem.jsonl"
     f.write_text(json.dumps({"text": "Ana owns a cat called Miso", "user_id": "ana", "record_ids": ["ana:D1:0"]}) + "\n"

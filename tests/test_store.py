@@ -184,9 +184,10 @@ def test_delete_reaches_every_index(store):
     assert victim.id in store.search_dense("secret password zanzibarquokka", A, 1)[0][0].record_ids
     n_before = store.count()
 
-    assert store.delete(victim.id) is True
-    assert store.delete(victim.id) is False
-    assert store.get([victim.id]) == []
+    assert store.delete(victim.id, B) is False  # ids are per scope: bob cannot reach alice's record
+    assert store.delete(victim.id, A) is True
+    assert store.delete(victim.id, A) is False
+    assert store.get([victim.id], Scope()) == []
     assert chunk_of(store, victim.id) == []
     assert all("zanzibarquokka" not in c.text for c in store.chunks(Scope()))
     assert store.search_bm25(q, Scope(), 5) == []
@@ -282,8 +283,9 @@ def test_records_chronological_get_and_chunks(store):
     store.add([early, mid_b])
     assert [r.id for r in store.records(A)] == [early.id, mid_a.id, mid_b.id, late.id]
     assert [r.id for r in store.records(A, session_id="s7")] == [mid_a.id, mid_b.id]
-    assert [r.id for r in store.get([late.id, "nope", early.id])] == [late.id, early.id]
-    assert store.get([early.id])[0] == early  # round trip of every field
+    assert [r.id for r in store.get([late.id, "nope", early.id], A)] == [late.id, early.id]
+    assert store.get([early.id], A)[0] == early  # round trip of every field
+    assert store.get([early.id], B) == []
     chunks = store.chunks(A)
     assert [c.session_id for c in chunks] == ["s8", "s7", "s9"]
     assert [c.timestamp for c in chunks] == ["2023-05-01T09:00:00", "2023-06-01T09:00:00", "2023-07-01T09:00:00"]
@@ -424,7 +426,7 @@ def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_misse
     monkeypatch.setattr(store, "_pre_embed", lambda *a, **k: {})
     res = store.add(ALICE)
     assert res.chunks_embedded == 2 and emb.texts == 2
-    assert store.delete("alice:s2:4") is True  # re-chunked s2 -> one new chunk embedded in the tx
+    assert store.delete("alice:s2:4", A) is True  # re-chunked s2 -> one new chunk embedded in the tx
     assert emb.texts == 3
     assert store.count() == {"records": 3, "chunks": 2, "vectors": 2}
     assert store.search_bm25("cello", A, 5) == []

@@ -7,11 +7,18 @@
 ...     ans.text, ans.usage.query.usd
 
 Sync facade over the async core (:class:`AsyncMemory`); use the async class inside a running loop.
+One :class:`Memory` may be shared by many threads (as an HTTP client is).
+
+Scopes are a security boundary. Every ``search`` / ``ask`` / ``delete`` / ``delete_all`` names at
+least one of ``user_id``, ``agent_id``, ``run_id`` (as in mem0), else ``ValueError``; searching or
+asking over every tenant's records is a separate, explicit opt-in: ``all_scopes=True``. Record ids
+are unique per scope: ``delete(record_id, user_id=...)`` can only reach the caller's own record.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +57,28 @@ def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return value
+
+
+def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Scope:
+    """The scope a read (``what``: "search", "ask") runs in: at least one id, or ``all_scopes=True``
+    and no id. Raises ValueError otherwise (the message names the missing parameters)."""
+    scope = _scope(user_id, agent_id, run_id)
+    if all_scopes:
+        if scope != Scope():
+            raise ValueError(f"{what}: all_scopes=True reads every scope; do not combine it with user_id/agent_id/run_id")
+        return scope
+    if scope == Scope():
+        raise ValueError(f"{what} needs a scope: give user_id, agent_id or run_id (reading every tenant's "
+                         f"records is a separate opt-in: all_scopes=True)")
+    return scope
+
+
+def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
+    """The scope of a delete or a view build: at least one id. Raises ValueError otherwise."""
+    scope = _scope(user_id, agent_id, run_id)
+    if scope == Scope():
+        raise ValueError(f"{what} needs the scope of the records: give user_id, agent_id or run_id")
+    return scope
 
 
 def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp: str | None) -> list[Record]:
@@ -124,18 +153,30 @@ class AsyncMemory:
 
     async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
                   timestamp: str | None = None) -> AddResult:
+        """Store ``messages`` under the scope. Record ids are unique per scope: the same id in
+        another scope is another record; a message whose id is already stored in this scope with
+        the same content is skipped (re-adding adds nothing), with other content it raises
+        :class:`~memfrontier.store.base.RecordConflictError` (a ValueError) and nothing is written.
+        Raises ValueError when a record would have no scope id."""
         scope = _scope(user_id, agent_id, run_id)
         records = messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
+        if any(r.scope == Scope() for r in records):  # it could never be searched nor deleted by its owner
+            raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")
         return await asyncio.to_thread(self.store.add, records)
 
-    async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10) -> list[Hit]:
-        """The top-``k`` chunks of the scope (hybrid search). Raises ValueError for a ``k`` that is
-        not an integer >= 1 (``2.5``, ``"2"``, ``True``)."""
+    async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
+                     all_scopes: bool = False) -> list[Hit]:
+        """Top-``k`` chunks of the scope (hybrid dense + BM25, RRF). Raises ValueError for a ``k``
+        that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
+        ``all_scopes=True`` (every tenant's records)."""
         k = _positive_int("k", k)
-        return await asyncio.to_thread(self.store.search, query, _scope(user_id, agent_id, run_id), k)
+        scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
+        return await asyncio.to_thread(self.store.search, query, scope, k)
 
     async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None) -> Ledger:
-        """Run a strategy's offline construction for ``scope`` under stage ``construction``."""
+        """Run a strategy's offline construction for ``scope`` under stage ``construction``.
+        Raises ValueError for a scope without any id (a view over every tenant's records)."""
+        scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
         ledger = ledger or Ledger()
         with use_ledger(ledger, "construction"):
             await strategy.build(self.env, scope)
@@ -145,21 +186,24 @@ class AsyncMemory:
                   strategy: str | Strategy = "rag", strategy_options: StrategyConfig | dict | None = None,
                   preference: Preference | str | None = None,
                   budget: Budget | None = None, question_date: str | None = None,
-                  gold_evidence_ids: list[str] | None = None, ledger: Ledger | None = None) -> Answer:
+                  gold_evidence_ids: list[str] | None = None, ledger: Ledger | None = None,
+                  all_scopes: bool = False) -> Answer:
         """Answer ``question`` from the scope's memory with ``strategy``; usage covers every call made.
 
         ``strategy_options``: the named strategy's config or its options (e.g. ``{"k": 3}``; see
         ``memfrontier config STRATEGY``); ValueError names a rejected option. ``gold_evidence_ids``
-        is only read by the ``oracle`` strategy.
+        is only read by the ``oracle`` strategy. Raises ValueError without a scope id unless
+        ``all_scopes=True`` (the context may then hold every tenant's records).
         """
+        scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
         if strategy_options is not None and not isinstance(strategy, str):
             raise ValueError("strategy_options apply to a strategy given by name")
         strat = get_strategy(strategy, strategy_options) if isinstance(strategy, str) else strategy
         pref = Preference.preset(preference) if isinstance(preference, str) else (preference or Preference())
         budget = budget or Budget()
         ledger = ledger or Ledger()
-        query = Query(text=question, scope=_scope(user_id, agent_id, run_id), question_date=question_date,
-                      gold_evidence_ids=gold_evidence_ids)
+        query = Query(text=question, scope=scope, question_date=question_date,
+                      gold_evidence_ids=gold_evidence_ids, all_scopes=all_scopes)
         t0 = time.perf_counter()
         with use_ledger(ledger, "query"):
             ctx = await strat.context(query, self.env, pref, budget)
@@ -167,22 +211,48 @@ class AsyncMemory:
         return Answer(text=text, evidence_ids=ctx.evidence_ids, context=ctx.text, strategy=strat.name,
                       usage=ledger.usage(), wall_s=time.perf_counter() - t0, meta=ctx.meta)
 
-    async def delete(self, record_id: str) -> bool:
-        return await asyncio.to_thread(self.store.delete, record_id)
+    async def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
+        """Delete the caller's record ``record_id`` (ids are unique per scope, so the scope is
+        required: ValueError without one) and everything derived from it in every view (chunks,
+        vectors, BM25, bank items, graph index). False when the scope has no such record."""
+        scope = scope_for_write("delete", user_id, agent_id, run_id)
+        return await asyncio.to_thread(self.store.delete, record_id, scope)
 
     async def delete_all(self, *, user_id=None, agent_id=None, run_id=None) -> int:
-        return await asyncio.to_thread(self.store.delete_all, _scope(user_id, agent_id, run_id))
+        """Delete every record of the scope and everything derived from them in every view; returns
+        the records deleted. ValueError without a scope id."""
+        scope = scope_for_write("delete_all", user_id, agent_id, run_id)
+        return await asyncio.to_thread(self.store.delete_all, scope)
 
     def close(self) -> None:
         self.store.close()
 
 
+async def _drain() -> None:
+    """Wait for every other task of the running loop, then its default executor's threads."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_default_executor()
+
+
 class Memory:
-    """Synchronous facade: the same methods as :class:`AsyncMemory`, run on a private event loop."""
+    """Synchronous facade: the same methods as :class:`AsyncMemory`.
+
+    Safe to share across threads: every call is submitted to one private event loop that runs in
+    a daemon thread (``asyncio.run_coroutine_threadsafe``) and the calling thread waits for its
+    result; the store underneath serialises writes. :meth:`close` stops the loop and joins the
+    thread. Calling a sync method from inside the facade's own loop raises RuntimeError (use
+    :attr:`aio` there).
+    """
 
     def __init__(self, inner: AsyncMemory):
         self._inner = inner
         self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="memfrontier-memory-loop", daemon=True)
+        self._thread.start()
+        self._closed = False
+        self._close_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: str | Path, **kwargs) -> "Memory":
@@ -194,7 +264,15 @@ class Memory:
         return self._inner
 
     def _run(self, coro):
-        return self._loop.run_until_complete(coro)
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a sync Memory method was called from its own event loop; await Memory.aio instead")
+        with self._close_lock:  # a call is either submitted before close() drains, or refused
+            if self._closed:
+                coro.close()
+                raise RuntimeError("this Memory is closed")
+            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result()
 
     def add(self, messages, **kw) -> AddResult:
         return self._run(self._inner.add(messages, **kw))
@@ -205,15 +283,25 @@ class Memory:
     def ask(self, question: str, **kw) -> Answer:
         return self._run(self._inner.ask(question, **kw))
 
-    def delete(self, record_id: str) -> bool:
-        return self._run(self._inner.delete(record_id))
+    def delete(self, record_id: str, **kw) -> bool:
+        return self._run(self._inner.delete(record_id, **kw))
 
     def delete_all(self, **kw) -> int:
         return self._run(self._inner.delete_all(**kw))
 
     def close(self) -> None:
-        self._inner.close()
+        """Finish the calls in flight, stop the loop, join its thread, close the store. Idempotent."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("Memory.close() was called from its own event loop; close it from another thread")
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        asyncio.run_coroutine_threadsafe(_drain(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
         self._loop.close()
+        self._inner.close()
 
     def __enter__(self) -> "Memory":
         return self

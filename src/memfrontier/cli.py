@@ -927,6 +927,21 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     return by_session
 
 
+def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: Path) -> None:
+    """Fail (before any model is loaded) when ``store`` is not a store, or unless one scope id or
+    --all-scopes is given."""
+    from .api import scope_for_read
+
+    _existing_store(store)
+
+    try:
+        scope_for_read(what, user_id, agent_id, run_id, all_scopes)
+    except ValueError as e:
+        _fail(str(e).replace("all_scopes=True", "--all-scopes")
+              .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
+              .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id"))
+
+
 def _existing_store(store: Path) -> Path:
     if not (store / "store.db").is_file():
         _fail(f"no memory store at {store}; create one with `memfrontier ingest --store {store} ...`")
@@ -938,7 +953,10 @@ def _existing_store(store: Path) -> Path:
 def ask(
     question: str = typer.Argument(...),
     store: Path = typer.Option(..., help="Store directory."),
-    user_id: Optional[str] = typer.Option(None),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory answers (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    all_scopes: bool = typer.Option(False, "--all-scopes", help="Answer from every tenant's records (no scope id)."),
     strategy: str = OPT_STRATEGY,
     build: bool = typer.Option(False, "--build", help="Build the strategy's memory view (memorycpt, mempilot, automem) "
                                "for this scope first when it is missing, and report what building cost. Without it, "
@@ -959,22 +977,24 @@ def ask(
     from .core.types import Budget, Scope
     from .strategies import BUILT_VIEWS, ViewNotBuiltError, get_strategy, view_built
 
+    _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
     options = strategy_options(strategy, strategy_args)
-    scope = Scope(user_id=user_id)
+    scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     async def answer(mem):
         strat = get_strategy(strategy, options)
         built = None
-        if strategy in BUILT_VIEWS and not await asyncio.to_thread(view_built, strat, mem.env, scope):
+        if strategy in BUILT_VIEWS and not all_scopes and not await asyncio.to_thread(view_built, strat, mem.env, scope):
             if not build:
-                who = f" --user-id {user_id}" if user_id else ""
+                who = "".join(f" --{k.replace('_', '-')} {v}" for k, v in
+                              (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v)
                 raise ViewNotBuiltError(
                     f"the {strategy} memory view of this scope was never built, so the answer would come from no "
                     f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
                     f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
             built = (await mem.build(strat, scope)).usage().construction
-        ans = await mem.ask(question, user_id=user_id, strategy=strat, preference=preference,
-                            budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
+        ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
+                            strategy=strat, preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
         return ans, built
 
     with known_errors():
@@ -1003,15 +1023,19 @@ def ask(
 def search(
     query: str = typer.Argument(...),
     store: Path = typer.Option(..., help="Store directory."),
-    user_id: Optional[str] = typer.Option(None),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory is searched (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
     k: int = typer.Option(5, min=1),
 ):
-    """Hybrid (dense + BM25, RRF) search; prints the top chunks."""
+    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks."""
     from .api import Memory
 
+    _check_scope("search", user_id, agent_id, run_id, all_scopes, store)
     with known_errors():
         with Memory.open(_existing_store(store)) as mem:
-            hits = mem.search(query, user_id=user_id, k=k)
+            hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
     if not hits:
         console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
     for i, h in enumerate(hits, 1):

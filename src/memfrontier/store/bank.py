@@ -105,6 +105,53 @@ def _scope_matches(item_scope: Scope, scope: Scope) -> bool:
                (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("run_id", scope.run_id)))
 
 
+def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: Scope | None,
+               reset_keys: set[str]) -> int:
+    """Remove from the bank file ``path`` what deleted records left behind, in one transaction
+    (``secure_delete`` on, WAL truncated after): every item built from a deleted record (an item
+    of scope G is built from record ``i`` of scope R when G covers R and ``i`` is in its
+    ``source_ids``), every item inside ``whole`` (the scope of a ``delete_all``, imported items
+    included), and the done marks and traces of the scope keys ``reset_keys`` (traces hold the
+    records' text; with the marks gone the next build redoes those scopes). Returns items removed.
+    Works on the file alone (no embedder), so it runs before any bank is opened.
+    """
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    try:
+        conn.execute("PRAGMA secure_delete = ON")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"items", "done", "traces"} <= tables:  # not a bank (or an empty file): nothing to purge
+            return 0
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if whole is not None:  # items inside a deleted scope may be of any scope key
+                rows = conn.execute("SELECT id, scope_json, source_ids FROM items").fetchall()
+            else:  # an item built from a deleted record has the key of a scope covering it
+                covering = sorted(reset_keys)
+                rows = conn.execute(f"SELECT id, scope_json, source_ids FROM items WHERE scope_key IN "
+                                    f"({','.join('?' * len(covering))})", covering).fetchall() if covering else []
+            gone = []
+            for iid, scope_json, sources in rows:
+                g = Scope.model_validate_json(scope_json)
+                src = set(json.loads(sources))
+                if (whole is not None and _scope_matches(g, whole)) or any(
+                        _scope_matches(r, g) and src.intersection(ids) for r, ids in deleted):
+                    gone.append((iid,))
+            conn.executemany("DELETE FROM items WHERE id = ?", gone)
+            keys = [(k,) for k in sorted(reset_keys)]
+            conn.executemany("DELETE FROM done WHERE scope_key = ?", keys)
+            conn.executemany("DELETE FROM traces WHERE scope_key = ?", keys)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return len(gone)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot purge memory bank {path}: {e}") from e
+    finally:
+        conn.close()
+
+
 class MemoryBank:
     """Derived memories of one view builder, stored in ``path`` (a SQLite file).
 
@@ -124,9 +171,11 @@ class MemoryBank:
         self._lock = threading.RLock()
         self._cache: dict[tuple[str, str], tuple[int, list[BankItem], np.ndarray, BM25Index | None]] = {}
         self._generation = 0
+        self._data_version: int | None = None
         try:
             self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
             self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA secure_delete = ON")
             with self._tx() as c:
                 for stmt in _SCHEMA.split(";"):
                     if stmt.strip():
@@ -224,6 +273,11 @@ class MemoryBank:
     def _load(self, scope: Scope, kind: str) -> tuple[list[BankItem], np.ndarray, BM25Index | None]:
         key = (scope.key(), kind)
         with self._lock:
+            # another connection (a delete's purge, another process) changed the file: drop the cache
+            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._data_version:
+                self._data_version = version
+                self._generation += 1
             hit = self._cache.get(key)
             if hit is not None and hit[0] == self._generation:
                 return hit[1], hit[2], hit[3]

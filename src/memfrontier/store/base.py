@@ -23,6 +23,11 @@ class StoreError(RuntimeError):
     """The store cannot be opened or written (corrupt files, locked beyond the timeout...)."""
 
 
+class RecordConflictError(ValueError):
+    """A record id already stored in the same scope (or repeated in one batch) with other content.
+    Ids are unique per scope; a stored record is never overwritten nor skipped silently."""
+
+
 class EmbeddingMismatchError(StoreError):
     """The store was built with another embedding model or dimension than the one now configured."""
 
@@ -31,8 +36,10 @@ class EmbeddingMismatchError(StoreError):
 class MemoryStore(Protocol):
     """Records of record, turn-atomic chunks, their vectors and a BM25 index, all scoped.
 
-    Every read takes a :class:`Scope`; a ``None`` field in it matches any value. Ingest is
-    idempotent (a record id already present is skipped), and delete reaches every index.
+    Every read takes a :class:`Scope`; a ``None`` field in it matches any value. Record ids are
+    unique per scope. Ingest is idempotent (a record already present with the same content is
+    skipped; other content raises :class:`RecordConflictError`), and delete reaches every index
+    and every view derived from the deleted records.
     """
 
     def add(self, records: list[Record]) -> AddResult: ...
@@ -41,7 +48,9 @@ class MemoryStore(Protocol):
         """Records in chronological order (timestamp, then insertion order)."""
         ...
 
-    def get(self, record_ids: list[str]) -> list[Record]: ...
+    def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
+        """Records of ``scope`` by id, in the order asked (unknown ids left out)."""
+        ...
 
     def chunks(self, scope: Scope) -> list[Chunk]: ...
 
@@ -49,7 +58,9 @@ class MemoryStore(Protocol):
         """Top-k chunks; with several retrievers, fused by RRF (k=60). Hit.ranks holds each retriever's rank."""
         ...
 
-    def delete(self, record_id: str) -> bool: ...
+    def delete(self, record_id: str, scope: Scope) -> bool:
+        """Delete the record ``record_id`` of ``scope`` (at least one id set) and what derives from it."""
+        ...
 
     def delete_all(self, scope: Scope) -> int: ...
 

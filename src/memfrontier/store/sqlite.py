@@ -2,14 +2,20 @@
 
 Layout of ``path/``::
 
-    store.db        SQLite in WAL mode: meta, records, chunks, chunk_records, chunk_vectors
+    store.db        SQLite in WAL mode: meta, records, chunks, chunk_records, chunk_vectors,
+                    pending_purges (delete intents whose derived-view cleanup is not finished)
     store.db-wal    (SQLite's write-ahead log, while open)
     bm25/g<N>/      the bm25s index of every chunk at store generation N (+ ids.json, tokenizer vocab)
 
-Records are the truth; chunks, vectors and the BM25 index are derived from them. Every write
+Records are the truth; chunks, vectors and the BM25 index are derived from them. Record ids are
+unique per scope (``UNIQUE(scope_key, id)``): the same id in two scopes is two records. Every write
 (``add``, ``delete``, ``delete_all``, re-embedding) runs in one ``BEGIN IMMEDIATE`` transaction
 that also bumps the ``generation`` counter in ``meta``; readers compare generations to know
-when their in-memory matrix / BM25 index is stale. Two processes (or two store objects) writing
+when their in-memory matrix / BM25 index is stale. A delete also writes a purge intent in its
+transaction; the views derived outside this database (banks, graph folders, BM25 files) are
+purged right after the commit, or on the next open after a crash (:meth:`SQLiteStore.complete_purges`).
+``secure_delete`` is on and the WAL is truncated after a purge, so deleted text does not linger
+in free pages or the log. Two processes (or two store objects) writing
 the same directory serialise on SQLite's write lock (``busy_timeout`` 30 s by default); threads
 sharing one store object serialise on a ``threading.RLock``.
 
@@ -61,12 +67,12 @@ import numpy as np
 
 from ..core.types import Chunk, Hit, ImageRef, Record, Scope
 from ..retrieve.rrf import rrf_fuse
-from .base import AddResult, EmbeddingMismatchError, StoreError
+from .base import AddResult, EmbeddingMismatchError, RecordConflictError, StoreError
 from .chunking import chunk_records
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: record ids unique per scope (UNIQUE(scope_key, id)), pending_purges
 DB_NAME = "store.db"
 BM25_DIR = "bm25"
 BM25_K1 = 1.5
@@ -219,7 +225,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     kind TEXT NOT NULL,
     scope_key TEXT NOT NULL,
     user_id TEXT, agent_id TEXT, run_id TEXT,
@@ -234,8 +240,10 @@ CREATE TABLE IF NOT EXISTS records (
     action TEXT,
     observation TEXT,
     meta_json TEXT NOT NULL,
-    n_tokens INTEGER NOT NULL
+    n_tokens INTEGER NOT NULL,
+    UNIQUE (scope_key, id)
 );
+CREATE INDEX IF NOT EXISTS records_id ON records(id);
 CREATE INDEX IF NOT EXISTS records_session ON records(scope_key, session_id);
 CREATE INDEX IF NOT EXISTS records_user ON records(user_id);
 CREATE INDEX IF NOT EXISTS records_agent ON records(agent_id);
@@ -262,6 +270,10 @@ CREATE INDEX IF NOT EXISTS chunk_records_record ON chunk_records(record_id);
 CREATE TABLE IF NOT EXISTS chunk_vectors (
     chunk_id TEXT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
     vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pending_purges (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    intent_json TEXT NOT NULL
 );
 """
 
@@ -388,6 +400,7 @@ class SQLiteStore:
         try:
             self._init_schema()
             self._check_embedding(reembed)
+            self.complete_purges()  # a delete interrupted after its commit is finished here
         except BaseException:
             self._conn.close()
             raise
@@ -408,6 +421,7 @@ class SQLiteStore:
                 raise StoreError(f"cannot switch {self.db_path} to WAL mode (got {mode!r})")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")  # deleted text is zeroed in pages, not left in free space
         except sqlite3.Error as e:
             conn.close()
             raise StoreError(f"cannot open store database {self.db_path}: {e}") from e
@@ -471,12 +485,36 @@ class SQLiteStore:
                     f"store {self.db_path} has schema version {meta['schema_version']}, newer than this "
                     f"memfrontier's {SCHEMA_VERSION}"
                 )
+            if int(meta["schema_version"]) < 2:
+                self._migrate_to_2(c)
             recorded = int(meta.get("chunk_tokens", self.chunk_tokens))
             if recorded != self.chunk_tokens:
                 raise StoreError(
                     f"store {self.path} was built with chunk_tokens={recorded}; open it with "
                     f"chunk_tokens={recorded} (got {self.chunk_tokens})"
                 )
+
+    @staticmethod
+    def _migrate_to_2(conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2, inside the opening transaction: record ids become unique per scope
+        (``UNIQUE(scope_key, id)`` instead of a global ``UNIQUE(id)``) and scope keys are recomputed
+        from each row's stored scope. Schema 1 ids were globally unique, so every row is kept as is."""
+        conn.execute("ALTER TABLE records RENAME TO records_v1")
+        for name in ("records_session", "records_user", "records_agent", "records_run", "records_id"):
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
+        for stmt in _SCHEMA.split(";"):
+            if "records" in stmt and "chunk_records" not in stmt:
+                conn.execute(stmt)
+        cols = ("seq, id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, "
+                "timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens")
+        conn.execute(f"INSERT INTO records({cols}) SELECT {cols} FROM records_v1")
+        conn.execute("DROP TABLE records_v1")
+        for table, key in (("records", "seq"), ("chunks", "id")):
+            rows = conn.execute(f"SELECT {key}, scope_json FROM {table}").fetchall()
+            conn.executemany(f"UPDATE {table} SET scope_key = ? WHERE {key} = ?",
+                             [(Scope(**json.loads(sj)).key(), k) for k, sj in rows])
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 
     def _meta(self, conn: sqlite3.Connection) -> dict[str, str]:
         return dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -556,12 +594,26 @@ class SQLiteStore:
     def _bump(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 
-    def _existing_ids(self, conn: sqlite3.Connection, ids: list[str]) -> set[str]:
-        found: set[str] = set()
-        for b in _batched(ids):
-            q = f"SELECT id FROM records WHERE id IN ({','.join('?' * len(b))})"
-            found.update(r[0] for r in conn.execute(q, b))
+    def _existing(self, conn: sqlite3.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Record]:
+        """The stored records among ``keys`` ((scope key, record id) pairs), by key."""
+        want = set(keys)
+        found: dict[tuple[str, str], Record] = {}
+        for b in _batched(sorted({i for _, i in keys})):
+            q = f"SELECT scope_key, {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))})"
+            for row in conn.execute(q, b):
+                if (row[0], row[2]) in want:
+                    found[(row[0], row[2])] = _row_to_record(row[1:])
         return found
+
+    @staticmethod
+    def _check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str, str], Record]) -> None:
+        clash = [r.id for k, r in uniq.items() if k in present and present[k] != r]
+        if clash:
+            raise RecordConflictError(
+                f"record id(s) {clash[:5]!r}{' ...' if len(clash) > 5 else ''} already exist in this scope with other "
+                f"content; a record is never overwritten silently: delete it first or give the new one another id "
+                f"(nothing of this batch was written)"
+            )
 
     def _existing_vectors(self, conn: sqlite3.Connection, chunk_ids: list[str]) -> set[str]:
         found: set[str] = set()
@@ -596,22 +648,23 @@ class SQLiteStore:
         self,
         conn: sqlite3.Connection,
         new: list[tuple[Record, int]],
-        delete_ids: set[str],
+        delete_ids: set[tuple[str, str]],
         sessions: dict[tuple[str, str], None],
     ) -> dict[tuple[str, str], _SessionPlan]:
         """New chunk lists for the touched ``sessions``; ``new`` records are included as if inserted
-        (they get sequence numbers after every existing record), ``delete_ids`` excluded."""
+        (they get sequence numbers after every existing record), ``delete_ids`` ((scope key, record
+        id) pairs) excluded."""
         big = 1 << 60
         by_session: dict[tuple[str, str], list[tuple[int, Record, int]]] = {}
         for i, (rec, n) in enumerate(new):
             by_session.setdefault((rec.scope.key(), rec.session_id), []).append((big + i, rec, n))
         out = {}
         for key in sessions:
-            rows = [r for r in self._session_rows(conn, *key) if r[1].id not in delete_ids]
+            rows = [r for r in self._session_rows(conn, *key) if (key[0], r[1].id) not in delete_ids]
             out[key] = self._plan_session(rows + by_session.get(key, []))
         return out
 
-    def _pre_embed(self, new: list[tuple[Record, int]], delete_ids: set[str], sessions: dict) -> dict[str, np.ndarray]:
+    def _pre_embed(self, new: list[tuple[Record, int]], delete_ids: set[tuple[str, str]], sessions: dict) -> dict[str, np.ndarray]:
         """Optimistic first pass, outside the write lock: embed planned chunks that lack a vector."""
         with self._read_tx() as c:
             plans = self._plan(c, new, delete_ids, sessions)
@@ -627,7 +680,7 @@ class SQLiteStore:
         self,
         conn: sqlite3.Connection,
         insert: list[tuple[Record, int]],
-        delete_ids: set[str],
+        delete_ids: set[tuple[str, str]],
         sessions: dict[tuple[str, str], None],
         cache: dict[str, np.ndarray],
     ) -> tuple[int, int]:
@@ -648,8 +701,7 @@ class SQLiteStore:
                     for r, n in insert
                 ],
             )
-        for b in _batched(sorted(delete_ids)):
-            conn.execute(f"DELETE FROM records WHERE id IN ({','.join('?' * len(b))})", b)
+        conn.executemany("DELETE FROM records WHERE scope_key = ? AND id = ?", sorted(delete_ids))
 
         built, need = 0, []
         for key in sessions:
@@ -698,15 +750,19 @@ class SQLiteStore:
     # -- public API: writes ---------------------------------------------------------------
 
     def add(self, records: list[Record]) -> AddResult:
-        """Insert records whose ids are not yet stored; re-chunk and embed only what changed.
+        """Insert records not yet stored; re-chunk and embed only what changed.
 
-        Atomic: everything of the batch is written in one transaction, or nothing.
-        Idempotent: a record id already present (in any scope) is skipped, even with other
-        content; repeated ids inside the batch keep the first.
+        Record ids are unique per scope: the same id in two scopes is two records. A record whose
+        (scope, id) is already stored with the same content is skipped (re-running an ingest adds
+        nothing); with other content it is an error, never a silent skip nor an overwrite.
+        Atomic: everything of the batch is written in one transaction, or nothing. Repeated
+        (scope, id) pairs inside the batch keep the first (they must have the same content).
 
         Raises:
             ValueError: a record has empty/whitespace text and no images (and, for a step, no
                 action/observation); the message names its id and nothing of the batch is written.
+            RecordConflictError: (a ValueError) a (scope, id) is stored, or repeated in the batch,
+                with other content; nothing of the batch is written.
             TypeError: an element is not a :class:`Record`.
             StoreError / EmbeddingMismatchError: see the class docstring.
         """
@@ -716,66 +772,139 @@ class SQLiteStore:
                 raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
             if _is_empty(r):
                 raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
-        uniq: dict[str, Record] = {}
+        uniq: dict[tuple[str, str], Record] = {}
         for r in records:
-            uniq.setdefault(r.id, r)
+            uniq.setdefault((r.scope.key(), r.id), r)
+        self._check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
         dup_in_batch = len(records) - len(uniq)
 
         with self._read_tx() as c:
-            present = self._existing_ids(c, list(uniq))
-        fresh = [r for i, r in uniq.items() if i not in present]
+            present = self._existing(c, list(uniq))
+        self._check_conflicts(uniq, present)
+        fresh = [(k, r) for k, r in uniq.items() if k not in present]
         if not fresh:
             return AddResult(skipped=[r.id for r in records])
-        counts = self._count_tokens_many([r.render() for r in fresh])
-        new = list(zip(fresh, counts))
-        n_of = {r.id: n for r, n in new}
-        sessions = dict.fromkeys((r.scope.key(), r.session_id) for r in fresh)
+        counts = self._count_tokens_many([r.render() for _, r in fresh])
+        n_of = {k: n for (k, _), n in zip(fresh, counts)}
+        new = [(r, n_of[k]) for k, r in fresh]
+        sessions = dict.fromkeys((r.scope.key(), r.session_id) for _, r in fresh)
         cache = self._pre_embed(new, set(), sessions)
 
         with self._write_tx() as c:
             self._guard_embedding(c)
-            present = self._existing_ids(c, list(uniq))  # a concurrent writer may have added some
-            insert = [(r, n_of[r.id]) for i, r in uniq.items() if i not in present]
+            present = self._existing(c, list(uniq))  # a concurrent writer may have added some
+            self._check_conflicts(uniq, present)
+            insert = [(r, n_of[k]) for k, r in uniq.items() if k not in present]
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in insert)
             built, embedded = self._apply(c, insert, set(), sessions, cache)
+        added_keys = {(r.scope.key(), r.id) for r, _ in insert}
         added = [r.id for r, _ in insert]
-        added_set = set(added)
-        skipped = [i for i in uniq if i not in added_set]
-        if dup_in_batch:  # repeated ids inside the batch count as skipped too
-            seen: set[str] = set()
+        skipped = [r.id for k, r in uniq.items() if k not in added_keys]
+        if dup_in_batch:  # repeated (scope, id) pairs inside the batch count as skipped too
+            seen: set[tuple[str, str]] = set()
             for r in records:
-                if r.id in seen:
+                k = (r.scope.key(), r.id)
+                if k in seen:
                     skipped.append(r.id)
-                seen.add(r.id)
+                seen.add(k)
         return AddResult(added=added, skipped=skipped, chunks_built=built, chunks_embedded=embedded)
 
-    def _delete_where(self, select_sql: str, params: list) -> int:
+    _DELETE_COLS = "id, scope_key, session_id, scope_json"
+
+    def _delete_where(self, where: str, params: list, whole: Scope | None = None) -> int:
+        """Delete the records matching ``where`` and, in the same transaction, record a purge
+        intent naming them (and ``whole``, the scope of a ``delete_all``); the derived views are
+        then purged (:meth:`complete_purges`). A crash after the commit leaves the intent, which
+        the next open completes. Returns the records deleted."""
+        select_sql = f"SELECT {self._DELETE_COLS} FROM records WHERE {where}"
         with self._read_tx() as c:
             rows = c.execute(select_sql, params).fetchall()
         if not rows:
             return 0
-        ids = {r[0] for r in rows}
+        keys = {(r[1], r[0]) for r in rows}
         sessions = dict.fromkeys((r[1], r[2]) for r in rows)
-        cache = self._pre_embed([], ids, sessions)
+        cache = self._pre_embed([], keys, sessions)
         with self._write_tx() as c:
             self._guard_embedding(c)
             rows = c.execute(select_sql, params).fetchall()
             if not rows:
                 return 0
-            ids = {r[0] for r in rows}
+            keys = {(r[1], r[0]) for r in rows}
             sessions = dict.fromkeys((r[1], r[2]) for r in rows)
-            self._apply(c, [], ids, sessions, cache)
-        return len(ids)
+            self._apply(c, [], keys, sessions, cache)
+            by_scope: dict[str, list[str]] = {}
+            for rid, _key, _sid, scope_json in rows:
+                by_scope.setdefault(scope_json, []).append(rid)
+            intent = {"scope": whole.model_dump() if whole is not None else None,
+                      "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
+            c.execute("INSERT INTO pending_purges(intent_json) VALUES (?)", (json.dumps(intent, ensure_ascii=False),))
+        self.complete_purges()
+        return len(keys)
 
-    def delete(self, record_id: str) -> bool:
-        """Delete one record; its session is re-chunked so the record leaves chunks, vectors and
-        BM25 (the index is rebuilt on the next search). Returns False if the id is unknown."""
-        return self._delete_where("SELECT id, scope_key, session_id FROM records WHERE id = ?", [record_id]) > 0
+    def complete_purges(self) -> int:
+        """Finish every pending purge intent: remove what the deleted records left in the derived
+        views of this directory (bank items and traces, graph folders, stale BM25 index files,
+        see :func:`memfrontier.store.purge.purge_views`), then drop the intent and truncate the
+        WAL so no deleted text stays on disk. Idempotent; run on open and after every delete.
+        Returns the intents completed."""
+        from .purge import purge_views
+
+        with self._lock:
+            self._check_open()
+            try:
+                pending = self._conn.execute("SELECT seq, intent_json FROM pending_purges ORDER BY seq").fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"read from store {self.db_path} failed: {e}") from e
+            if not pending:
+                return 0
+            self._snap, self._bm25 = None, None
+            for seq, intent_json in pending:
+                purge_views(self.path, json.loads(intent_json))
+                self._drop_stale_bm25()
+                with self._write_tx() as c:
+                    c.execute("DELETE FROM pending_purges WHERE seq = ?", (seq,))
+            self._checkpoint()
+        return len(pending)
+
+    def _drop_stale_bm25(self) -> None:
+        """Remove BM25 index generations older than the store's (they hold deleted chunks' terms);
+        the current one is rebuilt from the records on the next search."""
+        root = self.path / BM25_DIR
+        if not root.is_dir():
+            return
+        gen = self.generation
+        for p in root.iterdir():
+            m = re.fullmatch(r"g(\d+)", p.name)
+            if m and int(m.group(1)) < gen:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it to zero bytes (best effort: a reader in
+        another process may hold an older snapshot; the next checkpoint finishes the job)."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as e:  # pragma: no cover
+            log.debug("checkpoint of %s failed: %s", self.db_path, e)
+
+    def delete(self, record_id: str, scope: Scope) -> bool:
+        """Delete the record ``record_id`` of ``scope`` (a search scope: ``None`` fields match any,
+        so every record with that id inside it goes) and everything derived from it: its session
+        is re-chunked (chunks, vectors, BM25), and bank items, traces and graph indexes built from
+        it are purged. Returns False if no such record.
+
+        Raises:
+            ValueError: every field of ``scope`` is ``None`` (record ids are only unique per scope).
+        """
+        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
+            raise ValueError("delete needs the record's scope: at least one of user_id, agent_id, run_id")
+        where, params = _scope_where(scope)
+        return self._delete_where(f"id = ? AND {where}", [record_id, *params]) > 0
 
     def delete_all(self, scope: Scope) -> int:
-        """Delete every record matching ``scope`` (``None`` fields match anything); returns how many.
+        """Delete every record matching ``scope`` (``None`` fields match anything) and everything
+        derived from them (see :meth:`delete`); returns how many records.
 
         Raises:
             ValueError: every field of ``scope`` is ``None`` (that would wipe the store).
@@ -783,7 +912,7 @@ class SQLiteStore:
         if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
             raise ValueError("delete_all needs a scope with at least one of user_id, agent_id, run_id set")
         where, params = _scope_where(scope)
-        return self._delete_where(f"SELECT id, scope_key, session_id FROM records WHERE {where}", params)
+        return self._delete_where(where, params, whole=scope)
 
     # -- public API: reads ----------------------------------------------------------------
 
@@ -798,16 +927,19 @@ class SQLiteStore:
             rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE {where} {_ORDER_RECORDS}", params).fetchall()
         return [_row_to_record(r) for r in rows]
 
-    def get(self, record_ids: list[str]) -> list[Record]:
-        """Records by id, in the order asked; unknown ids are left out."""
+    def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
+        """Records of ``scope`` by id, in the order asked; unknown ids are left out. Ids are unique
+        per scope: an id held by several exact scopes inside ``scope`` gives each of them
+        (insertion order). ``Scope()`` looks in every scope (internal callers only)."""
         ids = list(record_ids)
-        found: dict[str, Record] = {}
+        where, params = _scope_where(scope)
+        found: dict[str, list[Record]] = {}
         with self._read_tx() as c:
-            for b in _batched(ids):
-                q = f"SELECT {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))})"
-                for r in c.execute(q, b):
-                    found[r[1]] = _row_to_record(r)
-        return [found[i] for i in ids if i in found]
+            for b in _batched(sorted(set(ids))):
+                q = f"SELECT {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))}) AND {where} ORDER BY seq"
+                for r in c.execute(q, [*b, *params]):
+                    found.setdefault(r[1], []).append(_row_to_record(r))
+        return [rec for i in ids for rec in found.get(i, [])]
 
     def _load_chunks(self, conn: sqlite3.Connection, where: str, params: list) -> list[Chunk]:
         rows = conn.execute(

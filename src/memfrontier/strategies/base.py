@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from ..core.pricebook import PriceBook
 from ..core.types import Budget, Context, Preference, Scope
@@ -23,12 +23,27 @@ from ..store.base import MemoryStore
 
 class Query(BaseModel):
     """One question as a strategy sees it. ``gold_evidence_ids`` (None when unknown) is read only
-    by the ``oracle`` anchor; every other strategy must ignore it."""
+    by the ``oracle`` anchor; every other strategy must ignore it.
+
+    ``scope`` names at least one of user_id / agent_id / run_id, so every strategy's corpus, bank
+    and graph reads stay inside one tenant; an empty scope (every tenant's records) needs
+    ``all_scopes=True``. Raises ValueError otherwise."""
 
     text: str
     scope: Scope
     question_date: str | None = None
     gold_evidence_ids: list[str] | None = None
+    all_scopes: bool = False
+
+    @model_validator(mode="after")
+    def _scoped(self) -> "Query":
+        empty = self.scope.user_id is None and self.scope.agent_id is None and self.scope.run_id is None
+        if empty and not self.all_scopes:
+            raise ValueError("a query needs a scope: at least one of user_id, agent_id, run_id "
+                             "(every tenant's records only with all_scopes=True)")
+        if self.all_scopes and not empty:
+            raise ValueError("all_scopes=True reads every scope; do not combine it with a scope id")
+        return self
 
 
 #: Roles whose default model is the answer model (the rest default to the memory-side model).

@@ -56,8 +56,8 @@ def build_from_store(bank: MemoryBank, store, scope: Scope, compressor: Compress
     todo = [(i, ch) for i, ch in want.items() if i not in have]
     items: list[BankItem] = []
     if todo:
-        recs = {r.id: r for r in store.get([rid for _, ch in todo for rid in ch.record_ids])}
-        groups = [[recs[rid] for rid in ch.record_ids if rid in recs] for _, ch in todo]
+        recs = {(r.scope, r.id): r for r in store.get([rid for _, ch in todo for rid in ch.record_ids], scope)}
+        groups = [[recs[(ch.scope, rid)] for rid in ch.record_ids if (ch.scope, rid) in recs] for _, ch in todo]
         texts = compressed_views(groups, compressor)
         for (iid, ch), recs_of, text in zip(todo, groups, texts):
             if ch.timestamp:  # the session date is metadata, kept verbatim like image ids

@@ -23,10 +23,14 @@ def _day(ts: str | None) -> str | None:
 class ScopedCorpus:
     """Records of ``scope`` in chronological order, with id lookup and rendering.
 
-    ``records`` is read once at construction (a snapshot for one question).
+    ``records`` is read once at construction (a snapshot for one question). ``scope`` names at
+    least one id, unless ``all_scopes=True`` (every tenant's records; ValueError otherwise).
     """
 
-    def __init__(self, store: MemoryStore, scope: Scope):
+    def __init__(self, store: MemoryStore, scope: Scope, *, all_scopes: bool = False):
+        if (scope == Scope()) != all_scopes:
+            raise ValueError("a corpus needs a scope (user_id, agent_id or run_id); every tenant's records "
+                             "only with all_scopes=True and no id")
         self.store = store
         self.scope = scope
         self.records: list[Record] = store.records(scope)
@@ -57,7 +61,7 @@ class ScopedCorpus:
     def in_other_scope(self, rid: str) -> bool:
         """True when ``rid`` exists in the store but not in this scope (for ledger counts only;
         tools never reveal it to the caller)."""
-        return rid not in self.by_id and bool(self.store.get([rid]))
+        return rid not in self.by_id and bool(self.store.get([rid], Scope()))
 
     # --- rendering -------------------------------------------------------------------------
     @staticmethod

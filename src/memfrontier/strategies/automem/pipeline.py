@@ -15,12 +15,13 @@ answer use the answer model (``env.answer_llm``), the indexer the memory-side mo
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
 from ...graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
-from ...graph.backend import GraphBackend
+from ...graph.backend import GraphBackend, GraphData
 from ...llm.metered import MeteredLLM
 from ...views.graph_builder import GraphIndexer
 from ...views.graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
@@ -93,7 +94,11 @@ class AutoMem:
         key = scope.key()
         with self._lock:
             if key in self._graphs:
-                return self._graphs[key]
+                g = self._graphs[key]
+                if not (g.kind == "ladybug" and not g.exists()):
+                    return g
+                g.close()  # its files were dropped (records deleted): never read the old graph
+                del self._graphs[key]
             root = getattr(env.store, "path", None)
             if self.graph == "none":
                 return None
@@ -116,7 +121,8 @@ class AutoMem:
         if self.graph == "none":
             return
         records = await asyncio.to_thread(env.store.records, scope)
-        if not records:
+        if not records:  # nothing to index: no graph may outlive the records it came from
+            await asyncio.to_thread(self._drop_graph, env, scope)
             return
         backend = self._graph_for(env, scope, create=True)
         embedder = getattr(env.store, "embedder", None)
@@ -127,6 +133,25 @@ class AutoMem:
             embed=embedder.encode if embedder is not None else None,
         )
         await indexer.build(records, backend, scope.key(), state_dir(getattr(env.store, "path", None), scope.key()))
+
+    def _drop_graph(self, env: MemoryEnv, scope: Scope) -> None:
+        """Remove ``scope``'s graph: its Ladybug folder (database, notes cache, build meta), or the
+        scope's nodes on a Neo4j server."""
+        key = scope.key()
+        with self._lock:
+            g = self._graphs.pop(key, None)
+        if g is not None:
+            g.close()
+        if self.graph == "neo4j":
+            g = open_graph(self.graph, None, key)
+            try:
+                g.replace(GraphData())
+            finally:
+                g.close()
+            return
+        folder = state_dir(getattr(env.store, "path", None), key)
+        if folder is not None and folder.exists():
+            shutil.rmtree(folder)
 
     # --- query -----------------------------------------------------------------------------
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:

@@ -70,8 +70,10 @@ class DualView:
         if k <= 0:
             return RawEvidence("")
         hits = self.store.search(query, scope, k, retrievers=("dense",))
-        ids = [rid for h in hits for rid in h.chunk.record_ids]
-        recs = self.store.get(list(dict.fromkeys(ids)))
+        by_key = {(r.scope, r.id): r for h in hits
+                  for r in self.store.get(h.chunk.record_ids, h.chunk.scope)}  # ids are unique per scope
+        keys = dict.fromkeys((h.chunk.scope, rid) for h in hits for rid in h.chunk.record_ids)
+        recs = [by_key[k] for k in keys if k in by_key]
         return RawEvidence("\n".join(render_record(r) for r in recs), [r.id for r in recs],
                            [im for r in recs for im in r.images])
 

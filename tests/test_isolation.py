@@ -1,0 +1,412 @@
+"""Tenant isolation on the SQLite store (issue 14, items 2-5), with real SQLite, bm25s, MiniLM and
+Ladybug. No model call is made: bank items are written directly or by the offline compressor, and
+graphs from hand-written notes, so everything here is fast.
+
+* record ids are unique per scope (the same id in two scopes is two records; other content under
+  a stored id is an error), and every lookup by id takes the scope;
+* every read names a scope, or opts in to all of them explicitly;
+* delete / delete_all reach every derived view (banks, graph index, BM25 files), a crash between
+  the commit and the purge is finished on the next open, and no byte of the deleted text stays
+  anywhere under the store directory;
+* one ``Memory`` is safe to share across threads.
+"""
+
+import asyncio
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from typer.testing import CliRunner
+
+from memfrontier import Memory
+from memfrontier.cli import app
+from memfrontier.core.jsonio import write_json_atomic
+from memfrontier.core.types import Record, Scope
+from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.graph import open_graph, state_dir
+from memfrontier.server.mcp import MemoryService, build_server
+from memfrontier.store.bank import BankItem, MemoryBank, Trace
+from memfrontier.store.base import RecordConflictError
+from memfrontier.store.purge import covering_scopes
+from memfrontier.store.sqlite import SQLiteStore
+from memfrontier.strategies import Query, get_strategy, strategy_class
+from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.views.compress import OfflineCompressor
+from memfrontier.views.compressed_bank import build_from_store, open_bank
+from memfrontier.views.graph_builder import graph_from_notes
+from memfrontier.views.graph_notes import Note
+
+ALICE, BOB, DANA, ERIN = (Scope(user_id=u) for u in ("alice", "bob", "dana", "erin"))
+SECRET = "my secret code is quokka7731"
+NONCE = b"quokka7731"
+OTHER_NONCE = b"wombat5520"  # a record of dana's that a single-record delete must leave
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return MiniLMEmbedder(num_threads=1)
+
+
+@pytest.fixture
+def mem(tmp_path, embedder):
+    m = Memory.open(tmp_path / "store", embedder=embedder)
+    yield m
+    m.close()
+
+
+def files_containing(root: Path, needle: bytes) -> list[str]:
+    """Every file under ``root`` whose bytes contain ``needle``."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+# -- item 2: record ids are per scope ------------------------------------------------------------
+
+
+def test_the_same_id_in_two_scopes_is_two_records(mem):
+    a = mem.add([{"id": "msg-1", "content": "I am allergic to peanuts."}], user_id="alice")
+    b = mem.add([{"id": "msg-1", "content": "My sister lives in Quito."}], user_id="bob")
+    assert (a.added, a.skipped) == (["msg-1"], [])
+    assert (b.added, b.skipped) == (["msg-1"], [])  # was: added [], skipped ['msg-1']
+    store = mem.aio.store
+    assert [r.text for r in store.get(["msg-1"], ALICE)] == ["I am allergic to peanuts."]
+    assert [r.text for r in store.get(["msg-1"], BOB)] == ["My sister lives in Quito."]
+    assert [h.chunk.text for h in mem.search("Quito", user_id="bob", k=3)] == ['user said, "My sister lives in Quito."']
+    assert all("Quito" not in h.chunk.text for h in mem.search("Quito", user_id="alice", k=3))
+
+    # the same id and content again: nothing added; other content: an error, nothing written
+    again = mem.add([{"id": "msg-1", "content": "I am allergic to peanuts."}], user_id="alice")
+    assert (again.added, again.skipped) == ([], ["msg-1"])
+    with pytest.raises(RecordConflictError, match="msg-1.*already exist in this scope"):
+        mem.add([{"id": "msg-2", "content": "new"}, {"id": "msg-1", "content": "I love peanuts."}], user_id="alice")
+    with pytest.raises(ValueError, match="msg-3"):  # the same (scope, id) twice in one batch, two texts
+        mem.add([{"id": "msg-3", "content": "one"}, {"id": "msg-3", "content": "two"}], user_id="alice")
+    assert store.count() == {"records": 2, "chunks": 2, "vectors": 2}
+
+    # delete by id needs the scope and reaches only that scope's record
+    with pytest.raises(ValueError, match="scope"):
+        mem.delete("msg-1")
+    assert mem.delete("msg-1", user_id="carol") is False
+    assert mem.delete("msg-1", user_id="bob") is True
+    assert [r.text for r in store.get(["msg-1"], Scope())] == ["I am allergic to peanuts."]
+
+
+def test_a_schema_1_store_is_migrated_on_open(tmp_path, embedder):
+    path = tmp_path / "store"
+    with SQLiteStore(path, embedder) as s:
+        s.add([Record(id="msg-1", scope=ALICE, text="I am allergic to peanuts.")])
+    # rewrite it as schema 1 wrote it: one global UNIQUE(id), no purge table
+    db = sqlite3.connect(path / "store.db")
+    cols = [r[1] for r in db.execute("PRAGMA table_info(records)")]
+    ddl = db.execute("SELECT sql FROM sqlite_master WHERE name = 'records'").fetchone()[0]
+    old = ddl.replace("id TEXT NOT NULL,", "id TEXT NOT NULL UNIQUE,").replace(",\n    UNIQUE (scope_key, id)", "")
+    assert old != ddl
+    db.executescript(f"""
+        DROP INDEX records_id; ALTER TABLE records RENAME TO r0; {old};
+        INSERT INTO records SELECT {','.join(cols)} FROM r0; DROP TABLE r0; DROP TABLE pending_purges;
+        UPDATE meta SET value = '1' WHERE key = 'schema_version';""")
+    db.close()
+    with SQLiteStore(path, embedder) as s:
+        assert s.generation >= 1
+        assert [r.text for r in s.get(["msg-1"], ALICE)] == ["I am allergic to peanuts."]
+        assert s.add([Record(id="msg-1", scope=BOB, text="My sister lives in Quito.")]).added == ["msg-1"]
+        assert s.count() == {"records": 2, "chunks": 2, "vectors": 2}
+    db = sqlite3.connect(path / "store.db")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+    db.close()
+
+
+# -- item 3: a read names a scope --------------------------------------------------------------
+
+
+def test_search_and_ask_need_a_scope_or_an_explicit_all_scopes(mem):
+    mem.add(["My PIN is 7788."], user_id="alice")
+    mem.add(["I water the ferns on Sundays."], user_id="bob")
+    with pytest.raises(ValueError, match="search needs a scope.*all_scopes=True"):
+        mem.search("PIN")
+    with pytest.raises(ValueError, match="ask needs a scope"):
+        mem.ask("What is the PIN?")  # refused before any model call
+    with pytest.raises(ValueError, match="do not combine"):
+        mem.search("PIN", user_id="alice", all_scopes=True)
+    assert {h.chunk.scope.user_id for h in mem.search("PIN ferns", all_scopes=True, k=5)} == {"alice", "bob"}
+    assert {h.chunk.scope.user_id for h in mem.search("PIN ferns", user_id="bob", k=5)} == {"bob"}
+    with pytest.raises(ValueError, match="delete_all needs"):
+        mem.delete_all()
+    with pytest.raises(ValueError, match="add needs a scope"):  # its owner could never reach it again
+        mem.add(["Nobody's note."])
+    with pytest.raises(ValueError, match="build needs"):  # no view over every tenant's records
+        asyncio.run(mem.aio.build(get_strategy("mempilot"), Scope()))
+    # strategies' own corpora: a query and a corpus without a scope are refused
+    with pytest.raises(ValueError, match="a query needs a scope"):
+        Query(text="What is the PIN?", scope=Scope())
+    assert Query(text="q", scope=Scope(), all_scopes=True).all_scopes
+    with pytest.raises(ValueError, match="a corpus needs a scope"):
+        ScopedCorpus(mem.aio.store, Scope())
+    assert [r.text for r in ScopedCorpus(mem.aio.store, BOB).records] == ["I water the ferns on Sundays."]
+
+
+def test_cli_search_and_ask_need_a_scope(tmp_path, embedder):
+    path = tmp_path / "store"
+    with Memory.open(path, embedder=embedder) as m:
+        m.add(["My PIN is 7788."], user_id="alice")
+        m.add(["I water the ferns on Sundays."], user_id="bob")
+    runner = CliRunner()
+    for cmd in (["search", "PIN"], ["ask", "What is the PIN?"]):
+        res = runner.invoke(app, [*cmd, "--store", str(path)])
+        assert res.exit_code == 2, res.output
+        assert "--user-id, --agent-id or --run-id" in res.output and "--all-scopes" in res.output
+    res = runner.invoke(app, ["search", "PIN", "--store", str(path), "--user-id", "bob"])
+    assert res.exit_code == 0 and "7788" not in res.output and "ferns" in res.output
+    res = runner.invoke(app, ["search", "PIN", "--store", str(path), "--all-scopes"])
+    assert res.exit_code == 0 and "7788" in res.output and "ferns" in res.output
+
+
+# -- item 4: delete reaches every view -----------------------------------------------------------
+
+
+def _note(text: str, rid: str, session: str) -> Note:
+    return Note(text, ["Dana"], "codes", "2024-05-01T10:00:00", session, [rid])
+
+
+def _populate(mem) -> None:
+    """Records of dana and erin, and every derived view for both: MemPilot's compressed bank
+    (offline compressor, every word kept), a MemoryCPT-like bank (episodes, done marks and traces
+    holding the text), a Ladybug graph with its notes cache, and the BM25 index files."""
+    store = mem.aio.store
+    mem.add([{"id": "d-1", "content": f"Remember this: {SECRET}."},
+             {"id": "d-2", "content": f"My locker is {OTHER_NONCE.decode()}."}],
+            user_id="dana", session_id="s1", timestamp="2024-05-01T10:00:00")
+    mem.add([{"id": "d-1", "content": "I grow basil and lemons on the balcony."}],
+            user_id="erin", session_id="s1", timestamp="2024-05-01T10:00:00")
+    bank = open_bank(store)
+    for sc in (DANA, ERIN):
+        build_from_store(bank, store, sc, OfflineCompressor(rate=1.0))
+    bank.close()
+    cpt = MemoryBank.for_store(store, "memorycpt-test")
+    for sc in (DANA, ERIN):
+        recs = store.records(sc)
+        cpt.apply([BankItem(id=f"ep-{sc.user_id}-{r.id}", kind="episode", scope=sc, title="episode", text=r.text,
+                            source_ids=[r.id]) for r in recs],
+                  done=[(sc, "session:s1", {"calls": 1})],
+                  traces=[(sc, Trace(role="episode_generator", model_id="m", prompt_version="v",
+                                     messages=[{"role": "user", "content": " ".join(r.text for r in recs)}]))])
+    cpt.close()
+    for sc in (DANA, ERIN):
+        notes = [_note(r.text, r.id, "s1") for r in store.records(sc)]
+        g = open_graph("ladybug", store.path, sc.key())
+        g.replace(graph_from_notes(notes, sc.key()))
+        g.close()
+        write_json_atomic(state_dir(store.path, sc.key()) / "notes.json", {"w": [n.to_json() for n in notes]})
+    assert mem.search("quokka7731", user_id="dana", k=1)  # BM25 index files written under bm25/
+
+
+async def _mcp_index_query(path: Path, scope: Scope) -> tuple[bool, str]:
+    service = MemoryService(path)
+    try:
+        async with Client(build_server(service)) as c:
+            res = await c.call_tool("index_query", {"cypher": "MATCH (m:Memory) RETURN m.text", "user_id": scope.user_id})
+            return res.is_error, "\n".join(getattr(x, "text", "") for x in res.content)
+    finally:
+        service.close()
+
+
+def test_delete_all_reaches_every_view_and_leaves_no_byte_of_the_text(mem):
+    _populate(mem)
+    store, root = mem.aio.store, mem.aio.store.path
+    assert files_containing(root, NONCE)  # everywhere before: store, banks, graph, bm25
+    assert any(f.startswith("graph/") for f in files_containing(root, NONCE))
+    assert any(f.startswith("banks/") for f in files_containing(root, NONCE))
+    assert any(f.startswith("bm25/") for f in files_containing(root, NONCE))
+    mp = open_bank(store)
+    cpt = MemoryBank.for_store(store, "memorycpt-test")
+    assert "quokka7731" in mp.search("secret code", DANA, "compressed", 1, retrievers=("dense",))[0].item.text
+    assert cpt.search("secret code", DANA, "episode", 1)[0].item.source_ids == ["d-1"]
+    is_error, text = asyncio.run(_mcp_index_query(root, DANA))
+    assert not is_error and "quokka7731" in text
+
+    assert mem.delete_all(user_id="dana") == 2
+
+    assert files_containing(root, NONCE) == []
+    assert files_containing(root, OTHER_NONCE) == []
+    # the open banks see the purge at once (no stale cache); erin's views are untouched
+    assert mp.search("secret code", DANA, "compressed", 5) == [] and mp.items(DANA, "compressed") == []
+    assert cpt.items(DANA, "episode") == [] and not cpt.is_done(DANA, "session:s1") and cpt.traces(DANA) == []
+    assert [it.source_ids for it in mp.items(ERIN, "compressed")] == [["d-1"]]
+    assert cpt.is_done(ERIN, "session:s1") and len(cpt.traces(ERIN)) == 1
+    assert cpt.items(ERIN, "episode")[0].text == "I grow basil and lemons on the balcony."
+    assert not state_dir(root, DANA.key()).exists() and state_dir(root, ERIN.key()).exists()
+    is_error, text = asyncio.run(_mcp_index_query(root, DANA))
+    assert is_error and "no graph index" in text
+    is_error, text = asyncio.run(_mcp_index_query(root, ERIN))
+    assert not is_error and "basil" in text
+    assert files_containing(root, b"basil and lemons")  # the grep does find live text
+    assert mem.search("secret code quokka7731", user_id="dana", k=3) == []
+    mp.close()
+    cpt.close()
+
+
+def test_deleting_one_record_purges_only_what_came_from_it(mem):
+    _populate(mem)
+    store, root = mem.aio.store, mem.aio.store.path
+    assert mem.delete("d-1", user_id="dana") is True
+    assert files_containing(root, NONCE) == []
+    assert files_containing(root, OTHER_NONCE)  # dana's other record lives on
+    mp, cpt = open_bank(store), MemoryBank.for_store(store, "memorycpt-test")
+    assert [it.source_ids for it in cpt.items(DANA, "episode")] == [["d-2"]]
+    assert not cpt.is_done(DANA, "session:s1")  # marked for rebuild
+    assert all("d-1" not in it.source_ids for it in mp.items(DANA, "compressed"))
+    # erin's record with the same id is another record: nothing of hers went
+    assert [it.source_ids for it in cpt.items(ERIN, "episode")] == [["d-1"]] and cpt.is_done(ERIN, "session:s1")
+    assert [r.id for r in store.records(ERIN)] == ["d-1"]
+    assert not state_dir(root, DANA.key()).exists() and state_dir(root, ERIN.key()).exists()
+    mp.close()
+    cpt.close()
+
+
+def test_a_crash_between_commit_and_purge_is_finished_on_the_next_open(tmp_path, embedder, monkeypatch):
+    path = tmp_path / "store"
+    m = Memory.open(path, embedder=embedder)
+    _populate(m)
+    monkeypatch.setattr(SQLiteStore, "complete_purges", lambda self: 0)  # the process dies after COMMIT
+    assert m.delete_all(user_id="dana") == 2
+    m.close()
+    db = sqlite3.connect(path / "store.db")
+    intent = json.loads(db.execute("SELECT intent_json FROM pending_purges").fetchone()[0])
+    db.close()
+    assert intent == {"scope": {"user_id": "dana", "agent_id": None, "run_id": None},
+                      "records": [[{"user_id": "dana", "agent_id": None, "run_id": None}, ["d-1", "d-2"]]]}
+    assert files_containing(path, NONCE)  # the views still hold it
+    monkeypatch.undo()
+    with SQLiteStore(path, embedder) as s:  # reopening completes the intent
+        db = sqlite3.connect(path / "store.db")
+        assert db.execute("SELECT COUNT(*) FROM pending_purges").fetchone()[0] == 0
+        db.close()
+        assert s.count(DANA)["records"] == 0
+    assert files_containing(path, NONCE) == []
+
+
+def test_building_a_graph_for_a_scope_without_records_drops_the_old_one(mem):
+    from memfrontier.strategies.automem.pipeline import AutoMem
+
+    store = mem.aio.store
+    frank = Scope(user_id="frank")
+    g = open_graph("ladybug", store.path, frank.key())
+    g.replace(graph_from_notes([_note("Frank hid the key under the mat.", "f-1", "s1")], frank.key()))
+    g.close()
+    assert state_dir(store.path, frank.key()).exists()
+    strat = AutoMem()
+    asyncio.run(strat.build(mem.aio.env, frank))  # no records: no model call, and no graph left
+    assert not state_dir(store.path, frank.key()).exists()
+    strat.close()
+
+
+def test_covering_scopes():
+    assert covering_scopes(Scope(user_id="u", run_id="r")) == [
+        Scope(user_id="u"), Scope(run_id="r"), Scope(user_id="u", run_id="r")]
+    assert len(covering_scopes(Scope(user_id="u", agent_id="a", run_id="r"))) == 7
+    assert covering_scopes(Scope()) == []
+
+
+# -- item 5: one Memory shared by threads --------------------------------------------------------
+
+
+@pytest.mark.parametrize("per_thread", [5, pytest.param(50, marks=pytest.mark.slow)])
+def test_ten_threads_adding_on_one_memory_store_everything(mem, per_thread):
+    errors: list[BaseException] = []
+
+    def writer(t: int) -> None:
+        for i in range(per_thread):
+            try:
+                mem.add([f"thread {t} note {i}"], user_id=f"u{t % 3}", session_id=f"t{t}-{i}")
+            except BaseException as e:  # noqa: BLE001 - every failure is counted
+                errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(10)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []  # was: 450 of 500 calls raised "This event loop is already running"
+    assert mem.aio.store.count()["records"] == 10 * per_thread  # 500 for 10 x 50
+    assert mem.aio.store.count(Scope(user_id="u0"))["records"] == 4 * per_thread  # threads 0, 3, 6, 9
+
+
+def test_one_writer_and_three_searchers_lose_nothing(mem):
+    errors: list[BaseException] = []
+    searches = [0, 0, 0]
+    done = threading.Event()
+
+    def writer() -> None:
+        try:
+            for i in range(50):
+                mem.add([f"entry {i} about gardening"], user_id="w", session_id=f"s{i}")
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            done.set()
+
+    def searcher(n: int) -> None:
+        try:
+            while not done.is_set():
+                hits = mem.search("gardening", user_id="w", k=3)
+                assert all(h.chunk.scope.user_id == "w" for h in hits)
+                searches[n] += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=searcher, args=(n,)) for n in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert mem.aio.store.count(Scope(user_id="w"))["records"] == 50
+    assert all(n > 0 for n in searches)
+    assert len(mem.search("gardening", user_id="w", k=100)) == 50
+
+
+def test_a_closed_memory_refuses_calls(tmp_path, embedder):
+    m = Memory.open(tmp_path / "store", embedder=embedder)
+    m.add(["hello there"], user_id="u")
+    m.close()
+    m.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        m.search("hello", user_id="u")
+
+
+def test_a_strategy_built_bank_forgets_a_deleted_user(mem):
+    """MemPilot's own build (offline compressor: no model call) and its own open bank object."""
+    _populate(mem)
+    strat = strategy_class("mempilot")(compressor=OfflineCompressor(rate=1.0))  # a runtime object: the constructor
+    env = mem.aio.env
+    asyncio.run(mem.aio.build(strat, DANA))
+    bank = strat.bank(env)
+    assert "quokka7731" in bank.search("secret code", DANA, "compressed", 1)[0].item.text
+    mem.delete_all(user_id="dana")
+    assert bank.search("secret code", DANA, "compressed", 5) == []  # the strategy's cached bank too
+    asyncio.run(mem.aio.build(strat, DANA))  # a rebuild has nothing to bring back
+    assert bank.items(DANA, "compressed") == []
+    assert files_containing(mem.aio.store.path, NONCE) == []
+
+
+@pytest.mark.slow
+def test_an_automem_graph_built_by_the_model_is_dropped_with_its_records(mem):
+    """AutoMEM's real build (the embedded model writes the notes), then delete_all: the graph, its
+    notes cache and build meta go, a rebuild makes no call, and the text is nowhere on disk."""
+    from memfrontier.core.ledger import Ledger
+    from memfrontier.strategies.automem.pipeline import AutoMem
+
+    mem.add([f"Remember this: {SECRET}.", "I keep it in the blue notebook."], user_id="dana", session_id="s1",
+            timestamp="2024-05-01T10:00:00")
+    strat = AutoMem()
+    ledger = asyncio.run(mem.aio.build(strat, DANA))
+    assert [c.role for c in ledger.calls] == ["indexer"]
+    root = mem.aio.store.path
+    assert (state_dir(root, DANA.key()) / "graph.lbug").exists()
+    mem.delete_all(user_id="dana")
+    assert not state_dir(root, DANA.key()).exists()
+    assert asyncio.run(mem.aio.build(strat, DANA, Ledger())).calls == []
+    assert files_containing(root, NONCE) == []
+    strat.close()
