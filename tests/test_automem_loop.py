@@ -81,12 +81,13 @@ def graph(store):
     g.close()
 
 
-def agent(store, graph, client, *, k_max=3, budget=None, dump_llm=None, priced=False):
+def agent(store, graph, client, *, k_max=3, budget=None, dump_llm=None, priced=False, judge_every_round=True):
     llm = MeteredLLM(client, PRICES, allow_unpriced=not priced, price_as="gemma-3-270m-q4_k_m" if priced else None)
     c = ScopedCorpus(store, ALICE)
     box = Toolbox(c, graph=graph, dump_llm=dump_llm)
     return AutoMemAgent(
-        box, planner=llm, judge=llm, context=c.catalog() + "\n\n" + SCHEMA_HINT, k_max=k_max, budget=budget
+        box, planner=llm, judge=llm, context=c.catalog() + "\n\n" + SCHEMA_HINT, k_max=k_max, budget=budget,
+        judge_every_round=judge_every_round,
     )
 
 
@@ -129,7 +130,7 @@ def test_bad_plans_unknown_tools_and_bad_verdicts_become_observations(store, gra
         ]
     )
     ledger = Ledger()
-    res = run(agent(store, graph, client, k_max=4).run("How old is Biscuit?"), ledger)
+    res = run(agent(store, graph, client, k_max=4, judge_every_round=False).run("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner", "planner", "planner", "judge", "planner"]
     assert [(s.observation.ok, s.observation.error) for s in res.steps] == [
         (False, "bad_action"),
@@ -156,7 +157,7 @@ def test_repeated_actions_are_not_rerun_and_hints_reach_the_planner(store, graph
     q = act("index_query", cypher="MATCH (m:Memory)-[:OF_TOPIC]->(t:Topic {name: 'pets'}) RETURN m.text")
     client = Scripted([q, verdict(False, "the age of Biscuit"), q, act("read", ids=["alice:a1:2"]), verdict(True)])
     ledger = Ledger()
-    res = run(agent(store, graph, client, k_max=4).run("How old is Biscuit?"), ledger)
+    res = run(agent(store, graph, client, k_max=4, judge_every_round=False).run("How old is Biscuit?"), ledger)
     assert [s.observation.error for s in res.steps] == [None, "repeated_action", None]
     assert "[1] judge: insufficient; missing: the age of Biscuit" in client.prompts[2]
     assert ledger.events == {"automem.planner.repeated_action": 1} and res.stopped == "sufficient"
@@ -329,3 +330,19 @@ def test_dump_asks_the_answer_model_and_checks_citations(locomo_memory):
         }
     assert big.error == "too_large" and "over the dump budget of 64" in big.text
     assert ledger.events["automem.dump.too_large"] == 1
+
+
+def test_the_judge_runs_every_round_as_in_algorithm_1(store, graph):
+    """Algorithm 1: a never-sufficient question at K_max = 3 makes 3 planner + 3 judge calls (7 with
+    the answer); the lean variant skips the judge after the last round and after an error (4 here)."""
+    plans = [act("rg", patterns=["Biscuit"]), act("fly", patterns=["x"]), act("read", ids=["alice:a1:2"])]
+    paper = Scripted([plans[0], verdict(False, "age"), plans[1], verdict(False, "age"), plans[2], verdict(False, "age")])
+    ledger = Ledger()
+    res = run(agent(store, graph, paper, k_max=3).run("How old is Biscuit?"), ledger)
+    assert [c.role for c in ledger.calls] == ["planner", "judge"] * 3
+    assert res.stopped == "k_max" and all(s.verdict is not None for s in res.steps)
+    lean = Scripted([plans[0], verdict(False, "age"), plans[1], plans[2]])
+    ledger = Ledger()
+    res = run(agent(store, graph, lean, k_max=3, judge_every_round=False).run("How old is Biscuit?"), ledger)
+    assert [c.role for c in ledger.calls] == ["planner", "judge", "planner", "planner"]
+    assert res.stopped == "k_max" and [s.verdict is not None for s in res.steps] == [True, False, False]

@@ -377,3 +377,18 @@ def test_file_sha256_matches_readme():
     assert file_sha256(LOCOMO) == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
     assert file_sha256(HOTPOT) == "f764184c713165e24c511fa067f76217d2eb9ad5c87223f268a6feedf45e812b"
     assert os.path.getsize(LME) == 14230736
+
+
+@needs_data
+def test_data_file_reads_another_file_of_the_format(tmp_path):
+    """--data-file: a LongMemEval-format file under any name loads as LongMemEval (e.g. the S/M files)."""
+    from memfrontier.eval.datasets import load_dataset
+    from memfrontier.eval.runner import EvalConfig
+
+    two = json.loads(LME.read_text())[:2]
+    f = tmp_path / "longmemeval_s_slice.json"
+    f.write_text(json.dumps(two))
+    convs = load_dataset("longmemeval", "all", data_file=f)
+    assert [c.id for c in convs] == [x["question_id"] for x in two]
+    a = EvalConfig(dataset="longmemeval", split="all", data_file=f).identity()
+    assert a["data_file_sha256"] and "data_file_sha256" not in EvalConfig(dataset="longmemeval", split="all").identity()

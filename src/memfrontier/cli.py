@@ -129,6 +129,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("out", Path, typer.Option(out, help=out_help)),
         Param("store", Optional[Path], typer.Option(None, help="Store directory, reused across runs (default OUT/store).")),
         Param("data_root", Optional[Path], OPT_DATA_ROOT),
+        Param("data_file", Optional[Path], typer.Option(None, help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.")),
         Param("seed", int, OPT_SEED),
         Param("concurrency", int, OPT_CONCURRENCY),
         Param("price_book", Optional[Path], OPT_PRICE_BOOK),

@@ -140,7 +140,12 @@ class Context(BaseModel):
 
 
 class Preference(BaseModel):
-    """lambda = (lambda_Q, lambda_C, lambda_L), MemPilot's preference weights. Presets: perf, balanced, cost."""
+    """lambda = (lambda_Q, lambda_C, lambda_L), MemPilot's preference weights (Eq. 9-10). Presets:
+    perf, balanced, cost.
+
+    The paper fixes only lambda_Q = 1 and names the three regimes; the cost and latency weights of
+    ``balanced`` (0.5, 0.5) and ``cost`` (1.0, 0.25) are this project's choice, not the paper's.
+    """
 
     quality: float = 1.0
     cost: float = 0.0

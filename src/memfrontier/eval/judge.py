@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from ..core.ledger import count_event
 from ..llm.metered import MeteredLLM
+from .longmemeval_judge import PROMPT_VERSION as LONGMEMEVAL_PROMPT_VERSION
+from .longmemeval_judge import judge_prompt as longmemeval_prompt
 from .metrics import parse_judge_label
 
 PROMPT_VERSION = "judge-memorycpt-v1"
@@ -34,16 +36,30 @@ LABEL_SCHEMA = {
 }
 
 
+PROTOCOLS = ("memorycpt", "longmemeval")
+
+
 class Judge:
-    """Returns True (CORRECT), False (WRONG) or None (unparseable: counted as ``judge_error``)."""
+    """Returns True (CORRECT), False (WRONG) or None (unparseable: counted as ``judge_error``).
 
-    prompt_version = PROMPT_VERSION
+    ``protocol``: ``memorycpt`` (one generous prompt, MemoryCPT App. B; LoCoMo and the others) or
+    ``longmemeval`` (the benchmark's per-question-type rules, :mod:`.longmemeval_judge`; the call
+    then names the question's type and whether it is an abstention question).
+    """
 
-    def __init__(self, llm: MeteredLLM):
+    def __init__(self, llm: MeteredLLM, protocol: str = "memorycpt"):
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown judge protocol {protocol!r}; choose one of {PROTOCOLS}")
         self.llm = llm
+        self.protocol = protocol
+        self.prompt_version = LONGMEMEVAL_PROMPT_VERSION if protocol == "longmemeval" else PROMPT_VERSION
 
-    async def __call__(self, question: str, gold: str, generated: str) -> bool | None:
-        prompt = JUDGE_TEMPLATE.format(question=question, gold=gold, generated=generated)
+    async def __call__(self, question: str, gold: str, generated: str, *, question_type: str | None = None,
+                       abstention: bool = False) -> bool | None:
+        if self.protocol == "longmemeval":
+            prompt = longmemeval_prompt(question_type or "", question, gold, generated, abstention=abstention)
+        else:
+            prompt = JUDGE_TEMPLATE.format(question=question, gold=gold, generated=generated)
         out = await self.llm.complete([{"role": "user", "content": prompt}], role="judge",
                                       max_tokens=16, temperature=0.0, json_schema=LABEL_SCHEMA)
         label = parse_judge_label(out.text)
@@ -53,8 +69,14 @@ class Judge:
         return label == "CORRECT"
 
 
-def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None) -> Judge:
+def judge_prompt_version(dataset: str) -> str:
+    """The judge prompt version a run on ``dataset`` uses (recorded in provenance)."""
+    return LONGMEMEVAL_PROMPT_VERSION if dataset == "longmemeval" else PROMPT_VERSION
+
+
+def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None, *, dataset: str = "") -> Judge:
     """A :class:`Judge` on ``judge_llm`` (an LLM spec) or, by default, ``mem``'s answer model,
     made by :meth:`~memfrontier.strategies.base.MemoryEnv.model`: priced by the run's price book,
-    ``price_as`` and ``allow_unpriced``."""
-    return Judge(mem.env.model(judge_llm, "judge", base_url=base_url))
+    ``price_as`` and ``allow_unpriced``. ``dataset="longmemeval"`` selects that benchmark's protocol."""
+    return Judge(mem.env.model(judge_llm, "judge", base_url=base_url),
+                 protocol="longmemeval" if dataset == "longmemeval" else "memorycpt")

@@ -31,8 +31,7 @@ from .fallbacks import (
     exceeded_message,
     fallback_report,
 )
-from .judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
-from .judge import make_judge
+from .judge import judge_prompt_version, make_judge
 from .metrics import (
     choice_ratios,
     evidence_recall,
@@ -66,6 +65,8 @@ class EvalConfig(BaseModel):
     out: Path = Path("runs/latest")
     store: Path | None = None
     data_root: Path | None = None
+    #: a file in the dataset's format read instead of the data root's default (e.g. LongMemEval S/M)
+    data_file: Path | None = None
     seed: int = 42
     concurrency: int = 1
     price_book: Path | None = None
@@ -101,6 +102,8 @@ class EvalConfig(BaseModel):
                  if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()}
         if files:
             ident["strategy_option_sha256"] = files
+        if self.data_file is not None:  # another data file is another run (absent: the default file)
+            ident["data_file_sha256"] = sha256_file(self.data_file) if Path(self.data_file).is_file() else None
         return ident
 
 
@@ -181,8 +184,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                 f"{out} holds a different run (differs in {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in diff.items())}); "
                 f"choose another --out or delete it")
 
-    convs = datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root)
-    data_file = datasets.dataset_path(cfg.dataset, cfg.data_root)
+    convs = datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root, data_file=cfg.data_file)
+    data_file = cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root)
     questions = select_questions(convs, cfg.limit, cfg.seed)
     needed = {q.conversation_id for q in questions}
     convs = [c for c in convs if c.id in needed]
@@ -190,7 +193,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     mem = (open_memory or AsyncMemory.open)(
         cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
         price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
-    judge = make_judge(mem, cfg.judge_llm, cfg.base_url) if cfg.judge else None
+    judge = make_judge(mem, cfg.judge_llm, cfg.base_url, dataset=cfg.dataset) if cfg.judge else None
     strategy = get_strategy(cfg.strategy, cfg.strategy_config())
     if not run_file.exists():  # only once the data, models and strategy are known to be valid
         write_json_atomic(run_file, cfg.identity())
@@ -243,7 +246,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             if judge is not None:
                 jl = Ledger()
                 with use_ledger(jl, "query"):
-                    verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text)
+                    verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text,
+                                          question_type=q.category, abstention=q.abstention)
                 row["judge"] = verdict
                 row["judge_usd"] = jl.usd()
                 row["judge_usage"] = jl.usage().query.model_dump()
@@ -296,7 +300,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
             embedding_model=getattr(mem.store, "embedder", None) and mem.store.embedder.model_id,
             judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
             prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
-                             **({"judge": JUDGE_PROMPT_VERSION} if cfg.judge else {})},
+                             **({"judge": judge_prompt_version(cfg.dataset)} if cfg.judge else {})},
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
             structured_output=_structured_output_modes(),
             **_config_provenance(strategy),

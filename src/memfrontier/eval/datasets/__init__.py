@@ -135,8 +135,12 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | None = None):
+def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | None = None,
+                 data_file: str | os.PathLike | None = None):
     """Load ``name`` (locomo | longmemeval | hotpotqa | mem_gallery) and apply ``split``.
+
+    ``data_file`` reads that file (in the dataset's format, e.g. the official LongMemEval S or M
+    file, or another LoCoMo-format file) instead of the data root's default one.
 
     Splits: locomo ``test`` / ``train`` / ``all`` (see :func:`locomo_split`); mem_gallery ``train`` / ``val`` /
     ``test`` / ``all`` (see :func:`mem_gallery_split`); the others ``all``.
@@ -147,8 +151,7 @@ def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | N
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASET_FILES)}")
     if split not in SPLITS[name]:
         raise ValueError(f"unknown split {split!r} for {name}; choose one of {list(SPLITS[name])}")
-    root = _data_root(data_root)
-    path = root / DATASET_FILES[name]
+    path = Path(data_file).expanduser() if data_file is not None else _data_root(data_root) / DATASET_FILES[name]
     if name == "locomo":
         return locomo_split(load_locomo(path), split)
     if name == "longmemeval":

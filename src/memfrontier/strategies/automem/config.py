@@ -19,6 +19,9 @@ class AutoMEMConfig(StrategyConfig):
     single_pass: bool = Field(False, description="The single-pass variant (Sec. 4.3): one plan of parallel "
                               "tool calls, no judge, no dump (k_max = 1).")
     k_max: Int = Field(3, ge=1, description="Plan -> execute -> judge rounds at most (Sec. 4.2).")
+    judge_every_round: bool = Field(True, description="Ask the judge after every round, as Algorithm 1 does. "
+                                    "False (our lean variant, a departure from the paper): skip it after the last "
+                                    "round and after a failed tool call, one call fewer where it cannot change the end.")
     graph: Literal[(*BACKENDS, "none")] = Field(
         "ladybug", description="Graph index backend queried with Cypher (none: no index_query tool).")
     window_turns: Int = Field(20, ge=1, description="Turns per note window when building the graph index (Sec. 5).")

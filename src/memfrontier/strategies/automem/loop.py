@@ -11,9 +11,11 @@ Loop (``run``), for k = 1..K_max:
 The final **answer** is the caller's one call over the trace: the strategy returns the trace as
 the context and the shared answerer (role ``answerer``) reads it.
 
-Deliberate refinements, each recorded in the step meta: the judge is not asked after step
-K_max (its verdict could not change anything) nor after a step whose observation is an error
-(the trace gained no evidence, so the previous "insufficient" stands); an action identical to an
+The judge is asked after every step, as Algorithm 1 does (K_max = 3 and a never-sufficient
+question: 3 planner + 3 judge calls, then the answer). ``judge_every_round=False`` is our lean
+variant, a departure from the paper that the frontier labels: the judge is then not asked after
+step K_max (its verdict could not change anything) nor after a step whose observation is an error
+(the trace gained no evidence, so the previous "insufficient" stands). An action identical to an
 earlier one is not re-run (observation ``repeated_action``). Planner output that is not one valid
 action, an unknown tool and every tool error become observations the next plan sees, and are
 counted. A judge reply that does not parse counts as insufficient (``parse_error.judge``).
@@ -129,6 +131,8 @@ class AutoMemAgent:
         context: prompt block 2 (catalog + schema hint, :func:`prompts.context_block`).
         k_max: the step budget K_max (>= 1).
         budget: the caller's hard caps (USD, proxy seconds) for the query stage.
+        judge_every_round: Algorithm 1's judge after every step (default); False skips the judge
+            after step K_max and after an error observation (see the module doc).
     """
 
     def __init__(
@@ -140,6 +144,7 @@ class AutoMemAgent:
         context: str,
         k_max: int = 3,
         budget: Budget | None = None,
+        judge_every_round: bool = True,
     ):
         if k_max < 1:
             raise ValueError(f"k_max must be >= 1, got {k_max}")
@@ -149,6 +154,7 @@ class AutoMemAgent:
         self.context = context
         self.k_max = k_max
         self.budget = budget or Budget()
+        self.judge_every_round = judge_every_round
 
     # --- helpers ---------------------------------------------------------------------------
     async def _call(
@@ -213,11 +219,12 @@ class AutoMemAgent:
                         obs = await self.toolbox.execute(parsed, question)
             step = TraceStep(index=k, action=action, observation=obs)
             steps.append(step)
-            if k == self.k_max:
-                result.stopped = "k_max"
-                break
-            if not obs.ok:
-                continue  # no new evidence: the previous verdict stands, re-plan
+            if not self.judge_every_round:
+                if k == self.k_max:
+                    result.stopped = "k_max"
+                    break
+                if not obs.ok:
+                    continue  # no new evidence: the previous verdict stands, re-plan
             vmsgs = self._messages(question, question_date, steps, prompts.JUDGE_TASK)
             vtext = await self._call(
                 meter, self.judge, "judge", vmsgs, max_tokens=prompts.JUDGE_MAX_TOKENS, schema=prompts.JUDGE_SCHEMA
@@ -229,6 +236,8 @@ class AutoMemAgent:
             if step.verdict.sufficient:
                 result.stopped = "sufficient"
                 break
+            if k == self.k_max:
+                result.stopped = "k_max"
         result.steps, result.calls = steps, meter.calls
         result.stable_prefix_fraction = meter.fraction()
         return result

@@ -58,6 +58,7 @@ class AutoMem:
         self,
         single_pass: bool = False,
         k_max: int = 3,
+        judge_every_round: bool = True,
         graph: str = "ladybug",
         window_turns: int = 20,
         planner_llm: Any = None,
@@ -72,6 +73,7 @@ class AutoMem:
             raise ValueError(f"k_max must be >= 1, got {k_max}")
         self.single_pass = bool(single_pass)
         self.k_max = 1 if self.single_pass else int(k_max)
+        self.judge_every_round = bool(judge_every_round)
         self.graph = graph
         self.window_turns = int(window_turns)
         self.role_specs = {"planner": planner_llm, "judge": judge_llm}
@@ -168,6 +170,7 @@ class AutoMem:
             context=prompts.context_block(corpus.catalog(), SCHEMA_HINT if graph else None),
             k_max=self.k_max,
             budget=budget,
+            judge_every_round=self.judge_every_round,
         )
         run = agent.run_single_pass if self.single_pass else agent.run
         result = await run(query.text, query.question_date)
