@@ -123,3 +123,44 @@ def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):
     bad.write_text("configurations: [ {label: a")
     with pytest.raises(ValueError, match="cannot read frontier spec"):
         load_spec(bad)
+
+
+def test_a_run_above_the_fallback_threshold_is_refused_unless_allowed(tmp_path):
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 1e-4))
+    s = json.loads((tmp_path / "rag" / "summary.json").read_text())
+    s["fallbacks"] = {"exceeded": ["budgetmem.filter.high"]}
+    (tmp_path / "rag" / "summary.json").write_text(json.dumps(s))
+    runs = [{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}]
+    row = build_report(runs)["rows"][0]
+    assert row["status"].startswith("refused") and "budgetmem.filter.high" in row["status"]
+    kept = build_report(runs, allow_fallbacks=True)
+    assert kept["rows"][0]["status"] == "ok" and "budgetmem.filter.high" in render_markdown(kept)
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path):
+    """End to end with the embedded models: two configurations and one whose router is missing."""
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: smoke\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
+                    "  - {label: rag, strategy: rag, options: {k: 4}}\n"
+                    f"  - {{label: router, strategy: budgetmem, requires: [{tmp_path / 'none.pt'}]}}\n")
+    out = tmp_path / "out"
+    args = ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "frontier.json").read_text())
+    rows = {r["label"]: r for r in rep["rows"]}
+    assert rows["router"]["status"].startswith("missing")
+    assert rows["oracle"]["n"] == rows["rag"]["n"] == 2 and len(rep["question_ids"]) == 2
+    assert rows["oracle"]["evidence_recall"] == 1.0 and rows["rag"]["d_f1"] == 0.0
+    assert rows["oracle"]["usd_x1e4_online"] > 0 and rows["oracle"]["provenance"]["answer_model"]
+    for label in ("oracle", "rag"):  # one eval run (and ledger) per configuration
+        assert len((out / "configs" / label / "predictions.jsonl").read_text().splitlines()) == 2
+    mtime = (out / "configs" / "rag" / "summary.json").stat().st_mtime
+    assert CliRunner().invoke(app, args).exit_code == 0  # resumed: nothing rerun
+    assert (out / "configs" / "rag" / "summary.json").stat().st_mtime == mtime

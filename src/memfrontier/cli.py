@@ -434,6 +434,54 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
         _fail(f"too many model calls failed or fell back: {refused}", code=3)
 
 
+@app.command("frontier")
+@with_run_options(Path("runs/frontier"), "Output directory: configs/<label>/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")
+def frontier_cmd(
+    spec: Optional[Path] = typer.Option(None, help="YAML list of configurations ({label, strategy, options, requires}); default: the shipped spec with every strategy family."),
+    only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
+    reference: str = typer.Option("rag", help="The configuration every other one is compared with (paired bootstrap)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
+    *, run: RunOptions,
+):
+    """Run every configuration of a spec on the same questions (one ledger each, construction built
+    once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
+
+    Resumable: finished configurations are kept, an interrupted one resumes from its predictions.
+    """
+    from .frontier.run import run_frontier
+    from .frontier.spec import load_spec
+
+    with known_errors():
+        fspec = load_spec(spec)
+        labels = [x.strip() for x in only.split(",") if x.strip()] if only else None
+        fspec.select(labels)  # unknown labels fail before anything runs
+        base = run.eval_config("rag")
+    with _question_bar() as bar:
+        task = bar.add_task("frontier", total=None)
+
+        def on_config(label: str, status: str) -> None:
+            if status == "start":
+                bar.update(task, description=f"{label}: starting", total=None, completed=0)
+            elif status != "done":
+                err.print(f"{label}: {status}")
+
+        def on_progress(event, **info):
+            if event == "start":
+                bar.update(task, total=info["total"], completed=info["done"])
+            elif event == "question":
+                bar.update(task, advance=1)
+
+        with known_errors(bar):
+            report = asyncio.run(run_frontier(fspec, base, run.out, labels=labels, reference=reference,
+                                              on_config=on_config, on_progress=on_progress, report_only=report_only))
+    from rich.markdown import Markdown
+
+    console.print(Markdown((run.out / "frontier.md").read_text("utf-8")))
+    ok = sum(1 for r in report["rows"] if r["status"] == "ok")
+    console.print(f"{ok}/{len(report['rows'])} configurations on {len(report['question_ids'])} questions; "
+                  f"wrote {run.out / 'frontier.md'}, frontier.csv, frontier.json, frontier_cost.png, frontier_latency.png")
+
+
 def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
     from rich.table import Table
 

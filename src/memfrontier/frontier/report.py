@@ -75,7 +75,7 @@ def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: 
         "input_tokens": _mean([u.get("input_tokens", 0) for u in q_usage]),
         "output_tokens": _mean([u.get("output_tokens", 0) for u in q_usage]),
         "per_category": {},
-        "fallbacks": sum(v for k, v in summary.get("events", {}).items() if "fallback" in k or k.startswith("llm_error")),
+        "fallbacks": ", ".join(summary.get("fallbacks", {}).get("exceeded", [])),
         "unpriced_calls": sum(u.get("unpriced_calls", 0) for u in q_usage),
         "provenance": summary.get("provenance", {}),
     }
@@ -89,20 +89,30 @@ def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: 
     return row
 
 
-def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0) -> dict:
+def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0, allow_fallbacks: bool = False) -> dict:
     """The frontier over ``runs``: dicts with ``label``, ``strategy`` and either ``dir`` (an eval
     output folder) or ``status`` (why it did not run). Every configuration is scored on the questions
-    that all finished configurations answered. Returns ``{"rows", "question_ids", "reference", "notes"}``.
+    that all finished configurations answered. A run whose error/fallback share of some role is above
+    its threshold (``summary.json`` ``fallbacks.exceeded``) is not the configuration its label names:
+    it is left off the frontier as "refused" unless ``allow_fallbacks``, and then its row names the
+    roles. Returns ``{"rows", "question_ids", "reference", "notes"}``.
     """
     loaded = {}
     rows_out: list[dict] = []
+    status: dict[str, str] = {}
     for r in runs:
         if r.get("dir") is None:
             continue
         try:
-            loaded[r["label"]] = load_run(Path(r["dir"]))
+            run = load_run(Path(r["dir"]))
         except FileNotFoundError:
-            r = {**r, "dir": None, "status": "no summary.json (run not finished)"}
+            status[r["label"]] = "no summary.json (run not finished)"
+            continue
+        exceeded = run[0].get("fallbacks", {}).get("exceeded", [])
+        if exceeded and not allow_fallbacks:
+            status[r["label"]] = f"refused: model calls failed or fell back above the threshold in {', '.join(exceeded)}"
+            continue
+        loaded[r["label"]] = run
     finished = [r for r in runs if r["label"] in loaded]
     id_sets = [{x["id"] for x in loaded[r["label"]][1]} for r in finished]
     shared = sorted(set.intersection(*id_sets)) if id_sets else []
@@ -114,7 +124,8 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0)
             summary, prows = loaded[r["label"]]
             rows_out.append(config_row(r["label"], r["strategy"], summary, prows, shared, seed=seed))
         else:
-            rows_out.append({"label": r["label"], "strategy": r["strategy"], "status": r.get("status") or "not run", "n": 0})
+            why = status.get(r["label"]) or r.get("status") or "not run"
+            rows_out.append({"label": r["label"], "strategy": r["strategy"], "status": why, "n": 0})
     ok = [x for x in rows_out if x["status"] == "ok" and x["f1"] is not None]
     ref = next((x for x in ok if x["label"] == reference), None)
     if ref is not None:
@@ -181,7 +192,8 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
               "Intervals: 95% percentile bootstrap over questions (paired for Δ)."]
     fallbacks = [x for x in report["rows"] if x.get("fallbacks")]
     if fallbacks:
-        lines.append("Fallback / model-error events: " + ", ".join(f"{x['label']} {x['fallbacks']}" for x in fallbacks))
+        lines.append("Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "
+                     + "; ".join(f"{x['label']} ({x['fallbacks']})" for x in fallbacks))
     lines += [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from ..eval.fallbacks import FallbackError
 from ..eval.runner import EvalConfig, run_eval
 from .report import build_report, write_report
 from .spec import FrontierConfig, FrontierSpec
@@ -63,11 +64,13 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
             try:
                 await run_eval(cfg, on_progress=on_progress)
                 notify(fc.label, "done")
+            except FallbackError as e:  # written; the report refuses it (see build_report)
+                notify(fc.label, f"refused: {e}")
             except Exception as e:  # reported per configuration; the frontier goes on
                 entry.update(dir=None, status=f"failed: {type(e).__name__}: {e}")
                 notify(fc.label, entry["status"])
         runs.append(entry)
-    report = build_report(runs, reference=reference, seed=base.seed)
+    report = build_report(runs, reference=reference, seed=base.seed, allow_fallbacks=base.allow_fallbacks)
     report["spec"] = spec.model_dump(mode="json")
     report["run_options"] = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
     write_report(report, out, title=spec.name)
