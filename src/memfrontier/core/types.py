@@ -135,7 +135,12 @@ class Question(BaseModel):
     @field_validator("answer", mode="before")
     @classmethod
     def _str_answer(cls, v):
-        return None if v is None else str(v)
+        return None if v is None else clean_text(str(v))
+
+    @field_validator("question")
+    @classmethod
+    def _valid_unicode(cls, v: str) -> str:
+        return clean_text(v)
 
 
 class Conversation(BaseModel):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
+from ..core.text import clean_text
 from ..core.types import Budget, Context, Preference, Scope
 from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
@@ -26,6 +27,11 @@ class Query(BaseModel):
     scope: Scope
     question_date: str | None = None
     gold_evidence_ids: list[str] | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _valid_unicode(cls, v: str) -> str:  # lone surrogates -> U+FFFD before any tokenizer sees them
+        return clean_text(v)
 
 
 @dataclass
