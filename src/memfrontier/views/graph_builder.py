@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.jsonio import write_json_atomic
+from ..core.timeutil import instant_key
 from ..core.types import Record
 from ..graph.backend import GraphBackend, GraphData
 from ..graph.dedup import dedup_names, normalize_name
@@ -57,13 +58,16 @@ def records_digest(records: list[Record]) -> str:
 def graph_from_notes(
     notes: list[Note], ns: str, *, embed: Callable[[list[str]], np.ndarray] | None = None
 ) -> GraphData:
-    """Notes (in time order) -> nodes and edges.
+    """Notes -> nodes and edges.
 
-    Memory ``m<pos>`` per note; Speaker / Topic per deduplicated name (ids ``s:<normalised>`` /
+    Notes are put in time order first, by instant (:func:`memfrontier.core.timeutil.instant_key`;
+    stable, so notes of one time keep their order), so ``pos`` and FOLLOWS follow real time even
+    when timestamps carry different UTC offsets. Memory ``m<pos>`` per note; Speaker / Topic per deduplicated name (ids ``s:<normalised>`` /
     ``t:<normalised>``); SAID_BY per (note, speaker), OF_TOPIC per note with a topic, FOLLOWS from
     each note to the next. Topic names are stored lower-case; ``embed`` adds embedding similarity
     to the topic dedup.
     """
+    notes = sorted(notes, key=lambda n: instant_key(n.time))
     spk = dedup_names([s for n in notes for s in n.speakers])
     top = dedup_names([n.topic for n in notes if n.topic], embed=embed)
     data = GraphData()
