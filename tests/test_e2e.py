@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memfrontier import Memory
-from memfrontier.core.types import Budget
+from memfrontier.core.types import Budget, Scope
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.eval.metrics import locomo_f1
 from memfrontier.eval.runner import EvalConfig, RunMismatchError, run_eval
@@ -63,7 +63,11 @@ def test_oracle_reads_only_gold_evidence(memory, conv49):
 
 def test_longctx_truncates_newest_first_and_budget_cuts_context(memory):
     ans = memory.ask("What did Evan say?", user_id="conv-49", strategy="longctx")
-    assert ans.meta["dropped_records"] >= 0 and ans.usage.query.input_tokens > 500
+    records = memory.aio.store.records(Scope(user_id="conv-49"))
+    kept = len(ans.evidence_ids)
+    assert ans.meta["records"] == len(records) and ans.meta["dropped_records"] == len(records) - kept
+    assert ans.evidence_ids == [r.id for r in records[len(records) - kept:]]  # the newest ones are kept
+    assert ans.usage.query.input_tokens > 500
     capped = memory.ask("What did Evan say?", user_id="conv-49", strategy="rag", budget=Budget(max_tokens=300))
     assert capped.usage.query.input_tokens <= 300 - 32
     assert capped.usage.events.get("budget.context_truncated") == 1

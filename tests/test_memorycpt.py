@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from fakes import ScriptedClient
 
 from memfrontier.api import Memory
 from memfrontier.core.ledger import Ledger, use_ledger
@@ -16,7 +17,6 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import load_dataset
-from memfrontier.llm.base import Completion
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
@@ -165,7 +165,7 @@ def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
     strat = MemoryCPT(episodic_k=2, semantic_k=3, ablation="no_fs", construction_llm=MeteredLLM(
         ScriptedClient(lambda m: ""), PriceBook.load(), allow_unpriced=True))
-    strat._banks[(str(store.path), "scripted-fake")] = bank
+    strat.use_bank(env, bank)
     episodes, facts = strat.candidates("Evan's car", SCOPE, env)
     assert (len(episodes), len(facts)) == (2, 3)
     ctx = asyncio.run(strat.context(Query(text="Evan's car", scope=SCOPE), env, None, None))
@@ -179,25 +179,6 @@ def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(
 
 
 # --- the construction pipeline's control flow (scripted model) -----------------------------------
-class ScriptedClient:
-    """Replies by role (found from the system prompt) via ``script(messages) -> text``."""
-
-    model_id = "scripted-fake"
-    context_tokens = 8192
-
-    def __init__(self, script):
-        self.script = script
-        self.calls: list[str] = []
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    async def complete(self, messages, **kw) -> Completion:
-        role = role_of(messages)
-        self.calls.append(role)
-        return Completion(text=self.script(messages), model_id=self.model_id, input_tokens=100, output_tokens=20)
-
-
 def role_of(messages) -> str:
     system = messages[0]["content"]
     for prefix, role in (("You split", "segmenter"), ("You write episodic", "episode"), ("You maintain", "merger"),
@@ -259,9 +240,9 @@ def test_build_applies_valid_ops_keeps_provenance_and_is_idempotent(store):
     assert facts[0].source_ids == [f"c:D1:{i}" for i in range(1, 5)]
     assert report.sessions_built == 2 and ledger.events["memorycpt.op_rejected.semantic_extractor"] == 1
     assert all(c.stage == "construction" for c in ledger.calls)
-    n_calls = len(client.calls)
+    n_calls = client.n_calls
     bank2, report2, ledger2 = _build(client, store)
-    assert (report2.sessions_built, report2.sessions_skipped, len(client.calls)) == (0, 2, n_calls)
+    assert (report2.sessions_built, report2.sessions_skipped, client.n_calls) == (0, 2, n_calls)
     assert len(bank2.items(SCOPE, "episode")) == 2 and not ledger2.calls
     assert bank2.done_usage(SCOPE)[0]["calls"] > 0  # the build's cost is kept with the view
 
@@ -401,7 +382,7 @@ def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, m
                       text="I bought a Prius yesterday.")])
     client = ScriptedClient(good_script)
     bank, report, _ = _build(client, store)
-    assert "segmenter" not in client.calls  # below the segment minimum: one episode, no segmentation call
+    assert "segmenter" not in [role_of(m) for m, _ in client.seen]  # below the segment minimum: one episode, no segmentation call
     (ep,) = bank.items(SCOPE, "episode")
     assert ep.source_ids == ["short:1"] and report.episodes_added == 1
     store.close()
