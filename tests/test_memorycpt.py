@@ -285,6 +285,49 @@ def test_merge_replaces_its_target_and_unknown_targets_are_rejected(store):
     assert eps[0].timestamp == "2023-05-08T13:56:00+00:00"  # the earlier of the two
 
 
+def test_unreadable_model_dates_become_the_session_date_and_are_counted(store):
+    def script(messages):
+        if role_of(messages) == "episode":
+            return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle",
+                               "content": "Evan bought a new car yesterday.", "timestamp": "yesterday"})
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), store)
+    eps = bank.items(SCOPE, "episode")
+    assert [e.timestamp for e in eps] == ["2023-05-08T13:56:00+00:00", "2023-05-20T10:00:00+00:00"]  # never today
+    assert ledger.events["memorycpt.timestamp_fixed"] == 2
+
+
+def test_garbage_facts_are_never_stored_and_are_counted_by_reason(store):
+    def script(messages):
+        if role_of(messages) == "extract":
+            turn = "I bought a Prius yesterday." if "(7 May 2023)" in messages[-1]["content"] else "I bought a bike yesterday."
+            return json.dumps({"reasoning": "r", "facts": [",", f"Evan: {turn}", "Evan owns a blue vehicle."]})
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), store)
+    assert [f.text for f in bank.items(SCOPE, "fact")] == ["Evan owns a blue vehicle."]
+    ev = ledger.events
+    assert ev["memorycpt.content_rejected.semantic_extractor.bare_punctuation"] == 2
+    assert ev["memorycpt.content_rejected.semantic_extractor.copied_turn"] == 2
+    assert ev["memorycpt.op_rejected.semantic_extractor"] == 5  # and the repeat in session 2 as a duplicate
+
+
+def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
+    copies = [json.dumps({"reasoning": "r", "title": "Evan and Sam talk cars",
+                          "content": "Evan: I bought a Prius yesterday. Sam: Nice! What color? Evan: Blue, like my old one.",
+                          "timestamp": "2023-05-08T13:56"})]
+
+    def script(messages):
+        if role_of(messages) == "episode" and copies and "Prius" in messages[-1]["content"]:
+            return copies.pop()
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), store)
+    assert ledger.events["memorycpt.content_rejected.episode_generator.copied_turn"] == 1
+    assert [e.text for e in bank.items(SCOPE, "episode")][0] == "Evan bought a new car yesterday (7 May 2023)."
+
+
 def test_interrupted_build_resumes_at_the_unfinished_session(store):
     def crash_in_session_2(messages):
         if "2023-05-20" in messages[-1]["content"]:
