@@ -255,3 +255,19 @@ def test_image_refs_from_content_parts_keep_data_urls_out_of_paths():
     (rec,) = messages_to_records([{"content": [{"type": "image_url", "image_url": "data:image/png;base64,AAAA"}]}],
                                  scope=SCOPE, session_id="s", timestamp=None)
     assert rec.text == "" and rec.images == [ImageRef(id=rec.images[0].id, caption="", path=None)]
+
+
+def test_cli_ingest_checks_every_line_before_writing(tmp_path, minilm):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    f = tmp_path / "msgs.jsonl"
+    f.write_text(json.dumps({"content": "Bruno likes jazz.", "session_id": "a", "timestamp": "2023-05-08T13:56:00Z"})
+                 + "\n" + json.dumps({"content": "Bruno plays sax.", "session_id": "b", "timestamp": "N/A"}) + "\n")
+    store = tmp_path / "store"
+    res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--user-id", "u"])
+    assert res.exit_code == 2 and "msgs.jsonl:2" in res.output and "'N/A' is not a complete date" in res.output
+    written = SQLiteStore(store, minilm)
+    assert written.records(SCOPE) == []  # session "a" (a good line) was not written either
+    written.close()
