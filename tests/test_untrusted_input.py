@@ -271,3 +271,17 @@ def test_cli_ingest_checks_every_line_before_writing(tmp_path, minilm):
     written = SQLiteStore(store, minilm)
     assert written.records(SCOPE) == []  # session "a" (a good line) was not written either
     written.close()
+
+
+def test_loaders_validate_timestamps_and_clean_text(tmp_path):
+    from memfrontier.eval.datasets import DatasetError
+    from memfrontier.eval.datasets.trajectories import load_trajectories
+
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"run_id": "r", "step": 0, "action": "search[tea \\ud83d]", "timestamp": "2025-03-14T10:03:00+01:00"}\n')
+    (conv,) = load_trajectories(f)
+    (step,) = conv.records
+    assert (step.action, step.timestamp) == ("search[tea \ufffd]", "2025-03-14T09:03:00+00:00")
+    f.write_text('{"run_id": "r", "step": 0, "action": "a", "timestamp": "Tuesday"}\n')
+    with pytest.raises(DatasetError, match=r"t.jsonl:1: timestamp 'Tuesday' is not a complete date"):
+        load_trajectories(f)

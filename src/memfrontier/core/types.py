@@ -25,6 +25,11 @@ class ImageRef(BaseModel):
     caption: str = ""
     path: str | None = None
 
+    @field_validator("caption")
+    @classmethod
+    def _valid_unicode(cls, v: str) -> str:
+        return clean_text(v)
+
 
 class Scope(BaseModel):
     """Who a record belongs to. ``None`` on a search means "any"; on a record it means "unset"."""
