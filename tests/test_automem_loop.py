@@ -247,7 +247,7 @@ def test_graph_is_built_with_one_indexer_call_per_window(locomo_memory):
     m, conv, strat, ledger = locomo_memory
     # session_1 has 22 turns, session_2 17: windows of <= 20 turns -> 20 + 2 + 17 -> 3 calls
     assert [(c.role, c.stage) for c in ledger.calls] == [("indexer", "construction")] * 3
-    g = strat.graph(m.aio.env, Scope(user_id="conv-49"))
+    g = strat.graph_index(m.aio.env, Scope(user_id="conv-49"))
     counts = g.counts()
     assert counts["Memory"] >= 3 and counts["FOLLOWS"] == counts["Memory"] - 1
     assert {n for [n] in g.query("MATCH (s:Speaker) RETURN s.name").rows} <= {"Evan", "Sam"}

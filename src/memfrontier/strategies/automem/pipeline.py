@@ -116,7 +116,7 @@ class AutoMem:
             self._graphs[key] = g
             return g
 
-    def graph(self, env: MemoryEnv, scope: Scope) -> GraphBackend | None:
+    def graph_index(self, env: MemoryEnv, scope: Scope) -> GraphBackend | None:
         """The scope's graph index in ``env.store``'s directory (read it with Cypher through
         ``query``), or None when none was built or the graph is off."""
         return self._graph_for(env, scope, create=False)
