@@ -86,7 +86,7 @@ def test_timestamps_are_normalised_to_utc_and_order_by_instant():
     assert parse_instant("2023-13-45") is None
 
 
-@pytest.mark.parametrize("bad", ["N/A", "2023-13-45", "Tuesday", "today"])
+@pytest.mark.parametrize("bad", ["N/A", "2023-13-45", "2023-13-45T10:00:00+00:00", "Tuesday", "today"])
 def test_a_record_refuses_a_timestamp_that_is_not_a_date(bad):
     with pytest.raises(ValueError, match="timestamp"):
         Record(id="r", text="x", timestamp=bad)

@@ -20,6 +20,7 @@ from datetime import date, datetime, timezone
 DEFAULT_ZONE = timezone.utc
 """The zone of a naive timestamp (one written without an offset): UTC."""
 
+_CANONICAL_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?\+00:00")
 _LOOSE_DATE_RE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?=$|[T ])")
 _DATEPARSER_SETTINGS = {
     # every part of the date must be written: nothing is taken from the wall clock
@@ -102,6 +103,12 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
     """
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if isinstance(value, str) and _CANONICAL_RE.fullmatch(value):  # canonical layout (a store row, say)
+        try:
+            datetime.fromisoformat(value)  # a real date, not 2023-13-45
+            return value
+        except ValueError:
+            pass
     if not isinstance(value, (str, datetime, date)):
         raise ValueError(f"{what} must be an ISO-8601 string or a datetime, got {type(value).__name__} {value!r}")
     parsed = parse_instant(value)
@@ -110,11 +117,11 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
     return format_instant(parsed)
 
 
-_MIN = datetime.min.replace(tzinfo=timezone.utc)
-
-
-def instant_key(value: str | datetime | None) -> tuple[int, datetime]:
+def instant_key(value: str | datetime | None) -> tuple[int, str]:
     """Sort key ordering timestamps by instant; missing or unreadable ones first (as the stores'
-    ``ORDER BY timestamp IS NOT NULL, timestamp`` does)."""
+    ``ORDER BY timestamp IS NOT NULL, timestamp`` does). The key holds the canonical string
+    (which sorts as the instant), so an already canonical value costs one regex match."""
+    if isinstance(value, str) and _CANONICAL_RE.fullmatch(value):
+        return (1, value)
     parsed = parse_instant(value) if value is not None else None
-    return (0, _MIN) if parsed is None else (1, parsed)
+    return (0, "") if parsed is None else (1, format_instant(parsed))
