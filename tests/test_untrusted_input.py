@@ -285,3 +285,20 @@ def test_loaders_validate_timestamps_and_clean_text(tmp_path):
     f.write_text('{"run_id": "r", "step": 0, "action": "a", "timestamp": "Tuesday"}\n')
     with pytest.raises(DatasetError, match=r"t.jsonl:1: timestamp 'Tuesday' is not a complete date"):
         load_trajectories(f)
+
+
+@pytest.mark.slow  # two CLI processes (MiniLM loads in each)
+def test_cli_takes_invalid_utf8_and_escaped_surrogates_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps({"content": "Guest likes green tea \ud83d"}) + "\n")  # written as the escape \ud83d
+    cli = [sys.executable, "-c", "from memfrontier.cli import app; app()"]
+    store = str(tmp_path / "s")
+    res = subprocess.run(cli + ["ingest", "--store", store, "--file", str(f), "--user-id", "u"], capture_output=True)
+    assert (res.returncode, res.stderr) == (0, b"") and b"+1 records" in res.stdout
+    # invalid UTF-8 in argv arrives as lone surrogates (surrogateescape): replaced, then searched
+    res = subprocess.run(cli + ["search", b"green tea \xff\xfe", "--store", store, "--user-id", "u"], capture_output=True)
+    assert (res.returncode, res.stderr) == (0, b"")
+    assert 'user said, "Guest likes green tea \ufffd"'.encode() in res.stdout
