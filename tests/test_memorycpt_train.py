@@ -51,10 +51,10 @@ def test_qad_sft_on_exported_traces_gives_a_serving_construction_model(built):
     assert res.merged_dir is not None and (res.merged_dir / "config.json").is_file()
     cpt = MemoryCPT(construction_llm=f"hf:{res.merged_dir}")
     with pytest.raises(UnpricedModelError):  # a local checkpoint is not in the price book: the run must say so
-        cpt._model(cpt.construction_llm, m.aio.env)
+        cpt.construction_model(m.aio.env)
     env = MemoryEnv(store=m.aio.store, answer_llm=m.aio.env.answer_llm,
                     llm=MeteredLLM(m.aio.env.llm.client, m.aio.env.llm.prices, allow_unpriced=True))
-    llm = cpt._model(cpt.construction_llm, env)
+    llm = cpt.construction_model(env)
     assert llm.model_id == "qad/merged"
     out = asyncio.run(llm.complete([{"role": "user", "content": "Messages:\n1. [2023-05-08 13:56] Evan: hi\n\nJSON:"}],
                                    role="segmenter", max_tokens=8))

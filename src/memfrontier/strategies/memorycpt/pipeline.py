@@ -126,6 +126,12 @@ class MemoryCPT:
     def _construction_spec(self) -> str | MeteredLLM | None:
         return None if self.ablation == "no_qad" else self.construction_llm
 
+    def construction_model(self, env: MemoryEnv) -> MeteredLLM:
+        """The metered model that builds this configuration's memories (``env.llm`` when none is
+        set or under the ``no_qad`` ablation). Raises UnpricedModelError for a model missing from
+        the price book unless ``env.llm`` allows unpriced calls."""
+        return self._model(self._construction_spec(), env)
+
     def _bank_key(self, env: MemoryEnv) -> tuple[str, str]:
         spec = self._construction_spec()
         model = spec if isinstance(spec, str) else self._model(spec, env).model_id
@@ -146,7 +152,7 @@ class MemoryCPT:
 
     async def build(self, env: MemoryEnv, scope: Scope, on_session=None) -> None:
         """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable)."""
-        builder = EpisodicBuilder(self._model(self._construction_spec(), env), self.bank(env),
+        builder = EpisodicBuilder(self.construction_model(env), self.bank(env),
                                   concurrency=self.concurrency)
         self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
 
