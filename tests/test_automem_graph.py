@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from fakes import ScriptedClient
 
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
@@ -13,7 +14,6 @@ from memfrontier.core.types import Record, Scope
 from memfrontier.graph import GraphQueryError, ladybug_store, open_graph, state_dir
 from memfrontier.graph.dedup import dedup_names, name_similarity, normalize_name
 from memfrontier.graph.guard import CypherRejected, check_read_only, strip_literals
-from memfrontier.llm.base import Completion
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.views.graph_builder import GraphIndexer, graph_from_notes
 from memfrontier.views.graph_notes import (
@@ -170,7 +170,7 @@ def test_notes_from_reply_validates_grounds_and_matches_speakers():
     assert [n.text for n in notes] == ["Evan drove his new Prius to Canada.", "Sam asked about the Canada trip."]
     assert notes[0].speakers == ["Evan"] and notes[0].topic == "travel"
     assert notes[1].speakers == ["Sam"]  # "Thomas" is no speaker here: the best word overlap decides
-    assert notes[0].record_ids == ["c:s1:0", "c:s1:1"] and notes[0].time == "2023-05-08T10:00:00"
+    assert notes[0].record_ids == ["c:s1:0", "c:s1:1"] and notes[0].time == "2023-05-08T10:00:00+00:00"
     assert ledger.events == {"indexer.ungrounded_note": 1, "indexer.unknown_speaker": 1}
     assert grounded("Evan drove to Canada", w) and not grounded("Text", w) and not grounded("Evan said", w)
     assert not grounded("Thomas Jefferson founded Canada", w)  # 1 of 4 content words in the window
@@ -287,22 +287,6 @@ def test_open_graph_rejects_unknown_backend(tmp_path):
 # --- builder (scripted model: control flow of cache / idempotence only) -------------------------
 
 
-class ScriptedClient:
-    model_id = "scripted"
-    context_tokens = 4096
-
-    def __init__(self, replies):
-        self.replies = list(replies)
-        self.prompts = []
-
-    async def complete(self, messages, **kw):
-        self.prompts.append(messages)
-        return Completion(text=self.replies.pop(0), model_id=self.model_id, input_tokens=100, output_tokens=20)
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-
 def test_indexer_builds_caches_and_skips(tmp_path):
     recs = [_turn(i, "s1", "Evan" if i % 2 else "Sam", f"Evan bought a red Prius number {i}") for i in range(4)]
     recs += [_step(0, "click[B07]", "item page")]
@@ -324,7 +308,7 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     assert src == [["model"], ["fallback"], ["fallback"], ["step"]]
     # same records again: nothing to do, no call
     again = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, "u||", state_dir(tmp_path, "u||")))
-    assert again.skipped and client.prompts.__len__() == 2
+    assert again.skipped and client.n_calls == 2
     # one more record: the two old windows come from the notes cache, one new call
     client.replies.append(good)
     more = recs + [_turn(7, "s9", "Evan", "Evan sold the red Prius")]

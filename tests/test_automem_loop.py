@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+from fakes import ScriptedClient
 from test_automem_tools import ALICE, build_store
 
 from memfrontier import Memory
@@ -19,8 +20,6 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.graph import SCHEMA_HINT, open_graph
-from memfrontier.llm.base import Completion
-from memfrontier.llm.embedded import render_prompt
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.strategies.automem.actions import Action, parse_action
 from memfrontier.strategies.automem.corpus import ScopedCorpus
@@ -31,32 +30,6 @@ from memfrontier.strategies.automem.prompts import SYSTEM, key_terms
 from memfrontier.strategies.automem.tools import Toolbox, ToolLimits
 
 PRICES = PriceBook.load()
-
-
-class Scripted:
-    """A scripted ChatClient (control-flow tests only): replies in order, records the prompts."""
-
-    def __init__(self, replies, model_id="scripted"):
-        self.replies = list(replies)
-        self.model_id = model_id
-        self.prompts: list[str] = []
-        self.schemas: list = []
-
-    context_tokens = 8192
-
-    async def complete(self, messages, **kw):
-        self.prompts.append(render_prompt(messages))
-        self.schemas.append(kw.get("json_schema"))
-        text = self.replies.pop(0)
-        return Completion(
-            text=text,
-            model_id=self.model_id,
-            input_tokens=self.count_tokens(self.prompts[-1]),
-            output_tokens=self.count_tokens(text),
-        )
-
-    def count_tokens(self, text):
-        return len(text.split())
 
 
 def act(tool, **kw):
@@ -97,7 +70,7 @@ def run(coro, ledger):
 
 
 def test_loop_plans_executes_judges_and_stops_when_sufficient(store, graph):
-    client = Scripted([act("rg", patterns=["Biscuit"], ignore_case=True), verdict(True)])
+    client = ScriptedClient([act("rg", patterns=["Biscuit"], ignore_case=True), verdict(True)])
     ledger = Ledger()
     res = run(agent(store, graph, client).run("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner", "judge"] and res.stopped == "sufficient"
@@ -120,7 +93,7 @@ def test_loop_plans_executes_judges_and_stops_when_sufficient(store, graph):
 
 
 def test_bad_plans_unknown_tools_and_bad_verdicts_become_observations(store, graph):
-    client = Scripted(
+    client = ScriptedClient(
         [
             "I would search for the dog",
             act("fly", patterns=["x"]),
@@ -155,7 +128,7 @@ def test_bad_plans_unknown_tools_and_bad_verdicts_become_observations(store, gra
 
 def test_repeated_actions_are_not_rerun_and_hints_reach_the_planner(store, graph):
     q = act("index_query", cypher="MATCH (m:Memory)-[:OF_TOPIC]->(t:Topic {name: 'pets'}) RETURN m.text")
-    client = Scripted([q, verdict(False, "the age of Biscuit"), q, act("read", ids=["alice:a1:2"]), verdict(True)])
+    client = ScriptedClient([q, verdict(False, "the age of Biscuit"), q, act("read", ids=["alice:a1:2"]), verdict(True)])
     ledger = Ledger()
     res = run(agent(store, graph, client, k_max=4, judge_every_round=False).run("How old is Biscuit?"), ledger)
     assert [s.observation.error for s in res.steps] == [None, "repeated_action", None]
@@ -174,22 +147,22 @@ def test_single_pass_runs_parallel_actions_without_judge_or_dump(store, graph):
             {"tool": "rg", "patterns": ["never shown: a fifth action"]},
         ]
     }
-    client = Scripted([json.dumps(plan)])
+    client = ScriptedClient([json.dumps(plan)])
     ledger = Ledger()
     res = run(agent(store, graph, client).run_single_pass("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner"] and res.single_pass and res.stopped == "single_pass"
     assert [s.action["tool"] for s in res.steps] == ["rg", "dump", "index_query", "read"]
     assert res.steps[1].observation.error == "unknown_tool"
     assert res.evidence_ids() == ["alice:a1:2", "alice:a1:0"]
-    assert client.schemas[0]["properties"]["actions"]["maxItems"] == 4
-    tools = [v["properties"]["tool"]["enum"][0] for v in client.schemas[0]["properties"]["actions"]["items"]["anyOf"]]
+    assert client.seen[0][1]["json_schema"]["properties"]["actions"]["maxItems"] == 4
+    tools = [v["properties"]["tool"]["enum"][0] for v in client.seen[0][1]["json_schema"]["properties"]["actions"]["items"]["anyOf"]]
     assert tools == ["rg", "read", "index_query"]
     assert ledger.events == {"automem.planner.unknown_tool": 1} and res.stable_prefix_fraction is None
 
 
 def test_budget_stops_before_a_call_it_cannot_afford(store, graph):
     # priced like the embedded model: 0.01 / 0.02 USD per 1M input / output tokens (MemoryCPT Eq. 4)
-    client = Scripted([act("rg", patterns=["Biscuit"]), verdict(False, "more")])
+    client = ScriptedClient([act("rg", patterns=["Biscuit"]), verdict(False, "more")])
     ledger = Ledger()
     a = agent(store, graph, client, budget=Budget(max_usd=1e-9), priced=True)
     res = run(a.run("How old is Biscuit?"), ledger)
@@ -197,7 +170,7 @@ def test_budget_stops_before_a_call_it_cannot_afford(store, graph):
     # a cap that fits the planner call (its prompt, 160 output tokens) but not a second call as long
     n = PrefixMeter().measure("planner", a._messages("How old is Biscuit?", None, [], "x"), a.planner).prompt_tokens
     cap = 1e-6 * (0.01 * (n + 200) + 0.02 * 160)
-    client = Scripted([act("rg", patterns=["Biscuit"]), verdict(False, "more")])
+    client = ScriptedClient([act("rg", patterns=["Biscuit"]), verdict(False, "more")])
     ledger = Ledger()
     res = run(agent(store, graph, client, budget=Budget(max_usd=cap), priced=True).run("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner"] and res.stopped == "budget"
@@ -225,11 +198,11 @@ def test_parse_verdict_and_action_shapes():
 
 
 def test_strategy_runs_with_per_role_models_and_records_the_trace(store):
-    answer = Scripted(["two years old"], model_id="answer-model")
-    planner = Scripted([act("rg", patterns=["years old"])], model_id="planner-model")
-    judge = Scripted([verdict(True)], model_id="judge-model")
+    answer = ScriptedClient(["two years old"], model_id="answer-model")
+    planner = ScriptedClient([act("rg", patterns=["years old"])], model_id="planner-model")
+    judge = ScriptedClient([verdict(True)], model_id="judge-model")
     mem = AsyncMemory(
-        store, MeteredLLM(Scripted([]), PRICES, allow_unpriced=True), MeteredLLM(answer, PRICES, allow_unpriced=True)
+        store, MeteredLLM(ScriptedClient([]), PRICES, allow_unpriced=True), MeteredLLM(answer, PRICES, allow_unpriced=True)
     )
     strat = AutoMem(planner_llm=planner, judge_llm=judge)
     ans = asyncio.run(mem.ask("How old is Biscuit?", user_id="alice", strategy=strat))
@@ -263,7 +236,7 @@ def locomo_memory(tmp_path_factory):
     m = Memory.open(tmp_path_factory.mktemp("locomo") / "store")
     m.aio.store.add([r for r in conv.records if r.session_id in ("conv-49:session_1", "conv-49:session_2")])
     strat = AutoMem()
-    ledger = m._run(m.aio.build(strat, Scope(user_id="conv-49")))
+    ledger = asyncio.run(m.aio.build(strat, Scope(user_id="conv-49")))
     yield m, conv, strat, ledger
     strat.close()
     m.close()
@@ -275,11 +248,11 @@ def test_graph_is_built_with_one_indexer_call_per_window(locomo_memory):
     m, conv, strat, ledger = locomo_memory
     # session_1 has 22 turns, session_2 17: windows of <= 20 turns -> 20 + 2 + 17 -> 3 calls
     assert [(c.role, c.stage) for c in ledger.calls] == [("indexer", "construction")] * 3
-    g = strat._graphs[Scope(user_id="conv-49").key()]
+    g = strat.graph_index(m.aio.env, Scope(user_id="conv-49"))
     counts = g.counts()
     assert counts["Memory"] >= 3 and counts["FOLLOWS"] == counts["Memory"] - 1
     assert {n for [n] in g.query("MATCH (s:Speaker) RETURN s.name").rows} <= {"Evan", "Sam"}
-    again = m._run(m.aio.build(strat, Scope(user_id="conv-49")))
+    again = asyncio.run(m.aio.build(strat, Scope(user_id="conv-49")))
     assert again.calls == []  # idempotent
 
 
@@ -292,19 +265,22 @@ def test_real_locomo_question_end_to_end(locomo_memory, single_pass):
     assert q.question == "Which country was Evan visiting in May 2023?"
     ans = m.ask(q.question, user_id="conv-49", strategy=AutoMem(single_pass=single_pass))
     roles = {r: u.calls for r, u in ans.usage.by_role.items()}
-    assert ans.text.strip() or ans.usage.events.get("empty_output.answerer") == 1
+    assert (ans.text.strip() == "") == (ans.usage.events.get("empty_output.answerer") == 1)  # empty iff counted
     assert roles["answerer"] == 1 and 1 <= roles["planner"] <= (1 if single_pass else 3)
     if single_pass:
         assert set(roles) == {"planner", "answerer"} and ans.meta["stopped"] in ("single_pass", "budget")
     else:
-        assert roles.get("judge", 0) <= 2 and "dump" not in roles or roles["dump"] <= 3
+        assert roles.get("judge", 0) <= 2 and roles.get("dump", 0) <= 3
     assert ans.meta["trace"] and ans.meta["calls"][0]["prompt_tokens"] > 300
     assert set(ans.evidence_ids) <= {r.id for r in conv.records}
     u = ans.usage.query
     assert u.calls == sum(roles.values())
     assert u.usd == pytest.approx(1e-6 * (0.01 * u.input_tokens + 0.02 * u.output_tokens))
     frac = ans.meta["stable_prefix_fraction"]
-    assert frac is None or 0.3 < frac <= 1.0
+    if len(ans.meta["calls"]) == 1:  # one loop call: no second prompt to share a prefix with
+        assert frac is None
+    else:
+        assert 0.3 < frac <= 1.0
 
 
 @pytest.mark.slow
@@ -336,12 +312,12 @@ def test_the_judge_runs_every_round_as_in_algorithm_1(store, graph):
     """Algorithm 1: a never-sufficient question at K_max = 3 makes 3 planner + 3 judge calls (7 with
     the answer); the lean variant skips the judge after the last round and after an error (4 here)."""
     plans = [act("rg", patterns=["Biscuit"]), act("fly", patterns=["x"]), act("read", ids=["alice:a1:2"])]
-    paper = Scripted([plans[0], verdict(False, "age"), plans[1], verdict(False, "age"), plans[2], verdict(False, "age")])
+    paper = ScriptedClient([plans[0], verdict(False, "age"), plans[1], verdict(False, "age"), plans[2], verdict(False, "age")])
     ledger = Ledger()
     res = run(agent(store, graph, paper, k_max=3).run("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner", "judge"] * 3
     assert res.stopped == "k_max" and all(s.verdict is not None for s in res.steps)
-    lean = Scripted([plans[0], verdict(False, "age"), plans[1], plans[2]])
+    lean = ScriptedClient([plans[0], verdict(False, "age"), plans[1], plans[2]])
     ledger = Ledger()
     res = run(agent(store, graph, lean, k_max=3, judge_every_round=False).run("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner", "judge", "planner", "planner"]

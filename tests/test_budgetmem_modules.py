@@ -10,13 +10,13 @@ from datetime import date, datetime
 
 import numpy as np
 import pytest
+from fakes import ScriptedClient
 
 from memfrontier import Memory
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Budget, Chunk, Preference, Scope
 from memfrontier.eval.datasets import load_dataset
-from memfrontier.llm.base import Completion
 from memfrontier.llm.embedded import MODEL_ID
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
@@ -174,32 +174,13 @@ def test_temporal_cues_and_resolution_edge_cases():
 
 
 # --- fallback chain (scripted fake model: control flow only) ----------------------------------
-class ScriptedClient:
-    """Returns the scripted replies in order (the last one forever)."""
-
-    model_id = "scripted-fake"
-    context_tokens = 8192
-
-    def __init__(self, *replies: str):
-        self.replies = list(replies)
-        self.calls = 0
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    async def complete(self, messages, **kw) -> Completion:
-        reply = self.replies[min(self.calls, len(self.replies) - 1)]
-        self.calls += 1
-        return Completion(text=reply, model_id=self.model_id, input_tokens=50, output_tokens=7)
-
-
 def fake_env(memory, client) -> MemoryEnv:
     llm = MeteredLLM(client, PriceBook.load(), allow_unpriced=True)
     return MemoryEnv(store=memory.aio.store, llm=llm, answer_llm=llm)
 
 
 def test_unparseable_high_output_falls_back_to_mid_and_is_counted(memory, chunks):
-    rt = BudgetMemModules(fake_env(memory, ScriptedClient("Sure! Evan went to Jasper.")), module_topk=2)
+    rt = BudgetMemModules(fake_env(memory, ScriptedClient(["Sure! Evan went to Jasper."], model_id="scripted-fake", repeat_last=True)), module_topk=2)
     ledger = Ledger()
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.entity, QUESTION, chunks, "high"))
@@ -213,7 +194,7 @@ def test_unparseable_high_output_falls_back_to_mid_and_is_counted(memory, chunks
 
 
 def test_wrong_number_of_filter_scores_falls_back(memory, chunks):
-    rt = BudgetMemModules(fake_env(memory, ScriptedClient('{"answer": [7]}')), module_topk=2)
+    rt = BudgetMemModules(fake_env(memory, ScriptedClient(['{"answer": [7]}'], repeat_last=True)), module_topk=2)
     ledger = Ledger()
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.filter, QUESTION, chunks, "high"))
@@ -221,13 +202,13 @@ def test_wrong_number_of_filter_scores_falls_back(memory, chunks):
 
 
 def test_llm_tierings_fall_through_every_tier_to_the_rules(memory, chunks):
-    client = ScriptedClient("no json", "still none", "nothing")
+    client = ScriptedClient(["no json", "still none", "nothing"])
     rt = BudgetMemModules(fake_env(memory, client), ReasoningTiering(), module_topk=2)
     ledger = Ledger()
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.temporal, QUESTION, chunks, "high"))
     assert res.fallbacks == ["high", "mid", "low"] and res.tier_used == "rules"
-    assert client.calls == 3
+    assert client.n_calls == 3
     assert [c.role for c in ledger.calls] == ["budgetmem.temporal.high", "budgetmem.temporal.mid",
                                               "budgetmem.temporal.low", "budgetmem.temporal"]
     assert {k: v for k, v in ledger.events.items()} == {
@@ -236,7 +217,7 @@ def test_llm_tierings_fall_through_every_tier_to_the_rules(memory, chunks):
 
 def test_valid_scripted_json_is_used(memory, chunks):
     reply = '{"answer": ["Evan - visited - Jasper (May 2023)", "Evan - visited - Jasper (May 2023)", " "]}'
-    rt = BudgetMemModules(fake_env(memory, ScriptedClient(reply)))
+    rt = BudgetMemModules(fake_env(memory, ScriptedClient([reply], repeat_last=True)))
     with use_ledger(Ledger()):
         out = run(rt.entity.run(QUESTION, chunks, "high"))
     assert out == ["Evan - visited - Jasper (May 2023)"]

@@ -55,7 +55,7 @@ def test_chunk_time_is_session_time():
     recs = [rec(1, "a", ts=None), rec(2, "b", ts="2023-05-08T13:56:00"), rec(3, "c", ts="2023-05-08T14:10:00")]
     chunks = chunk_records(recs + [rec(4, "d e f g h", ts="2023-05-08T15:00:00")], words, max_tokens=3)
     assert len(chunks) == 2
-    assert {c.timestamp for c in chunks} == {"2023-05-08T13:56:00"}  # first (non-None) record time of the session
+    assert {c.timestamp for c in chunks} == {"2023-05-08T13:56:00+00:00"}  # first (non-None) record time of the session
 
 
 def test_deterministic_ids():

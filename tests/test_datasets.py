@@ -100,7 +100,7 @@ def test_locomo_first_turn_and_image(locomo):
     assert r.scope.user_id == "conv-26"
     assert r.session_id == "conv-26:session_1"
     assert r.speaker == "Caroline" and r.role == "user"
-    assert r.timestamp == "2023-05-08T13:56:00"
+    assert r.timestamp == "2023-05-08T13:56:00+00:00"
     assert r.text == "Hey Mel! Good to see you! How have you been?"
     assert r.meta["dia_id"] == "D1:1" and r.meta["session"] == 1 and r.meta["turn_index"] == 0
     img = next(x for x in c.records if x.id == "conv-26:D1:5")
@@ -227,7 +227,7 @@ def test_longmemeval_first(lme):
     assert r.session_id == "001be529:answer_530960c1"
     assert r.scope.user_id == "001be529"
     assert r.role == r.speaker == "user"
-    assert r.timestamp == "2023-05-21T19:50:00"
+    assert r.timestamp == "2023-05-21T19:50:00+00:00"
     assert c.records[1].role == "assistant"
     ev = next(x for x in c.records if x.id == q.evidence_ids[0])
     assert ev.meta["has_answer"] is True
@@ -260,7 +260,7 @@ def test_longmemeval_repeated_session_ids_stay_unique(tmp_path):
     f.write_text(json.dumps([item]))
     (c,) = load_longmemeval(f)
     assert [r.id for r in c.records] == ["q1_abs:sharegpt_x:1", "q1_abs:sharegpt_x#1:1", "q1_abs:sharegpt_x#1:2"]
-    assert [r.timestamp for r in c.records] == ["2023-05-01T09:00:00", "2023-05-02T09:30:00", "2023-05-02T09:30:00"]
+    assert [r.timestamp for r in c.records] == ["2023-05-01T09:00:00+00:00", "2023-05-02T09:30:00+00:00", "2023-05-02T09:30:00+00:00"]
     q = c.questions[0]
     assert q.answer == "7" and q.abstention and q.question_date == "2023-06-01T10:00:00"
     assert q.evidence_ids == ["q1_abs:sharegpt_x:1", "q1_abs:sharegpt_x#1:1"]

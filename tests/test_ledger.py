@@ -4,6 +4,7 @@ import asyncio
 import math
 
 import pytest
+from fakes import ScriptedClient
 
 from memfrontier.core.cost import amortized_cost_usd, qpc, trajectory_proxy_s
 from memfrontier.core.ledger import Ledger, use_ledger
@@ -82,27 +83,9 @@ def _answer_once(llm) -> Ledger:
     return ledger
 
 
-class Scripted:
-    """A scripted client for control-flow tests of the metering (no real model involved)."""
-
-    def __init__(self, model_id="qwen3-14b", replies=None):
-        self.model_id = model_id
-        self.replies = list(replies or [])
-        self.context_tokens = 4096
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    async def complete(self, messages, **kw):
-        r = self.replies.pop(0)
-        if isinstance(r, Exception):
-            raise r
-        return r
-
-
 def test_metered_llm_records_every_call_in_the_current_ledger():
     book = PriceBook.load()
-    client = Scripted(replies=[
+    client = ScriptedClient(model_id="qwen3-14b", replies=[
         Completion(text="a", model_id="qwen3-14b", input_tokens=1000, output_tokens=200),
         Completion(text="b", model_id="qwen3-14b", input_tokens=10, output_tokens=2, exact_usd=0.5),
         Completion(text="c", model_id="qwen3-14b", input_tokens=100, output_tokens=10),
@@ -139,8 +122,8 @@ def test_metered_llm_records_every_call_in_the_current_ledger():
 def test_unpriced_model_fails_fast_or_is_flagged():
     book = PriceBook.load()
     with pytest.raises(UnpricedModelError):
-        MeteredLLM(Scripted(model_id="acme/x"), book)
-    llm = MeteredLLM(Scripted(model_id="acme/x", replies=[Completion(text="x", model_id="acme/x", input_tokens=5)]),
+        MeteredLLM(ScriptedClient(model_id="acme/x"), book)
+    llm = MeteredLLM(ScriptedClient(model_id="acme/x", replies=[Completion(text="x", model_id="acme/x", input_tokens=5)]),
                      book, allow_unpriced=True)
     ledger = _answer_once(llm)
     (call,) = ledger.calls
@@ -150,7 +133,7 @@ def test_unpriced_model_fails_fast_or_is_flagged():
 
 def test_price_as_reads_a_local_run_in_hosted_dollars():
     book = PriceBook.load()
-    client = Scripted(model_id="gemma-3-270m-q4_k_m",
+    client = ScriptedClient(model_id="gemma-3-270m-q4_k_m",
                       replies=[Completion(text="x", model_id="gemma-3-270m-q4_k_m", input_tokens=1000, output_tokens=200)])
     llm = MeteredLLM(client, book, price_as="qwen3-14b")
     (call,) = _answer_once(llm).calls

@@ -44,7 +44,8 @@ def test_make_llm_local_is_embedded_and_lazy():
 
 
 def test_model_id_is_priced():
-    assert PriceBook.load().get(MODEL_ID) is not None
+    price = PriceBook.load().get(MODEL_ID)
+    assert (price.input_usd_per_mtok, price.output_usd_per_mtok) == (0.01, 0.02)  # the book's nominal entry
 
 
 # --- real model -------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def test_image_round_keeps_ids_captions_paths(mg):
     baking = next(c for c in mg if c.id == "Baking_Dessert_Daily_Life_Skill")
     r = baking.records[0]
     assert r.id == "Baking_Dessert_Daily_Life_Skill:D1:1" and r.session_id == "Baking_Dessert_Daily_Life_Skill:D1"
-    assert r.timestamp == "2024-06-24"
+    assert r.timestamp == "2024-06-24T00:00:00+00:00"
     assert r.text.startswith("Maya: I am very interested in handmade baking") and "\nAssistant: Certainly." in r.text
     (img,) = r.images
     assert img.id == "D1:IMG_001" and img.caption.startswith("Display counter in a bakery")

@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from fakes import ScriptedClient
 
 from memfrontier.api import Memory
 from memfrontier.core.ledger import Ledger, use_ledger
@@ -16,7 +17,6 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import load_dataset
-from memfrontier.llm.base import Completion
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
@@ -82,11 +82,14 @@ def test_segments_reject_unknown_and_reused_indices_and_cover_every_message():
         validate_segments([1, 2], 3)
 
 
+EP = {"title": "Evan bought a car", "content": "Evan bought a blue Prius in May."}
+
+
 def test_episode_and_merge_validation():
-    draft, fixed = validate_episode({"title": "T", "content": "C", "timestamp": "not a date"}, "2023-05-08T13:56")
-    assert (draft.timestamp, fixed) == ("2023-05-08T13:56", True)
-    draft, fixed = validate_episode({"title": "T", "content": "C", "timestamp": "2023-05-07T10:00"}, None)
-    assert (draft.timestamp, fixed) == ("2023-05-07T10:00", False)
+    draft, fixed = validate_episode({**EP, "timestamp": "not a date"}, "2023-05-08T13:56")
+    assert (draft.timestamp, fixed) == ("2023-05-08T13:56:00+00:00", True)
+    draft, fixed = validate_episode({**EP, "timestamp": "2023-05-07T10:00"}, None)
+    assert (draft.timestamp, fixed) == ("2023-05-07T10:00:00+00:00", False)
     with pytest.raises(OperationError):
         validate_episode({"title": "", "content": "C"}, None)
     assert validate_merge({"decision": "new", "target": 0}, 2, None).merge is False
@@ -94,15 +97,15 @@ def test_episode_and_merge_validation():
         validate_merge({"decision": "merge", "target": 3, "title": "t", "content": "c"}, 2, None)
     with pytest.raises(OperationError):
         validate_merge({"decision": "maybe"}, 2, None)
-    ok = validate_merge({"decision": "merge", "target": 2, "title": "t", "content": "c", "timestamp": ""}, 2, "2023-01-01T00:00")
-    assert (ok.merge, ok.target, ok.draft.timestamp) == (True, 2, "2023-01-01T00:00")
+    ok = validate_merge({"decision": "merge", "target": 2, **EP, "timestamp": ""}, 2, "2023-01-01T00:00")
+    assert (ok.merge, ok.target, ok.draft.timestamp) == (True, 2, "2023-01-01T00:00:00+00:00")
 
 
 def test_fact_validation_rejects_duplicates_empty_and_long():
     ops = validate_facts({"facts": ["Evan drives a Prius.", "evan drives a prius", "", 3, "x" * 301, "Evan lives in Canada"]},
                          existing={"evan lives in canada"})
     assert ops.facts == ["Evan drives a Prius."]
-    assert len(ops.rejected) == 5
+    assert ops.rejected == ["duplicate", "empty", "empty", "too_long", "duplicate"]
     with pytest.raises(OperationError):
         validate_facts({"facts": "Evan"})
 
@@ -162,7 +165,7 @@ def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
     strat = MemoryCPT(episodic_k=2, semantic_k=3, ablation="no_fs", construction_llm=MeteredLLM(
         ScriptedClient(lambda m: ""), PriceBook.load(), allow_unpriced=True))
-    strat._banks[(str(store.path), "scripted-fake")] = bank
+    strat.use_bank(env, bank)
     episodes, facts = strat.candidates("Evan's car", SCOPE, env)
     assert (len(episodes), len(facts)) == (2, 3)
     ctx = asyncio.run(strat.context(Query(text="Evan's car", scope=SCOPE), env, None, None))
@@ -176,25 +179,6 @@ def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(
 
 
 # --- the construction pipeline's control flow (scripted model) -----------------------------------
-class ScriptedClient:
-    """Replies by role (found from the system prompt) via ``script(messages) -> text``."""
-
-    model_id = "scripted-fake"
-    context_tokens = 8192
-
-    def __init__(self, script):
-        self.script = script
-        self.calls: list[str] = []
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    async def complete(self, messages, **kw) -> Completion:
-        role = role_of(messages)
-        self.calls.append(role)
-        return Completion(text=self.script(messages), model_id=self.model_id, input_tokens=100, output_tokens=20)
-
-
 def role_of(messages) -> str:
     system = messages[0]["content"]
     for prefix, role in (("You split", "segmenter"), ("You write episodic", "episode"), ("You maintain", "merger"),
@@ -218,7 +202,7 @@ def good_script(messages):
     if role == "segmenter":
         return json.dumps({"reasoning": "one topic", "episodes": [{"indices": [1, 2, 3, 4], "topic": "car"}]})
     if role == "episode":
-        return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle", "content": "Evan bought it yesterday.",
+        return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle", "content": "Evan bought a new car yesterday.",
                            "timestamp": "2023-05-08T13:56"})
     if role == "merger":
         return json.dumps({"reasoning": "different", "decision": "new", "target": 0, "title": "", "content": "", "timestamp": ""})
@@ -249,16 +233,16 @@ def test_build_applies_valid_ops_keeps_provenance_and_is_idempotent(store):
     bank, report, ledger = _build(client, store)
     eps = bank.items(SCOPE, "episode")
     assert [e.source_ids for e in eps] == [[f"c:D1:{i}" for i in range(1, 5)], [f"c:D2:{i}" for i in range(1, 5)]]
-    assert eps[0].text == "Evan bought it yesterday (7 May 2023)."  # resolved against session 1's date
-    assert eps[1].text == "Evan bought it yesterday (19 May 2023)."  # ... and session 2's, not the wall clock
+    assert eps[0].text == "Evan bought a new car yesterday (7 May 2023)."  # resolved against session 1's date
+    assert eps[1].text == "Evan bought a new car yesterday (19 May 2023)."  # ... and session 2's, not the wall clock
     facts = bank.items(SCOPE, "fact")
     assert [f.text for f in facts] == ["Evan owns a blue vehicle."]  # the repeat in session 2 is a duplicate
     assert facts[0].source_ids == [f"c:D1:{i}" for i in range(1, 5)]
     assert report.sessions_built == 2 and ledger.events["memorycpt.op_rejected.semantic_extractor"] == 1
     assert all(c.stage == "construction" for c in ledger.calls)
-    n_calls = len(client.calls)
+    n_calls = client.n_calls
     bank2, report2, ledger2 = _build(client, store)
-    assert (report2.sessions_built, report2.sessions_skipped, len(client.calls)) == (0, 2, n_calls)
+    assert (report2.sessions_built, report2.sessions_skipped, client.n_calls) == (0, 2, n_calls)
     assert len(bank2.items(SCOPE, "episode")) == 2 and not ledger2.calls
     assert bank2.done_usage(SCOPE)[0]["calls"] > 0  # the build's cost is kept with the view
 
@@ -298,7 +282,50 @@ def test_merge_replaces_its_target_and_unknown_targets_are_rejected(store):
     assert ledger.events["memorycpt.op_rejected.episode_merger"] == 1
     assert len(eps) == 1 and report.episodes_merged == 1
     assert eps[0].source_ids == [f"c:D1:{i}" for i in range(1, 5)] + [f"c:D2:{i}" for i in range(1, 5)]
-    assert eps[0].timestamp == "2023-05-08T13:56"  # the earlier of the two
+    assert eps[0].timestamp == "2023-05-08T13:56:00+00:00"  # the earlier of the two
+
+
+def test_unreadable_model_dates_become_the_session_date_and_are_counted(store):
+    def script(messages):
+        if role_of(messages) == "episode":
+            return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle",
+                               "content": "Evan bought a new car yesterday.", "timestamp": "yesterday"})
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), store)
+    eps = bank.items(SCOPE, "episode")
+    assert [e.timestamp for e in eps] == ["2023-05-08T13:56:00+00:00", "2023-05-20T10:00:00+00:00"]  # never today
+    assert ledger.events["memorycpt.timestamp_fixed"] == 2
+
+
+def test_garbage_facts_are_never_stored_and_are_counted_by_reason(store):
+    def script(messages):
+        if role_of(messages) == "extract":
+            turn = "I bought a Prius yesterday." if "(7 May 2023)" in messages[-1]["content"] else "I bought a bike yesterday."
+            return json.dumps({"reasoning": "r", "facts": [",", f"Evan: {turn}", "Evan owns a blue vehicle."]})
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), store)
+    assert [f.text for f in bank.items(SCOPE, "fact")] == ["Evan owns a blue vehicle."]
+    ev = ledger.events
+    assert ev["memorycpt.content_rejected.semantic_extractor.bare_punctuation"] == 2
+    assert ev["memorycpt.content_rejected.semantic_extractor.copied_turn"] == 2
+    assert ev["memorycpt.op_rejected.semantic_extractor"] == 5  # and the repeat in session 2 as a duplicate
+
+
+def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
+    copies = [json.dumps({"reasoning": "r", "title": "Evan and Sam talk cars",
+                          "content": "Evan: I bought a Prius yesterday. Sam: Nice! What color? Evan: Blue, like my old one.",
+                          "timestamp": "2023-05-08T13:56"})]
+
+    def script(messages):
+        if role_of(messages) == "episode" and copies and "Prius" in messages[-1]["content"]:
+            return copies.pop()
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), store)
+    assert ledger.events["memorycpt.content_rejected.episode_generator.copied_turn"] == 1
+    assert [e.text for e in bank.items(SCOPE, "episode")][0] == "Evan bought a new car yesterday (7 May 2023)."
 
 
 def test_interrupted_build_resumes_at_the_unfinished_session(store):
@@ -398,7 +425,7 @@ def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, m
                       text="I bought a Prius yesterday.")])
     client = ScriptedClient(good_script)
     bank, report, _ = _build(client, store)
-    assert "segmenter" not in client.calls  # below the segment minimum: one episode, no segmentation call
+    assert "segmenter" not in [role_of(m) for m, _ in client.seen]  # below the segment minimum: one episode, no segmentation call
     (ep,) = bank.items(SCOPE, "episode")
     assert ep.source_ids == ["short:1"] and report.episodes_added == 1
     store.close()

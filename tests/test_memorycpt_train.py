@@ -51,10 +51,10 @@ def test_qad_sft_on_exported_traces_gives_a_serving_construction_model(built):
     assert res.merged_dir is not None and (res.merged_dir / "config.json").is_file()
     cpt = MemoryCPT(construction_llm=f"hf:{res.merged_dir}")
     with pytest.raises(UnpricedModelError):  # a local checkpoint is not in the price book: the run must say so
-        cpt._model(cpt.construction_llm, m.aio.env)
+        cpt.construction_model(m.aio.env)
     env = MemoryEnv(store=m.aio.store, answer_llm=m.aio.env.answer_llm,
                     llm=MeteredLLM(m.aio.env.llm.client, m.aio.env.llm.prices, allow_unpriced=True))
-    llm = cpt._model(cpt.construction_llm, env)
+    llm = cpt.construction_model(env)
     assert llm.model_id == "qad/merged"
     out = asyncio.run(llm.complete([{"role": "user", "content": "Messages:\n1. [2023-05-08 13:56] Evan: hi\n\nJSON:"}],
                                    role="segmenter", max_tokens=8))
@@ -81,10 +81,10 @@ def test_qar_grpo_with_the_cost_aware_reward_trains_an_adapter_the_strategy_uses
         assert h["reward"] == pytest.approx(cost.reward(h["f1"], h["summary_tokens"], h["answer_tokens"], 0.8))
     log = [json.loads(line) for line in res.train_log.read_text().splitlines()]
     assert any("reward_std" in r for r in log)
-    assert res.lora_delta_l2 >= 0 and (res.adapter_dir / "adapter_config.json").is_file()
+    assert res.lora_delta_l2 > 0 and (res.adapter_dir / "adapter_config.json").is_file()
     served = MemoryCPT(episodic_k=2, semantic_k=2, construction_llm=strat.construction_llm,
                        summarizer_adapter=str(res.adapter_dir))
-    served._banks = strat._banks  # same store, same construction model: reuse the built bank
+    served.use_bank(m.aio.env, strat.bank(m.aio.env))  # same store, same construction model: the built bank
     ans = m.ask(question, user_id=SCOPE.user_id, strategy=served)
     summ = ans.usage.by_role["summarizer"]
     assert summ.calls == 1 and summ.output_tokens >= 1 and summ.unpriced_calls == 0  # priced as its base

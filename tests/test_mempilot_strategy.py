@@ -8,12 +8,13 @@ import asyncio
 import json
 
 import pytest
+from fakes import ScriptedClient, message_text
 
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Budget, ImageRef, Preference, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
-from memfrontier.llm.base import Completion, LLMError
+from memfrontier.llm.base import LLMError
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
@@ -25,35 +26,7 @@ SCOPE = Scope(user_id="ana")
 QUESTION = "What dresses did Lena consider for the gala?"
 
 
-def _text(content) -> str:
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
-    return content or ""
-
-
-class Scripted:
-    """A scripted ChatClient (control-flow tests only): replies in order; an Exception is raised, a
-    float sleeps that long first. Tokens are whitespace words."""
-
-    def __init__(self, replies, model_id="gemma-3-270m-q4_k_m"):
-        self.replies = list(replies)
-        self.model_id = model_id
-        self.context_tokens = 8192
-        self.seen: list[tuple[list, dict]] = []
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    async def complete(self, messages, **kw) -> Completion:
-        self.seen.append((list(messages), kw))  # a snapshot: the transcript grows afterwards
-        r = self.replies.pop(0)
-        if isinstance(r, tuple):
-            await asyncio.sleep(r[0])
-            r = r[1]
-        if isinstance(r, Exception):
-            raise r
-        n_in = sum(self.count_tokens(_text(m.get("content"))) for m in messages)
-        return Completion(text=r, model_id=self.model_id, input_tokens=n_in, output_tokens=self.count_tokens(r))
+GEMMA = "gemma-3-270m-q4_k_m"  # priced: the pool and the policy bill in dollars
 
 
 def call(name, **args) -> str:
@@ -102,7 +75,7 @@ def _env(store, client) -> MemoryEnv:
 
 def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget=None, **options):
     """Build the bank, run one question; returns (context, ledger, policy, delegate, vision, strategy)."""
-    policy, delegate, vision = Scripted(policy_replies), Scripted(delegate_replies), Scripted(vision_replies)
+    policy, delegate, vision = (ScriptedClient(r, model_id=GEMMA) for r in (policy_replies, delegate_replies, vision_replies))
     strat = MemPilot(pool=profile(), policy=policy, compressor="offline", **options)
     env = _env(store, policy)
     strat._pool = ModelPool(strat.profile, BOOK, backends={"model_txt": delegate, "model_vis": vision})
@@ -140,7 +113,7 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     assert "<tool_call>" not in ctx.text and "ana:D1:0" in ctx.evidence_ids
     # the delegate sees the instruction and raw items, never the retrieval query
     (dmsgs, dkw), = delegate.seen
-    prompt = _text(dmsgs[1]["content"])
+    prompt = message_text(dmsgs[1]["content"])
     assert "Instruction: List the dresses Lena considered" in prompt and "zqx" not in prompt
     assert "- id=ana:D1:0 speaker=Ana time=1 May 2024: My sister Lena" in prompt
     assert dkw["max_tokens"] == 64 and dkw["temperature"] == 0.0
@@ -163,7 +136,7 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
                                                    "qwen3-4b-instruct-2507"]
     # the trajectory's cost and latency (the ledger's view) against Eq. 14 / Eq. 19 by hand:
     # turn 1 pays its whole prompt, turn 2 only the observation; policy 0.05 / 0.25, 8B 0.05 / 0.08 USD per 1M
-    n0 = sum(len(_text(x["content"]).split()) for x in policy.seen[0][0])
+    n0 = sum(len(message_text(x["content"]).split()) for x in policy.seen[0][0])
     assert (pol[0].input_tokens, pol[0].cached_tokens) == (n0, 0)
     o0, o1, d_in, d_out = pol[0].output_tokens, pol[1].output_tokens, dele[0].input_tokens, dele[0].output_tokens
     usd = 1e-6 * (0.05 * n0 + 0.25 * o0) + 1e-6 * (0.05 * n_obs + 0.25 * o1) + 1e-6 * (0.05 * d_in + 0.08 * d_out)
@@ -258,8 +231,8 @@ def test_repeat_then_answer_only_and_budget_stop(store):
     assert ctx.meta["repeated_calls"] == 1 and ctx.meta["retrieve_calls"] == 1 and ctx.meta["format_valid"]
     # a hard USD budget that holds the first turn's worst case (its prompt + 256 output tokens at
     # qwen3-4b's 0.05 / 0.25 USD per 1M, MemPilot Eq. 14) but not the second's: turn 2 is never made
-    strat = MemPilot(pool=profile(), policy=Scripted([]), compressor="offline", constrained=False)
-    msgs = strat.orchestrator(_env(store, Scripted([])), Preference.preset("balanced"), Budget()).start(QUESTION, "0").messages
+    strat = MemPilot(pool=profile(), policy=ScriptedClient(model_id=GEMMA), compressor="offline", constrained=False)
+    msgs = strat.orchestrator(_env(store, ScriptedClient(model_id=GEMMA)), Preference.preset("balanced"), Budget()).start(QUESTION, "0").messages
     n_in = sum(len(m["content"].split()) + 8 for m in msgs)  # predicted prompt: words + 8 per message
     cap = 1e-6 * (0.05 * n_in + 0.25 * 256) * 1.0001
     ctx, ledger, policy, *_ = run(store, [ret("Lena"), "<answer>red</answer>"], constrained=False,
@@ -279,7 +252,7 @@ def test_policy_failure_and_permutation(store):
     pool = ModelPool(strat.profile, BOOK)
     from memfrontier.strategies.mempilot.orchestrator import Orchestrator
 
-    env = _env(None, Scripted([]))
+    env = _env(None, ScriptedClient(model_id=GEMMA))
     orch = Orchestrator(pool=pool, views=None, policy=env.llm, env=env)
     a, b, c = orch.start(QUESTION, "0"), orch.start(QUESTION, "0"), orch.start(QUESTION, "1")
     assert a.model_order == b.model_order and a.tool_order == b.tool_order
@@ -372,4 +345,4 @@ def test_pool_profiles(tmp_path):
     with pytest.raises(ValueError, match="unknown pool"):
         PoolProfile.load("tabel3")
     with pytest.raises(KeyError, match="unknown routes"):
-        ModelPool(local, BOOK, backends={"nope": Scripted([])})
+        ModelPool(local, BOOK, backends={"nope": ScriptedClient(model_id=GEMMA)})

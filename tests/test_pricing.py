@@ -19,6 +19,7 @@ import json
 import math
 
 import pytest
+from fakes import ScriptedClient, message_text
 
 from memfrontier.answerer import Answerer
 from memfrontier.api import AsyncMemory
@@ -47,19 +48,10 @@ QUESTION = "What color is the car Evan bought?"
 LOCAL_MODELS = {"rules", "minilm", "tier-router"}
 
 
-def _text(content) -> str:
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
-
-
-def _words(messages) -> int:
-    return sum(len(_text(m.get("content")).split()) for m in messages)
-
 
 def reply(messages, kw) -> str:
     """A plausible reply for every prompt the strategies send (found from the prompt / schema)."""
-    system = _text(messages[0].get("content"))
+    system = message_text(messages[0].get("content"))
     schema = kw.get("json_schema") or {}
     props = schema.get("properties", {})
     if system.startswith("You split"):
@@ -79,7 +71,7 @@ def reply(messages, kw) -> str:
     if system == DELEGATE_SYSTEM:
         return "Evan bought a blue Prius."
     if "runtime_memory" in system:  # the MemPilot policy (tagged text)
-        if any(_text(m.get("content")).startswith("<tool_response>") for m in messages):
+        if any(message_text(m.get("content")).startswith("<tool_response>") for m in messages):
             return "<answer>blue</answer>"
         return '<tool_call>{"name": "runtime_memory", "arguments": {"retrieval_query": "Evan car", ' \
                '"evidence_count": 3, "instruction": "Say what car Evan bought", "model": "model_txt", ' \
@@ -97,41 +89,18 @@ def reply(messages, kw) -> str:
     return "blue"  # the answerer
 
 
-class Scripted:
-    """A ChatClient for control-flow tests: :func:`reply` decides, tokens are whitespace words."""
-
-    def __init__(self, model_id: str = "gemma-3-270m-q4_k_m"):
-        self.model_id = model_id
-        self.context_tokens = 8192
-        self.calls = 0
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    async def complete(self, messages, **kw) -> Completion:
-        self.calls += 1
-        text = reply(messages, kw)
-        return Completion(text=text, model_id=self.model_id, input_tokens=_words(messages),
-                          output_tokens=len(text.split()))
+def Scripted(model_id: str = "gemma-3-270m-q4_k_m") -> ScriptedClient:
+    """The suite's scripted client answering every strategy prompt with :func:`reply`."""
+    return ScriptedClient(reply, model_id=model_id)
 
 
-class Stub:
-    """A ChatClient that returns one fixed Completion (a provider's reported figures)."""
-
-    model_id = "gemma-3-270m-q4_k_m"
-    context_tokens = 8192
-
-    def __init__(self, **fields):
-        self.fields = fields
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    async def complete(self, messages, **kw) -> Completion:
-        return Completion.model_construct(**{"text": "four words of reply", "model_id": self.model_id,
-                                             "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0,
-                                             "reasoning_tokens": 0, "images": 0, "finish_reason": "stop",
-                                             "exact_usd": None, **self.fields})
+def Stub(**fields) -> ScriptedClient:
+    """A client returning one fixed Completion with a provider's reported figures, unvalidated
+    (negative, NaN...), as a provider could send them."""
+    return ScriptedClient([Completion.model_construct(**{
+        "text": "four words of reply", "model_id": "gemma-3-270m-q4_k_m", "input_tokens": 0, "cached_tokens": 0,
+        "output_tokens": 0, "reasoning_tokens": 0, "images": 0, "finish_reason": "stop", "exact_usd": None,
+        **fields})], model_id="gemma-3-270m-q4_k_m")
 
 
 def records() -> list[Record]:
@@ -318,10 +287,9 @@ def test_metered_client_refuses_a_call_that_could_cross_the_budget():
             asyncio.run(llm.complete(msgs, role="x", max_tokens=100, budget=Budget(max_tokens=100)))
 
 
-class Slow(Scripted):
-    async def complete(self, messages, **kw) -> Completion:
-        await asyncio.sleep(0.01)  # the other call starts while this one is in flight
-        return await super().complete(messages, **kw)
+def Slow() -> ScriptedClient:
+    """Each reply comes after 0.01 s, so the other call starts while this one is in flight."""
+    return ScriptedClient(lambda messages, kw: (0.01, reply(messages, kw)), model_id="gemma-3-270m-q4_k_m")
 
 
 def test_concurrent_calls_reserve_their_worst_case():
@@ -441,7 +409,7 @@ def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path):
                      judge=True, price_as=M, strategy_options={"tiering": "reasoning", "tiers": "low"})
     summary = asyncio.run(run_eval(cfg))
     assert summary["provenance"]["priced_as"] == M
-    (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").readmessage_text().splitlines()]
     roles = row["usage"]["by_role"]
     assert {"budgetmem.filter.low", "budgetmem.summary.low", "answerer"} <= set(roles)
     for role, u in roles.items():
@@ -464,7 +432,7 @@ def test_memorycpt_construction_usage_is_the_ledgers_view_of_the_build(tmp_path,
     ledger = asyncio.run(mem.build(strat, SCOPE))
     built = strat.construction_usage(mem.env, SCOPE)
     u = ledger.usage().construction
-    assert u.calls == client.calls >= 2
+    assert u.calls == client.n_calls >= 2
     assert (built["calls"], built["input_tokens"], built["output_tokens"]) == (u.calls, u.input_tokens, u.output_tokens)
     assert built["usd"] == pytest.approx(u.usd, rel=1e-12) and u.usd == pytest.approx(
         sum(1e-6 * (0.10 * c.input_tokens + 0.24 * c.output_tokens) for c in ledger.calls), rel=1e-12)

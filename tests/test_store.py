@@ -288,7 +288,7 @@ def test_records_chronological_get_and_chunks(store):
     assert store.get([early.id], B) == []
     chunks = store.chunks(A)
     assert [c.session_id for c in chunks] == ["s8", "s7", "s9"]
-    assert [c.timestamp for c in chunks] == ["2023-05-01T09:00:00", "2023-06-01T09:00:00", "2023-07-01T09:00:00"]
+    assert [c.timestamp for c in chunks] == ["2023-05-01T09:00:00+00:00", "2023-06-01T09:00:00+00:00", "2023-07-01T09:00:00+00:00"]
     assert chunks[1].record_ids == [mid_a.id, mid_b.id]
 
 

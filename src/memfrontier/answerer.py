@@ -9,6 +9,7 @@ call's predicted tokens, USD and proxy seconds fit; the cut is counted in the le
 from __future__ import annotations
 
 from .core.ledger import BudgetExceededError, count_event, current_ledger
+from .core.text import clean_text
 from .core.types import Budget, Context
 from .llm.metered import MeteredLLM
 
@@ -114,6 +115,7 @@ class Answerer:
         return line
 
     async def answer(self, question: str, context: Context, budget: Budget | None = None) -> str:
+        question = clean_text(question)  # lone surrogates -> U+FFFD (the tokenizer cannot encode them)
         text = self.fit(question, context, budget or Budget())
         out = await self.llm.complete(
             [{"role": "user", "content": self.prompt(question, text)}],

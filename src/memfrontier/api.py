@@ -26,8 +26,9 @@ from pydantic import BaseModel, Field
 
 from .answerer import Answerer
 from .core.ledger import Ledger, Usage, use_ledger
+from .core.messages import messages_to_records as core_messages_to_records
 from .core.pricebook import PriceBook
-from .core.types import Budget, Hit, Preference, Record, Scope, record_id
+from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import make_llm
 from .llm.base import ChatClient
 from .llm.metered import MeteredLLM
@@ -82,24 +83,10 @@ def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
 
 
 def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp: str | None) -> list[Record]:
-    """Turn ``Record``s, strings or chat dicts (``role``, ``content``, optional ``name``/``speaker``,
-    ``timestamp``, ``id``) into records with deterministic ids. Raises ValueError on anything else."""
-    out = []
-    for i, m in enumerate(messages):
-        if isinstance(m, Record):
-            out.append(m if m.scope == scope or scope == Scope() else m.model_copy(update={"scope": scope}))
-            continue
-        if isinstance(m, str):
-            m = {"role": "user", "content": m}
-        if not isinstance(m, dict) or "content" not in m:
-            raise ValueError(f"message {i} must be a Record, a string or a dict with 'content'; got {type(m).__name__}")
-        role = str(m.get("role", "user"))
-        speaker = str(m.get("speaker") or m.get("name") or role)
-        ts = m.get("timestamp", timestamp)
-        text = str(m["content"])
-        rid = m.get("id") or record_id(scope, session_id, i, speaker, text, ts)
-        out.append(Record(id=rid, scope=scope, session_id=session_id, speaker=speaker, role=role, timestamp=ts, text=text))
-    return out
+    """``Memory.add``'s input -> validated records; see :func:`memfrontier.core.messages.messages_to_records`
+    (one string or dict is one message; OpenAI content parts; timestamps normalised to aware UTC;
+    ValueError naming the message and field for anything malformed)."""
+    return core_messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
 
 
 class AsyncMemory:

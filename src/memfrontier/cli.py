@@ -958,6 +958,9 @@ def ingest(
 
 def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     """Messages of a JSONL file grouped by session; any bad line fails with file:line, nothing written."""
+    from .core.messages import messages_to_records
+    from .core.types import Scope
+
     if not file.is_file():
         _fail(f"no such file: {file}")
     by_session: dict[str, list[dict]] = {}
@@ -972,6 +975,10 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
             _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'")
         if not m["content"].strip():
             _fail(f"{file}:{n}: 'content' is empty or whitespace; nothing was written")
+        try:  # the same checks as Memory.add (role, timestamp...), here so no session is written first
+            messages_to_records([m], scope=Scope(), session_id="-", timestamp=None)
+        except ValueError as e:
+            _fail(f"{file}:{n}: {e}; nothing was written")
         by_session.setdefault(str(m.pop("session_id", default_session)), []).append(m)
     return by_session
 

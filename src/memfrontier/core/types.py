@@ -11,6 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .text import clean_text
+from .timeutil import canonical_timestamp
+
 RecordKind = Literal["turn", "paragraph", "step"]
 
 
@@ -21,6 +24,11 @@ class ImageRef(BaseModel):
     id: str
     caption: str = ""
     path: str | None = None
+
+    @field_validator("caption")
+    @classmethod
+    def _valid_unicode(cls, v: str) -> str:
+        return clean_text(v)
 
 
 class Scope(BaseModel):
@@ -40,7 +48,10 @@ class Record(BaseModel):
 
     ``id`` is stable: loaders derive it from the dataset (``conv-49:D1:3``), and
     :func:`record_id` derives one from content for ad-hoc messages, so re-adding the same
-    record is a no-op. ``timestamp`` is ISO-8601 (session time for chat turns).
+    record is a no-op. ``timestamp`` (session time for chat turns) is stored in the canonical
+    aware-UTC form of :func:`memfrontier.core.timeutil.canonical_timestamp` (naive = UTC); a value
+    that is not a complete date raises ValueError. Lone surrogates in the text fields become
+    U+FFFD (:func:`memfrontier.core.text.clean_text`).
     """
 
     id: str
@@ -57,6 +68,16 @@ class Record(BaseModel):
     action: str | None = None
     observation: str | None = None
     meta: dict = Field(default_factory=dict)
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _canonical_timestamp(cls, v):
+        return canonical_timestamp(v)
+
+    @field_validator("text", "speaker", "role", "action", "observation")
+    @classmethod
+    def _valid_unicode(cls, v):
+        return v if v is None else clean_text(v)
 
     def render(self) -> str:
         """The text a retriever and a reader see: speaker, text, image captions (LoCoMo style)."""
@@ -119,7 +140,12 @@ class Question(BaseModel):
     @field_validator("answer", mode="before")
     @classmethod
     def _str_answer(cls, v):
-        return None if v is None else str(v)
+        return None if v is None else clean_text(str(v))
+
+    @field_validator("question")
+    @classmethod
+    def _valid_unicode(cls, v: str) -> str:
+        return clean_text(v)
 
 
 class Conversation(BaseModel):

@@ -25,6 +25,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..core.text import clean_text
+
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -157,7 +159,7 @@ class MiniLMEmbedder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(
-            list(texts),
+            [clean_text(t) for t in texts],  # a lone surrogate (a search query) would crash the tokenizer
             batch_size=self.batch_size,
             convert_to_numpy=True,
             normalize_embeddings=True,
@@ -172,13 +174,13 @@ class MiniLMEmbedder:
         """WordPiece tokens in ``text``, special tokens excluded (no truncation while counting)."""
         if not text:
             return 0
-        return len(self.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+        return len(self.tokenizer(clean_text(text), add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
 
     def count_tokens_batch(self, texts: list[str]) -> list[int]:
         """``count_tokens`` for many texts in one tokenizer call (faster)."""
         if not texts:
             return []
-        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+        enc = self.tokenizer([clean_text(t) for t in texts], add_special_tokens=False, truncation=False, verbose=False)
         return [len(ids) for ids in enc["input_ids"]]
 
     def __repr__(self) -> str:

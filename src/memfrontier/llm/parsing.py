@@ -15,6 +15,7 @@ Nothing in this module calls a model; it is pure text processing (plus the optio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any, Literal
 import json_repair
 
 from ..core.ledger import count_event, current_ledger
+from ..core.text import clean_json
 
 Expect = Literal["object", "array"] | None
 
@@ -358,7 +360,8 @@ def _parse_region(text: str, expect: Expect) -> ParseResult | None:
 
 
 def parse_json(text: str | None, *, expect: Expect = None) -> ParseResult:
-    """Parse the JSON value in a model's output.
+    """Parse the JSON value in a model's output; every string in the value is valid Unicode
+    (a ``"\\ud83d"`` escape of a lone surrogate becomes U+FFFD, :func:`memfrontier.core.text.clean_json`).
 
     ``expect``: ``"object"`` (a dict is required), ``"array"`` (a list is required) or None (any
     JSON value; a bare scalar such as ``42`` or ``"yes"`` is accepted only when it is the whole
@@ -371,6 +374,11 @@ def parse_json(text: str | None, *, expect: Expect = None) -> ParseResult:
     text with no usable JSON of the expected type gives ``ok=False`` with an error. Never returns
     ``ok=True`` with a value invented from garbage.
     """
+    res = _parse_json(text, expect)
+    return dataclasses.replace(res, value=clean_json(res.value)) if res.ok else res
+
+
+def _parse_json(text: str | None, expect: Expect) -> ParseResult:
     if text is None or not text.strip():
         return ParseResult(ok=False, error="empty output")
     _, body = strip_think(text)

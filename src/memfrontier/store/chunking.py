@@ -7,8 +7,8 @@ Rules (DESIGN.md glossary, "chunk"):
   packed while the chunk's token count stays <= ``max_tokens``; a record that alone exceeds
   ``max_tokens`` becomes its own chunk (the embedder will truncate it; BM25 sees all of it);
 - chunk text = the rendered records joined by ``"\\n"``;
-- chunk timestamp = the session's time: the first record timestamp of the session (the first
-  non-``None`` one if the first records have none);
+- chunk timestamp = the session's time: the earliest record timestamp of the session by
+  instant (:func:`memfrontier.core.timeutil.instant_key`; records without one are ignored);
 - chunk id = ``"c-"`` + the first 24 hex digits of sha256(scope key, session id, record ids,
   text): rebuilding the same session from the same records yields the same ids, so a store can
   reuse vectors of unchanged chunks;
@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from ..core.timeutil import instant_key
 from ..core.types import Chunk, Record, Scope
 
 
@@ -63,7 +64,7 @@ def chunk_records(
     out: list[Chunk] = []
     for recs in groups.values():
         scope, session_id = recs[0].scope, recs[0].session_id
-        session_ts = next((r.timestamp for r in recs if r.timestamp is not None), None)
+        session_ts = min((r.timestamp for r in recs if r.timestamp is not None), key=instant_key, default=None)
         rendered = [r.render() for r in recs]
         counts = [int(count_tokens(t)) for t in rendered]
 

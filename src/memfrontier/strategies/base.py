@@ -12,9 +12,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from ..core.pricebook import PriceBook
+from ..core.text import clean_text
 from ..core.types import Budget, Context, Preference, Scope
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
@@ -44,6 +45,11 @@ class Query(BaseModel):
         if self.all_scopes and not empty:
             raise ValueError("all_scopes=True reads every scope; do not combine it with a scope id")
         return self
+
+    @field_validator("text")
+    @classmethod
+    def _valid_unicode(cls, v: str) -> str:  # lone surrogates -> U+FFFD before any tokenizer sees them
+        return clean_text(v)
 
 
 #: Roles whose default model is the answer model (the rest default to the memory-side model).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ..core.render import render_dated
+from ..core.timeutil import instant_key
 from ..core.types import Budget, Context, Preference, Scope
 from .base import MemoryEnv, Query
 from .config import Int, StrategyConfig
@@ -21,7 +22,7 @@ class LongContextConfig(StrategyConfig):
 
 
 class LongContext:
-    """Every record of the scope in chronological order; when the history exceeds
+    """Every record of the scope in chronological order (by instant, whatever the UTC offset); when the history exceeds
     ``max_context_tokens`` (default: the answer model's window minus a reserve), the oldest
     records are dropped first (newest-first truncation) and ``meta['dropped_records']`` says how many."""
 
@@ -38,7 +39,7 @@ class LongContext:
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
         limit = self.max_context_tokens or (env.answer_llm.context_tokens - self.reserve_tokens)
-        records = env.store.records(query.scope)
+        records = sorted(env.store.records(query.scope), key=lambda r: instant_key(r.timestamp))  # by instant
         kept, used = [], 0
         for rec in reversed(records):  # newest first
             line = render_dated([(rec.timestamp, rec.render())])

@@ -3,7 +3,11 @@
 Each construction call kept in a bank (:class:`memfrontier.store.bank.Trace`) becomes one sample:
 the prompt x (system + user turns) and the target ``<think>r</think>`` + the JSON output y
 (rationale first, then the structured output, as the paper supervises both). Only accepted
-operations are exported by default: a rejected output is not something to imitate.
+operations are exported by default: a rejected output is not something to imitate. Accepted
+outputs pass the construction content check again (:func:`filter_trace`): an episode whose title
+or narrative fails it is dropped, a fact that fails it is removed from the target (and a sample
+left with none of the facts it had is dropped), so traces kept before the check existed export
+nothing the check refuses.
 
 File layout: ``<out>/<role>.jsonl``, one object per line::
 
@@ -20,6 +24,13 @@ from pathlib import Path
 
 from ..core.jsonio import write_text_atomic
 from ..store.bank import MemoryBank, Trace
+from ..views.episodic_ops import (
+    MIN_CONTENT_WORDS,
+    MIN_FACT_WORDS,
+    MIN_TITLE_WORDS,
+    content_problem,
+    turn_texts,
+)
 
 _FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 
@@ -32,6 +43,33 @@ def trace_target(t: Trace) -> str:
     else:
         body = json.dumps(t.output, ensure_ascii=False)
     return f"<think>{t.rationale}</think>\n{body}"
+
+
+def filter_trace(t: Trace) -> Trace | None:
+    """``t`` with its output cut to what passes :func:`memfrontier.views.episodic_ops.content_problem`
+    (source turns read from its prompt), or None when nothing of it should be imitated: an
+    episode (generator, or merger deciding ``merge``) with a bad title or content, or a
+    semantic extractor whose facts were all refused. Other roles come back unchanged."""
+    out = t.output
+    if not isinstance(out, dict):
+        return t
+    turns = turn_texts("\n".join(str(m.get("content", "")) for m in t.messages if m.get("role") == "user"))
+    if t.role == "episode_generator" or (t.role == "episode_merger" and out.get("decision") == "merge"):
+        title, content = str(out.get("title", "")), str(out.get("content", ""))
+        if (content_problem(title, min_words=MIN_TITLE_WORDS) is not None
+                or content_problem(content, min_words=MIN_CONTENT_WORDS, turns=turns) is not None):
+            return None
+        return t
+    if t.role == "semantic_extractor" and isinstance(out.get("facts"), list):
+        facts = out["facts"]
+        kept = [f for f in facts
+                if isinstance(f, str) and content_problem(f, min_words=MIN_FACT_WORDS, turns=turns) is None]
+        if len(kept) == len(facts):
+            return t
+        if not kept:
+            return None
+        return t.model_copy(update={"output": {**out, "facts": kept}})
+    return t
 
 
 def trace_to_sharegpt(t: Trace) -> dict:
@@ -51,8 +89,13 @@ def export_sft(banks: list[Path], out: Path, embedder, *, include_rejected: bool
         bank = MemoryBank(path, embedder)
         try:
             for t in bank.traces():
-                if t.accepted or include_rejected:
-                    per_role.setdefault(t.role, []).append(json.dumps(trace_to_sharegpt(t), ensure_ascii=False))
+                if not t.accepted:
+                    if include_rejected:
+                        per_role.setdefault(t.role, []).append(json.dumps(trace_to_sharegpt(t), ensure_ascii=False))
+                    continue
+                kept = filter_trace(t)
+                if kept is not None:
+                    per_role.setdefault(t.role, []).append(json.dumps(trace_to_sharegpt(kept), ensure_ascii=False))
         finally:
             bank.close()
     out = Path(out)

@@ -10,7 +10,9 @@ phrase ("last year" -> "(2022)", "last month" -> "(April 2023)", "last Friday" -
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
+
+from ..core.timeutil import parse_instant
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few)"
 _DAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
@@ -28,19 +30,11 @@ _ALREADY_RESOLVED = re.compile(r"^\s*\((?:week of )?(?:\d{1,2} )?(?:[A-Z][a-z]+ 
 _FUZZY = {"a couple of": "2", "a few": "3"}
 
 
-def parse_timestamp(value: str | None) -> datetime | None:
-    """An ISO-8601 (or dateparser-readable) timestamp -> naive datetime; None when unreadable."""
-    if not value or not str(value).strip():
-        return None
-    text = str(value).strip()
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)
-    except ValueError:
-        pass
-    import dateparser
-
-    parsed = dateparser.parse(text, settings={"RETURN_AS_TIMEZONE_AWARE": False})
-    return parsed.replace(tzinfo=None) if parsed else None
+def parse_timestamp(value: str | datetime | None) -> datetime | None:
+    """A complete, absolute timestamp -> aware UTC datetime; None when unreadable, partial
+    ("Tuesday", "(Mon) 17:50") or relative ("today"): see :func:`memfrontier.core.timeutil.parse_instant`.
+    Never completed from the wall clock."""
+    return parse_instant(value)
 
 
 def _granularity(phrase: str) -> str:
@@ -67,8 +61,11 @@ def resolve_phrase(phrase: str, reference: datetime) -> str | None:
         text = text.replace(k, v)
     text = text.replace("this past ", "last ").replace("this coming ", "next ").replace("weekend", "saturday")
     prefer = "future" if text.startswith(("next", "in ", "tomorrow", "the day after")) else "past"
-    when = dateparser.parse(text, settings={"RELATIVE_BASE": reference, "PREFER_DATES_FROM": prefer,
-                                            "RETURN_AS_TIMEZONE_AWARE": False})
+    if reference.tzinfo is not None:  # dateparser's RELATIVE_BASE is naive; dates are read in UTC
+        reference = reference.astimezone(timezone.utc).replace(tzinfo=None)
+    when = dateparser.parse(text, languages=["en"],
+                            settings={"RELATIVE_BASE": reference, "PREFER_DATES_FROM": prefer,
+                                      "RETURN_AS_TIMEZONE_AWARE": False})
     if when is None:
         return None
     gran = _granularity(text)
@@ -84,8 +81,9 @@ def resolve_phrase(phrase: str, reference: datetime) -> str | None:
 def resolve_relative_dates(text: str, reference: datetime | str | None) -> str:
     """Append the absolute date after every relative time phrase in ``text``.
 
-    ``reference`` is the session time (a datetime or an ISO string). With no usable reference the
-    text is returned unchanged (never resolved against the wall clock). A phrase already followed
+    ``reference`` is the session time (a datetime or a timestamp string). With no usable reference
+    (None, unreadable, or partial such as ``"Tuesday 10:00"``) the text is returned unchanged:
+    nothing is ever resolved against the wall clock. A phrase already followed
     by a parenthesised date is left alone, so the function is idempotent.
 
     >>> resolve_relative_dates("Caroline went to a support group yesterday.", "2023-05-08T13:56:00")

@@ -20,8 +20,11 @@ concurrently, bounded by ``concurrency``; merging and extraction read what earli
 wrote, so they run in order. Every call is metered under the current ledger stage (``Memory.build``
 sets ``construction``) and kept as a trace (prompt, rationale, JSON) for SFT export.
 
-Bad output: unparseable JSON, unknown indices or targets, empty or truncated output -> the
-operation is rejected and counted (``memorycpt.op_rejected.<role>``), the call is retried once,
+Bad output: unparseable JSON, unknown indices or targets, empty or truncated output, or content
+that fails :func:`memfrontier.views.episodic_ops.content_problem` (too short, bare punctuation, an
+instruction echo, a verbatim copy of the source turns; also counted by reason as
+``memorycpt.content_rejected.<role>.<reason>``) -> the operation (for facts: the single fact) is
+rejected and counted (``memorycpt.op_rejected.<role>``), the call is retried once,
 then a safe fallback applies; a model that fails outright (``LLMError``: unreachable, unloadable)
 ends the build with that error and leaves the session unmarked, so nothing half-built is reused.
 Fallbacks: (one segment for the window; an episode made of the turns
@@ -39,6 +42,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from ..core.ledger import count_event, current_ledger
+from ..core.timeutil import instant_key
 from ..core.types import Record, Scope
 from ..llm.base import LLMError
 from ..llm.metered import MeteredLLM
@@ -47,6 +51,7 @@ from ..store.bank import BankItem, MemoryBank, Trace
 from . import episodic_prompts as P
 from .dates import parse_timestamp, resolve_relative_dates
 from .episodic_ops import (
+    CONTENT_REASONS,
     EpisodeDraft,
     OperationError,
     Segment,
@@ -96,6 +101,7 @@ class _Episode:
     source_ids: list[str]
     lines: list[str]
     topic: str
+    turns: list[str] = field(default_factory=list)  # the source turns' texts (the content check's copy test)
 
 
 class EpisodicBuilder:
@@ -165,9 +171,11 @@ class EpisodicBuilder:
             obj.pop("reasoning", None)
             try:
                 value = validate(obj)
-            except OperationError:
+            except OperationError as e:
                 self._trace(scope, role, messages, rationale, obj, False)
                 _event(f"op_rejected.{role}")
+                if e.reason is not None:
+                    _event(f"content_rejected.{role}.{e.reason}")
                 continue
             self._trace(scope, role, messages, rationale, obj, True)
             return value
@@ -212,7 +220,7 @@ class EpisodicBuilder:
         first_ts = next((r.timestamp for r in recs if r.timestamp), None)
         got = await self._call(scope, "episode_generator", P.messages(P.EPISODE_SYSTEM, P.episode_user(seg.topic or "(none)", lines)),
                                schema=P.EPISODE_SCHEMA, max_tokens=450, temperature=0.0,
-                               validate=lambda obj: validate_episode(obj, first_ts))
+                               validate=lambda obj: validate_episode(obj, first_ts, [r.text for r in recs]))
         if got is None:  # fallback: the turns themselves, so nothing is lost
             speakers = sorted({r.speaker for r in recs if r.speaker})
             title = seg.topic or f"Conversation between {' and '.join(speakers) or 'the user'}"
@@ -222,7 +230,7 @@ class EpisodicBuilder:
             if fixed:
                 _event("timestamp_fixed")
         draft.content = resolve_relative_dates(draft.content, first_ts)
-        return _Episode(draft, [r.id for r in recs], lines, seg.topic)
+        return _Episode(draft, [r.id for r in recs], lines, seg.topic, [r.text for r in recs])
 
     async def _store_episode(self, scope: Scope, ep: _Episode) -> BankItem:
         """Merge-or-new (EpisodeMerger), then write. Returns the stored episode."""
@@ -238,15 +246,16 @@ class EpisodicBuilder:
                 scope, "episode_merger",
                 P.messages(P.MERGER_SYSTEM, P.merger_user(item.title, item.text, item.timestamp, listed)),
                 schema=P.MERGER_SCHEMA, max_tokens=700, temperature=0.0,
-                validate=lambda obj: validate_merge(obj, len(cands), item.timestamp))
+                validate=lambda obj: validate_merge(obj, len(cands), item.timestamp, ep.turns))
             if decision is not None and decision.merge:
                 target = cands[decision.target - 1][0]
                 sources = list(dict.fromkeys(target.source_ids + item.source_ids))
-                times = [t for t in (target.timestamp, item.timestamp, decision.draft.timestamp) if t]
+                times = sorted((t for t in (target.timestamp, item.timestamp, decision.draft.timestamp) if t),
+                               key=instant_key)
                 merged = BankItem(id="ep-" + _digest(scope.key(), *sorted(sources)), kind=EPISODE, scope=scope,
                                   title=decision.draft.title,
                                   text=resolve_relative_dates(decision.draft.content, item.timestamp),
-                                  timestamp=min(times) if times else None, source_ids=sources,
+                                  timestamp=times[0] if times else None, source_ids=sources,
                                   meta={"topic": target.meta.get("topic", ""), "merged_from": [target.id, item.id]})
                 self.bank.apply([merged], [target.id])
                 self._report.episodes_merged += 1
@@ -267,11 +276,14 @@ class EpisodicBuilder:
         else:
             msgs = P.messages(P.EXTRACT_DIRECT_SYSTEM, P.extract_direct_user(item.title, item.text))
         ops = await self._call(scope, "semantic_extractor", msgs, schema=P.FACTS_SCHEMA, max_tokens=400,
-                               temperature=0.0, validate=lambda obj: validate_facts(obj, existing))
+                               temperature=0.0, validate=lambda obj: validate_facts(obj, existing, ep.turns))
         if ops is None:
             return []
         if ops.rejected:
             _event("op_rejected.semantic_extractor", len(ops.rejected))
+            for reason in ops.rejected:
+                if reason in CONTENT_REASONS:
+                    _event(f"content_rejected.semantic_extractor.{reason}")
         return [BankItem(id="fact-" + _digest(scope.key(), normalise_fact(f)), kind=FACT, scope=scope, text=f,
                          timestamp=item.timestamp, source_ids=list(ep.source_ids), meta={"episode_id": item.id})
                 for f in ops.facts]
@@ -322,7 +334,7 @@ class EpisodicBuilder:
         jobs = [(w, s) for w, segs in zip(windows, segmented) for s in segs]
         with ledger.parallel() if ledger is not None else nullcontext():
             episodes = await asyncio.gather(*(self._episode(scope, w, s) for w, s in jobs))
-        episodes.sort(key=lambda e: (e.draft.timestamp or "", e.source_ids[0]))
+        episodes.sort(key=lambda e: (instant_key(e.draft.timestamp), e.source_ids[0]))
         for ep in episodes:
             item = await self._store_episode(scope, ep)
             facts = await self._extract_facts(scope, ep, item)

@@ -4,6 +4,11 @@ A model never writes the store: its JSON is parsed, checked here, and only then 
 builder. Each function returns the accepted operation(s) plus the reasons for what it rejected
 (the builder counts them in the ledger), and raises :class:`OperationError` when the output as a
 whole is unusable (the builder then retries the call once, then falls back).
+
+Valid JSON is not enough: every title, narrative and fact also passes :func:`content_problem`,
+which rejects text that is too short, bare punctuation (``":{"``, ``","``), an echo of the
+instructions, or a verbatim copy of the source turns (``"Sam: Hey Evan, good to see you!"`` as a
+"fact"). The reason names (:data:`CONTENT_REASONS`) are what the builder counts.
 """
 
 from __future__ import annotations
@@ -11,13 +16,104 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..core.timeutil import format_instant
+from . import episodic_prompts as P
 from .dates import parse_timestamp
 
 MAX_FACT_CHARS = 300
+MIN_FACT_WORDS = 3
+MIN_TITLE_WORDS = 2
+MIN_CONTENT_WORDS = 5
+ECHO_NGRAM = 5  # this many consecutive words shared with an instruction make an echo
+COPY_FRACTION = 0.5  # at least this share of a text's words inside whole copied turns makes a copy
+CONTENT_REASONS = ("bare_punctuation", "too_few_words", "instruction_echo", "copied_turn")
+
+_WORD_RE = re.compile(r"\w+")
+_INSTRUCTIONS = (P.SEGMENTER_SYSTEM, P.EPISODE_SYSTEM, P.MERGER_SYSTEM, P.PREDICT_SYSTEM, P.EXTRACT_SYSTEM,
+                 P.EXTRACT_DIRECT_SYSTEM)
+# the labels of the roles' user prompts (episodic_prompts.*_user): a text holding one is an echo
+_PROMPT_LABELS = re.compile(r"\b(?:JSON|Messages|Episode topic|Original messages|Prediction|Known facts|"
+                            r"Stored episodes|New episode|Predicted content|Episode title):")
+# the line every role reads for a turn: "[2023-05-08 13:56] Evan: text" (views.episodic.render_turn)
+_TURN_LINE = re.compile(r"^\s*(?:\d+\.\s+)?\[(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}|unknown time)\] [^:\n]*: (.*)$", re.MULTILINE)
+
+
+_SPEAKER_PREFIX = re.compile(r"^\s*[\w .'-]{1,40}:\s")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD_RE.findall(text.lower())
+
+
+def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+_INSTRUCTION_NGRAMS = set().union(*(_ngrams(_words(t), ECHO_NGRAM) for t in _INSTRUCTIONS))
+
+
+def turn_texts(prompt: str) -> list[str]:
+    """The turn bodies quoted in a role's prompt (lines rendered ``[YYYY-MM-DD HH:MM] speaker: text``)."""
+    return [m.group(1).strip() for m in _TURN_LINE.finditer(prompt)]
+
+
+def _contains(seq: list[str], sub: list[str]) -> bool:
+    n = len(sub)
+    return any(seq[i:i + n] == sub for i in range(len(seq) - n + 1))
+
+
+def copies_turns(text: str, turns: list[str]) -> bool:
+    """True when ``text`` is a verbatim copy of source turns: whole turns (3+ words) cover at least
+    :data:`COPY_FRACTION` of its words, or it is a stretch of one turn covering 80% of that turn,
+    or a stretch of 3+ words of a turn written as dialogue (``"Sam: Hey Evan, good to see you!"``).
+    Words are compared lower-cased without punctuation, so a ``"Sam: "`` prefix does not hide a copy."""
+    words = _words(text)
+    if not words:
+        return False
+    speaker = _SPEAKER_PREFIX.match(text)
+    if speaker:
+        said = _words(text[speaker.end():])
+        if len(said) >= 3 and any(_contains(_words(t), said) for t in turns):
+            return True
+    copied = 0
+    for turn in turns:
+        tw = _words(turn)
+        if len(tw) < 3:
+            continue
+        if _contains(words, tw):
+            copied += len(tw)
+        elif len(words) >= 3 and len(words) >= 0.8 * len(tw) and _contains(tw, words):
+            return True
+    return copied >= COPY_FRACTION * len(words)
+
+
+def content_problem(text: str, *, min_words: int, turns: list[str] = ()) -> str | None:
+    """Why ``text`` (a title, narrative or fact the model wrote) is not memory content, or None.
+
+    Reasons, checked in order: ``bare_punctuation`` (no letter or digit), ``too_few_words``
+    (fewer than ``min_words`` words), ``instruction_echo`` (a prompt label such as ``JSON:`` or
+    :data:`ECHO_NGRAM` consecutive words of a role's instructions), ``copied_turn``
+    (:func:`copies_turns` against ``turns``, the source turn texts).
+    """
+    words = _words(text)
+    if not words:
+        return "bare_punctuation"
+    if len(words) < min_words:
+        return "too_few_words"
+    if _PROMPT_LABELS.search(text) or _ngrams(words, ECHO_NGRAM) & _INSTRUCTION_NGRAMS:
+        return "instruction_echo"
+    if turns and copies_turns(text, list(turns)):
+        return "copied_turn"
+    return None
 
 
 class OperationError(ValueError):
-    """The role's output as a whole cannot be applied (wrong shape, empty, unknown target)."""
+    """The role's output as a whole cannot be applied (wrong shape, empty, unknown target).
+    ``reason`` is a :data:`CONTENT_REASONS` name when the content check refused it, else None."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -103,27 +199,37 @@ def validate_segments(obj, n_messages: int) -> tuple[list[Segment], list[str]]:
 
 
 def _timestamp(value: str, fallback: str | None) -> tuple[str | None, bool]:
-    """(ISO timestamp, was_fixed): a readable model timestamp, else the fallback."""
+    """(canonical UTC timestamp, was_fixed): the model's timestamp when it is a complete absolute
+    date, else the fallback (the session time). "N/A", "today", "Tuesday", "Sunday afternoon",
+    "(Mon) 17:50" are not: they would otherwise be completed from the wall clock."""
     parsed = parse_timestamp(value)
     if parsed is None:
-        return fallback, True
-    return parsed.isoformat(timespec="minutes"), False
+        ref = parse_timestamp(fallback)
+        return (format_instant(ref) if ref is not None else fallback), True
+    return format_instant(parsed), False
 
 
-def validate_episode(obj, fallback_timestamp: str | None) -> tuple[EpisodeDraft, bool]:
+def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ()) -> tuple[EpisodeDraft, bool]:
     """EpisodeGenerator output -> (draft, timestamp_was_fixed). Raises OperationError without a
-    non-empty title and content. An unreadable timestamp is replaced by ``fallback_timestamp``
-    (the segment's first message time)."""
+    non-empty title and content, or (with ``reason`` set) when either fails :func:`content_problem`
+    (title: 2+ words; content: 5+ words and not a copy of ``turns``, the source turn texts).
+    A timestamp that is not a complete absolute date is replaced by ``fallback_timestamp`` (the
+    segment's session time); both come back in the canonical UTC form."""
     if not isinstance(obj, dict):
         raise OperationError("episode output is not an object")
     title, content = _text(obj, "title"), _text(obj, "content")
     if not title or not content:
         raise OperationError("episode output has an empty title or content")
+    for what, text, min_words, against in (("title", title, MIN_TITLE_WORDS, ()),
+                                           ("content", content, MIN_CONTENT_WORDS, turns)):
+        problem = content_problem(text, min_words=min_words, turns=against)
+        if problem is not None:
+            raise OperationError(f"episode {what} rejected: {problem}", reason=problem)
     ts, fixed = _timestamp(_text(obj, "timestamp"), fallback_timestamp)
     return EpisodeDraft(title, content, ts), fixed
 
 
-def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None) -> MergeDecision:
+def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None, turns: list[str] = ()) -> MergeDecision:
     """EpisodeMerger output -> decision. Raises OperationError for an unknown decision, a merge
     target that is not one of the ``n_candidates`` offered (1-based), or a merge without content."""
     if not isinstance(obj, dict):
@@ -136,7 +242,7 @@ def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None) -> Me
     target = obj.get("target")
     if not _is_int(target) or not 1 <= target <= n_candidates:
         raise OperationError(f"merge target {target!r} is not one of the {n_candidates} candidates")
-    draft, _ = validate_episode(obj, fallback_timestamp)
+    draft, _ = validate_episode(obj, fallback_timestamp, turns)
     return MergeDecision(True, target, draft)
 
 
@@ -145,25 +251,32 @@ def normalise_fact(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!;:, ")
 
 
-def validate_facts(obj, existing: set[str] = frozenset()) -> FactOps:
+def validate_facts(obj, existing: set[str] = frozenset(), turns: list[str] = ()) -> FactOps:
     """SemanticExtractor output -> new facts. Each fact must be a non-empty string of at most
-    300 characters, not a duplicate (by :func:`normalise_fact`) of an existing or earlier fact;
-    others are rejected one by one. Raises OperationError when ``facts`` is not a list."""
+    300 characters that passes :func:`content_problem` (3+ words, not an echo, not a copy of
+    ``turns``, the source turn texts) and is not a duplicate (by :func:`normalise_fact`) of an
+    existing or earlier fact; others are rejected one by one, their reason (a
+    :data:`CONTENT_REASONS` name, or ``empty``, ``too_long``, ``duplicate``) in ``rejected``.
+    Raises OperationError when ``facts`` is not a list."""
     if not isinstance(obj, dict) or not isinstance(obj.get("facts"), list):
         raise OperationError("extractor output has no 'facts' list")
     out = FactOps()
     seen = set(existing)
     for f in obj["facts"]:
         if not isinstance(f, str) or not f.strip():
-            out.rejected.append("empty or non-string fact")
+            out.rejected.append("empty")
             continue
         text = re.sub(r"\s+", " ", f.strip())
         if len(text) > MAX_FACT_CHARS:
-            out.rejected.append("fact too long")
+            out.rejected.append("too_long")
+            continue
+        problem = content_problem(text, min_words=MIN_FACT_WORDS, turns=turns)
+        if problem is not None:
+            out.rejected.append(problem)
             continue
         key = normalise_fact(text)
         if not key or key in seen:
-            out.rejected.append("duplicate fact")
+            out.rejected.append("duplicate")
             continue
         seen.add(key)
         out.facts.append(text)

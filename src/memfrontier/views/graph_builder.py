@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.jsonio import write_json_atomic
+from ..core.timeutil import instant_key
 from ..core.types import Record
 from ..graph.backend import GraphBackend, GraphData
 from ..graph.dedup import dedup_names, normalize_name
@@ -54,16 +55,29 @@ def records_digest(records: list[Record]) -> str:
     return h.hexdigest()
 
 
+def _in_time_order(notes: list[Note]) -> list[Note]:
+    keys, last = [], instant_key(None)
+    for n in notes:
+        key = instant_key(n.time)
+        last = key if key[0] else last
+        keys.append(last)
+    return [notes[i] for i in sorted(range(len(notes)), key=keys.__getitem__)]
+
+
 def graph_from_notes(
     notes: list[Note], ns: str, *, embed: Callable[[list[str]], np.ndarray] | None = None
 ) -> GraphData:
-    """Notes (in time order) -> nodes and edges.
+    """Notes -> nodes and edges.
 
-    Memory ``m<pos>`` per note; Speaker / Topic per deduplicated name (ids ``s:<normalised>`` /
+    Notes are put in time order first, by instant (:func:`memfrontier.core.timeutil.instant_key`),
+    so ``pos`` and FOLLOWS follow real time even when timestamps carry different UTC offsets; the
+    sort is stable and a note without a time stays right after the note before it (a trajectory
+    step after its predecessor). Memory ``m<pos>`` per note; Speaker / Topic per deduplicated name (ids ``s:<normalised>`` /
     ``t:<normalised>``); SAID_BY per (note, speaker), OF_TOPIC per note with a topic, FOLLOWS from
     each note to the next. Topic names are stored lower-case; ``embed`` adds embedding similarity
     to the topic dedup.
     """
+    notes = _in_time_order(notes)
     spk = dedup_names([s for n in notes for s in n.speakers])
     top = dedup_names([n.topic for n in notes if n.topic], embed=embed)
     data = GraphData()

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 
 from ...core.jsonio import read_jsonl_objects
+from ...core.timeutil import canonical_timestamp
 from ...core.types import Conversation, Question, Record, Scope
 from . import DatasetError
 
@@ -58,6 +59,10 @@ def step_record(obj: dict, where: str) -> Record:
     if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
         raise DatasetError(f"{where}: 'reward' must be a number")
     meta = {k: obj[k] for k in ("reward", "state", "task") if k in obj}
+    try:
+        timestamp = canonical_timestamp(obj.get("timestamp"))
+    except ValueError as e:
+        raise DatasetError(f"{where}: {e}") from None
     scope = Scope(user_id=obj.get("user_id") or run_id, agent_id=obj.get("agent_id"), run_id=run_id)
     return Record(
         id=f"{run_id}:step{step}",
@@ -66,7 +71,7 @@ def step_record(obj: dict, where: str) -> Record:
         session_id=f"{run_id}:episode",
         speaker="agent",
         role="assistant",
-        timestamp=obj.get("timestamp"),
+        timestamp=timestamp,
         text="",
         step_index=step,
         action=action,

@@ -118,6 +118,11 @@ class AutoMem:
         """Whether the scope's graph index exists (always True without a graph, ``graph="none"``)."""
         return self.graph == "none" or self._graph_for(env, scope, create=False) is not None
 
+    def graph_index(self, env: MemoryEnv, scope: Scope) -> GraphBackend | None:
+        """The scope's graph index in ``env.store``'s directory (read it with Cypher through
+        ``query``), or None when none was built or the graph is off."""
+        return self._graph_for(env, scope, create=False)
+
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         """Build the scope's graph index (idempotent: an up-to-date graph costs no call)."""
         if self.graph == "none":

@@ -117,19 +117,33 @@ class MemoryCPT:
     def _construction_spec(self) -> str | MeteredLLM | None:
         return None if self.ablation == "no_qad" else self.construction_llm
 
+    def construction_model(self, env: MemoryEnv) -> MeteredLLM:
+        """The metered model that builds this configuration's memories (``env.llm`` when none is
+        set or under the ``no_qad`` ablation). Raises UnpricedModelError for a model missing from
+        the price book unless ``env.llm`` allows unpriced calls."""
+        return self._model(self._construction_spec(), env)
+
+    def _bank_key(self, env: MemoryEnv) -> tuple[str, str]:
+        spec = self._construction_spec()
+        model = spec if isinstance(spec, str) else self._model(spec, env).model_id
+        return str(getattr(env.store, "path", id(env.store))), model
+
     def bank(self, env: MemoryEnv) -> MemoryBank:
         """The bank that holds this configuration's memories in ``env.store``'s directory, named
         after the construction model (its spec when given as one, else its model id)."""
-        spec = self._construction_spec()
-        model = spec if isinstance(spec, str) else self._model(spec, env).model_id
-        key = (str(getattr(env.store, "path", id(env.store))), model)
+        key = self._bank_key(env)
         if key not in self._banks:
-            self._banks[key] = MemoryBank.for_store(env.store, f"memorycpt-{_slug(model)}")
+            self._banks[key] = MemoryBank.for_store(env.store, f"memorycpt-{_slug(key[1])}")
         return self._banks[key]
+
+    def use_bank(self, env: MemoryEnv, bank: MemoryBank) -> None:
+        """Serve this configuration's memories in ``env.store`` from ``bank`` (a bank another
+        MemoryCPT built, e.g. to serve it with a trained summarizer) instead of opening one."""
+        self._banks[self._bank_key(env)] = bank
 
     async def build(self, env: MemoryEnv, scope: Scope, on_session=None) -> None:
         """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable)."""
-        builder = EpisodicBuilder(self._model(self._construction_spec(), env), self.bank(env),
+        builder = EpisodicBuilder(self.construction_model(env), self.bank(env),
                                   concurrency=self.concurrency)
         self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
 

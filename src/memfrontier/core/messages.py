@@ -1,0 +1,118 @@
+"""Messages from outside (API, CLI, MCP, JSONL files) -> records, checked before anything is written.
+
+What ``Memory.add`` accepts as ``messages``:
+
+- one message, or a list/tuple of messages;
+- a message is a :class:`~memfrontier.core.types.Record` (kept, re-scoped to the call's scope),
+  a string (one user turn), or a chat dict with ``content`` and optional ``role``,
+  ``name``/``speaker``, ``timestamp`` and ``id``;
+- ``content`` is a string, or a list of OpenAI content parts: ``{"type": "text", "text": ...}``
+  parts are joined with newlines into the record's text, ``{"type": "image_url", "image_url":
+  {"url": ...}}`` (or ``"image_url": "<url>"``) parts become the record's images.
+
+Anything else (``None``, bytes, a number, a dict as content, an unknown part type, a non-string
+role) raises ValueError naming the message's position and the field, before any record exists.
+Timestamps are validated and normalised to aware UTC (:func:`~memfrontier.core.timeutil.canonical_timestamp`);
+text is made valid Unicode (:func:`~memfrontier.core.text.clean_text`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from .text import clean_text
+from .timeutil import canonical_timestamp
+from .types import ImageRef, Record, Scope, record_id
+
+
+def _field_text(value, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string, got {type(value).__name__}")
+    return clean_text(value)
+
+
+def _image(part: Mapping, where: str) -> ImageRef:
+    ref = part.get("image_url")
+    url = ref.get("url") if isinstance(ref, Mapping) else ref
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"{where}: an image_url part needs a non-empty url")
+    url = clean_text(url.strip())
+    image_id = "img-" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    caption = part.get("caption", "")
+    return ImageRef(id=image_id, caption=_field_text(caption, f"{where}.caption"),
+                    path=None if url.startswith("data:") else url)
+
+
+def content_to_text(content, where: str = "content") -> tuple[str, list[ImageRef]]:
+    """A message's ``content`` -> (text, images). See the module docstring for what is accepted;
+    raises ValueError naming ``where`` for anything else."""
+    if isinstance(content, str):
+        return clean_text(content), []
+    if isinstance(content, (list, tuple)):
+        texts: list[str] = []
+        images: list[ImageRef] = []
+        for j, part in enumerate(content):
+            at = f"{where}[{j}]"
+            if isinstance(part, str):
+                texts.append(clean_text(part))
+                continue
+            if not isinstance(part, Mapping):
+                raise ValueError(f"{at} must be a content part (dict), got {type(part).__name__}")
+            kind = part.get("type")
+            if kind == "text":
+                texts.append(_field_text(part.get("text"), f"{at}.text"))
+            elif kind == "image_url":
+                images.append(_image(part, at))
+            else:
+                raise ValueError(f"{at} has unsupported type {kind!r} (expected 'text' or 'image_url')")
+        return "\n".join(t for t in texts if t), images
+    if isinstance(content, (bytes, bytearray)):
+        raise ValueError(f"{where} is bytes: decode it to str first")
+    raise ValueError(f"{where} must be a string or a list of content parts, got {type(content).__name__}")
+
+
+def as_message_list(messages) -> list:
+    """``messages`` as a list: one string, dict or Record is one message; a list/tuple is kept."""
+    if isinstance(messages, (str, Mapping, Record)):
+        return [messages]
+    if isinstance(messages, (list, tuple)):
+        return list(messages)
+    raise ValueError("messages must be a string, a chat dict, a Record or a list of them; "
+                     f"got {type(messages).__name__}")
+
+
+def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=None) -> list[Record]:
+    """Normalise ``messages`` (see the module docstring) into records with deterministic ids
+    (:func:`~memfrontier.core.types.record_id`), all validated before the first is returned.
+
+    ``timestamp`` is the default for messages without their own. Raises ValueError naming the
+    message (``message 2``) and field for malformed input or an unreadable timestamp.
+    """
+    default_ts = canonical_timestamp(timestamp, what="timestamp")
+    out: list[Record] = []
+    for i, m in enumerate(as_message_list(messages)):
+        where = f"message {i}"
+        if isinstance(m, Record):
+            out.append(m if m.scope == scope or scope == Scope() else m.model_copy(update={"scope": scope}))
+            continue
+        if isinstance(m, str):
+            m = {"role": "user", "content": m}
+        if not isinstance(m, Mapping):
+            raise ValueError(f"{where} must be a Record, a string or a dict with 'content'; got {type(m).__name__}")
+        if "content" not in m:
+            raise ValueError(f"{where} has no 'content'")
+        text, images = content_to_text(m["content"], f"{where}.content")
+        role = _field_text(m.get("role", "user"), f"{where}.role")
+        speaker_raw = m.get("speaker") or m.get("name") or role
+        speaker = _field_text(speaker_raw, f"{where}.speaker")
+        ts = canonical_timestamp(m["timestamp"], what=f"{where}.timestamp") if m.get("timestamp") is not None else default_ts
+        rid = m.get("id")
+        if rid is not None:
+            rid = _field_text(rid, f"{where}.id")
+            if not rid.strip():
+                raise ValueError(f"{where}.id is empty")
+        rid = rid or record_id(scope, session_id, i, speaker, text, ts)
+        out.append(Record(id=rid, scope=scope, session_id=session_id, speaker=speaker, role=role, timestamp=ts,
+                          text=text, images=images))
+    return out
