@@ -24,6 +24,8 @@ from .core.types import Budget, Hit, Preference, Record, Scope, record_id
 from .llm import make_llm
 from .llm.base import ChatClient
 from .llm.metered import MeteredLLM
+from .retrieve.hybrid import hybrid_search
+from .retrieve.recipes import HYBRID_RRF
 from .store.base import AddResult, MemoryStore
 from .strategies import MemoryEnv, Query, Strategy, get_strategy
 
@@ -119,7 +121,8 @@ class AsyncMemory:
         return await asyncio.to_thread(self.store.add, records)
 
     async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10) -> list[Hit]:
-        return await asyncio.to_thread(self.store.search, query, _scope(user_id, agent_id, run_id), k)
+        """Top-``k`` chunks by the :data:`~memfrontier.retrieve.recipes.HYBRID_RRF` recipe (dense + BM25, RRF k=60)."""
+        return await asyncio.to_thread(hybrid_search, self.store, query, _scope(user_id, agent_id, run_id), HYBRID_RRF, k)
 
     async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None) -> Ledger:
         """Run a strategy's offline construction for ``scope`` under stage ``construction``."""

@@ -114,15 +114,13 @@ class MemoryService:
         mem = await self.memory()
         return await asyncio.to_thread(ScopedCorpus, mem.store, scope)
 
-    def graph(self, scope: Scope):
-        """The scope's Ladybug graph opened read-only, or None when none was built."""
-        from ..graph import state_dir
-        from ..graph.ladybug_store import DB_FILE, LadybugGraph
+    def graph(self, store, scope: Scope):
+        """The scope's Ladybug graph in ``store`` opened read-only, or None when none was built."""
+        from ..graph import graph_exists, open_graph
 
-        folder = state_dir(self.store_path, scope.key())
-        if folder is None or not (folder / DB_FILE).exists():
+        if not graph_exists("ladybug", store, scope):
             return None
-        return LadybugGraph(folder, read_only=True)
+        return open_graph("ladybug", store, scope, read_only=True)
 
     def strategy(self, name: str, single_pass: bool):
         from ..strategies import get_strategy
@@ -238,7 +236,7 @@ def build_server(service: MemoryService):
     ) -> dict[str, Any]:
         scope = scope_of(user_id, agent_id, run_id)
         corpus = await service.corpus(scope)
-        graph = service.graph(scope)
+        graph = service.graph((await service.memory()).store, scope)
         try:
             return result(await asyncio.to_thread(_index_query, graph, cypher, corpus, service.limits))
         finally:

@@ -14,6 +14,7 @@ class Oracle:
 
     name = "oracle"
     prompt_version = "oracle-v1"
+    recipes: tuple[str, ...] = ()  # no search recipe
 
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         return None

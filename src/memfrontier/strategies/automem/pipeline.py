@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
-from ...graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
+from ...graph import BACKENDS, SCHEMA_HINT, graph_exists, open_graph, state_dir
 from ...graph.backend import GraphBackend
 from ...llm import make_llm
 from ...llm.metered import MeteredLLM
@@ -51,6 +51,7 @@ class AutoMem:
 
     name = "automem"
     prompt_version = f"{prompts.PROMPT_VERSION}+{INDEXER_PROMPT_VERSION}"
+    recipes: tuple[str, ...] = ()  # no search recipe
 
     def __init__(
         self,
@@ -103,16 +104,11 @@ class AutoMem:
         with self._lock:
             if key in self._graphs:
                 return self._graphs[key]
-            root = getattr(env.store, "path", None)
             if self.graph == "none":
                 return None
-            if self.graph == "ladybug" and not create:
-                folder = state_dir(root, key)
-                from ...graph.ladybug_store import DB_FILE
-
-                if folder is None or not (folder / DB_FILE).exists():
-                    return None
-            g = open_graph(self.graph, root, key)
+            if not create and not graph_exists(self.graph, env.store, scope):
+                return None
+            g = open_graph(self.graph, env.store, scope)
             self._graphs[key] = g
             return g
 
@@ -124,14 +120,13 @@ class AutoMem:
         if not records:
             return
         backend = self._graph_for(env, scope, create=True)
-        embedder = getattr(env.store, "embedder", None)
         indexer = GraphIndexer(
             env.llm,
             window_turns=self.window_turns,
             concurrency=self.build_concurrency,
-            embed=embedder.encode if embedder is not None else None,
+            embed=env.store.embedder.encode,
         )
-        await indexer.build(records, backend, scope.key(), state_dir(getattr(env.store, "path", None), scope.key()))
+        await indexer.build(records, backend, scope.key(), state_dir(env.store, scope))
 
     # --- query -----------------------------------------------------------------------------
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
