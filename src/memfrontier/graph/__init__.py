@@ -18,21 +18,21 @@ BACKENDS = ("ladybug", "neo4j")
 GRAPH_VIEW = "graph"  # the store view folder of the embedded backend
 
 
-def state_dir(store, scope: Scope) -> Path | None:
+def state_dir(root: str | Path | None, scope: Scope) -> Path | None:
     """The folder of one scope's graph files (notes cache, build meta, Ladybug database):
-    ``store.view_dir("graph") / scope.slug()``, or None for ``store=None`` (no local files)."""
-    if store is None:
+    ``root / scope.slug()``, where ``root`` is the store's graph view folder
+    (``store.view_dir(GRAPH_VIEW)``); None for ``root=None`` (no local files)."""
+    if root is None:
         return None
-    return store.view_dir(GRAPH_VIEW) / scope.slug()
+    return Path(root) / scope.slug()
 
 
-def open_graph(kind: str, store, scope: Scope, *, read_only: bool = False) -> GraphBackend:
-    """One scope's graph. ``ladybug`` keeps it in the store's ``graph`` view folder (raises
-    GraphError for ``store=None``); ``neo4j`` reads its server from the environment (see
-    :mod:`.neo4j_store`) and tells scopes apart by ``scope.key()``. Raises ValueError for an
-    unknown ``kind``."""
+def open_graph(kind: str, root: str | Path | None, scope: Scope, *, read_only: bool = False) -> GraphBackend:
+    """One scope's graph. ``ladybug`` keeps it in ``state_dir(root, scope)`` (raises GraphError for
+    ``root=None``); ``neo4j`` reads its server from the environment (see :mod:`.neo4j_store`) and
+    tells scopes apart by ``scope.key()``. Raises ValueError for an unknown ``kind``."""
     if kind == "ladybug":
-        folder = state_dir(store, scope)
+        folder = state_dir(root, scope)
         if folder is None:
             raise GraphError("the ladybug graph backend needs a store with local view files")
         from .ladybug_store import LadybugGraph
@@ -45,16 +45,11 @@ def open_graph(kind: str, store, scope: Scope, *, read_only: bool = False) -> Gr
     raise ValueError(f"unknown graph backend {kind!r}; choose one of {BACKENDS}")
 
 
-def graph_exists(kind: str, store, scope: Scope) -> bool:
-    """Whether ``scope`` has a built graph on backend ``kind`` (no database is created)."""
-    if kind == "ladybug":
-        folder = state_dir(store, scope)
-        if folder is None:
-            return False
-        from .ladybug_store import LadybugGraph
-
-        return LadybugGraph(folder, read_only=True).exists()
-    g = open_graph(kind, store, scope, read_only=True)
+def graph_exists(kind: str, root: str | Path | None, scope: Scope) -> bool:
+    """Whether ``scope`` has a built graph on backend ``kind`` (nothing is created)."""
+    if kind == "ladybug" and root is None:
+        return False
+    g = open_graph(kind, root, scope, read_only=True)
     try:
         return g.exists()
     finally:
@@ -63,6 +58,7 @@ def graph_exists(kind: str, store, scope: Scope) -> bool:
 
 __all__ = [
     "BACKENDS",
+    "GRAPH_VIEW",
     "CypherRejected",
     "GraphBackend",
     "GraphData",

@@ -116,11 +116,12 @@ class MemoryService:
 
     def graph(self, store, scope: Scope):
         """The scope's Ladybug graph in ``store`` opened read-only, or None when none was built."""
-        from ..graph import graph_exists, open_graph
+        from ..graph import GRAPH_VIEW, graph_exists, open_graph
 
-        if not graph_exists("ladybug", store, scope):
+        root = store.view_dir(GRAPH_VIEW)
+        if not graph_exists("ladybug", root, scope):
             return None
-        return open_graph("ladybug", store, scope, read_only=True)
+        return open_graph("ladybug", root, scope, read_only=True)
 
     def strategy(self, name: str, single_pass: bool):
         from ..strategies import get_strategy

@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
-from ...graph import BACKENDS, SCHEMA_HINT, graph_exists, open_graph, state_dir
+from ...graph import BACKENDS, GRAPH_VIEW, SCHEMA_HINT, graph_exists, open_graph, state_dir
 from ...graph.backend import GraphBackend
 from ...llm import make_llm
 from ...llm.metered import MeteredLLM
@@ -106,9 +106,10 @@ class AutoMem:
                 return self._graphs[key]
             if self.graph == "none":
                 return None
-            if not create and not graph_exists(self.graph, env.store, scope):
+            root = env.store.view_dir(GRAPH_VIEW)
+            if not create and not graph_exists(self.graph, root, scope):
                 return None
-            g = open_graph(self.graph, env.store, scope)
+            g = open_graph(self.graph, root, scope)
             self._graphs[key] = g
             return g
 
@@ -126,7 +127,7 @@ class AutoMem:
             concurrency=self.build_concurrency,
             embed=env.store.embedder.encode,
         )
-        await indexer.build(records, backend, scope.key(), state_dir(env.store, scope))
+        await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope))
 
     # --- query -----------------------------------------------------------------------------
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
