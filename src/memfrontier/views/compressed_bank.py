@@ -32,7 +32,7 @@ KINDS: tuple[str, ...] = ("compressed", "imported")
 
 
 def open_bank(store) -> MemoryBank:
-    """MemPilot's bank inside ``store``'s directory (``<store.path>/banks/mempilot.db``).
+    """MemPilot's bank among ``store``'s views (``store.view_dir("banks") / "mempilot.db"``).
 
     Raises:
         StoreError: the store has no directory, or the bank was built with another embedding model.
