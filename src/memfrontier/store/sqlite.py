@@ -289,6 +289,8 @@ class SQLiteStore:
         self.busy_timeout_s = float(busy_timeout_s)
         self._lock = threading.RLock()
         self._parts: dict[str, _Partition] = {}  # scope key -> partition
+        self._by_user: dict[str | None, set[str]] = {}  # user_id -> keys of its partitions
+        self._members: dict[str, list[str]] = {}  # search scope key -> keys of the partitions it covers
         self._unions: dict[str, tuple[tuple, _Partition]] = {}  # partial-scope key -> (member versions, union)
         self._synced: int | None = None  # store generation the partitions reflect (None: not loaded)
         self._version = 0
@@ -518,7 +520,8 @@ class SQLiteStore:
                 [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim)))],
             )
             self._bump(c, [r[0] for r in c.execute("SELECT DISTINCT scope_key FROM chunks")])
-            self._parts, self._unions, self._synced = {}, {}, None  # every vector changed
+            self._reset_parts({})  # every vector changed
+            self._synced = None
         return len(rows)
 
     # -- write planning -------------------------------------------------------------------
@@ -733,7 +736,8 @@ class SQLiteStore:
                 return AddResult(skipped=[r.id for r in records])
             sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in insert)
             built, embedded, patches, gen_before = self._apply(c, insert, set(), sessions, cache)
-            self._patch(patches, gen_before)  # still under the write lock, after the changes
+        with self._lock:  # committed: bring the in-memory partitions along
+            self._patch(patches, gen_before)
         added = [r.id for r, _ in insert]
         added_set = set(added)
         skipped = [i for i in uniq if i not in added_set]
@@ -761,6 +765,7 @@ class SQLiteStore:
             ids = {r[0] for r in rows}
             sessions = dict.fromkeys((r[1], r[2]) for r in rows)
             _, _, patches, gen_before = self._apply(c, [], ids, sessions, cache)
+        with self._lock:  # committed: bring the in-memory partitions along
             self._patch(patches, gen_before)
         return len(ids)
 
@@ -891,17 +896,31 @@ class SQLiteStore:
             if self._synced == gen:
                 return
             if self._synced is None:
-                self._parts = self._load_partitions(c, None)
+                self._reset_parts(self._load_partitions(c, None))
             else:
                 changed = [r[0] for r in c.execute("SELECT scope_key FROM scope_gen WHERE generation > ?", (self._synced,))]
                 fresh = self._load_partitions(c, changed)
                 for key in changed:
-                    if key in fresh:
-                        fresh[key].version = self._next_version()
-                        self._parts[key] = fresh[key]
-                    else:
-                        self._parts.pop(key, None)
+                    self._set_part(key, fresh.get(key))
         self._synced = gen
+
+    def _reset_parts(self, parts: dict[str, _Partition]) -> None:
+        self._parts, self._unions, self._members, self._by_user = {}, {}, {}, {}
+        for key, part in parts.items():
+            self._set_part(key, part)
+
+    def _set_part(self, key: str, part: _Partition | None) -> None:
+        """Put (or with None / no chunks, remove) the partition of scope ``key``, keeping the
+        user index and the cached member lists of partial scopes right."""
+        if part is not None and part.chunks:
+            if key not in self._parts:
+                self._members.clear()
+                self._by_user.setdefault(part.scope.user_id, set()).add(key)
+            part.version = self._next_version()
+            self._parts[key] = part
+        elif key in self._parts:
+            self._members.clear()
+            self._by_user.get(self._parts.pop(key).scope.user_id, set()).discard(key)
 
     def _next_version(self) -> int:
         self._version += 1
@@ -915,15 +934,7 @@ class SQLiteStore:
         dim = int(self.embedder.dim)
         for key, patch in patches.items():
             self._terms.discard(patch.gone)
-            part = self._parts.get(key)
-            if part is None:
-                part = _Partition.of([], dim)
-            part = part.patched(patch)
-            if part.chunks:
-                part.version = self._next_version()
-                self._parts[key] = part
-            else:
-                self._parts.pop(key, None)
+            self._set_part(key, self._parts.get(key, _Partition.of([], dim)).patched(patch))
         self._synced = gen_before + 1
 
     def _view(self, scope: Scope) -> _Partition | None:
@@ -932,7 +943,12 @@ class SQLiteStore:
         store order, cached until one of them changes. None when nothing matches."""
         self._sync()
         key = scope.key()
-        members = [k for k, p in self._parts.items() if scope.matches(p.scope)]
+        members = self._members.get(key)
+        if members is None:  # scanned once per partition layout (a scope appearing or going)
+            pool = self._by_user.get(scope.user_id, ()) if scope.user_id is not None else self._parts
+            members = self._members[key] = sorted(k for k in pool if scope.matches(self._parts[k].scope))
+            if len(self._members) > 4096:
+                self._members.pop(next(iter(self._members)))
         if not members:
             return None
         if len(members) == 1:
@@ -1012,7 +1028,8 @@ class SQLiteStore:
         """Forget the in-memory partitions and BM25 indexes (memory back; the next search reloads
         from SQLite what it needs). The store's content is unchanged."""
         with self._lock:
-            self._parts, self._unions, self._synced = {}, {}, None
+            self._reset_parts({})
+            self._synced = None
             self._terms = TermCache()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -1022,7 +1039,8 @@ class SQLiteStore:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._parts, self._unions, self._synced = {}, {}, None
+                self._reset_parts({})
+                self._synced = None
                 try:
                     self._conn.close()
                 except sqlite3.Error:  # pragma: no cover
