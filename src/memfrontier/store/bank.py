@@ -343,10 +343,14 @@ class MemoryBank:
             if not items:
                 return []
             if entry[3] is None:
-                entry[3] = BM25Index.build(self._terms.get([it.id for it in items], [it.render() for it in items]))
-            scores = entry[3].scores(query)
-        if scores is None:
+                ids = [it.id for it in items]
+                entry[3] = BM25Index.build(ids, self._terms.get(ids, [it.render() for it in items]))
+            found = entry[3].match(query)
+        if found is None:
             return []
+        pos = {it.id: i for i, it in enumerate(items)}
+        scores = np.zeros(len(items), dtype=np.float64)
+        scores[[pos[i] for i in found[0]]] = found[1]
         return self._ranked(items, scores, k, positive_only=True)
 
     def traces(self, scope: Scope | None = None, role: str | None = None) -> list[Trace]:

@@ -1,20 +1,27 @@
-"""BM25 for the stores and the memory banks: the tokenizer and a ``bm25s`` index over one partition.
+"""BM25 for the stores and the memory banks: the tokenizer and an index that follows writes.
 
-Scoring: ``bm25s`` Okapi BM25 with k1=1.5, b=0.75 and Lucene's non-negative IDF
-(``method="lucene"``: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), Robertson's tf saturation
-tf / (tf + k1 (1 - b + b dl / avgdl))), so terms in more than half the documents of a small
-partition still score >= 0. N, df and avgdl are those of the documents the index was built over:
-the stores build one index per scope (see :mod:`memfrontier.store.sqlite`), so one tenant's text
-never changes another tenant's statistics.
+Scoring is Okapi BM25 as ``bm25s`` computes it with ``method="lucene"`` (k1=1.5, b=0.75):
+idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)) (Lucene's non-negative IDF, so terms in more than
+half the documents of a small scope still score >= 0) and Robertson's tf saturation
+tf / (tf + k1 (1 - b + b dl / avgdl)); an empty document counts as length 1, like bm25s' empty
+token. N, df and avgdl are those of the documents in the index *now*: the stores keep one index per
+scope (see :mod:`memfrontier.store.sqlite`), so one tenant's text never changes another tenant's
+statistics.
+
+Unlike a bm25s index, whose stored scores bake in N, df and avgdl (adding one document means
+re-indexing every document), :class:`BM25Index` keeps postings (term -> {document: tf}) and
+document lengths, and computes the statistics at query time: adding or removing a document costs
+O(its distinct terms), and the scores equal those of bm25s re-indexed over the current documents
+(checked against bm25s in the tests). bm25s provides the stopword list.
 
 Terms (:func:`bm25_terms`): lower-case, :func:`bm25_split`, English stopwords (bm25s' list,
 dropped before stemming), Porter stems (nltk) for ASCII alphabetic words. Terms are computed once
-per document and kept by the caller (:class:`TermCache`), so rebuilding an index after a write
-does not re-tokenise unchanged documents.
+per document text (:class:`TermCache`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from functools import lru_cache
@@ -23,7 +30,6 @@ import numpy as np
 
 BM25_K1 = 1.5
 BM25_B = 0.75
-BM25_METHOD = "lucene"
 
 # Han (incl. extensions and compatibility), kana, bopomofo, CJK radicals, iteration marks.
 _CJK = (
@@ -122,36 +128,100 @@ class TermCache:
 
 
 class BM25Index:
-    """A bm25s index over documents given as term lists, positionally aligned with their order.
+    """Lucene-variant Okapi BM25 over documents (id -> term list) that can be added and removed.
 
-    ``scores(query)`` -> float32 array ``(n_docs,)`` of BM25 scores (>= 0), or ``None`` when the
-    query has no indexed term (empty, only stopwords, or only unseen words).
+    ``match(query)`` -> ``(ids, scores)``: the documents with a score > 0 (every document holding
+    at least one query term) and their float64 scores, in insertion order; ``None`` when the query
+    has no indexed term (empty, only stopwords, or only unseen words).
     """
 
-    def __init__(self, model, n_docs: int):
-        self.model = model
-        self.n_docs = n_docs
+    def __init__(self) -> None:
+        self._ids: list[str | None] = []  # slot -> document id (None: removed)
+        self._slot: dict[str, int] = {}
+        self._len: list[int] = []  # slot -> document length (terms, >= 1)
+        self._terms: list[tuple[str, ...]] = []  # slot -> distinct terms (to remove the document)
+        self._post: dict[str, dict[int, int]] = {}  # term -> {slot: tf}
+        self._total = 0
+        self._len_arr: np.ndarray | None = None
 
     @classmethod
-    def build(cls, docs: list[list[str]]) -> "BM25Index":
-        """Index ``docs`` (term lists, e.g. from :func:`bm25_terms`); an empty list gives an
-        index that matches nothing."""
-        import bm25s
+    def build(cls, ids: list[str], docs: list[list[str]]) -> "BM25Index":
+        """An index of ``docs`` (term lists, e.g. from :func:`bm25_terms`) under ``ids``."""
+        idx = cls()
+        for i, d in zip(ids, docs):
+            idx.add(i, d)
+        return idx
 
-        if not any(docs):
-            return cls(None, len(docs))
-        model = bm25s.BM25(k1=BM25_K1, b=BM25_B, method=BM25_METHOD)
-        model.index([d if d else [""] for d in docs], show_progress=False)
-        return cls(model, len(docs))
+    def __len__(self) -> int:
+        return len(self._slot)
 
-    def scores(self, query: str) -> np.ndarray | None:
-        if self.model is None or not query.strip():
+    def __contains__(self, doc_id: str) -> bool:
+        return doc_id in self._slot
+
+    def add(self, doc_id: str, terms: list[str]) -> None:
+        """Index a document (a repeated id replaces the earlier document)."""
+        if doc_id in self._slot:
+            self.remove(doc_id)
+        slot = len(self._ids)
+        counts: dict[str, int] = {}
+        for t in terms:
+            counts[t] = counts.get(t, 0) + 1
+        for t, tf in counts.items():
+            self._post.setdefault(t, {})[slot] = tf
+        n = max(len(terms), 1)
+        self._ids.append(doc_id)
+        self._slot[doc_id] = slot
+        self._len.append(n)
+        self._terms.append(tuple(counts))
+        self._total += n
+        self._len_arr = None
+
+    def remove(self, doc_id: str) -> None:
+        """Forget a document (unknown ids are ignored)."""
+        slot = self._slot.pop(doc_id, None)
+        if slot is None:
+            return
+        for t in self._terms[slot]:
+            post = self._post[t]
+            del post[slot]
+            if not post:
+                del self._post[t]
+        self._total -= self._len[slot]
+        self._ids[slot] = None
+        self._terms[slot] = ()
+        self._len_arr = None
+        if len(self._ids) > 64 and len(self._slot) < len(self._ids) // 2:
+            self._compact()
+
+    def _compact(self) -> None:
+        live = [(i, s) for i, s in enumerate(self._ids) if s is not None]
+        remap = {old: new for new, (old, _) in enumerate(live)}
+        self._post = {t: {remap[s]: tf for s, tf in post.items()} for t, post in self._post.items()}
+        self._ids = [d for _, d in live]
+        self._slot = {d: n for n, d in enumerate(self._ids)}
+        self._len = [self._len[old] for old, _ in live]
+        self._terms = [self._terms[old] for old, _ in live]
+        self._len_arr = None
+
+    def match(self, query: str) -> tuple[list[str], np.ndarray] | None:
+        if not self._slot or not query.strip():
             return None
-        vocab = self.model.vocab_dict
-        q_ids = [vocab[t] for t in bm25_terms(query) if t in vocab and t != ""]
-        if not q_ids:
+        q = [t for t in bm25_terms(query) if t in self._post]
+        if not q:
             return None
-        return np.asarray(self.model.get_scores_from_ids(q_ids), dtype=np.float32)
+        if self._len_arr is None:
+            self._len_arr = np.asarray(self._len, dtype=np.float64)
+        n_docs = len(self._slot)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * self._len_arr / (self._total / n_docs))
+        scores = np.zeros(len(self._ids), dtype=np.float64)
+        for t in q:  # a repeated query term counts again, as in bm25s
+            post = self._post[t]
+            slots = np.fromiter(post.keys(), dtype=np.int64, count=len(post))
+            tf = np.fromiter(post.values(), dtype=np.float64, count=len(post))
+            idf = math.log(1 + (n_docs - len(post) + 0.5) / (len(post) + 0.5))
+            scores[slots] += idf * tf / (tf + norm[slots])
+        hit = np.flatnonzero(scores > 0)
+        return [self._ids[i] for i in hit], scores[hit]
 
 
-__all__ = ["BM25Index", "TermCache", "bm25_split", "bm25_terms", "BM25_K1", "BM25_B", "BM25_METHOD"]
+__all__ = ["BM25Index", "TermCache", "bm25_split", "bm25_terms", "BM25_K1", "BM25_B"]

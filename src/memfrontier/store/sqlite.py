@@ -205,8 +205,15 @@ class _Partition:
     seqs: list[int]  # first_seq of each chunk
     vectors: np.ndarray  # float32 (n_chunks, dim), row i = chunks[i]
     scope: Scope | None = None
-    bm25: BM25Index | None = None  # built lazily; None when stale
+    bm25: BM25Index | None = None  # built on the first BM25 search, then kept up to date by patches
     version: int = 0
+    _pos: dict[str, int] | None = None
+
+    def positions(self) -> dict[str, int]:
+        """Chunk id -> position (built once per partition object)."""
+        if self._pos is None:
+            self._pos = {c.id: i for i, c in enumerate(self.chunks)}
+        return self._pos
 
     @classmethod
     def of(cls, rows: list[tuple[Chunk, int, np.ndarray]], dim: int) -> "_Partition":
@@ -242,7 +249,8 @@ class _Partition:
         rows = np.array([e[3] for e in entries], dtype=np.int64)
         vecs = stacked[rows] if rows.size else stacked[:0]
         scope = self.scope if self.scope is not None else (entries[0][1].scope if entries else None)
-        return _Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32), scope)
+        return _Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32), scope,
+                          bm25=self.bm25)
 
 
 @dataclass
@@ -933,8 +941,14 @@ class SQLiteStore:
             return
         dim = int(self.embedder.dim)
         for key, patch in patches.items():
+            part = self._parts.get(key, _Partition.of([], dim)).patched(patch)
+            if part.bm25 is not None:  # the scope's BM25 index follows the write: O(changed chunks)
+                for cid in patch.gone:
+                    part.bm25.remove(cid)
+                for ch, _seq, _vec in patch.new:
+                    part.bm25.add(ch.id, self._terms.get([ch.id], [ch.text])[0])
             self._terms.discard(patch.gone)
-            self._set_part(key, self._parts.get(key, _Partition.of([], dim)).patched(patch))
+            self._set_part(key, part)
         self._synced = gen_before + 1
 
     def _view(self, scope: Scope) -> _Partition | None:
@@ -965,7 +979,8 @@ class SQLiteStore:
 
     def _bm25_of(self, part: _Partition) -> BM25Index:
         if part.bm25 is None:
-            part.bm25 = BM25Index.build(self._terms.get([c.id for c in part.chunks], [c.text for c in part.chunks]))
+            ids = [c.id for c in part.chunks]
+            part.bm25 = BM25Index.build(ids, self._terms.get(ids, [c.text for c in part.chunks]))
             self.stats["bm25_builds"] += 1
         return part.bm25
 
@@ -1009,8 +1024,8 @@ class SQLiteStore:
 
         Statistics (N, df, average length) are those of the scope's own chunks; for a partial scope
         (e.g. ``user_id`` only, across agents and runs) those of the union of the matching scopes.
-        The scope's index is rebuilt lazily here after a write changed the scope. Empty /
-        all-stopword / unseen-word query -> [].
+        A scope's index is built on its first BM25 search and then follows the writes (chunks
+        added and removed, nothing re-indexed). Empty / all-stopword / unseen-word query -> [].
         """
         if not query.strip():
             return []
@@ -1018,9 +1033,12 @@ class SQLiteStore:
             part = self._view(scope)
             if part is None:
                 return []
-            scores = self._bm25_of(part).scores(query)
-            if scores is None:
+            found = self._bm25_of(part).match(query)
+            if found is None:
                 return []
+            pos = part.positions()
+            scores = np.zeros(len(part.chunks), dtype=np.float64)
+            scores[np.fromiter((pos[i] for i in found[0]), dtype=np.int64, count=len(found[0]))] = found[1]
             top = self._top(scores, k, positive_only=True)
             return [(part.chunks[i], s) for i, s in top]
 
