@@ -91,6 +91,7 @@ def test_eval_writes_results_and_resumes(tmp_path):
     assert prov["data_sha256"] == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
     assert prov["answer_model"] == "gemma-3-270m-q4_k_m" and prov["seed"] == 42
     assert prov["price_book_version"] and prov["prompt_versions"]["answerer"]
+    assert prov["recipes"] == []  # the oracle searches nothing
     assert set(summary["amortized_usd_per_question"]) == {"1", "10", "50", "100", "314", "inf"}
     assert summary["metrics"]["all (1-4)"]["n_questions"] == 4
 
