@@ -867,11 +867,12 @@ class SQLiteStore:
     # -- search primitives ----------------------------------------------------------------
     #
     # In memory, the searchable state is one _Partition per exact scope (chunks.scope_key): its
-    # chunks in store order, their vectors and, built lazily, its BM25 index. ``self._synced`` is
-    # the store generation the partitions reflect. A write through this object patches the
-    # partitions it touched (new rows appended, removed rows dropped, BM25 marked stale); a write
-    # by another process or object is found through ``scope_gen`` (the generation at which each
-    # scope last changed) and only those scopes are reloaded from SQLite.
+    # chunks in store order, their vectors and, built on its first BM25 search, its BM25 postings.
+    # ``self._synced`` is the store generation the partitions reflect. A write through this object
+    # patches the partitions it touched once committed (rows appended / dropped, postings of the
+    # changed chunks added / removed); a write by another process or object is found through
+    # ``scope_gen`` (the generation at which each scope last changed) and only those scopes are
+    # reloaded from SQLite (their BM25 postings rebuilt on their next BM25 search).
 
     def _load_partitions(self, conn: sqlite3.Connection, keys: list[str] | None) -> dict[str, _Partition]:
         """Partitions for ``keys`` (None: every scope) read from SQLite; a key without chunks is absent."""

@@ -19,7 +19,14 @@ import threading
 from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
-from ...graph import BACKENDS, GRAPH_VIEW, SCHEMA_HINT, graph_exists, open_graph, state_dir
+from ...graph import (
+    BACKENDS,
+    GRAPH_VIEW,
+    SCHEMA_HINT,
+    graph_exists,
+    open_graph,
+    state_dir,
+)
 from ...graph.backend import GraphBackend
 from ...llm import make_llm
 from ...llm.metered import MeteredLLM
