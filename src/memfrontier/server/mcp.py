@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from ..core.types import Budget, Scope
+from ..retrieve.hybrid import hybrid_search
+from ..retrieve.recipes import HYBRID_RRF
 from ..strategies.automem.actions import (
     CYPHER_MAX_CHARS,
     MAX_IDS,
@@ -177,7 +179,7 @@ def build_server(service: MemoryService):
         if not query.strip():
             raise ToolError("query is empty")
         mem = await service.memory()
-        hits = await asyncio.to_thread(mem.store.search, query, scope, k)
+        hits = await asyncio.to_thread(hybrid_search, mem.store, query, scope, HYBRID_RRF, k)
         return {
             "hits": [
                 {
