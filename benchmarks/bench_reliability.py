@@ -152,7 +152,7 @@ def _populate_views(m, users: list[str]) -> None:
     a MemoryCPT-like bank with a trace, and a Ladybug graph with its notes cache."""
     from memfrontier.core.jsonio import write_json_atomic
     from memfrontier.core.types import Scope
-    from memfrontier.graph import open_graph, state_dir
+    from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
     from memfrontier.store.bank import BankItem, MemoryBank, Trace
     from memfrontier.views.compress import OfflineCompressor
     from memfrontier.views.compressed_bank import build_from_store, open_bank
@@ -170,10 +170,10 @@ def _populate_views(m, users: list[str]) -> None:
                   traces=[(sc, Trace(role="episode_generator", model_id="m", prompt_version="v",
                                      messages=[{"role": "user", "content": text}]))])
         notes = [Note(text, [u], "codes", "", "s1", ["r-1"])]
-        g = open_graph("ladybug", store.path, sc.key())
+        g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), sc)
         g.replace(graph_from_notes(notes, sc.key()))
         g.close()
-        write_json_atomic(state_dir(store.path, sc.key()) / "notes.json", {"w": [n.to_json() for n in notes]})
+        write_json_atomic(state_dir(store.view_dir(GRAPH_VIEW), sc) / "notes.json", {"w": [n.to_json() for n in notes]})
     m.search("drawer", user_id=users[0], k=1)  # BM25 files on disk
     bank.close()
     cpt.close()
@@ -294,7 +294,9 @@ def scope_probes() -> tuple[list[dict], list[str]]:
     from memfrontier import Memory
     from memfrontier.cli import app
     from memfrontier.core.types import Budget, Preference, Scope
-    from memfrontier.graph import open_graph
+    from memfrontier.graph import GRAPH_VIEW, open_graph
+    from memfrontier.retrieve.hybrid import hybrid_search
+    from memfrontier.retrieve.recipes import MEMORYCPT_EPISODIC, MEMPILOT_BANK
     from memfrontier.server.mcp import MemoryService, build_server
     from memfrontier.store.bank import BankItem, MemoryBank
     from memfrontier.strategies import Query, get_strategy
@@ -322,7 +324,7 @@ def scope_probes() -> tuple[list[dict], list[str]]:
             build_from_store(bank, store, sc, OfflineCompressor(rate=1.0))
             cpt.apply([BankItem(id=f"ep-{sc.user_id}-{r.id}", kind="episode", scope=sc, text=r.text, source_ids=[r.id])
                        for r in store.records(sc)])
-            g = open_graph("ladybug", store.path, sc.key())
+            g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), sc)
             g.replace(graph_from_notes([Note(r.text, [sc.user_id], "life", r.timestamp or "", r.session_id, [r.id])
                                         for r in store.records(sc)], sc.key()))
             g.close()
@@ -346,11 +348,11 @@ def scope_probes() -> tuple[list[dict], list[str]]:
             row(f"ask context, {name} (as bob)", len(queries), sum(_leaks(c.text) for c in ctxs))
         got = store.get(["msg-1", "msg-2"], bob)
         row("get by id (as bob)", 2, sum(_leaks(r.text) for r in got))
-        mp_hits = [h for q in queries for h in bank.search(q, bob, "compressed", 5, retrievers=("dense",))]
+        mp_hits = [h for q in queries for h in hybrid_search(bank, q, bob, MEMPILOT_BANK, 5)]
         row("MemPilot bank search (as bob)", len(queries), sum(_leaks(h.item.text) for h in mp_hits))
-        cpt_hits = [h for q in queries for h in cpt.search(q, bob, "episode", 5)]
+        cpt_hits = [h for q in queries for h in hybrid_search(cpt, q, bob, MEMORYCPT_EPISODIC, 5)]
         row("MemoryCPT bank search (as bob)", len(queries), sum(_leaks(h.item.text) for h in cpt_hits))
-        g = open_graph("ladybug", store.path, bob.key(), read_only=True)
+        g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), bob, read_only=True)
         res = g.query("MATCH (m:Memory) RETURN m.text")
         g.close()
         row("graph index (bob's graph, all nodes)", 1, sum(_leaks(str(r)) for r in res.rows))

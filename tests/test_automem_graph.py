@@ -25,6 +25,8 @@ from memfrontier.views.graph_notes import (
     step_note,
 )
 
+U = Scope(user_id="u")
+
 # --- guard -------------------------------------------------------------------------------------
 
 READS = [
@@ -205,7 +207,7 @@ def _notes():
 
 
 def test_graph_from_notes_counts_dedup_and_order():
-    g = graph_from_notes(_notes(), "u||")
+    g = graph_from_notes(_notes(), U.key())
     # speakers: Evan / evan / Evan. normalise to "evan" -> one node; topics: "car" joins "cars"
     # (difflib ratio 2*3/7 = 0.857 >= 0.85), "Hiking" is stored lower-case
     assert name_similarity("cars", "car") == pytest.approx(6 / 7)
@@ -222,8 +224,8 @@ def test_graph_from_notes_counts_dedup_and_order():
 
 @pytest.fixture()
 def graph(tmp_path):
-    g = open_graph("ladybug", tmp_path, "u||")
-    g.replace(graph_from_notes(_notes(), "u||"))
+    g = open_graph("ladybug", tmp_path, U)
+    g.replace(graph_from_notes(_notes(), U.key()))
     yield g
     g.close()
 
@@ -234,7 +236,7 @@ def test_ladybug_round_trip_and_counts(graph, tmp_path):
     assert rows == [["Evan bought a Prius."], ["Sam went hiking."], ["Evan. sold the Prius."]]
     r = graph.query("MATCH (a:Memory)-[:FOLLOWS]->(b:Memory) WHERE a.pos = 2 RETURN b.step, b.action, b.record_ids")
     assert r.rows == [[0, "click[x]", ["r:0"]]] and r.columns == ["b.step", "b.action", "b.record_ids"]
-    assert (state_dir(tmp_path, "u||") / "graph.lbug").exists()
+    assert (state_dir(tmp_path, U) / "graph.lbug").exists()
 
 
 def test_ladybug_caps_rows(graph):
@@ -267,12 +269,12 @@ def test_ladybug_refuses_writes_even_past_the_guard(graph, monkeypatch):
 
 
 def test_scopes_have_separate_graph_files(tmp_path):
-    a, b = open_graph("ladybug", tmp_path, "alice||"), open_graph("ladybug", tmp_path, "bob||")
-    a.replace(graph_from_notes(_notes()[:1], "alice||"))
-    b.replace(graph_from_notes(_notes()[1:2], "bob||"))
+    a, b = open_graph("ladybug", tmp_path, Scope(user_id="alice")), open_graph("ladybug", tmp_path, Scope(user_id="bob"))
+    a.replace(graph_from_notes(_notes()[:1], Scope(user_id="alice").key()))
+    b.replace(graph_from_notes(_notes()[1:2], Scope(user_id="bob").key()))
     assert a.query("MATCH (m:Memory) RETURN m.text").rows == [["Evan bought a Prius."]]
     assert b.query("MATCH (m:Memory) RETURN m.text").rows == [["Sam went hiking."]]
-    ro = open_graph("ladybug", tmp_path, "alice||", read_only=True)
+    ro = open_graph("ladybug", tmp_path, Scope(user_id="alice"), read_only=True)
     a.close()
     assert ro.query("MATCH (m:Memory) RETURN count(m)").rows == [[1]]
     ro.close()
@@ -281,7 +283,7 @@ def test_scopes_have_separate_graph_files(tmp_path):
 
 def test_open_graph_rejects_unknown_backend(tmp_path):
     with pytest.raises(ValueError):
-        open_graph("sqlite", tmp_path, "u||")
+        open_graph("sqlite", tmp_path, U)
 
 
 # --- builder (scripted model: control flow of cache / idempotence only) -------------------------
@@ -293,10 +295,10 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     good = json.dumps({"notes": [{"text": "Evan bought a red Prius", "speakers": ["Evan"], "topic": "cars"}]})
     client = ScriptedClient([good, "garbage"])
     llm = MeteredLLM(client, PriceBook.load(), allow_unpriced=True)
-    g = open_graph("ladybug", tmp_path, "u||")
+    g = open_graph("ladybug", tmp_path, U)
     ledger = Ledger()
     with use_ledger(ledger, "construction"):
-        rep = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, "u||", state_dir(tmp_path, "u||")))
+        rep = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, U.key(), state_dir(tmp_path, U)))
     assert (rep.windows, rep.calls, rep.cached_windows, rep.skipped) == (3, 2, 0, False)
     # window 1: one model note; window 2: garbage -> one fallback note per record; the step: one note
     assert rep.counts["Memory"] == 1 + 2 + 1 and rep.counts["FOLLOWS"] == 3
@@ -307,12 +309,12 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     src = g.query("MATCH (m:Memory) RETURN m.source ORDER BY m.pos").rows
     assert src == [["model"], ["fallback"], ["fallback"], ["step"]]
     # same records again: nothing to do, no call
-    again = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, "u||", state_dir(tmp_path, "u||")))
+    again = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, U.key(), state_dir(tmp_path, U)))
     assert again.skipped and client.n_calls == 2
     # one more record: the two old windows come from the notes cache, one new call
     client.replies.append(good)
     more = recs + [_turn(7, "s9", "Evan", "Evan sold the red Prius")]
-    rep3 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, "u||", state_dir(tmp_path, "u||")))
+    rep3 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
     assert (rep3.calls, rep3.cached_windows) == (1, 3)
     assert g.counts()["Memory"] == 5
     g.close()
@@ -323,10 +325,10 @@ def test_indexer_builds_caches_and_skips(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("MEMFRONTIER_NEO4J_URL"), reason="set MEMFRONTIER_NEO4J_URL to test Neo4j")
 def test_neo4j_backend_same_queries_and_namespaces():
-    a, b = open_graph("neo4j", None, "mf-test-alice||"), open_graph("neo4j", None, "mf-test-bob||")
+    a, b = open_graph("neo4j", None, Scope(user_id="mf-test-alice")), open_graph("neo4j", None, Scope(user_id="mf-test-bob"))
     try:
-        a.replace(graph_from_notes(_notes(), "mf-test-alice||"))
-        b.replace(graph_from_notes(_notes()[:1], "mf-test-bob||"))
+        a.replace(graph_from_notes(_notes(), Scope(user_id="mf-test-alice").key()))
+        b.replace(graph_from_notes(_notes()[:1], Scope(user_id="mf-test-bob").key()))
         assert a.counts() == {"Memory": 4, "Speaker": 3, "Topic": 3, "SAID_BY": 5, "OF_TOPIC": 4, "FOLLOWS": 3}
         rows = a.query("MATCH (m:Memory)-[:SAID_BY]->(s:Speaker {name: 'Evan'}) RETURN m ORDER BY m.pos").rows
         assert [r[0]["text"] for r in rows] == ["Evan bought a Prius.", "Sam went hiking.", "Evan. sold the Prius."]

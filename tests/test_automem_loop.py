@@ -49,7 +49,7 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def graph(store):
-    g = open_graph("ladybug", store.path, ALICE.key(), read_only=True)
+    g = open_graph("ladybug", store.view_dir("graph"), ALICE, read_only=True)
     yield g
     g.close()
 

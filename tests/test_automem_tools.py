@@ -94,15 +94,15 @@ def build_store(path: Path, embedder) -> SQLiteStore:
     store = SQLiteStore(path, embedder)
     store.add(chat_records() + trajectory().records)
     for scope, notes in ((ALICE, ALICE_NOTES), (BOB, BOB_NOTES)):
-        g = open_graph("ladybug", path, scope.key())
+        g = open_graph("ladybug", store.view_dir("graph"), scope)
         g.replace(graph_from_notes(notes, scope.key()))
         g.close()
     # steps need no model call: the indexer writes one note per step (the embedded model is not loaded)
     llm = MeteredLLM(EmbeddedLLM(), PriceBook.load())
-    g = open_graph("ladybug", path, Scope(user_id=RUN).key())
+    g = open_graph("ladybug", store.view_dir("graph"), Scope(user_id=RUN))
     asyncio.run(
         GraphIndexer(llm).build(
-            store.records(Scope(user_id=RUN)), g, Scope(user_id=RUN).key(), state_dir(path, Scope(user_id=RUN).key())
+            store.records(Scope(user_id=RUN)), g, Scope(user_id=RUN).key(), state_dir(store.view_dir("graph"), Scope(user_id=RUN))
         )
     )
     g.close()
@@ -119,7 +119,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def graphs(store):
     opened = {
-        k: open_graph("ladybug", store.path, Scope(user_id=k).key(), read_only=True) for k in ("alice", "bob", RUN)
+        k: open_graph("ladybug", store.view_dir("graph"), Scope(user_id=k), read_only=True) for k in ("alice", "bob", RUN)
     }
     yield opened
     for g in opened.values():

@@ -19,6 +19,8 @@ from memfrontier.core.types import Budget, Chunk, Preference, Scope
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.embedded import MODEL_ID
 from memfrontier.llm.metered import MeteredLLM
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import HYBRID_RRF
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.budgetmem import (
     EXTRACTORS,
@@ -53,7 +55,7 @@ def memory(tmp_path_factory):
 @pytest.fixture(scope="module")
 def chunks(memory):
     """The two smallest of the top-5 chunks for the question (short High-tier prompts)."""
-    hits = memory.aio.store.search(QUESTION, SCOPE, 5)
+    hits = hybrid_search(memory.aio.store, QUESTION, SCOPE, HYBRID_RRF, 5)
     small = sorted((h.chunk for h in hits), key=lambda c: c.n_tokens)[:2]
     assert len(small) == 2 and all(c.timestamp for c in small)
     return small
@@ -123,7 +125,7 @@ def test_high_tier_calls_the_embedded_llm_and_meets_the_contract(rt, chunks, mod
 
 
 def test_filter_tiers_rank_the_relevant_chunk_first(rt, memory):
-    hits = memory.aio.store.search(QUESTION, SCOPE, 5)
+    hits = hybrid_search(memory.aio.store, QUESTION, SCOPE, HYBRID_RRF, 5)
     inp = [h.chunk for h in hits]
     jasper = [c for c in inp if "Jasper" in c.text]
     assert jasper

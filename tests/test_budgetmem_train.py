@@ -85,6 +85,7 @@ def test_trained_checkpoint_drives_eval(trained, tmp_path):
     summary = asyncio.run(run_eval(ecfg))
     assert summary["questions"] == 1
     assert set(summary["choices"]["tiers"]) == set(MODULES)
+    assert summary["provenance"]["recipes"] == ["hybrid_rrf"]
     (row,) = [json.loads(line) for line in (tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()]
     assert row["strategy_meta"]["router"] is True and row["strategy_meta"]["lam"] == 0.3
     assert "query_emb" not in row["strategy_meta"]  # greedy at test time: no states recorded

@@ -98,6 +98,7 @@ def test_eval_writes_results_and_resumes(tmp_path):
     assert prov["price_book_version"] and prov["prompt_versions"]["answerer"]
     assert prov["strategy_config"] == {}  # oracle has no options
     assert prov["strategy_config_hash"] == hashlib.sha256(b'{"strategy":"oracle"}').hexdigest()[:16]
+    assert prov["recipes"] == []  # the oracle searches nothing
     assert set(summary["amortized_usd_per_question"]) == {"1", "10", "50", "100", "314", "inf"}
     assert summary["metrics"]["all (1-4)"]["n_questions"] == 4
 

@@ -26,7 +26,9 @@ from memfrontier.cli import app
 from memfrontier.core.jsonio import write_json_atomic
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
-from memfrontier.graph import open_graph, state_dir
+from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import MEMORYCPT_EPISODIC, MEMPILOT_BANK
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
 from memfrontier.store.base import RecordConflictError
@@ -195,11 +197,11 @@ def _populate(mem) -> None:
     cpt.close()
     for sc in (DANA, ERIN):
         notes = [_note(r.text, r.id, "s1") for r in store.records(sc)]
-        g = open_graph("ladybug", store.path, sc.key())
+        g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), sc)
         g.replace(graph_from_notes(notes, sc.key()))
         g.close()
-        write_json_atomic(state_dir(store.path, sc.key()) / "notes.json", {"w": [n.to_json() for n in notes]})
-    assert mem.search("quokka7731", user_id="dana", k=1)  # BM25 index files written under bm25/
+        write_json_atomic(state_dir(store.view_dir(GRAPH_VIEW), sc) / "notes.json", {"w": [n.to_json() for n in notes]})
+    assert mem.search("quokka7731", user_id="dana", k=1)
 
 
 async def _mcp_index_query(path: Path, scope: Scope) -> tuple[bool, str]:
@@ -218,11 +220,10 @@ def test_delete_all_reaches_every_view_and_leaves_no_byte_of_the_text(mem):
     assert files_containing(root, NONCE)  # everywhere before: store, banks, graph, bm25
     assert any(f.startswith("graph/") for f in files_containing(root, NONCE))
     assert any(f.startswith("banks/") for f in files_containing(root, NONCE))
-    assert any(f.startswith("bm25/") for f in files_containing(root, NONCE))
     mp = open_bank(store)
     cpt = MemoryBank.for_store(store, "memorycpt-test")
-    assert "quokka7731" in mp.search("secret code", DANA, "compressed", 1, retrievers=("dense",))[0].item.text
-    assert cpt.search("secret code", DANA, "episode", 1)[0].item.source_ids == ["d-1"]
+    assert "quokka7731" in hybrid_search(mp, "secret code", DANA, MEMPILOT_BANK, 1)[0].item.text
+    assert hybrid_search(cpt, "secret code", DANA, MEMORYCPT_EPISODIC, 1)[0].item.source_ids == ["d-1"]
     is_error, text = asyncio.run(_mcp_index_query(root, DANA))
     assert not is_error and "quokka7731" in text
 
@@ -231,12 +232,12 @@ def test_delete_all_reaches_every_view_and_leaves_no_byte_of_the_text(mem):
     assert files_containing(root, NONCE) == []
     assert files_containing(root, OTHER_NONCE) == []
     # the open banks see the purge at once (no stale cache); erin's views are untouched
-    assert mp.search("secret code", DANA, "compressed", 5) == [] and mp.items(DANA, "compressed") == []
+    assert hybrid_search(mp, "secret code", DANA, MEMPILOT_BANK, 5) == [] and mp.items(DANA, "compressed") == []
     assert cpt.items(DANA, "episode") == [] and not cpt.is_done(DANA, "session:s1") and cpt.traces(DANA) == []
     assert [it.source_ids for it in mp.items(ERIN, "compressed")] == [["d-1"]]
     assert cpt.is_done(ERIN, "session:s1") and len(cpt.traces(ERIN)) == 1
     assert cpt.items(ERIN, "episode")[0].text == "I grow basil and lemons on the balcony."
-    assert not state_dir(root, DANA.key()).exists() and state_dir(root, ERIN.key()).exists()
+    assert not state_dir(root / GRAPH_VIEW, DANA).exists() and state_dir(root / GRAPH_VIEW, ERIN).exists()
     is_error, text = asyncio.run(_mcp_index_query(root, DANA))
     assert is_error and "no graph index" in text
     is_error, text = asyncio.run(_mcp_index_query(root, ERIN))
@@ -260,7 +261,7 @@ def test_deleting_one_record_purges_only_what_came_from_it(mem):
     # erin's record with the same id is another record: nothing of hers went
     assert [it.source_ids for it in cpt.items(ERIN, "episode")] == [["d-1"]] and cpt.is_done(ERIN, "session:s1")
     assert [r.id for r in store.records(ERIN)] == ["d-1"]
-    assert not state_dir(root, DANA.key()).exists() and state_dir(root, ERIN.key()).exists()
+    assert not state_dir(root / GRAPH_VIEW, DANA).exists() and state_dir(root / GRAPH_VIEW, ERIN).exists()
     mp.close()
     cpt.close()
 
@@ -292,13 +293,13 @@ def test_building_a_graph_for_a_scope_without_records_drops_the_old_one(mem):
 
     store = mem.aio.store
     frank = Scope(user_id="frank")
-    g = open_graph("ladybug", store.path, frank.key())
+    g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), frank)
     g.replace(graph_from_notes([_note("Frank hid the key under the mat.", "f-1", "s1")], frank.key()))
     g.close()
-    assert state_dir(store.path, frank.key()).exists()
+    assert state_dir(store.view_dir(GRAPH_VIEW), frank).exists()
     strat = AutoMem()
     asyncio.run(strat.build(mem.aio.env, frank))  # no records: no model call, and no graph left
-    assert not state_dir(store.path, frank.key()).exists()
+    assert not state_dir(store.view_dir(GRAPH_VIEW), frank).exists()
     strat.close()
 
 
@@ -383,9 +384,9 @@ def test_a_strategy_built_bank_forgets_a_deleted_user(mem):
     env = mem.aio.env
     asyncio.run(mem.aio.build(strat, DANA))
     bank = strat.bank(env)
-    assert "quokka7731" in bank.search("secret code", DANA, "compressed", 1)[0].item.text
+    assert "quokka7731" in hybrid_search(bank, "secret code", DANA, MEMPILOT_BANK, 1)[0].item.text
     mem.delete_all(user_id="dana")
-    assert bank.search("secret code", DANA, "compressed", 5) == []  # the strategy's cached bank too
+    assert hybrid_search(bank, "secret code", DANA, MEMPILOT_BANK, 5) == []  # the strategy's cached bank too
     asyncio.run(mem.aio.build(strat, DANA))  # a rebuild has nothing to bring back
     assert bank.items(DANA, "compressed") == []
     assert files_containing(mem.aio.store.path, NONCE) == []
@@ -404,9 +405,9 @@ def test_an_automem_graph_built_by_the_model_is_dropped_with_its_records(mem):
     ledger = asyncio.run(mem.aio.build(strat, DANA))
     assert [c.role for c in ledger.calls] == ["indexer"]
     root = mem.aio.store.path
-    assert (state_dir(root, DANA.key()) / "graph.lbug").exists()
+    assert (state_dir(root / GRAPH_VIEW, DANA) / "graph.lbug").exists()
     mem.delete_all(user_id="dana")
-    assert not state_dir(root, DANA.key()).exists()
+    assert not state_dir(root / GRAPH_VIEW, DANA).exists()
     assert asyncio.run(mem.aio.build(strat, DANA, Ledger())).calls == []
     assert files_containing(root, NONCE) == []
     strat.close()

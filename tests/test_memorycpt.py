@@ -18,6 +18,8 @@ from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.metered import MeteredLLM
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query
@@ -152,12 +154,12 @@ def bank(tmp_path, minilm):
 
 
 def test_bank_search_fuses_dense_and_bm25_per_kind(bank):
-    hits = bank.search("What car does Evan drive? Prius", SCOPE, "fact", 2)
+    hits = hybrid_search(bank, "What car does Evan drive? Prius", SCOPE, MEMORYCPT_SEMANTIC, 2)
     assert [h.item.id for h in hits] == ["fact-1", "fact-3"]
     top = hits[0]
     assert top.ranks == {"dense": 1, "bm25": 1}
     assert top.score == pytest.approx(2 / 61)  # RRF k=60: 1/(60+1) from each retriever
-    assert all(h.item.scope == SCOPE for h in bank.search("Evan drives", SCOPE, "fact", 10))  # u2's fact excluded
+    assert all(h.item.scope == SCOPE for h in hybrid_search(bank, "Evan drives", SCOPE, MEMORYCPT_SEMANTIC, 10))  # u2's fact excluded
 
 
 def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(tmp_path, minilm, bank):

@@ -9,6 +9,8 @@ import pytest
 
 from memfrontier.core.types import ImageRef, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import MEMPILOT_BANK
 from memfrontier.store.bank import MemoryBank
 from memfrontier.store.base import StoreError
 from memfrontier.store.sqlite import SQLiteStore
@@ -84,7 +86,7 @@ def test_bank_build_search_import(tmp_path, embedder):
     assert {it.meta["chunk_id"] for it in items} == {ch.id for ch in store.chunks(ana)}
     assert all(it.meta["source"] == "compress:offline-idf-v1@0.4" and it.meta["image_ids"] == [] for it in items)
     view = DualView(store, bank)
-    top = bank.search("which pet did she adopt", ana, "compressed", 2, retrievers=("dense",))
+    top = hybrid_search(bank, "which pet did she adopt", ana, MEMPILOT_BANK, 2)
     assert top[0].item.source_ids == ["ana:D1:0"] and len(top) == 2
     assert top[0].score == pytest.approx(float(embedder.encode(["which pet did she adopt"])[0] @ embedder.encode([top[0].item.text])[0]), abs=1e-5)
     assert [it.id for it in view.retrieve("which pet did she adopt", ana, 2)] == [h.item.id for h in top]

@@ -14,9 +14,12 @@ import pytest
 
 from memfrontier.core.types import ImageRef, Record, Scope
 from memfrontier.embed.minilm import MINILM_MODEL_ID, MiniLMEmbedder
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import chunk_recipe
 from memfrontier.retrieve.rrf import rrf_fuse
 from memfrontier.store.base import EmbeddingMismatchError, MemoryStore, StoreError
-from memfrontier.store.sqlite import SQLiteStore, bm25_split
+from memfrontier.store.bm25 import bm25_split
+from memfrontier.store.sqlite import SQLiteStore
 
 A = Scope(user_id="alice")
 B = Scope(user_id="bob")
@@ -60,6 +63,10 @@ def store(tmp_path, emb):
     s.close()
 
 
+def search(store, query, scope, k=10, retrievers=("dense", "bm25")):
+    return hybrid_search(store, query, scope, chunk_recipe(retrievers), k)
+
+
 def turn(i, text, *, scope=A, session="s1", speaker="Ann", ts="2023-05-08T13:56:00", **kw):
     return Record(id=f"{scope.user_id}:{session}:{i}", scope=scope, session_id=session, speaker=speaker, timestamp=ts, text=text, **kw)
 
@@ -86,16 +93,18 @@ def test_protocol_and_layout(store, tmp_path):
     assert sorted(res.added) == sorted(r.id for r in ALICE + BOB)
     assert res.skipped == [] and res.chunks_built == 3 and res.chunks_embedded == 3
     assert (tmp_path / "mem" / "store.db").is_file()
-    hits = store.search("puppy", A, k=5)
+    hits = search(store, "puppy", A, k=5)
     assert hits and hits[0].chunk.record_ids == ["alice:s1:1", "alice:s1:2"]
-    assert (tmp_path / "mem" / "bm25").is_dir() and any((tmp_path / "mem" / "bm25").iterdir())
+    assert store.view_dir("banks") == tmp_path / "mem" / "banks" and (tmp_path / "mem" / "banks").is_dir()
+    with pytest.raises(ValueError, match="view name"):
+        store.view_dir("../escape")
     assert store.count() == {"records": 6, "chunks": 3, "vectors": 3}
 
 
 def test_hybrid_scores_are_rrf_of_the_two_rankings(store):
     store.add(ALICE + BOB)
     q = "hiking marmots"
-    hits = store.search(q, Scope(), k=3)
+    hits = search(store, q, Scope(), k=3)
     dense = [c.id for c, _ in store.search_dense(q, Scope(), k=50)]
     bm25 = [c.id for c, _ in store.search_bm25(q, Scope(), k=50)]
     expected = rrf_fuse({"dense": dense, "bm25": bm25}, k=60, top_n=3)
@@ -103,10 +112,10 @@ def test_hybrid_scores_are_rrf_of_the_two_rankings(store):
     top = hits[0]
     assert top.ranks == {"dense": 1, "bm25": 1}
     assert top.score == pytest.approx(2 / 61)
-    only_bm25 = store.search(q, Scope(), k=3, retrievers=("bm25",))
+    only_bm25 = search(store, q, Scope(), k=3, retrievers=("bm25",))
     assert all(set(h.ranks) == {"bm25"} for h in only_bm25)
     with pytest.raises(ValueError):
-        store.search(q, Scope(), retrievers=("sparse",))
+        search(store, q, Scope(), retrievers=("sparse",))
 
 
 def test_idempotent_ingest_does_not_reembed(store, emb):
@@ -136,7 +145,7 @@ def test_incremental_add_reuses_vectors_of_unchanged_chunks(store, emb):
     assert store.count() == {"records": 41, "chunks": len(after), "vectors": len(after)}
 
 
-def test_reopen_does_not_reembed_and_loads_bm25_from_disk(tmp_path, minilm):
+def test_reopen_does_not_reembed(tmp_path, minilm):
     e1 = CountingEmbedder(minilm)
     s1 = SQLiteStore(tmp_path / "m", e1)
     s1.add(ALICE + BOB)
@@ -149,10 +158,10 @@ def test_reopen_does_not_reembed_and_loads_bm25_from_disk(tmp_path, minilm):
     assert e2.calls == 0
     hits = s2.search_bm25("cello", A, 3)
     assert [c.record_ids for c, _ in hits] == [["alice:s2:3", "alice:s2:4"]]
-    assert s2.stats["bm25_loads"] == 1 and s2.stats["bm25_builds"] == 0
+    assert s2.stats["bm25_builds"] == 1 and s2.stats["partition_loads"] == 2  # alice's and bob's scopes
     s2.add(ALICE)
     assert e2.calls == 0  # still nothing to embed
-    dense = s2.search("Biscuit the golden retriever", A, k=1)
+    dense = search(s2, "Biscuit the golden retriever", A, k=1)
     assert e2.calls == 1 and e2.texts == 1  # only the query was embedded
     assert "alice:s1:1" in dense[0].chunk.record_ids
     s2.close()
@@ -162,16 +171,16 @@ def test_scope_isolation_for_both_retrievers(store):
     store.add(ALICE + BOB)
     for q in ["adopted a pet named", "hiking", "kitten Pepper", "Alps brother"]:
         for retr in [("dense",), ("bm25",), ("dense", "bm25")]:
-            hits = store.search(q, A, k=10, retrievers=retr)
+            hits = search(store, q, A, k=10, retrievers=retr)
             assert all(h.chunk.scope.user_id == "alice" for h in hits), (q, retr)
-            hits = store.search(q, B, k=10, retrievers=retr)
+            hits = search(store, q, B, k=10, retrievers=retr)
             assert all(h.chunk.scope.user_id == "bob" for h in hits), (q, retr)
     # a word only Bob said is found for Bob and never for Alice
     assert store.search_bm25("Pepper", A, 10) == []
     assert [c.scope.user_id for c, _ in store.search_bm25("Pepper", B, 10)] == ["bob"]
-    assert {h.chunk.scope.user_id for h in store.search("hiking", Scope(), k=10)} == {"alice", "bob"}
+    assert {h.chunk.scope.user_id for h in search(store, "hiking", Scope(), k=10)} == {"alice", "bob"}
     assert all(c.scope.user_id == "alice" for c, _ in store.search_dense("kitten", A, 10))
-    assert store.search("hiking", Scope(user_id="nobody"), k=5) == []
+    assert search(store, "hiking", Scope(user_id="nobody"), k=5) == []
     assert {r.id for r in store.records(B)} == {r.id for r in BOB}
 
 
@@ -193,7 +202,7 @@ def test_delete_reaches_every_index(store):
     assert store.search_bm25(q, Scope(), 5) == []
     top = store.search_dense("secret password zanzibarquokka", Scope(), 1)[0][0]
     assert victim.id not in top.record_ids and "zanzibarquokka" not in top.text
-    assert all(victim.id not in h.chunk.record_ids for h in store.search(q, Scope(), k=10))
+    assert all(victim.id not in h.chunk.record_ids for h in search(store, q, Scope(), k=10))
     assert store.count() == {"records": n_before["records"] - 1, "chunks": n_before["chunks"], "vectors": n_before["chunks"]}
     # the rest of the session is still there, re-chunked
     assert [c.record_ids for c in store.chunks(A) if c.session_id == "s1"] == [["alice:s1:1", "alice:s1:2"]]
@@ -205,7 +214,7 @@ def test_delete_all(store):
         store.delete_all(Scope())
     assert store.delete_all(A) == 4
     assert store.records(A) == [] and store.chunks(A) == []
-    assert store.search("puppy Biscuit", A, k=5) == []
+    assert search(store, "puppy Biscuit", A, k=5) == []
     assert store.search_bm25("Biscuit", Scope(), 5) == []
     assert {r.id for r in store.records(Scope())} == {r.id for r in BOB}
     assert store.count() == {"records": 2, "chunks": 1, "vectors": 1}
@@ -237,8 +246,8 @@ def test_non_ascii_found_by_bm25(store):
     assert top("strasse munchen") == "de"
     assert top("서울에서") == "ko"
     # hybrid search finds them too
-    assert store.search("寿司", A, k=1)[0].chunk.session_id == "zh"
-    assert store.search("🍕", A, k=1, retrievers=("bm25",))[0].chunk.session_id == "emoji"
+    assert search(store, "寿司", A, k=1)[0].chunk.session_id == "zh"
+    assert search(store, "🍕", A, k=1, retrievers=("bm25",))[0].chunk.session_id == "emoji"
 
 
 def test_bm25_split():
@@ -252,13 +261,13 @@ def test_empty_and_stopword_queries(store):
     assert store.search_bm25("   ", A, 5) == []
     assert store.search_bm25("the and of is", A, 5) == []
     assert store.search_bm25("xylophoneunseenword", A, 5) == []
-    assert store.search("", A, 5) == []
-    assert store.search("the and of", A, 5, retrievers=("bm25",)) == []
-    assert len(store.search("the and of", A, 5)) == 2  # dense still answers
+    assert search(store, "", A, 5) == []
+    assert search(store, "the and of", A, 5, retrievers=("bm25",)) == []
+    assert len(search(store, "the and of", A, 5)) == 2  # dense still answers
 
 
 def test_empty_store_search(store):
-    assert store.search("anything", A, 5) == []
+    assert search(store, "anything", A, 5) == []
     assert store.search_bm25("anything", Scope(), 5) == []
 
 
@@ -405,16 +414,15 @@ def test_second_process_writes_same_store(tmp_path, minilm):
     assert parent.count()["vectors"] == parent.count()["chunks"]
     # the parent's in-memory indexes pick up the child's writes
     assert parent.search_bm25("volcanoes", Scope(user_id="child"), 1)[0][0].scope.user_id == "child"
-    assert parent.search("volcanoes", Scope(user_id="parent"), k=3)[0].chunk.scope.user_id == "parent"
+    assert search(parent, "volcanoes", Scope(user_id="parent"), k=3)[0].chunk.scope.user_id == "parent"
     parent.close()
 
 
 def test_vectors_are_unit_float32(store, minilm):
     store.add(ALICE)
-    store.search("x", A, 1)
-    mat = store._snap.vectors
-    assert mat.dtype == np.float32 and mat.shape == (2, 384)
-    assert np.allclose(np.linalg.norm(mat, axis=1), 1.0, atol=1e-5)
+    for ch in store.chunks(A):  # the stored vector is the chunk text's unit embedding: cosine 1 with itself
+        top, cos = store.search_dense("", A, 1, query_vector=minilm.encode([ch.text])[0])[0]
+        assert top.id == ch.id and cos == pytest.approx(1.0, abs=1e-5)
     enc = minilm.encode(["a", "b"])
     assert enc.shape == (2, 384) and enc.dtype == np.float32
     assert minilm.encode([]).shape == (0, 384)

@@ -32,6 +32,8 @@ from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import make_llm
 from .llm.base import ChatClient
 from .llm.metered import MeteredLLM
+from .retrieve.hybrid import hybrid_search
+from .retrieve.recipes import HYBRID_RRF
 from .store.base import AddResult, MemoryStore
 from .strategies import MemoryEnv, Query, Strategy, StrategyConfig, get_strategy
 
@@ -153,12 +155,12 @@ class AsyncMemory:
 
     async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
                      all_scopes: bool = False) -> list[Hit]:
-        """Top-``k`` chunks of the scope (hybrid dense + BM25, RRF). Raises ValueError for a ``k``
+        """Top-``k`` chunks of the scope by the :data:`~memfrontier.retrieve.recipes.HYBRID_RRF` recipe (dense + BM25, RRF k=60). Raises ValueError for a ``k``
         that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
         ``all_scopes=True`` (every tenant's records)."""
         k = _positive_int("k", k)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
-        return await asyncio.to_thread(self.store.search, query, scope, k)
+        return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
     async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None) -> Ledger:
         """Run a strategy's offline construction for ``scope`` under stage ``construction``.

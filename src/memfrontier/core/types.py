@@ -7,6 +7,8 @@ Every number that leaves the library carries its unit in its name (``_usd``, ``_
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -32,15 +34,49 @@ class ImageRef(BaseModel):
 
 
 class Scope(BaseModel):
-    """Who a record belongs to. ``None`` on a search means "any"; on a record it means "unset"."""
+    """Who a record belongs to. ``None`` on a search means "any"; on a record it means "unset".
+
+    An id is ``None`` (absent) or a non-empty string: ``""`` is rejected with a ``ValueError``
+    (it would otherwise be a second spelling of "absent", and an empty scope on a search matches
+    every tenant). Any other string is allowed, separators included.
+    """
 
     model_config = ConfigDict(frozen=True)
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
 
+    @field_validator("user_id", "agent_id", "run_id")
+    @classmethod
+    def _non_empty(cls, v, info):
+        if v is not None and v == "":
+            raise ValueError(f"{info.field_name} must be a non-empty string or None (absent), got ''")
+        return v
+
     def key(self) -> str:
-        return "|".join(v or "" for v in (self.user_id, self.agent_id, self.run_id))
+        """The scope's canonical encoding: the JSON array ``[user_id, agent_id, run_id]``
+        (``null`` for an absent id, ASCII-escaped), e.g. ``["x|y",null,null]``. Injective: two
+        scopes have the same key only if all three ids are equal. Used wherever a scope becomes
+        a row key (records, chunks, bank items, per-scope search partitions)."""
+        return json.dumps([self.user_id, self.agent_id, self.run_id], ensure_ascii=True, separators=(",", ":"))
+
+    def slug(self) -> str:
+        """A file-name-safe, injective name for the scope: a readable part (``u-<user>.a-<agent>.r-<run>``,
+        characters outside ``[A-Za-z0-9_-]`` replaced by ``_``, each id cut to 24 characters; ``any``
+        when no id is set) plus ``-`` and the first 16 hex digits of sha256(:meth:`key`). The hash
+        makes it injective (the readable part alone is not: ``x|y`` and ``x_y`` read the same)."""
+        parts = [f"{tag}-{_SLUG_RE.sub('_', v)[:24]}" for tag, v in
+                 (("u", self.user_id), ("a", self.agent_id), ("r", self.run_id)) if v is not None]
+        digest = hashlib.sha256(self.key().encode("ascii")).hexdigest()[:16]
+        return f"{'.'.join(parts) or 'any'}-{digest}"
+
+    def matches(self, other: "Scope") -> bool:
+        """Whether the record scope ``other`` is inside this search scope (``None`` here matches any)."""
+        return all(v is None or getattr(other, f) == v for f, v in
+                   (("user_id", self.user_id), ("agent_id", self.agent_id), ("run_id", self.run_id)))
+
+
+_SLUG_RE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class Record(BaseModel):

@@ -297,13 +297,14 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "provenance": provenance(
             data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
             answer_model=mem.env.answer_llm.model_id, memory_model=mem.env.llm.model_id,
-            embedding_model=getattr(mem.store, "embedder", None) and mem.store.embedder.model_id,
+            embedding_model=mem.store.embedder.model_id,
             judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
             prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
                              **({"judge": judge_prompt_version(cfg.dataset)} if cfg.judge else {})},
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
             structured_output=_structured_output_modes(),
             **_config_provenance(strategy),
+            recipes=list(strategy.recipes),
         ),
     }
 

@@ -80,6 +80,10 @@ class GraphBackend(Protocol):
         :class:`GraphQueryError` when the database reports an error or the time limit passes."""
         ...
 
+    def exists(self) -> bool:
+        """Whether the scope's graph was built (without creating it)."""
+        ...
+
     def counts(self) -> dict[str, int]:
         """Number of nodes per label and edges per type in the scope's graph."""
         ...

@@ -1,6 +1,6 @@
 """The embedded graph backend: ``ladybug`` (the maintained Kuzu successor; Cypher, on disk).
 
-One database file per scope, ``<store dir>/graph/<scope hash>/graph.lbug``: a query opened for a
+One database file per scope, ``<store dir>/graph/<Scope.slug()>/graph.lbug``: a query opened for a
 scope physically cannot read another scope's notes, whatever Cypher the planner writes. Reads run
 inside ``BEGIN TRANSACTION READ ONLY`` after the guard (:mod:`memfrontier.graph.guard`), with the
 connection's query timeout set to the caller's limit (Ladybug interrupts the query: reported as
@@ -10,7 +10,6 @@ concurrently: every call holds the instance lock.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import threading
 from pathlib import Path
@@ -23,11 +22,6 @@ from .schema import EDGES, NODE_PROPERTIES, ladybug_ddl
 #: Buffer pool per open database (bytes). Ladybug's default is ~80% of RAM.
 BUFFER_POOL_BYTES = 64 * 1024 * 1024
 DB_FILE = "graph.lbug"
-
-
-def scope_dir(root: str | Path, scope_key: str) -> Path:
-    """``root/graph/<sha256(scope_key)[:16]>``: the folder of one scope's graph."""
-    return Path(root) / "graph" / hashlib.sha256(scope_key.encode("utf-8")).hexdigest()[:16]
 
 
 def _plain(value: Any) -> Any:
@@ -43,7 +37,7 @@ class LadybugGraph:
     """One scope's graph in ``directory`` (created on the first write).
 
     Args:
-        directory: the scope's folder (see :func:`scope_dir`).
+        directory: the scope's folder (see :func:`memfrontier.graph.state_dir`).
         read_only: open the database read-only (queries only; ``replace`` raises GraphError).
         threads: Ladybug worker threads per query.
     Raises GraphError when the database cannot be opened (e.g. locked by another writer).
@@ -64,6 +58,7 @@ class LadybugGraph:
         return self.directory / DB_FILE
 
     def exists(self) -> bool:
+        """Whether the scope's database file exists (a graph was built)."""
         return self.path.exists()
 
     def _open(self):

@@ -155,6 +155,10 @@ class Neo4jGraph:
         except neo4j.exceptions.Neo4jError as e:
             raise GraphQueryError(str(e)) from e
 
+    def exists(self) -> bool:
+        """Whether the scope has a graph (any node with its ``ns``)."""
+        return bool(self.query("MATCH (n {ns: $ns}) RETURN count(n) > 0").rows[0][0])
+
     def counts(self) -> dict[str, int]:
         out = {}
         for label in NODE_PROPERTIES:

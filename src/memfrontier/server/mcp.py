@@ -30,6 +30,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.types import Budget, Scope
+from ..retrieve.hybrid import hybrid_search
+from ..retrieve.recipes import HYBRID_RRF
 from ..strategies.automem.actions import (
     CYPHER_MAX_CHARS,
     MAX_IDS,
@@ -119,15 +121,14 @@ class MemoryService:
         mem = await self.memory()
         return await asyncio.to_thread(ScopedCorpus, mem.store, scope)
 
-    def graph(self, scope: Scope):
-        """The scope's Ladybug graph opened read-only, or None when none was built."""
-        from ..graph import state_dir
-        from ..graph.ladybug_store import DB_FILE, LadybugGraph
+    def graph(self, store, scope: Scope):
+        """The scope's Ladybug graph in ``store`` opened read-only, or None when none was built."""
+        from ..graph import GRAPH_VIEW, graph_exists, open_graph
 
-        folder = state_dir(self.store_path, scope.key())
-        if folder is None or not (folder / DB_FILE).exists():
+        root = store.view_dir(GRAPH_VIEW)
+        if not graph_exists("ladybug", root, scope):
             return None
-        return LadybugGraph(folder, read_only=True)
+        return open_graph("ladybug", root, scope, read_only=True)
 
     def strategy(self, name: str, options: dict[str, Any] | None = None):
         """The strategy ``name`` built from its config with ``options`` (cached per config;
@@ -280,7 +281,7 @@ def build_server(service: MemoryService):
         if not args.query.strip():
             raise ToolError("query is empty")
         mem = await service.memory()
-        hits = await asyncio.to_thread(mem.store.search, args.query, scope, args.k)
+        hits = await asyncio.to_thread(hybrid_search, mem.store, args.query, scope, HYBRID_RRF, args.k)
         return {
             "hits": [
                 {
@@ -310,7 +311,7 @@ def build_server(service: MemoryService):
                  "SAID_BY, OF_TOPIC, FOLLOWS). Writes are rejected.")
     async def index_query(args: IndexQueryArgs, scope: Scope) -> dict[str, Any]:
         corpus = await service.corpus(scope)
-        graph = service.graph(scope)
+        graph = service.graph((await service.memory()).store, scope)
         try:
             return result(await asyncio.to_thread(_index_query, graph, args.cypher, corpus, service.limits))
         finally:

@@ -8,10 +8,17 @@ mix. Every item keeps the ids of the records it came from (``source_ids``).
 - Writes (:meth:`MemoryBank.apply`) run in one transaction: items upserted by id (ids are
   content-derived by the builders, so re-running a build adds nothing) and items deleted (a merge
   replaces its inputs) together, plus optional "unit done" marks that make construction resumable.
-- Search per ``kind``: exact cosine over MiniLM vectors, BM25 (bm25s, the store's tokenizer), and
-  their RRF fusion (k=60; MemoryCPT Eq. 10). Statistics are computed over the items of the scope
-  and kind searched.
+- Search primitives per ``kind`` (:meth:`MemoryBank.search_dense`, :meth:`MemoryBank.search_bm25`):
+  exact cosine over the embedder's vectors and BM25 (:mod:`memfrontier.store.bm25`) with the
+  statistics of the items of the scope and kind searched; fused by
+  :func:`memfrontier.retrieve.hybrid.hybrid_search` (RRF k=60; MemoryCPT Eq. 10). The in-memory
+  index of a (scope, kind) is rebuilt only after a write changed an item inside that scope.
 - Traces: every construction call's prompt, rationale and JSON output, for SFT export.
+
+Rows are keyed by :meth:`~memfrontier.core.types.Scope.key` (injective). A bank written with the
+old ``|``-joined keys is migrated when opened: item keys recomputed from each item's scope; done
+marks and traces whose old key parses unambiguously (no ``|`` inside an id) are re-keyed, the
+others dropped (those units are rebuilt).
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..core.types import Scope
-from ..retrieve.rrf import rrf_fuse
 from .base import StoreError
-from .sqlite import RETRIEVERS, RRF_K, BM25Index
+from .bm25 import BM25Index, TermCache
+
+SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -83,6 +91,9 @@ class BankItem(BaseModel):
 
 
 class BankHit(BaseModel):
+    """A bank search result: the item, its score (see :func:`~memfrontier.retrieve.hybrid.hybrid_search`)
+    and its 1-based rank per retriever."""
+
     item: BankItem
     score: float
     ranks: dict[str, int] = Field(default_factory=dict)
@@ -98,11 +109,6 @@ class Trace(BaseModel):
     rationale: str = ""
     output: dict | list | None = None
     accepted: bool = True
-
-
-def _scope_matches(item_scope: Scope, scope: Scope) -> bool:
-    return all(v is None or getattr(item_scope, f) == v for f, v in
-               (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("run_id", scope.run_id)))
 
 
 def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: Scope | None,
@@ -133,8 +139,8 @@ def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: 
             for iid, scope_json, sources in rows:
                 g = Scope.model_validate_json(scope_json)
                 src = set(json.loads(sources))
-                if (whole is not None and _scope_matches(g, whole)) or any(
-                        _scope_matches(r, g) and src.intersection(ids) for r, ids in deleted):
+                if (whole is not None and whole.matches(g)) or any(
+                        g.matches(r) and src.intersection(ids) for r, ids in deleted):
                     gone.append((iid,))
             conn.executemany("DELETE FROM items WHERE id = ?", gone)
             keys = [(k,) for k in sorted(reset_keys)]
@@ -169,9 +175,10 @@ class MemoryBank:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
         self._lock = threading.RLock()
-        self._cache: dict[tuple[str, str], tuple[int, list[BankItem], np.ndarray, BM25Index | None]] = {}
-        self._generation = 0
-        self._data_version: int | None = None
+        # (scope key, kind) -> (scope, items, matrix, BM25 index or None until a BM25 search)
+        self._cache: dict[tuple[str, str], list] = {}
+        self._terms = TermCache()
+        self._data_version: int | None = None  # PRAGMA data_version: another connection wrote
         try:
             self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
             self._conn.execute("PRAGMA journal_mode = WAL")
@@ -186,17 +193,38 @@ class MemoryBank:
                     c.execute("INSERT INTO meta VALUES ('embedder', ?)", (ident,))
                 elif row[0] != ident:
                     raise StoreError(f"bank {self.path} was built with embedder {row[0]!r}, not {ident!r}")
+                self._migrate_keys(c)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open memory bank {self.path}: {e}") from e
 
+    @staticmethod
+    def _migrate_keys(c: sqlite3.Connection) -> None:
+        """Re-key rows written with the old ``|``-joined scope keys (see the module docstring)."""
+        row = c.execute("SELECT value FROM meta WHERE key = 'scope_keys'").fetchone()
+        if row is not None:
+            return
+        items = c.execute("SELECT id, scope_json FROM items").fetchall()
+        fixed = []
+        for iid, sj in items:
+            sc = Scope(**{f: v or None for f, v in json.loads(sj).items()})
+            fixed.append((sc.key(), sc.model_dump_json(), iid))
+        c.executemany("UPDATE items SET scope_key = ?, scope_json = ? WHERE id = ?", fixed)
+        for table in ("done", "traces"):
+            for (old,) in c.execute(f"SELECT DISTINCT scope_key FROM {table}").fetchall():
+                parts = old.split("|")
+                if len(parts) == 3:
+                    new = Scope(user_id=parts[0] or None, agent_id=parts[1] or None, run_id=parts[2] or None).key()
+                    c.execute(f"UPDATE {table} SET scope_key = ? WHERE scope_key = ?", (new, old))
+                else:
+                    c.execute(f"DELETE FROM {table} WHERE scope_key = ?", (old,))
+        c.execute("INSERT INTO meta VALUES ('scope_keys', ?)", (SCOPE_KEY_VERSION,))
+
     @classmethod
     def for_store(cls, store, name: str) -> "MemoryBank":
-        """The bank ``name`` inside a directory-based store (``store.path / "banks" / name.db``)."""
-        root = getattr(store, "path", None)
-        if root is None:
-            raise StoreError(f"{type(store).__name__} has no directory for memory banks")
+        """The bank ``name`` among ``store``'s views: ``store.view_dir("banks") / <name>.db``
+        (characters outside ``[A-Za-z0-9._-]`` in ``name`` become ``_``)."""
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-        return cls(Path(root) / "banks" / f"{safe}.db", store.embedder)
+        return cls(store.view_dir("banks") / f"{safe}.db", store.embedder)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -230,7 +258,11 @@ class MemoryBank:
         now = time.time()
         with self._tx() as c:
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM items").fetchone()[0]
+            touched = [(it.scope, it.kind) for it in upsert]
             for i in delete_ids:
+                row = c.execute("SELECT scope_json, kind FROM items WHERE id = ?", (i,)).fetchone()
+                if row is not None:
+                    touched.append((Scope.model_validate_json(row[0]), row[1]))
                 c.execute("DELETE FROM items WHERE id = ?", (i,))
             for n, it in enumerate(upsert):
                 c.execute(
@@ -247,7 +279,12 @@ class MemoryBank:
                     (scope.key(), t.role, t.model_id, t.prompt_version, json.dumps(t.messages, ensure_ascii=False),
                      t.rationale, json.dumps(t.output, ensure_ascii=False), int(t.accepted)),
                 )
-            self._generation += 1
+            self._invalidate(touched)
+
+    def _invalidate(self, touched: list[tuple[Scope, str]]) -> None:
+        """Drop the cached (scope, kind) indexes that contain one of the ``touched`` item scopes."""
+        for key in [k for k, v in self._cache.items() if any(kind == k[1] and v[0].matches(sc) for sc, kind in touched)]:
+            del self._cache[key]
 
     def is_done(self, scope: Scope, unit: str) -> bool:
         with self._lock:
@@ -265,22 +302,24 @@ class MemoryBank:
             n = c.execute("DELETE FROM items WHERE scope_key = ?", (scope.key(),)).rowcount
             c.execute("DELETE FROM done WHERE scope_key = ?", (scope.key(),))
             c.execute("DELETE FROM traces WHERE scope_key = ?", (scope.key(),))
-            self._generation += 1
+            for key in [k for k, v in self._cache.items() if v[0].matches(scope) or scope.matches(v[0])]:
+                del self._cache[key]
         return n
 
     # -- reads ----------------------------------------------------------------------------
 
-    def _load(self, scope: Scope, kind: str) -> tuple[list[BankItem], np.ndarray, BM25Index | None]:
+    def _load(self, scope: Scope, kind: str) -> list:
+        """``[scope, items, matrix, bm25 or None]`` for the items of ``kind`` in ``scope`` (cached)."""
         key = (scope.key(), kind)
         with self._lock:
             # another connection (a delete's purge, another process) changed the file: drop the cache
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
             if version != self._data_version:
                 self._data_version = version
-                self._generation += 1
+                self._cache.clear()
             hit = self._cache.get(key)
-            if hit is not None and hit[0] == self._generation:
-                return hit[1], hit[2], hit[3]
+            if hit is not None:
+                return hit
             rows = self._conn.execute(
                 "SELECT id, kind, scope_json, title, text, timestamp, source_ids, meta_json, vector FROM items "
                 "WHERE kind = ? ORDER BY timestamp IS NOT NULL, timestamp, seq", (kind,)).fetchall()
@@ -288,25 +327,24 @@ class MemoryBank:
             for r in rows:
                 it = BankItem(id=r[0], kind=r[1], scope=Scope.model_validate_json(r[2]), title=r[3], text=r[4],
                               timestamp=r[5], source_ids=json.loads(r[6]), meta=json.loads(r[7]))
-                if _scope_matches(it.scope, scope):
+                if scope.matches(it.scope):
                     items.append(it)
                     vecs.append(np.frombuffer(r[8], dtype=np.float32))
             matrix = np.vstack(vecs) if vecs else np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
-            bm25 = BM25Index.build([it.id for it in items], [it.render() for it in items], self._generation) if items else None
-            self._cache[key] = (self._generation, items, matrix, bm25)
-            return items, matrix, bm25
+            self._cache[key] = entry = [scope, items, matrix, None]
+            return entry
 
     def items(self, scope: Scope, kind: str) -> list[BankItem]:
         """Items of ``kind`` in ``scope`` (None fields match any), chronological."""
-        return list(self._load(scope, kind)[0])
+        return list(self._load(scope, kind)[1])
 
     def count(self, scope: Scope, kind: str) -> int:
-        return len(self._load(scope, kind)[0])
+        return len(self._load(scope, kind)[1])
 
     def similar(self, vector: np.ndarray, scope: Scope, kind: str, k: int, *, min_cosine: float = -1.0,
                 exclude: set[str] | None = None) -> list[tuple[BankItem, float]]:
         """Top-``k`` items by cosine with ``vector`` (shape (dim,), L2-normalised), cosine >= ``min_cosine``."""
-        items, matrix, _ = self._load(scope, kind)
+        _, items, matrix, _ = self._load(scope, kind)
         if not items or k <= 0:
             return []
         sims = matrix @ np.asarray(vector, dtype=np.float32)
@@ -322,40 +360,52 @@ class MemoryBank:
                 break
         return out
 
-    def search(self, query: str, scope: Scope, kind: str, k: int, *,
-               retrievers: tuple[str, ...] = RETRIEVERS) -> list[BankHit]:
-        """Top-``k`` items of ``kind`` for ``query``: one retriever's ranking, or RRF (k=60) over
-        dense + BM25 rankings of every in-scope item (MemoryCPT Eq. 10). ``score`` is the cosine
-        for dense alone, the BM25 score for bm25 alone, else the RRF score.
+    def encode_query(self, query: str) -> np.ndarray:
+        """The query's embedding, float32 ``(dim,)``."""
+        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
 
-        Raises ValueError for an unknown retriever.
-        """
-        bad = [r for r in retrievers if r not in RETRIEVERS]
-        if bad or not retrievers:
-            raise ValueError(f"unknown retrievers {bad or retrievers!r}; choose from {RETRIEVERS}")
-        items, matrix, bm25 = self._load(scope, kind)
-        if not items or k <= 0 or not query.strip():
+    @staticmethod
+    def _ranked(items: list[BankItem], scores: np.ndarray, k: int | None, positive_only: bool) -> list[tuple[BankItem, float]]:
+        order = np.lexsort((np.arange(len(items)), -scores))  # score desc, earlier item first
+        if positive_only:
+            order = [i for i in order if scores[i] > 0]
+        if k is not None:
+            order = order[: max(k, 0)]
+        return [(items[i], float(scores[i])) for i in order]
+
+    def search_dense(self, query: str, scope: Scope, k: int | None = None, *, kind: str,
+                     query_vector: np.ndarray | None = None) -> list[tuple[BankItem, float]]:
+        """Items of ``kind`` in ``scope`` by cosine with the query, best first (``k=None``: all).
+        Returns ``(item, cosine)``; an empty query without ``query_vector`` gives []."""
+        if query_vector is None:
+            if not query.strip():
+                return []
+            query_vector = self.encode_query(query)
+        _, items, matrix, _ = self._load(scope, kind)
+        if not items:
             return []
-        by_id = {it.id: it for it in items}
-        rankings: dict[str, list[str]] = {}
-        raw: dict[str, dict[str, float]] = {}
-        if "dense" in retrievers:
-            qv = np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
-            sims = matrix @ qv
-            order = np.lexsort((np.arange(len(items)), -sims))
-            rankings["dense"] = [items[i].id for i in order]
-            raw["dense"] = {items[i].id: float(sims[i]) for i in order}
-        if "bm25" in retrievers:
-            scores = bm25.scores(query) if bm25 is not None else None
-            if scores is None:
-                rankings["bm25"] = []
-            else:
-                order = [i for i in np.lexsort((np.arange(len(items)), -scores)) if scores[i] > 0]
-                rankings["bm25"] = [items[i].id for i in order]
-                raw["bm25"] = {items[i].id: float(scores[i]) for i in order}
-        fused = rrf_fuse(rankings, k=RRF_K, top_n=k)
-        single = retrievers[0] if len(retrievers) == 1 else None
-        return [BankHit(item=by_id[i], score=raw[single][i] if single else s, ranks=r) for i, s, r in fused]
+        return self._ranked(items, matrix @ np.asarray(query_vector, dtype=np.float32), k, positive_only=False)
+
+    def search_bm25(self, query: str, scope: Scope, k: int | None = None, *, kind: str) -> list[tuple[BankItem, float]]:
+        """Items of ``kind`` in ``scope`` with a BM25 score > 0, best first (``k=None``: all). N, df and
+        average length are those of the items of ``kind`` in ``scope``."""
+        if not query.strip():
+            return []
+        with self._lock:
+            entry = self._load(scope, kind)
+            items = entry[1]
+            if not items:
+                return []
+            if entry[3] is None:
+                ids = [it.id for it in items]
+                entry[3] = BM25Index.build(ids, self._terms.get(ids, [it.render() for it in items]))
+            found = entry[3].match(query)
+        if found is None:
+            return []
+        pos = {it.id: i for i, it in enumerate(items)}
+        scores = np.zeros(len(items), dtype=np.float64)
+        scores[[pos[i] for i in found[0]]] = found[1]
+        return self._ranked(items, scores, k, positive_only=True)
 
     def traces(self, scope: Scope | None = None, role: str | None = None) -> list[Trace]:
         """Construction traces in call order, optionally for one scope key and/or role."""

@@ -1,13 +1,15 @@
 """The store interface. The embedded SQLite store implements it today; a PostgreSQL + pgvector
-store implements the same methods later, and strategies only ever see this interface."""
+store implements the same members later, and strategies only ever see this interface."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 from pydantic import BaseModel, Field
 
-from ..core.types import Chunk, Hit, Record, Scope
+from ..core.types import Chunk, Record, Scope
 
 
 class AddResult(BaseModel):
@@ -34,13 +36,25 @@ class EmbeddingMismatchError(StoreError):
 
 @runtime_checkable
 class MemoryStore(Protocol):
-    """Records of record, turn-atomic chunks, their vectors and a BM25 index, all scoped.
+    """Records of record, turn-atomic chunks and their vectors, all scoped; the seam every other
+    layer uses (strategies, views, the API, evaluation): a second implementation (PostgreSQL) is
+    a drop-in when it provides these members.
 
     Every read takes a :class:`Scope`; a ``None`` field in it matches any value. Record ids are
     unique per scope. Ingest is idempotent (a record already present with the same content is
     skipped; other content raises :class:`RecordConflictError`), and delete reaches every index
-    and every view derived from the deleted records.
+    and every view derived from the deleted records. Search is two primitives confined to a scope;
+    fusion and recipes are :func:`memfrontier.retrieve.hybrid.hybrid_search`'s.
     """
+
+    #: The embedder (``model_id``, ``dim``, ``encode(texts) -> (n, dim)``, ``count_tokens``).
+    embedder: Any
+
+    def view_dir(self, name: str) -> Path:
+        """The local folder holding view ``name``'s files (memory banks, graph index), created if
+        missing; per-scope files inside it are named :meth:`Scope.slug`. Raises ValueError for a
+        name outside ``[A-Za-z0-9_-]+``."""
+        ...
 
     def add(self, records: list[Record]) -> AddResult: ...
 
@@ -54,8 +68,17 @@ class MemoryStore(Protocol):
 
     def chunks(self, scope: Scope) -> list[Chunk]: ...
 
-    def search(self, query: str, scope: Scope, k: int = 10, *, retrievers: tuple[str, ...] = ("dense", "bm25")) -> list[Hit]:
-        """Top-k chunks; with several retrievers, fused by RRF (k=60). Hit.ranks holds each retriever's rank."""
+    def encode_query(self, query: str) -> np.ndarray:
+        """The query's embedding, float32 ``(dim,)``."""
+        ...
+
+    def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
+                     query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
+        """Top-``k`` chunks in ``scope`` by cosine (``k=None``: all), best first."""
+        ...
+
+    def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
+        """Top-``k`` chunks in ``scope`` with BM25 > 0, statistics of the scope's own chunks."""
         ...
 
     def delete(self, record_id: str, scope: Scope) -> bool:

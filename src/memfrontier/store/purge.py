@@ -42,19 +42,20 @@ def purge_views(root: str | Path, intent: dict) -> dict[str, int]:
     """Carry out one purge intent on the store directory ``root``; returns what was removed
     (``bank_items``, ``graphs``). Raises StoreError when a bank file cannot be written."""
     # the graph folders' layout belongs to the graph package (same floor; lazy: graph imports store)
-    from ..graph import state_dir
+    from ..graph import GRAPH_VIEW, state_dir
 
     root = Path(root)
     whole = Scope(**intent["scope"]) if intent.get("scope") else None
     deleted = [(Scope(**sc), list(ids)) for sc, ids in intent.get("records", [])]
-    keys = {g.key() for sc, _ in deleted for g in covering_scopes(sc)}
+    covering = {g.key(): g for sc, _ in deleted for g in covering_scopes(sc)}
+    keys = set(covering)
     out = {"bank_items": 0, "graphs": 0}
     banks = root / "banks"
     if banks.is_dir():
         for f in sorted(banks.glob("*.db")):
             out["bank_items"] += purge_bank(f, deleted, whole, keys)
     for key in sorted(keys):
-        folder = state_dir(root, key)
+        folder = state_dir(root / GRAPH_VIEW, covering[key])
         if folder is not None and folder.exists():
             shutil.rmtree(folder)
             out["graphs"] += 1

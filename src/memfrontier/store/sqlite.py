@@ -1,221 +1,80 @@
-"""The embedded store: one directory holding SQLite (the store of record) and index files.
+"""The embedded store: one directory holding SQLite (the store of record) and view files.
 
 Layout of ``path/``::
 
-    store.db        SQLite in WAL mode: meta, records, chunks, chunk_records, chunk_vectors,
+    store.db        SQLite in WAL mode: meta, records, chunks, chunk_records, chunk_vectors, scope_gen,
                     pending_purges (delete intents whose derived-view cleanup is not finished)
     store.db-wal    (SQLite's write-ahead log, while open)
-    bm25/g<N>/      the bm25s index of every chunk at store generation N (+ ids.json, tokenizer vocab)
+    <view>/         files of views built from the records (:meth:`SQLiteStore.view_dir`: ``banks/``,
+                    ``graph/<scope slug>/``)
 
-Records are the truth; chunks, vectors and the BM25 index are derived from them. Record ids are
-unique per scope (``UNIQUE(scope_key, id)``): the same id in two scopes is two records. Every write
-(``add``, ``delete``, ``delete_all``, re-embedding) runs in one ``BEGIN IMMEDIATE`` transaction
-that also bumps the ``generation`` counter in ``meta``; readers compare generations to know
-when their in-memory matrix / BM25 index is stale. A delete also writes a purge intent in its
-transaction; the views derived outside this database (banks, graph folders, BM25 files) are
-purged right after the commit, or on the next open after a crash (:meth:`SQLiteStore.complete_purges`).
-``secure_delete`` is on and the WAL is truncated after a purge, so deleted text does not linger
-in free pages or the log. Two processes (or two store objects) writing
-the same directory serialise on SQLite's write lock (``busy_timeout`` 30 s by default); threads
-sharing one store object serialise on a ``threading.RLock``.
+Records are the truth; chunks and vectors are derived from them. Record ids are unique per scope
+(``UNIQUE(scope_key, id)``): the same id in two scopes is two records. Every write (``add``,
+``delete``, ``delete_all``, re-embedding) runs in one ``BEGIN IMMEDIATE`` transaction that also
+bumps the ``generation`` counter in ``meta`` and stamps the scopes it changed in ``scope_gen``.
+A delete also writes a purge intent in its transaction; the views derived outside this database
+(banks, graph folders) are purged right after the commit, or on the next open after a crash
+(:meth:`SQLiteStore.complete_purges`). ``secure_delete`` is on and the WAL is truncated after a
+purge, so deleted text does not linger in free pages or the log. Two processes (or two store
+objects) writing the same directory serialise on SQLite's write lock (``busy_timeout`` 30 s by
+default); threads sharing one store object serialise on a ``threading.RLock``.
 
 Embedding is done *optimistically outside* the write lock: a write first plans the new chunks
 from a read of the current state and embeds the chunk ids that have no vector, then takes the
 write lock, re-plans from the now-current state and embeds only what the first pass missed (a
-concurrent writer changed the same session). Chunk ids hash (scope, session, record ids, text),
-so an unchanged chunk keeps its id and its vector is reused.
+concurrent writer changed the same session). Chunk ids hash (scope key, session, record ids,
+text), so an unchanged chunk keeps its id and its vector is reused.
 
-Retrieval:
-- dense: exact cosine (dot product of L2-normalised float32 vectors) over a numpy matrix of all
-  chunk vectors, filtered by scope;
-- bm25: ``bm25s`` Okapi BM25 with k1=1.5, b=0.75 and Lucene's non-negative IDF
-  (``method="lucene"``: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), Okapi's tf saturation), so
-  terms in more than half the chunks of a small store still score >= 0. Tokenised with bm25s's
-  ``Tokenizer`` (lower-case, English stopwords "en") and our own splitter, see
-  :func:`bm25_split`: NFKC, accent folding to ASCII where that is lossless for the script, CJK
-  runs as character unigrams + bigrams (bm25s's default ``\\w\\w+`` pattern makes a whole
-  unspaced CJK sentence one token and drops single characters), emoji as tokens, Porter stems
-  for ASCII words. Statistics (IDF, average length) are global over the store; scope filtering
-  is applied to the scores.
-- hybrid: each retriever's top ``max(4k, 50)`` in-scope candidates fused by RRF, k=60
-  (Cormack et al. 2009; MemoryCPT uses k=60).
+Scopes: a row's ``scope_key`` is :meth:`~memfrontier.core.types.Scope.key` (injective), and the
+in-memory search state is partitioned by it: one partition per exact scope holds its chunks, their
+vectors and (lazily) its BM25 index. A write patches only the partitions of the scopes it changed
+(rows appended / dropped in memory, that scope's BM25 index rebuilt on its next BM25 search);
+another process's write is detected through ``scope_gen`` and reloads only the scopes it changed.
+
+Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`):
+- :meth:`SQLiteStore.search_dense`: exact cosine (dot product of L2-normalised float32 vectors);
+- :meth:`SQLiteStore.search_bm25`: :mod:`memfrontier.store.bm25` (bm25s, Okapi k1=1.5, b=0.75,
+  Lucene IDF) with the statistics of the searched scope's own chunks; a partial scope (e.g.
+  ``user_id`` only) searches the union of the matching scopes, with the union's statistics.
+
+Schema version 2 (this one) replaced version 1's scope key (ids joined with ``|``, which let two
+scopes share rows and chunks). A version-1 store is migrated when opened: keys recomputed from each
+record's ids (``""`` read as absent, as version 1 did), every session re-chunked (vectors reused
+for unchanged chunk texts), graph folders renamed to the new per-scope names (a folder two scopes
+shared is removed: it is rebuilt on the next build) and the obsolete ``bm25/`` folder removed.
 
 Errors: :class:`StoreError` when the database cannot be opened or written (corrupt file,
 locked beyond the timeout), :class:`EmbeddingMismatchError` when the store was built with another
 embedding model id or dimension, ``ValueError`` for invalid input (empty record, all-``None``
-scope in ``delete_all``, unknown retriever).
+scope in ``delete_all``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import sqlite3
 import threading
-import unicodedata
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from ..core.types import Chunk, Hit, ImageRef, Record, Scope
-from ..retrieve.rrf import rrf_fuse
+from ..core.types import Chunk, ImageRef, Record, Scope
 from .base import AddResult, EmbeddingMismatchError, RecordConflictError, StoreError
+from .bm25 import BM25Index, TermCache
 from .chunking import chunk_records
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: record ids unique per scope (UNIQUE(scope_key, id)), pending_purges
+SCHEMA_VERSION = 2  # 2: injective scope keys, record ids unique per scope (UNIQUE(scope_key, id)), scope_gen, pending_purges
 DB_NAME = "store.db"
-BM25_DIR = "bm25"
-BM25_K1 = 1.5
-BM25_B = 0.75
-BM25_METHOD = "lucene"
-BM25_TOKENIZER_VERSION = "mf-bm25-1"  # bump when bm25_split / stemming / stopwords change
-RRF_K = 60
-RETRIEVERS = ("dense", "bm25")
 _SQL_BATCH = 500  # ids per IN (...) clause
-
-# ---------------------------------------------------------------------------------------------
-# BM25 tokenisation
-# ---------------------------------------------------------------------------------------------
-
-# Han (incl. extensions and compatibility), kana, bopomofo, CJK radicals, iteration marks.
-_CJK = (
-    "\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3040-\u30ff\u3100-\u312f\u31a0-\u31bf\u31f0-\u31ff"
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
-)
-# Pictographs, dingbats, misc symbols, arrows-ish blocks used as emoji.
-_EMOJI = "\U0001f000-\U0001faff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bff\u3030\u303d\u3297\u3299"
-_EMOJI_MODIFIERS = frozenset(chr(c) for c in range(0x1F3FB, 0x1F400))  # skin tones
-_SPLIT_RE = re.compile(f"([{_CJK}]+)|([{_EMOJI}])|([^\\W{_CJK}]+)")
-
-
-@lru_cache(maxsize=200_000)
-def _fold(word: str) -> str:
-    """Strip accents when the result is plain ASCII (café -> cafe, việt -> viet); else keep."""
-    if word.isascii():
-        return word
-    stripped = "".join(ch for ch in unicodedata.normalize("NFKD", word) if not unicodedata.combining(ch))
-    stripped = unicodedata.normalize("NFC", stripped)
-    return stripped if stripped.isascii() else word
-
-
-def bm25_split(text: str) -> list[str]:
-    """Split (already lower-cased) text into BM25 terms.
-
-    - NFKC normalisation and ``casefold`` (full-width forms, ligatures, ß -> ss);
-    - words (letters/digits, any script but CJK) of >= 2 characters, or all-digit words of any
-      length; accents folded when the folded word is ASCII;
-    - CJK runs (no spaces between words) -> every character and every adjacent pair;
-    - each emoji code point (skin-tone modifiers dropped) -> its own term.
-    """
-    text = unicodedata.normalize("NFKC", text).casefold()
-    out: list[str] = []
-    for cjk, emoji, word in _SPLIT_RE.findall(text):
-        if word:
-            if len(word) >= 2 or word.isdigit():
-                out.append(_fold(word))
-        elif cjk:
-            out.extend(cjk)
-            out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
-        elif emoji and emoji not in _EMOJI_MODIFIERS:
-            out.append(emoji)
-    return out
-
-
-_PORTER = None
-
-
-@lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
-    """Porter stem (nltk) for ASCII alphabetic words; other terms unchanged."""
-    global _PORTER
-    if not (word.isascii() and word.isalpha()):
-        return word
-    if _PORTER is None:
-        from nltk.stem.porter import PorterStemmer
-
-        _PORTER = PorterStemmer()
-    return _PORTER.stem(word)
-
-
-def _new_bm25_tokenizer():
-    from bm25s.tokenization import Tokenizer
-
-    return Tokenizer(lower=True, splitter=bm25_split, stopwords="en", stemmer=_stem)
-
-
-class BM25Index:
-    """A bm25s index over chunk texts, positionally aligned with ``ids``.
-
-    ``scores(query)`` -> float32 array (len(ids),) of BM25 scores (>= 0), or ``None`` when the
-    query has no indexed term (empty, only stopwords, or only unseen words).
-    """
-
-    def __init__(self, ids: list[str], model, tokenizer, generation: int):
-        self.ids = ids
-        self.model = model
-        self.tokenizer = tokenizer
-        self.generation = generation
-        self._lock = threading.Lock()  # bm25s' Tokenizer caches words while tokenising queries
-
-    @classmethod
-    def build(cls, ids: list[str], texts: list[str], generation: int) -> "BM25Index":
-        import bm25s
-
-        tok = _new_bm25_tokenizer()
-        if texts:
-            corpus = tok.tokenize(list(texts), update_vocab=True, return_as="tuple", show_progress=False)
-            model = bm25s.BM25(k1=BM25_K1, b=BM25_B, method=BM25_METHOD)
-            model.index(corpus, show_progress=False)
-        else:
-            model = None
-        return cls(list(ids), model, tok, generation)
-
-    def save(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        if self.model is not None:
-            self.model.save(str(directory), show_progress=False)
-            self.tokenizer.save_vocab(str(directory))
-        (directory / "ids.json").write_text(
-            json.dumps({"version": BM25_TOKENIZER_VERSION, "generation": self.generation, "ids": self.ids})
-        )
-
-    @classmethod
-    def load(cls, directory: Path, expect_ids: list[str], generation: int) -> "BM25Index | None":
-        """Load from ``directory``; ``None`` if missing, of another tokenizer version, or not for ``expect_ids``."""
-        import bm25s
-
-        try:
-            meta = json.loads((directory / "ids.json").read_text())
-            if meta.get("version") != BM25_TOKENIZER_VERSION or meta.get("ids") != expect_ids:
-                return None
-            tok = _new_bm25_tokenizer()
-            model = None
-            if expect_ids:
-                model = bm25s.BM25.load(str(directory), show_progress=False)
-                tok.load_vocab(str(directory))
-            return cls(list(expect_ids), model, tok, generation)
-        except (OSError, ValueError, KeyError):
-            return None
-
-    def scores(self, query: str) -> np.ndarray | None:
-        if self.model is None or not query.strip():
-            return None
-        with self._lock:
-            q_ids = self.tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False, allow_empty=False)[0]
-        if not q_ids:
-            return None
-        return np.asarray(self.model.get_scores_from_ids(q_ids), dtype=np.float32)
-
 
 # ---------------------------------------------------------------------------------------------
 # SQL
@@ -275,6 +134,8 @@ CREATE TABLE IF NOT EXISTS pending_purges (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     intent_json TEXT NOT NULL
 );
+
+CREATE TABLE IF NOT EXISTS scope_gen (scope_key TEXT PRIMARY KEY, generation INTEGER NOT NULL);
 """
 
 _RECORD_COLS = (
@@ -334,18 +195,74 @@ def _is_empty(r: Record) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Snapshot:
-    """Everything search needs, read in one SQLite read transaction at ``generation``."""
+def _chunk_order(ch: Chunk, first_seq: int) -> tuple:
+    """Python twin of ``ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id`` (store order)."""
+    return (ch.timestamp is not None, ch.timestamp or "", first_seq, ch.id)
 
-    generation: int
-    ids: list[str]
+
+@dataclass
+class _Patch:
+    """What one committed write changed in one scope's chunks."""
+
+    gone: set[str] = field(default_factory=set)  # chunk ids removed
+    kept: dict[str, tuple[str | None, int]] = field(default_factory=dict)  # id -> (timestamp, first_seq)
+    new: list[tuple[Chunk, int, np.ndarray]] = field(default_factory=list)  # (chunk, first_seq, vector)
+
+
+@dataclass
+class _Partition:
+    """The searchable chunks of one exact scope (or a union of scopes), in store order."""
+
     chunks: list[Chunk]
-    by_id: dict[str, Chunk]
-    user_ids: np.ndarray
-    agent_ids: np.ndarray
-    run_ids: np.ndarray
-    vectors: np.ndarray  # float32 (n_chunks, dim)
+    seqs: list[int]  # first_seq of each chunk
+    vectors: np.ndarray  # float32 (n_chunks, dim), row i = chunks[i]
+    scope: Scope | None = None
+    bm25: BM25Index | None = None  # built on the first BM25 search, then kept up to date by patches
+    version: int = 0
+    _pos: dict[str, int] | None = None
+
+    def positions(self) -> dict[str, int]:
+        """Chunk id -> position (built once per partition object)."""
+        if self._pos is None:
+            self._pos = {c.id: i for i, c in enumerate(self.chunks)}
+        return self._pos
+
+    @classmethod
+    def of(cls, rows: list[tuple[Chunk, int, np.ndarray]], dim: int) -> "_Partition":
+        rows = sorted(rows, key=lambda r: _chunk_order(r[0], r[1]))
+        vecs = np.vstack([r[2] for r in rows]).astype(np.float32, copy=False) if rows else np.zeros((0, dim), np.float32)
+        return cls([r[0] for r in rows], [r[1] for r in rows], vecs, rows[0][0].scope if rows else None)
+
+    @classmethod
+    def union(cls, parts: list["_Partition"], dim: int) -> "_Partition":
+        order = sorted(((_chunk_order(ch, seq), p, i) for p, part in enumerate(parts)
+                        for i, (ch, seq) in enumerate(zip(part.chunks, part.seqs))), key=lambda t: t[0])
+        offsets = np.cumsum([0] + [len(part.chunks) for part in parts])
+        stacked = np.vstack([part.vectors for part in parts]) if parts else np.zeros((0, dim), np.float32)
+        rows = np.array([offsets[p] + i for _, p, i in order], dtype=np.int64)
+        return cls([parts[p].chunks[i] for _, p, i in order], [parts[p].seqs[i] for _, p, i in order],
+                   stacked[rows] if rows.size else np.zeros((0, dim), np.float32))
+
+    def patched(self, patch: _Patch) -> "_Partition":
+        """A new partition with ``patch`` applied (this one is left as is for concurrent readers)."""
+        entries = []  # (order key, chunk, first_seq, row in the stacked matrix)
+        for i, (ch, seq) in enumerate(zip(self.chunks, self.seqs)):
+            if ch.id in patch.gone:
+                continue
+            ts, new_seq = patch.kept.get(ch.id, (ch.timestamp, seq))
+            if ts != ch.timestamp:
+                ch = ch.model_copy(update={"timestamp": ts})
+            entries.append((_chunk_order(ch, new_seq), ch, new_seq, i))
+        n = len(self.chunks)
+        for j, (ch, seq, _vec) in enumerate(patch.new):
+            entries.append((_chunk_order(ch, seq), ch, seq, n + j))
+        entries.sort(key=lambda e: e[0])
+        stacked = np.vstack([self.vectors] + [v[None, :] for _, _, v in patch.new]) if patch.new else self.vectors
+        rows = np.array([e[3] for e in entries], dtype=np.int64)
+        vecs = stacked[rows] if rows.size else stacked[:0]
+        scope = self.scope if self.scope is not None else (entries[0][1].scope if entries else None)
+        return _Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32), scope,
+                          bm25=self.bm25)
 
 
 @dataclass
@@ -391,19 +308,46 @@ class SQLiteStore:
         self.chunk_tokens = int(chunk_tokens)
         self.busy_timeout_s = float(busy_timeout_s)
         self._lock = threading.RLock()
-        self._snap: _Snapshot | None = None
-        self._bm25: BM25Index | None = None
+        self._parts: dict[str, _Partition] = {}  # scope key -> partition
+        self._by_user: dict[str | None, set[str]] = {}  # user_id -> keys of its partitions
+        self._members: dict[str, list[str]] = {}  # search scope key -> keys of the partitions it covers
+        self._unions: dict[str, tuple[tuple, _Partition]] = {}  # partial-scope key -> (member versions, union)
+        self._synced: int | None = None  # store generation the partitions reflect (None: not loaded)
+        self._version = 0
+        self._terms = TermCache()
         self._closed = False
-        #: counters for tests and benchmarks: encode calls/texts, BM25 builds/loads, snapshot loads
-        self.stats = {"encode_calls": 0, "chunks_encoded": 0, "bm25_builds": 0, "bm25_loads": 0, "snapshot_loads": 0}
+        #: counters for tests and benchmarks: encode calls / texts, BM25 index builds (one per scope
+        #: rebuilt), partition loads from SQLite (one per scope read)
+        self.stats = {"encode_calls": 0, "chunks_encoded": 0, "bm25_builds": 0, "partition_loads": 0}
         self._conn = self._connect()
         try:
             self._init_schema()
             self._check_embedding(reembed)
+            self._migrate()
             self.complete_purges()  # a delete interrupted after its commit is finished here
         except BaseException:
             self._conn.close()
             raise
+
+    # -- the store seam -------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The store's directory (``store.db`` and the view folders)."""
+        return self.path
+
+    def view_dir(self, name: str) -> Path:
+        """The folder that holds view ``name``'s files (``<directory>/<name>``), created if missing.
+        Views that keep one folder per scope name it :meth:`Scope.slug` inside this one.
+
+        Raises:
+            ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``, not ``store.db``).
+        """
+        if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
+            raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
+        folder = self.path / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -485,8 +429,6 @@ class SQLiteStore:
                     f"store {self.db_path} has schema version {meta['schema_version']}, newer than this "
                     f"memfrontier's {SCHEMA_VERSION}"
                 )
-            if int(meta["schema_version"]) < 2:
-                self._migrate_to_2(c)
             recorded = int(meta.get("chunk_tokens", self.chunk_tokens))
             if recorded != self.chunk_tokens:
                 raise StoreError(
@@ -495,10 +437,10 @@ class SQLiteStore:
                 )
 
     @staticmethod
-    def _migrate_to_2(conn: sqlite3.Connection) -> None:
-        """Schema 1 -> 2, inside the opening transaction: record ids become unique per scope
-        (``UNIQUE(scope_key, id)`` instead of a global ``UNIQUE(id)``) and scope keys are recomputed
-        from each row's stored scope. Schema 1 ids were globally unique, so every row is kept as is."""
+    def _records_unique_per_scope(conn: sqlite3.Connection) -> None:
+        """Part of schema 1 -> 2: record ids become unique per scope (``UNIQUE(scope_key, id)``
+        instead of a global ``UNIQUE(id)``). Schema 1 ids were globally unique, so every row is kept
+        as is; :meth:`_migrate` recomputes the scope keys afterwards."""
         conn.execute("ALTER TABLE records RENAME TO records_v1")
         for name in ("records_session", "records_user", "records_agent", "records_run", "records_id"):
             conn.execute(f"DROP INDEX IF EXISTS {name}")
@@ -509,12 +451,43 @@ class SQLiteStore:
                 "timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens")
         conn.execute(f"INSERT INTO records({cols}) SELECT {cols} FROM records_v1")
         conn.execute("DROP TABLE records_v1")
-        for table, key in (("records", "seq"), ("chunks", "id")):
-            rows = conn.execute(f"SELECT {key}, scope_json FROM {table}").fetchall()
-            conn.executemany(f"UPDATE {table} SET scope_key = ? WHERE {key} = ?",
-                             [(Scope(**json.loads(sj)).key(), k) for k, sj in rows])
-        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    def _migrate(self) -> None:
+        """Schema 1 -> 2 (see the module docstring); a no-op on a current store."""
+        with self._read_tx() as c:
+            if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
+                return
+        shared: dict[str, dict[str, Scope]] = {}  # version-1 key -> the scopes that had it
+        with self._write_tx() as c:
+            if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
+                return
+            self._records_unique_per_scope(c)
+            updates = []
+            for seq, u, a, r, old in c.execute("SELECT seq, user_id, agent_id, run_id, scope_key FROM records").fetchall():
+                sc = Scope(user_id=u or None, agent_id=a or None, run_id=r or None)
+                shared.setdefault(old, {})[sc.key()] = sc
+                updates.append((sc.key(), sc.user_id, sc.agent_id, sc.run_id, sc.model_dump_json(), seq))
+            c.executemany("UPDATE records SET scope_key = ?, user_id = ?, agent_id = ?, run_id = ?, scope_json = ? "
+                          "WHERE seq = ?", updates)
+            by_text = {t: np.frombuffer(v, dtype="<f4") for t, v in
+                       c.execute("SELECT c.text, v.vector FROM chunks c JOIN chunk_vectors v ON v.chunk_id = c.id")}
+            c.execute("DELETE FROM chunks")  # cascades to chunk_records and chunk_vectors
+            sessions = dict.fromkeys(tuple(r) for r in c.execute("SELECT DISTINCT scope_key, session_id FROM records"))
+            plans = self._plan(c, [], set(), sessions)
+            cache = {ch.id: by_text[ch.text] for p in plans.values() for ch in p.chunks if ch.text in by_text}
+            self._apply(c, [], set(), sessions, cache)
+            c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        shutil.rmtree(self.path / "bm25", ignore_errors=True)
+        graph = self.path / "graph"
+        for old, scopes in shared.items():
+            folder = graph / hashlib.sha256(old.encode("utf-8")).hexdigest()[:16]
+            if not folder.is_dir():
+                continue
+            if len(scopes) == 1:
+                os.replace(folder, graph / next(iter(scopes.values())).slug())
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+        log.warning("store %s migrated to schema version %d (injective scope keys)", self.path, SCHEMA_VERSION)
 
     def _meta(self, conn: sqlite3.Connection) -> dict[str, str]:
         return dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -585,14 +558,25 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                 [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim)))],
             )
-            self._bump(c)
+            self._bump(c, [r[0] for r in c.execute("SELECT DISTINCT scope_key FROM chunks")])
+            self._reset_parts({})  # every vector changed
+            self._synced = None
         return len(rows)
 
     # -- write planning -------------------------------------------------------------------
 
     @staticmethod
-    def _bump(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+    def _bump(conn: sqlite3.Connection, scope_keys) -> int:
+        """Advance the store generation and stamp ``scope_keys`` as changed at it; returns the
+        generation before the write."""
+        before = int(conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(before + 1),))
+        conn.executemany(
+            "INSERT INTO scope_gen(scope_key, generation) VALUES (?, ?) "
+            "ON CONFLICT(scope_key) DO UPDATE SET generation = excluded.generation",
+            [(k, before + 1) for k in dict.fromkeys(scope_keys)],
+        )
+        return before
 
     def _existing(self, conn: sqlite3.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Record]:
         """The stored records among ``keys`` ((scope key, record id) pairs), by key."""
@@ -683,9 +667,9 @@ class SQLiteStore:
         delete_ids: set[tuple[str, str]],
         sessions: dict[tuple[str, str], None],
         cache: dict[str, np.ndarray],
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, dict[str, _Patch], int]:
         """Inside the write transaction: write records, rebuild touched sessions' chunks, vectors.
-        Returns (chunks built, vectors written)."""
+        Returns (chunks built, vectors written, per-scope patches, generation before the write)."""
         if insert:
             conn.executemany(
                 "INSERT INTO records(id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, "
@@ -704,11 +688,16 @@ class SQLiteStore:
         conn.executemany("DELETE FROM records WHERE scope_key = ? AND id = ?", sorted(delete_ids))
 
         built, need = 0, []
+        patches: dict[str, _Patch] = {}
+        first_seq: dict[str, int] = {}
         for key in sessions:
+            patch = patches.setdefault(key[0], _Patch())
             plan = self._plan_session(self._session_rows(conn, *key))
+            first_seq.update(plan.first_seq)
             old = {r[0] for r in conn.execute("SELECT id FROM chunks WHERE scope_key = ? AND session_id = ?", key)}
             new_ids = {c.id for c in plan.chunks}
             gone = sorted(old - new_ids)
+            patch.gone.update(gone)
             for b in _batched(gone):  # cascades to chunk_records and chunk_vectors
                 conn.execute(f"DELETE FROM chunks WHERE id IN ({','.join('?' * len(b))})", b)
             for ch in plan.chunks:
@@ -716,6 +705,7 @@ class SQLiteStore:
                     conn.execute(
                         "UPDATE chunks SET timestamp = ?, first_seq = ? WHERE id = ?", (ch.timestamp, plan.first_seq[ch.id], ch.id)
                     )
+                    patch.kept[ch.id] = (ch.timestamp, plan.first_seq[ch.id])
                     continue
                 s = ch.scope
                 conn.execute(
@@ -730,7 +720,12 @@ class SQLiteStore:
                 )
                 built += 1
             have = self._existing_vectors(conn, list(new_ids))
-            need.extend(ch for ch in plan.chunks if ch.id not in have)
+            for ch in plan.chunks:
+                if ch.id not in have:
+                    need.append(ch)
+                    if ch.id in old:  # a kept chunk without a vector: re-enter it with one
+                        patch.gone.add(ch.id)
+                        del patch.kept[ch.id]
 
         missing = [ch for ch in need if ch.id not in cache]
         if missing:  # a concurrent writer changed these sessions since the optimistic pass
@@ -739,8 +734,10 @@ class SQLiteStore:
             "INSERT OR REPLACE INTO chunk_vectors(chunk_id, vector) VALUES (?, ?)",
             [(ch.id, np.asarray(cache[ch.id], dtype="<f4").tobytes()) for ch in need],
         )
-        self._bump(conn)
-        return built, len(need)
+        for ch in need:
+            patches[ch.scope.key()].new.append((ch, first_seq[ch.id], np.asarray(cache[ch.id], dtype=np.float32)))
+        gen_before = self._bump(conn, patches)
+        return built, len(need), patches, gen_before
 
     def _guard_embedding(self, conn: sqlite3.Connection) -> None:
         msg = self._mismatch(self._meta(conn))
@@ -798,7 +795,9 @@ class SQLiteStore:
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in insert)
-            built, embedded = self._apply(c, insert, set(), sessions, cache)
+            built, embedded, patches, gen_before = self._apply(c, insert, set(), sessions, cache)
+        with self._lock:  # committed: bring the in-memory partitions along
+            self._patch(patches, gen_before)
         added_keys = {(r.scope.key(), r.id) for r, _ in insert}
         added = [r.id for r, _ in insert]
         skipped = [r.id for k, r in uniq.items() if k not in added_keys]
@@ -833,13 +832,15 @@ class SQLiteStore:
                 return 0
             keys = {(r[1], r[0]) for r in rows}
             sessions = dict.fromkeys((r[1], r[2]) for r in rows)
-            self._apply(c, [], keys, sessions, cache)
+            _, _, patches, gen_before = self._apply(c, [], keys, sessions, cache)
             by_scope: dict[str, list[str]] = {}
             for rid, _key, _sid, scope_json in rows:
                 by_scope.setdefault(scope_json, []).append(rid)
             intent = {"scope": whole.model_dump() if whole is not None else None,
                       "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
             c.execute("INSERT INTO pending_purges(intent_json) VALUES (?)", (json.dumps(intent, ensure_ascii=False),))
+        with self._lock:  # committed: bring the in-memory partitions along
+            self._patch(patches, gen_before)
         self.complete_purges()
         return len(keys)
 
@@ -859,26 +860,12 @@ class SQLiteStore:
                 raise StoreError(f"read from store {self.db_path} failed: {e}") from e
             if not pending:
                 return 0
-            self._snap, self._bm25 = None, None
             for seq, intent_json in pending:
                 purge_views(self.path, json.loads(intent_json))
-                self._drop_stale_bm25()
                 with self._write_tx() as c:
                     c.execute("DELETE FROM pending_purges WHERE seq = ?", (seq,))
             self._checkpoint()
         return len(pending)
-
-    def _drop_stale_bm25(self) -> None:
-        """Remove BM25 index generations older than the store's (they hold deleted chunks' terms);
-        the current one is rebuilt from the records on the next search."""
-        root = self.path / BM25_DIR
-        if not root.is_dir():
-            return
-        gen = self.generation
-        for p in root.iterdir():
-            m = re.fullmatch(r"g(\d+)", p.name)
-            if m and int(m.group(1)) < gen:
-                shutil.rmtree(p, ignore_errors=True)
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it to zero bytes (best effort: a reader in
@@ -988,155 +975,192 @@ class SQLiteStore:
             except sqlite3.Error as e:
                 raise StoreError(f"read from store {self.db_path} failed: {e}") from e
 
-    # -- search ---------------------------------------------------------------------------
+    # -- search primitives ----------------------------------------------------------------
+    #
+    # In memory, the searchable state is one _Partition per exact scope (chunks.scope_key): its
+    # chunks in store order, their vectors and, built on its first BM25 search, its BM25 postings.
+    # ``self._synced`` is the store generation the partitions reflect. A write through this object
+    # patches the partitions it touched once committed (rows appended / dropped, postings of the
+    # changed chunks added / removed); a write by another process or object is found through
+    # ``scope_gen`` (the generation at which each scope last changed) and only those scopes are
+    # reloaded from SQLite (their BM25 postings rebuilt on their next BM25 search).
 
-    def _snapshot(self) -> _Snapshot:
-        """The in-memory search state, reloaded when the store generation moved (caller holds the lock)."""
-        gen = self.generation
-        if self._snap is not None and self._snap.generation == gen:
-            return self._snap
+    def _load_partitions(self, conn: sqlite3.Connection, keys: list[str] | None) -> dict[str, _Partition]:
+        """Partitions for ``keys`` (None: every scope) read from SQLite; a key without chunks is absent."""
         dim = int(self.embedder.dim)
-        with self._read_tx() as c:
-            gen = int(c.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
-            chunks = self._load_chunks(c, "1", [])
-            vec_rows = dict(c.execute("SELECT chunk_id, vector FROM chunk_vectors").fetchall())
-        mat = np.zeros((len(chunks), dim), dtype=np.float32)
-        for i, ch in enumerate(chunks):
+        if keys is None:
+            chunks = self._load_chunks(conn, "1", [])
+            seqs = dict(conn.execute("SELECT id, first_seq FROM chunks").fetchall())
+            vec_rows = dict(conn.execute("SELECT chunk_id, vector FROM chunk_vectors").fetchall())
+        else:
+            chunks, seqs, vec_rows = [], {}, {}
+            for key in keys:
+                chunks += self._load_chunks(conn, "scope_key = ?", [key])
+                seqs.update(conn.execute("SELECT id, first_seq FROM chunks WHERE scope_key = ?", (key,)).fetchall())
+                vec_rows.update(conn.execute(
+                    "SELECT v.chunk_id, v.vector FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
+                    "WHERE c.scope_key = ?", (key,)).fetchall())
+        grouped: dict[str, list[tuple[Chunk, int, np.ndarray]]] = {}
+        for ch in chunks:
             blob = vec_rows.get(ch.id)
             if blob is None or len(blob) != 4 * dim:
                 raise StoreError(f"store {self.path}: chunk {ch.id} has no vector of dim {dim}; reopen with reembed=True")
-            mat[i] = np.frombuffer(blob, dtype="<f4")
-        self._snap = _Snapshot(
-            generation=gen,
-            ids=[ch.id for ch in chunks],
-            chunks=chunks,
-            by_id={ch.id: ch for ch in chunks},
-            user_ids=np.array([ch.scope.user_id for ch in chunks], dtype=object),
-            agent_ids=np.array([ch.scope.agent_id for ch in chunks], dtype=object),
-            run_ids=np.array([ch.scope.run_id for ch in chunks], dtype=object),
-            vectors=mat,
-        )
-        self.stats["snapshot_loads"] += 1
-        return self._snap
+            grouped.setdefault(ch.scope.key(), []).append((ch, seqs[ch.id], np.frombuffer(blob, dtype="<f4")))
+        self.stats["partition_loads"] += len(grouped)
+        return {key: _Partition.of(rows, dim) for key, rows in grouped.items()}
 
-    def _bm25_index(self, snap: _Snapshot) -> BM25Index:
-        """The BM25 index for ``snap``: in memory, else ``bm25/g<gen>`` on disk, else built and saved."""
-        if self._bm25 is not None and self._bm25.generation == snap.generation and self._bm25.ids == snap.ids:
-            return self._bm25
-        root = self.path / BM25_DIR
-        target = root / f"g{snap.generation}"
-        idx = BM25Index.load(target, snap.ids, snap.generation) if target.exists() else None
-        if idx is not None:
-            self.stats["bm25_loads"] += 1
-        else:
-            idx = BM25Index.build(snap.ids, [ch.text for ch in snap.chunks], snap.generation)
-            self.stats["bm25_builds"] += 1
-            self._persist_bm25(idx, root, target)
-        self._bm25 = idx
-        return idx
+    def _sync(self) -> None:
+        """Bring the partitions to the store's current generation (caller holds the lock)."""
+        with self._read_tx() as c:
+            gen = int(c.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            if self._synced == gen:
+                return
+            if self._synced is None:
+                self._reset_parts(self._load_partitions(c, None))
+            else:
+                changed = [r[0] for r in c.execute("SELECT scope_key FROM scope_gen WHERE generation > ?", (self._synced,))]
+                fresh = self._load_partitions(c, changed)
+                for key in changed:
+                    self._set_part(key, fresh.get(key))
+        self._synced = gen
 
-    def _persist_bm25(self, idx: BM25Index, root: Path, target: Path) -> None:
-        tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            idx.save(tmp)
-            if target.exists():
-                shutil.rmtree(target, ignore_errors=True)  # stale (other ids, e.g. a recreated db)
-            os.rename(tmp, target)
-        except OSError as e:  # another process saved the same generation first, or disk trouble
-            log.debug("bm25 index not persisted to %s: %s", target, e)
-            shutil.rmtree(tmp, ignore_errors=True)
+    def _reset_parts(self, parts: dict[str, _Partition]) -> None:
+        self._parts, self._unions, self._members, self._by_user = {}, {}, {}, {}
+        for key, part in parts.items():
+            self._set_part(key, part)
+
+    def _set_part(self, key: str, part: _Partition | None) -> None:
+        """Put (or with None / no chunks, remove) the partition of scope ``key``, keeping the
+        user index and the cached member lists of partial scopes right."""
+        if part is not None and part.chunks:
+            if key not in self._parts:
+                self._members.clear()
+                self._by_user.setdefault(part.scope.user_id, set()).add(key)
+            part.version = self._next_version()
+            self._parts[key] = part
+        elif key in self._parts:
+            self._members.clear()
+            self._by_user.get(self._parts.pop(key).scope.user_id, set()).discard(key)
+
+    def _next_version(self) -> int:
+        self._version += 1
+        return self._version
+
+    def _patch(self, patches: dict[str, _Patch], gen_before: int) -> None:
+        """Apply a committed write's changes to the in-memory partitions (caller holds the lock);
+        when they were not at ``gen_before`` (another writer came first) leave them to :meth:`_sync`."""
+        if self._synced != gen_before:
             return
-        for p in root.iterdir():  # drop older generations (never newer ones: another process may own them)
-            m = re.fullmatch(r"g(\d+)", p.name)
-            if m and int(m.group(1)) < idx.generation:
-                shutil.rmtree(p, ignore_errors=True)
+        dim = int(self.embedder.dim)
+        for key, patch in patches.items():
+            part = self._parts.get(key, _Partition.of([], dim)).patched(patch)
+            if part.bm25 is not None:  # the scope's BM25 index follows the write: O(changed chunks)
+                for cid in patch.gone:
+                    part.bm25.remove(cid)
+                for ch, _seq, _vec in patch.new:
+                    part.bm25.add(ch.id, self._terms.get([ch.id], [ch.text])[0])
+            self._terms.discard(patch.gone)
+            self._set_part(key, part)
+        self._synced = gen_before + 1
+
+    def _view(self, scope: Scope) -> _Partition | None:
+        """The partition of the chunks in ``scope`` (caller holds the lock; synced): the scope's own
+        partition, or for a partial scope (e.g. user only) the union of the matching partitions in
+        store order, cached until one of them changes. None when nothing matches."""
+        self._sync()
+        key = scope.key()
+        members = self._members.get(key)
+        if members is None:  # scanned once per partition layout (a scope appearing or going)
+            pool = self._by_user.get(scope.user_id, ()) if scope.user_id is not None else self._parts
+            members = self._members[key] = sorted(k for k in pool if scope.matches(self._parts[k].scope))
+            if len(self._members) > 4096:
+                self._members.pop(next(iter(self._members)))
+        if not members:
+            return None
+        if len(members) == 1:
+            return self._parts[members[0]]
+        stamp = tuple(sorted((k, self._parts[k].version) for k in members))
+        cached = self._unions.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        union = _Partition.union([self._parts[k] for k in members], int(self.embedder.dim))
+        self._unions[key] = (stamp, union)
+        if len(self._unions) > 64:  # bound the cache of partial-scope views (oldest out)
+            self._unions.pop(next(iter(self._unions)))
+        return union
+
+    def _bm25_of(self, part: _Partition) -> BM25Index:
+        if part.bm25 is None:
+            ids = [c.id for c in part.chunks]
+            part.bm25 = BM25Index.build(ids, self._terms.get(ids, [c.text for c in part.chunks]))
+            self.stats["bm25_builds"] += 1
+        return part.bm25
 
     @staticmethod
-    def _mask(snap: _Snapshot, scope: Scope) -> np.ndarray:
-        mask = np.ones(len(snap.ids), dtype=bool)
-        for arr, v in ((snap.user_ids, scope.user_id), (snap.agent_ids, scope.agent_id), (snap.run_ids, scope.run_id)):
-            if v is not None:
-                mask &= arr == v
-        return mask
-
-    @staticmethod
-    def _top(scores: np.ndarray, mask: np.ndarray, n: int, positive_only: bool) -> list[tuple[int, float]]:
-        idx = np.flatnonzero(mask)
-        if positive_only and idx.size:
-            idx = idx[scores[idx] > 0]
-        if idx.size == 0 or n <= 0:
+    def _top(scores: np.ndarray, n: int | None, positive_only: bool) -> list[tuple[int, float]]:
+        """Best ``n`` positions by score (all when ``n`` is None); ties: earlier position first."""
+        idx = np.arange(scores.shape[0])
+        if positive_only:
+            idx = idx[scores > 0]
+        if idx.size == 0 or (n is not None and n <= 0):
             return []
         sub = scores[idx]
-        if idx.size > n:
+        if n is not None and idx.size > n:
             part = np.argpartition(-sub, n - 1)[:n]
             idx, sub = idx[part], sub[part]
         order = np.lexsort((idx, -sub))  # score desc, then position asc: deterministic
         return [(int(idx[o]), float(sub[o])) for o in order]
 
-    def search_dense(self, query: str, scope: Scope, k: int = 10, *, query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
-        """Top-k in-scope chunks by cosine similarity (exact). Returns (chunk, cosine in [-1, 1])."""
+    def encode_query(self, query: str) -> np.ndarray:
+        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder."""
+        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
+
+    def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
+                     query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
+        """Top-``k`` chunks in ``scope`` by cosine similarity (exact; ``k=None``: every chunk in scope).
+        Returns ``(chunk, cosine in [-1, 1])`` best first; ties: earlier chunk (store order) first.
+        An empty query without ``query_vector`` gives []."""
         if query_vector is None:
             if not query.strip():
                 return []
-            query_vector = self._encode_query(query)
+            query_vector = self.encode_query(query)
         with self._lock:
-            snap = self._snapshot()
-            sims = snap.vectors @ np.asarray(query_vector, dtype=np.float32)
-            top = self._top(sims, self._mask(snap, scope), k, positive_only=False)
-        return [(snap.chunks[i], s) for i, s in top]
+            part = self._view(scope)
+            if part is None:
+                return []
+            top = self._top(part.vectors @ np.asarray(query_vector, dtype=np.float32), k, positive_only=False)
+            return [(part.chunks[i], s) for i, s in top]
 
-    def search_bm25(self, query: str, scope: Scope, k: int = 10) -> list[tuple[Chunk, float]]:
-        """Top-k in-scope chunks by BM25 score (> 0 only). Empty / all-stopword / unseen-word query -> []."""
+    def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
+        """Top-``k`` chunks in ``scope`` by BM25 score (> 0 only; ``k=None``: all that match).
+
+        Statistics (N, df, average length) are those of the scope's own chunks; for a partial scope
+        (e.g. ``user_id`` only, across agents and runs) those of the union of the matching scopes.
+        A scope's index is built on its first BM25 search and then follows the writes (chunks
+        added and removed, nothing re-indexed). Empty / all-stopword / unseen-word query -> [].
+        """
         if not query.strip():
             return []
         with self._lock:
-            snap = self._snapshot()
-            scores = self._bm25_index(snap).scores(query)
-            if scores is None:
+            part = self._view(scope)
+            if part is None:
                 return []
-            top = self._top(scores, self._mask(snap, scope), k, positive_only=True)
-        return [(snap.chunks[i], s) for i, s in top]
+            found = self._bm25_of(part).match(query)
+            if found is None:
+                return []
+            pos = part.positions()
+            scores = np.zeros(len(part.chunks), dtype=np.float64)
+            scores[np.fromiter((pos[i] for i in found[0]), dtype=np.int64, count=len(found[0]))] = found[1]
+            top = self._top(scores, k, positive_only=True)
+            return [(part.chunks[i], s) for i, s in top]
 
-    def _encode_query(self, query: str) -> np.ndarray:
-        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
-
-    def search(
-        self,
-        query: str,
-        scope: Scope,
-        k: int = 10,
-        *,
-        retrievers: tuple[str, ...] = ("dense", "bm25"),
-        candidates: int | None = None,
-    ) -> list[Hit]:
-        """Top-k chunks in ``scope`` fused by RRF (k=60) over ``retrievers``.
-
-        Each retriever contributes its top ``candidates`` (default ``max(4k, 50)``) in-scope
-        chunks; ``Hit.score`` is the RRF score (unitless), ``Hit.ranks`` the 1-based rank per
-        retriever that returned the chunk. An empty/whitespace query returns [].
-
-        Raises:
-            ValueError: an unknown retriever name, or no retriever.
-        """
-        retrievers = tuple(retrievers)
-        bad = [r for r in retrievers if r not in RETRIEVERS]
-        if bad or not retrievers:
-            raise ValueError(f"unknown retrievers {bad or retrievers!r}; choose from {RETRIEVERS}")
-        if k <= 0 or not query.strip():
-            return []
-        n = int(candidates) if candidates is not None else max(4 * k, 50)
-        qvec = self._encode_query(query) if "dense" in retrievers else None  # outside the lock
-        rankings: dict[str, list[str]] = {}
+    def drop_caches(self) -> None:
+        """Forget the in-memory partitions and BM25 indexes (memory back; the next search reloads
+        from SQLite what it needs). The store's content is unchanged."""
         with self._lock:
-            snap = self._snapshot()
-            mask = self._mask(snap, scope)
-            if qvec is not None:
-                rankings["dense"] = [snap.ids[i] for i, _ in self._top(snap.vectors @ qvec, mask, n, positive_only=False)]
-            if "bm25" in retrievers:
-                scores = self._bm25_index(snap).scores(query)
-                rankings["bm25"] = [] if scores is None else [snap.ids[i] for i, _ in self._top(scores, mask, n, positive_only=True)]
-        fused = rrf_fuse(rankings, k=RRF_K, top_n=k)
-        return [Hit(chunk=snap.by_id[cid], score=score, ranks=ranks) for cid, score, ranks in fused]
+            self._reset_parts({})
+            self._synced = None
+            self._terms = TermCache()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -1145,8 +1169,8 @@ class SQLiteStore:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._snap = None
-                self._bm25 = None
+                self._reset_parts({})
+                self._synced = None
                 try:
                     self._conn.close()
                 except sqlite3.Error:  # pragma: no cover
@@ -1162,4 +1186,4 @@ class SQLiteStore:
         return f"SQLiteStore({str(self.path)!r}, embedder={getattr(self.embedder, 'model_id', '?')!r}, chunk_tokens={self.chunk_tokens})"
 
 
-__all__ = ["SQLiteStore", "BM25Index", "bm25_split"]
+__all__ = ["SQLiteStore"]

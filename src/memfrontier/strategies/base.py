@@ -144,6 +144,9 @@ class MemoryEnv:
 class Strategy(Protocol):
     name: str
     prompt_version: str
+    #: names of the search recipes (:mod:`memfrontier.retrieve.recipes`) the strategy runs; ``()``
+    #: for a strategy that searches nothing. Written into ``summary.json`` provenance.
+    recipes: tuple[str, ...]
 
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         """Offline, query-agnostic construction for ``scope`` (idempotent). No-op for raw views."""

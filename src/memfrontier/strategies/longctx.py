@@ -29,6 +29,7 @@ class LongContext:
     name = "longctx"
     prompt_version = "longctx-v1"
     config_class = LongContextConfig
+    recipes: tuple[str, ...] = ()  # no search recipe
 
     def __init__(self, max_context_tokens: int | None = None, reserve_tokens: int = 512):
         self.max_context_tokens = max_context_tokens

@@ -22,6 +22,7 @@ class Oracle:
     name = "oracle"
     prompt_version = "oracle-v1"
     config_class = OracleConfig
+    recipes: tuple[str, ...] = ()  # no search recipe
 
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         return None

@@ -1,4 +1,4 @@
-"""``rag``: top-k hybrid (dense + BM25, RRF k=60) chunks."""
+"""``rag``: top-k hybrid (dense + BM25, RRF k=60) chunks (recipe :data:`~memfrontier.retrieve.recipes.HYBRID_RRF`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pydantic import Field
 
 from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
+from ..retrieve.hybrid import hybrid_search
+from ..retrieve.recipes import chunk_recipe
 from .base import MemoryEnv, Query
 from .config import Int, StrategyConfig
 
@@ -37,12 +39,18 @@ class Rag:
             raise ValueError(f"k must be >= 1, got {k}")
         self.k = k
         self.retrievers = retrievers
+        self.recipe = chunk_recipe(retrievers)
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """Names of the search recipes this strategy runs (provenance)."""
+        return (self.recipe.name,)
 
     async def build(self, env: MemoryEnv, scope: Scope) -> None:
         return None
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
-        hits = env.store.search(query.text, query.scope, k=self.k, retrievers=self.retrievers)
+        hits = hybrid_search(env.store, query.text, query.scope, self.recipe, k=self.k)
         evidence: list[str] = []
         for h in hits:
             evidence.extend(i for i in h.chunk.record_ids if i not in evidence)

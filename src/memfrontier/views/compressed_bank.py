@@ -4,7 +4,7 @@ The bank is a :class:`~memfrontier.store.bank.MemoryBank` named :data:`BANK_NAME
 store's directory (``<store>/banks/mempilot.db``): its own SQLite file and its own L2-normalised
 MiniLM vectors, searched by exact cosine over the in-scope items, independent of the raw view's
 index in the store (MemPilot App. A.4: separate dense indexes for the two views). Search is
-dense only: ``bank.search(query, scope, kind, k, retrievers=("dense",))``, the hit score being the
+dense only: ``hybrid_search(bank, query, scope, MEMPILOT_BANK, k)``, the hit score being the
 cosine.
 
 Each item has ``kind`` ``compressed`` or ``imported`` (:data:`KINDS`; the two are kept apart and a
@@ -32,7 +32,7 @@ KINDS: tuple[str, ...] = ("compressed", "imported")
 
 
 def open_bank(store) -> MemoryBank:
-    """MemPilot's bank inside ``store``'s directory (``<store.path>/banks/mempilot.db``).
+    """MemPilot's bank among ``store``'s views (``store.view_dir("banks") / "mempilot.db"``).
 
     Raises:
         StoreError: the store has no directory, or the bank was built with another embedding model.

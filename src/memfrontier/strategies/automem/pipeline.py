@@ -20,7 +20,14 @@ import threading
 from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
-from ...graph import BACKENDS, SCHEMA_HINT, open_graph, state_dir
+from ...graph import (
+    BACKENDS,
+    GRAPH_VIEW,
+    SCHEMA_HINT,
+    graph_exists,
+    open_graph,
+    state_dir,
+)
 from ...graph.backend import GraphBackend, GraphData
 from ...llm.metered import MeteredLLM
 from ...views.graph_builder import GraphIndexer
@@ -53,6 +60,7 @@ class AutoMem:
     name = "automem"
     config_class = AutoMEMConfig
     prompt_version = f"{prompts.PROMPT_VERSION}+{INDEXER_PROMPT_VERSION}"
+    recipes: tuple[str, ...] = ()  # no search recipe
 
     def __init__(
         self,
@@ -101,16 +109,12 @@ class AutoMem:
                     return g
                 g.close()  # its files were dropped (records deleted): never read the old graph
                 del self._graphs[key]
-            root = getattr(env.store, "path", None)
             if self.graph == "none":
                 return None
-            if self.graph == "ladybug" and not create:
-                folder = state_dir(root, key)
-                from ...graph.ladybug_store import DB_FILE
-
-                if folder is None or not (folder / DB_FILE).exists():
-                    return None
-            g = open_graph(self.graph, root, key)
+            root = env.store.view_dir(GRAPH_VIEW)
+            if not create and not graph_exists(self.graph, root, scope):
+                return None
+            g = open_graph(self.graph, root, scope)
             self._graphs[key] = g
             return g
 
@@ -132,14 +136,13 @@ class AutoMem:
             await asyncio.to_thread(self._drop_graph, env, scope)
             return
         backend = self._graph_for(env, scope, create=True)
-        embedder = getattr(env.store, "embedder", None)
         indexer = GraphIndexer(
             env.llm,
             window_turns=self.window_turns,
             concurrency=self.build_concurrency,
-            embed=embedder.encode if embedder is not None else None,
+            embed=env.store.embedder.encode,
         )
-        await indexer.build(records, backend, scope.key(), state_dir(getattr(env.store, "path", None), scope.key()))
+        await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope))
 
     def _drop_graph(self, env: MemoryEnv, scope: Scope) -> None:
         """Remove ``scope``'s graph: its Ladybug folder (database, notes cache, build meta), or the
@@ -150,13 +153,13 @@ class AutoMem:
         if g is not None:
             g.close()
         if self.graph == "neo4j":
-            g = open_graph(self.graph, None, key)
+            g = open_graph(self.graph, None, scope)
             try:
                 g.replace(GraphData())
             finally:
                 g.close()
             return
-        folder = state_dir(getattr(env.store, "path", None), key)
+        folder = state_dir(env.store.view_dir(GRAPH_VIEW), scope)
         if folder is not None and folder.exists():
             shutil.rmtree(folder)
 

@@ -482,7 +482,7 @@ class BudgetMemModules:
         self.cache = cache
         self._embed_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._embed_cache_size = embed_cache_size
-        self._embedder = getattr(env.store, "embedder", None)
+        self._embedder = env.store.embedder if env.store is not None else None
         self.modules: dict[str, Module] = {m: MODULE_CLASSES[m](self) for m in MODULES}
         for m, mod in self.modules.items():
             setattr(self, m, mod)

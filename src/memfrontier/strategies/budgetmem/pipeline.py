@@ -22,6 +22,8 @@ import numpy as np
 
 from ...core.ledger import Ledger, current_ledger
 from ...core.types import Budget, Context, Preference, Scope
+from ...retrieve.hybrid import hybrid_search
+from ...retrieve.recipes import chunk_recipe
 from ..base import MemoryEnv, Query
 from .cache import ModuleCache
 from .config import TIERS, BudgetMemConfig
@@ -94,6 +96,7 @@ class BudgetMem:
         self.greedy = greedy
         self.record_states = (not greedy) if record_states is None else record_states
         self.retrievers = retrievers
+        self.recipe = chunk_recipe(retrievers)
         if cache is True:
             cache = ModuleCache()
         elif isinstance(cache, (str, Path)):
@@ -158,6 +161,11 @@ class BudgetMem:
             meta["decisions"].append(d)
         return chosen
 
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """Names of the search recipes this strategy runs (provenance)."""
+        return (self.recipe.name,)
+
     # --- the strategy ------------------------------------------------------------------------------
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
         rt = self.runtime(env)
@@ -168,7 +176,7 @@ class BudgetMem:
                                 "module_topk": self.module_topk, "prompt_version": PROMPT_VERSION,
                                 "tiers": {}, "tiers_used": {}, "fallbacks": {}, "cached": {},
                                 "module_usd": {}, "decisions": [], "router": router is not None}
-        hits = await asyncio.to_thread(env.store.search, q, query.scope, self.k, retrievers=self.retrievers)
+        hits = await asyncio.to_thread(hybrid_search, env.store, q, query.scope, self.recipe, self.k)
         chunks = [h.chunk for h in hits]
         meta["retrieved_chunks"] = [c.id for c in chunks]
         if not chunks:

@@ -21,6 +21,13 @@ from ...core.ledger import BudgetExceededError, count_event
 from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.metered import MeteredLLM
+from ...retrieve.hybrid import hybrid_search
+from ...retrieve.recipes import (
+    MEMORYCPT_DENSE_EPISODIC,
+    MEMORYCPT_DENSE_SEMANTIC,
+    MEMORYCPT_EPISODIC,
+    MEMORYCPT_SEMANTIC,
+)
 from ...store.bank import BankHit, MemoryBank
 from ...views.episodic import EPISODE, FACT, EpisodicBuilder
 from ..base import MemoryEnv, Query
@@ -126,7 +133,7 @@ class MemoryCPT:
     def _bank_key(self, env: MemoryEnv) -> tuple[str, str]:
         spec = self._construction_spec()
         model = spec if isinstance(spec, str) else self._model(spec, env).model_id
-        return str(getattr(env.store, "path", id(env.store))), model
+        return str(env.store.view_dir("banks")), model
 
     def bank(self, env: MemoryEnv) -> MemoryBank:
         """The bank that holds this configuration's memories in ``env.store``'s directory, named
@@ -166,13 +173,20 @@ class MemoryCPT:
         bank = self.bank(env)
         if self.ablation == "no_qar":
             k = self.episodic_k + self.semantic_k
-            pooled = bank.search(query, scope, EPISODE, k, retrievers=("dense",)) + \
-                bank.search(query, scope, FACT, k, retrievers=("dense",))
+            pooled = hybrid_search(bank, query, scope, MEMORYCPT_DENSE_EPISODIC, k) + \
+                hybrid_search(bank, query, scope, MEMORYCPT_DENSE_SEMANTIC, k)
             pooled.sort(key=lambda h: -h.score)
             pooled = pooled[:k]
             return [h for h in pooled if h.item.kind == EPISODE], [h for h in pooled if h.item.kind == FACT]
-        return (bank.search(query, scope, EPISODE, self.episodic_k) if self.episodic_k else [],
-                bank.search(query, scope, FACT, self.semantic_k) if self.semantic_k else [])
+        return (hybrid_search(bank, query, scope, MEMORYCPT_EPISODIC, self.episodic_k) if self.episodic_k else [],
+                hybrid_search(bank, query, scope, MEMORYCPT_SEMANTIC, self.semantic_k) if self.semantic_k else [])
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """Names of the search recipes this configuration runs (provenance)."""
+        if self.ablation == "no_qar":
+            return (MEMORYCPT_DENSE_EPISODIC.name, MEMORYCPT_DENSE_SEMANTIC.name)
+        return tuple(r.name for r, k in ((MEMORYCPT_EPISODIC, self.episodic_k), (MEMORYCPT_SEMANTIC, self.semantic_k)) if k)
 
     def _fit(self, llm: MeteredLLM, question: str, text: str) -> str:
         """Candidate lines kept from the top while the summarizer prompt fits its window."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
+from ...retrieve.recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import MemoryBank
 from ...views.compress import Compressor, make_compressor
 from ...views.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
@@ -89,6 +90,7 @@ class MemPilot:
     name = "mempilot"
     prompt_version = PROMPT_VERSION
     config_class = MemPilotConfig
+    recipes = (MEMPILOT_BANK.name, MEMPILOT_RAW.name)  # RETRIEVE over the bank, CURATE's raw chunks
 
     def __init__(self, pool: str | Path | PoolProfile = "local", preference: Preference | str | dict | None = None, *,
                  answer_mode: str = "decoupled", bank: str = "compressed", compressor: str | Compressor = "auto",

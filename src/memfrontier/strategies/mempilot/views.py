@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ...core.render import human_date
 from ...core.types import ImageRef, Record, Scope
+from ...retrieve.hybrid import hybrid_search
+from ...retrieve.recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import BankItem, MemoryBank
 from ...views.compressed_bank import KINDS
 
@@ -58,18 +60,19 @@ class DualView:
         self.store = store
         self.bank = bank
         self.bank_kind = bank_kind
+        self.bank_recipe = MEMPILOT_BANK.model_copy(update={"kind": bank_kind})
 
     def retrieve(self, query: str, scope: Scope, k: int) -> list[BankItem]:
         """RETRIEVE: the top-``k`` bank items (dense cosine over the bank's own index; ties: earlier
         item first). An empty query or ``k <= 0`` gives []."""
-        return [h.item for h in self.bank.search(query, scope, self.bank_kind, k, retrievers=("dense",))]
+        return [h.item for h in hybrid_search(self.bank, query, scope, self.bank_recipe, k)]
 
     def raw(self, query: str, scope: Scope, k: int) -> RawEvidence:
         """CURATE's evidence: the top-``k`` raw chunks (the store's dense index), their records rendered
         in chunk order. ``k == 0`` gives no items (the question image alone)."""
         if k <= 0:
             return RawEvidence("")
-        hits = self.store.search(query, scope, k, retrievers=("dense",))
+        hits = hybrid_search(self.store, query, scope, MEMPILOT_RAW, k)
         by_key = {(r.scope, r.id): r for h in hits
                   for r in self.store.get(h.chunk.record_ids, h.chunk.scope)}  # ids are unique per scope
         keys = dict.fromkeys((h.chunk.scope, rid) for h in hits for rid in h.chunk.record_ids)

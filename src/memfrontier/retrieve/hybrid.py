@@ -1,0 +1,70 @@
+"""One hybrid search over the raw store's chunks and the memory banks' items, run by a recipe.
+
+The indexes (:class:`~memfrontier.store.sqlite.SQLiteStore`, :class:`~memfrontier.store.bank.MemoryBank`,
+any :class:`~memfrontier.store.base.MemoryStore`) expose two primitives, each confined to a scope:
+``search_dense(query, scope, n, query_vector=...)`` and ``search_bm25(query, scope, n)`` (a bank
+takes ``kind=`` too), returning ``(document, score)`` best first. :func:`hybrid_search` runs the
+recipe's retrievers, keeps each one's top candidates and fuses their rankings with RRF
+(:func:`~memfrontier.retrieve.rrf.rrf_fuse`, keyed by document id, one contribution per id per
+retriever).
+"""
+
+from __future__ import annotations
+
+from ..core.types import Hit, Scope
+from ..store.bank import BankHit, MemoryBank
+from .recipes import Recipe
+from .rrf import rrf_fuse
+
+
+def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None = None) -> list:
+    """Top-``k`` documents of ``index`` in ``scope`` for ``query``, by ``recipe``.
+
+    Args:
+        index: a store (documents are chunks) or a memory bank (documents are items of
+            ``recipe.kind``, which a bank recipe must name).
+        query: the query text; empty or whitespace gives [].
+        scope: the search scope (``None`` fields match any value).
+        recipe: retrievers, candidate depth, fusion, RRF k, default ``k`` and bank kind.
+        k: results wanted (default ``recipe.k``); ``k <= 0`` gives [].
+
+    Returns:
+        :class:`~memfrontier.core.types.Hit` (chunks) or :class:`~memfrontier.store.bank.BankHit`
+        (bank items), best first. ``score``: the RRF score (unitless) when several retrievers run,
+        else the single retriever's own score (cosine, or BM25); ``ranks``: the 1-based rank per
+        retriever that returned the document. Ties: the best single rank, then the id.
+
+    Raises:
+        ValueError: a bank searched with a recipe without ``kind``, or a store with one.
+    """
+    k = recipe.k if k is None else int(k)
+    if k <= 0 or not query.strip():
+        return []
+    is_bank = isinstance(index, MemoryBank)
+    if is_bank != (recipe.kind is not None):
+        raise ValueError(f"recipe {recipe.name!r} (kind={recipe.kind!r}) does not fit {type(index).__name__}: "
+                         "a memory bank needs a recipe that names an item kind, a store one that names none")
+    n = recipe.depth(k)
+    kw = {"kind": recipe.kind} if is_bank else {}
+    docs: dict[str, object] = {}
+    rankings: dict[str, list[str]] = {}
+    raw: dict[str, dict[str, float]] = {}
+    for name in recipe.retrievers:
+        if name == "dense":
+            found = index.search_dense(query, scope, n, query_vector=index.encode_query(query), **kw)
+        else:
+            found = index.search_bm25(query, scope, n, **kw)
+        rankings[name] = [d.id for d, _ in found]
+        raw[name] = {d.id: s for d, s in found}
+        docs.update((d.id, d) for d, _ in found)
+    fused = rrf_fuse(rankings, k=recipe.rrf_k, top_n=k)
+    single = recipe.retrievers[0] if len(recipe.retrievers) == 1 else None
+    out = []
+    for doc_id, score, ranks in fused:
+        score = raw[single][doc_id] if single else score
+        out.append(BankHit(item=docs[doc_id], score=score, ranks=ranks) if is_bank else
+                   Hit(chunk=docs[doc_id], score=score, ranks=ranks))
+    return out
+
+
+__all__ = ["hybrid_search"]

@@ -1,0 +1,98 @@
+"""Named search recipes: what :func:`~memfrontier.retrieve.hybrid.hybrid_search` runs and fuses.
+
+A recipe is data (Graphiti's pattern: a declarative search config read by one search function):
+which retrievers run, how deep each one looks, how their rankings are fused, how many results
+come back and, for a memory bank, which item kind is searched. Strategies name the recipes they
+use (``Strategy.recipes``) and the evaluation runner writes those names into ``summary.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RETRIEVERS = ("dense", "bm25")
+
+
+class Recipe(BaseModel):
+    """One search configuration.
+
+    Fields:
+        name: the recipe's name (provenance).
+        retrievers: ``"dense"`` (exact cosine over embeddings) and/or ``"bm25"`` (lexical), in order.
+        fusion: ``"rrf"``: Reciprocal Rank Fusion (Cormack et al. 2009; MemoryCPT Eq. 10).
+        rrf_k: the RRF constant (60 in Cormack et al. and MemoryCPT).
+        candidates: how many results each retriever contributes before fusion: an int, ``"auto"``
+            (``max(4k, 50)``) or ``"all"`` (every item in scope; the banks' exhaustive ranking).
+        k: results returned when the caller gives none.
+        kind: the bank item kind searched (``"episode"``, ``"fact"``, ``"compressed"``...); None
+            for the raw store's chunks.
+
+    Scores: with several retrievers a hit's score is its RRF score (unitless); with one retriever
+    it is that retriever's own score (cosine in [-1, 1], or BM25 >= 0), the order being the same.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    retrievers: tuple[Literal["dense", "bm25"], ...] = ("dense", "bm25")
+    fusion: Literal["rrf"] = "rrf"
+    rrf_k: int = Field(60, ge=0)
+    candidates: int | Literal["auto", "all"] = "auto"
+    k: int = Field(10, ge=1)
+    kind: str | None = None
+
+    @field_validator("retrievers")
+    @classmethod
+    def _some(cls, v):
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"retrievers must be a non-empty tuple of distinct names from {RETRIEVERS}, got {v!r}")
+        return v
+
+    def depth(self, k: int) -> int | None:
+        """Candidates per retriever for ``k`` results (None: all)."""
+        if self.candidates == "all":
+            return None
+        if self.candidates == "auto":
+            return max(4 * k, 50)
+        return max(int(self.candidates), k)
+
+
+#: Raw chunks, dense + BM25 fused by RRF (k=60): ``rag``, ``budgetmem``, ``Memory.search``.
+HYBRID_RRF = Recipe(name="hybrid_rrf")
+#: Raw chunks, dense only.
+DENSE_ONLY = Recipe(name="dense_only", retrievers=("dense",))
+#: Raw chunks, BM25 only.
+BM25_ONLY = Recipe(name="bm25_only", retrievers=("bm25",))
+#: MemoryCPT M_q^RRF over episodic memories (Eq. 10, 17): dense + BM25 over every episode in scope.
+MEMORYCPT_EPISODIC = Recipe(name="memorycpt_episodic", candidates="all", k=20, kind="episode")
+#: MemoryCPT M_q^RRF over semantic facts (Eq. 10, 17).
+MEMORYCPT_SEMANTIC = Recipe(name="memorycpt_semantic", candidates="all", k=50, kind="fact")
+#: MemoryCPT ``no_qar`` ablation: plain dense top-k over episodes and facts (pooled by cosine).
+MEMORYCPT_DENSE_EPISODIC = Recipe(name="memorycpt_dense_episodic", retrievers=("dense",), candidates="all",
+                                  kind="episode")
+MEMORYCPT_DENSE_SEMANTIC = Recipe(name="memorycpt_dense_semantic", retrievers=("dense",), candidates="all",
+                                  kind="fact")
+#: MemPilot RETRIEVE: dense top-k over the compressed bank (cosine is the hit score).
+MEMPILOT_BANK = Recipe(name="mempilot_bank", retrievers=("dense",), candidates="all", kind="compressed")
+#: MemPilot CURATE's raw evidence: dense top-k raw chunks.
+MEMPILOT_RAW = Recipe(name="mempilot_raw", retrievers=("dense",))
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    HYBRID_RRF, DENSE_ONLY, BM25_ONLY, MEMORYCPT_EPISODIC, MEMORYCPT_SEMANTIC, MEMORYCPT_DENSE_EPISODIC,
+    MEMORYCPT_DENSE_SEMANTIC, MEMPILOT_BANK, MEMPILOT_RAW)}
+
+
+def chunk_recipe(retrievers: tuple[str, ...]) -> Recipe:
+    """The raw-chunk recipe for a retriever tuple (``("dense", "bm25")`` -> :data:`HYBRID_RRF`...).
+    Raises ValueError for any other tuple."""
+    for r in (HYBRID_RRF, DENSE_ONLY, BM25_ONLY):
+        if tuple(retrievers) == r.retrievers:
+            return r
+    raise ValueError(f"no recipe for retrievers {tuple(retrievers)!r}; choose ('dense', 'bm25'), ('dense',) or ('bm25',)")
+
+
+__all__ = ["Recipe", "RECIPES", "RETRIEVERS", "HYBRID_RRF", "DENSE_ONLY", "BM25_ONLY", "MEMORYCPT_EPISODIC",
+           "MEMORYCPT_SEMANTIC", "MEMORYCPT_DENSE_EPISODIC", "MEMORYCPT_DENSE_SEMANTIC", "MEMPILOT_BANK",
+           "MEMPILOT_RAW", "chunk_recipe"]
