@@ -409,7 +409,7 @@ def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path):
                      judge=True, price_as=M, strategy_options={"tiering": "reasoning", "tiers": "low"})
     summary = asyncio.run(run_eval(cfg))
     assert summary["provenance"]["priced_as"] == M
-    (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").readmessage_text().splitlines()]
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     roles = row["usage"]["by_role"]
     assert {"budgetmem.filter.low", "budgetmem.summary.low", "answerer"} <= set(roles)
     for role, u in roles.items():
