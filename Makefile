@@ -28,6 +28,8 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_strategies.py
 	$(VENV)/bin/python benchmarks/bench_router.py
 	$(VENV)/bin/python benchmarks/bench_memorycpt.py
+	$(VENV)/bin/python benchmarks/bench_reliability.py
+	$(VENV)/bin/python benchmarks/bench_ingest_checks.py
 
 bench-model: $(VENV)/.installed
 	$(VENV)/bin/python -m memfrontier.llm.local_models install
