@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from memfrontier.cli import app
 from memfrontier.core.types import Question
 from memfrontier.eval.runner import EvalConfig, run_eval
-from memfrontier.eval.sweeps.base import plan_budgetmem_sweep, write_sweep_report
+from memfrontier.eval.sweeps.budgetmem import plan_budgetmem_sweep, write_sweep_report
 from memfrontier.strategies.budgetmem.router import MODULES, TIERS, TierRouter
 from memfrontier.train.budgetmem_trainer import (
     TrainConfig,

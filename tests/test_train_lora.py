@@ -98,7 +98,7 @@ def test_load_sharegpt_names_file_and_line(tmp_path):
     assert len(rows) == 2 and rows[0]["role"] == "segmenter"
     assert rows[1]["prompt"].startswith("Turns:\n[0] Alice: I adopted a dog named Max1.")
     bad_json = write_jsonl(tmp_path / "b.jsonl", [seg_sample(0)], ["\n", "{not json\n"])
-    with pytest.raises(SFTDataError, match=r"b\.jsonl:3: invalid JSON"):
+    with pytest.raises(SFTDataError, match=r"b\.jsonl:3: not JSON"):
         load_sharegpt([good, bad_json])
     bad_sample = write_jsonl(tmp_path / "c.jsonl", [seg_sample(0), {"conversations": "x"}])
     with pytest.raises(SFTDataError, match=r"c\.jsonl:2: 'conversations' must be a non-empty list"):

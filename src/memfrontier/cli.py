@@ -785,7 +785,11 @@ def sweep_budgetmem(
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable.
     --set / --strategy-config options apply to every run."""
-    from .eval.sweeps.base import plan_budgetmem_sweep, table_row, write_sweep_report
+    from .eval.sweeps.budgetmem import (
+        plan_budgetmem_sweep,
+        table_row,
+        write_sweep_report,
+    )
 
     lams = _float_list("--lambdas", lambdas)
     kvals = [int(v) for v in _float_list("--ks", ks)] if ks.strip() else []

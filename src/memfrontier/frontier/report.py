@@ -22,6 +22,7 @@ from pathlib import Path
 from ..core.cost import COST_SCALE
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..eval.metrics import LOCOMO_EXCLUDED
+from ..eval.sweeps.base import fmt_cell
 from .stats import amortized_qpc, bootstrap_ci, paired_diff_ci, pareto_front
 
 CSV_FIELDS = ("label", "strategy", "status", "n", "f1", "f1_low", "f1_high", "evidence_recall", "judge_accuracy",
@@ -152,16 +153,6 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
     return {"rows": rows_out, "question_ids": shared, "reference": reference, "notes": notes}
 
 
-def _fmt(v, digits: int = 3) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else ""
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
 def _interval(v, lo, hi, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
@@ -179,10 +170,10 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
         lines.append("| " + " | ".join([
             x["label"], str(x["n"]), _interval(x["f1"], x["f1_low"], x["f1_high"]),
             _interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
-            "unpriced" if unpriced else _fmt(x["usd_x1e4_online"], 4),
-            "unpriced" if unpriced else _fmt(x["usd_x1e4_amortized"], 4),
-            "unpriced" if unpriced else _fmt(x["qpc"], 3), "unpriced" if unpriced else _fmt(x["qpc_online"], 3),
-            _fmt(x["proxy_s"], 2), _fmt(x["wall_s"], 1), _fmt(x["calls"], 2), _fmt(x["evidence_recall"]),
+            "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
+            "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
+            "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
+            fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
             f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}",
         ]) + " |")
     lines += ["", f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "

@@ -29,7 +29,6 @@ Tokenization matches inference exactly: ``tokenizer(prompt)`` (with BOS) followe
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import shutil
@@ -40,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..core.jsonio import write_json_atomic
+from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..llm.embedded import render_prompt
 from ..llm.hf import load_causal_lm
 from .lora_common import JsonlLogCallback, device_args, lora_config, noop_progress
@@ -129,18 +128,11 @@ def load_sharegpt(paths: list[Path]) -> list[dict[str, str]]:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no SFT data file at {path}")
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    sample = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SFTDataError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from e
-                try:
-                    out.append(sharegpt_to_prompt_completion(sample))
-                except SFTDataError as e:
-                    raise SFTDataError(f"{path}:{lineno}: {e}") from e
+        for lineno, sample in read_jsonl_objects(path, SFTDataError):
+            try:
+                out.append(sharegpt_to_prompt_completion(sample))
+            except SFTDataError as e:
+                raise SFTDataError(f"{path}:{lineno}: {e}") from e
     return out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ...core.cost import COST_SCALE
 from ...strategies.memorycpt.config import ABLATIONS
 from .. import plots
-from .base import SweepRun, overall, write_rows_csv
+from .base import SweepRun, markdown_table, overall, write_rows_csv
 
 ALPHAS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 DEPTHS: tuple[tuple[int, int], ...] = ((2, 5), (4, 10), (8, 20), (20, 50), (32, 80))
@@ -66,10 +66,6 @@ def table_row(result: dict) -> dict:
             "qpc": g.get("qpc"), "proxy_s": g.get("proxy_s_mean")}
 
 
-def _fmt(v, digits: int = 4) -> str:
-    return "-" if v is None else (f"{v:.{digits}f}" if isinstance(v, float) else str(v))
-
-
 def write_memorycpt_report(results: Sequence[dict], out: Path, missing: Sequence[Path] = ()) -> dict[str, Path]:
     """Write ``sweep.csv``, ``sweep.md`` and ``pareto.png`` into ``out``; returns their paths."""
     out = Path(out)
@@ -80,8 +76,7 @@ def write_memorycpt_report(results: Sequence[dict], out: Path, missing: Sequence
         written["csv"] = write_rows_csv(rows, out / "sweep.csv")
     cols = ("kind", "label", "n", "f1", "judge", "usd_x1e4", "amortized_314_x1e4", "qpc", "proxy_s")
     md = ["# MemoryCPT sweep", "", f"Online cost: {plots.COST_LABEL}; amortized: C(314) = C_construction / 314 + "
-          "C_online (MemoryCPT Eq. 20).", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
+          "C_online (MemoryCPT Eq. 20).", "", *markdown_table(rows, cols)]
     if missing:
         md += ["", "## Skipped (LoRA-B adapter missing; train with `memfrontier train qar --alpha A`)", ""]
         md += [f"- `{p}`" for p in missing]

@@ -24,7 +24,7 @@ from ...core.types import Preference
 from ...strategies.mempilot.config import PRESETS
 from .. import plots
 from ..reports.mempilot import read_rows, run_stats
-from .base import SweepRun, write_rows_csv
+from .base import SweepRun, fmt_cell, markdown_table, write_rows_csv
 
 
 def _pref_name(p: str | Mapping) -> str:
@@ -99,12 +99,6 @@ def plot_frontier(points: Sequence[Mapping], path: Path, *, x: str, xlabel: str,
     return plots._save(fig, path)
 
 
-def _fmt(v, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
-
-
 def write_mempilot_report(results: Sequence[dict], out: Path, dataset: str = "") -> dict[str, Path]:
     """Write ``sweep.csv``, ``model_share.csv``, ``sweep.md``, ``pareto_cost.png`` and ``pareto_latency.png``
     (the CSVs and plots only when there is at least one run)."""
@@ -126,13 +120,12 @@ def write_mempilot_report(results: Sequence[dict], out: Path, dataset: str = "")
     md = [f"# MemPilot preference sweep{f' ({dataset})' if dataset else ''}", "",
           f"Per question: cost in {plots.COST_LABEL} (policy with KV-prefix reuse, delegates, answerer); latency "
           "proxy in seconds (Eq. 19 plus the answerer); counts are calls per question.", "",
-          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
+          *markdown_table(rows, cols)]
     md += ["", "## Model-selection share (share of delegate calls per route)", ""]
     if routes:
         md += ["| preference | " + " | ".join(f"{rt} ({models.get(rt, '?')})" for rt in routes) + " |",
                "|" + "---|" * (1 + len(routes))]
-        md += [f"| {r['label']} | " + " | ".join(_fmt(r["route_share"].get(rt, 0.0), 2) for rt in routes) + " |"
+        md += [f"| {r['label']} | " + " | ".join(fmt_cell(r["route_share"].get(rt, 0.0), 2) for rt in routes) + " |"
                for r in rows]
     else:
         md.append("No delegate call was made in any run.")
