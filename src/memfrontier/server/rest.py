@@ -248,6 +248,9 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
                 price_book=settings.price_book, allow_unpriced=settings.allow_unpriced, price_as=settings.price_as)
             owned.append(mem)
         app.state.memory = memory or mem
+        # Load the embedder (and the search indexes) before the first request, not during it: a search
+        # in a scope no tenant can name (tenant names are non-empty, so no request's id starts with "/").
+        await app.state.memory.search("warm-up", user_id="/warm-up", k=1)
         ks = keys or KeyStore(settings.keys)
         if keys is None:
             owned.append(ks)
