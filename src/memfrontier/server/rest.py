@@ -278,6 +278,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         (LLMError, lambda e: _error(502, "model_error", str(e))),
         (StoreError, lambda e: _error(503, "store_error", str(e))),
         (ValueError, lambda e: _error(422, "invalid", str(e))),
+        (Exception, lambda e: _error(500, "internal", "internal server error")),  # no trace reaches the client
     ]
     for exc, make in handlers:
         app.add_exception_handler(exc, lambda request, e, make=make: make(e))
