@@ -329,3 +329,53 @@ def test_ask_through_the_service_with_the_embedded_model(tmp_path):
         assert ans.evidence_ids == ["l1"] and ans.usage.query.calls == 1 and ans.usage.query.usd > 0
         assert m.usage()["query"]["calls"] == 1
     mem.close()
+
+
+@pytest.mark.slow
+def test_serve_command_with_two_workers_shares_store_and_keys(tmp_path):
+    """`memfrontier serve --workers 2` as a user starts it: writes from concurrent requests (spread
+    over both workers) are all stored once, and a revoked key is refused by every worker."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    runner = CliRunner()
+    key = runner.invoke(cli_app, ["keys", "create", "acme", "--data-dir", str(tmp_path)]).stdout.strip().splitlines()[-1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "memfrontier.cli", "serve", "--data-dir", str(tmp_path),
+                             "--port", str(port), "--workers", "2", "--max-in-flight", "32"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None and time.time() < deadline, "serve did not start"
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+
+        async def writes():
+            async with AsyncMemoryClient(url, key) as m:
+                res = await asyncio.gather(*(m.add([{"content": f"Note number {i} about tram lines.", "id": f"n{i}"}],
+                                                   user_id="ana", session_id=f"s{i % 3}") for i in range(24)))
+                again = await m.add([{"content": "Note number 0 about tram lines.", "id": "n0"}], user_id="ana",
+                                    session_id="s0")
+                got = await asyncio.gather(*(m.get(f"n{i}", user_id="ana") for i in range(24)))
+                return res, again, got
+
+        res, again, got = asyncio.run(writes())
+        assert sorted(r.added[0] for r in res) == sorted(f"n{i}" for i in range(24))
+        assert again.added == [] and again.skipped == ["n0"]
+        assert [g.text for g in got] == [f"Note number {i} about tram lines." for i in range(24)]
+        key_id = key.split("_")[1]
+        assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 0
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as h:
+            assert {h.get("/v1/usage").status_code for _ in range(20)} == {401}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
