@@ -283,6 +283,23 @@ def test_add_and_ask_errors(service, key_a):
         assert m.delete_all(user_id="fay") == 1
 
 
+@pytest.mark.parametrize("strategy, options, name", [
+    ("budgetmem", {"router": "/etc/passwd"}, "router"),
+    ("memorycpt", {"summarizer_adapter": "/tmp/adapter"}, "summarizer_adapter"),
+    ("memorycpt", {"construction_llm": "openai:gpt-4o"}, "construction_llm"),
+    ("mempilot", {"pool": "/tmp/pool.yaml"}, "pool"),
+    ("automem", {"base_url": "http://169.254.169.254/latest"}, "base_url"),
+    ("automem", {"planner_llm": "openai:x"}, "planner_llm"),
+    ("budgetmem", {"tiering_options": {"model": "x"}}, "tiering_options"),
+])
+def test_options_naming_files_models_or_endpoints_are_refused(service, key_a, strategy, options, name):
+    with MemoryClient(service["url"], key_a) as m:
+        with pytest.raises(InvalidRequestError, match=f"strategy_options.{name}: not settable over the service"):
+            m.ask("q?", user_id="ivy", strategy=strategy, strategy_options=options)
+        with pytest.raises(InvalidRequestError, match="unknown key 'nope'"):  # the config's own check still runs
+            m.ask("q?", user_id="ivy", strategy="rag", strategy_options={"nope": 1})
+
+
 def test_oversized_bodies_get_413(service, key_a):
     big = {"messages": "x " * 4000, "user_id": "gus"}
     with _raw(service, key_a) as h:

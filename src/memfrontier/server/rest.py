@@ -23,6 +23,10 @@ Tenancy: the key's tenant confines the request server-side. Every ``user_id`` / 
 own tenant; ids are returned without the prefix. A request names at least one scope id; reading
 every scope is not offered over HTTP.
 
+``strategy_options`` over HTTP hold values only (numbers, flags, choices): an option naming a
+file, a model or an endpoint (``router``, ``adapter``, ``pool``, ``*_llm``, ``base_url``...) is
+refused with 422 (:func:`check_remote_options`); the operator sets those.
+
 Errors are JSON ``{"error": <kind>, "message": <text>}``: 401 without a valid key (nothing is
 read or written), 404 for an absent record, 409 for a record id already stored in the scope with
 other content and for a strategy whose view was never built, 413 for a body over
@@ -44,7 +48,8 @@ import os
 from collections import Counter
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -58,7 +63,13 @@ from ..core.pricebook import UnpricedModelError
 from ..core.types import Budget, Hit, Preference, Record
 from ..llm.base import LLMError
 from ..store.base import AddResult, RecordConflictError, StoreError
-from ..strategies import STRATEGIES, ViewNotBuiltError, get_strategy, view_built
+from ..strategies import (
+    STRATEGIES,
+    ViewNotBuiltError,
+    get_strategy,
+    strategy_class,
+    view_built,
+)
 from .tenants import KeyStore, client_scope, tenant_scope
 
 SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
@@ -174,6 +185,34 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _value_only(tp) -> bool:
+    """Whether an option's type holds values only (numbers, flags, choices, and models and
+    containers of them), never a free string: no path, model spec, URL or free-form dict."""
+    origin = get_origin(tp)
+    if tp in (int, float, bool, type(None)) or origin is Literal:
+        return True
+    if origin is Annotated:
+        return _value_only(get_args(tp)[0])
+    if origin in (Union, UnionType, tuple, list, dict):
+        return all(_value_only(a) for a in get_args(tp) if a is not Ellipsis)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return all(_value_only(f.annotation) for f in tp.model_fields.values())
+    return False
+
+
+def check_remote_options(strategy: str, options: dict[str, Any] | None) -> None:
+    """Refuse (ValueError naming the option) a strategy option a remote caller may not set: one
+    that names a file (a router, an adapter, a pool or bank file), a model or an endpoint
+    (``*_llm``, ``base_url``), or free-form settings. Those choose what the server reads, runs or
+    calls, so they belong to the operator (``memfrontier serve`` flags), not to a tenant."""
+    fields = strategy_class(strategy).config_class.model_fields
+    for key in options or {}:
+        field = fields.get(key)
+        if field is not None and not _value_only(field.annotation):
+            raise ValueError(f"strategy_options.{key}: not settable over the service (it names a file, a model or "
+                             f"an endpoint, which only the server's operator chooses)")
 
 
 def _error(status: int, kind: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -321,6 +360,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
             raise ValueError(f"strategy: unknown strategy {body.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         mem = _memory(request)
         scope = tenant_scope(name, body.user_id, body.agent_id, body.run_id)
+        check_remote_options(body.strategy, body.strategy_options)
         strat = get_strategy(body.strategy, body.strategy_options)
         ledger = Ledger()
         if not await asyncio.to_thread(view_built, strat, mem.env, scope):
