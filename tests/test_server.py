@@ -283,6 +283,21 @@ def test_add_and_ask_errors(service, key_a):
         assert m.delete_all(user_id="fay") == 1
 
 
+def test_invalid_unicode_at_the_http_boundary(service, key_a):
+    with _raw(service, key_a) as h:
+        r = h.post("/v1/memories", content=b'{"messages": "caf\xff", "user_id": "jo"}',
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "parsing the body" in r.json()["message"]  # not UTF-8: nothing stored
+        assert h.post("/v1/search", json={"query": "caf", "user_id": "jo"}).json() == {"hits": []}
+        r = h.post("/v1/memories", content=b'{"messages": [{"content": "Guest likes green tea \\ud83d", "id": "t1"}], '
+                                            b'"user_id": "jo"}', headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        assert r.json()["added"] == ["t1"]
+        got = h.get("/v1/records/t1", params={"user_id": "jo"}).json()
+        assert got["text"] == "Guest likes green tea \ufffd" and got["scope"]["user_id"] == "jo"
+        assert h.delete("/v1/memories", params={"user_id": "jo"}).json() == {"deleted": 1}
+
+
 @pytest.mark.parametrize("strategy, options, name", [
     ("budgetmem", {"router": "/etc/passwd"}, "router"),
     ("memorycpt", {"summarizer_adapter": "/tmp/adapter"}, "summarizer_adapter"),
