@@ -92,6 +92,8 @@ class KeyStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._busy_ms = int(busy_timeout_s * 1000)
         self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []  # every thread's connection, closed by close()
+        self._all_lock = threading.Lock()
         with self._tx() as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -108,10 +110,13 @@ class KeyStore:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000)
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000,
+                                   check_same_thread=False)  # used by its own thread only; closed by close()
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
         return conn
 
     @contextmanager
@@ -182,7 +187,9 @@ class KeyStore:
         return out
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        """Close every thread's connection (the store is not used afterwards)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
             conn.close()
-            self._local.conn = None
+        self._local = threading.local()
