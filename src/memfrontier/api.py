@@ -200,6 +200,13 @@ class AsyncMemory:
         return Answer(text=text, evidence_ids=ctx.evidence_ids, context=ctx.text, strategy=strat.name,
                       usage=ledger.usage(), wall_s=time.perf_counter() - t0, meta=ctx.meta)
 
+    async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
+        """The caller's record ``record_id`` (ids are unique per scope, so the scope is required:
+        ValueError without one); None when the scope has no such record."""
+        scope = scope_for_write("get", user_id, agent_id, run_id)
+        found = await asyncio.to_thread(self.store.get, [record_id], scope)
+        return found[0] if found else None
+
     async def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
         """Delete the caller's record ``record_id`` (ids are unique per scope, so the scope is
         required: ValueError without one) and everything derived from it in every view (chunks,
@@ -271,6 +278,9 @@ class Memory:
 
     def ask(self, question: str, **kw) -> Answer:
         return self._run(self._inner.ask(question, **kw))
+
+    def get(self, record_id: str, **kw) -> Record | None:
+        return self._run(self._inner.get(record_id, **kw))
 
     def delete(self, record_id: str, **kw) -> bool:
         return self._run(self._inner.delete(record_id, **kw))

@@ -1153,6 +1153,70 @@ def mcp_cmd(
           price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
 
 
+@app.command("serve")
+def serve_cmd(
+    data_dir: Path = typer.Option(Path("memfrontier-data"), help="Service data directory: the store (default DATA_DIR/store) and the API-key file DATA_DIR/keys.db."),
+    store: Optional[str] = typer.Option(None, help="The store to serve (a store directory; default DATA_DIR/store)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port."),
+    workers: int = typer.Option(1, min=1, help="uvicorn worker processes sharing the store and the key file."),
+    max_body_bytes: int = typer.Option(1 << 20, min=1024, help="Largest request body (413 above it)."),
+    max_in_flight: int = typer.Option(8, min=1, help="Requests of one tenant running at once per worker (429 above it)."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = OPT_BASE_URL,
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
+    price_as: Optional[str] = OPT_PRICE_AS,
+):
+    """Serve the memory over HTTP (REST, OpenAPI at /docs): add, search, ask, get/delete, usage; one tenant per API key
+    (create keys with `memfrontier keys create TENANT`)."""
+    from .server.rest import ServeSettings, serve
+
+    settings = ServeSettings(store=store or str(data_dir / "store"), keys=str(data_dir / "keys.db"), llm=llm,
+                             base_url=base_url, price_book=None if price_book is None else str(price_book),
+                             allow_unpriced=allow_unpriced, price_as=price_as, max_body_bytes=max_body_bytes,
+                             max_in_flight=max_in_flight)
+    err.print(f"serving {settings.store} on http://{host}:{port} (keys: {settings.keys}, OpenAPI: /docs)")
+    serve(settings, host=host, port=port, workers=workers)
+
+
+keys_app = typer.Typer(help="API keys of `memfrontier serve`: each key maps to one tenant.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+OPT_DATA_DIR = typer.Option(Path("memfrontier-data"), help="The service data directory (its keys.db).")
+
+
+@keys_app.command("create")
+def keys_create_cmd(tenant: str = typer.Argument(..., help="Tenant name: lower-case letters, digits, '_' and '-'."),
+                    data_dir: Path = OPT_DATA_DIR):
+    """Create a key for TENANT and print it once (only its hash is stored)."""
+    from .server.tenants import KeyStore
+
+    with known_errors():
+        key_id, key = KeyStore(data_dir / "keys.db").create(tenant)
+    err.print(f"key {key_id} for tenant {tenant!r} (shown once):")
+    print(key)
+
+
+@keys_app.command("revoke")
+def keys_revoke_cmd(key_id: str = typer.Argument(..., help="The key's id (see `memfrontier keys list`)."),
+                    data_dir: Path = OPT_DATA_DIR):
+    """Revoke a key: every worker refuses it from its next request."""
+    from .server.tenants import KeyStore
+
+    if not KeyStore(data_dir / "keys.db").revoke(key_id):
+        _fail(f"no active key {key_id!r}")
+    err.print(f"revoked {key_id}")
+
+
+@keys_app.command("list")
+def keys_list_cmd(tenant: Optional[str] = typer.Option(None, help="Only this tenant's keys."), data_dir: Path = OPT_DATA_DIR):
+    """List keys (id, tenant, created, revoked); secrets are never shown."""
+    from .server.tenants import KeyStore
+
+    for k in KeyStore(data_dir / "keys.db").list(tenant):
+        print(json.dumps(k.model_dump()))
+
+
 def main():  # pragma: no cover
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app()

@@ -1,0 +1,237 @@
+"""Clients of ``memfrontier serve``: :class:`MemoryClient` (sync) and :class:`AsyncMemoryClient`,
+with the method names and return types of :class:`memfrontier.Memory`, so moving from the
+embedded memory to the service is one line:
+
+>>> m = Memory.open("./mem")                                              # doctest: +SKIP
+>>> m = MemoryClient("http://127.0.0.1:8000", api_key="mf_...")           # doctest: +SKIP
+>>> m.add("I moved to Lisbon in May.", user_id="ana")                     # doctest: +SKIP
+
+Both are built on ``httpx2`` (the maintained ``httpx``). Scopes name the caller's own users,
+agents and runs; the server confines them to the key's tenant.
+
+Errors: a 422 raises :class:`InvalidRequestError` (a ``ValueError``, as ``Memory`` raises), a 409
+for a record id stored with other content raises :class:`ConflictError` (a
+:class:`~memfrontier.store.base.RecordConflictError`); every other non-2xx raises
+:class:`ServiceError` with ``status``, ``kind`` and the server's message. ``get`` returns None and
+``delete`` False for an absent record (404), as ``Memory`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2 as httpx
+
+from .api import Answer
+from .core.types import Budget, Hit, Preference, Record
+from .store.base import AddResult, RecordConflictError
+
+
+class ServiceError(RuntimeError):
+    """A non-2xx answer of the service: ``status`` (HTTP), ``kind`` and ``message`` (its JSON error)."""
+
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(f"{status} {kind}: {message}")
+        self.status, self.kind, self.message = status, kind, message
+
+
+class InvalidRequestError(ServiceError, ValueError):
+    """422: the request was invalid (the message names the parameter)."""
+
+
+class ConflictError(ServiceError, RecordConflictError):
+    """409: a record id already stored in the scope with other content, or a view never built."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    method: str
+    path: str
+    json: dict | None = None
+    params: dict | None = None
+    missing_ok: bool = False  # a 404 is an answer (None / False), not an error
+
+
+def _scope(user_id, agent_id, run_id) -> dict:
+    return {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v is not None}
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    try:
+        body = resp.json()
+        kind, message = body.get("error", "error"), body.get("message", resp.text)
+    except ValueError:
+        kind, message = "error", resp.text
+    cls = InvalidRequestError if resp.status_code == 422 else ConflictError if resp.status_code == 409 else ServiceError
+    raise cls(resp.status_code, kind, message)
+
+
+def _kind(resp: httpx.Response) -> str | None:
+    try:
+        return resp.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _body(resp: httpx.Response, call: _Call):
+    if call.missing_ok and resp.status_code == 404 and _kind(resp) == "not_found":
+        return None
+    if resp.status_code >= 400:
+        _raise_for(resp)
+    return resp.json()
+
+
+class _Calls:
+    """The requests of each verb and the parsing of their answers (shared by both clients)."""
+
+    @staticmethod
+    def add(messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
+            timestamp: str | None = None) -> _Call:
+        return _Call("POST", "/v1/memories", {"messages": messages, "session_id": session_id, "timestamp": timestamp,
+                                              **_scope(user_id, agent_id, run_id)})
+
+    @staticmethod
+    def search(query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10) -> _Call:
+        return _Call("POST", "/v1/search", {"query": query, "k": k, **_scope(user_id, agent_id, run_id)})
+
+    @staticmethod
+    def ask(question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
+            strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
+            budget: Budget | None = None, question_date: str | None = None, build: bool = False) -> _Call:
+        return _Call("POST", "/v1/ask", {
+            "question": question, "strategy": strategy, "strategy_options": strategy_options,
+            "preference": preference.model_dump() if isinstance(preference, Preference) else preference,
+            "budget": budget.model_dump() if budget is not None else None, "question_date": question_date,
+            "build": build, **_scope(user_id, agent_id, run_id)})
+
+    @staticmethod
+    def get(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
+        return _Call("GET", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id), missing_ok=True)
+
+    @staticmethod
+    def delete(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
+        return _Call("DELETE", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id),
+                     missing_ok=True)
+
+    @staticmethod
+    def delete_all(*, user_id=None, agent_id=None, run_id=None) -> _Call:
+        return _Call("DELETE", "/v1/memories", params=_scope(user_id, agent_id, run_id))
+
+    @staticmethod
+    def usage() -> _Call:
+        return _Call("GET", "/v1/usage")
+
+
+def _segment(record_id: str) -> str:
+    if not isinstance(record_id, str) or not record_id:
+        raise ValueError(f"record_id must be a non-empty string, got {record_id!r}")
+    from urllib.parse import quote
+
+    return quote(record_id, safe="")
+
+
+#: verb -> how its JSON answer becomes the value ``Memory`` returns.
+_PARSE = {
+    "add": AddResult.model_validate,
+    "search": lambda b: [Hit.model_validate(h) for h in b["hits"]],
+    "ask": Answer.model_validate,
+    "get": lambda b: None if b is None else Record.model_validate(b),
+    "delete": lambda b: b is not None,
+    "delete_all": lambda b: b["deleted"],
+    "usage": lambda b: b["by_stage"],
+}
+
+
+def _headers(api_key: str) -> dict:
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+class MemoryClient:
+    """Synchronous client: ``add``, ``search``, ``ask``, ``get``, ``delete``, ``delete_all`` as on
+    :class:`memfrontier.Memory`, plus ``usage()`` (the tenant's totals by stage).
+
+    ``timeout_s`` bounds each request (``ask`` with a local model can take tens of seconds);
+    ``transport`` is an ``httpx2`` transport (e.g. ``ASGITransport`` in tests).
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 120.0, transport=None):
+        self._http = httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport)
+
+    def _do(self, verb: str, *args, **kw):
+        call: _Call = getattr(_Calls, verb)(*args, **kw)
+        resp = self._http.request(call.method, call.path, json=call.json, params=call.params)
+        return _PARSE[verb](_body(resp, call))
+
+    def add(self, messages, **kw) -> AddResult:
+        return self._do("add", messages, **kw)
+
+    def search(self, query: str, **kw) -> list[Hit]:
+        return self._do("search", query, **kw)
+
+    def ask(self, question: str, **kw) -> Answer:
+        return self._do("ask", question, **kw)
+
+    def get(self, record_id: str, **kw) -> Record | None:
+        return self._do("get", record_id, **kw)
+
+    def delete(self, record_id: str, **kw) -> bool:
+        return self._do("delete", record_id, **kw)
+
+    def delete_all(self, **kw) -> int:
+        return self._do("delete_all", **kw)
+
+    def usage(self) -> dict[str, dict[str, float]]:
+        return self._do("usage")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "MemoryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AsyncMemoryClient:
+    """The asynchronous mirror of :class:`MemoryClient` (same methods, awaited)."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 120.0, transport=None):
+        self._http = httpx.AsyncClient(base_url=base_url, headers=_headers(api_key), timeout=timeout_s,
+                                       transport=transport)
+
+    async def _do(self, verb: str, *args, **kw):
+        call: _Call = getattr(_Calls, verb)(*args, **kw)
+        resp = await self._http.request(call.method, call.path, json=call.json, params=call.params)
+        return _PARSE[verb](_body(resp, call))
+
+    async def add(self, messages, **kw) -> AddResult:
+        return await self._do("add", messages, **kw)
+
+    async def search(self, query: str, **kw) -> list[Hit]:
+        return await self._do("search", query, **kw)
+
+    async def ask(self, question: str, **kw) -> Answer:
+        return await self._do("ask", question, **kw)
+
+    async def get(self, record_id: str, **kw) -> Record | None:
+        return await self._do("get", record_id, **kw)
+
+    async def delete(self, record_id: str, **kw) -> bool:
+        return await self._do("delete", record_id, **kw)
+
+    async def delete_all(self, **kw) -> int:
+        return await self._do("delete_all", **kw)
+
+    async def usage(self) -> dict[str, dict[str, float]]:
+        return await self._do("usage")
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncMemoryClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()

@@ -1,0 +1,418 @@
+"""``memfrontier serve``: the ``Memory`` verbs over HTTP (FastAPI + uvicorn), one tenant per API key.
+
+Endpoints (JSON; every one but ``/healthz`` needs ``Authorization: Bearer <key>``):
+
+==========================================  ======================================================
+``POST   /v1/memories``                     add messages -> ``AddResult`` (added / skipped ids)
+``DELETE /v1/memories?user_id=..``          delete_all of a scope -> ``{"deleted": n}``
+``POST   /v1/search``                       top-k chunks -> ``{"hits": [Hit, ...]}``
+``POST   /v1/ask``                          strategy, preference, budget -> ``Answer`` (text,
+                                            evidence ids, usage by stage); ``build: true`` builds
+                                            a strategy's missing view first (else 409)
+``GET    /v1/records/{id}?user_id=..``      one record (404 when the scope has none)
+``DELETE /v1/records/{id}?user_id=..``      delete it and what derives from it (404 when absent)
+``GET    /v1/usage``                        the tenant's usage totals by stage
+``GET    /healthz``                         liveness (no key)
+==========================================  ======================================================
+
+The OpenAPI schema is at ``/openapi.json`` (docs at ``/docs``).
+
+Tenancy: the key's tenant confines the request server-side. Every ``user_id`` / ``agent_id`` /
+``run_id`` the request names is stored and searched as ``<tenant>/<id>``
+(:func:`~memfrontier.server.tenants.tenant_scope`), so a forged id still names only the caller's
+own tenant; ids are returned without the prefix. A request names at least one scope id; reading
+every scope is not offered over HTTP.
+
+``strategy_options`` over HTTP hold values only (numbers, flags, choices): an option naming a
+file, a model or an endpoint (``router``, ``adapter``, ``pool``, ``*_llm``, ``base_url``...) is
+refused with 422 (:func:`check_remote_options`); the operator sets those.
+
+Errors are JSON ``{"error": <kind>, "message": <text>}``: 401 without a valid key (nothing is
+read or written), 404 for an absent record, 409 for a record id already stored in the scope with
+other content and for a strategy whose view was never built, 413 for a body over
+``max_body_bytes`` (checked on ``Content-Length`` and while streaming), 422 for invalid input
+(including a hard budget that cannot be met), 429 when the tenant already has
+``max_in_flight`` requests running in this process (the limit is per worker), 502 when a model
+call fails, 503 when the store cannot be written.
+
+Several uvicorn workers may serve one store: the SQLite store serialises writers on the
+database's write lock and readers reload on a generation change; keys and usage sit in one SQLite
+file (WAL) that every worker reads (:class:`~memfrontier.server.tenants.KeyStore`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..api import Answer, AsyncMemory
+from ..core.ledger import BudgetExceededError, Ledger
+from ..core.pricebook import UnpricedModelError
+from ..core.types import Budget, Hit, Preference, Record
+from ..llm.base import LLMError
+from ..store.base import AddResult, RecordConflictError, StoreError
+from ..strategies import (
+    STRATEGIES,
+    ViewNotBuiltError,
+    get_strategy,
+    strategy_class,
+    view_built,
+)
+from .tenants import KeyStore, client_scope, tenant_scope
+
+SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
+ScopeId = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
+ScopeIdQ = Annotated[str | None, Query(min_length=1, max_length=200)]
+
+
+class ServeSettings(BaseModel):
+    """What ``memfrontier serve`` runs with (also passed to each uvicorn worker as JSON in the
+    ``MEMFRONTIER_SERVE_SETTINGS`` environment variable).
+
+    Fields: ``store`` (the store ``Memory.open`` opens), ``keys`` (the key/usage SQLite file),
+    ``llm`` / ``base_url`` / ``price_book`` / ``allow_unpriced`` / ``price_as`` (models for
+    ``ask``, see :meth:`memfrontier.api.AsyncMemory.open`), ``max_body_bytes`` (413 above it),
+    ``max_in_flight`` (requests per tenant per worker at once; 429 above it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    store: str
+    keys: str
+    llm: str = "local"
+    base_url: str | None = None
+    price_book: str | None = None
+    allow_unpriced: bool = False
+    price_as: str | None = None
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_in_flight: int = Field(default=8, ge=1)
+
+
+# --- request bodies -----------------------------------------------------------------------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ScopeBody(_Body):
+    user_id: ScopeId = None
+    agent_id: ScopeId = None
+    run_id: ScopeId = None
+
+
+class AddBody(ScopeBody):
+    """``messages``: a string, a chat dict or a list of them (see ``Memory.add``)."""
+
+    messages: str | dict[str, Any] | list[Any]
+    session_id: str = Field(default="default", min_length=1, max_length=200)
+    timestamp: str | None = None
+
+
+class SearchBody(ScopeBody):
+    query: str = Field(min_length=1)
+    k: int = Field(default=10, ge=1, le=200)
+
+
+class AskBody(ScopeBody):
+    question: str = Field(min_length=1)
+    strategy: str = "rag"
+    strategy_options: dict[str, Any] | None = None
+    preference: str | Preference | None = None
+    budget: Budget | None = None
+    question_date: str | None = None
+    build: bool = False  # build a strategy's missing view first (MemoryCPT, MemPilot, AutoMEM)
+
+
+class SearchResult(BaseModel):
+    hits: list[Hit]
+
+
+class Deleted(BaseModel):
+    deleted: int
+
+
+class ErrorBody(BaseModel):
+    error: str
+    message: str
+
+
+# --- the middle layers --------------------------------------------------------------------------
+class BodyLimit:
+    """ASGI middleware: refuse a body above ``limit`` bytes with 413: by ``Content-Length`` before
+    reading, else (a chunked body) by reading it whole, up to the limit, before the app runs; the
+    app then receives the buffered body."""
+
+    def __init__(self, app, limit: int):
+        self.app = app
+        self.limit = limit
+
+    def _too_large(self) -> JSONResponse:
+        return _error(413, "body_too_large", f"request body is larger than {self.limit} bytes")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self._too_large()(scope, receive, send)
+        parts, seen, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            parts.append(message.get("body", b""))
+            seen += len(parts[-1])
+            if seen > self.limit:
+                return await self._too_large()(scope, receive, send)
+            more = message.get("more_body", False)
+        body, replayed = b"".join(parts), False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _value_only(tp) -> bool:
+    """Whether an option's type holds values only (numbers, flags, choices, and models and
+    containers of them), never a free string: no path, model spec, URL or free-form dict."""
+    origin = get_origin(tp)
+    if tp in (int, float, bool, type(None)) or origin is Literal:
+        return True
+    if origin is Annotated:
+        return _value_only(get_args(tp)[0])
+    if origin in (Union, UnionType, tuple, list, dict):
+        return all(_value_only(a) for a in get_args(tp) if a is not Ellipsis)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return all(_value_only(f.annotation) for f in tp.model_fields.values())
+    return False
+
+
+def check_remote_options(strategy: str, options: dict[str, Any] | None) -> None:
+    """Refuse (ValueError naming the option) a strategy option a remote caller may not set: one
+    that names a file (a router, an adapter, a pool or bank file), a model or an endpoint
+    (``*_llm``, ``base_url``), or free-form settings. Those choose what the server reads, runs or
+    calls, so they belong to the operator (``memfrontier serve`` flags), not to a tenant."""
+    fields = strategy_class(strategy).config_class.model_fields
+    for key in options or {}:
+        field = fields.get(key)
+        if field is not None and not _value_only(field.annotation):
+            raise ValueError(f"strategy_options.{key}: not settable over the service (it names a file, a model or "
+                             f"an endpoint, which only the server's operator chooses)")
+
+
+def _error(status: int, kind: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": kind, "message": message}, status_code=status, headers=headers)
+
+
+class _Tenants:
+    """Key lookup and the per-tenant in-flight count of this process."""
+
+    def __init__(self, keys: KeyStore, max_in_flight: int):
+        self.keys = keys
+        self.max_in_flight = max_in_flight
+        self.in_flight: Counter[str] = Counter()
+
+
+class Unauthorized(Exception):
+    pass
+
+
+class TooManyInFlight(Exception):
+    pass
+
+
+async def tenant(request: Request):
+    """The caller's tenant (401 without a valid key), held in flight for the request (429 above
+    the limit)."""
+    t: _Tenants = request.app.state.tenants
+    auth = request.headers.get("authorization", "")
+    scheme, _, key = auth.partition(" ")
+    name = t.keys.authenticate(key.strip()) if scheme.lower() == "bearer" else None
+    if name is None:
+        raise Unauthorized()
+    if t.in_flight[name] >= t.max_in_flight:
+        raise TooManyInFlight(f"tenant has {t.max_in_flight} requests in flight; retry later")
+    t.in_flight[name] += 1
+    try:
+        yield name
+    finally:
+        t.in_flight[name] -= 1
+
+
+Tenant = Annotated[str, Depends(tenant)]
+
+
+def _memory(request: Request) -> AsyncMemory:
+    return request.app.state.memory
+
+
+def _out_record(name: str, r: Record) -> Record:
+    return r.model_copy(update={"scope": client_scope(name, r.scope)})
+
+
+def _out_hit(name: str, h: Hit) -> Hit:
+    return h.model_copy(update={"chunk": h.chunk.model_copy(update={"scope": client_scope(name, h.chunk.scope)})})
+
+
+def _scope_kw(name: str, user_id, agent_id, run_id) -> dict:
+    s = tenant_scope(name, user_id, agent_id, run_id)
+    return {"user_id": s.user_id, "agent_id": s.agent_id, "run_id": s.run_id}
+
+
+def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, keys: KeyStore | None = None) -> FastAPI:
+    """The FastAPI application. ``memory`` / ``keys`` are opened from ``settings`` at start-up
+    when not given (and then closed at shutdown)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        owned = []
+        if memory is None:
+            mem = await asyncio.to_thread(
+                AsyncMemory.open, settings.store, llm=settings.llm, base_url=settings.base_url,
+                price_book=settings.price_book, allow_unpriced=settings.allow_unpriced, price_as=settings.price_as)
+            owned.append(mem)
+        app.state.memory = memory or mem
+        # Load the embedder (and the search indexes) before the first request, not during it: a search
+        # in a scope no tenant can name (tenant names are non-empty, so no request's id starts with "/").
+        await app.state.memory.search("warm-up", user_id="/warm-up", k=1)
+        ks = keys or KeyStore(settings.keys)
+        if keys is None:
+            owned.append(ks)
+        app.state.tenants = _Tenants(ks, settings.max_in_flight)
+        try:
+            yield
+        finally:
+            for o in owned:
+                o.close()
+
+    app = FastAPI(title="memfrontier", version="1", lifespan=lifespan,
+                  description="Long-term memory for LLM agents: add, search, ask, delete; one tenant per API key.",
+                  responses={401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 422: {"model": ErrorBody},
+                             429: {"model": ErrorBody}})
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+
+    handlers = [
+        (Unauthorized, lambda e: _error(401, "unauthorized", "a valid API key is required (Authorization: Bearer <key>)",
+                                        {"WWW-Authenticate": "Bearer"})),
+        (TooManyInFlight, lambda e: _error(429, "too_many_requests", str(e), {"Retry-After": "1"})),
+        (RecordConflictError, lambda e: _error(409, "conflict", str(e))),
+        (ViewNotBuiltError, lambda e: _error(409, "view_not_built", str(e))),
+        (BudgetExceededError, lambda e: _error(422, "budget", str(e))),
+        (UnpricedModelError, lambda e: _error(500, "unpriced_model", str(e.args[0] if e.args else e))),
+        (LLMError, lambda e: _error(502, "model_error", str(e))),
+        (StoreError, lambda e: _error(503, "store_error", str(e))),
+        (ValueError, lambda e: _error(422, "invalid", str(e))),
+        (Exception, lambda e: _error(500, "internal", "internal server error")),  # no trace reaches the client
+    ]
+    for exc, make in handlers:
+        app.add_exception_handler(exc, lambda request, e, make=make: make(e))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError):
+        parts = []
+        for err in e.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+        return _error(422, "invalid", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException):
+        return _error(e.status_code, "http", str(e.detail), getattr(e, "headers", None))
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"ok": True}
+
+    @app.post("/v1/memories", response_model=AddResult, responses={409: {"model": ErrorBody}})
+    async def add(body: AddBody, name: Tenant, request: Request) -> AddResult:
+        return await _memory(request).add(body.messages, session_id=body.session_id, timestamp=body.timestamp,
+                                          **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+
+    @app.delete("/v1/memories", response_model=Deleted)
+    async def delete_all(name: Tenant, request: Request, user_id: ScopeIdQ = None, agent_id: ScopeIdQ = None,
+                         run_id: ScopeIdQ = None) -> Deleted:
+        n = await _memory(request).delete_all(**_scope_kw(name, user_id, agent_id, run_id))
+        return Deleted(deleted=n)
+
+    @app.post("/v1/search", response_model=SearchResult)
+    async def search(body: SearchBody, name: Tenant, request: Request) -> SearchResult:
+        hits = await _memory(request).search(body.query, k=body.k, **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+        return SearchResult(hits=[_out_hit(name, h) for h in hits])
+
+    @app.post("/v1/ask", response_model=Answer, responses={409: {"model": ErrorBody}, 502: {"model": ErrorBody}})
+    async def ask(body: AskBody, name: Tenant, request: Request) -> Answer:
+        if body.strategy not in STRATEGIES:
+            raise ValueError(f"strategy: unknown strategy {body.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        mem = _memory(request)
+        scope = tenant_scope(name, body.user_id, body.agent_id, body.run_id)
+        check_remote_options(body.strategy, body.strategy_options)
+        strat = get_strategy(body.strategy, body.strategy_options)
+        ledger = Ledger()
+        if not await asyncio.to_thread(view_built, strat, mem.env, scope):
+            if not body.build:
+                raise ViewNotBuiltError(f"the {body.strategy} memory view of this scope was never built, so the answer "
+                                        f"would come from no evidence; ask again with \"build\": true to build it "
+                                        f"first (its cost is reported under usage.by_stage.construction)")
+            await mem.build(strat, scope, ledger)
+        ans = await mem.ask(body.question, strategy=strat, preference=body.preference, budget=body.budget,
+                            question_date=body.question_date, ledger=ledger,
+                            user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id)
+        await asyncio.to_thread(request.app.state.tenants.keys.record_usage, name, ans.usage)
+        return ans
+
+    @app.get("/v1/records/{record_id:path}", response_model=Record, responses={404: {"model": ErrorBody}})
+    async def get(record_id: str, name: Tenant, request: Request, user_id: ScopeIdQ = None,
+                  agent_id: ScopeIdQ = None, run_id: ScopeIdQ = None) -> Record:
+        r = await _memory(request).get(record_id, **_scope_kw(name, user_id, agent_id, run_id))
+        if r is None:
+            return _error(404, "not_found", f"no record {record_id!r} in this scope")
+        return _out_record(name, r)
+
+    @app.delete("/v1/records/{record_id:path}", response_model=Deleted, responses={404: {"model": ErrorBody}})
+    async def delete(record_id: str, name: Tenant, request: Request, user_id: ScopeIdQ = None,
+                     agent_id: ScopeIdQ = None, run_id: ScopeIdQ = None) -> Deleted:
+        if not await _memory(request).delete(record_id, **_scope_kw(name, user_id, agent_id, run_id)):
+            return _error(404, "not_found", f"no record {record_id!r} in this scope")
+        return Deleted(deleted=1)
+
+    @app.get("/v1/usage")
+    async def usage(name: Tenant, request: Request) -> dict:
+        """The tenant's usage totals by stage (calls, tokens, usd, proxy_s, wall_s)."""
+        return {"tenant": name, "by_stage": await asyncio.to_thread(request.app.state.tenants.keys.usage, name)}
+
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The application of a uvicorn worker: settings from ``$MEMFRONTIER_SERVE_SETTINGS``."""
+    raw = os.environ.get(SETTINGS_ENV)
+    if not raw:
+        raise RuntimeError(f"{SETTINGS_ENV} is not set; start the service with `memfrontier serve`")
+    return create_app(ServeSettings.model_validate(json.loads(raw)))
+
+
+def serve(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Run the service under uvicorn (``workers`` processes sharing the store and key file)."""
+    import uvicorn
+
+    Path(settings.keys).parent.mkdir(parents=True, exist_ok=True)
+    os.environ[SETTINGS_ENV] = settings.model_dump_json()
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port)
+    else:
+        uvicorn.run("memfrontier.server.rest:app_from_env", factory=True, host=host, port=port, workers=workers)

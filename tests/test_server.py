@@ -1,0 +1,413 @@
+"""The REST service (``memfrontier serve``) over real HTTP: uvicorn on loopback, the real SQLite
+store and MiniLM, keys in a real key file. The answer model of ``ask`` is the scripted client
+(these tests check the service's control flow: confinement, errors, usage bookkeeping); the
+slow test at the end asks through the embedded model."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx2 as httpx
+import pytest
+import uvicorn
+from fakes import ScriptedClient
+from typer.testing import CliRunner
+
+from memfrontier.api import AsyncMemory
+from memfrontier.cli import app as cli_app
+from memfrontier.client import (
+    AsyncMemoryClient,
+    ConflictError,
+    InvalidRequestError,
+    MemoryClient,
+    ServiceError,
+)
+from memfrontier.core.types import Budget, Scope
+from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.server.rest import ServeSettings, create_app
+from memfrontier.server.tenants import KeyStore, client_scope, tenant_scope
+
+SECRET = "My locker code is 4417."
+MODEL = "gemma-3-270m-q4_k_m"  # priced in the packaged book: 0.01 / 0.02 USD per 1M tokens
+
+
+def _script(messages):
+    text = " ".join(str(m.get("content")) for m in messages)
+    return (1.5, "slow answer") if "SLOW" in text else "Lisbon"
+
+
+@contextmanager
+def running(app):
+    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    t.start()
+    deadline = time.time() + 30
+    while not server.started:
+        assert time.time() < deadline and t.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        t.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    root = tmp_path_factory.mktemp("svc")
+    mem = AsyncMemory.open(root / "store", llm=ScriptedClient(_script, model_id=MODEL),
+                           embedder=MiniLMEmbedder(num_threads=1))
+    keys = KeyStore(root / "keys.db")
+    settings = ServeSettings(store=str(root / "store"), keys=str(root / "keys.db"), max_body_bytes=4096,
+                             max_in_flight=2)
+    with running(create_app(settings, memory=mem, keys=keys)) as url:
+        yield {"url": url, "keys": keys, "mem": mem, "settings": settings}
+    mem.close()
+    keys.close()
+
+
+@pytest.fixture(scope="module")
+def key_a(service):
+    return service["keys"].create("tenant-a")[1]
+
+
+@pytest.fixture(scope="module")
+def key_b(service):
+    return service["keys"].create("tenant-b")[1]
+
+
+def _raw(service, key=None):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=service["url"], headers=headers, timeout=60)
+
+
+# --- tenants ------------------------------------------------------------------------------------
+def test_tenant_scope_is_injective_and_inverted():
+    assert tenant_scope("a", "x/y", None, None) == Scope(user_id="a/x/y")
+    # a forged id naming another tenant stays inside the caller's tenant
+    assert tenant_scope("b", "a/x", None, None) == Scope(user_id="b/a/x")
+    assert tenant_scope("a", "u", None, "r") == Scope(user_id="a/u", run_id="a/r")
+    assert client_scope("b", Scope(user_id="b/a/x")) == Scope(user_id="a/x")
+    with pytest.raises(ValueError, match="outside tenant"):
+        client_scope("b", Scope(user_id="a/x"))
+    with pytest.raises(ValueError, match="at least one of"):
+        tenant_scope("a", None, None, None)
+    for bad in ("", "A", "a/b", "-a", "a" * 64):
+        with pytest.raises(ValueError, match="tenant must match"):
+            tenant_scope(bad, "u", None, None)
+
+
+def test_keys_are_stored_hashed_and_revocable(tmp_path):
+    ks = KeyStore(tmp_path / "keys.db")
+    key_id, key = ks.create("acme")
+    assert key.startswith(f"mf_{key_id}_") and len(key) == 3 + 12 + 1 + 43
+    assert ks.authenticate(key) == "acme"
+    assert ks.authenticate(key[:-1] + ("A" if key[-1] != "A" else "B")) is None  # same id, wrong secret
+    assert ks.authenticate(None) is None and ks.authenticate("mf_nothex_x") is None
+    assert key.split("_", 2)[2].encode() not in (tmp_path / "keys.db").read_bytes()
+    assert [k.key_id for k in ks.list("acme")] == [key_id]
+    assert ks.revoke(key_id) is True and ks.revoke(key_id) is False
+    assert ks.authenticate(key) is None
+    assert ks.list()[0].revoked_s is not None
+    ks.close()
+
+
+def test_keys_cli_create_list_revoke(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(cli_app, ["keys", "create", "acme", "--data-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    key = res.stdout.strip().splitlines()[-1]
+    ks = KeyStore(tmp_path / "keys.db")
+    assert ks.authenticate(key) == "acme"
+    key_id = key.split("_")[1]
+    listed = runner.invoke(cli_app, ["keys", "list", "--data-dir", str(tmp_path)])
+    assert f'"key_id": "{key_id}"' in listed.stdout and key.split("_", 2)[2] not in listed.stdout
+    assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 0
+    assert ks.authenticate(key) is None
+    assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 2
+    assert runner.invoke(cli_app, ["keys", "create", "Bad/Name", "--data-dir", str(tmp_path)]).exit_code == 2
+
+
+# --- the verbs ----------------------------------------------------------------------------------
+def test_openapi_and_health(service):
+    with _raw(service) as h:
+        assert h.get("/healthz").json() == {"ok": True}
+        paths = h.get("/openapi.json").json()["paths"]
+    assert set(paths) == {"/healthz", "/v1/memories", "/v1/search", "/v1/ask", "/v1/records/{record_id}", "/v1/usage"}
+    assert set(paths["/v1/memories"]) == {"post", "delete"} and set(paths["/v1/records/{record_id}"]) == {"get", "delete"}
+
+
+def test_sync_client_has_memory_verbs(service, key_a):
+    with MemoryClient(service["url"], key_a) as m:
+        res = m.add([{"role": "user", "content": "I moved to Lisbon in May.", "id": "m1"},
+                     {"role": "user", "content": "My sister lives in Quito.", "id": "m2/x"}],
+                    user_id="ana", session_id="s1", timestamp="2023-05-08T13:56:00Z")
+        assert res.added == ["m1", "m2/x"] and res.skipped == []
+        again = m.add([{"role": "user", "content": "I moved to Lisbon in May.", "id": "m1"}], user_id="ana",
+                      session_id="s1", timestamp="2023-05-08T13:56:00Z")
+        assert again.added == [] and again.skipped == ["m1"]
+        hits = m.search("Where does my sister live?", user_id="ana", k=1)
+        assert len(hits) == 1 and "Quito" in hits[0].chunk.text
+        assert hits[0].chunk.scope == Scope(user_id="ana")  # returned without the tenant prefix
+        rec = m.get("m2/x", user_id="ana")  # an id with a slash travels as one path segment
+        assert rec.text == "My sister lives in Quito." and rec.scope == Scope(user_id="ana")
+        assert rec.timestamp == "2023-05-08T13:56:00+00:00"
+        assert m.get("nope", user_id="ana") is None
+        assert m.delete("m2/x", user_id="ana") is True
+        assert m.delete("m2/x", user_id="ana") is False and m.get("m2/x", user_id="ana") is None
+        assert all("Quito" not in h.chunk.text for h in m.search("sister Quito", user_id="ana"))
+        assert m.delete_all(user_id="ana") == 1
+        assert m.search("Lisbon", user_id="ana") == []
+
+
+def test_async_client_mirrors_the_sync_one(service, key_a):
+    async def go():
+        async with AsyncMemoryClient(service["url"], key_a) as m:
+            res = await m.add("We adopted a cat named Miso.", user_id="ben", session_id="s1")
+            assert len(res.added) == 1
+            hits = await m.search("cat name", user_id="ben", k=3)
+            assert [h.chunk.record_ids for h in hits] == [res.added]
+            assert (await m.get(res.added[0], user_id="ben")).text == "We adopted a cat named Miso."
+            assert await m.delete_all(user_id="ben") == 1
+            assert await m.get(res.added[0], user_id="ben") is None
+
+    asyncio.run(go())
+    assert {n for n in dir(MemoryClient) if not n.startswith("_")} == \
+        {n for n in dir(AsyncMemoryClient) if not n.startswith("_")} - {"aclose"} | {"close"}
+
+
+def test_ask_returns_answer_evidence_and_usage_and_totals_add_up(service, tmp_path):
+    key = service["keys"].create("tenant-usage")[1]
+    with MemoryClient(service["url"], key) as m:
+        m.add([{"content": "I moved to Lisbon in May.", "id": "l1"}], user_id="cy")
+        assert m.usage() == {}
+        ans = m.ask("Where do I live?", user_id="cy", strategy="rag", strategy_options={"k": 2})
+        assert ans.text == "Lisbon" and ans.evidence_ids == ["l1"] and ans.strategy == "rag"
+        q = ans.usage.query
+        assert q.calls == 1 and q.input_tokens > 0 and q.output_tokens == 1
+        assert q.usd == pytest.approx((q.input_tokens * 0.01 + q.output_tokens * 0.02) / 1e6)
+        m.ask("Where do I live?", user_id="cy", preference="cost", budget=Budget(max_usd=1.0))
+        totals = m.usage()["query"]
+    assert totals["calls"] == 2 and totals["input_tokens"] == 2 * q.input_tokens
+    assert totals["output_tokens"] == 2 and totals["usd"] == pytest.approx(2 * q.usd)
+
+
+# --- confinement --------------------------------------------------------------------------------
+def test_cross_tenant_probe_every_endpoint(service, key_a, key_b):
+    """Tenant B, with the same and forged scope ids, cannot read, search, ask over or delete A's data."""
+    a = MemoryClient(service["url"], key_a)
+    b = MemoryClient(service["url"], key_b)
+    rid = a.add([{"content": SECRET, "id": "secret-1"}], user_id="dana").added[0]
+    forged = [{"user_id": "dana"}, {"user_id": "tenant-a/dana"}, {"agent_id": "dana"}, {"user_id": "../tenant-a/dana"},
+              {"user_id": "dana", "agent_id": "tenant-a/dana", "run_id": "tenant-a/dana"}]
+    for scope in forged:
+        assert b.search("locker code", **scope) == []
+        assert b.get(rid, **scope) is None
+        ans = b.ask("What is my locker code?", **scope)
+        assert "4417" not in ans.context and ans.evidence_ids == []
+        assert b.delete(rid, **scope) is False
+        assert b.delete_all(**scope) == 0
+    assert b.usage()["query"]["calls"] == len(forged)  # B's asks are B's usage, A's totals untouched
+    with _raw(service, key_b) as h:  # reading every scope is not offered: no id -> 422
+        r = h.post("/v1/search", json={"query": "locker"})
+        assert r.status_code == 422 and "user_id" in r.json()["message"]
+        r = h.post("/v1/search", json={"query": "locker", "user_id": "dana", "all_scopes": True})
+        assert r.status_code == 422 and "all_scopes" in r.json()["message"]
+    # A still has it, in full
+    assert a.get(rid, user_id="dana").text == SECRET
+    assert "4417" in a.search("locker code", user_id="dana")[0].chunk.text
+    assert a.delete_all(user_id="dana") == 1
+    a.close()
+    b.close()
+
+
+def test_requests_without_a_valid_key_get_401_and_touch_nothing(service, key_a):
+    revoked_id, revoked = service["keys"].create("tenant-a")
+    service["keys"].revoke(revoked_id)
+    bad = [None, "Basic " + key_a, "Bearer", "Bearer mf_000000000000_" + "x" * 43, "Bearer " + revoked, key_a]
+    body = {"messages": "Remind me to buy lemons and basil.", "user_id": "eve"}
+    with _raw(service) as h:
+        for auth in bad:
+            headers = {} if auth is None else {"Authorization": auth}
+            r = h.post("/v1/memories", json=body, headers=headers)
+            assert r.status_code == 401 and r.json()["error"] == "unauthorized", auth
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert h.get("/v1/usage", headers=headers).status_code == 401
+            assert h.delete("/v1/memories", params={"user_id": "eve"}, headers=headers).status_code == 401
+    assert asyncio.run(service["mem"].search("lemons", user_id="tenant-a/eve")) == []
+
+
+# --- errors -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("payload, names", [
+    ({"query": "x", "user_id": "u", "k": 2.5}, "k"),
+    ({"query": "x", "user_id": "u", "k": "2"}, "k"),
+    ({"query": "x", "user_id": "u", "k": True}, "k"),
+    ({"query": "x", "user_id": "u", "k": 0}, "k"),
+    ({"query": "x", "user_id": ""}, "user_id"),
+    ({"query": "x", "user_id": "u", "limit": 3}, "limit"),
+    ({"query": "", "user_id": "u"}, "query"),
+])
+def test_search_validation_is_422_naming_the_parameter(service, key_a, payload, names):
+    with _raw(service, key_a) as h:
+        r = h.post("/v1/search", json=payload)
+    assert r.status_code == 422 and r.json()["error"] == "invalid"
+    assert names in r.json()["message"]
+
+
+def test_add_and_ask_errors(service, key_a):
+    with MemoryClient(service["url"], key_a) as m:
+        with pytest.raises(InvalidRequestError, match="timestamp"):
+            m.add("hello", user_id="fay", timestamp="2023-13-45")
+        with pytest.raises(InvalidRequestError, match=r"message 0\.content"):
+            m.add([{"role": "user", "content": None}], user_id="fay")
+        with pytest.raises(InvalidRequestError, match="strategy"):
+            m.ask("q?", user_id="fay", strategy="nope")
+        with pytest.raises(InvalidRequestError, match="preference"):
+            m.ask("q?", user_id="fay", preference="fastest")
+        m.add([{"content": "I am allergic to peanuts.", "id": "dup"}], user_id="fay")
+        with pytest.raises(ConflictError) as e:
+            m.add([{"content": "I am allergic to shellfish.", "id": "dup"}], user_id="fay")
+        assert e.value.status == 409 and "dup" in e.value.message
+        assert m.get("dup", user_id="fay").text == "I am allergic to peanuts."  # nothing overwritten
+        with pytest.raises(ServiceError) as e:
+            m.ask("q?", user_id="fay", strategy="memorycpt")  # its view was never built
+        assert e.value.status == 409 and e.value.kind == "view_not_built"
+        assert m.delete_all(user_id="fay") == 1
+
+
+def test_invalid_unicode_at_the_http_boundary(service, key_a):
+    with _raw(service, key_a) as h:
+        r = h.post("/v1/memories", content=b'{"messages": "caf\xff", "user_id": "jo"}',
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "parsing the body" in r.json()["message"]  # not UTF-8: nothing stored
+        assert h.post("/v1/search", json={"query": "caf", "user_id": "jo"}).json() == {"hits": []}
+        r = h.post("/v1/memories", content=b'{"messages": [{"content": "Guest likes green tea \\ud83d", "id": "t1"}], '
+                                            b'"user_id": "jo"}', headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        assert r.json()["added"] == ["t1"]
+        got = h.get("/v1/records/t1", params={"user_id": "jo"}).json()
+        assert got["text"] == "Guest likes green tea \ufffd" and got["scope"]["user_id"] == "jo"
+        assert h.delete("/v1/memories", params={"user_id": "jo"}).json() == {"deleted": 1}
+
+
+@pytest.mark.parametrize("strategy, options, name", [
+    ("budgetmem", {"router": "/etc/passwd"}, "router"),
+    ("memorycpt", {"summarizer_adapter": "/tmp/adapter"}, "summarizer_adapter"),
+    ("memorycpt", {"construction_llm": "openai:gpt-4o"}, "construction_llm"),
+    ("mempilot", {"pool": "/tmp/pool.yaml"}, "pool"),
+    ("automem", {"base_url": "http://169.254.169.254/latest"}, "base_url"),
+    ("automem", {"planner_llm": "openai:x"}, "planner_llm"),
+    ("budgetmem", {"tiering_options": {"model": "x"}}, "tiering_options"),
+])
+def test_options_naming_files_models_or_endpoints_are_refused(service, key_a, strategy, options, name):
+    with MemoryClient(service["url"], key_a) as m:
+        with pytest.raises(InvalidRequestError, match=f"strategy_options.{name}: not settable over the service"):
+            m.ask("q?", user_id="ivy", strategy=strategy, strategy_options=options)
+        with pytest.raises(InvalidRequestError, match="unknown key 'nope'"):  # the config's own check still runs
+            m.ask("q?", user_id="ivy", strategy="rag", strategy_options={"nope": 1})
+
+
+def test_oversized_bodies_get_413(service, key_a):
+    big = {"messages": "x " * 4000, "user_id": "gus"}
+    with _raw(service, key_a) as h:
+        r = h.post("/v1/memories", json=big)
+        assert r.status_code == 413 and r.json()["error"] == "body_too_large"
+
+        def chunks():  # no Content-Length: counted while streaming
+            yield b'{"messages": "'
+            for _ in range(10):
+                yield b"y " * 500
+            yield b'", "user_id": "gus"}'
+
+        r = h.post("/v1/memories", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+    assert asyncio.run(service["mem"].search("y", user_id="tenant-a/gus")) == []
+
+
+def test_in_flight_limit_per_tenant_gives_429(service, key_a, key_b):
+    async def go():
+        async with AsyncMemoryClient(service["url"], key_a) as a, AsyncMemoryClient(service["url"], key_b) as b:
+            await a.add("SLOW notes about the garden.", user_id="hal")
+            slow = [a.ask("SLOW: what about the garden?", user_id="hal") for _ in range(3)]
+            other = b.search("garden", user_id="hal")  # another tenant is not limited by A's load
+            return await asyncio.gather(*slow, other, return_exceptions=True)
+
+    *asks, other = asyncio.run(go())
+    refused = [r for r in asks if isinstance(r, ServiceError)]
+    assert len(refused) == 1 and refused[0].status == 429 and refused[0].kind == "too_many_requests"
+    assert sorted(r.text for r in asks if not isinstance(r, Exception)) == ["slow answer", "slow answer"]
+    assert other == []
+
+
+@pytest.mark.slow
+def test_ask_through_the_service_with_the_embedded_model(tmp_path):
+    from memfrontier.llm.embedded import EmbeddedLLM
+
+    mem = AsyncMemory.open(tmp_path / "store", llm=EmbeddedLLM(n_ctx=1024), embedder=MiniLMEmbedder(num_threads=1))
+    keys = KeyStore(tmp_path / "keys.db")
+    key = keys.create("acme")[1]
+    settings = ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db"))
+    with running(create_app(settings, memory=mem, keys=keys)) as url, MemoryClient(url, key) as m:
+        m.add([{"content": "I moved to Lisbon in May 2023.", "id": "l1"}], user_id="ana")
+        ans = m.ask("Which city did I move to?", user_id="ana", strategy="rag")
+        assert ans.evidence_ids == ["l1"] and ans.usage.query.calls == 1 and ans.usage.query.usd > 0
+        assert m.usage()["query"]["calls"] == 1
+    mem.close()
+
+
+@pytest.mark.slow
+def test_serve_command_with_two_workers_shares_store_and_keys(tmp_path):
+    """`memfrontier serve --workers 2` as a user starts it: writes from concurrent requests (spread
+    over both workers) are all stored once, and a revoked key is refused by every worker."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    runner = CliRunner()
+    key = runner.invoke(cli_app, ["keys", "create", "acme", "--data-dir", str(tmp_path)]).stdout.strip().splitlines()[-1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "memfrontier.cli", "serve", "--data-dir", str(tmp_path),
+                             "--port", str(port), "--workers", "2", "--max-in-flight", "32"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None and time.time() < deadline, "serve did not start"
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+
+        async def writes():
+            async with AsyncMemoryClient(url, key) as m:
+                res = await asyncio.gather(*(m.add([{"content": f"Note number {i} about tram lines.", "id": f"n{i}"}],
+                                                   user_id="ana", session_id=f"s{i % 3}") for i in range(24)))
+                again = await m.add([{"content": "Note number 0 about tram lines.", "id": "n0"}], user_id="ana",
+                                    session_id="s0")
+                got = await asyncio.gather(*(m.get(f"n{i}", user_id="ana") for i in range(24)))
+                return res, again, got
+
+        res, again, got = asyncio.run(writes())
+        assert sorted(r.added[0] for r in res) == sorted(f"n{i}" for i in range(24))
+        assert again.added == [] and again.skipped == ["n0"]
+        assert [g.text for g in got] == [f"Note number {i} about tram lines." for i in range(24)]
+        key_id = key.split("_")[1]
+        assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 0
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as h:
+            assert {h.get("/v1/usage").status_code for _ in range(20)} == {401}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
