@@ -40,10 +40,11 @@ def test_choice_names_are_defined_once_by_the_configs():
     assert MODULES == ("filter", "entity", "temporal", "topic", "summary")
     assert TIERS == ("low", "mid", "high") and TIERINGS == ("implementation", "reasoning", "capacity")
     assert ABLATIONS == ("none", "no_qad", "no_qar", "no_fs")
-    from memfrontier.eval.sweeps import base, memorycpt
+    from memfrontier.eval.sweeps import budgetmem as bm_sweep
+    from memfrontier.eval.sweeps import memorycpt
     from memfrontier.strategies.budgetmem import router, tiering
 
-    assert router.MODULES is MODULES and tiering.TIERS is TIERS and base.FIXED_TIERS is TIERS
+    assert router.MODULES is MODULES and tiering.TIERS is TIERS and bm_sweep.FIXED_TIERS is TIERS
     assert memorycpt.ABLATIONS is ABLATIONS
 
 
