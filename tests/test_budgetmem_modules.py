@@ -273,7 +273,7 @@ def test_capacity_tiering_needs_three_tiers():
     with pytest.raises(ValueError):
         CapacityTiering({"low": "local", "high": "local"})
     t = CapacityTiering()
-    assert t._specs["high"] == "openai:meta-llama/llama-3.3-70b-instruct"
+    assert t.specs["high"] == "openai:meta-llama/llama-3.3-70b-instruct"
 
 
 # --- the strategy end to end --------------------------------------------------------------------

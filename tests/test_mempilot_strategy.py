@@ -76,9 +76,9 @@ def _env(store, client) -> MemoryEnv:
 def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget=None, **options):
     """Build the bank, run one question; returns (context, ledger, policy, delegate, vision, strategy)."""
     policy, delegate, vision = (ScriptedClient(r, model_id=GEMMA) for r in (policy_replies, delegate_replies, vision_replies))
-    strat = MemPilot(pool=profile(), policy=policy, compressor="offline", **options)
+    strat = MemPilot(pool=profile(), policy=policy, compressor="offline",
+                     route_backends={"model_txt": delegate, "model_vis": vision}, **options)
     env = _env(store, policy)
-    strat._pool = ModelPool(strat.profile, BOOK, backends={"model_txt": delegate, "model_vis": vision})
     ledger = Ledger()
 
     async def go():

@@ -37,7 +37,7 @@ from memfrontier.llm.base import Completion
 from memfrontier.llm.metered import MESSAGE_OVERHEAD_TOKENS, MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import STRATEGIES, MemoryEnv, get_strategy, strategy_class
-from memfrontier.strategies.mempilot.pool import ModelPool, PoolProfile, Route
+from memfrontier.strategies.mempilot.pool import PoolProfile, Route
 from memfrontier.strategies.mempilot.prompts import DELEGATE_SYSTEM
 
 BOOK = PriceBook.load()
@@ -132,9 +132,8 @@ def strategy(name: str, client: Scripted, env: MemoryEnv):
     if name == "automem":
         return strategy_class(name)(graph="none", planner_llm=client, judge_llm=client)
     if name == "mempilot":
-        s = strategy_class(name)(pool=pool_profile(), policy=client, compressor="offline", constrained=False)
-        s._pool = ModelPool(s.profile, env.prices, backends={"model_txt": client})
-        return s
+        return strategy_class(name)(pool=pool_profile(), policy=client, compressor="offline", constrained=False,
+                                    route_backends={"model_txt": client})
     return get_strategy(name)
 
 

@@ -171,7 +171,9 @@ class AutoMemAgent:
         rec.cached_tokens = out.cached_tokens
         return out.text
 
-    def _messages(self, question: str, question_date: str | None, steps: list[TraceStep], task: str) -> list[dict]:
+    def messages(self, question: str, question_date: str | None, steps: list[TraceStep], task: str) -> list[dict]:
+        """The messages of one planner or judge call: the stable context block, then the question
+        with the trace so far, then ``task``."""
         trace = render_trace(steps, max_obs_chars=TRACE_OBS_CHARS)
         return prompts.agent_messages(self.context, prompts.question_block(question, question_date, trace), task)
 
@@ -189,7 +191,7 @@ class AutoMemAgent:
         meter, steps = PrefixMeter(), []
         result = AgentResult(single_pass=False)
         for k in range(1, self.k_max + 1):
-            msgs = self._messages(question, question_date, steps, prompts.planner_task(question))
+            msgs = self.messages(question, question_date, steps, prompts.planner_task(question))
             text = await self._call(
                 meter, self.planner, "planner", msgs, max_tokens=prompts.PLANNER_MAX_TOKENS, schema=ACTION_SCHEMA
             )
@@ -225,7 +227,7 @@ class AutoMemAgent:
                     break
                 if not obs.ok:
                     continue  # no new evidence: the previous verdict stands, re-plan
-            vmsgs = self._messages(question, question_date, steps, prompts.JUDGE_TASK)
+            vmsgs = self.messages(question, question_date, steps, prompts.JUDGE_TASK)
             vtext = await self._call(
                 meter, self.judge, "judge", vmsgs, max_tokens=prompts.JUDGE_MAX_TOKENS, schema=prompts.JUDGE_SCHEMA
             )
@@ -246,7 +248,7 @@ class AutoMemAgent:
         """K_max = 1, no dump, no judge: one plan of up to four actions run concurrently."""
         meter = PrefixMeter()
         result = AgentResult(single_pass=True, stopped="single_pass")
-        msgs = self._messages(question, question_date, [], prompts.single_pass_task(question))
+        msgs = self.messages(question, question_date, [], prompts.single_pass_task(question))
         text = await self._call(
             meter, self.planner, "planner", msgs, max_tokens=prompts.SINGLE_PASS_MAX_TOKENS, schema=PARALLEL_SCHEMA
         )

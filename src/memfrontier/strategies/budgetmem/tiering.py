@@ -193,10 +193,10 @@ class CapacityTiering(Tiering):
             raise ValueError(f"capacity tiering needs exactly the tiers {TIERS}, got {sorted(models)}")
         if style not in prompts.STYLES:
             raise ValueError(f"unknown prompt style {style!r}")
-        self._specs, self._base_url, self._client_kw, self.style = models, base_url, client_kw, style
+        self.specs, self._base_url, self._client_kw, self.style = models, base_url, client_kw, style  # specs: tier -> model
 
     def model(self, tier: str, env) -> MeteredLLM:
-        return _model(env, self._specs[tier], tier, self._base_url, **self._client_kw)
+        return _model(env, self.specs[tier], tier, self._base_url, **self._client_kw)
 
     def fingerprint(self, env) -> str:
         return f"{self.name}|{self.style}|" + "|".join(f"{t}={self.model(t, env).model_id}" for t in TIERS)

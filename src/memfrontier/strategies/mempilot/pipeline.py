@@ -98,7 +98,8 @@ class MemPilot:
                  temperature: float = 0.0, constrained: bool = True, first_turn_tools: bool = True,
                  answer_after_repeat: bool = True, policy_max_tokens: int = 256, max_observation_tokens: int = 1024,
                  delegate_timeout_s: float | None = None, rollout_key: str = "0",
-                 budget: Budget | dict | None = None, bank_file: str | Path | None = None):
+                 budget: Budget | dict | None = None, bank_file: str | Path | None = None,
+                 route_backends: dict[str, ChatClient] | None = None):
         if answer_mode not in ANSWER_MODES:
             raise ValueError(f"unknown answer_mode {answer_mode!r}; choose {' or '.join(ANSWER_MODES)}")
         if bank not in KINDS:
@@ -124,6 +125,9 @@ class MemPilot:
             raise ValueError("bank_file needs bank='imported'")
         self.bank_file = None if bank_file is None else str(bank_file)
         self._pool: ModelPool | None = None
+        #: route id -> a ChatClient serving that route instead of its endpoint (a local server, a
+        #: test double); a runtime object, so a constructor argument and not a config value
+        self.route_backends = dict(route_backends or {})
         self._bank: MemoryBank | None = None
 
     # -- wiring ----------------------------------------------------------------------------
@@ -138,7 +142,7 @@ class MemPilot:
             from ...llm.embedded import EmbeddedLLM
 
             client = env.llm.client
-            self._pool = ModelPool(self.profile, env.llm.prices,
+            self._pool = ModelPool(self.profile, env.llm.prices, backends=self.route_backends,
                                    embedded=client if isinstance(client, EmbeddedLLM) else None)
         return self._pool
 
