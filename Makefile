@@ -31,6 +31,7 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_reliability.py
 	$(VENV)/bin/python benchmarks/bench_ingest_checks.py
 	$(VENV)/bin/python benchmarks/bench_service.py
+	$(VENV)/bin/python benchmarks/bench_frontier.py
 
 bench-model: $(VENV)/.installed
 	$(VENV)/bin/python -m memfrontier.llm.local_models install
