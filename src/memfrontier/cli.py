@@ -72,7 +72,9 @@ OPT_STRATEGY_CONFIG = typer.Option(None, "--strategy-config", metavar="FILE",
 
 
 def _fail(msg: str, code: int = 2):
-    err.print(f"[red]error:[/red] {msg}")
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/red] {escape(msg)}")  # a message's own brackets are text, not markup
     raise typer.Exit(code)
 
 

@@ -42,7 +42,8 @@ class RayUnavailableError(ImportError):
     """``--ray`` was asked for but Ray is not installed."""
 
 
-def _ray():
+def require_ray():
+    """The ``ray`` module; RayUnavailableError (naming the extra to install) without it."""
     try:
         import ray
     except ImportError as e:  # optional extra
@@ -56,7 +57,7 @@ def init_ray(address: str) -> None:
     Raises ValueError for an empty address and RayUnavailableError without Ray."""
     if not address or not address.strip():
         raise ValueError("ray address must be 'local', 'auto' or a cluster address such as ray://head:10001")
-    ray = _ray()
+    ray = require_ray()
     if ray.is_initialized():
         return
     if address == LOCAL:
@@ -113,7 +114,7 @@ class RayPool:
 
     def __init__(self, cfg, *, items: int):
         init_ray(cfg.ray)
-        ray = _ray()
+        ray = require_ray()
         self._ray = ray
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers_n = max(1, min(cfg.concurrency, cpus, items))
@@ -153,8 +154,8 @@ class RayPool:
 
     def close(self) -> None:
         """Close the workers' stores and end the workers (Ray itself stays up for the next run)."""
-        try:
-            self._ray.get([w.close.remote() for w in self._workers])
+        try:  # after a failed task a worker may be gone: wait a bounded time, then end them all
+            self._ray.wait([w.close.remote() for w in self._workers], num_returns=len(self._workers), timeout=60)
         finally:
             for w in self._workers:
                 self._ray.kill(w)

@@ -89,6 +89,13 @@ class EvalConfig(BaseModel):
     def _config_as_options(cls, v):
         return v.as_json() if isinstance(v, StrategyConfig) else v
 
+    @field_validator("ray")
+    @classmethod
+    def _ray_address(cls, v):
+        if v is not None and not v.strip():
+            raise ValueError("ray must be 'local', 'auto' or a cluster address such as ray://head:10001")
+        return v
+
     @model_validator(mode="after")
     def _valid_strategy_options(self):
         self.strategy_config()
@@ -245,6 +252,10 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     """
 
     progress = on_progress or (lambda *a, **k: None)
+    if cfg.ray is not None:  # before anything is read or written
+        from .ray_pool import require_ray
+
+        require_ray()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / "run.json"
