@@ -17,6 +17,6 @@ if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $LLAMA_VERSION (one time, a few minutes)..."
   .venv/bin/python -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
 fi
-.venv/bin/python -m pip install -q --find-links "$WHEELS" -e ".[dev]"
+.venv/bin/python -m pip install -q --find-links "$WHEELS" -e ".[dev,ray]"
 .venv/bin/python -c "import llama_cpp, sentence_transformers, bm25s, memfrontier" 
 touch .venv/.installed

@@ -163,3 +163,47 @@ def test_concurrent_calls_are_serialised(llm):
 
     a, b = run(both())
     assert a.text == b.text and a.output_tokens == b.output_tokens > 0
+
+
+def test_reusable_prefix_stops_at_a_batch_boundary_below_the_last_prompt_token():
+    from memfrontier.llm.embedded import reusable_prefix
+
+    prev = list(range(1300))
+    assert reusable_prefix(prev, prev[:1100] + [-1, -2], 512) == 1024  # common 1100 -> 2 whole batches
+    assert reusable_prefix(prev, prev[:1000] + [-1], 512) == 512
+    assert reusable_prefix(prev, prev[:500] + [-1], 512) == 0  # less than one batch: decode it all
+    assert reusable_prefix(prev, prev[:1024], 512) == 512  # the same 1024 tokens: the last batch is decoded again
+    assert reusable_prefix(prev, prev[:1025], 512) == 1024
+    assert reusable_prefix([], prev, 512) == 0
+    assert reusable_prefix(prev, [7] + prev[1:], 4) == 0
+    assert reusable_prefix(prev, prev[:10] + [-1], 4) == 8
+    with pytest.raises(ValueError, match="n_batch"):
+        reusable_prefix(prev, prev, 0)
+
+
+_TURNS = ["I started a keto diet this week and I already feel lighter.", "I bought a road bike and rode to the lake.",
+          "My doctor told me to watch my blood pressure.", "We hiked Mount Tam with my cousin on Saturday.",
+          "I write poems in the evening to relax.", "Work has been stressful, the project deadline moved.",
+          "I adopted a grey cat named Smokey.", "We are planning a trip to Canada in August."] * 3
+
+
+def _question(q: str) -> list[dict]:
+    ctx = "\n".join(f"(2023-05-{d:02d}) {'Evan' if d % 2 else 'Sam'} said, \"{t}\"" for d, t in enumerate(_TURNS, start=1))
+    return [{"role": "system", "content": "Answer from the conversation below in a few words."},
+            {"role": "user", "content": ctx + "\nQuestion: " + q}]
+
+
+@pytest.mark.slow
+def test_an_answer_does_not_depend_on_the_call_before_it(llm):
+    # llama-cpp-python reuses a cached prefix at any position: this answer was "Answer: Evan started
+    # his diet in 2019." after the greeting (a few tokens in common) and "Answer: 10/23/2023" after
+    # the other 650-token question (all but its last line in common), as from an empty cache
+    async def go():
+        await llm.complete([{"role": "user", "content": "Say hello."}], max_tokens=4)  # nothing in common
+        alone = (await llm.complete(_question("When did Evan start his diet?"), max_tokens=16)).text
+        await llm.complete(_question("What did Sam buy?"), max_tokens=16)
+        after = (await llm.complete(_question("When did Evan start his diet?"), max_tokens=16)).text
+        return alone, after
+
+    alone, after = asyncio.run(go())
+    assert alone == after == "Answer: 10/23/2023\n\nQuestion from"

@@ -72,7 +72,9 @@ OPT_STRATEGY_CONFIG = typer.Option(None, "--strategy-config", metavar="FILE",
 
 
 def _fail(msg: str, code: int = 2):
-    err.print(f"[red]error:[/red] {msg}")
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/red] {escape(msg)}")  # a message's own brackets are text, not markup
     raise typer.Exit(code)
 
 
@@ -81,13 +83,14 @@ def _known_errors():
     from .core.pricebook import UnpricedModelError
     from .eval.datasets import DatasetError
     from .eval.fallbacks import FallbackError
+    from .eval.ray_pool import RayUnavailableError
     from .eval.runner import RunMismatchError
     from .llm.base import LLMError
     from .store.base import StoreError
     from .strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
-            StoreError, ViewNotBuiltError, FileNotFoundError, ValueError)
+            StoreError, ViewNotBuiltError, RayUnavailableError, FileNotFoundError, ValueError)
 
 
 @contextmanager
@@ -132,6 +135,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("data_file", Optional[Path], typer.Option(None, help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.")),
         Param("seed", int, OPT_SEED),
         Param("concurrency", int, OPT_CONCURRENCY),
+        Param("ray", Optional[str], typer.Option(None, "--ray", metavar="ADDRESS", help="Run conversations and questions as Ray tasks (optional extra memfrontier[ray]): 'local' starts Ray on this machine, 'auto' joins the running cluster, or a cluster address (ray://head:10001). --concurrency is then the number of Ray workers. Same results as without.")),
         Param("price_book", Optional[Path], OPT_PRICE_BOOK),
         Param("allow_unpriced", bool, OPT_ALLOW_UNPRICED),
         Param("price_as", Optional[str], OPT_PRICE_AS),

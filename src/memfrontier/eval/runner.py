@@ -69,6 +69,12 @@ class EvalConfig(BaseModel):
     data_file: Path | None = None
     seed: int = 42
     concurrency: int = 1
+    #: Run ingest/construction (one task per conversation) and the questions (one task each) on
+    #: Ray: ``"local"`` starts Ray on this machine, ``"auto"`` joins the running cluster, or a
+    #: cluster address (``"ray://host:10001"``). ``concurrency`` is then the number of Ray workers,
+    #: each a process with its own models. ``None``: in this process (asyncio). Not part of the
+    #: run's identity: both give the same results (:mod:`memfrontier.eval.ray_pool`).
+    ray: str | None = None
     price_book: Path | None = None
     allow_unpriced: bool = False
     price_as: str | None = None
@@ -82,6 +88,13 @@ class EvalConfig(BaseModel):
     @classmethod
     def _config_as_options(cls, v):
         return v.as_json() if isinstance(v, StrategyConfig) else v
+
+    @field_validator("ray")
+    @classmethod
+    def _ray_address(cls, v):
+        if v is not None and not v.strip():
+            raise ValueError("ray must be 'local', 'auto' or a cluster address such as ray://head:10001")
+        return v
 
     @model_validator(mode="after")
     def _valid_strategy_options(self):
@@ -158,6 +171,73 @@ def _read_done(path: Path) -> dict[str, dict]:
     return done
 
 
+def open_run(cfg: EvalConfig, open_memory=None):
+    """The run's ``(memory, judge or None, strategy)``, as every worker of the run opens them.
+    Opening loads no model (models load on their first call)."""
+    from ..api import AsyncMemory
+
+    mem = (open_memory or AsyncMemory.open)(
+        cfg.store or Path(cfg.out) / "store", llm=cfg.llm, base_url=cfg.base_url,
+        price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
+    judge = make_judge(mem, cfg.judge_llm, cfg.base_url, dataset=cfg.dataset) if cfg.judge else None
+    return mem, judge, get_strategy(cfg.strategy, cfg.strategy_config())
+
+
+async def construct(mem, strategy, conv: Conversation) -> dict:
+    """Ingest one conversation (scope ``user_id = conversation id``) and build ``strategy``'s view
+    of it; returns the summary's ``construction`` entry for it (records added, chunks embedded,
+    construction usage in tokens/USD/seconds, events, calls by role, first call errors)."""
+    scope = Scope(user_id=conv.id)
+    added = await asyncio.to_thread(mem.store.add, conv.records)
+    ledger = await mem.build(strategy, scope)
+    usage = ledger.usage().construction.model_dump()
+    stored = getattr(strategy, "construction_usage", None)
+    if stored is not None:  # the view records its own cost, so a reused store still reports it
+        usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
+    return {"records": len(conv.records), "records_added": len(added.added),
+            "chunks_embedded": added.chunks_embedded, **usage,
+            "events": dict(ledger.events),
+            "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
+            "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
+
+
+async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> dict:
+    """Ask ``q`` in its conversation's scope, score it (and judge it when ``judge``); the
+    ``predictions.jsonl`` row (prediction, F1, EM, evidence recall, USD, usage by stage...)."""
+    ledger = Ledger()
+    ans = await mem.ask(q.question, user_id=q.conversation_id, strategy=strategy,
+                        question_date=q.question_date, gold_evidence_ids=q.evidence_ids, ledger=ledger)
+    gold = q.answer
+    row = {
+        "id": q.id, "conversation_id": q.conversation_id, "category": q.category,
+        "question": q.question, "gold": gold, "prediction": ans.text,
+        "f1": score_f1(dataset, ans.text, q),
+        "em": bool(gold is not None and exact_match(ans.text, gold)),
+        "evidence_ids": ans.evidence_ids, "gold_evidence_ids": q.evidence_ids,
+        "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),
+        "usd": ans.usage.query.usd, "unpriced_calls": ans.usage.query.unpriced_calls, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
+        "usage": ans.usage.model_dump(),
+        "strategy_meta": ans.meta,
+        "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
+    }
+    if judge is not None:
+        jl = Ledger()
+        with use_ledger(jl, "query"):
+            verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text,
+                                  question_type=q.category, abstention=q.abstention)
+        row["judge"] = verdict
+        row["judge_usd"] = jl.usd()
+        row["judge_usage"] = jl.usage().query.model_dump()
+        if verdict is None:
+            row["judge_error"] = True
+    return row
+
+
+async def _as_completed(aws):
+    for fut in asyncio.as_completed(aws):
+        yield await fut
+
+
 class RunMismatchError(RuntimeError):
     """The output directory holds a different run; resuming it would mix results."""
 
@@ -170,9 +250,12 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     FallbackError (summary written) when a role's error or fallback share is above
     ``cfg.fallback_threshold`` and ``cfg.allow_fallbacks`` is False.
     """
-    from ..api import AsyncMemory
 
     progress = on_progress or (lambda *a, **k: None)
+    if cfg.ray is not None:  # before anything is read or written
+        from .ray_pool import require_ray
+
+        require_ray()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / "run.json"
@@ -190,11 +273,9 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     needed = {q.conversation_id for q in questions}
     convs = [c for c in convs if c.id in needed]
 
-    mem = (open_memory or AsyncMemory.open)(
-        cfg.store or out / "store", llm=cfg.llm, base_url=cfg.base_url,
-        price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
-    judge = make_judge(mem, cfg.judge_llm, cfg.base_url, dataset=cfg.dataset) if cfg.judge else None
-    strategy = get_strategy(cfg.strategy, cfg.strategy_config())
+    if cfg.ray is not None and open_memory is not None:
+        raise ValueError("open_memory cannot be sent to Ray workers: run without ray")
+    mem, judge, strategy = open_run(cfg, open_memory)
     if not run_file.exists():  # only once the data, models and strategy are known to be valid
         write_json_atomic(run_file, cfg.identity())
 
@@ -203,78 +284,59 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     pending = [q for q in questions if q.id not in done]
     progress("start", total=len(questions), done=len(done), conversations=len(convs))
 
-    construction: dict[str, dict] = {}
-    scopes = {}
-    for c in convs:
-        scope = Scope(user_id=c.id)
-        scopes[c.id] = scope
-        added = await asyncio.to_thread(mem.store.add, c.records)
-        progress("build", conversation=c.id)
-        ledger = await mem.build(strategy, scope)
-        usage = ledger.usage().construction.model_dump()
-        stored = getattr(strategy, "construction_usage", None)
-        if stored is not None:  # the view records its own cost, so a reused store still reports it
-            usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
-        construction[c.id] = {"records": len(c.records), "records_added": len(added.added),
-                              "chunks_embedded": added.chunks_embedded, **usage,
-                              "events": dict(ledger.events),
-                              "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
-                              "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
-        progress("ingest", conversation=c.id, added=len(added.added))
+    pool = None
+    if cfg.ray is not None:
+        from .ray_pool import RayPool
 
-    sem = asyncio.Semaphore(max(1, cfg.concurrency))
-    conv_of = {q.id: q.conversation_id for q in questions}
+        pool = RayPool(cfg, items=max(len(convs), len(pending)))
+    try:
+        construction: dict[str, dict] = {}
+        if pool is None:
+            for c in convs:
+                progress("build", conversation=c.id)
+                construction[c.id] = await construct(mem, strategy, c)
+                progress("ingest", conversation=c.id, added=construction[c.id]["records_added"])
+        else:  # every conversation is built before any question is asked, as above
+            async for c_id, entry in pool.construct(convs):
+                construction[c_id] = entry
+                progress("ingest", conversation=c_id, added=entry["records_added"])
+        construction = {c.id: construction[c.id] for c in convs}  # dataset order, whatever finished first
 
-    async def one(q: Question) -> dict:
-        async with sem:
-            ledger = Ledger()
-            ans = await mem.ask(q.question, user_id=conv_of[q.id], strategy=strategy,
-                                question_date=q.question_date, gold_evidence_ids=q.evidence_ids, ledger=ledger)
-            gold = q.answer
-            row = {
-                "id": q.id, "conversation_id": q.conversation_id, "category": q.category,
-                "question": q.question, "gold": gold, "prediction": ans.text,
-                "f1": score_f1(cfg.dataset, ans.text, q),
-                "em": bool(gold is not None and exact_match(ans.text, gold)),
-                "evidence_ids": ans.evidence_ids, "gold_evidence_ids": q.evidence_ids,
-                "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),
-                "usd": ans.usage.query.usd, "unpriced_calls": ans.usage.query.unpriced_calls, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
-                "usage": ans.usage.model_dump(),
-                "strategy_meta": ans.meta,
-                "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
-            }
-            if judge is not None:
-                jl = Ledger()
-                with use_ledger(jl, "query"):
-                    verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text,
-                                          question_type=q.category, abstention=q.abstention)
-                row["judge"] = verdict
-                row["judge_usd"] = jl.usd()
-                row["judge_usage"] = jl.usage().query.model_dump()
-                if verdict is None:
-                    row["judge_error"] = True
-            return row
+        if pool is None:
+            sem = asyncio.Semaphore(max(1, cfg.concurrency))
 
-    with pred_path.open("a", encoding="utf-8") as f:
-        for fut in asyncio.as_completed([one(q) for q in pending]):
-            row = await fut
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            done[row["id"]] = row
-            progress("question", row=row)
-    mem.close()
+            async def one(q: Question) -> dict:
+                async with sem:
+                    return await answer_question(mem, strategy, judge, cfg.dataset, q)
+
+            rows_done = _as_completed([one(q) for q in pending])
+        else:
+            rows_done = pool.answer(pending)
+        with pred_path.open("a", encoding="utf-8") as f:
+            async for row in rows_done:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+                done[row["id"]] = row
+                progress("question", row=row)
+        modes = pool.structured_output_modes() if pool is not None else _structured_output_modes()
+    finally:
+        if pool is not None:
+            pool.close()
+        mem.close()
 
     rows = [done[q.id] for q in questions if q.id in done]
-    summary = build_summary(cfg, rows, construction, data_file, mem, strategy)
+    summary = build_summary(cfg, rows, construction, data_file, mem, strategy, structured_output=modes)
     write_json_atomic(out / "summary.json", summary)
     if summary["fallbacks"]["exceeded"] and not cfg.allow_fallbacks:
         raise FallbackError(exceeded_message(summary["fallbacks"]), summary)
     return summary
 
 
-def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy) -> dict:
-    """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3) and provenance."""
+def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy,
+                  structured_output: dict[str, str] | None = None) -> dict:
+    """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3) and provenance.
+    ``structured_output``: the endpoints' structured-output modes (default: this process's)."""
     groups = summarize(rows, by="category", dataset=cfg.dataset)
     n = len(rows)
     online = sum(r["usd"] for r in rows) / n if n else 0.0
@@ -302,7 +364,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
             prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
                              **({"judge": judge_prompt_version(cfg.dataset)} if cfg.judge else {})},
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
-            structured_output=_structured_output_modes(),
+            structured_output=_structured_output_modes() if structured_output is None else structured_output,
             **_config_provenance(strategy),
             recipes=list(strategy.recipes),
         ),
