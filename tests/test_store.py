@@ -596,3 +596,21 @@ def test_postgres_lexical_side_is_full_text_search(pg_database, tmp_path, minilm
     # documented difference from bm25s: accents are not folded by the default parser
     assert s.search_bm25("cafe", A, 5) == [] and [c.session_id for c, _ in s.search_bm25("café", A, 5)] == ["b"]
     s.close()
+
+
+def test_memory_open_takes_a_postgres_url(pg_database, tmp_path, monkeypatch):
+    from memfrontier.api import Memory
+    from memfrontier.store.postgres import default_directory
+
+    monkeypatch.setenv("MEMFRONTIER_HOME", str(tmp_path / "home"))
+    url = pg_database("api")
+    assert url.startswith("postgresql://")
+    with Memory.open(url) as m:
+        assert isinstance(m.aio.store, PostgresStore)
+        assert m.add(["I moved to Lisbon in May and started learning fado."], user_id="ana").added
+        assert m.add(["Bob lives in Porto."], user_id="bob").added
+        assert [h.chunk.scope.user_id for h in m.search("Lisbon fado", user_id="ana", k=3)] == ["ana"]
+        assert m.aio.store.view_dir("banks") == default_directory(url) / "banks"
+        assert default_directory(url).parent == tmp_path / "home" / "postgres"
+        assert m.delete_all(user_id="ana") == 1
+        assert m.search("Lisbon", user_id="ana", k=3) == []
