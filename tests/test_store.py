@@ -584,16 +584,28 @@ def test_postgres_unreachable_is_a_store_error_without_password(tmp_path, minilm
     assert "hunter2" not in str(ei.value)
 
 
-def test_postgres_lexical_side_is_full_text_search(pg_database, tmp_path, minilm):
+def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_path, minilm):
+    import math
+
     s = PostgresStore(pg_database(), minilm, directory=tmp_path / "fts")
     s.add([turn(1, "We hiked to the glaciers near Chamonix.", session="a"),
            turn(2, "The café served crêpes.", session="b"),
-           turn(3, "Hiking hiking hiking every weekend, hiking is my life.", session="c")])
+           turn(3, "Hiking hiking hiking every weekend, hiking is my life.", session="c"),
+           turn(4, "Hiking again.", scope=B, session="d")])
     # English stemming: "hiking" and "hiked" share the lexeme "hike"; every query lexeme OR-ed
     assert sorted(c.session_id for c, _ in s.search_bm25("hike glaciers", A, 5)) == ["a", "c"]
+    # Okapi BM25 by hand, alice's statistics only (bob's chunk changes neither N nor df):
+    # N = 3 chunks, df(hike) = 2, lengths = distinct lexemes of each chunk's rendered text
+    # ('Ann said, "..."': a = ann said hike glacier near chamonix = 6, b = ann said café serv crêpe = 5,
+    # c = ann said hike everi weekend life = 6), avgdl = 17 / 3; tf(hike) = 1 in a, 4 in c
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+
+    def bm25(tf, dl):
+        return idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / (17 / 3)))
+
     ranked = s.search_bm25("hiking", A, 5)
-    assert [c.session_id for c, _ in ranked] == ["c", "a"] and ranked[0][1] > ranked[1][1] > 0
-    # documented difference from bm25s: accents are not folded by the default parser
+    assert [(c.session_id, sc) for c, sc in ranked] == [("c", pytest.approx(bm25(4, 6))), ("a", pytest.approx(bm25(1, 6)))]
+    # documented difference from bm25s: accents are not folded by PostgreSQL's default parser
     assert s.search_bm25("cafe", A, 5) == [] and [c.session_id for c, _ in s.search_bm25("café", A, 5)] == ["b"]
     s.close()
 

@@ -28,16 +28,17 @@ Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`
   similarity = 1 - distance). With a ``k`` the HNSW index may be used (approximate,
   ``hnsw.iterative_scan = strict_order`` so a scope filter still yields ``k`` rows,
   ``hnsw.ef_search = max(40, k)``); the planner scans exactly when the scope's rows are few.
-- :meth:`PostgresStore.search_bm25`: PostgreSQL full-text search, **not BM25**: the query's
-  lexemes (``to_tsvector('english', query)``: Snowball English stemmer and stopwords) are OR-ed
-  into a ``tsquery``, chunks that match (GIN index) are ranked by ``ts_rank_cd(tsv, query, 1)``
-  (cover density, divided by 1 + log(document length)). Unlike bm25s (Okapi k1=1.5, b=0.75 with
-  IDF) the rank has no inverse document frequency, so a common word weighs like a rare one; it
-  uses no collection statistics, so nothing of another scope can affect a scope's ranking. The
-  default parser neither folds accents nor splits unspaced CJK text (bm25s tokenisation here
-  does both). The method keeps the protocol's name: it is the store's lexical retriever. The
-  difference is measured in ``benchmarks/bench_pg_recall.py`` (evidence recall of ``rag`` on the
-  LoCoMo test split against the SQLite store).
+- :meth:`PostgresStore.search_bm25`: Okapi BM25 (k1=1.5, b=0.75, Lucene IDF, as bm25s) computed
+  in SQL over PostgreSQL's full-text lexemes: the query's lexemes (``to_tsvector('english', query)``,
+  Snowball English stemmer and stopwords) are OR-ed into a ``tsquery``; the chunks of the scope that
+  match it (GIN index) are scored with N, df and the average length of the searched scope's own
+  chunks (no other tenant's text enters the statistics). How it differs from the SQLite store's
+  bm25s: the tokenizer (PostgreSQL's default parser and Snowball stemmer, not ours: accents are
+  not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
+  at 256 by PostgreSQL) and a chunk's length is its number of distinct lexemes. N and the average
+  length are read from the scope's rows on each search (cheap for a tenant, a scan for a scope of
+  100k chunks). The recall difference is measured in ``benchmarks/bench_pg_recall.py`` (evidence
+  recall of ``rag`` on the LoCoMo test split against the SQLite store).
 
 Schema migrations are versioned (:data:`MIGRATIONS`): opening a database applies the missing
 versions in order in one transaction under an advisory lock; a database written by a newer
@@ -126,7 +127,8 @@ _V1 = [
         first_seq bigint NOT NULL,
         record_ids text[] NOT NULL,
         embedding vector({dim}) NOT NULL,
-        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED)""",
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+        tsv_len integer GENERATED ALWAYS AS (length(to_tsvector('english', text))) STORED)""",
     "CREATE INDEX chunks_session ON chunks (scope_key, session_id)",
     "CREATE INDEX chunks_user ON chunks (user_id)",
     "CREATE INDEX chunks_agent ON chunks (agent_id)",
@@ -147,6 +149,26 @@ _RECORD_COLS = (
 _CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids"
 _ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
 _ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
+
+# Okapi BM25 (k1 = 1.5, b = 0.75, Lucene IDF ln(1 + (N - df + 0.5) / (df + 0.5))) over the
+# full-text lexemes: candidates are the chunks of the scope matching the OR-query (GIN index);
+# N and the average length are the scope's, df is counted among the candidates (every chunk that
+# holds a query lexeme is one), tf is a lexeme's number of positions, the length of a chunk is its
+# number of distinct lexemes (``tsv_len``). Parameters: scope params, query text, scope params, lexemes.
+_BM25_SQL = """
+WITH st AS (SELECT count(*)::float8 AS n, COALESCE(avg(tsv_len), 1)::float8 AS avgdl FROM chunks WHERE {where}),
+m AS (SELECT c.id, c.tsv_len, c.tsv FROM chunks c, websearch_to_tsquery('simple', %s) AS q
+      WHERE c.tsv @@ q AND {where}),
+h AS (SELECT m.id, m.tsv_len AS dl, t.lexeme, cardinality(t.positions)::float8 AS tf
+      FROM m, unnest(m.tsv) AS t WHERE t.lexeme = ANY(%s)),
+d AS (SELECT lexeme, count(*)::float8 AS df FROM h GROUP BY lexeme),
+s AS (SELECT h.id, sum(ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) * h.tf * 2.5
+                       / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
+      FROM h JOIN d USING (lexeme) CROSS JOIN st GROUP BY h.id)
+SELECT c.id, c.scope_json, c.session_id, c.timestamp, c.text, c.n_tokens, c.record_ids, c.first_seq, s.score
+FROM s JOIN chunks c ON c.id = s.id
+ORDER BY s.score DESC, c.timestamp IS NOT NULL, c.timestamp, c.first_seq, c.id{limit}
+"""
 
 
 def _row_to_record(row) -> Record:
@@ -649,9 +671,9 @@ class PostgresStore:
         return self._ranked(rows, lambda d: 1.0 - d)
 
     def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
-        """Top-``k`` chunks in ``scope`` by PostgreSQL full-text rank (``ts_rank_cd``, > 0 only;
-        ``k=None``: all that match) of the OR of the query's English lexemes; **not BM25** (no IDF,
-        see the module docstring). Empty / all-stopword / unseen-word query -> []."""
+        """Top-``k`` chunks in ``scope`` by Okapi BM25 over the full-text lexemes (> 0 only; ``k=None``:
+        all that match), statistics of the scope's own chunks (see the module docstring for how it
+        differs from bm25s). Empty / all-stopword / unseen-word query -> []."""
         if not query.strip() or (k is not None and k <= 0):
             return []
         where, params = _scope_where(scope)
@@ -662,11 +684,7 @@ class PostgresStore:
                 return []
             # each lexeme quoted as a phrase of the 'simple' configuration: already normalised, never a syntax error
             terms = " or ".join('"' + lx.replace('"', " ") + '"' for lx in lexemes)
-            rows = c.execute(
-                f"SELECT {_CHUNK_COLS}, first_seq, ts_rank_cd(tsv, q, 1) AS rank "
-                f"FROM chunks, websearch_to_tsquery('simple', %s) AS q WHERE tsv @@ q AND {where} "
-                f"ORDER BY rank DESC, timestamp IS NOT NULL, timestamp, first_seq, id{limit}",
-                [terms, *params]).fetchall()
+            rows = c.execute(_BM25_SQL.format(where=where, limit=limit), [*params, terms, *params, lexemes]).fetchall()
         return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
 
     # -- lifecycle ------------------------------------------------------------------------
