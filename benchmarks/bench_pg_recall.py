@@ -1,9 +1,9 @@
 """Evidence recall of ``rag`` on the LoCoMo test split: the SQLite store against the PostgreSQL store.
 
-The two stores differ in their lexical retriever only (SQLite: bm25s Okapi BM25, k1=1.5, b=0.75,
-with IDF; PostgreSQL: full-text search, the query's English lexemes OR-ed, ranked by
-``ts_rank_cd(tsv, q, 1)``, no IDF) and in dense search being pgvector's ``<=>`` instead of numpy
-(exact here: the planner scans the scope's rows; same vectors). Both hold the same records, chunked
+The two stores differ in their lexical retriever (SQLite: bm25s over our tokenizer; PostgreSQL:
+the same Okapi BM25, k1=1.5, b=0.75, computed in SQL over PostgreSQL's English full-text lexemes,
+see :mod:`memfrontier.store.postgres`) and in dense search being pgvector's ``<=>`` instead of
+numpy (exact here: the planner scans the scope's rows; same vectors). Both hold the same records, chunked
 the same way (same chunk ids). For every question of categories 1-4 of the test split
 (conv-49, conv-50: 314 questions) the ``rag`` strategy's retrieval (:class:`~memfrontier.strategies.rag.Rag`
 defaults: hybrid dense + lexical fused by RRF k=60, top-8 chunks) runs on both stores, and
