@@ -32,6 +32,9 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_ingest_checks.py
 	$(VENV)/bin/python benchmarks/bench_service.py
 	$(VENV)/bin/python benchmarks/bench_frontier.py
+	$(VENV)/bin/python benchmarks/bench_pg_recall.py
+	$(VENV)/bin/python benchmarks/bench_pg_store.py
+	$(VENV)/bin/python benchmarks/bench_ray.py
 
 bench-model: $(VENV)/.installed
 	$(VENV)/bin/python -m memfrontier.llm.local_models install

@@ -1,4 +1,7 @@
-"""SQLiteStore with the real MiniLM embedder, real bm25s and real SQLite in a temp directory."""
+"""The store contract, run against both stores (SQLite in a temp directory; PostgreSQL + pgvector
+on a real embedded server, see ``pg_server`` in conftest.py) with the real MiniLM embedder.
+Tests that take ``store`` / ``open_store`` run once per backend; the others check one store's own
+mechanics (SQLite's in-memory partitions and bm25s tokenisation, PostgreSQL's schema versions)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from memfrontier.retrieve.recipes import chunk_recipe
 from memfrontier.retrieve.rrf import rrf_fuse
 from memfrontier.store.base import EmbeddingMismatchError, MemoryStore, StoreError
 from memfrontier.store.bm25 import bm25_split
+from memfrontier.store.postgres import PostgresStore
 from memfrontier.store.sqlite import SQLiteStore
 
 A = Scope(user_id="alice")
@@ -56,11 +60,41 @@ def emb(minilm):
     return CountingEmbedder(minilm)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request):
+    return request.param
+
+
 @pytest.fixture
-def store(tmp_path, emb):
-    s = SQLiteStore(tmp_path / "mem", emb)
-    yield s
-    s.close()
+def open_store(backend, tmp_path, request):
+    """``open_store(name, embedder, **kw)``: (re)open the store called ``name`` of this test on the
+    backend (a directory under tmp_path, or a fresh database of the embedded PostgreSQL server)."""
+    opened = []
+
+    def make(name, embedder, **kw):
+        if backend == "sqlite":
+            s = SQLiteStore(tmp_path / name, embedder, **kw)
+        else:
+            s = PostgresStore(request.getfixturevalue("pg_database")(name), embedder, directory=tmp_path / name, **kw)
+        opened.append(s)
+        return s
+
+    def opener(name):
+        """Python source that opens the same store in another process (embedder ``MiniLMEmbedder()``)."""
+        if backend == "sqlite":
+            return f"SQLiteStore({str(tmp_path / name)!r}, MiniLMEmbedder())"
+        dsn = request.getfixturevalue("pg_database")(name)
+        return f"PostgresStore({dsn!r}, MiniLMEmbedder(), directory={str(tmp_path / name)!r})"
+
+    make.opener = opener
+    yield make
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(open_store, emb):
+    return open_store("mem", emb)
 
 
 def search(store, query, scope, k=10, retrievers=("dense", "bm25")):
@@ -87,15 +121,16 @@ def chunk_of(store, record_id):
     return [c for c in store.chunks(Scope()) if record_id in c.record_ids]
 
 
-def test_protocol_and_layout(store, tmp_path):
+def test_protocol_and_layout(store, tmp_path, backend):
     assert isinstance(store, MemoryStore)
     res = store.add(ALICE + BOB)
     assert sorted(res.added) == sorted(r.id for r in ALICE + BOB)
     assert res.skipped == [] and res.chunks_built == 3 and res.chunks_embedded == 3
-    assert (tmp_path / "mem" / "store.db").is_file()
+    assert (tmp_path / "mem" / "store.db").is_file() == (backend == "sqlite")
     hits = search(store, "puppy", A, k=5)
     assert hits and hits[0].chunk.record_ids == ["alice:s1:1", "alice:s1:2"]
     assert store.view_dir("banks") == tmp_path / "mem" / "banks" and (tmp_path / "mem" / "banks").is_dir()
+    assert store.directory == tmp_path / "mem"
     with pytest.raises(ValueError, match="view name"):
         store.view_dir("../escape")
     assert store.count() == {"records": 6, "chunks": 3, "vectors": 3}
@@ -145,7 +180,21 @@ def test_incremental_add_reuses_vectors_of_unchanged_chunks(store, emb):
     assert store.count() == {"records": 41, "chunks": len(after), "vectors": len(after)}
 
 
-def test_reopen_does_not_reembed(tmp_path, minilm):
+def test_reopen_keeps_everything_and_does_not_reembed(open_store, minilm):
+    s1 = open_store("m", CountingEmbedder(minilm))
+    s1.add(ALICE + BOB)
+    before = (s1.chunks(Scope()), s1.records(Scope()), s1.search_bm25("cello", A, 3))
+    s1.close()
+    e2 = CountingEmbedder(minilm)
+    s2 = open_store("m", e2)
+    assert (s2.chunks(Scope()), s2.records(Scope()), s2.search_bm25("cello", A, 3)) == before
+    assert s2.add(ALICE).added == [] and e2.calls == 0
+    dense = search(s2, "Biscuit the golden retriever", A, k=1)
+    assert e2.calls == 1 and e2.texts == 1  # only the query was embedded
+    assert "alice:s1:1" in dense[0].chunk.record_ids
+
+
+def test_sqlite_reopen_loads_partitions_lazily(tmp_path, minilm):
     e1 = CountingEmbedder(minilm)
     s1 = SQLiteStore(tmp_path / "m", e1)
     s1.add(ALICE + BOB)
@@ -221,7 +270,15 @@ def test_delete_all(store):
     assert store.delete_all(A) == 0
 
 
-def test_non_ascii_found_by_bm25(store):
+@pytest.fixture
+def sqlite_store(tmp_path, emb):
+    s = SQLiteStore(tmp_path / "mem", emb)
+    yield s
+    s.close()
+
+
+def test_non_ascii_found_by_bm25(sqlite_store):
+    store = sqlite_store
     recs = [
         turn(1, "Nous avons bu un café crème à la crêperie de Montréal.", session="fr"),
         turn(2, "我喜欢吃寿司，特别是三文鱼。", session="zh"),
@@ -301,30 +358,30 @@ def test_records_chronological_get_and_chunks(store):
     assert chunks[1].record_ids == [mid_a.id, mid_b.id]
 
 
-def test_embedding_mismatch(tmp_path, minilm):
-    s = SQLiteStore(tmp_path / "m", minilm)
+def test_embedding_mismatch(open_store, minilm):
+    s = open_store("m", minilm)
     s.add(ALICE)
     s.close()
     other = CountingEmbedder(minilm, model_id="acme/other-embedder")
     with pytest.raises(EmbeddingMismatchError, match="sentence-transformers/all-MiniLM-L6-v2.*acme/other-embedder"):
-        SQLiteStore(tmp_path / "m", other)
+        open_store("m", other)
     with pytest.raises(EmbeddingMismatchError, match="dim 128"):
-        SQLiteStore(tmp_path / "m", CountingEmbedder(minilm, dim=128))
+        open_store("m", CountingEmbedder(minilm, dim=128))
     assert other.calls == 0
-    s2 = SQLiteStore(tmp_path / "m", other, reembed=True)
+    s2 = open_store("m", other, reembed=True)
     assert other.texts == 2  # both chunks re-embedded
     assert s2.search_dense("cello", A, 1)[0][0].session_id == "s2"
     s2.close()
     # now the store belongs to the new id; the original one mismatches
     with pytest.raises(EmbeddingMismatchError):
-        SQLiteStore(tmp_path / "m", minilm)
+        open_store("m", minilm)
     assert MiniLMEmbedder.model_id == MINILM_MODEL_ID
 
 
-def test_chunk_tokens_recorded(tmp_path, minilm):
-    SQLiteStore(tmp_path / "m", minilm, chunk_tokens=128).close()
+def test_chunk_tokens_recorded(open_store, minilm):
+    open_store("m", minilm, chunk_tokens=128).close()
     with pytest.raises(StoreError, match="chunk_tokens=128"):
-        SQLiteStore(tmp_path / "m", minilm)
+        open_store("m", minilm)
 
 
 def test_corrupt_db_raises_store_error_with_path(tmp_path, minilm):
@@ -370,8 +427,9 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, {src!r})
     from memfrontier.core.types import Record, Scope
     from memfrontier.embed.minilm import MiniLMEmbedder
+    from memfrontier.store.postgres import PostgresStore
     from memfrontier.store.sqlite import SQLiteStore
-    s = SQLiteStore({path!r}, MiniLMEmbedder())
+    s = {opener}
     s.embedder.encode(["warm up"])
     print("READY", flush=True)
     sys.stdin.readline()
@@ -386,11 +444,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_second_process_writes_same_store(tmp_path, minilm):
-    path = tmp_path / "shared"
-    parent = SQLiteStore(path, minilm)
+def test_second_process_writes_same_store(open_store, minilm):
+    parent = open_store("shared", minilm)
     parent.add(ALICE)
-    script = CHILD.format(src=str(ROOT / "src"), path=str(path))
+    script = CHILD.format(src=str(ROOT / "src"), opener=open_store.opener("shared"))
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
@@ -418,6 +475,57 @@ def test_second_process_writes_same_store(tmp_path, minilm):
     parent.close()
 
 
+CRASH_CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {src!r})
+    from memfrontier.core.types import Record, Scope
+    from memfrontier.embed.minilm import MiniLMEmbedder
+    from memfrontier.store.postgres import PostgresStore
+    from memfrontier.store.sqlite import SQLiteStore
+    s = {opener}
+    s.embedder.encode(["warm up"])
+    for b in range(10000):
+        s.add([Record(id=f"k:{{b}}:{{i}}", scope=Scope(user_id="crash"), session_id=f"s{{b % 3}}",
+                      text=f"batch {{b}} item {{i}} about comets and the Kuiper belt") for i in range(5)])
+        print(f"OK {{b}}", flush=True)
+    """
+)
+
+
+def test_kill_9_during_ingest_keeps_whole_batches(open_store, minilm):
+    first = open_store("crash", minilm)
+    first.add(ALICE)
+    first.close()
+    proc = subprocess.Popen([sys.executable, "-c", CRASH_CHILD.format(src=str(ROOT / "src"), opener=open_store.opener("crash"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked = -1
+    try:
+        for line in proc.stdout:  # a few batches committed, then killed while it writes the next one
+            acked = int(line.split()[1])
+            if acked >= 4:
+                break
+        proc.kill()  # SIGKILL: no handler, no rollback by the client
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert acked >= 4, proc.stderr.read()
+    s = open_store("crash", minilm)
+    crash = Scope(user_id="crash")
+    batches: dict[str, int] = {}
+    for r in s.records(crash):
+        batches[r.id.split(":")[1]] = batches.get(r.id.split(":")[1], 0) + 1
+    assert set(batches.values()) == {5}  # every batch whole or absent
+    assert {str(b) for b in range(acked + 1)} <= set(batches)  # every acknowledged batch present
+    ids = sorted(r.id for r in s.records(Scope()))
+    assert sorted(rid for c in s.chunks(Scope()) for rid in c.record_ids) == ids
+    assert s.count() == {"records": len(ids), "chunks": len(s.chunks(Scope())), "vectors": len(s.chunks(Scope()))}
+    late = Record(id="after", scope=crash, session_id="s9", text="written after the crash about comets")
+    assert s.add([late]).added == ["after"]  # writable again
+    assert late.id in search(s, "written after the crash", crash, k=1)[0].chunk.record_ids
+
+
 def test_vectors_are_unit_float32(store, minilm):
     store.add(ALICE)
     for ch in store.chunks(A):  # the stored vector is the chunk text's unit embedding: cosine 1 with itself
@@ -428,7 +536,8 @@ def test_vectors_are_unit_float32(store, minilm):
     assert minilm.encode([]).shape == (0, 384)
 
 
-def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_missed(store, emb, monkeypatch):
+def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_missed(sqlite_store, emb, monkeypatch):
+    store = sqlite_store
     # simulate a concurrent writer that changed the sessions between the two passes:
     # the optimistic pre-embedding finds nothing, so the transaction must embed by itself
     monkeypatch.setattr(store, "_pre_embed", lambda *a, **k: {})
@@ -439,3 +548,81 @@ def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_misse
     assert store.count() == {"records": 3, "chunks": 2, "vectors": 2}
     assert store.search_bm25("cello", A, 5) == []
     assert store.search_bm25("Lisbon", A, 1)[0][0].record_ids == ["alice:s2:3"]
+
+
+# -- PostgreSQL's own mechanics ---------------------------------------------------------------
+
+
+def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_path, minilm):
+    import psycopg
+
+    from memfrontier.store.postgres import MIGRATIONS, SCHEMA_VERSION
+
+    dsn = pg_database("v")
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "v")
+    assert s.schema_version() == SCHEMA_VERSION == max(MIGRATIONS)
+    s.add(ALICE)
+    s.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version")] == sorted(MIGRATIONS)
+        idx = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'chunks'").fetchall())
+        assert "USING hnsw (embedding vector_cosine_ops)" in idx["chunks_embedding"]
+        assert "USING gin (tsv)" in idx["chunks_tsv"]
+        conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this memfrontier's {SCHEMA_VERSION}"):
+        PostgresStore(dsn, minilm, directory=tmp_path / "v")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM schema_version WHERE version = %s", (SCHEMA_VERSION + 1,))
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "v")  # reopening a current schema changes nothing
+    assert s.count() == {"records": 4, "chunks": 2, "vectors": 2}
+    s.close()
+
+
+def test_postgres_unreachable_is_a_store_error_without_password(tmp_path, minilm):
+    with pytest.raises(StoreError, match=r"cannot connect to store database postgresql://u:\*\*\*@") as ei:
+        PostgresStore(f"postgresql://u:hunter2@/db?host={tmp_path}", minilm, directory=tmp_path / "x", connect_timeout_s=1)
+    assert "hunter2" not in str(ei.value)
+
+
+def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_path, minilm):
+    import math
+
+    s = PostgresStore(pg_database(), minilm, directory=tmp_path / "fts")
+    s.add([turn(1, "We hiked to the glaciers near Chamonix.", session="a"),
+           turn(2, "The café served crêpes.", session="b"),
+           turn(3, "Hiking hiking hiking every weekend, hiking is my life.", session="c"),
+           turn(4, "Hiking again.", scope=B, session="d")])
+    # English stemming: "hiking" and "hiked" share the lexeme "hike"; every query lexeme OR-ed
+    assert sorted(c.session_id for c, _ in s.search_bm25("hike glaciers", A, 5)) == ["a", "c"]
+    # Okapi BM25 by hand, alice's statistics only (bob's chunk changes neither N nor df):
+    # N = 3 chunks, df(hike) = 2, lengths = distinct lexemes of each chunk's rendered text
+    # ('Ann said, "..."': a = ann said hike glacier near chamonix = 6, b = ann said café serv crêpe = 5,
+    # c = ann said hike everi weekend life = 6), avgdl = 17 / 3; tf(hike) = 1 in a, 4 in c
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+
+    def bm25(tf, dl):
+        return idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / (17 / 3)))
+
+    ranked = s.search_bm25("hiking", A, 5)
+    assert [(c.session_id, sc) for c, sc in ranked] == [("c", pytest.approx(bm25(4, 6))), ("a", pytest.approx(bm25(1, 6)))]
+    # documented difference from bm25s: accents are not folded by PostgreSQL's default parser
+    assert s.search_bm25("cafe", A, 5) == [] and [c.session_id for c, _ in s.search_bm25("café", A, 5)] == ["b"]
+    s.close()
+
+
+def test_memory_open_takes_a_postgres_url(pg_database, tmp_path, monkeypatch):
+    from memfrontier.api import Memory
+    from memfrontier.store.postgres import default_directory
+
+    monkeypatch.setenv("MEMFRONTIER_HOME", str(tmp_path / "home"))
+    url = pg_database("api")
+    assert url.startswith("postgresql://")
+    with Memory.open(url) as m:
+        assert isinstance(m.aio.store, PostgresStore)
+        assert m.add(["I moved to Lisbon in May and started learning fado."], user_id="ana").added
+        assert m.add(["Bob lives in Porto."], user_id="bob").added
+        assert [h.chunk.scope.user_id for h in m.search("Lisbon fado", user_id="ana", k=3)] == ["ana"]
+        assert m.aio.store.view_dir("banks") == default_directory(url) / "banks"
+        assert default_directory(url).parent == tmp_path / "home" / "postgres"
+        assert m.delete_all(user_id="ana") == 1
+        assert m.search("Lisbon", user_id="ana", k=3) == []

@@ -115,7 +115,8 @@ class AsyncMemory:
         embedder=None,
         reembed: bool = False,
     ) -> "AsyncMemory":
-        """Open (or create) the store directory at ``path``.
+        """Open (or create) the store at ``path``: a directory (SQLite) or a ``postgres://`` /
+        ``postgresql://`` URL (PostgreSQL + pgvector, see :func:`~memfrontier.store.open.open_store`).
 
         ``llm`` is ``"local"`` (embedded Gemma 3 270M), ``"openai:MODEL"`` (with ``base_url``) or a
         ChatClient; ``answer_llm`` defaults to the same model. Raises UnpricedModelError for a
@@ -124,7 +125,7 @@ class AsyncMemory:
         ``price_as`` prices every call as that price-book model (see :class:`MeteredLLM`).
         """
         from .embed.minilm import MiniLMEmbedder
-        from .store.sqlite import SQLiteStore
+        from .store.open import open_store
 
         prices = price_book if isinstance(price_book, PriceBook) else PriceBook.load(price_book)
         mem_client = make_llm(llm, base_url=base_url) if isinstance(llm, str) else llm
@@ -132,7 +133,7 @@ class AsyncMemory:
             ans_client = mem_client
         else:
             ans_client = make_llm(answer_llm, base_url=base_url) if isinstance(answer_llm, str) else answer_llm
-        store = SQLiteStore(Path(path), embedder or MiniLMEmbedder(), reembed=reembed)
+        store = open_store(path, embedder or MiniLMEmbedder(), reembed=reembed)
         return cls(
             store,
             MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),

@@ -1,5 +1,6 @@
-"""The store interface. The embedded SQLite store implements it today; a PostgreSQL + pgvector
-store implements the same members later, and strategies only ever see this interface."""
+"""The store interface. The embedded SQLite store (:mod:`memfrontier.store.sqlite`) and the
+PostgreSQL + pgvector store (:mod:`memfrontier.store.postgres`) implement it, and strategies only
+ever see this interface (:func:`memfrontier.store.open.open_store` opens either from a location)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,709 @@
+"""The scale-out store: PostgreSQL + pgvector through ``psycopg`` 3.
+
+The same :class:`~memfrontier.store.base.MemoryStore` members as
+:class:`~memfrontier.store.sqlite.SQLiteStore`; the data live in one PostgreSQL database:
+
+    schema_version  one row per applied migration (version, applied_at)
+    meta            embedding model id and dim, chunk_tokens
+    records         the store of record, ``UNIQUE (scope_key, id)``: record ids are unique per scope
+    chunks          turn-atomic chunks of each (scope, session) with their record ids (``text[]``),
+                    their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
+                    (``to_tsvector('english', text)``, GIN index)
+    pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
+
+View files (memory banks, the embedded graph index) are local files, as with SQLite: they live in
+``directory`` (default ``$MEMFRONTIER_HOME/postgres/<database slug>``, ``MEMFRONTIER_HOME``
+defaulting to ``~/.cache/memfrontier``), one folder per view (:meth:`PostgresStore.view_dir`).
+
+Writes. ``add``, ``delete`` and ``delete_all`` each run in one transaction that holds a
+transaction-level advisory lock per scope it changes (``pg_advisory_xact_lock`` on a hash of the
+scope key, taken in sorted order): writers of different scopes proceed in parallel, writers of one
+scope serialise (the re-chunking of a session reads then rewrites its chunks). A killed client
+leaves nothing: PostgreSQL rolls the open transaction back. Chunk ids hash (scope key, session,
+record ids, text), so an unchanged chunk keeps its row and its vector; only new chunks are embedded.
+
+Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`):
+
+- :meth:`PostgresStore.search_dense`: cosine through pgvector's ``<=>`` (cosine distance,
+  similarity = 1 - distance). With a ``k`` the HNSW index may be used (approximate,
+  ``hnsw.iterative_scan = strict_order`` so a scope filter still yields ``k`` rows,
+  ``hnsw.ef_search = max(40, k)``); the planner scans exactly when the scope's rows are few.
+- :meth:`PostgresStore.search_bm25`: Okapi BM25 (k1=1.5, b=0.75, Lucene IDF, as bm25s) computed
+  in SQL over PostgreSQL's full-text lexemes: the query's lexemes (``to_tsvector('english', query)``,
+  Snowball English stemmer and stopwords) are OR-ed into a ``tsquery``; the chunks of the scope that
+  match it (GIN index) are scored with N, df and the average length of the searched scope's own
+  chunks (no other tenant's text enters the statistics). How it differs from the SQLite store's
+  bm25s: the tokenizer (PostgreSQL's default parser and Snowball stemmer, not ours: accents are
+  not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
+  at 256 by PostgreSQL) and a chunk's length is its number of distinct lexemes. N and the average
+  length are read from the scope's rows on each search (cheap for a tenant, a scan for a scope of
+  100k chunks). The recall difference is measured in ``benchmarks/bench_pg_recall.py`` (evidence
+  recall of ``rag`` on the LoCoMo test split against the SQLite store).
+
+Schema migrations are versioned (:data:`MIGRATIONS`): opening a database applies the missing
+versions in order in one transaction under an advisory lock; a database written by a newer
+memfrontier is refused with :class:`StoreError`. The ``vector`` extension is created when absent
+(that needs a role allowed to create it; otherwise create it once as a superuser).
+
+Errors: :class:`StoreError` when the server cannot be reached or a statement fails (the message
+names the database, never the password), :class:`EmbeddingMismatchError` when the store was built
+with another embedding model id or dimension, ``ValueError`` for invalid input (as SQLiteStore).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from ..core.types import Chunk, ImageRef, Record, Scope
+from .base import AddResult, EmbeddingMismatchError, RecordConflictError, StoreError
+from .chunking import chunk_records
+
+log = logging.getLogger(__name__)
+
+URL_SCHEMES = ("postgres://", "postgresql://")
+_MIGRATION_LOCK = 0x6D656D66  # advisory lock key held while the schema is checked / migrated
+_TS_CONFIG = "english"
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether ``location`` is a PostgreSQL connection URL (``postgres://`` or ``postgresql://``)."""
+    return isinstance(location, str) and location.startswith(URL_SCHEMES)
+
+
+def _redact(dsn: str) -> str:
+    """The URL without its password (for messages)."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema migrations: version -> statements (``{dim}`` is the embedding dimension)
+# ---------------------------------------------------------------------------------------------
+
+_V1 = [
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
+    """CREATE TABLE records (
+        seq bigserial PRIMARY KEY,
+        id text COLLATE "C" NOT NULL,
+        kind text NOT NULL,
+        scope_key text COLLATE "C" NOT NULL,
+        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
+        scope_json text NOT NULL,
+        session_id text COLLATE "C" NOT NULL,
+        speaker text NOT NULL,
+        role text NOT NULL,
+        timestamp text COLLATE "C",
+        text text NOT NULL,
+        images_json text NOT NULL,
+        step_index integer,
+        action text,
+        observation text,
+        meta_json text NOT NULL,
+        n_tokens integer NOT NULL,
+        UNIQUE (scope_key, id))""",
+    "CREATE INDEX records_session ON records (scope_key, session_id)",
+    "CREATE INDEX records_user ON records (user_id)",
+    "CREATE INDEX records_agent ON records (agent_id)",
+    "CREATE INDEX records_run ON records (run_id)",
+    """CREATE TABLE chunks (
+        id text COLLATE "C" PRIMARY KEY,
+        scope_key text COLLATE "C" NOT NULL,
+        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
+        scope_json text NOT NULL,
+        session_id text COLLATE "C" NOT NULL,
+        timestamp text COLLATE "C",
+        text text NOT NULL,
+        n_tokens integer NOT NULL,
+        first_seq bigint NOT NULL,
+        record_ids text[] NOT NULL,
+        embedding vector({dim}) NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+        tsv_len integer GENERATED ALWAYS AS (length(to_tsvector('english', text))) STORED)""",
+    "CREATE INDEX chunks_session ON chunks (scope_key, session_id)",
+    "CREATE INDEX chunks_user ON chunks (user_id)",
+    "CREATE INDEX chunks_agent ON chunks (agent_id)",
+    "CREATE INDEX chunks_run ON chunks (run_id)",
+    "CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops)",
+    "CREATE INDEX chunks_tsv ON chunks USING gin (tsv)",
+    "CREATE TABLE pending_purges (seq bigserial PRIMARY KEY, intent_json text NOT NULL)",
+]
+
+#: Every schema version and the statements that bring the previous version to it.
+MIGRATIONS: dict[int, list[str]] = {1: _V1}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+_RECORD_COLS = (
+    "seq, id, kind, scope_json, session_id, speaker, role, timestamp, text, images_json, "
+    "step_index, action, observation, meta_json, n_tokens"
+)
+_CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids"
+_ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
+_ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
+
+# Okapi BM25 (k1 = 1.5, b = 0.75, Lucene IDF ln(1 + (N - df + 0.5) / (df + 0.5))) over the
+# full-text lexemes: candidates are the chunks of the scope matching the OR-query (GIN index);
+# N and the average length are the scope's, df is counted among the candidates (every chunk that
+# holds a query lexeme is one), tf is a lexeme's number of positions, the length of a chunk is its
+# number of distinct lexemes (``tsv_len``). Parameters: scope params, query text, scope params, lexemes.
+_BM25_SQL = """
+WITH st AS (SELECT count(*)::float8 AS n, COALESCE(avg(tsv_len), 1)::float8 AS avgdl FROM chunks WHERE {where}),
+m AS (SELECT c.id, c.tsv_len, c.tsv FROM chunks c, websearch_to_tsquery('simple', %s) AS q
+      WHERE c.tsv @@ q AND {where}),
+h AS (SELECT m.id, m.tsv_len AS dl, t.lexeme, cardinality(t.positions)::float8 AS tf
+      FROM m, unnest(m.tsv) AS t WHERE t.lexeme = ANY(%s)),
+d AS (SELECT lexeme, count(*)::float8 AS df FROM h GROUP BY lexeme),
+s AS (SELECT h.id, sum(ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) * h.tf * 2.5
+                       / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
+      FROM h JOIN d USING (lexeme) CROSS JOIN st GROUP BY h.id)
+SELECT c.id, c.scope_json, c.session_id, c.timestamp, c.text, c.n_tokens, c.record_ids, c.first_seq, s.score
+FROM s JOIN chunks c ON c.id = s.id
+ORDER BY s.score DESC, c.timestamp IS NOT NULL, c.timestamp, c.first_seq, c.id{limit}
+"""
+
+
+def _row_to_record(row) -> Record:
+    (_seq, rid, kind, scope_json, session_id, speaker, role, ts, text, images_json, step_index, action,
+     observation, meta_json, _n) = row
+    return Record(
+        id=rid, kind=kind, scope=Scope(**json.loads(scope_json)), session_id=session_id, speaker=speaker,
+        role=role, timestamp=ts, text=text, images=[ImageRef(**im) for im in json.loads(images_json)],
+        step_index=step_index, action=action, observation=observation, meta=json.loads(meta_json),
+    )
+
+
+def _row_to_chunk(row) -> Chunk:
+    cid, scope_json, sid, ts, text, n, rec_ids = row[:7]
+    return Chunk(id=cid, scope=Scope(**json.loads(scope_json)), session_id=sid, timestamp=ts, text=text,
+                 record_ids=list(rec_ids), n_tokens=n)
+
+
+def _chunk_order(ch: Chunk, first_seq: int) -> tuple:
+    """Python twin of ``ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id`` (C collation)."""
+    return (ch.timestamp is not None, ch.timestamp or "", first_seq, ch.id)
+
+
+def _scope_where(scope: Scope) -> tuple[str, list]:
+    """SQL condition for a search scope (``None`` fields match anything)."""
+    conds, params = [], []
+    for col in ("user_id", "agent_id", "run_id"):
+        v = getattr(scope, col)
+        if v is not None:
+            conds.append(f"{col} = %s")
+            params.append(v)
+    return (" AND ".join(conds) if conds else "TRUE"), params
+
+
+def _lock_id(scope_key: str) -> int:
+    """A signed 64-bit advisory lock id for a scope key."""
+    return int.from_bytes(hashlib.sha256(scope_key.encode("ascii")).digest()[:8], "big", signed=True)
+
+
+def _is_empty(r: Record) -> bool:
+    return not r.text.strip() and not r.images and not (r.action or r.observation)
+
+
+def default_directory(dsn: str) -> Path:
+    """The local folder for a database's view files: ``$MEMFRONTIER_HOME/postgres/<slug>`` where
+    the slug hashes the URL without its password (``MEMFRONTIER_HOME`` defaults to ``~/.cache/memfrontier``)."""
+    home = Path(os.environ.get("MEMFRONTIER_HOME", Path.home() / ".cache" / "memfrontier"))
+    return home / "postgres" / hashlib.sha256(_redact(dsn).encode("utf-8")).hexdigest()[:16]
+
+
+class PostgresStore:
+    """PostgreSQL + pgvector :class:`~memfrontier.store.base.MemoryStore` (see the module docstring).
+
+    Args:
+        dsn: a libpq connection URL (``postgresql://user:pass@host:5432/db``, ``?host=/socket/dir``).
+        embedder: as for :class:`~memfrontier.store.sqlite.SQLiteStore` (``model_id``, ``dim``,
+            ``encode``, ``count_tokens``); its id and dim are recorded in ``meta``.
+        chunk_tokens: chunk budget in retriever tokens (recorded; another value raises StoreError).
+        reembed: re-embed every chunk when the recorded embedding model id or dim differ, instead
+            of raising :class:`EmbeddingMismatchError`.
+        directory: local folder for the view files (default :func:`default_directory`).
+        connect_timeout_s: how long to wait for the server (seconds).
+
+    Raises:
+        StoreError: the server cannot be reached, the schema is newer than this memfrontier's, or
+            ``chunk_tokens`` differs from the recorded one.
+        EmbeddingMismatchError: model id or dim differ from the recorded ones and not ``reembed``.
+    """
+
+    def __init__(self, dsn: str, embedder, *, chunk_tokens: int = 256, reembed: bool = False,
+                 directory: str | os.PathLike | None = None, connect_timeout_s: float = 10.0):
+        import psycopg
+
+        self._psycopg = psycopg
+        self.dsn = dsn
+        self.name = _redact(dsn)
+        self.embedder = embedder
+        self.chunk_tokens = int(chunk_tokens)
+        self.path = Path(directory) if directory is not None else default_directory(dsn)
+        self._lock = threading.RLock()
+        self._closed = False
+        try:
+            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)))
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to store database {self.name}: {e}") from e
+        try:
+            self._migrate()
+            self._register_vector()
+            self._check_meta(reembed)
+            self.complete_purges()  # a delete interrupted after its commit is finished here
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- the store seam -------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The local folder of the view files (memory banks, graph index)."""
+        return self.path
+
+    def view_dir(self, name: str) -> Path:
+        """The folder that holds view ``name``'s files (``<directory>/<name>``), created if missing.
+
+        Raises:
+            ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``).
+        """
+        if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
+            raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
+        folder = self.path / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    # -- connection / schema --------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator:
+        """One transaction on the connection under the thread lock; psycopg errors become StoreError."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"store {self.name} is closed")
+            try:
+                with self._conn.transaction():
+                    yield self._conn
+            except self._psycopg.Error as e:
+                raise StoreError(f"store database {self.name}: {e}") from e
+
+    def _register_vector(self) -> None:
+        from pgvector.psycopg import register_vector
+
+        try:
+            register_vector(self._conn)
+        except self._psycopg.Error as e:
+            raise StoreError(f"store database {self.name}: pgvector is not available: {e}") from e
+
+    def schema_version(self) -> int:
+        """The schema version of the database (0 when it holds no store yet)."""
+        with self._tx() as c:
+            return self._version(c)
+
+    @staticmethod
+    def _version(c) -> int:
+        if c.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:
+            return 0
+        return int(c.execute("SELECT COALESCE(max(version), 0) FROM schema_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Apply the missing :data:`MIGRATIONS` in order (one transaction, advisory lock); refuse a
+        schema newer than :data:`SCHEMA_VERSION`."""
+        with self._tx() as c:
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            current = self._version(c)
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store database {self.name} has schema version {current}, newer than this memfrontier's "
+                    f"{SCHEMA_VERSION}; upgrade memfrontier to open it")
+            if current == SCHEMA_VERSION:
+                return
+            if current == 0:
+                c.execute("CREATE TABLE schema_version (version integer PRIMARY KEY, "
+                          "applied_at timestamptz NOT NULL DEFAULT now())")
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[version]:
+                    c.execute(stmt.format(dim=int(self.embedder.dim)))
+                c.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                log.info("store database %s migrated to schema version %d", self.name, version)
+
+    def _meta(self, c) -> dict[str, str]:
+        return dict(c.execute("SELECT key, value FROM meta").fetchall())
+
+    def _mismatch(self, meta: dict[str, str]) -> str | None:
+        mid, dim = meta.get("embedding_model_id"), meta.get("embedding_dim")
+        if mid is None or (mid == self.embedder.model_id and int(dim) == int(self.embedder.dim)):
+            return None
+        return (f"store {self.name} was built with embedding model {mid!r} (dim {dim}), but the configured "
+                f"embedder is {self.embedder.model_id!r} (dim {self.embedder.dim}); open it with the same "
+                f"model, or with reembed=True to re-embed every chunk")
+
+    def _check_meta(self, reembed: bool) -> None:
+        with self._tx() as c:
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            meta = self._meta(c)
+            if "embedding_model_id" not in meta:
+                c.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", [
+                    ("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim))),
+                    ("chunk_tokens", str(self.chunk_tokens))])
+                return
+            recorded = int(meta.get("chunk_tokens", self.chunk_tokens))
+            if recorded != self.chunk_tokens:
+                raise StoreError(f"store {self.name} was built with chunk_tokens={recorded}; open it with "
+                                 f"chunk_tokens={recorded} (got {self.chunk_tokens})")
+            msg = self._mismatch(meta)
+        if msg is None:
+            return
+        if not reembed:
+            raise EmbeddingMismatchError(msg)
+        log.warning("%s: re-embedding (reembed=True)", msg)
+        self.reembed_all()
+
+    # -- embedding helpers ----------------------------------------------------------------
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        dim = int(self.embedder.dim)
+        if not texts:
+            return np.zeros((0, dim), dtype=np.float32)
+        vecs = np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
+        if vecs.shape != (len(texts), dim):
+            raise StoreError(f"embedder {self.embedder.model_id!r} returned shape {vecs.shape}, expected {(len(texts), dim)}")
+        return vecs
+
+    def _count_tokens_many(self, texts: list[str]) -> list[int]:
+        batch = getattr(self.embedder, "count_tokens_batch", None)
+        if batch is not None and texts:
+            return [int(n) for n in batch(texts)]
+        return [int(self.embedder.count_tokens(t)) for t in texts]
+
+    def reembed_all(self) -> int:
+        """Re-embed every chunk with the configured embedder (the vector column is recreated with its
+        dimension, HNSW index included) and record its id/dim. Returns chunks embedded."""
+        dim = int(self.embedder.dim)
+        with self._tx() as c:
+            c.execute("LOCK TABLE chunks IN EXCLUSIVE MODE")
+            rows = c.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
+            vecs = self._encode([t for _, t in rows])
+            c.execute("DROP INDEX IF EXISTS chunks_embedding")
+            c.execute("ALTER TABLE chunks DROP COLUMN embedding")
+            c.execute(f"ALTER TABLE chunks ADD COLUMN embedding vector({dim})")
+            with c.cursor() as cur:
+                cur.executemany("UPDATE chunks SET embedding = %s WHERE id = %s", [(v, i) for (i, _), v in zip(rows, vecs)])
+            c.execute("ALTER TABLE chunks ALTER COLUMN embedding SET NOT NULL")
+            c.execute("CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops)")
+            c.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                          [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(dim))])
+        return len(rows)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _guard(self, c, scope_keys) -> None:
+        """Inside a write transaction: lock the scopes (sorted, so two writers cannot deadlock) and
+        check the embedding model is still the configured one."""
+        for key in sorted(set(scope_keys)):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
+        msg = self._mismatch(self._meta(c))
+        if msg is not None:  # another process re-embedded the store with another model meanwhile
+            raise EmbeddingMismatchError(msg)
+
+    def _existing(self, c, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Record]:
+        """The stored records among ``keys`` ((scope key, record id) pairs), by key."""
+        if not keys:
+            return {}
+        rows = c.execute(
+            f"SELECT r.scope_key, {', '.join('r.' + x.strip() for x in _RECORD_COLS.split(','))} FROM records r "
+            "JOIN unnest(%s::text[], %s::text[]) AS k(scope_key, id) ON r.scope_key = k.scope_key AND r.id = k.id",
+            ([k for k, _ in keys], [i for _, i in keys])).fetchall()
+        return {(row[0], row[2]): _row_to_record(row[1:]) for row in rows}
+
+    @staticmethod
+    def _check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str, str], Record]) -> None:
+        clash = [r.id for k, r in uniq.items() if k in present and present[k] != r]
+        if clash:
+            raise RecordConflictError(
+                f"record id(s) {clash[:5]!r}{' ...' if len(clash) > 5 else ''} already exist in this scope with other "
+                f"content; a record is never overwritten silently: delete it first or give the new one another id "
+                f"(nothing of this batch was written)")
+
+    def _rechunk(self, c, sessions: dict[tuple[str, str], None]) -> tuple[int, int]:
+        """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
+        from their current records; unchanged chunks keep their row and vector, new ones are
+        embedded. Returns (chunks built, vectors written)."""
+        new_chunks: list[tuple[Chunk, int]] = []
+        for key in sessions:
+            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
+                             f"{_ORDER_RECORDS}", key).fetchall()
+            counts = {}
+            seq_of = {}
+            recs = []
+            for row in rows:
+                rec = _row_to_record(row)
+                counts[rec.render()] = int(row[-1])
+                seq_of[rec.id] = int(row[0])
+                recs.append(rec)
+            plan = chunk_records(recs, lambda t: counts[t] if t in counts else int(self.embedder.count_tokens(t)),
+                                 self.chunk_tokens)
+            first = {ch.id: min(seq_of[i] for i in ch.record_ids) for ch in plan}
+            old = {r[0] for r in c.execute("SELECT id FROM chunks WHERE scope_key = %s AND session_id = %s", key)}
+            gone = sorted(old - set(first))
+            if gone:
+                c.execute("DELETE FROM chunks WHERE id = ANY(%s)", (gone,))
+            kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan if ch.id in old]
+            if kept:
+                with c.cursor() as cur:
+                    cur.executemany("UPDATE chunks SET timestamp = %s, first_seq = %s WHERE id = %s", kept)
+            new_chunks += [(ch, first[ch.id]) for ch in plan if ch.id not in old]
+        vecs = self._encode([ch.text for ch, _ in new_chunks])
+        if new_chunks:
+            with c.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO chunks (id, scope_key, user_id, agent_id, run_id, scope_json, session_id, timestamp, "
+                    "text, n_tokens, first_seq, record_ids, embedding) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [(ch.id, ch.scope.key(), ch.scope.user_id, ch.scope.agent_id, ch.scope.run_id,
+                      ch.scope.model_dump_json(), ch.session_id, ch.timestamp, ch.text, ch.n_tokens, seq,
+                      list(ch.record_ids), v) for (ch, seq), v in zip(new_chunks, vecs)])
+        return len(new_chunks), len(new_chunks)
+
+    def add(self, records: list[Record]) -> AddResult:
+        """Insert records not yet stored; re-chunk and embed only what changed. Same contract as
+        :meth:`SQLiteStore.add <memfrontier.store.sqlite.SQLiteStore.add>`: ids unique per scope,
+        a stored (scope, id) with the same content is skipped, with other content raises
+        :class:`RecordConflictError`; one transaction for the whole batch (all or nothing).
+
+        Raises:
+            ValueError: a record is empty (no text, images, action or observation); nothing written.
+            RecordConflictError: a (scope, id) stored or repeated in the batch with other content.
+            TypeError: an element is not a :class:`Record`.
+            StoreError / EmbeddingMismatchError: see the class docstring.
+        """
+        records = list(records)
+        for r in records:
+            if not isinstance(r, Record):
+                raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
+            if _is_empty(r):
+                raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
+        uniq: dict[tuple[str, str], Record] = {}
+        for r in records:
+            uniq.setdefault((r.scope.key(), r.id), r)
+        self._check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
+        with self._tx() as c:
+            present = self._existing(c, list(uniq))
+        self._check_conflicts(uniq, present)
+        fresh = [(k, r) for k, r in uniq.items() if k not in present]
+        if not fresh:
+            return AddResult(skipped=[r.id for r in records])
+        n_of = dict(zip([k for k, _ in fresh], self._count_tokens_many([r.render() for _, r in fresh])))
+
+        with self._tx() as c:
+            self._guard(c, {k[0] for k, _ in fresh})
+            present = self._existing(c, list(uniq))  # a concurrent writer may have added some
+            self._check_conflicts(uniq, present)
+            insert = [(k, r) for k, r in uniq.items() if k not in present]
+            if not insert:
+                return AddResult(skipped=[r.id for r in records])
+            with c.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, "
+                    "role, timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [(r.id, r.kind, k[0], r.scope.user_id, r.scope.agent_id, r.scope.run_id, r.scope.model_dump_json(),
+                      r.session_id, r.speaker, r.role, r.timestamp, r.text,
+                      json.dumps([im.model_dump() for im in r.images], ensure_ascii=False), r.step_index, r.action,
+                      r.observation, json.dumps(r.meta, ensure_ascii=False), n_of[k] if k in n_of else
+                      int(self.embedder.count_tokens(r.render())))
+                     for k, r in insert])
+            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r in insert))
+        added_keys = {k for k, _ in insert}
+        skipped = [r.id for k, r in uniq.items() if k not in added_keys]
+        seen: set[tuple[str, str]] = set()
+        for r in records:  # repeated (scope, id) pairs inside the batch count as skipped too
+            k = (r.scope.key(), r.id)
+            if k in seen:
+                skipped.append(r.id)
+            seen.add(k)
+        return AddResult(added=[r.id for _, r in insert], skipped=skipped, chunks_built=built, chunks_embedded=embedded)
+
+    def _delete_where(self, where: str, params: list, whole: Scope | None = None) -> int:
+        """Delete the records matching ``where``, re-chunk their sessions and record a purge intent
+        (one transaction); then purge the derived views (:meth:`complete_purges`)."""
+        select_sql = f"SELECT id, scope_key, session_id, scope_json FROM records WHERE {where}"
+        with self._tx() as c:
+            keys = {r[1] for r in c.execute(select_sql, params).fetchall()}
+        if not keys:
+            return 0
+        with self._tx() as c:
+            self._guard(c, keys)
+            rows = c.execute(select_sql + " FOR UPDATE", params).fetchall()
+            if not rows:
+                return 0
+            c.execute(f"DELETE FROM records WHERE {where}", params)
+            self._rechunk(c, dict.fromkeys((r[1], r[2]) for r in rows))
+            by_scope: dict[str, list[str]] = {}
+            for rid, _key, _sid, scope_json in rows:
+                by_scope.setdefault(scope_json, []).append(rid)
+            intent = {"scope": whole.model_dump() if whole is not None else None,
+                      "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
+            c.execute("INSERT INTO pending_purges (intent_json) VALUES (%s)", (json.dumps(intent, ensure_ascii=False),))
+        self.complete_purges()
+        return len(rows)
+
+    def complete_purges(self) -> int:
+        """Finish every pending purge intent on the local view files
+        (:func:`memfrontier.store.purge.purge_views`), then drop it. Idempotent; run on open and
+        after every delete. Returns the intents completed."""
+        from .purge import purge_views
+
+        with self._lock:
+            with self._tx() as c:
+                pending = c.execute("SELECT seq, intent_json FROM pending_purges ORDER BY seq").fetchall()
+            for seq, intent_json in pending:
+                if self.path.is_dir():
+                    purge_views(self.path, json.loads(intent_json))
+                with self._tx() as c:
+                    c.execute("DELETE FROM pending_purges WHERE seq = %s", (seq,))
+        return len(pending)
+
+    def delete(self, record_id: str, scope: Scope) -> bool:
+        """Delete the record ``record_id`` of ``scope`` and everything derived from it (its session is
+        re-chunked; bank items and graph indexes built from it are purged). False if no such record.
+
+        Raises:
+            ValueError: every field of ``scope`` is ``None``.
+        """
+        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
+            raise ValueError("delete needs the record's scope: at least one of user_id, agent_id, run_id")
+        where, params = _scope_where(scope)
+        return self._delete_where(f"id = %s AND {where}", [record_id, *params]) > 0
+
+    def delete_all(self, scope: Scope) -> int:
+        """Delete every record matching ``scope`` and everything derived from them; returns how many.
+
+        Raises:
+            ValueError: every field of ``scope`` is ``None`` (that would wipe the store).
+        """
+        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
+            raise ValueError("delete_all needs a scope with at least one of user_id, agent_id, run_id set")
+        where, params = _scope_where(scope)
+        return self._delete_where(where, params, whole=scope)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def records(self, scope: Scope, session_id: str | None = None) -> list[Record]:
+        """Records matching ``scope`` (and ``session_id``), by timestamp then insertion order."""
+        where, params = _scope_where(scope)
+        if session_id is not None:
+            where += " AND session_id = %s"
+            params.append(session_id)
+        with self._tx() as c:
+            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE {where} {_ORDER_RECORDS}", params).fetchall()
+        return [_row_to_record(r) for r in rows]
+
+    def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
+        """Records of ``scope`` by id, in the order asked; unknown ids left out (an id held by several
+        exact scopes inside ``scope`` gives each of them, insertion order)."""
+        ids = list(record_ids)
+        where, params = _scope_where(scope)
+        found: dict[str, list[Record]] = {}
+        with self._tx() as c:
+            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
+                             [sorted(set(ids)), *params]).fetchall()
+        for r in rows:
+            found.setdefault(r[1], []).append(_row_to_record(r))
+        return [rec for i in ids for rec in found.get(i, [])]
+
+    def chunks(self, scope: Scope) -> list[Chunk]:
+        """Chunks matching ``scope``, chronological (session time, then first record's insertion)."""
+        where, params = _scope_where(scope)
+        with self._tx() as c:
+            rows = c.execute(f"SELECT {_CHUNK_COLS} FROM chunks WHERE {where} {_ORDER_CHUNKS}", params).fetchall()
+        return [_row_to_chunk(r) for r in rows]
+
+    def count(self, scope: Scope | None = None) -> dict[str, int]:
+        """Numbers of records, chunks and vectors (in ``scope``, or all)."""
+        where, params = _scope_where(scope or Scope())
+        with self._tx() as c:
+            n_rec = c.execute(f"SELECT count(*) FROM records WHERE {where}", params).fetchone()[0]
+            n_chk, n_vec = c.execute(f"SELECT count(*), count(embedding) FROM chunks WHERE {where}", params).fetchone()
+        return {"records": int(n_rec), "chunks": int(n_chk), "vectors": int(n_vec)}
+
+    # -- search primitives ----------------------------------------------------------------
+
+    def encode_query(self, query: str) -> np.ndarray:
+        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder."""
+        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
+
+    def _ranked(self, rows, score_of: Callable) -> list[tuple[Chunk, float]]:
+        """Rows (chunk columns, first_seq, score) best first; ties in store order."""
+        out = [(_row_to_chunk(r), int(r[7]), float(score_of(r[8]))) for r in rows]
+        out.sort(key=lambda t: (-t[2], _chunk_order(t[0], t[1])))
+        return [(ch, s) for ch, _, s in out]
+
+    def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
+                     query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
+        """Top-``k`` chunks in ``scope`` by cosine similarity (``k=None``: every chunk in scope).
+        Returns ``(chunk, cosine in [-1, 1])`` best first; ties in store order. An empty query
+        without ``query_vector`` gives []. With ``k`` the HNSW index may answer (approximate)."""
+        if query_vector is None:
+            if not query.strip():
+                return []
+            query_vector = self.encode_query(query)
+        if k is not None and k <= 0:
+            return []
+        qv = np.asarray(query_vector, dtype=np.float32)
+        where, params = _scope_where(scope)
+        limit = "" if k is None else f" LIMIT {int(k)}"
+        with self._tx() as c:
+            if k is not None:
+                c.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                c.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, int(k)))}")
+            rows = c.execute(f"SELECT {_CHUNK_COLS}, first_seq, embedding <=> %s FROM chunks WHERE {where} "
+                             f"ORDER BY embedding <=> %s{limit}", [qv, *params, qv]).fetchall()
+        return self._ranked(rows, lambda d: 1.0 - d)
+
+    def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
+        """Top-``k`` chunks in ``scope`` by Okapi BM25 over the full-text lexemes (> 0 only; ``k=None``:
+        all that match), statistics of the scope's own chunks (see the module docstring for how it
+        differs from bm25s). Empty / all-stopword / unseen-word query -> []."""
+        if not query.strip() or (k is not None and k <= 0):
+            return []
+        where, params = _scope_where(scope)
+        limit = "" if k is None else f" LIMIT {int(k)}"
+        with self._tx() as c:
+            lexemes = c.execute(f"SELECT tsvector_to_array(to_tsvector('{_TS_CONFIG}', %s))", (query,)).fetchone()[0]
+            if not lexemes:
+                return []
+            # each lexeme quoted as a phrase of the 'simple' configuration: already normalised, never a syntax error
+            terms = " or ".join('"' + lx.replace('"', " ") + '"' for lx in lexemes)
+            rows = c.execute(_BM25_SQL.format(where=where, limit=limit), [*params, terms, *params, lexemes]).fetchall()
+        return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def __enter__(self) -> "PostgresStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.name!r}, embedder={getattr(self.embedder, 'model_id', '?')!r}, chunk_tokens={self.chunk_tokens})"
+
+
+__all__ = ["MIGRATIONS", "PostgresStore", "SCHEMA_VERSION", "default_directory", "is_postgres_url"]
