@@ -626,3 +626,27 @@ def test_memory_open_takes_a_postgres_url(pg_database, tmp_path, monkeypatch):
         assert default_directory(url).parent == tmp_path / "home" / "postgres"
         assert m.delete_all(user_id="ana") == 1
         assert m.search("Lisbon", user_id="ana", k=3) == []
+
+
+def test_cli_store_option_takes_a_postgres_url(pg_database, tmp_path, monkeypatch):
+    """``--store postgresql://...`` reaches the PostgreSQL store (a path would collapse the ``//``)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app, store_location
+    from memfrontier.eval.runner import EvalConfig
+
+    monkeypatch.setenv("MEMFRONTIER_HOME", str(tmp_path / "home"))
+    url = pg_database("cli")
+    assert store_location(url) == url and store_location("runs/x") == Path("runs/x")
+    assert EvalConfig(store=url).store == url and EvalConfig(store="runs/x").store == Path("runs/x")
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps({"role": "user", "content": "I keep the kayak at Lake Tahoe.", "session_id": "s1",
+                             "timestamp": "2023-05-08T13:56:00"}) + "\n")
+    run = CliRunner().invoke
+    res = run(app, ["ingest", "--store", url, "--file", str(f), "--user-id", "ana"])
+    assert res.exit_code == 0 and "+1 records" in res.output, res.output
+    res = run(app, ["search", "kayak", "--store", url, "--user-id", "ana", "--k", "1"])
+    assert res.exit_code == 0 and "Lake Tahoe" in res.output, res.output
+    assert not (Path.cwd() / "postgresql:").exists()

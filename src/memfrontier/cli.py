@@ -130,7 +130,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("judge", bool, typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge.")),
         Param("judge_llm", Optional[str], OPT_JUDGE_LLM),
         Param("out", Path, typer.Option(out, help=out_help)),
-        Param("store", Optional[Path], typer.Option(None, help="Store directory, reused across runs (default OUT/store).")),
+        Param("store", Optional[str], typer.Option(None, help="Store directory or postgresql:// URL, reused across runs (default OUT/store).")),
         Param("data_root", Optional[Path], OPT_DATA_ROOT),
         Param("data_file", Optional[Path], typer.Option(None, help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.")),
         Param("seed", int, OPT_SEED),
@@ -931,7 +931,7 @@ def score(
 
 @app.command()
 def ingest(
-    store: Path = typer.Option(..., help="Store directory (created if missing)."),
+    store: str = typer.Option(..., help="Store directory (created if missing) or postgresql:// URL."),
     dataset: Optional[str] = typer.Option(None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa."),
     conversation: Optional[list[str]] = typer.Option(None, help="Only these conversation ids (repeatable)."),
     file: Optional[Path] = typer.Option(None, help="A JSONL of messages ({role, content, speaker?, timestamp?, session_id?})."),
@@ -991,7 +991,7 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     return by_session
 
 
-def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: Path) -> None:
+def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: str | Path) -> None:
     """Fail (before any model is loaded) when ``store`` is not a store, or unless one scope id or
     --all-scopes is given."""
     from .api import scope_for_read
@@ -1006,7 +1006,21 @@ def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: 
               .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id"))
 
 
-def _existing_store(store: Path) -> Path:
+def store_location(value: str | None) -> str | Path | None:
+    """A ``--store`` value: a PostgreSQL URL (``postgres://`` / ``postgresql://``) stays a string,
+    anything else is a store directory."""
+    from .store.postgres import is_postgres_url
+
+    if value is None or is_postgres_url(value):
+        return value
+    return Path(value)
+
+
+def _existing_store(store: str | Path) -> str | Path:
+    """``store`` when it is a PostgreSQL URL or a directory holding a SQLite store; else exit 2."""
+    store = store_location(str(store))
+    if isinstance(store, str):
+        return store
     if not (store / "store.db").is_file():
         _fail(f"no memory store at {store}; create one with `memfrontier ingest --store {store} ...`")
     return store
@@ -1016,7 +1030,7 @@ def _existing_store(store: Path) -> Path:
 @with_strategy_options()
 def ask(
     question: str = typer.Argument(...),
-    store: Path = typer.Option(..., help="Store directory."),
+    store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
     user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory answers (one scope id is required)."),
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
@@ -1086,7 +1100,7 @@ def ask(
 @app.command()
 def search(
     query: str = typer.Argument(...),
-    store: Path = typer.Option(..., help="Store directory."),
+    store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
     user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory is searched (one scope id is required)."),
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),

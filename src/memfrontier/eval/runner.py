@@ -63,7 +63,8 @@ class EvalConfig(BaseModel):
     judge: bool = False
     judge_llm: str | None = None
     out: Path = Path("runs/latest")
-    store: Path | None = None
+    #: a store directory, or a PostgreSQL URL (kept as a string)
+    store: Path | str | None = None
     data_root: Path | None = None
     #: a file in the dataset's format read instead of the data root's default (e.g. LongMemEval S/M)
     data_file: Path | None = None
@@ -83,6 +84,13 @@ class EvalConfig(BaseModel):
     #: ``allow_fallbacks``. Neither changes the run's results, so neither is part of its identity.
     allow_fallbacks: bool = False
     fallback_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store_location(cls, v):
+        from ..store.postgres import is_postgres_url
+
+        return v if v is None or is_postgres_url(v) else Path(v)
 
     @field_validator("strategy_options", mode="before")
     @classmethod

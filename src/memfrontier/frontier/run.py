@@ -6,7 +6,7 @@ Resumable at two levels: a finished configuration (``summary.json`` present and 
 identity unchanged) is not rerun, and an interrupted one resumes from its ``predictions.jsonl``
 (:func:`memfrontier.eval.runner.run_eval`). Layout of ``out``::
 
-    store/                 the shared store (raw chunks, banks, graph index)
+    store/                 the shared store (raw chunks, banks, graph index), unless --store names one
     configs/<label>/       one eval run per configuration (predictions.jsonl, summary.json, run.json)
     frontier.{json,csv,md} frontier_cost.png frontier_latency.png
 """
@@ -49,7 +49,7 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     runs = []
     for fc in spec.select(labels):
         cfg = base.model_copy(update={"strategy": fc.strategy, "strategy_options": dict(fc.options),
-                                      "out": config_dir(out, fc.label), "store": out / "store"})
+                                      "out": config_dir(out, fc.label), "store": base.store or out / "store"})
         entry = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
         missing = [p for p in fc.requires if not Path(p).exists()]
         if missing:
