@@ -64,9 +64,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.types import Chunk, ImageRef, Record, Scope
-from .base import AddResult, EmbeddingMismatchError, RecordConflictError, StoreError
+from ..core.types import Chunk, Record, Scope
+from .base import AddResult, EmbeddingMismatchError, StoreError
 from .chunking import chunk_records
+from .records import (
+    check_conflicts,
+    checked_batch,
+    count_tokens_many,
+    embedding_mismatch,
+    encode,
+    purge_intent,
+    row_to_record,
+    view_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,14 +181,6 @@ ORDER BY s.score DESC, c.timestamp IS NOT NULL, c.timestamp, c.first_seq, c.id{l
 """
 
 
-def _row_to_record(row) -> Record:
-    (_seq, rid, kind, scope_json, session_id, speaker, role, ts, text, images_json, step_index, action,
-     observation, meta_json, _n) = row
-    return Record(
-        id=rid, kind=kind, scope=Scope(**json.loads(scope_json)), session_id=session_id, speaker=speaker,
-        role=role, timestamp=ts, text=text, images=[ImageRef(**im) for im in json.loads(images_json)],
-        step_index=step_index, action=action, observation=observation, meta=json.loads(meta_json),
-    )
 
 
 def _row_to_chunk(row) -> Chunk:
@@ -208,8 +210,6 @@ def _lock_id(scope_key: str) -> int:
     return int.from_bytes(hashlib.sha256(scope_key.encode("ascii")).digest()[:8], "big", signed=True)
 
 
-def _is_empty(r: Record) -> bool:
-    return not r.text.strip() and not r.images and not (r.action or r.observation)
 
 
 def default_directory(dsn: str) -> Path:
@@ -276,11 +276,7 @@ class PostgresStore:
         Raises:
             ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``).
         """
-        if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
-            raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
-        folder = self.path / name
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return view_folder(self.path, name)
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -340,12 +336,7 @@ class PostgresStore:
         return dict(c.execute("SELECT key, value FROM meta").fetchall())
 
     def _mismatch(self, meta: dict[str, str]) -> str | None:
-        mid, dim = meta.get("embedding_model_id"), meta.get("embedding_dim")
-        if mid is None or (mid == self.embedder.model_id and int(dim) == int(self.embedder.dim)):
-            return None
-        return (f"store {self.name} was built with embedding model {mid!r} (dim {dim}), but the configured "
-                f"embedder is {self.embedder.model_id!r} (dim {self.embedder.dim}); open it with the same "
-                f"model, or with reembed=True to re-embed every chunk")
+        return embedding_mismatch(self.name, meta, self.embedder)
 
     def _check_meta(self, reembed: bool) -> None:
         with self._tx() as c:
@@ -371,19 +362,7 @@ class PostgresStore:
     # -- embedding helpers ----------------------------------------------------------------
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        dim = int(self.embedder.dim)
-        if not texts:
-            return np.zeros((0, dim), dtype=np.float32)
-        vecs = np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
-        if vecs.shape != (len(texts), dim):
-            raise StoreError(f"embedder {self.embedder.model_id!r} returned shape {vecs.shape}, expected {(len(texts), dim)}")
-        return vecs
-
-    def _count_tokens_many(self, texts: list[str]) -> list[int]:
-        batch = getattr(self.embedder, "count_tokens_batch", None)
-        if batch is not None and texts:
-            return [int(n) for n in batch(texts)]
-        return [int(self.embedder.count_tokens(t)) for t in texts]
+        return encode(self.embedder, texts)
 
     def reembed_all(self) -> int:
         """Re-embed every chunk with the configured embedder (the vector column is recreated with its
@@ -423,16 +402,8 @@ class PostgresStore:
             f"SELECT r.scope_key, {', '.join('r.' + x.strip() for x in _RECORD_COLS.split(','))} FROM records r "
             "JOIN unnest(%s::text[], %s::text[]) AS k(scope_key, id) ON r.scope_key = k.scope_key AND r.id = k.id",
             ([k for k, _ in keys], [i for _, i in keys])).fetchall()
-        return {(row[0], row[2]): _row_to_record(row[1:]) for row in rows}
+        return {(row[0], row[2]): row_to_record(row[1:]) for row in rows}
 
-    @staticmethod
-    def _check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str, str], Record]) -> None:
-        clash = [r.id for k, r in uniq.items() if k in present and present[k] != r]
-        if clash:
-            raise RecordConflictError(
-                f"record id(s) {clash[:5]!r}{' ...' if len(clash) > 5 else ''} already exist in this scope with other "
-                f"content; a record is never overwritten silently: delete it first or give the new one another id "
-                f"(nothing of this batch was written)")
 
     def _rechunk(self, c, sessions: dict[tuple[str, str], None]) -> tuple[int, int]:
         """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
@@ -446,7 +417,7 @@ class PostgresStore:
             seq_of = {}
             recs = []
             for row in rows:
-                rec = _row_to_record(row)
+                rec = row_to_record(row)
                 counts[rec.render()] = int(row[-1])
                 seq_of[rec.id] = int(row[0])
                 recs.append(rec)
@@ -486,28 +457,19 @@ class PostgresStore:
             TypeError: an element is not a :class:`Record`.
             StoreError / EmbeddingMismatchError: see the class docstring.
         """
-        records = list(records)
-        for r in records:
-            if not isinstance(r, Record):
-                raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
-            if _is_empty(r):
-                raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
-        uniq: dict[tuple[str, str], Record] = {}
-        for r in records:
-            uniq.setdefault((r.scope.key(), r.id), r)
-        self._check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
+        records, uniq = checked_batch(records)
         with self._tx() as c:
             present = self._existing(c, list(uniq))
-        self._check_conflicts(uniq, present)
+        check_conflicts(uniq, present)
         fresh = [(k, r) for k, r in uniq.items() if k not in present]
         if not fresh:
             return AddResult(skipped=[r.id for r in records])
-        n_of = dict(zip([k for k, _ in fresh], self._count_tokens_many([r.render() for _, r in fresh])))
+        n_of = dict(zip([k for k, _ in fresh], count_tokens_many(self.embedder, [r.render() for _, r in fresh])))
 
         with self._tx() as c:
             self._guard(c, {k[0] for k, _ in fresh})
             present = self._existing(c, list(uniq))  # a concurrent writer may have added some
-            self._check_conflicts(uniq, present)
+            check_conflicts(uniq, present)
             insert = [(k, r) for k, r in uniq.items() if k not in present]
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
@@ -548,12 +510,7 @@ class PostgresStore:
                 return 0
             c.execute(f"DELETE FROM records WHERE {where}", params)
             self._rechunk(c, dict.fromkeys((r[1], r[2]) for r in rows))
-            by_scope: dict[str, list[str]] = {}
-            for rid, _key, _sid, scope_json in rows:
-                by_scope.setdefault(scope_json, []).append(rid)
-            intent = {"scope": whole.model_dump() if whole is not None else None,
-                      "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
-            c.execute("INSERT INTO pending_purges (intent_json) VALUES (%s)", (json.dumps(intent, ensure_ascii=False),))
+            c.execute("INSERT INTO pending_purges (intent_json) VALUES (%s)", (purge_intent(rows, whole),))
         self.complete_purges()
         return len(rows)
 
@@ -606,7 +563,7 @@ class PostgresStore:
             params.append(session_id)
         with self._tx() as c:
             rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE {where} {_ORDER_RECORDS}", params).fetchall()
-        return [_row_to_record(r) for r in rows]
+        return [row_to_record(r) for r in rows]
 
     def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
         """Records of ``scope`` by id, in the order asked; unknown ids left out (an id held by several
@@ -618,7 +575,7 @@ class PostgresStore:
             rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
                              [sorted(set(ids)), *params]).fetchall()
         for r in rows:
-            found.setdefault(r[1], []).append(_row_to_record(r))
+            found.setdefault(r[1], []).append(row_to_record(r))
         return [rec for i in ids for rec in found.get(i, [])]
 
     def chunks(self, scope: Scope) -> list[Chunk]:

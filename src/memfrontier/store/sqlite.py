@@ -65,10 +65,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.types import Chunk, ImageRef, Record, Scope
-from .base import AddResult, EmbeddingMismatchError, RecordConflictError, StoreError
+from ..core.types import Chunk, Record, Scope
+from .base import AddResult, EmbeddingMismatchError, StoreError
 from .bm25 import BM25Index, TermCache
 from .chunking import chunk_records
+from .records import (
+    check_conflicts,
+    checked_batch,
+    count_tokens_many,
+    embedding_mismatch,
+    encode,
+    purge_intent,
+    row_to_record,
+    view_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,23 +156,6 @@ _ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
 _ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
 
 
-def _row_to_record(row) -> Record:
-    (_seq, rid, kind, scope_json, session_id, speaker, role, ts, text, images_json, step_index, action, observation, meta_json, _n) = row
-    return Record(
-        id=rid,
-        kind=kind,
-        scope=Scope(**json.loads(scope_json)),
-        session_id=session_id,
-        speaker=speaker,
-        role=role,
-        timestamp=ts,
-        text=text,
-        images=[ImageRef(**im) for im in json.loads(images_json)],
-        step_index=step_index,
-        action=action,
-        observation=observation,
-        meta=json.loads(meta_json),
-    )
 
 
 def _scope_where(scope: Scope, prefix: str = "") -> tuple[str, list]:
@@ -186,8 +179,6 @@ def _order_key(seq: int, ts: str | None) -> tuple:
     return (ts is not None, ts or "", seq)
 
 
-def _is_empty(r: Record) -> bool:
-    return not r.text.strip() and not r.images and not (r.action or r.observation)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,11 +334,7 @@ class SQLiteStore:
         Raises:
             ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``, not ``store.db``).
         """
-        if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
-            raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
-        folder = self.path / name
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return view_folder(self.path, name)
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -493,16 +480,7 @@ class SQLiteStore:
         return dict(conn.execute("SELECT key, value FROM meta").fetchall())
 
     def _mismatch(self, meta: dict[str, str]) -> str | None:
-        mid, dim = meta.get("embedding_model_id"), meta.get("embedding_dim")
-        if mid is None:
-            return None
-        if mid != self.embedder.model_id or int(dim) != int(self.embedder.dim):
-            return (
-                f"store {self.path} was built with embedding model {mid!r} (dim {dim}), but the configured "
-                f"embedder is {self.embedder.model_id!r} (dim {self.embedder.dim}); open it with the same "
-                f"model, or with reembed=True to re-embed every chunk"
-            )
-        return None
+        return embedding_mismatch(str(self.path), meta, self.embedder)
 
     def _check_embedding(self, reembed: bool) -> None:
         with self._write_tx() as c:
@@ -524,20 +502,13 @@ class SQLiteStore:
     # -- embedding helpers ----------------------------------------------------------------
 
     def _encode(self, texts: list[str]) -> np.ndarray:
+        vecs = encode(self.embedder, texts)
         if not texts:
-            return np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
-        vecs = np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
-        if vecs.shape != (len(texts), int(self.embedder.dim)):
-            raise StoreError(f"embedder {self.embedder.model_id!r} returned shape {vecs.shape}, expected {(len(texts), self.embedder.dim)}")
+            return vecs
         self.stats["encode_calls"] += 1
         self.stats["chunks_encoded"] += len(texts)
         return vecs
 
-    def _count_tokens_many(self, texts: list[str]) -> list[int]:
-        batch = getattr(self.embedder, "count_tokens_batch", None)
-        if batch is not None and texts:
-            return [int(n) for n in batch(texts)]
-        return [int(self.embedder.count_tokens(t)) for t in texts]
 
     def reembed_all(self) -> int:
         """Re-embed every chunk with the configured embedder and record its id/dim. Returns chunks embedded."""
@@ -586,18 +557,9 @@ class SQLiteStore:
             q = f"SELECT scope_key, {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))})"
             for row in conn.execute(q, b):
                 if (row[0], row[2]) in want:
-                    found[(row[0], row[2])] = _row_to_record(row[1:])
+                    found[(row[0], row[2])] = row_to_record(row[1:])
         return found
 
-    @staticmethod
-    def _check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str, str], Record]) -> None:
-        clash = [r.id for k, r in uniq.items() if k in present and present[k] != r]
-        if clash:
-            raise RecordConflictError(
-                f"record id(s) {clash[:5]!r}{' ...' if len(clash) > 5 else ''} already exist in this scope with other "
-                f"content; a record is never overwritten silently: delete it first or give the new one another id "
-                f"(nothing of this batch was written)"
-            )
 
     def _existing_vectors(self, conn: sqlite3.Connection, chunk_ids: list[str]) -> set[str]:
         found: set[str] = set()
@@ -610,7 +572,7 @@ class SQLiteStore:
         rows = conn.execute(
             f"SELECT {_RECORD_COLS} FROM records WHERE scope_key = ? AND session_id = ?", (scope_key, session_id)
         ).fetchall()
-        return [(r[0], _row_to_record(r), int(r[-1])) for r in rows]
+        return [(r[0], row_to_record(r), int(r[-1])) for r in rows]
 
     def _plan_session(self, rows: list[tuple[int, Record, int]]) -> _SessionPlan:
         """Chunks of one session from its (seq, record, n_tokens) rows, chronological order."""
@@ -763,25 +725,16 @@ class SQLiteStore:
             TypeError: an element is not a :class:`Record`.
             StoreError / EmbeddingMismatchError: see the class docstring.
         """
-        records = list(records)
-        for r in records:
-            if not isinstance(r, Record):
-                raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
-            if _is_empty(r):
-                raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
-        uniq: dict[tuple[str, str], Record] = {}
-        for r in records:
-            uniq.setdefault((r.scope.key(), r.id), r)
-        self._check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
+        records, uniq = checked_batch(records)
         dup_in_batch = len(records) - len(uniq)
 
         with self._read_tx() as c:
             present = self._existing(c, list(uniq))
-        self._check_conflicts(uniq, present)
+        check_conflicts(uniq, present)
         fresh = [(k, r) for k, r in uniq.items() if k not in present]
         if not fresh:
             return AddResult(skipped=[r.id for r in records])
-        counts = self._count_tokens_many([r.render() for _, r in fresh])
+        counts = count_tokens_many(self.embedder, [r.render() for _, r in fresh])
         n_of = {k: n for (k, _), n in zip(fresh, counts)}
         new = [(r, n_of[k]) for k, r in fresh]
         sessions = dict.fromkeys((r.scope.key(), r.session_id) for _, r in fresh)
@@ -790,7 +743,7 @@ class SQLiteStore:
         with self._write_tx() as c:
             self._guard_embedding(c)
             present = self._existing(c, list(uniq))  # a concurrent writer may have added some
-            self._check_conflicts(uniq, present)
+            check_conflicts(uniq, present)
             insert = [(r, n_of[k]) for k, r in uniq.items() if k not in present]
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
@@ -833,12 +786,7 @@ class SQLiteStore:
             keys = {(r[1], r[0]) for r in rows}
             sessions = dict.fromkeys((r[1], r[2]) for r in rows)
             _, _, patches, gen_before = self._apply(c, [], keys, sessions, cache)
-            by_scope: dict[str, list[str]] = {}
-            for rid, _key, _sid, scope_json in rows:
-                by_scope.setdefault(scope_json, []).append(rid)
-            intent = {"scope": whole.model_dump() if whole is not None else None,
-                      "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
-            c.execute("INSERT INTO pending_purges(intent_json) VALUES (?)", (json.dumps(intent, ensure_ascii=False),))
+            c.execute("INSERT INTO pending_purges (intent_json) VALUES (?)", (purge_intent(rows, whole),))
         with self._lock:  # committed: bring the in-memory partitions along
             self._patch(patches, gen_before)
         self.complete_purges()
@@ -912,7 +860,7 @@ class SQLiteStore:
             params.append(session_id)
         with self._read_tx() as c:
             rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE {where} {_ORDER_RECORDS}", params).fetchall()
-        return [_row_to_record(r) for r in rows]
+        return [row_to_record(r) for r in rows]
 
     def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
         """Records of ``scope`` by id, in the order asked; unknown ids are left out. Ids are unique
@@ -925,7 +873,7 @@ class SQLiteStore:
             for b in _batched(sorted(set(ids))):
                 q = f"SELECT {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))}) AND {where} ORDER BY seq"
                 for r in c.execute(q, [*b, *params]):
-                    found.setdefault(r[1], []).append(_row_to_record(r))
+                    found.setdefault(r[1], []).append(row_to_record(r))
         return [rec for i in ids for rec in found.get(i, [])]
 
     def _load_chunks(self, conn: sqlite3.Connection, where: str, params: list) -> list[Chunk]:

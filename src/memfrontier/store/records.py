@@ -1,0 +1,112 @@
+"""What both stores (SQLite, PostgreSQL) do the same way with records, apart from SQL: the
+records row layout, checking an ``add`` batch, conflicts, embedding and token counting through the
+store's embedder, the embedder-mismatch message, view folders, and the purge intent a delete
+writes (:mod:`.purge` carries it out)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..core.types import ImageRef, Record, Scope
+from .base import RecordConflictError, StoreError
+
+
+def row_to_record(row) -> Record:
+    """A ``records`` row in the stores' column order (seq, id, kind, scope_json, session_id, speaker,
+    role, timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens)."""
+    (_seq, rid, kind, scope_json, session_id, speaker, role, ts, text, images_json, step_index, action,
+     observation, meta_json, _n) = row
+    return Record(
+        id=rid, kind=kind, scope=Scope(**json.loads(scope_json)), session_id=session_id, speaker=speaker,
+        role=role, timestamp=ts, text=text, images=[ImageRef(**im) for im in json.loads(images_json)],
+        step_index=step_index, action=action, observation=observation, meta=json.loads(meta_json),
+    )
+
+
+def is_empty(r: Record) -> bool:
+    """No text, images, action or observation: nothing a retriever or reader could see."""
+    return not r.text.strip() and not r.images and not (r.action or r.observation)
+
+
+def check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str, str], Record]) -> None:
+    """Raise :class:`RecordConflictError` when a (scope key, id) of ``uniq`` is in ``present`` with
+    other content (a record is never overwritten silently)."""
+    clash = [r.id for k, r in uniq.items() if k in present and present[k] != r]
+    if clash:
+        raise RecordConflictError(
+            f"record id(s) {clash[:5]!r}{' ...' if len(clash) > 5 else ''} already exist in this scope with other "
+            f"content; a record is never overwritten silently: delete it first or give the new one another id "
+            f"(nothing of this batch was written)")
+
+
+def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]:
+    """``(records, {(scope key, id): first record})`` of an ``add`` batch, checked before any write.
+
+    Raises:
+        TypeError: an element is not a :class:`Record`.
+        ValueError: a record is empty (see :func:`is_empty`).
+        RecordConflictError: one (scope, id) twice in the batch with different content.
+    """
+    records = list(records)
+    for r in records:
+        if not isinstance(r, Record):
+            raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
+        if is_empty(r):
+            raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
+    uniq: dict[tuple[str, str], Record] = {}
+    for r in records:
+        uniq.setdefault((r.scope.key(), r.id), r)
+    check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
+    return records, uniq
+
+
+def encode(embedder, texts: list[str]) -> np.ndarray:
+    """float32 ``(len(texts), dim)`` vectors; raises StoreError when the embedder returns another shape."""
+    dim = int(embedder.dim)
+    if not texts:
+        return np.zeros((0, dim), dtype=np.float32)
+    vecs = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
+    if vecs.shape != (len(texts), dim):
+        raise StoreError(f"embedder {embedder.model_id!r} returned shape {vecs.shape}, expected {(len(texts), dim)}")
+    return vecs
+
+
+def count_tokens_many(embedder, texts: list[str]) -> list[int]:
+    """Retriever tokens of each text (the embedder's batch counter when it has one)."""
+    batch = getattr(embedder, "count_tokens_batch", None)
+    if batch is not None and texts:
+        return [int(n) for n in batch(texts)]
+    return [int(embedder.count_tokens(t)) for t in texts]
+
+
+def embedding_mismatch(store_name: str, meta: dict[str, str], embedder) -> str | None:
+    """The message when the store's recorded embedding model or dimension differs from ``embedder``; else None."""
+    mid, dim = meta.get("embedding_model_id"), meta.get("embedding_dim")
+    if mid is None or (mid == embedder.model_id and int(dim) == int(embedder.dim)):
+        return None
+    return (f"store {store_name} was built with embedding model {mid!r} (dim {dim}), but the configured "
+            f"embedder is {embedder.model_id!r} (dim {embedder.dim}); open it with the same "
+            f"model, or with reembed=True to re-embed every chunk")
+
+
+def view_folder(directory: Path, name: str) -> Path:
+    """``directory / name``, created if missing. Raises ValueError unless ``name`` is ``[A-Za-z0-9_-]+``."""
+    if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
+        raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
+    folder = Path(directory) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def purge_intent(rows, whole: Scope | None) -> str:
+    """The JSON purge intent of a delete: the deleted ``(record id, scope key, session id,
+    scope_json)`` rows grouped by scope, and ``whole`` (the scope of a ``delete_all``) or None."""
+    by_scope: dict[str, list[str]] = {}
+    for rid, _key, _sid, scope_json in rows:
+        by_scope.setdefault(scope_json, []).append(rid)
+    intent = {"scope": whole.model_dump() if whole is not None else None,
+              "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
+    return json.dumps(intent, ensure_ascii=False)
