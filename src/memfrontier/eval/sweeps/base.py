@@ -66,6 +66,14 @@ def write_rows_csv(rows: Sequence[dict], path: Path) -> Path:
     return Path(path)
 
 
+def start_report(out: Path, rows: Sequence[dict]) -> tuple[Path, dict[str, Path]]:
+    """Create the sweep folder ``out`` and write ``sweep.csv`` from ``rows`` (when there are any);
+    returns ``(out, written)`` with ``written = {"csv": path}`` or ``{}``, for the report to add to."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, ({"csv": write_rows_csv(rows, out / "sweep.csv")} if rows else {})
+
+
 def fmt_cell(v, digits: int = 4) -> str:
     """A table cell: ``-`` for None, floats to ``digits`` decimals, anything else as ``str``."""
     if v is None:
@@ -81,4 +89,4 @@ def markdown_table(rows: Sequence[dict], cols: Sequence[str]) -> list[str]:
             + ["| " + " | ".join(fmt_cell(r[c]) for c in cols) + " |" for r in rows])
 
 
-__all__ = ["SweepRun", "fmt_cell", "markdown_table", "overall", "run_sweep", "write_rows_csv"]
+__all__ = ["SweepRun", "fmt_cell", "markdown_table", "overall", "run_sweep", "start_report", "write_rows_csv"]

@@ -16,7 +16,7 @@ from ...core.cost import COST_SCALE
 from ...strategies.budgetmem.config import MODULES, TIERS
 from ...strategies.budgetmem.router import router_dir_name
 from .. import plots
-from .base import SweepRun, fmt_cell, markdown_table, overall, write_rows_csv
+from .base import SweepRun, fmt_cell, markdown_table, overall, start_report
 
 LAMBDAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.9)
 KS: tuple[int, ...] = (1, 3, 5, 8, 10)
@@ -68,12 +68,8 @@ def table_row(result: dict) -> dict:
 def write_sweep_report(results: Sequence[dict], out: Path, missing: Sequence[Path] = ()) -> dict[str, Path]:
     """Write ``sweep.csv``, ``sweep.md`` and the PNGs (``pareto.png``; ``tier_ratios.png`` when a
     lambda run exists; ``k_sweep.png`` when a K run exists) into ``out``; returns the paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [table_row(r) for r in results]
-    written: dict[str, Path] = {}
-    if rows:
-        written["csv"] = write_rows_csv(rows, out / "sweep.csv")
+    out, written = start_report(out, rows)
 
     cols = ("run", "label", "n", "f1", "judge", "usd_x1e4", "qpc", "proxy_s")
     md = ["# BudgetMem sweep", "", f"Cost: {plots.COST_LABEL}. Tier ratios: share of questions "

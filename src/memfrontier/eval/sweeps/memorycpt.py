@@ -18,7 +18,7 @@ from pathlib import Path
 from ...core.cost import COST_SCALE
 from ...strategies.memorycpt.config import ABLATIONS
 from .. import plots
-from .base import SweepRun, markdown_table, overall, write_rows_csv
+from .base import SweepRun, markdown_table, overall, start_report
 
 ALPHAS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 DEPTHS: tuple[tuple[int, int], ...] = ((2, 5), (4, 10), (8, 20), (20, 50), (32, 80))
@@ -68,12 +68,8 @@ def table_row(result: dict) -> dict:
 
 def write_memorycpt_report(results: Sequence[dict], out: Path, missing: Sequence[Path] = ()) -> dict[str, Path]:
     """Write ``sweep.csv``, ``sweep.md`` and ``pareto.png`` into ``out``; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [table_row(r) for r in results]
-    written: dict[str, Path] = {}
-    if rows:
-        written["csv"] = write_rows_csv(rows, out / "sweep.csv")
+    out, written = start_report(out, rows)
     cols = ("kind", "label", "n", "f1", "judge", "usd_x1e4", "amortized_314_x1e4", "qpc", "proxy_s")
     md = ["# MemoryCPT sweep", "", f"Online cost: {plots.COST_LABEL}; amortized: C(314) = C_construction / 314 + "
           "C_online (MemoryCPT Eq. 20).", "", *markdown_table(rows, cols)]
