@@ -164,3 +164,19 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
     mtime = (out / "configs" / "rag" / "summary.json").stat().st_mtime
     assert CliRunner().invoke(app, args).exit_code == 0  # resumed: nothing rerun
     assert (out / "configs" / "rag" / "summary.json").stat().st_mtime == mtime
+
+
+def test_a_changed_price_book_is_another_run(tmp_path):
+    """Resuming under another price-book version would mix two books in one summary: the version
+    is part of the run's identity (so the frontier reruns the configuration)."""
+    from importlib import resources
+
+    from memfrontier.core.pricebook import PriceBook
+    from memfrontier.eval.runner import EvalConfig
+
+    text = resources.files("memfrontier.core.prices").joinpath("v1.yaml").read_text("utf-8")
+    version = PriceBook.load().version
+    other = tmp_path / "other.yaml"
+    other.write_text(text.replace(f'version: "{version}"', 'version: "other-v9"'), "utf-8")
+    assert EvalConfig(strategy="rag").identity()["price_book_version"] == version
+    assert EvalConfig(strategy="rag", price_book=other).identity()["price_book_version"] == "other-v9"

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,7 @@ def _rows(out: Path) -> dict[str, dict]:
 
 def test_workers_get_absolute_paths_and_run_in_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text(resources.files("memfrontier.core.prices").joinpath("v1.yaml").read_text("utf-8"))
     cfg = EvalConfig(strategy="rag", strategy_options={"k": 3}, out=Path("runs/x"), price_book=Path("p.yaml"),
                      ray="local", concurrency=3)
     sent = ray_pool.worker_config(cfg)

@@ -21,6 +21,7 @@ from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.cost import amortized_cost_usd
 from ..core.jsonio import write_json_atomic
 from ..core.ledger import Ledger, use_ledger
+from ..core.pricebook import PriceBook
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Conversation, Question, Scope
 from ..strategies import StrategyConfig, get_strategy, strategy_config
@@ -114,11 +115,15 @@ class EvalConfig(BaseModel):
         return strategy_config(self.strategy, self.strategy_options)
 
     def identity(self) -> dict:
-        """The fields that must match for a resumed run to be the same run. A strategy option that
+        """The fields that must match for a resumed run to be the same run, and the price book's
+        version (a changed price book is another run). A strategy option that
         names a file (e.g. a router checkpoint) also contributes the file's sha256, so a retrained
         file at the same path is a different run."""
         ident = self.model_dump(mode="json", include={"dataset", "split", "strategy", "strategy_options", "llm",
                                                       "base_url", "seed", "limit", "judge", "judge_llm", "price_as"})
+        # prices and latency profiles are part of every recorded call: a resumed run under another
+        # price-book version would mix two books in one summary
+        ident["price_book_version"] = PriceBook.load(self.price_book).version
         files = {k: sha256_file(v) for k, v in sorted(self.strategy_options.items())
                  if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()}
         if files:
