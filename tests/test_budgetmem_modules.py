@@ -274,6 +274,72 @@ def test_capacity_tiering_needs_three_tiers():
         CapacityTiering({"low": "local", "high": "local"})
     t = CapacityTiering()
     assert t.specs["high"] == "openai:meta-llama/llama-3.3-70b-instruct"
+    assert CapacityTiering("hosted").specs == t.specs
+    with pytest.raises(ValueError, match="unknown capacity preset 'lokal'; choose one of hosted, local"):
+        CapacityTiering("lokal")
+
+
+LOCAL_TIERS = {"low": "local:gemma-3-270m", "mid": "local:qwen2.5-0.5b", "high": "local:qwen2.5-1.5b"}
+
+
+def test_capacity_local_preset_is_three_embedded_models_priced_as_themselves(memory, tmp_path, monkeypatch):
+    from memfrontier.llm import local_models
+
+    # the registry's installed check passes for the split models (nothing of theirs is loaded here)
+    monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.split.file)
+    strat = get_strategy("budgetmem", tiering="capacity", tiering_options={"models": "local"}, tiers="low")
+    assert strat.tiering.specs == LOCAL_TIERS
+    env = memory.aio.env
+    t = strat.tiering
+    models = {tier: t.model(tier, env) for tier in LOCAL_TIERS}
+    assert {tier: (m.model_id, m.priced_as) for tier, m in models.items()} == {
+        "low": ("gemma-3-270m-q4_k_m",) * 2, "mid": ("qwen2.5-coder-0.5b-q4_k_m",) * 2,
+        "high": ("qwen2.5-coder-1.5b-q4_k_m",) * 2}
+    # 1000 input + 100 output tokens, by hand from core/prices/v1.yaml (USD; proxy seconds, Eq. 15-17)
+    assert [m.price.usd(1000, 100) for m in models.values()] == pytest.approx([1.2e-5, 1.1e-5, 4.4e-5])
+    assert [m.price.latency.seconds(1000, 100) for m in models.values()] == pytest.approx([3.55, 11.3, 20.3])
+    assert t.fingerprint(env) == ("capacity|reflect|low=gemma-3-270m-q4_k_m|mid=qwen2.5-coder-0.5b-q4_k_m|"
+                                  "high=qwen2.5-coder-1.5b-q4_k_m")
+    # one client per spec and env; one loaded model per process, whichever tier, env or module uses it
+    assert t.model("mid", env) is models["mid"]
+    other = MemoryEnv(store=env.store, llm=env.llm, answer_llm=env.answer_llm)
+    low_again = t.model("low", other)
+    assert low_again is not models["low"]
+    assert low_again.client._model()[0] is models["low"].client._model()[0] is env.llm.client._model()[0]
+
+
+def test_capacity_local_preset_refuses_a_model_that_is_not_installed(tmp_path, monkeypatch):
+    from memfrontier.llm.local_models import ModelNotInstalledError
+
+    monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "empty"))
+    with pytest.raises(ModelNotInstalledError, match=r"'qwen2.5-0.5b' is not installed .*make bench-model"):
+        get_strategy("budgetmem", tiering="capacity", tiering_options={"models": "local"}, tiers="low")
+
+
+@pytest.mark.slow
+def test_capacity_local_mid_tier_runs_on_the_installed_qwen_0_5b(memory, chunks):
+    from memfrontier.llm import embedded, local_models
+
+    try:
+        entry = local_models.require_installed("qwen2.5-0.5b")
+    except local_models.ModelNotInstalledError as e:
+        pytest.skip(f"bench model not installed: {e}")
+    small = chunks[:1]
+    ledger = Ledger()
+    rt = BudgetMemModules(memory.aio.env, CapacityTiering("local"), module_topk=1, max_relations=3)
+    with use_ledger(ledger):
+        res = run(rt.run_traced(rt.entity, QUESTION, small, "mid"))
+    check_contract("entity", res.output, small, 1, 3)
+    # another tiering in another env (as another strategy's): the same loaded model
+    other = MemoryEnv(store=memory.aio.store, llm=memory.aio.env.llm, answer_llm=memory.aio.env.answer_llm)
+    mid = CapacityTiering("local").model("mid", other)
+    assert mid is not rt.tiering.model("mid", memory.aio.env)
+    assert mid.client._model()[0] is rt.tiering.model("mid", memory.aio.env).client._model()[0]
+    assert [k for k in embedded._MODELS if k[0] == entry.path()] == [(entry.path(), entry.n_ctx)]
+    c = ledger.calls[0]
+    assert (c.role, c.model_id, c.priced_as) == ("budgetmem.entity.mid", "qwen2.5-coder-0.5b-q4_k_m",
+                                                 "qwen2.5-coder-0.5b-q4_k_m")
+    assert c.output_tokens > 0 and c.usd == pytest.approx((c.input_tokens * 0.01 + c.output_tokens * 0.01) / 1e6)
 
 
 # --- the strategy end to end --------------------------------------------------------------------

@@ -13,7 +13,23 @@ from typing import Any
 
 from .base import ChatClient, Completion, LLMError, LLMTimeoutError, Message
 
-__all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "make_llm"]
+__all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "local_model", "make_llm"]
+
+
+def local_model(spec: str):
+    """The registry entry (:class:`~memfrontier.llm.local_models.LocalModel`) that an embedded
+    spec of :func:`make_llm` runs: ``"local"`` / ``"embedded"`` -> the default model,
+    ``"local:NAME"`` -> ``NAME``; None for any other spec (``openai:``, ``hf``). Loads nothing.
+    Raises ValueError for ``"local:"`` without a name or an unknown ``NAME``."""
+    s = (spec or "").strip()
+    head, sep, name = s.partition(":")
+    if head not in ("local", "embedded"):
+        return None
+    if sep and not name.strip():
+        raise ValueError(f"no model name in LLM spec {spec!r} (expected 'local:NAME')")
+    from .local_models import resolve_local
+
+    return resolve_local(name.strip() or None)
 
 
 def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient:

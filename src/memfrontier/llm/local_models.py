@@ -49,6 +49,9 @@ __all__ = [
     "ModelNotInstalledError",
     "IntegrityError",
     "resolve_local",
+    "require_installed",
+    "is_installed",
+    "INSTALL_HINT",
     "models_dir",
     "model_file",
     "assemble_parts",
@@ -160,6 +163,27 @@ def resolve_local(name: str | None) -> LocalModel:
         if key == m.model_id:
             return m
     raise ValueError(f"unknown local model {name!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
+
+
+def require_installed(model: str | LocalModel | None) -> LocalModel:
+    """The registry entry of ``model`` (a name for :func:`resolve_local`, or an entry), checked to
+    be loadable without installing anything: a packaged model always is, a split one needs its
+    verified GGUF in :func:`models_dir`. Cheap (a stat and a stamp read; nothing is hashed or
+    loaded). Raises :class:`ModelNotInstalledError` naming ``make bench-model``, ValueError for an
+    unknown name."""
+    m = model if isinstance(model, LocalModel) else resolve_local(model)
+    if m.split is not None:
+        model_file(m)
+    return m
+
+
+def is_installed(model: str | LocalModel | None) -> bool:
+    """Whether :func:`require_installed` passes for ``model`` (ValueError for an unknown name)."""
+    try:
+        require_installed(model)
+    except ModelNotInstalledError:
+        return False
+    return True
 
 
 def models_dir() -> Path:

@@ -40,7 +40,8 @@ class BudgetMemConfig(StrategyConfig):
     retrievers: tuple[Literal["dense", "bm25"], ...] = Field(
         ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF (k=60) for the top-K chunks.")
     tiering_options: dict[str, Any] | None = Field(
-        None, description="Options of the tiering (e.g. capacity: models {low, mid, high}, style).")
+        None, description="Options of the tiering (e.g. capacity: models = a preset, hosted | local "
+        "(embedded 270M / 0.5B / 1.5B), or {low, mid, high} model specs; style).")
 
     @model_validator(mode="after")
     def _router_or_tiers(self):

@@ -58,7 +58,7 @@ class BudgetMem:
         record_states: put the router states (embeddings) in ``meta`` for PPO; default: when
             sampling (``greedy=False``).
         tiering_options: keyword arguments of the tiering class (e.g. ``models``, ``base_url``
-            for capacity tiering).
+            for capacity tiering; ``{"models": "local"}`` = the embedded 270M / 0.5B / 1.5B).
 
     ``Context.meta``: ``tiers`` (chosen), ``tiers_used`` (after fallbacks), ``fallbacks``
     (module -> failed tiers), ``cached`` (module -> bool), ``module_usd`` and ``extraction_usd``

@@ -4,8 +4,11 @@
   locally (MiniLM), High = an LLM call with the module's prompt (``direct`` style).
 * :class:`ReasoningTiering` - one model; Low = direct, Mid = step-by-step, High = plan, act,
   reflect (prompt styles of :mod:`.prompts`).
-* :class:`CapacityTiering` - the plan-act-reflect prompt on three models of increasing size
-  (default: the MemPilot pool's Llama 3.2 3B / 3.1 8B / 3.3 70B).
+* :class:`CapacityTiering` - the plan-act-reflect prompt on three models of increasing size: a
+  preset of :data:`CAPACITY_PRESETS` (``hosted``, the default: the MemPilot pool's Llama 3.2 3B /
+  3.1 8B / 3.3 70B, over an OpenAI-compatible API; ``local``: the embedded Gemma 3 270M / Qwen2.5
+  0.5B / 1.5B, no network) or an explicit ``{low, mid, high}`` map. From a config:
+  ``--set tiering=capacity --set tiering_options='{"models": "local"}'``.
 
 A tiering never parses or post-processes by itself: it asks the module (duck-typed, see
 :class:`memfrontier.strategies.budgetmem.modules.Module`) for its rules, its learned variant, its
@@ -31,7 +34,9 @@ from typing import Any, ClassVar
 
 from ...core.ledger import BudgetExceededError, current_ledger
 from ...core.types import Budget
+from ...llm import local_model
 from ...llm.base import ChatClient, LLMError
+from ...llm.local_models import require_installed
 from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_json
 from . import prompts
@@ -43,6 +48,15 @@ DEFAULT_CAPACITY_MODELS: dict[str, str] = {
     "mid": "openai:meta-llama/llama-3.1-8b-instruct",
     "high": "openai:meta-llama/llama-3.3-70b-instruct",
 }
+#: Capacity tiering on the embedded models of the registry (270M / 0.5B / 1.5B parameters), each
+#: priced as its own price-book entry; the Qwen models are installed by ``make bench-model``.
+LOCAL_CAPACITY_MODELS: dict[str, str] = {
+    "low": "local:gemma-3-270m",
+    "mid": "local:qwen2.5-0.5b",
+    "high": "local:qwen2.5-1.5b",
+}
+#: Named model sets of :class:`CapacityTiering` (``tiering_options: {models: NAME}``).
+CAPACITY_PRESETS: dict[str, dict[str, str]] = {"hosted": DEFAULT_CAPACITY_MODELS, "local": LOCAL_CAPACITY_MODELS}
 
 
 class ModuleOutputError(ValueError):
@@ -177,22 +191,38 @@ class ReasoningTiering(Tiering):
 class CapacityTiering(Tiering):
     """Low/Mid/High = three models of increasing size, all with the ``reflect`` prompt.
 
-    ``models`` maps tier -> ``"openai:MODEL"`` spec, ``"local"`` (the embedded model), a
-    ChatClient or a MeteredLLM (default :data:`DEFAULT_CAPACITY_MODELS`, which need an
-    OpenAI-compatible ``base_url`` such as OpenRouter's). Clients are built on first use by
-    ``env.model`` (the run's price book, ``price_as`` and ``allow_unpriced``).
+    ``models`` is a preset name of :data:`CAPACITY_PRESETS` (``hosted`` = the default
+    :data:`DEFAULT_CAPACITY_MODELS`, which need an OpenAI-compatible ``base_url`` such as
+    OpenRouter's; ``local`` = :data:`LOCAL_CAPACITY_MODELS`) or a map tier -> ``"openai:MODEL"``
+    spec, ``"local[:NAME]"`` (an embedded model of the registry), a ChatClient or a MeteredLLM.
+    Clients are built on first use by ``env.model`` (the run's price book, ``price_as`` and
+    ``allow_unpriced``; an embedded model is priced as its own price-book entry and loaded once
+    per process, whichever tier or module uses it).
+
+    Raises ValueError for an unknown preset, tier set or style;
+    :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (naming ``make bench-model``)
+    at construction when an embedded model it names is not installed - never a fallback.
     """
 
     name = "capacity"
 
-    def __init__(self, models: Mapping[str, Any] | None = None, *, base_url: str | None = None,
+    def __init__(self, models: Mapping[str, Any] | str | None = None, *, base_url: str | None = None,
                  style: str = "reflect", **client_kw):
+        if isinstance(models, str):
+            if models not in CAPACITY_PRESETS:
+                raise ValueError(f"unknown capacity preset {models!r}; choose one of {', '.join(CAPACITY_PRESETS)} "
+                                 "or give {low, mid, high} model specs")
+            models = CAPACITY_PRESETS[models]
         models = dict(DEFAULT_CAPACITY_MODELS if models is None else models)
         missing = [t for t in TIERS if t not in models]
         if missing or set(models) - set(TIERS):
             raise ValueError(f"capacity tiering needs exactly the tiers {TIERS}, got {sorted(models)}")
         if style not in prompts.STYLES:
             raise ValueError(f"unknown prompt style {style!r}")
+        for spec in models.values():
+            entry = local_model(spec) if isinstance(spec, str) else None
+            if entry is not None:
+                require_installed(entry)
         self.specs, self._base_url, self._client_kw, self.style = models, base_url, client_kw, style  # specs: tier -> model
 
     def model(self, tier: str, env) -> MeteredLLM:
