@@ -346,3 +346,56 @@ def test_pool_profiles(tmp_path):
         PoolProfile.load("tabel3")
     with pytest.raises(KeyError, match="unknown routes"):
         ModelPool(local, BOOK, backends={"nope": ScriptedClient(model_id=GEMMA)})
+
+
+def _fake_install(monkeypatch, tmp_path):
+    """Make the registry's installed check pass for the split models (nothing is loaded here)."""
+    from memfrontier.llm import local_models
+
+    monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.split.file)
+
+
+def test_bench_pool_routes_are_three_real_sizes_each_priced_as_itself(store, tmp_path, monkeypatch):
+    from memfrontier.llm.embedded import EmbeddedLLM
+
+    bench = PoolProfile.load("bench")
+    assert bench.endpoint == "embedded" and bench.policy_price_as is None and len(bench.ids) == 3
+    routes = bench.routes
+    assert [r.local_model for r in routes] == ["gemma-3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b"]
+    assert [r.model for r in routes] == [GEMMA, "qwen2.5-coder-0.5b-q4_k_m", "qwen2.5-coder-1.5b-q4_k_m"]
+    assert [bench.card(r.id).rsplit(" ", 1)[1] for r in routes] == ["270M", "0.5B", "1.5B"]
+    _fake_install(monkeypatch, tmp_path)
+    policy = ScriptedClient(model_id="qwen2.5-coder-1.5b-q4_k_m")
+    strat = MemPilot(pool="bench", policy=policy, compressor="offline")
+    env = _env(store, policy)
+    pool = strat.pool(env)
+    # one call of 1000 input and 100 output tokens on each route, by hand from core/prices/v1.yaml:
+    # USD = (1000 * in + 100 * out) / 1e6; proxy s = base + 1000 * in_s + 100 * out_s (Eq. 15-17)
+    want = {GEMMA: (1.2e-5, 0.05 + 1.5 + 2.0), "qwen2.5-coder-0.5b-q4_k_m": (1.1e-5, 0.3 + 6.0 + 5.0),
+            "qwen2.5-coder-1.5b-q4_k_m": (4.4e-5, 0.3 + 12.0 + 8.0)}
+    for r in routes:
+        llm = pool.llm(r.id, env)
+        assert llm.priced_as == r.model and llm.model_id == r.model  # served by that model, priced as itself
+        backend = llm.client.client
+        assert isinstance(backend, EmbeddedLLM) and backend.entry.name == r.local_model
+        assert (llm.price.usd(1000, 100), llm.price.latency.seconds(1000, 100)) == pytest.approx(want[r.model])
+    # the policy is priced as the model that runs it, and its cards show the real sizes
+    orch = strat.orchestrator(env, Preference(), Budget())
+    assert orch.policy.priced_as == "qwen2.5-coder-1.5b-q4_k_m"
+    system = orch.start(QUESTION, "0").messages[0]["content"]
+    assert all(f"parameters {p}" in system for p in ("270M", "0.5B", "1.5B")) and "qwen" not in system
+
+
+def test_bench_pool_refuses_a_model_that_is_not_installed(tmp_path, monkeypatch):
+    from memfrontier.llm.local_models import ModelNotInstalledError
+
+    monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "empty"))
+    bench = PoolProfile.load("bench")  # the profile itself loads anywhere
+    with pytest.raises(ModelNotInstalledError, match=r"'qwen2.5-0.5b' is not installed .*make bench-model"):
+        MemPilot(pool="bench")
+    with pytest.raises(ModelNotInstalledError, match="make bench-model"):
+        ModelPool(bench, BOOK)
+    with pytest.raises(ValueError, match="unknown local model 'qwen-9b'"):
+        Route(id="r", model=GEMMA, local_model="qwen-9b")
+    with pytest.raises(ValueError, match="local_model is for embedded routes only: r"):
+        PoolProfile(name="p", endpoint="openai", routes=[Route(id="r", model=GEMMA, local_model="gemma-3-270m")])

@@ -217,7 +217,7 @@ ALIASES: tuple[Alias, ...] = (
     Alias("--summarizer-adapter", "summarizer_adapter", ("memorycpt",), Optional[Path], "memorycpt: a LoRA-B adapter directory."),
     Alias("--single-pass", "single_pass", ("automem",), bool, "automem: the single-pass variant."),
     Alias("--preference", "preference", ("mempilot",), Optional[str], "mempilot: perf | balanced | cost, or weights 'Q,C,L'."),
-    Alias("--pool", "pool", ("mempilot",), Optional[str], "mempilot: local | table3 | a pool YAML."),
+    Alias("--pool", "pool", ("mempilot",), Optional[str], "mempilot: local | table3 | bench (embedded 270M/0.5B/1.5B routes; make bench-model) | a pool YAML."),
     Alias("--answer-mode", "answer_mode", ("mempilot",), Optional[str], "mempilot: decoupled | policy."),
     Alias("--adapter", "adapter", ("mempilot",), Optional[Path], "mempilot: a LoRA adapter from `train orchestrator`."),
     Alias("--bank-file", "bank_file", ("mempilot",), Optional[Path], "mempilot: a JSONL imported as the memory bank."),
@@ -846,7 +846,7 @@ def export_sft_cmd(
 def sweep_mempilot(
     preferences: str = typer.Option("perf,balanced,cost", help="Presets and/or weights 'Q:C:L' (e.g. 'perf,balanced,cost,1:2:1'), comma-separated."),
     adapters: Optional[Path] = typer.Option(None, help="Folder with <preference>/adapter from `train orchestrator` (missing: the untrained policy)."),
-    pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | a YAML (same as --set pool=...)."),
+    pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | bench (embedded 270M/0.5B/1.5B routes, each priced as itself; make bench-model) | a YAML (same as --set pool=...)."),
     *, run: RunOptions, strategy_args: dict,
 ):
     """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable.

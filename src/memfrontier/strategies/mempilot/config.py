@@ -20,7 +20,8 @@ AnswerMode = Literal["decoupled", "policy"]
 ANSWER_MODES: tuple[str, ...] = typing.get_args(AnswerMode)
 #: compressed: the bank built from the raw chunks by compression (Sec. 3.1); imported: a JSONL bank.
 BankKind = Literal[KINDS]
-#: The packaged model pools (local: the embedded model behind every route; table3: Table 3, OpenRouter).
+#: The packaged model pools (local: the embedded model behind every route; table3: Table 3, OpenRouter;
+#: bench: three embedded models of 270M / 0.5B / 1.5B parameters, each priced as itself).
 PoolName = Literal[PROFILES]
 
 
@@ -49,7 +50,7 @@ class MemPilotConfig(StrategyConfig):
 
     strategy = "mempilot"
 
-    pool: PoolName | Path = Field("local", description="Model pool: local | table3 | a pool YAML (Sec. 3.2, Table 3).")
+    pool: PoolName | Path = Field("local", description="Model pool: local | table3 | bench | a pool YAML (Sec. 3.2, Table 3).")
     preference: PreferencePreset | PreferenceWeights | None = Field(
         None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
         "default: the caller's preference (perf in evaluation).")
@@ -93,5 +94,5 @@ class MemPilotConfig(StrategyConfig):
         if self.bank_file is not None and self.bank != "imported":
             raise ValueError("bank_file needs bank='imported'")
         if isinstance(self.pool, Path) and not self.pool.is_file():
-            raise ValueError(f"pool: {str(self.pool)!r} is neither local, table3 nor a pool YAML file")
+            raise ValueError(f"pool: {str(self.pool)!r} is neither {', '.join(PROFILES)} nor a pool YAML file")
         return self

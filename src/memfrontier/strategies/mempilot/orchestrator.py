@@ -14,7 +14,8 @@ trajectory is not run again (its result is already in the transcript; event
 
 Accounting (MemPilot Eq. 14-19), one account: every call goes through a
 :class:`~memfrontier.llm.metered.MeteredLLM` into the ledger. Policy turns (role ``policy``) are
-priced as the pool's ``policy_price_as`` model (or the run's ``price_as``) with ideal KV-prefix
+priced as the pool's ``policy_price_as`` model (or the run's ``price_as``; with neither, as the
+model running the policy) with ideal KV-prefix
 reuse — the first turn pays for its whole prompt, later turns only for the newly appended
 observation tokens (``cached_tokens`` holds the rest, free) — each its own latency stage; delegate
 calls (role ``delegate``) share one ``ledger.parallel()`` stage per round. A trajectory's cost and
@@ -166,7 +167,7 @@ class Orchestrator:
         pool: the :class:`ModelPool` (routes, prices, clients).
         views: the :class:`DualView` (compressed bank + raw chunks).
         policy: the policy's metered client, made by ``env.model`` as standing for
-            ``pool.profile.policy_price_as`` (see :meth:`MemPilot.orchestrator`).
+            ``pool.profile.policy_price_as`` (None: priced as itself; see :meth:`MemPilot.orchestrator`).
         env: the :class:`~memfrontier.strategies.base.MemoryEnv` that makes the delegates' clients.
         preference: lambda shown to the policy (see :func:`prompts.preference_line`).
         budget: hard caps of the query stage (see the module docstring).

@@ -58,7 +58,10 @@ class MemPilot:
 
     Args:
         pool: pool profile name (``local``: every route served by the embedded model, a labelled
-            stand-in; ``table3``: MemPilot's OpenRouter pool) or a YAML path, or a PoolProfile.
+            stand-in; ``table3``: MemPilot's OpenRouter pool; ``bench``: three embedded models of
+            270M / 0.5B / 1.5B parameters, each priced as itself) or a YAML path, or a PoolProfile.
+            A route's embedded model that is not installed raises
+            :class:`~memfrontier.llm.local_models.ModelNotInstalledError` here.
         preference: preset name, weights dict or Preference. When set it overrides the caller's
             (evaluation runs pass none); otherwise the caller's preference is used.
         answer_mode: ``decoupled`` (default; the answerer reads question + evidence) or ``policy``.
@@ -107,6 +110,7 @@ class MemPilot:
         if adapter is not None and not Path(adapter).is_dir():
             raise FileNotFoundError(f"no LoRA adapter directory {adapter}")
         self.profile = pool if isinstance(pool, PoolProfile) else PoolProfile.load(pool)
+        self.profile.require_models()
         self.preference = as_preference(preference)
         self.answer_mode = answer_mode
         self.bank_kind = bank
@@ -160,7 +164,8 @@ class MemPilot:
         from .views import DualView
 
         opts = {**self.options, **overrides}
-        policy = env.model(self.policy(env), "policy", stands_for=self.profile.policy_price_as)
+        # priced as the pool's policy_price_as, else as the model running it (a LoRA policy: its base)
+        policy = env.model(self.policy(env), "policy", self.adapter, stands_for=self.profile.policy_price_as)
         return Orchestrator(pool=self.pool(env), views=DualView(env.store, self.bank(env), self.bank_kind),
                             policy=policy, env=env, preference=preference, budget=budget, **opts)
 
