@@ -112,6 +112,43 @@ def test_default_spec_covers_every_strategy_family():
     assert spec.select(["rag"])[0].options == {"k": 8}
     with pytest.raises(ValueError, match="unknown configuration"):
         spec.select(["nope"])
+    bench = ["model:qwen2.5-0.5b", "model:qwen2.5-1.5b"]
+    for tier in ("low", "mid", "high"):  # BudgetMem's capacity tiering on the local models
+        (c,) = spec.select([f"budgetmem-capacity-{tier}"])
+        assert c.options == {"tiering": "capacity", "tiering_options": {"models": "local"}, "tiers": tier}
+        assert c.requires == bench
+    for pref in ("perf", "balanced", "cost"):  # MemPilot on the pool of real sizes
+        (c,) = spec.select([f"mempilot-{pref}"])
+        assert c.options == {"preference": pref, "pool": "bench"} and c.requires == bench
+
+
+def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, monkeypatch):
+    import asyncio
+
+    from memfrontier.eval.runner import EvalConfig
+    from memfrontier.frontier.run import run_frontier
+
+    monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "no-models"))  # nothing installed
+    hint = "install with: make bench-model (or: python -m memfrontier.llm.local_models install)"
+    spec = FrontierSpec.model_validate({"name": "bench", "configurations": [
+        {"label": "cap", "strategy": "budgetmem", "options": {"tiering": "capacity", "tiering_options": {"models": "local"}},
+         "requires": ["model:qwen2.5-0.5b", "model:qwen2.5-1.5b"]},
+        {"label": "both", "strategy": "budgetmem", "requires": [str(tmp_path / "r.pt"), "model:qwen2.5-1.5b"]},
+        {"label": "gemma", "strategy": "rag", "requires": ["model:gemma-3-270m"]}]})  # packaged: always there
+    cap, both, gemma = spec.configurations
+    assert cap.unmet() == f"models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}"
+    assert both.unmet() == f"missing {tmp_path / 'r.pt'}; model qwen2.5-1.5b not installed; {hint}"
+    assert gemma.unmet() is None
+    seen = []
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=1), tmp_path / "out", labels=["cap", "both"],
+                                   on_config=lambda label, status: seen.append((label, status))))
+    rows = {r["label"]: r for r in rep["rows"]}
+    assert seen == [("cap", cap.unmet()), ("both", both.unmet())]
+    assert rows["cap"]["status"] == cap.unmet() and rows["cap"]["n"] == 0
+    assert not (tmp_path / "out" / "configs" / "cap").exists()  # nothing ran in its place
+    assert f"not run: models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}" in (tmp_path / "out" / "frontier.md").read_text()
+    with pytest.raises(ValueError, match="unknown local model 'llama-70b'"):
+        FrontierSpec.model_validate({"configurations": [{"label": "a", "strategy": "rag", "requires": ["model:llama-70b"]}]})
 
 
 def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):

@@ -41,8 +41,10 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     split, limit, models, price book, seed...) and write the report into ``out``.
 
     ``on_config(label, status)`` is called with ``start``/``done``/``skipped``/``failed: ...``. A
-    configuration that fails (missing required file, model error, budget...) is reported as not run
-    with its error; the others still run. Returns the report (see :func:`build_report`).
+    configuration that fails (a required file missing or model not installed - see
+    :meth:`FrontierConfig.unmet` -, model error, budget...) is reported as not run with its error
+    and, for a model, the command that installs it; the others still run. Returns the report
+    (see :func:`build_report`).
     """
     out = Path(out)
     notify = on_config or (lambda *_: None)
@@ -51,10 +53,10 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
         cfg = base.model_copy(update={"strategy": fc.strategy, "strategy_options": dict(fc.options),
                                       "out": config_dir(out, fc.label), "store": base.store or out / "store"})
         entry = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
-        missing = [p for p in fc.requires if not Path(p).exists()]
-        if missing:
-            entry.update(dir=None, status=f"missing {', '.join(missing)}")
-            notify(fc.label, entry["status"])
+        unmet = fc.unmet()
+        if unmet:
+            entry.update(dir=None, status=unmet)
+            notify(fc.label, unmet)
         elif report_only or _is_finished(cfg):
             notify(fc.label, "done" if (cfg.out / "summary.json").is_file() else "not run")
             if not (cfg.out / "summary.json").is_file():

@@ -1,5 +1,12 @@
 """The frontier's list of configurations: a YAML file of ``{label, strategy, options, requires}``
-entries (a default one ships next to this module as ``default.yaml``)."""
+entries (a default one ships next to this module as ``default.yaml``).
+
+``requires`` lists what a configuration needs besides the run's options: a file path (a trained
+router checkpoint) or ``model:NAME``, an embedded model of the registry
+(:data:`memfrontier.llm.local_models.LOCAL_MODELS`, e.g. ``model:qwen2.5-1.5b``). A configuration
+with an unmet requirement is reported as not run, with what is missing and, for a model, the
+command that installs it (:meth:`FrontierConfig.unmet`) - never run with something else.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..llm.local_models import INSTALL_HINT, is_installed, resolve_local
+
 DEFAULT_SPEC = Path(__file__).with_name("default.yaml")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Prefix of a ``requires`` entry that names an embedded model instead of a file.
+MODEL_REQUIREMENT = "model:"
 
 
 class FrontierConfig(BaseModel):
@@ -20,7 +31,8 @@ class FrontierConfig(BaseModel):
     label: str
     strategy: str
     options: dict = Field(default_factory=dict)
-    #: files the configuration needs (e.g. a trained router); missing ones mark it "not run"
+    #: files (a trained router) and ``model:NAME`` embedded models the configuration needs;
+    #: an unmet one marks it "not run"
     requires: list[str] = Field(default_factory=list)
 
     @field_validator("label")
@@ -29,6 +41,29 @@ class FrontierConfig(BaseModel):
         if not _LABEL.match(v):
             raise ValueError(f"label {v!r} must be 1-64 characters of letters, digits, '.', '_' or '-'")
         return v
+
+    @field_validator("requires")
+    @classmethod
+    def _registered_models(cls, v: list[str]) -> list[str]:
+        for r in v:
+            if r.startswith(MODEL_REQUIREMENT):
+                resolve_local(r[len(MODEL_REQUIREMENT):])  # ValueError naming the known models
+        return v
+
+    def unmet(self) -> str | None:
+        """Why the configuration cannot run here, or None: ``"missing PATH, ..."`` for absent files,
+        ``"model(s) NAME, ... not installed; install with: make bench-model (...)"`` for embedded
+        models that are not installed (both joined by ``"; "``)."""
+        files = [r for r in self.requires if not r.startswith(MODEL_REQUIREMENT) and not Path(r).exists()]
+        models = [r[len(MODEL_REQUIREMENT):] for r in self.requires
+                  if r.startswith(MODEL_REQUIREMENT) and not is_installed(r[len(MODEL_REQUIREMENT):])]
+        why = []
+        if files:
+            why.append(f"missing {', '.join(files)}")
+        if models:
+            why.append(f"model{'s' if len(models) > 1 else ''} {', '.join(models)} not installed; "
+                       f"install with: {INSTALL_HINT}")
+        return "; ".join(why) or None
 
     def family(self) -> str:
         """The strategy family a plot colours by (``rag-k4`` and ``rag`` are both ``rag``)."""
