@@ -12,11 +12,13 @@ uvicorn workers) on a fresh data directory and prints:
 (b) kill -9: the load runs for ``--kill-after`` seconds with 16 clients, then the server's
     process group gets SIGKILL; the service is restarted on the same data directory: acknowledged
     adds missing (goal 0), re-adds that add something (goal 0), a search answering (the store
-    readable).
+    readable). With the default store the embedded PostgreSQL server runs in its own session, so
+    it outlives the kill and the restart joins it.
 
 Every figure is a count or a latency measured in this run; nothing is compared with a stored
-number. The store is whatever ``--store`` names (default: a SQLite directory inside the data
-directory; a ``postgresql://`` URL once the Postgres store is there).
+number. The store is serve's default (the embedded PostgreSQL server of the data directory)
+unless ``--store`` names another (a SQLite directory or a ``postgresql://`` URL); the key is
+created where that service keeps its keys (:func:`memfrontier.server.data.service_data`).
 
 Usage::
 
@@ -41,7 +43,8 @@ from pathlib import Path
 import httpx2 as httpx
 
 from memfrontier.client import AsyncMemoryClient
-from memfrontier.server.tenants import KeyStore
+from memfrontier.server.data import service_data
+from memfrontier.server.keys import open_key_store
 
 WORDS = ("garden lemon basil Lisbon Quito guitar marathon salsa violin kitten hiking chess novel "
          "pottery cycling sushi harbour museum tram ferry").split()
@@ -154,7 +157,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         data = Path(tmp)
-        key = KeyStore(data / "keys.db").create("bench")[1]
+        with service_data(data, args.store) as where:
+            ks = open_key_store(where.keys)
+            key = ks.create("bench")[1]
+            ks.close()
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = start(data, port, args.workers, args.store)

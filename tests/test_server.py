@@ -1,11 +1,15 @@
 """The REST service (``memfrontier serve``) over real HTTP: uvicorn on loopback, the real SQLite
-store and MiniLM, keys in a real key file. The answer model of ``ask`` is the scripted client
-(these tests check the service's control flow: confinement, errors, usage bookkeeping); the
-slow test at the end asks through the embedded model."""
+store and MiniLM, keys in a real key file. The key store contract (keys, usage, in-flight slots
+shared by server processes) runs against both backends: a SQLite file and the embedded
+PostgreSQL server of conftest.py. The answer model of ``ask`` is the scripted client (these tests
+check the service's control flow: confinement, errors, usage bookkeeping); the slow tests at the
+end ask through the embedded model and start ``memfrontier serve`` on its default embedded
+PostgreSQL server."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import threading
 import time
@@ -26,10 +30,14 @@ from memfrontier.client import (
     MemoryClient,
     ServiceError,
 )
+from memfrontier.core.ledger import StageUsage, Usage
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.server.data import service_data
+from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, Slot, open_key_store
 from memfrontier.server.rest import ServeSettings, create_app
-from memfrontier.server.tenants import KeyStore, client_scope, tenant_scope
+from memfrontier.server.tenants import client_scope, tenant_scope
+from memfrontier.store.base import StoreError
 
 SECRET = "My locker code is 4417."
 MODEL = "gemma-3-270m-q4_k_m"  # priced in the packaged book: 0.01 / 0.02 USD per 1M tokens
@@ -61,11 +69,15 @@ def running(app):
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
+def minilm():
+    return MiniLMEmbedder(num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, minilm):
     root = tmp_path_factory.mktemp("svc")
-    mem = AsyncMemory.open(root / "store", llm=ScriptedClient(_script, model_id=MODEL),
-                           embedder=MiniLMEmbedder(num_threads=1))
-    keys = KeyStore(root / "keys.db")
+    mem = AsyncMemory.open(root / "store", llm=ScriptedClient(_script, model_id=MODEL), embedder=minilm)
+    keys = SQLiteKeyStore(root / "keys.db")
     settings = ServeSettings(store=str(root / "store"), keys=str(root / "keys.db"), max_body_bytes=4096,
                              max_in_flight=2)
     with running(create_app(settings, memory=mem, keys=keys)) as url:
@@ -105,35 +117,162 @@ def test_tenant_scope_is_injective_and_inverted():
             tenant_scope(bad, "u", None, None)
 
 
-def test_keys_are_stored_hashed_and_revocable(tmp_path):
-    ks = KeyStore(tmp_path / "keys.db")
+@pytest.fixture(params=["sqlite", "postgres"])
+def key_location(request, tmp_path):
+    """Where a key store of this test lives: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "keys.db")
+    return request.getfixturevalue("pg_database")("keys")
+
+
+def test_keys_are_stored_hashed_and_revocable(key_location):
+    ks = open_key_store(key_location)
     key_id, key = ks.create("acme")
     assert key.startswith(f"mf_{key_id}_") and len(key) == 3 + 12 + 1 + 43
-    assert ks.authenticate(key) == "acme"
+    other = open_key_store(key_location)  # another server process sees the key at once
+    assert ks.authenticate(key) == "acme" and other.authenticate(key) == "acme"
     assert ks.authenticate(key[:-1] + ("A" if key[-1] != "A" else "B")) is None  # same id, wrong secret
     assert ks.authenticate(None) is None and ks.authenticate("mf_nothex_x") is None
-    assert key.split("_", 2)[2].encode() not in (tmp_path / "keys.db").read_bytes()
-    assert [k.key_id for k in ks.list("acme")] == [key_id]
+    secret = key.split("_", 2)[2]
+    rows = ks._read("SELECT key_id, tenant, secret_sha256 FROM api_keys")
+    assert rows == [(key_id, "acme", hashlib.sha256(secret.encode()).hexdigest())]  # the hash, never the secret
+    assert [k.key_id for k in ks.list("acme")] == [key_id] and ks.list("nobody") == []
     assert ks.revoke(key_id) is True and ks.revoke(key_id) is False
-    assert ks.authenticate(key) is None
+    assert ks.authenticate(key) is None and other.authenticate(key) is None
     assert ks.list()[0].revoked_s is not None
+    with pytest.raises(ValueError, match="tenant must match"):
+        ks.create("Bad/Name")
+    ks.close()
+    other.close()
+
+
+def test_usage_totals_add_up_by_tenant_and_stage(key_location):
+    ks = open_key_store(key_location)
+    ask = Usage(by_stage={"query": StageUsage(calls=1, input_tokens=120, output_tokens=7, usd=0.25, wall_s=0.5),
+                          "construction": StageUsage(calls=3, input_tokens=900, cached_tokens=100, usd=1.5,
+                                                     proxy_s=2.0)})
+    ks.record_usage("acme", ask)
+    ks.record_usage("acme", Usage(by_stage={"query": StageUsage(calls=1, input_tokens=80, output_tokens=3, usd=0.125)}))
+    ks.record_usage("beta", Usage(by_stage={"query": StageUsage(calls=5)}))
+    assert ks.usage("acme") == {
+        "construction": {"calls": 3, "input_tokens": 900, "cached_tokens": 100, "output_tokens": 0,
+                         "reasoning_tokens": 0, "usd": 1.5, "unpriced_calls": 0, "proxy_s": 2.0, "wall_s": 0.0},
+        "query": {"calls": 2, "input_tokens": 200, "cached_tokens": 0, "output_tokens": 10, "reasoning_tokens": 0,
+                  "usd": 0.375, "unpriced_calls": 0, "proxy_s": 0.0, "wall_s": 0.5}}
+    assert ks.usage("beta")["query"]["calls"] == 5 and ks.usage("nobody") == {}
     ks.close()
 
 
-def test_keys_cli_create_list_revoke(tmp_path):
+_HOLDER = """
+import sys, time
+from memfrontier.server.keys import open_key_store
+ks = open_key_store(sys.argv[1])
+print([ks.acquire("zed", 2) is not None for _ in range(3)], flush=True)
+time.sleep(600)
+"""
+
+
+def test_in_flight_slots_are_shared_and_a_killed_holders_are_freed(key_location):
+    """Two key stores on one location are two server processes: a tenant's slots are counted across
+    both, tenants are independent, and a process killed with -9 frees its slots at once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    w1, w2 = open_key_store(key_location), open_key_store(key_location)
+    a = w1.acquire("acme", 2)
+    b = w2.acquire("acme", 2)
+    assert (a, b) == (Slot("acme", 0), Slot("acme", 1))
+    assert w1.acquire("acme", 2) is None and w2.acquire("acme", 2) is None
+    assert w2.acquire("acme", 3) == Slot("acme", 2)  # a higher limit has a third slot
+    assert w1.acquire("beta", 2) == Slot("beta", 0)  # another tenant is not limited by acme's load
+    w1.release(a)
+    w1.release(a)  # releasing twice frees nothing more
+    assert w2.acquire("acme", 2) == Slot("acme", 0) and w1.acquire("acme", 2) is None
+    assert w2.held() == [Slot("acme", 0), Slot("acme", 1), Slot("acme", 2)]
+    w2.close()  # a closed worker's slots are free
+    assert w1.acquire("acme", 2) == Slot("acme", 0)
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, key_location], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "[True, True, False]"
+        assert w1.acquire("zed", 2) is None
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        deadline = time.time() + 10  # PostgreSQL ends the dead client's session on its next read
+        while (slot := w1.acquire("zed", 2)) is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert slot == Slot("zed", 0)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    w1.close()
+
+
+def test_postgres_key_tables_are_versioned_in_their_own_schema(pg_database):
+    import psycopg
+
+    from memfrontier.server.keys import PG_MIGRATIONS, PostgresKeyStore
+
+    dsn = pg_database("kv")
+    ks = PostgresKeyStore(dsn)
+    assert ks.schema_version() == max(PG_MIGRATIONS) == 1
+    ks.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+                              (PG_SCHEMA,)).fetchall()
+        assert [t for (t,) in tables] == ["api_keys", "schema_version", "tenants", "usage"]
+        assert conn.execute("SELECT to_regclass('public.schema_version')").fetchone()[0] is None  # the store's is apart
+        conn.execute(f"INSERT INTO {PG_SCHEMA}.schema_version (version) VALUES (2)")
+    with pytest.raises(StoreError, match="schema version 2, newer than this memfrontier's 1"):
+        PostgresKeyStore(dsn)
+
+
+def test_sqlite_key_file_of_another_schema_is_refused(tmp_path):
+    import sqlite3
+
+    SQLiteKeyStore(tmp_path / "keys.db").close()
+    with sqlite3.connect(tmp_path / "keys.db") as conn:
+        conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="key store schema 9 is not 1"):
+        SQLiteKeyStore(tmp_path / "keys.db")
+
+
+def test_service_data_locations(tmp_path, pg_database):
+    url = pg_database("svc")
+    with service_data(tmp_path / "d", url) as d:
+        assert (d.store, d.keys, d.view_dir) == (url, url, None) and "PostgreSQL postgresql://" in d.description
+    with service_data(tmp_path / "d", str(tmp_path / "st")) as d:
+        assert (d.store, d.keys, d.view_dir) == (str(tmp_path / "st"), str(tmp_path / "d" / "keys.db"), None)
+    (tmp_path / "old" / "store").mkdir(parents=True)
+    (tmp_path / "old" / "store" / "store.db").touch()
+    with pytest.raises(ValueError, match=r"holds a SQLite store .* --store .*old/store"):
+        with service_data(tmp_path / "old"):
+            pass
+    assert not (tmp_path / "old" / "pg").exists()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_keys_cli_create_list_revoke(backend, tmp_path, request):
+    store = str(tmp_path / "store") if backend == "sqlite" else request.getfixturevalue("pg_database")("cli")
+    where = ["--data-dir", str(tmp_path), "--store", store]
     runner = CliRunner()
-    res = runner.invoke(cli_app, ["keys", "create", "acme", "--data-dir", str(tmp_path)])
+    res = runner.invoke(cli_app, ["keys", "create", "acme", *where])
     assert res.exit_code == 0, res.output
     key = res.stdout.strip().splitlines()[-1]
-    ks = KeyStore(tmp_path / "keys.db")
+    ks = open_key_store(str(tmp_path / "keys.db") if backend == "sqlite" else store)
     assert ks.authenticate(key) == "acme"
     key_id = key.split("_")[1]
-    listed = runner.invoke(cli_app, ["keys", "list", "--data-dir", str(tmp_path)])
+    listed = runner.invoke(cli_app, ["keys", "list", *where])
     assert f'"key_id": "{key_id}"' in listed.stdout and key.split("_", 2)[2] not in listed.stdout
-    assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 0
+    assert runner.invoke(cli_app, ["keys", "revoke", key_id, *where]).exit_code == 0
     assert ks.authenticate(key) is None
-    assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 2
-    assert runner.invoke(cli_app, ["keys", "create", "Bad/Name", "--data-dir", str(tmp_path)]).exit_code == 2
+    assert runner.invoke(cli_app, ["keys", "revoke", key_id, *where]).exit_code == 2
+    res = runner.invoke(cli_app, ["keys", "create", "Bad/Name", *where])
+    assert res.exit_code == 2 and "tenant must match" in res.output
+    ks.close()
 
 
 # --- the verbs ----------------------------------------------------------------------------------
@@ -347,12 +486,48 @@ def test_in_flight_limit_per_tenant_gives_429(service, key_a, key_b):
     assert other == []
 
 
+def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
+    """The service's 429 counts the tenant's requests in every worker: another process's key store
+    on the same location (another worker) holds slots that this worker's requests see, and a
+    request's own slot is seen by the other worker while it runs and freed when it ends."""
+
+    def script(messages):
+        return (0.6, "slow answer")
+
+    mem = AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(script, model_id=MODEL), embedder=minilm)
+    mine, other = open_key_store(key_location), open_key_store(key_location)
+    key = mine.create("acme")[1]
+    settings = ServeSettings(store=str(tmp_path / "store"), keys=key_location, max_in_flight=2)
+    with running(create_app(settings, memory=mem, keys=mine)) as url, _raw({"url": url}, key) as h:
+        held = [other.acquire("acme", 2), other.acquire("acme", 2)]  # the other worker runs two requests
+        r = h.get("/v1/usage")
+        assert r.status_code == 429 and r.json()["error"] == "too_many_requests" and r.headers["retry-after"] == "1"
+        other.release(held[0])
+        assert h.get("/v1/usage").status_code == 200 and mine.held() == []  # the request's slot is freed after it
+        other.close()  # the other worker goes away: its slots with it
+
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as h2:
+            t = threading.Thread(target=h2.post, args=("/v1/ask",), kwargs={"json": {"question": "q?", "user_id": "u"}})
+            t.start()
+            deadline = time.time() + 10
+            while not mine.held() and time.time() < deadline:
+                time.sleep(0.01)
+            assert mine.held() == [Slot("acme", 0)]  # the slow ask holds slot 0 in this worker
+            third = open_key_store(key_location)  # so a third worker finds one slot of two
+            assert third.acquire("acme", 2) == Slot("acme", 1) and third.acquire("acme", 2) is None
+            t.join()
+            assert third.acquire("acme", 2) == Slot("acme", 0)
+            third.close()
+    mine.close()
+    mem.close()
+
+
 @pytest.mark.slow
 def test_ask_through_the_service_with_the_embedded_model(tmp_path):
     from memfrontier.llm.embedded import EmbeddedLLM
 
     mem = AsyncMemory.open(tmp_path / "store", llm=EmbeddedLLM(n_ctx=1024), embedder=MiniLMEmbedder(num_threads=1))
-    keys = KeyStore(tmp_path / "keys.db")
+    keys = SQLiteKeyStore(tmp_path / "keys.db")
     key = keys.create("acme")[1]
     settings = ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db"))
     with running(create_app(settings, memory=mem, keys=keys)) as url, MemoryClient(url, key) as m:
@@ -364,32 +539,47 @@ def test_ask_through_the_service_with_the_embedded_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_serve_command_with_two_workers_shares_store_and_keys(tmp_path):
-    """`memfrontier serve --workers 2` as a user starts it: writes from concurrent requests (spread
-    over both workers) are all stored once, and a revoked key is refused by every worker."""
+def test_serve_command_default_embedded_postgres_with_two_workers():
+    """`memfrontier serve --workers 2` as a user starts it, on its default store: it starts the
+    embedded PostgreSQL server of DATA_DIR/pg that `memfrontier keys` also reaches (started for the
+    command when serve is not running, joined while it runs). Writes from concurrent requests
+    (spread over both workers) are all stored once, a revoked key is refused by every worker, and
+    SIGTERM stops the service and its PostgreSQL server."""
     import os
+    import shutil
     import signal
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
+    from memfrontier.store.embedded_pg import EmbeddedPostgres
+
+    data = Path(tempfile.mkdtemp(prefix="memfrontier-serve-"))  # not tmp_path: the server's user must reach it
+    where = ["--data-dir", str(data)]
     runner = CliRunner()
-    key = runner.invoke(cli_app, ["keys", "create", "acme", "--data-dir", str(tmp_path)]).stdout.strip().splitlines()[-1]
+    res = runner.invoke(cli_app, ["keys", "create", "acme", *where])
+    assert res.exit_code == 0, res.output
+    key = res.stdout.strip().splitlines()[-1]
+    assert (data / "pg" / "PG_VERSION").is_file() and not EmbeddedPostgres(data / "pg").running  # started, stopped
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "memfrontier.cli", "serve", "--data-dir", str(tmp_path),
+    log = open(data / "serve.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "memfrontier.cli", "serve", *where,
                              "--port", str(port), "--workers", "2", "--max-in-flight", "32"], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 180
         while True:
-            assert proc.poll() is None and time.time() < deadline, "serve did not start"
+            assert proc.poll() is None and time.time() < deadline, "serve did not start: " + (data / "serve.log").read_text()
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
+        assert f"embedded PostgreSQL, data in {data.resolve() / 'pg'}" in (data / "serve.log").read_text()
 
         async def writes():
             async with AsyncMemoryClient(url, key) as m:
@@ -405,9 +595,20 @@ def test_serve_command_with_two_workers_shares_store_and_keys(tmp_path):
         assert again.added == [] and again.skipped == ["n0"]
         assert [g.text for g in got] == [f"Note number {i} about tram lines." for i in range(24)]
         key_id = key.split("_")[1]
-        assert runner.invoke(cli_app, ["keys", "revoke", key_id, "--data-dir", str(tmp_path)]).exit_code == 0
+        assert runner.invoke(cli_app, ["keys", "revoke", key_id, *where]).exit_code == 0  # joins the running server
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as h:
             assert {h.get("/v1/usage").status_code for _ in range(20)} == {401}
+        assert EmbeddedPostgres(data / "pg").running  # the admin command left serve's server running
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert not EmbeddedPostgres(data / "pg").running and not (data / "pg" / "postmaster.pid").exists()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        log.close()
+        if EmbeddedPostgres(data / "pg").running:  # whatever happened, stop the server before removing its data
+            pg = EmbeddedPostgres(data / "pg")
+            pg.start()
+            pg.stop()
+        shutil.rmtree(data, ignore_errors=True)

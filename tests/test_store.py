@@ -650,3 +650,72 @@ def test_cli_store_option_takes_a_postgres_url(pg_database, tmp_path, monkeypatc
     res = run(app, ["search", "kayak", "--store", url, "--user-id", "ana", "--k", "1"])
     assert res.exit_code == 0 and "Lake Tahoe" in res.output, res.output
     assert not (Path.cwd() / "postgresql:").exists()
+
+
+# -- the embedded PostgreSQL server of a data directory ----------------------------------------
+
+
+def _pidfile(pgdata: Path, pid: int) -> None:
+    """A ``postmaster.pid`` in PostgreSQL's layout (pid, data dir, start, port, socket dir, host, shmem, status)."""
+    (pgdata / "postmaster.pid").write_text(f"{pid}\n{pgdata}\n1700000000\n5432\n{pgdata}\n\n  1 2\nready   \n")
+
+
+def test_clear_stale_lock_keeps_a_running_servers_lock_and_removes_a_dead_ones(pg_server, tmp_path):
+    import signal
+
+    from memfrontier.store.embedded_pg import clear_stale_lock
+
+    running = Path(pg_server.pgdata)
+    assert clear_stale_lock(running) is False and (running / "postmaster.pid").is_file()
+    # after a kill -9 (or a container restart) the recorded pid is another, live process, or none
+    gone = subprocess.Popen(["sleep", "30"])
+    gone.send_signal(signal.SIGKILL)
+    gone.wait()
+    for pid in (os.getpid(), gone.pid):
+        _pidfile(tmp_path, pid)
+        (tmp_path / ".s.PGSQL.5432.lock").write_text(f"{pid}\n")
+        assert clear_stale_lock(tmp_path) is True
+        assert not (tmp_path / "postmaster.pid").exists() and not (tmp_path / ".s.PGSQL.5432.lock").exists()
+    assert clear_stale_lock(tmp_path) is False  # no lock at all
+
+
+@pytest.mark.slow
+def test_embedded_server_is_shared_stopped_by_its_last_user_and_restarts_after_kill_9():
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    import psycopg
+
+    from memfrontier.store.embedded_pg import EmbeddedPostgres
+
+    root = Path(tempfile.mkdtemp(prefix="memfrontier-epg-"))  # not tmp_path: the server's user must reach it
+    try:
+        a, b = EmbeddedPostgres(root / "pg"), EmbeddedPostgres(root / "pg")
+        url = a.start()
+        assert url.startswith("postgresql://postgres:@/memfrontier?host=") and b.start() == url  # b joins a's server
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (x int)")
+            conn.execute("INSERT INTO t VALUES (7)")
+        assert a.stop() is False and a.running  # b still uses it
+        assert b.stop() is True and not b.running and b.stop() is False
+        # kill -9 of the postmaster, and its pid taken by an unrelated process (as after a container restart)
+        a.start()
+        os.kill(int((root / "pg" / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)
+        time.sleep(0.5)
+        squatter = subprocess.Popen(["sleep", "60"])
+        lines = (root / "pg" / "postmaster.pid").read_text().splitlines()
+        (root / "pg" / "postmaster.pid").write_text("\n".join([str(squatter.pid), *lines[1:]]) + "\n")
+        a._users.close()  # the process that started it died too: its use ends with it
+        a._users = None
+        c = EmbeddedPostgres(root / "pg")
+        with psycopg.connect(c.start(), autocommit=True) as conn:  # crash recovery keeps what was committed
+            assert conn.execute("SELECT x FROM t").fetchall() == [(7,)]
+            # a client that only got the URL (a worker whose parent was killed) keeps it running
+            assert c.stop(wait_s=0.3) is False and c.running
+        squatter.kill()
+        squatter.wait()
+        assert c.start() == url and c.stop() is True and not (root / "pg" / "postmaster.pid").exists()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

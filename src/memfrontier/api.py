@@ -114,6 +114,7 @@ class AsyncMemory:
         price_as: str | None = None,
         embedder=None,
         reembed: bool = False,
+        view_dir: str | Path | None = None,
     ) -> "AsyncMemory":
         """Open (or create) the store at ``path``: a directory (SQLite) or a ``postgres://`` /
         ``postgresql://`` URL (PostgreSQL + pgvector, see :func:`~memfrontier.store.open.open_store`).
@@ -123,6 +124,7 @@ class AsyncMemory:
         model missing from the price book unless ``allow_unpriced``; EmbeddingMismatchError if the
         store was built with another embedding model (pass ``reembed=True`` to rebuild vectors).
         ``price_as`` prices every call as that price-book model (see :class:`MeteredLLM`).
+        ``view_dir``: a PostgreSQL store's local folder for view files (banks, graph index).
         """
         from .embed.minilm import MiniLMEmbedder
         from .store.open import open_store
@@ -133,7 +135,7 @@ class AsyncMemory:
             ans_client = mem_client
         else:
             ans_client = make_llm(answer_llm, base_url=base_url) if isinstance(answer_llm, str) else answer_llm
-        store = open_store(path, embedder or MiniLMEmbedder(), reembed=reembed)
+        store = open_store(path, embedder or MiniLMEmbedder(), reembed=reembed, view_dir=view_dir)
         return cls(
             store,
             MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),

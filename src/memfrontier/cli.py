@@ -1173,13 +1173,13 @@ def mcp_cmd(
 
 @app.command("serve")
 def serve_cmd(
-    data_dir: Path = typer.Option(Path("memfrontier-data"), help="Service data directory: the store (default DATA_DIR/store) and the API-key file DATA_DIR/keys.db."),
-    store: Optional[str] = typer.Option(None, help="The store to serve (a store directory; default DATA_DIR/store)."),
+    data_dir: Path = typer.Option(Path("memfrontier-data"), help="Service data directory: by default the embedded PostgreSQL server's data (DATA_DIR/pg: store, keys, usage) and the view files (DATA_DIR/views); with --store DIR, the key file DATA_DIR/keys.db."),
+    store: Optional[str] = typer.Option(None, help="Serve another store than the embedded PostgreSQL one: a postgresql:// URL (keys and usage in the same database) or a SQLite store directory (keys and usage in DATA_DIR/keys.db)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port."),
-    workers: int = typer.Option(1, min=1, help="uvicorn worker processes sharing the store and the key file."),
+    workers: int = typer.Option(1, min=1, help="uvicorn worker processes sharing the store and the keys."),
     max_body_bytes: int = typer.Option(1 << 20, min=1024, help="Largest request body (413 above it)."),
-    max_in_flight: int = typer.Option(8, min=1, help="Requests of one tenant running at once per worker (429 above it)."),
+    max_in_flight: int = typer.Option(8, min=1, max=1024, help="Requests of one tenant running at once, across all workers (429 above it)."),
     llm: str = OPT_LLM,
     base_url: Optional[str] = OPT_BASE_URL,
     price_book: Optional[Path] = OPT_PRICE_BOOK,
@@ -1187,51 +1187,75 @@ def serve_cmd(
     price_as: Optional[str] = OPT_PRICE_AS,
 ):
     """Serve the memory over HTTP (REST, OpenAPI at /docs): add, search, ask, get/delete, usage; one tenant per API key
-    (create keys with `memfrontier keys create TENANT`)."""
-    from .server.rest import ServeSettings, serve
+    (create keys with `memfrontier keys create TENANT`, same --data-dir/--store). By default it starts an embedded
+    PostgreSQL server on DATA_DIR/pg (joined if already running) and stops it on exit (ctrl-c, SIGTERM)."""
+    from contextlib import ExitStack
 
-    settings = ServeSettings(store=store or str(data_dir / "store"), keys=str(data_dir / "keys.db"), llm=llm,
-                             base_url=base_url, price_book=None if price_book is None else str(price_book),
-                             allow_unpriced=allow_unpriced, price_as=price_as, max_body_bytes=max_body_bytes,
-                             max_in_flight=max_in_flight)
-    err.print(f"serving {settings.store} on http://{host}:{port} (keys: {settings.keys}, OpenAPI: /docs)")
-    serve(settings, host=host, port=port, workers=workers)
+    from .server.data import service_data
+    from .server.rest import ServeSettings, exit_on_signals, serve
+
+    with ExitStack() as stack:
+        stack.enter_context(exit_on_signals())
+        with known_errors():
+            data = stack.enter_context(service_data(data_dir, store))
+        settings = ServeSettings(store=data.store, keys=data.keys, view_dir=data.view_dir, llm=llm,
+                                 base_url=base_url, price_book=None if price_book is None else str(price_book),
+                                 allow_unpriced=allow_unpriced, price_as=price_as, max_body_bytes=max_body_bytes,
+                                 max_in_flight=max_in_flight)
+        err.print(f"serving on http://{host}:{port} (OpenAPI: /docs); {data.description}")
+        serve(settings, host=host, port=port, workers=workers)
 
 
-keys_app = typer.Typer(help="API keys of `memfrontier serve`: each key maps to one tenant.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
+                            "and --store as to serve; with the embedded default, a running server is joined, else "
+                            "started for the command and stopped after it.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
-OPT_DATA_DIR = typer.Option(Path("memfrontier-data"), help="The service data directory (its keys.db).")
+OPT_DATA_DIR = typer.Option(Path("memfrontier-data"), help="The service data directory (as given to `memfrontier serve`).")
+OPT_KEYS_STORE = typer.Option(None, "--store", help="As given to `memfrontier serve --store`: a postgresql:// URL (keys in that database) or a SQLite store directory (keys in DATA_DIR/keys.db).")
+
+
+@contextmanager
+def _key_store(data_dir: Path, store: Optional[str]):
+    """The key store the service of ``--data-dir`` / ``--store`` uses (see memfrontier.server.data)."""
+    from .server.data import service_data
+    from .server.keys import open_key_store
+
+    with known_errors(), service_data(data_dir, store) as data:
+        ks = open_key_store(data.keys)
+        try:
+            yield ks
+        finally:
+            ks.close()
 
 
 @keys_app.command("create")
 def keys_create_cmd(tenant: str = typer.Argument(..., help="Tenant name: lower-case letters, digits, '_' and '-'."),
-                    data_dir: Path = OPT_DATA_DIR):
+                    data_dir: Path = OPT_DATA_DIR, store: Optional[str] = OPT_KEYS_STORE):
     """Create a key for TENANT and print it once (only its hash is stored)."""
-    from .server.tenants import KeyStore
-
-    with known_errors():
-        key_id, key = KeyStore(data_dir / "keys.db").create(tenant)
+    with _key_store(data_dir, store) as ks:
+        key_id, key = ks.create(tenant)
     err.print(f"key {key_id} for tenant {tenant!r} (shown once):")
     print(key)
 
 
 @keys_app.command("revoke")
 def keys_revoke_cmd(key_id: str = typer.Argument(..., help="The key's id (see `memfrontier keys list`)."),
-                    data_dir: Path = OPT_DATA_DIR):
+                    data_dir: Path = OPT_DATA_DIR, store: Optional[str] = OPT_KEYS_STORE):
     """Revoke a key: every worker refuses it from its next request."""
-    from .server.tenants import KeyStore
-
-    if not KeyStore(data_dir / "keys.db").revoke(key_id):
+    with _key_store(data_dir, store) as ks:
+        revoked = ks.revoke(key_id)
+    if not revoked:
         _fail(f"no active key {key_id!r}")
     err.print(f"revoked {key_id}")
 
 
 @keys_app.command("list")
-def keys_list_cmd(tenant: Optional[str] = typer.Option(None, help="Only this tenant's keys."), data_dir: Path = OPT_DATA_DIR):
+def keys_list_cmd(tenant: Optional[str] = typer.Option(None, help="Only this tenant's keys."), data_dir: Path = OPT_DATA_DIR,
+                  store: Optional[str] = OPT_KEYS_STORE):
     """List keys (id, tenant, created, revoked); secrets are never shown."""
-    from .server.tenants import KeyStore
-
-    for k in KeyStore(data_dir / "keys.db").list(tenant):
+    with _key_store(data_dir, store) as ks:
+        keys = ks.list(tenant)
+    for k in keys:
         print(json.dumps(k.model_dump()))
 
 

@@ -32,12 +32,15 @@ read or written), 404 for an absent record, 409 for a record id already stored i
 other content and for a strategy whose view was never built, 413 for a body over
 ``max_body_bytes`` (checked on ``Content-Length`` and while streaming), 422 for invalid input
 (including a hard budget that cannot be met), 429 when the tenant already has
-``max_in_flight`` requests running in this process (the limit is per worker), 502 when a model
-call fails, 503 when the store cannot be written.
+``max_in_flight`` requests running, counted across every worker that shares the key store, 502
+when a model call fails, 503 when the store (or the key store) cannot be read or written.
 
-Several uvicorn workers may serve one store: the SQLite store serialises writers on the
-database's write lock and readers reload on a generation change; keys and usage sit in one SQLite
-file (WAL) that every worker reads (:class:`~memfrontier.server.tenants.KeyStore`).
+Several uvicorn workers serve one store: the PostgreSQL store serialises writers of a scope on an
+advisory lock, the SQLite store on the database's write lock (readers reload on a generation
+change). Keys, usage totals and in-flight slots are in one :class:`~memfrontier.server.keys.KeyStore`
+that every worker opens: in the store's PostgreSQL database, or a SQLite file beside a SQLite
+store. A request holds one of its tenant's ``max_in_flight`` slots while it runs (an advisory lock,
+or a ``flock``), which the database or the kernel frees when the worker holding it dies.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections import Counter
-from contextlib import asynccontextmanager
+import signal
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -70,7 +74,9 @@ from ..strategies import (
     strategy_class,
     view_built,
 )
-from .tenants import KeyStore, client_scope, tenant_scope
+from ..store.postgres import is_postgres_url
+from .keys import KeyStore, open_key_store
+from .tenants import client_scope, tenant_scope
 
 SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
 ScopeId = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
@@ -81,22 +87,26 @@ class ServeSettings(BaseModel):
     """What ``memfrontier serve`` runs with (also passed to each uvicorn worker as JSON in the
     ``MEMFRONTIER_SERVE_SETTINGS`` environment variable).
 
-    Fields: ``store`` (the store ``Memory.open`` opens), ``keys`` (the key/usage SQLite file),
+    Fields: ``store`` (the store ``Memory.open`` opens: a directory or a PostgreSQL URL),
+    ``keys`` (the key store, :func:`~memfrontier.server.keys.open_key_store`: a SQLite file or a
+    PostgreSQL URL), ``view_dir`` (a PostgreSQL store's view files; None for its default),
     ``llm`` / ``base_url`` / ``price_book`` / ``allow_unpriced`` / ``price_as`` (models for
     ``ask``, see :meth:`memfrontier.api.AsyncMemory.open`), ``max_body_bytes`` (413 above it),
-    ``max_in_flight`` (requests per tenant per worker at once; 429 above it).
+    ``max_in_flight`` (requests of one tenant at once across every worker sharing ``keys``; 429
+    above it). :func:`memfrontier.server.data.service_data` gives ``store``/``keys``/``view_dir``.
     """
 
     model_config = ConfigDict(extra="forbid")
     store: str
     keys: str
+    view_dir: str | None = None
     llm: str = "local"
     base_url: str | None = None
     price_book: str | None = None
     allow_unpriced: bool = False
     price_as: str | None = None
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    max_in_flight: int = Field(default=8, ge=1)
+    max_in_flight: int = Field(default=8, ge=1, le=1024)
 
 
 # --- request bodies -----------------------------------------------------------------------------
@@ -220,12 +230,11 @@ def _error(status: int, kind: str, message: str, headers: dict | None = None) ->
 
 
 class _Tenants:
-    """Key lookup and the per-tenant in-flight count of this process."""
+    """The key store (keys, usage, in-flight slots) and the in-flight limit."""
 
     def __init__(self, keys: KeyStore, max_in_flight: int):
         self.keys = keys
         self.max_in_flight = max_in_flight
-        self.in_flight: Counter[str] = Counter()
 
 
 class Unauthorized(Exception):
@@ -237,21 +246,22 @@ class TooManyInFlight(Exception):
 
 
 async def tenant(request: Request):
-    """The caller's tenant (401 without a valid key), held in flight for the request (429 above
-    the limit)."""
+    """The caller's tenant (401 without a valid key), holding one of its in-flight slots for the
+    request (429 when every slot is held, in any worker). The slot is taken and freed without an
+    ``await`` in between, so a cancelled request cannot leave it held."""
     t: _Tenants = request.app.state.tenants
     auth = request.headers.get("authorization", "")
     scheme, _, key = auth.partition(" ")
     name = t.keys.authenticate(key.strip()) if scheme.lower() == "bearer" else None
     if name is None:
         raise Unauthorized()
-    if t.in_flight[name] >= t.max_in_flight:
+    slot = t.keys.acquire(name, t.max_in_flight)
+    if slot is None:
         raise TooManyInFlight(f"tenant has {t.max_in_flight} requests in flight; retry later")
-    t.in_flight[name] += 1
     try:
         yield name
     finally:
-        t.in_flight[name] -= 1
+        t.keys.release(slot)
 
 
 Tenant = Annotated[str, Depends(tenant)]
@@ -284,13 +294,14 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         if memory is None:
             mem = await asyncio.to_thread(
                 AsyncMemory.open, settings.store, llm=settings.llm, base_url=settings.base_url,
-                price_book=settings.price_book, allow_unpriced=settings.allow_unpriced, price_as=settings.price_as)
+                price_book=settings.price_book, allow_unpriced=settings.allow_unpriced, price_as=settings.price_as,
+                view_dir=settings.view_dir)
             owned.append(mem)
         app.state.memory = memory or mem
         # Load the embedder (and the search indexes) before the first request, not during it: a search
         # in a scope no tenant can name (tenant names are non-empty, so no request's id starts with "/").
         await app.state.memory.search("warm-up", user_id="/warm-up", k=1)
-        ks = keys or KeyStore(settings.keys)
+        ks = keys or await asyncio.to_thread(open_key_store, settings.keys)
         if keys is None:
             owned.append(ks)
         app.state.tenants = _Tenants(ks, settings.max_in_flight)
@@ -406,11 +417,32 @@ def app_from_env() -> FastAPI:
     return create_app(ServeSettings.model_validate(json.loads(raw)))
 
 
+@contextmanager
+def exit_on_signals() -> Iterator[None]:
+    """While open, SIGTERM and SIGINT raise ``SystemExit(0)`` in the main thread, so ``finally``
+    blocks and context managers run (stopping an embedded PostgreSQL server). uvicorn installs its
+    own handlers while it serves and, after its graceful shutdown, raises the signal it received
+    again: it then lands here. The previous handlers are restored on exit."""
+
+    def stop(signum, frame):
+        raise SystemExit(0)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
-    """Run the service under uvicorn (``workers`` processes sharing the store and key file)."""
+    """Run the service under uvicorn (``workers`` processes sharing the store and the key store;
+    each worker reads ``settings`` from ``$MEMFRONTIER_SERVE_SETTINGS``, so a database started by
+    the caller, e.g. the embedded PostgreSQL server, is reached by every worker at the same URL)."""
     import uvicorn
 
-    Path(settings.keys).parent.mkdir(parents=True, exist_ok=True)
+    if not is_postgres_url(settings.keys):
+        Path(settings.keys).parent.mkdir(parents=True, exist_ok=True)
     os.environ[SETTINGS_ENV] = settings.model_dump_json()
     if workers == 1:
         uvicorn.run(create_app(settings), host=host, port=port)

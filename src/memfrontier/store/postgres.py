@@ -90,7 +90,7 @@ def is_postgres_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(URL_SCHEMES)
 
 
-def _redact(dsn: str) -> str:
+def redact_url(dsn: str) -> str:
     """The URL without its password (for messages)."""
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
 
@@ -212,11 +212,48 @@ def _lock_id(scope_key: str) -> int:
 
 
 
+def schema_version(c) -> int:
+    """The version recorded in the ``schema_version`` table that ``c``'s ``search_path`` reaches
+    (0 when there is none yet)."""
+    if c.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:
+        return 0
+    return int(c.execute("SELECT COALESCE(max(version), 0) FROM schema_version").fetchone()[0])
+
+
+def apply_migrations(c, migrations: dict[int, list[str]], *, lock: int, what: str, **fmt) -> int:
+    """Inside a transaction on ``c``: bring the table set to ``max(migrations)``.
+
+    Takes the transaction-level advisory lock ``lock`` (so concurrent openers migrate once), reads
+    the ``schema_version`` table (created when absent, in the first schema of ``search_path``),
+    runs each missing version's statements in order (``str.format(**fmt)`` applied) and records
+    each version. Returns the version found before migrating.
+
+    Raises:
+        StoreError: the recorded version is newer than ``max(migrations)`` (``what`` names the
+            database in the message).
+    """
+    target = max(migrations)
+    c.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+    current = schema_version(c)
+    if current > target:
+        raise StoreError(f"{what} has schema version {current}, newer than this memfrontier's {target}; "
+                         f"upgrade memfrontier to open it")
+    if current == 0:
+        c.execute("CREATE TABLE schema_version (version integer PRIMARY KEY, "
+                  "applied_at timestamptz NOT NULL DEFAULT now())")
+    for version in range(current + 1, target + 1):
+        for stmt in migrations[version]:
+            c.execute(stmt.format(**fmt) if fmt else stmt)
+        c.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+        log.info("%s migrated to schema version %d", what, version)
+    return current
+
+
 def default_directory(dsn: str) -> Path:
     """The local folder for a database's view files: ``$MEMFRONTIER_HOME/postgres/<slug>`` where
     the slug hashes the URL without its password (``MEMFRONTIER_HOME`` defaults to ``~/.cache/memfrontier``)."""
     home = Path(os.environ.get("MEMFRONTIER_HOME", Path.home() / ".cache" / "memfrontier"))
-    return home / "postgres" / hashlib.sha256(_redact(dsn).encode("utf-8")).hexdigest()[:16]
+    return home / "postgres" / hashlib.sha256(redact_url(dsn).encode("utf-8")).hexdigest()[:16]
 
 
 class PostgresStore:
@@ -244,7 +281,7 @@ class PostgresStore:
 
         self._psycopg = psycopg
         self.dsn = dsn
-        self.name = _redact(dsn)
+        self.name = redact_url(dsn)
         self.embedder = embedder
         self.chunk_tokens = int(chunk_tokens)
         self.path = Path(directory) if directory is not None else default_directory(dsn)
@@ -303,34 +340,14 @@ class PostgresStore:
     def schema_version(self) -> int:
         """The schema version of the database (0 when it holds no store yet)."""
         with self._tx() as c:
-            return self._version(c)
-
-    @staticmethod
-    def _version(c) -> int:
-        if c.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:
-            return 0
-        return int(c.execute("SELECT COALESCE(max(version), 0) FROM schema_version").fetchone()[0])
+            return schema_version(c)
 
     def _migrate(self) -> None:
         """Apply the missing :data:`MIGRATIONS` in order (one transaction, advisory lock); refuse a
         schema newer than :data:`SCHEMA_VERSION`."""
         with self._tx() as c:
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            current = self._version(c)
-            if current > SCHEMA_VERSION:
-                raise StoreError(
-                    f"store database {self.name} has schema version {current}, newer than this memfrontier's "
-                    f"{SCHEMA_VERSION}; upgrade memfrontier to open it")
-            if current == SCHEMA_VERSION:
-                return
-            if current == 0:
-                c.execute("CREATE TABLE schema_version (version integer PRIMARY KEY, "
-                          "applied_at timestamptz NOT NULL DEFAULT now())")
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for stmt in MIGRATIONS[version]:
-                    c.execute(stmt.format(dim=int(self.embedder.dim)))
-                c.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-                log.info("store database %s migrated to schema version %d", self.name, version)
+            apply_migrations(c, MIGRATIONS, lock=_MIGRATION_LOCK, what=f"store database {self.name}",
+                             dim=int(self.embedder.dim))
 
     def _meta(self, c) -> dict[str, str]:
         return dict(c.execute("SELECT key, value FROM meta").fetchall())

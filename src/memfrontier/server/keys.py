@@ -1,0 +1,401 @@
+"""API keys, usage totals and in-flight slots of the REST service's tenants, shared by every
+server process: :class:`KeyStore` (the interface and the logic), two backends.
+
+- :class:`PostgresKeyStore`: tables in the store's own PostgreSQL database, in the schema
+  ``memfrontier_service`` (``schema_version``, ``api_keys``, ``usage``, ``tenants``), versioned like
+  the store's (:data:`PG_MIGRATIONS`, applied on open under an advisory lock; a newer schema is
+  refused). The default of ``memfrontier serve``.
+- :class:`SQLiteKeyStore`: one SQLite file (WAL, ``busy_timeout``; schema version in its ``meta``
+  table), beside a SQLite store.
+
+Keys. An API key is ``mf_<key_id>_<secret>``: ``key_id`` (12 hex) is the public handle used to
+list and revoke it, ``secret`` is 32 random bytes (``secrets.token_urlsafe``) and only its SHA-256
+is stored. A salted slow hash (bcrypt, argon2) protects low-entropy passwords; a 256-bit random
+secret needs none, and the lookup stays one indexed read. Verification compares digests in
+constant time (``hmac.compare_digest``). A revoked key is refused by every server process on its
+next request (each request reads the key row).
+
+In-flight slots (:meth:`KeyStore.acquire` / :meth:`KeyStore.release`). A tenant has ``limit``
+numbered slots, shared by every process that opens the same key store; a request holds one while
+it runs, and a request finding none free gets 429. A slot is a lock that the operating system or
+the database drops by itself when its holder dies, so a killed worker's slots are free at once,
+with no lease to expire and no clock involved:
+
+- PostgreSQL: a session-level advisory lock ``pg_try_advisory_lock(tenant id, slot)`` taken on the
+  key store's connection (the tenant id is the tenant's row in ``tenants``). PostgreSQL releases a
+  session's advisory locks when its connection ends, including when the process is killed.
+- SQLite: an exclusive ``flock`` on the file ``<key file>.slots/<tenant>.<slot>`` (one open file
+  per held slot); the kernel releases it when the file is closed or the process dies.
+
+Both locks are re-entrant for their holder (one connection, resp. nothing stops a process from
+opening the file twice), so each :class:`KeyStore` also keeps the slots it holds and never asks
+for them again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..core.ledger import Usage
+from ..store.base import StoreError
+from ..store.postgres import apply_migrations, is_postgres_url, redact_url, schema_version
+from .tenants import check_tenant
+
+KEY_RE = re.compile(r"^mf_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+#: Usage counters kept per tenant and stage (the names of :class:`~memfrontier.core.ledger.StageUsage`).
+USAGE_FIELDS = ("calls", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "usd",
+                "unpriced_calls", "proxy_s", "wall_s")
+#: The SQLite key file's schema version (``meta.schema_version``).
+KEYS_SCHEMA_VERSION = 1
+#: The PostgreSQL schema (namespace) that holds the key tables in the store's database.
+PG_SCHEMA = "memfrontier_service"
+_PG_MIGRATION_LOCK = 0x6D666B73  # advisory lock key held while the key tables are checked / migrated
+_USAGE_COLS = ", ".join(f"{f} double precision NOT NULL DEFAULT 0" for f in USAGE_FIELDS)
+#: Every schema version of the PostgreSQL key tables and the statements that reach it.
+PG_MIGRATIONS: dict[int, list[str]] = {1: [
+    """CREATE TABLE api_keys (key_id text PRIMARY KEY, tenant text NOT NULL, secret_sha256 text NOT NULL,
+        created_s double precision NOT NULL, revoked_s double precision)""",
+    "CREATE INDEX api_keys_tenant ON api_keys (tenant)",
+    f"CREATE TABLE usage (tenant text NOT NULL, stage text NOT NULL, {_USAGE_COLS}, PRIMARY KEY (tenant, stage))",
+    "CREATE TABLE tenants (id serial PRIMARY KEY, tenant text NOT NULL UNIQUE)",
+]}
+
+
+class KeyInfo(BaseModel):
+    """A key as listed (never its secret): handle, tenant, creation and revocation times (unix s)."""
+
+    key_id: str
+    tenant: str
+    created_s: float
+    revoked_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One in-flight slot held by this process: ``index`` in ``0 .. limit-1`` of ``tenant``."""
+
+    tenant: str
+    index: int
+
+
+class KeyStore(ABC):
+    """API keys, per-tenant usage totals and in-flight slots (see the module docstring).
+
+    SQL is written once, with ``?`` placeholders; a backend supplies the connection (``_tx``,
+    ``_read``) and the slot lock (``_try_slot``, ``_free_slot``). Every method is thread-safe.
+
+    Raises ValueError for an invalid tenant name, :class:`~memfrontier.store.base.StoreError` when
+    the database cannot be read or written; :meth:`authenticate` returns None (never raises on the
+    key itself) for a missing, malformed, unknown or revoked key.
+    """
+
+    #: Where the keys live (a file path, or the database URL without its password).
+    location: str
+    _placeholder = "?"
+
+    def __init__(self) -> None:
+        self._slot_lock = threading.Lock()
+        self._held: dict[tuple[str, int], object] = {}
+
+    # -- what a backend supplies ------------------------------------------------------------
+    @abstractmethod
+    def _tx(self):
+        """A context manager: one write transaction, yielding an object with ``execute(sql, params)``."""
+
+    @abstractmethod
+    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """The rows of one read statement."""
+
+    @abstractmethod
+    def _try_slot(self, tenant: str, index: int) -> object | None:
+        """Take slot ``index`` of ``tenant`` without waiting: a handle, or None when another holds it."""
+
+    @abstractmethod
+    def _free_slot(self, tenant: str, index: int, handle: object) -> None:
+        """Release a slot taken by :meth:`_try_slot`."""
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Close the connections (the slots they hold are released)."""
+
+    def _sql(self, sql: str) -> str:
+        return sql if self._placeholder == "?" else sql.replace("?", self._placeholder)
+
+    # -- keys -------------------------------------------------------------------------------
+    def create(self, tenant: str) -> tuple[str, str]:
+        """A new key for ``tenant``: ``(key_id, key)``. The key is shown once; only its hash is kept."""
+        check_tenant(tenant)
+        key_id = secrets.token_hex(6)
+        secret = secrets.token_urlsafe(32)
+        with self._tx() as c:
+            c.execute(self._sql("INSERT INTO api_keys (key_id, tenant, secret_sha256, created_s) VALUES (?, ?, ?, ?)"),
+                      (key_id, tenant, hashlib.sha256(secret.encode()).hexdigest(), time.time()))
+        return key_id, f"mf_{key_id}_{secret}"
+
+    def revoke(self, key_id: str) -> bool:
+        """Revoke the key ``key_id``; False when no active key has that id."""
+        with self._tx() as c:
+            cur = c.execute(self._sql("UPDATE api_keys SET revoked_s = ? WHERE key_id = ? AND revoked_s IS NULL"),
+                            (time.time(), key_id))
+            return cur.rowcount == 1
+
+    def list(self, tenant: str | None = None) -> list[KeyInfo]:
+        """Keys (active and revoked), oldest first; only ``tenant``'s when given."""
+        sql = "SELECT key_id, tenant, created_s, revoked_s FROM api_keys"
+        rows = self._read(self._sql(sql + (" WHERE tenant = ?" if tenant else "") + " ORDER BY created_s, key_id"),
+                          (tenant,) if tenant else ())
+        return [KeyInfo(key_id=r[0], tenant=r[1], created_s=r[2], revoked_s=r[3]) for r in rows]
+
+    def authenticate(self, key: str | None) -> str | None:
+        """The tenant of an active ``key``, else None."""
+        m = KEY_RE.match(key or "")
+        if m is None:
+            return None
+        rows = self._read(self._sql("SELECT tenant, secret_sha256 FROM api_keys WHERE key_id = ? AND revoked_s IS NULL"),
+                          (m.group(1),))
+        if not rows:
+            return None
+        digest = hashlib.sha256(m.group(2).encode()).hexdigest()
+        return rows[0][0] if hmac.compare_digest(digest, rows[0][1]) else None
+
+    # -- usage ------------------------------------------------------------------------------
+    def record_usage(self, tenant: str, usage: Usage) -> None:
+        """Add an answer's usage (by stage) to the tenant's totals, in one transaction."""
+        sets = ", ".join(f"{f} = usage.{f} + excluded.{f}" for f in USAGE_FIELDS)
+        sql = self._sql(f"INSERT INTO usage (tenant, stage, {', '.join(USAGE_FIELDS)}) "
+                        f"VALUES (?, ?, {', '.join('?' * len(USAGE_FIELDS))}) "
+                        f"ON CONFLICT (tenant, stage) DO UPDATE SET {sets}")
+        with self._tx() as c:
+            for stage, u in sorted(usage.by_stage.items()):
+                c.execute(sql, (tenant, stage, *(float(getattr(u, f)) for f in USAGE_FIELDS)))
+
+    def usage(self, tenant: str) -> dict[str, dict[str, float]]:
+        """The tenant's totals by stage: ``{stage: {calls, input_tokens, ..., usd, proxy_s, wall_s}}``
+        (tokens and calls as integers, USD in dollars, seconds)."""
+        rows = self._read(self._sql(f"SELECT stage, {', '.join(USAGE_FIELDS)} FROM usage WHERE tenant = ? ORDER BY stage"),
+                          (tenant,))
+        return {stage: {f: (v if f in ("usd", "proxy_s", "wall_s") else int(v)) for f, v in zip(USAGE_FIELDS, vals)}
+                for stage, *vals in rows}
+
+    # -- in-flight slots ----------------------------------------------------------------------
+    def acquire(self, tenant: str, limit: int) -> Slot | None:
+        """Take a free one of ``tenant``'s ``limit`` in-flight slots (shared with every process that
+        opened this key store), or None when all are held. Release it with :meth:`release`."""
+        check_tenant(tenant)
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        with self._slot_lock:
+            for index in range(limit):
+                if (tenant, index) in self._held:
+                    continue
+                handle = self._try_slot(tenant, index)
+                if handle is not None:
+                    self._held[(tenant, index)] = handle
+                    return Slot(tenant, index)
+        return None
+
+    def release(self, slot: Slot) -> None:
+        """Free a slot taken by :meth:`acquire` (nothing when it is not held)."""
+        with self._slot_lock:
+            handle = self._held.pop((slot.tenant, slot.index), None)
+            if handle is not None:
+                self._free_slot(slot.tenant, slot.index, handle)
+
+    def held(self) -> list[Slot]:
+        """The slots this object holds now."""
+        with self._slot_lock:
+            return [Slot(t, i) for t, i in sorted(self._held)]
+
+    def close(self) -> None:
+        """Release every slot and close the connections (the key store is not used afterwards)."""
+        with self._slot_lock:
+            self._close()
+            self._held.clear()
+
+
+class SQLiteKeyStore(KeyStore):
+    """The keys in one SQLite file at ``path`` (created when missing), slots beside it in
+    ``<path>.slots/``. Raises StoreError for a file of another schema version."""
+
+    def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 30.0):
+        super().__init__()
+        self.path = Path(path)
+        self.location = str(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.slot_dir = self.path.with_name(self.path.name + ".slots")
+        self._busy_ms = int(busy_timeout_s * 1000)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []  # every thread's connection, closed by close()
+        self._all_lock = threading.Lock()
+        self._slot_files: list[int] = []
+        with self._tx() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is not None and int(row[0]) != KEYS_SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: key store schema {row[0]} is not {KEYS_SCHEMA_VERSION}")
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(KEYS_SCHEMA_VERSION),))
+            conn.execute("""CREATE TABLE IF NOT EXISTS api_keys (
+                key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, secret_sha256 TEXT NOT NULL,
+                created_s REAL NOT NULL, revoked_s REAL)""")
+            cols = ", ".join(f"{f} REAL NOT NULL DEFAULT 0" for f in USAGE_FIELDS)
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS usage (
+                tenant TEXT NOT NULL, stage TEXT NOT NULL, {cols}, PRIMARY KEY (tenant, stage))""")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000,
+                                       check_same_thread=False)  # used by its own thread only; closed by close()
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            except sqlite3.Error as e:
+                raise StoreError(f"key store {self.path}: {e}") from e
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise StoreError(f"key store {self.path}: {e}") from e
+
+    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise StoreError(f"key store {self.path}: {e}") from e
+
+    def _try_slot(self, tenant: str, index: int) -> int | None:
+        self.slot_dir.mkdir(exist_ok=True)
+        fd = os.open(self.slot_dir / f"{tenant}.{index}", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _free_slot(self, tenant: str, index: int, handle: int) -> None:
+        os.close(handle)  # drops the flock
+
+    def _close(self) -> None:
+        for fd in self._held.values():
+            os.close(fd)
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+class PostgresKeyStore(KeyStore):
+    """The keys in the PostgreSQL database at ``dsn`` (the store's own), schema :data:`PG_SCHEMA`,
+    through one connection (autocommit; writes in transactions). The role needs the right to
+    create a schema in that database on first open.
+
+    Raises:
+        StoreError: the server cannot be reached, or the key tables' schema version is newer than
+            this memfrontier's (:data:`PG_MIGRATIONS`).
+    """
+
+    _placeholder = "%s"
+
+    def __init__(self, dsn: str, connect_timeout_s: float = 10.0):
+        import psycopg
+
+        super().__init__()
+        self._psycopg = psycopg
+        self.location = redact_url(dsn)
+        self._lock = threading.RLock()
+        self._tenant_ids: dict[str, int] = {}
+        try:
+            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)))
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to key database {self.location}: {e}") from e
+        try:
+            with self._tx() as c:
+                c.execute(f"SET search_path TO {PG_SCHEMA}")  # the session's: every statement names these tables
+                c.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_MIGRATION_LOCK,))
+                c.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA}")
+                apply_migrations(c, PG_MIGRATIONS, lock=_PG_MIGRATION_LOCK, what=f"key tables of {self.location}")
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def schema_version(self) -> int:
+        """The version of the key tables (see :data:`PG_MIGRATIONS`)."""
+        with self._tx() as c:
+            return schema_version(c)
+
+    @contextmanager
+    def _tx(self):
+        with self._lock:
+            try:
+                with self._conn.transaction():
+                    yield self._conn
+            except self._psycopg.Error as e:
+                raise StoreError(f"key database {self.location}: {e}") from e
+
+    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except self._psycopg.Error as e:
+                raise StoreError(f"key database {self.location}: {e}") from e
+
+    def _tenant_id(self, tenant: str) -> int:
+        tid = self._tenant_ids.get(tenant)
+        if tid is None:
+            with self._tx() as c:
+                c.execute("INSERT INTO tenants (tenant) VALUES (%s) ON CONFLICT (tenant) DO NOTHING", (tenant,))
+                tid = c.execute("SELECT id FROM tenants WHERE tenant = %s", (tenant,)).fetchone()[0]
+            self._tenant_ids[tenant] = tid
+        return tid
+
+    def _try_slot(self, tenant: str, index: int) -> bool | None:
+        tid = self._tenant_id(tenant)
+        return True if self._read("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", (tid, index))[0][0] else None
+
+    def _free_slot(self, tenant: str, index: int, handle: bool) -> None:
+        self._read("SELECT pg_advisory_unlock(%s::int4, %s::int4)", (self._tenant_id(tenant), index))
+
+    def _close(self) -> None:
+        with self._lock:
+            self._conn.close()  # PostgreSQL drops the session's advisory locks
+
+
+def open_key_store(location: str | os.PathLike) -> KeyStore:
+    """The key store at ``location``: a ``postgres://`` / ``postgresql://`` URL
+    (:class:`PostgresKeyStore`, in that database) or a file path (:class:`SQLiteKeyStore`)."""
+    if is_postgres_url(location):
+        return PostgresKeyStore(str(location))
+    return SQLiteKeyStore(location)
+
+
+__all__ = ["KEY_RE", "KeyInfo", "KeyStore", "PG_MIGRATIONS", "PG_SCHEMA", "PostgresKeyStore", "SQLiteKeyStore",
+           "Slot", "USAGE_FIELDS", "open_key_store"]
