@@ -30,6 +30,7 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_memorycpt.py
 	$(VENV)/bin/python benchmarks/bench_reliability.py
 	$(VENV)/bin/python benchmarks/bench_ingest_checks.py
+	$(VENV)/bin/python benchmarks/bench_ingest_longmemeval.py
 	$(VENV)/bin/python benchmarks/bench_service.py
 	$(VENV)/bin/python benchmarks/bench_frontier.py
 	$(VENV)/bin/python benchmarks/bench_pg_recall.py

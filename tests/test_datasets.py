@@ -392,3 +392,66 @@ def test_data_file_reads_another_file_of_the_format(tmp_path):
     assert [c.id for c in convs] == [x["question_id"] for x in two]
     a = EvalConfig(dataset="longmemeval", split="all", data_file=f).identity()
     assert a["data_file_sha256"] and "data_file_sha256" not in EvalConfig(dataset="longmemeval", split="all").identity()
+
+
+# --- a data file through eval's ingest and the ingest command (real MiniLM, real SQLite) -------
+
+
+def _lme_file(tmp_path) -> Path:
+    item = {
+        "question_id": "q1", "question_type": "single-session-user", "question": "What is my cat's name?",
+        "answer": "Miso", "question_date": "2023/06/01 (Thu) 10:00",
+        "haystack_dates": ["2023/05/01 (Mon) 09:00", "2023/05/02 (Tue) 09:30"],
+        "haystack_session_ids": ["sharegpt_a", "answer_b"],
+        "haystack_sessions": [
+            [{"role": "user", "content": "Any tips for growing basil?"}, {"role": "assistant", "content": "Sun and water."},
+             {"role": "user", "content": "Thanks!"}],
+            [{"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True},
+             {"role": "assistant", "content": "What a lovely name."}],
+        ],
+        "answer_session_ids": ["answer_b"],
+    }
+    f = tmp_path / "longmemeval_s_like.json"
+    f.write_text(json.dumps([item]))
+    return f
+
+
+def test_eval_ingest_of_a_data_file_reports_turns_embedded(tmp_path):
+    """construct (what eval runs per conversation) reports ``embed`` events in records, then
+    ``build``; ingesting the same file again adds and embeds nothing, with no ``embed`` event."""
+    import asyncio
+
+    from memfrontier.eval.runner import EvalConfig, construct, open_run
+
+    cfg = EvalConfig(dataset="longmemeval", split="all", data_file=_lme_file(tmp_path), strategy="rag",
+                     store=tmp_path / "store", out=tmp_path / "out")
+    (conv,) = load_dataset(cfg.dataset, cfg.split, data_file=cfg.data_file)
+    for expect_added, expect_events in ((5, [("embed", 0), ("embed", 5), ("build", None)]), (0, [("build", None)])):
+        mem, _judge, strategy = open_run(cfg)
+        events = []
+        try:
+            entry = asyncio.run(construct(mem, strategy, conv, lambda ev, **info: events.append((ev, info))))
+        finally:
+            mem.close()
+        assert entry["records_added"] == expect_added and entry["chunks_embedded"] == (2 if expect_added else 0)
+        assert [(ev, info.get("done")) for ev, info in events] == expect_events
+        assert all(info == {"conversation": "q1", "sessions": 2, "done": info["done"], "total": 5}
+                   for ev, info in events if ev == "embed")
+
+
+def test_ingest_command_reads_a_data_file_with_a_progress_bar_fit_for_logs(tmp_path):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    f = _lme_file(tmp_path)
+    args = ["ingest", "--store", str(tmp_path / "store"), "--dataset", "longmemeval", "--data-file", str(f)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "q1: +5 records, 0 already present" in first.output
+    assert "\x1b" not in first.output  # not a terminal: no cursor movement or colour codes in logs
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "q1: +0 records, 5 already present" in again.output
+    bad = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "s2"), "--file", str(f), "--data-file", str(f)])
+    assert bad.exit_code == 2 and "--data-file goes with --dataset" in bad.output
+    assert not (tmp_path / "s2").exists()

@@ -23,6 +23,7 @@ from memfrontier.retrieve.rrf import rrf_fuse
 from memfrontier.store.base import EmbeddingMismatchError, MemoryStore, StoreError
 from memfrontier.store.bm25 import bm25_split
 from memfrontier.store.postgres import PostgresStore
+from memfrontier.store.records import encode
 from memfrontier.store.sqlite import SQLiteStore
 
 A = Scope(user_id="alice")
@@ -40,10 +41,12 @@ class CountingEmbedder:
         self.dim = dim or inner.dim
         self.calls = 0
         self.texts = 0
+        self.batches: list[list[str]] = []
 
     def encode(self, texts):
         self.calls += 1
         self.texts += len(texts)
+        self.batches.append(list(texts))
         return self.inner.encode(texts)
 
     def count_tokens(self, text):
@@ -165,6 +168,37 @@ def test_idempotent_ingest_does_not_reembed(store, emb):
     dup = store.add([BOB[0], BOB[0]])
     assert dup.added == [BOB[0].id] and dup.skipped == [BOB[0].id]
     assert store.count()["records"] == 5
+
+
+def test_encode_in_batches_longest_first_keeps_the_order(minilm):
+    """With a batch callback, texts go to the embedder in its own batches (longest first, as
+    sentence-transformers orders them); vectors come back in the caller's order."""
+    emb = CountingEmbedder(minilm)
+    emb.batch_size = 2
+    texts = ["a cat", "the long river flows past the old mill", "green tea"]
+    seen = []
+    vecs = encode(emb, texts, on_batch=seen.append)
+    assert emb.batches == [[texts[1], texts[2]], [texts[0]]] and seen == [[1, 2], [0]]
+    np.testing.assert_allclose(vecs, minilm.encode(texts), atol=1e-5)
+    assert encode(emb, []).shape == (0, minilm.dim) and emb.calls == 2
+
+
+def test_add_reports_embedding_progress_in_records(open_store, minilm):
+    """progress(done, total) counts records (turns) through the chunks being embedded: 0 first, then
+    after each embedder batch; nothing when nothing is embedded."""
+    emb = CountingEmbedder(minilm)
+    emb.batch_size = 1  # one chunk per batch: three chunks of two records each
+    store = open_store("p", emb)
+    seen = []
+    res = store.add(ALICE + BOB, progress=lambda done, total: seen.append((done, total)))
+    assert res.chunks_embedded == 3 and emb.calls == 3
+    assert seen == [(0, 6), (2, 6), (4, 6), (6, 6)]
+    seen.clear()
+    assert store.add(ALICE + BOB, progress=lambda *a: seen.append(a)).added == [] and seen == []
+    store.add([turn(5, "The cello teacher moved to Porto.", session="s2", ts="2023-06-01T10:00:00")],
+              progress=lambda *a: seen.append(a))
+    assert seen == [(0, 3), (3, 3)]  # session s2 re-chunked: its one chunk now holds three records
+    assert store.count() == {"records": 7, "chunks": 3, "vectors": 3}
 
 
 def test_incremental_add_reuses_vectors_of_unchanged_chunks(store, emb):

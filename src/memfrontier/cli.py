@@ -350,6 +350,35 @@ def _question_bar():
                     TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
 
 
+class IngestRow:
+    """A conversation's ingest as its own row of a progress ``bar``: turns embedded out of the
+    turns to embed (:func:`memfrontier.eval.runner.construct`'s ``embed`` events, or a store
+    ``add``'s ``progress(done, total)``), so a conversation of hundreds of sessions shows it is
+    moving. The row goes once the ingest is over (``build`` / ``ingest`` events, or :meth:`close`)."""
+
+    def __init__(self, bar: Progress, prefix: str = ""):
+        self.bar, self.prefix, self.task = bar, prefix, None
+
+    def show(self, conversation: str, sessions: int, done: int, total: int) -> None:
+        desc = f"{self.prefix}ingesting {conversation} ({sessions} sessions): turns embedded"
+        if self.task is None:
+            self.task = self.bar.add_task(desc, total=total, completed=done)
+        else:
+            self.bar.update(self.task, description=desc, total=total, completed=done)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.bar.remove_task(self.task)
+            self.task = None
+
+    def on_event(self, event: str, info: dict) -> None:
+        """Follow a run's progress events (others are ignored)."""
+        if event == "embed":
+            self.show(info["conversation"], info["sessions"], info["done"], info["total"])
+        elif event in ("build", "ingest"):
+            self.close()
+
+
 @app.command("config")
 def config_cmd(
     strategy: Optional[str] = typer.Argument(None, parser=_strategy_name, metavar="[STRATEGY]",
@@ -396,8 +425,10 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
         f1s: list[float] = []
+        ingest_row = IngestRow(bar)
 
         def on_progress(event, **info):
+            ingest_row.on_event(event, info)
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"], description="ingesting")
             elif event == "build":
@@ -469,7 +500,10 @@ def frontier_cmd(
             elif status != "done":
                 err.print(f"{label}: {status}")
 
+        ingest_row = IngestRow(bar)
+
         def on_progress(event, **info):
+            ingest_row.on_event(event, info)
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"])
             elif event == "question":
@@ -747,8 +781,11 @@ def _run_sweep_with_progress(base, runs) -> list[dict]:
             strategy_config(base.strategy, r.options)
     with _question_bar() as bar:
         task = bar.add_task("loading", total=None)
+        ingest_row = IngestRow(bar)
 
         def on_progress(event, **info):
+            ingest_row.prefix = f"{info.get('run', '')}: "
+            ingest_row.on_event(event, info)
             if event == "run":
                 bar.update(task, description=f"{info['run']}: starting", total=None, completed=0)
             elif event == "build":
@@ -932,35 +969,49 @@ def score(
 @app.command()
 def ingest(
     store: str = typer.Option(..., help="Store directory (created if missing) or postgresql:// URL."),
-    dataset: Optional[str] = typer.Option(None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa."),
+    dataset: Optional[str] = typer.Option(None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa | mem_gallery."),
     conversation: Optional[list[str]] = typer.Option(None, help="Only these conversation ids (repeatable)."),
     file: Optional[Path] = typer.Option(None, help="A JSONL of messages ({role, content, speaker?, timestamp?, session_id?})."),
     user_id: Optional[str] = typer.Option(None, help="Scope for --file."),
     session_id: str = typer.Option("default", help="Session for --file lines without one."),
     data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA"),
+    data_file: Optional[Path] = typer.Option(None, help="With --dataset: read this file (in the dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file."),
 ):
-    """Add records to a store. Idempotent: ingesting the same data again adds nothing."""
+    """Add records to a store. Idempotent: ingesting the same data again adds nothing.
+
+    A progress bar on stderr follows each conversation's turns as they are embedded (--dataset)
+    or the sessions of --file."""
     from .api import Memory
 
     if (dataset is None) == (file is None):
         _fail("give exactly one of --dataset or --file")
-    with known_errors():
-        with Memory.open(store) as mem:
-            if dataset:
-                from .eval.datasets import load_dataset
+    if data_file is not None and dataset is None:
+        _fail("--data-file goes with --dataset")
+    with known_errors(), Memory.open(store) as mem:
+        if dataset:
+            from .eval.datasets import load_dataset
 
-                convs = load_dataset(dataset, "all", data_root=data_root)
-                if conversation:
-                    convs = [c for c in convs if c.id in set(conversation)]
-                    if not convs:
-                        _fail(f"no conversation named {conversation} in {dataset}")
+            convs = load_dataset(dataset, "all", data_root=data_root, data_file=data_file)
+            if conversation:
+                convs = [c for c in convs if c.id in set(conversation)]
+                if not convs:
+                    _fail(f"no conversation named {conversation} in {dataset}")
+            with _question_bar() as bar:  # a row per conversation while its turns are embedded
+                task = bar.add_task("conversations", total=len(convs))
+                row = IngestRow(bar)
                 for c in convs:
-                    res = mem.aio.store.add(c.records)
+                    n = len({r.session_id for r in c.records})
+                    res = mem.aio.store.add(c.records, progress=lambda done, total: row.show(c.id, n, done, total))
+                    row.close()
+                    bar.advance(task)
                     console.print(f"{c.id}: +{len(res.added)} records, {len(res.skipped)} already present")
-            else:
-                by_session = _read_messages(file, session_id)  # the whole file is checked before any write
+        else:
+            by_session = _read_messages(file, session_id)  # the whole file is checked before any write
+            with _question_bar() as bar:
+                task = bar.add_task("sessions", total=len(by_session))
                 for sid, msgs in by_session.items():
                     res = mem.add(msgs, user_id=user_id, session_id=sid)
+                    bar.advance(task)
                     console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
 
 

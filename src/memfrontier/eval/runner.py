@@ -196,12 +196,28 @@ def open_run(cfg: EvalConfig, open_memory=None):
     return mem, judge, get_strategy(cfg.strategy, cfg.strategy_config())
 
 
-async def construct(mem, strategy, conv: Conversation) -> dict:
-    """Ingest one conversation (scope ``user_id = conversation id``) and build ``strategy``'s view
-    of it; returns the summary's ``construction`` entry for it (records added, chunks embedded,
-    construction usage in tokens/USD/seconds, events, calls by role, first call errors)."""
+async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
+    """Ingest one conversation (scope ``user_id = conversation id``; one store ``add``, so one
+    transaction) and build ``strategy``'s view of it; returns the summary's ``construction`` entry
+    for it (records added, chunks embedded, construction usage in tokens/USD/seconds, events,
+    calls by role, first call errors).
+
+    ``progress(event, **info)`` (optional, :func:`run_eval`'s callback) gets ``embed`` events while
+    the records are embedded (``conversation``, ``sessions``, ``done`` and ``total``: records
+    whose chunks are embedded so far / to embed; from the ingest's worker thread; none when
+    every record is already stored), then ``build`` (``conversation``) before the strategy's
+    offline construction."""
     scope = Scope(user_id=conv.id)
-    added = await asyncio.to_thread(mem.store.add, conv.records)
+    report = None
+    if progress is not None:
+        sessions = len({r.session_id for r in conv.records})
+
+        def report(done: int, total: int) -> None:
+            progress("embed", conversation=conv.id, sessions=sessions, done=done, total=total)
+
+    added = await asyncio.to_thread(mem.store.add, conv.records, progress=report)
+    if progress is not None:
+        progress("build", conversation=conv.id)
     ledger = await mem.build(strategy, scope)
     usage = ledger.usage().construction.model_dump()
     stored = getattr(strategy, "construction_usage", None)
@@ -258,7 +274,9 @@ class RunMismatchError(RuntimeError):
 async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> dict:
     """Run the protocol; returns the summary dict (also written to ``cfg.out/summary.json``).
 
-    ``on_progress(event, **info)`` is called with ``start`` / ``ingest`` / ``question`` events.
+    ``on_progress(event, **info)`` is called with ``start``, then per conversation ``embed`` (during
+    its ingest, see :func:`construct`; not under Ray), ``build`` and ``ingest`` (done), then
+    ``question`` events.
     Raises DatasetError for missing data, RunMismatchError when ``cfg.out`` holds another run,
     FallbackError (summary written) when a role's error or fallback share is above
     ``cfg.fallback_threshold`` and ``cfg.allow_fallbacks`` is False.
@@ -306,8 +324,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         construction: dict[str, dict] = {}
         if pool is None:
             for c in convs:
-                progress("build", conversation=c.id)
-                construction[c.id] = await construct(mem, strategy, c)
+                construction[c.id] = await construct(mem, strategy, c, progress)
                 progress("ingest", conversation=c.id, added=construction[c.id]["records_added"])
         else:  # every conversation is built before any question is asked, as above
             async for c_id, entry in pool.construct(convs):

@@ -4,6 +4,7 @@ ever see this interface (:func:`memfrontier.store.open.open_store` opens either 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -11,6 +12,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..core.types import Chunk, Record, Scope
+
+
+#: ``progress(done, total)`` of an ``add``: records (turns) whose chunks are embedded so far, out
+#: of the records in the chunks this add embeds (a re-chunked session counts its stored records too).
+AddProgress = Callable[[int, int], None]
 
 
 class AddResult(BaseModel):
@@ -57,7 +63,11 @@ class MemoryStore(Protocol):
         name outside ``[A-Za-z0-9_-]+``."""
         ...
 
-    def add(self, records: list[Record]) -> AddResult: ...
+    def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
+        """Insert the records not yet stored (one transaction); ``progress(done, total)``, if
+        given, is called as their chunks are embedded (:data:`AddProgress`), before the first
+        batch of the embedder and after each; not at all when nothing needs embedding."""
+        ...
 
     def records(self, scope: Scope, session_id: str | None = None) -> list[Record]:
         """Records in chronological order (timestamp, then insertion order)."""

@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, Record, Scope
-from .base import AddResult, EmbeddingMismatchError, StoreError
+from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
 from .chunking import chunk_records
 from .records import (
     check_conflicts,
@@ -73,6 +73,7 @@ from .records import (
     count_tokens_many,
     embedding_mismatch,
     encode,
+    encode_chunks,
     purge_intent,
     row_to_record,
     view_folder,
@@ -422,10 +423,11 @@ class PostgresStore:
         return {(row[0], row[2]): row_to_record(row[1:]) for row in rows}
 
 
-    def _rechunk(self, c, sessions: dict[tuple[str, str], None]) -> tuple[int, int]:
+    def _rechunk(self, c, sessions: dict[tuple[str, str], None], progress: AddProgress | None = None) -> tuple[int, int]:
         """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
         from their current records; unchanged chunks keep their row and vector, new ones are
-        embedded. Returns (chunks built, vectors written)."""
+        embedded (reporting ``progress``, see :func:`~memfrontier.store.records.encode_chunks`).
+        Returns (chunks built, vectors written)."""
         new_chunks: list[tuple[Chunk, int]] = []
         for key in sessions:
             rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
@@ -450,7 +452,7 @@ class PostgresStore:
                 with c.cursor() as cur:
                     cur.executemany("UPDATE chunks SET timestamp = %s, first_seq = %s WHERE id = %s", kept)
             new_chunks += [(ch, first[ch.id]) for ch in plan if ch.id not in old]
-        vecs = self._encode([ch.text for ch, _ in new_chunks])
+        vecs = encode_chunks(self.embedder, [ch for ch, _ in new_chunks], progress)
         if new_chunks:
             with c.cursor() as cur:
                 cur.executemany(
@@ -462,11 +464,13 @@ class PostgresStore:
                       list(ch.record_ids), v) for (ch, seq), v in zip(new_chunks, vecs)])
         return len(new_chunks), len(new_chunks)
 
-    def add(self, records: list[Record]) -> AddResult:
+    def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
         """Insert records not yet stored; re-chunk and embed only what changed. Same contract as
         :meth:`SQLiteStore.add <memfrontier.store.sqlite.SQLiteStore.add>`: ids unique per scope,
         a stored (scope, id) with the same content is skipped, with other content raises
         :class:`RecordConflictError`; one transaction for the whole batch (all or nothing).
+        ``progress(done, total)`` follows the embedding as there (here it runs inside the write
+        transaction: it may not write to this store).
 
         Raises:
             ValueError: a record is empty (no text, images, action or observation); nothing written.
@@ -501,7 +505,7 @@ class PostgresStore:
                       r.observation, json.dumps(r.meta, ensure_ascii=False), n_of[k] if k in n_of else
                       int(self.embedder.count_tokens(r.render())))
                      for k, r in insert])
-            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r in insert))
+            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r in insert), progress)
         added_keys = {k for k, _ in insert}
         skipped = [r.id for k, r in uniq.items() if k not in added_keys]
         seen: set[tuple[str, str]] = set()

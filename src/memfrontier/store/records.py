@@ -6,12 +6,13 @@ writes (:mod:`.purge` carries it out)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from ..core.types import ImageRef, Record, Scope
-from .base import RecordConflictError, StoreError
+from ..core.types import Chunk, ImageRef, Record, Scope
+from .base import AddProgress, RecordConflictError, StoreError
 
 
 def row_to_record(row) -> Record:
@@ -63,15 +64,53 @@ def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]
     return records, uniq
 
 
-def encode(embedder, texts: list[str]) -> np.ndarray:
-    """float32 ``(len(texts), dim)`` vectors; raises StoreError when the embedder returns another shape."""
+def encode(embedder, texts: list[str], on_batch: Callable[[list[int]], None] | None = None) -> np.ndarray:
+    """float32 ``(len(texts), dim)`` vectors; raises StoreError when the embedder returns another shape.
+
+    Without ``on_batch``: one ``embedder.encode`` call. With it: texts are encoded in slices of
+    the embedder's ``batch_size`` (64 if it has none), longest first, so each slice is one of the
+    batches the embedder would have made of the whole list itself (sentence-transformers sorts by
+    length, longest first); after each slice ``on_batch(positions)`` gets the positions in
+    ``texts`` just encoded. The vectors are returned in ``texts`` order either way."""
     dim = int(embedder.dim)
     if not texts:
         return np.zeros((0, dim), dtype=np.float32)
-    vecs = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
+    if on_batch is None:
+        return _encoded(embedder, list(texts), dim)
+    size = max(1, int(getattr(embedder, "batch_size", 64)))
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    vecs = np.empty((len(texts), dim), dtype=np.float32)
+    for start in range(0, len(order), size):
+        part = order[start : start + size]
+        vecs[part] = _encoded(embedder, [texts[i] for i in part], dim)
+        on_batch(part)
+    return vecs
+
+
+def _encoded(embedder, texts: list[str], dim: int) -> np.ndarray:
+    vecs = np.asarray(embedder.encode(texts), dtype=np.float32)
     if vecs.shape != (len(texts), dim):
         raise StoreError(f"embedder {embedder.model_id!r} returned shape {vecs.shape}, expected {(len(texts), dim)}")
     return vecs
+
+
+def encode_chunks(embedder, chunks: list[Chunk], progress: AddProgress | None = None) -> np.ndarray:
+    """Vectors of ``chunks``' texts (:func:`encode`), reporting ``progress(records done, records
+    total)`` (records counted through each chunk's ``record_ids``) once before the first batch and
+    after each one; with ``progress`` None, one encode call and no report."""
+    texts = [ch.text for ch in chunks]
+    if progress is None or not chunks:
+        return encode(embedder, texts)
+    weights = [len(ch.record_ids) for ch in chunks]
+    total, done = sum(weights), 0
+    progress(0, total)
+
+    def on_batch(positions: list[int]) -> None:
+        nonlocal done
+        done += sum(weights[i] for i in positions)
+        progress(done, total)
+
+    return encode(embedder, texts, on_batch)
 
 
 def count_tokens_many(embedder, texts: list[str]) -> list[int]:

@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, Record, Scope
-from .base import AddResult, EmbeddingMismatchError, StoreError
+from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
 from .bm25 import BM25Index, TermCache
 from .chunking import chunk_records
 from .records import (
@@ -75,6 +75,7 @@ from .records import (
     count_tokens_many,
     embedding_mismatch,
     encode,
+    encode_chunks,
     purge_intent,
     row_to_record,
     view_folder,
@@ -503,11 +504,13 @@ class SQLiteStore:
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         vecs = encode(self.embedder, texts)
-        if not texts:
-            return vecs
-        self.stats["encode_calls"] += 1
-        self.stats["chunks_encoded"] += len(texts)
+        self._count_encoded(len(texts))
         return vecs
+
+    def _count_encoded(self, n: int) -> None:
+        if n:
+            self.stats["encode_calls"] += 1
+            self.stats["chunks_encoded"] += n
 
 
     def reembed_all(self) -> int:
@@ -610,17 +613,20 @@ class SQLiteStore:
             out[key] = self._plan_session(rows + by_session.get(key, []))
         return out
 
-    def _pre_embed(self, new: list[tuple[Record, int]], delete_ids: set[tuple[str, str]], sessions: dict) -> dict[str, np.ndarray]:
-        """Optimistic first pass, outside the write lock: embed planned chunks that lack a vector."""
+    def _pre_embed(self, new: list[tuple[Record, int]], delete_ids: set[tuple[str, str]], sessions: dict,
+                   progress: AddProgress | None = None) -> dict[str, np.ndarray]:
+        """Optimistic first pass, outside the write lock: embed planned chunks that lack a vector
+        (reporting ``progress`` as :func:`~memfrontier.store.records.encode_chunks` does)."""
         with self._read_tx() as c:
             plans = self._plan(c, new, delete_ids, sessions)
-            want = {ch.id: ch.text for p in plans.values() for ch in p.chunks}
+            want = {ch.id: ch for p in plans.values() for ch in p.chunks}
             have = self._existing_vectors(c, list(want))
-        todo = [(i, t) for i, t in want.items() if i not in have]
+        todo = [ch for i, ch in want.items() if i not in have]
         if not todo:
             return {}
-        vecs = self._encode([t for _, t in todo])
-        return {i: v for (i, _), v in zip(todo, vecs)}
+        vecs = encode_chunks(self.embedder, todo, progress)
+        self._count_encoded(len(todo))
+        return {ch.id: v for ch, v in zip(todo, vecs)}
 
     def _apply(
         self,
@@ -708,7 +714,7 @@ class SQLiteStore:
 
     # -- public API: writes ---------------------------------------------------------------
 
-    def add(self, records: list[Record]) -> AddResult:
+    def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
         """Insert records not yet stored; re-chunk and embed only what changed.
 
         Record ids are unique per scope: the same id in two scopes is two records. A record whose
@@ -716,6 +722,13 @@ class SQLiteStore:
         nothing); with other content it is an error, never a silent skip nor an overwrite.
         Atomic: everything of the batch is written in one transaction, or nothing. Repeated
         (scope, id) pairs inside the batch keep the first (they must have the same content).
+
+        ``progress(done, total)``, if given, follows the embedding, which is most of an add's time:
+        records (turns) whose chunks are embedded so far out of those in the chunks to embed,
+        reported before the first batch of the embedder and after each one (the chunks are then
+        encoded batch by batch, longest first, the batches the embedder would make itself); not
+        called when nothing needs embedding (e.g. every record already stored). It runs in the
+        calling thread, before the write transaction: it may not write to this store.
 
         Raises:
             ValueError: a record has empty/whitespace text and no images (and, for a step, no
@@ -738,7 +751,7 @@ class SQLiteStore:
         n_of = {k: n for (k, _), n in zip(fresh, counts)}
         new = [(r, n_of[k]) for k, r in fresh]
         sessions = dict.fromkeys((r.scope.key(), r.session_id) for _, r in fresh)
-        cache = self._pre_embed(new, set(), sessions)
+        cache = self._pre_embed(new, set(), sessions, progress)
 
         with self._write_tx() as c:
             self._guard_embedding(c)
