@@ -29,6 +29,7 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_router.py
 	$(VENV)/bin/python benchmarks/bench_memorycpt.py
 	$(VENV)/bin/python benchmarks/bench_reliability.py
+	$(VENV)/bin/python benchmarks/bench_reliability.py --store postgres
 	$(VENV)/bin/python benchmarks/bench_ingest_checks.py
 	$(VENV)/bin/python benchmarks/bench_ingest_longmemeval.py
 	$(VENV)/bin/python benchmarks/bench_service.py

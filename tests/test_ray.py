@@ -1,5 +1,6 @@
 """Evaluation on Ray (``EvalConfig.ray``, ``--ray``): the same predictions and summary as the local
-run, with local Ray and the embedded model; how a run is sent to the workers; errors.
+run (``eval`` and ``frontier``), with local Ray and the embedded model; how a run is sent to the
+workers; errors.
 
 Ray is an optional extra: without it the Ray tests are skipped locally (with the reason) and fail
 under CI (``CI`` set), whose install includes the extra."""
@@ -48,6 +49,7 @@ def _without_wall(x):
 
 
 def _rows(out: Path) -> dict[str, dict]:
+    """The rows of ``out/predictions.jsonl`` by question id, without wall times."""
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text("utf-8").splitlines()]
     return {r["id"]: _without_wall(r) for r in rows}
 
@@ -94,6 +96,8 @@ def test_cli_without_ray_installed_fails_cleanly(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.data
 def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray):
+    """A Ray run gives the local run's rows; an interrupted Ray run resumes locally and an
+    interrupted local run resumes on Ray, both to those rows (the same run either way)."""
     base = EvalConfig(dataset="locomo", split="test", strategy="rag", strategy_options={"k": 3}, limit=6)
     local = asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "local"})))
     on_ray = asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "ray", "ray": "local", "concurrency": 2})))
@@ -108,8 +112,38 @@ def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray
     assert on_ray["config"]["ray"] == "local" and json.loads((tmp_path / "ray" / "run.json").read_text()) == \
         json.loads((tmp_path / "local" / "run.json").read_text())
 
-    # a Ray run interrupted after one question resumes locally to the same rows (the same run)
-    p = tmp_path / "ray" / "predictions.jsonl"
-    p.write_text(p.read_text("utf-8").splitlines()[0] + "\n", "utf-8")
-    asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "ray"})))
-    assert _rows(tmp_path / "ray") == want
+    # interrupted before its last question: the Ray run resumes locally, the local run on Ray
+    for out, ray in ((tmp_path / "ray", None), (tmp_path / "local", "local")):
+        p = out / "predictions.jsonl"
+        p.write_text("".join(p.read_text("utf-8").splitlines(keepends=True)[:5]), "utf-8")
+        asyncio.run(run_eval(base.model_copy(update={"out": out, "ray": ray, "concurrency": 2})))
+        assert _rows(out) == want, f"resumed {'on Ray' if ray else 'locally'}"
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_frontier_on_ray_writes_the_local_runs_predictions(tmp_path, local_ray):
+    """``frontier --ray local`` runs each configuration's eval on Ray: per configuration, the same
+    predictions, scores, tokens and USD as the local frontier, and the same report rows."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: ray\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
+                    "  - {label: rag, strategy: rag, options: {k: 3}}\n")
+    # one store: the Ray run reads the records the local run ingested (eval's Ray construction is tested above)
+    for name, extra in (("local", []), ("ray", ["--ray", "local"])):  # one worker per configuration
+        res = CliRunner().invoke(app, ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(tmp_path / name),
+                                       "--store", str(tmp_path / "store"), *extra])
+        assert res.exit_code == 0, res.output
+    for label in ("oracle", "rag"):
+        want = _rows(tmp_path / "local" / "configs" / label)
+        assert len(want) == 2 and _rows(tmp_path / "ray" / "configs" / label) == want, label
+        ran = json.loads((tmp_path / "ray" / "configs" / label / "summary.json").read_text("utf-8"))["config"]
+        assert ran["ray"] == "local"  # it did run on Ray
+
+    def report_rows(name: str) -> list[dict]:
+        rows = json.loads((tmp_path / name / "frontier.json").read_text("utf-8"))["rows"]
+        for r in rows:
+            assert r["provenance"].pop("created_utc")  # when each run was written: the one other difference
+        return _without_wall(rows)
+
+    assert [r["label"] for r in report_rows("local")] == ["oracle", "rag"]
+    assert report_rows("ray") == report_rows("local")

@@ -1196,7 +1196,7 @@ def serve_model_cmd(
 
 @app.command("mcp")
 def mcp_cmd(
-    store: Path = typer.Option(..., help="Store directory to serve."),
+    store: str = typer.Option(..., help="Store directory or postgresql:// URL to serve."),
     transport: str = typer.Option("stdio", help="stdio | http (streamable HTTP, loopback only)."),
     host: str = typer.Option("127.0.0.1", help="HTTP: a loopback address to bind."),
     port: int = typer.Option(8765, min=1, max=65535, help="HTTP: port."),

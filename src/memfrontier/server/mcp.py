@@ -1,4 +1,4 @@
-"""``memfrontier mcp --store PATH``: the memory over the Model Context Protocol (official ``mcp``
+"""``memfrontier mcp --store PATH|URL``: the memory over the Model Context Protocol (official ``mcp``
 SDK, ``MCPServer``), on stdio or streamable HTTP bound to a loopback address.
 
 Tools (AutoMEM's memory tools, arXiv 2606.04315, Sec. 5, plus hybrid search and a full answer):
@@ -62,7 +62,9 @@ class MemoryService:
     """The store and models behind the MCP tools (opened lazily on the first call).
 
     Args:
-        store: an existing store directory.
+        store: an existing store directory, or a ``postgresql://`` URL (kept as a string: a
+            ``Path`` would collapse its ``//`` and open an empty SQLite store in its place); its
+            view files are in the default folder (:func:`~memfrontier.store.postgres.default_directory`).
         pinned: the scope every call is confined to (None fields are free).
         llm / base_url / price_book / allow_unpriced / price_as: models for ``ask`` (see
             :meth:`memfrontier.api.AsyncMemory.open`).
@@ -81,7 +83,9 @@ class MemoryService:
         price_as: str | None = None,
         limits: ToolLimits | None = None,
     ):
-        self.store_path = Path(store)
+        from ..store.postgres import is_postgres_url
+
+        self.store_path = store if is_postgres_url(store) else Path(store)
         self.pinned = pinned or Scope()
         self.open_kwargs = {
             "llm": llm,
