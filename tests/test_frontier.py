@@ -97,6 +97,19 @@ def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_p
     assert header[:5] == ["label", "strategy", "status", "n", "f1"]
 
 
+def test_the_oracle_anchor_is_shown_but_never_in_the_pareto_set(tmp_path):
+    """oracle reads the gold evidence: better and cheaper than rag here, yet rag stays on the front
+    (the only deployable configuration) and oracle is marked as the anchor."""
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
+    _write_run(tmp_path / "oracle", _rows([0.9, 0.9], 1e-5))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+                        {"label": "oracle", "strategy": "oracle", "dir": tmp_path / "oracle"}])
+    rag, oracle = rep["rows"]
+    assert rag["pareto_cost"] is True and rag["pareto_latency"] is True and rag["anchor"] is False
+    assert oracle["anchor"] is True and oracle["pareto_cost"] is None and oracle["pareto_latency"] is None
+    assert "| anchor (gold evidence) |" in render_markdown(rep)
+
+
 def test_unpriced_run_prints_unpriced_not_inf(tmp_path):
     _write_run(tmp_path / "rag", _rows([0.5, 0.5], 0.0), unpriced=True)
     rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}])

@@ -1,5 +1,6 @@
 """Frontier plots: F1 against amortized USD×1e4 per question (log x) and against proxy seconds per
-question, one colour per strategy family, Pareto points filled and joined, 95% F1 intervals as bars."""
+question, one colour per strategy family, Pareto points filled and joined, the gold-evidence anchor
+(oracle) as a star outside the Pareto set, 95% F1 intervals as bars."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
         x = r[x_key]
         if x is None:
             continue
-        on = bool(r.get(pareto_key))
+        on, anchor = bool(r.get(pareto_key)), bool(r.get("anchor"))
         ax.errorbar([x], [r["f1"]], yerr=[[r["f1"] - r["f1_low"]], [r["f1_high"] - r["f1"]]], fmt="none",
                     ecolor=colours[r["strategy"]], alpha=0.4, capsize=2)
-        ax.scatter([x], [r["f1"]], color=colours[r["strategy"]], marker="o" if on else "s",
-                   facecolors=colours[r["strategy"]] if on else "none", zorder=3)
+        ax.scatter([x], [r["f1"]], color=colours[r["strategy"]], marker="*" if anchor else "o" if on else "s",
+                   s=90 if anchor else None, facecolors=colours[r["strategy"]] if on or anchor else "none", zorder=3)
         ax.annotate(r["label"], (x, r["f1"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
     front = sorted((r for r in rows if r.get(pareto_key) and r[x_key] is not None), key=lambda r: r[x_key])
     if len(front) > 1:
