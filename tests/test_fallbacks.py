@@ -93,7 +93,7 @@ def _closed_port() -> int:
 
 @pytest.mark.slow
 @pytest.mark.data
-def test_budgetmem_high_against_a_dead_server_is_refused_then_kept_when_allowed(tmp_path):
+def test_budgetmem_high_against_a_dead_server_is_refused_then_kept_when_allowed(tmp_path, locomo_slice):
     # The case: every High-tier call fails and falls back. The run still writes its
     # results, but ends in FallbackError naming the role and the error; the tier table counts
     # what ran (mid), and --allow-fallbacks keeps the same run (resumed, nothing recomputed).
@@ -101,7 +101,9 @@ def test_budgetmem_high_against_a_dead_server_is_refused_then_kept_when_allowed(
 
     models = {"low": "local", "mid": "local", "high": "openai:meta-llama/llama-3.3-70b-instruct"}
     cfg = EvalConfig(dataset="locomo", split="test", strategy="budgetmem", limit=1, out=tmp_path / "run",
-                     strategy_options={"tiering": "capacity", "tiers": "high", "tiering_options": {
+                     data_root=locomo_slice("conv-49", "conv-50"),  # small inputs: 2 chunks, 2 relations
+                     strategy_options={"k": 2, "module_topk": 2, "max_relations": 2,
+                                       "tiering": "capacity", "tiers": "high", "tiering_options": {
                          "models": models, "base_url": f"http://127.0.0.1:{_closed_port()}/v1", "max_retries": 0}})
     with pytest.raises(FallbackError) as ei:
         asyncio.run(run_eval(cfg))

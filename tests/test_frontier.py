@@ -189,7 +189,7 @@ def test_a_run_above_the_fallback_threshold_is_refused_unless_allowed(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.data
-def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path):
+def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path, locomo_slice):
     """End to end with the embedded models: two configurations and one whose router is missing."""
     from typer.testing import CliRunner
 
@@ -200,7 +200,8 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
                     "  - {label: rag, strategy: rag, options: {k: 4}}\n"
                     f"  - {{label: router, strategy: budgetmem, requires: [{tmp_path / 'none.pt'}]}}\n")
     out = tmp_path / "out"
-    args = ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(out)]
+    args = ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(out),
+            "--data-root", str(locomo_slice("conv-49", "conv-50"))]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     rep = json.loads((out / "frontier.json").read_text())

@@ -207,3 +207,37 @@ def test_an_answer_does_not_depend_on_the_call_before_it(llm):
 
     alone, after = asyncio.run(go())
     assert alone == after == "Answer: 10/23/2023\n\nQuestion from"
+
+
+@pytest.mark.slow
+def test_greedy_decoding_with_a_grammar_picks_the_tokens_of_llama_cpps_own_chain(llm, monkeypatch):
+    # The grammar is checked on the argmax only (memfrontier.llm.llama_sampling); llama-cpp-python's
+    # chain (penalties -> grammar over all 262k candidates -> greedy) must give the same tokens,
+    # both when the argmax is accepted and when the grammar rejects it and the mask decides.
+    import functools
+
+    from memfrontier.llm.embedded import load_llama
+    from memfrontier.llm.llama_sampling import GreedyGrammarSampler
+
+    schema = {"type": "object", "properties": {"items": {"type": "array", "maxItems": 3, "items": {
+        "type": "object", "properties": {"name": {"type": "string"}, "did": {"type": "string"}},
+        "required": ["name", "did"]}}}, "required": ["items"]}
+    cases = [([{"role": "user", "content": "Alice adopted a beagle named Max. Bob sold his car.\n\n"
+                                          "List the people and what they did as JSON."}], {"json_schema": schema}),
+             ([{"role": "user", "content": "Count from one to twenty as a JSON array of integers."}],
+              {"json_schema": {"type": "array", "items": {"type": "integer"}, "maxItems": 4}}),
+             ([{"role": "user", "content": "Evan: I bought a blue Prius.\n\nQuestion: What car did Evan buy?"},
+               {"role": "assistant", "content": "Answer:"}], {"single_line": True})]
+    raw, _ = load_llama(llm.model_path, llm.n_ctx)
+    checked, resamples = [], 0
+    for msgs, kw in cases:
+        c = run(llm.complete(msgs, max_tokens=16, **kw))
+        assert isinstance(raw._sampler, GreedyGrammarSampler) and raw._sampler.checks == c.output_tokens + (
+            c.finish_reason == "stop")  # one check per token chosen, the end-of-text token included
+        checked.append((c.text, c.output_tokens))
+        resamples += raw._sampler.resamples
+    assert resamples > 0, checked  # some argmax was rejected: the masked path ran too
+    monkeypatch.setattr(raw, "_init_sampler", functools.partial(type(raw)._init_sampler, raw))
+    chain = [(c.text, c.output_tokens) for c in (run(llm.complete(m, max_tokens=16, **kw)) for m, kw in cases)]
+    assert not isinstance(raw._sampler, GreedyGrammarSampler)
+    assert checked == chain, checked

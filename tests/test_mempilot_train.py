@@ -60,6 +60,29 @@ def test_pg_token_loss_hand_values():
     assert loss.tolist() == pytest.approx([-1.0, -1.2, 1.5, 0.001 * k3], abs=1e-6)
 
 
+def test_completion_logp_scores_each_completion_token_at_the_position_before_it():
+    # A small Gemma 3 (the policy's architecture) with random weights: the log-probabilities read
+    # from the last n + 1 positions only must be those of a full forward, position P - 1 + k for
+    # completion token k, and carry gradient.
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from memfrontier.train.mempilot_trainer import _completion_logp
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                           max_position_embeddings=64, initializer_range=0.5)
+    lm = Gemma3ForCausalLM(cfg).eval()
+    g = Generation([1, 5, 9, 12, 30, 31, 40], [7, 3, 20], [True, False, True])
+    got = _completion_logp(lm, g)
+    full = torch.log_softmax(lm(input_ids=torch.tensor([g.prompt_ids + g.completion_ids])).logits[0].float(), -1)
+    want = torch.stack([full[6, 7], full[7, 3], full[8, 20]])
+    assert got.shape == (3,) and torch.allclose(got, want, atol=1e-5)
+    assert float(want.detach().std()) > 0.01  # the positions differ: reading the wrong ones would show
+    got.sum().backward()
+    assert lm.lm_head.weight.grad is not None or lm.model.embed_tokens.weight.grad is not None
+
+
 # ----------------------------------------------------------------------------- schema-guided decoding
 
 
@@ -205,8 +228,9 @@ def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
     )
 
     torch.set_num_threads(2)
+    # smoke sizes: short observations and probes keep the prompts (and so every forward) short
     cfg = OrchestratorTrainConfig(steps=1, group_size=2, max_rounds=2, sessions=1, policy_max_tokens=64,
-                                  out=tmp_path / "orch", lr=1e-4)
+                                  max_observation_tokens=64, probe_max_tokens=8, out=tmp_path / "orch", lr=1e-4)
     summary = asyncio.run(train_orchestrator(cfg))
     adapter = tmp_path / "orch" / "adapter"
     assert (adapter / "adapter_config.json").is_file()

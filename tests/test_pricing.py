@@ -399,13 +399,14 @@ def test_would_exceed_names_the_cap():
 # --- the real path (embedded Gemma 3 270M) ----------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.data
-def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path):
+def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path, locomo_slice):
     """``eval --price-as qwen3-14b --judge`` with BudgetMem's reasoning tiers (LLM calls in every
     module) on one LoCoMo question: every call in the result files is priced as qwen3-14b."""
     from memfrontier.eval.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(dataset="locomo", split="test", strategy="budgetmem", limit=1, out=tmp_path / "run",
-                     judge=True, price_as=M, strategy_options={"tiering": "reasoning", "tiers": "low"})
+                     judge=True, price_as=M, strategy_options={"tiering": "reasoning", "tiers": "low"},
+                     data_root=locomo_slice("conv-49", "conv-50"))
     summary = asyncio.run(run_eval(cfg))
     assert summary["provenance"]["priced_as"] == M
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]

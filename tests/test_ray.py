@@ -95,10 +95,11 @@ def test_cli_without_ray_installed_fails_cleanly(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.data
-def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray):
+def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray, locomo_slice):
     """A Ray run gives the local run's rows; an interrupted Ray run resumes locally and an
     interrupted local run resumes on Ray, both to those rows (the same run either way)."""
-    base = EvalConfig(dataset="locomo", split="test", strategy="rag", strategy_options={"k": 3}, limit=6)
+    base = EvalConfig(dataset="locomo", split="test", strategy="rag", strategy_options={"k": 3}, limit=6,
+                      data_root=locomo_slice("conv-49", "conv-50"))
     local = asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "local"})))
     on_ray = asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "ray", "ray": "local", "concurrency": 2})))
 
@@ -122,16 +123,17 @@ def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray
 
 @pytest.mark.slow
 @pytest.mark.data
-def test_frontier_on_ray_writes_the_local_runs_predictions(tmp_path, local_ray):
+def test_frontier_on_ray_writes_the_local_runs_predictions(tmp_path, local_ray, locomo_slice):
     """``frontier --ray local`` runs each configuration's eval on Ray: per configuration, the same
     predictions, scores, tokens and USD as the local frontier, and the same report rows."""
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: ray\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
                     "  - {label: rag, strategy: rag, options: {k: 3}}\n")
     # one store: the Ray run reads the records the local run ingested (eval's Ray construction is tested above)
+    data = ["--data-root", str(locomo_slice("conv-49", "conv-50"))]
     for name, extra in (("local", []), ("ray", ["--ray", "local"])):  # one worker per configuration
         res = CliRunner().invoke(app, ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(tmp_path / name),
-                                       "--store", str(tmp_path / "store"), *extra])
+                                       "--store", str(tmp_path / "store"), *data, *extra])
         assert res.exit_code == 0, res.output
     for label in ("oracle", "rag"):
         want = _rows(tmp_path / "local" / "configs" / label)

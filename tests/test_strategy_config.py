@@ -197,7 +197,7 @@ def test_ask_build_builds_the_view_reports_its_cost_and_then_answers(tmp_path):
     store = str(tmp_path / "store")
     run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
     args = ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", "mempilot",
-            "--set", "compressor=offline", "--set", "max_rounds=1", "--json"]
+            "--set", "compressor=offline", "--set", "max_rounds=1", "--set", "policy_max_tokens=32", "--json"]
     res = CliRunner().invoke(app, args + ["--build"])
     assert res.exit_code == 0, res.output
     assert "built the mempilot view: 0 calls" in res.stderr  # offline compression calls no model

@@ -3,7 +3,7 @@ transformers backend that serves their outputs (HFLLM).
 
 Fast tests cover the ShareGPT conversion and input validation, the reward adapter and the LoRA
 delta norm. Slow tests load the packaged Gemma 3 270M GGUF through transformers ONCE (module
-fixture, ~45 s on two cores; trainers and adapters work on deep copies of it) and run real
+fixture, tens of seconds on two cores; trainers and adapters work on deep copies of it) and run real
 smoke-scale training with TRL + PEFT on the CPU.
 """
 
@@ -187,6 +187,30 @@ def test_make_llm_hf_specs_are_lazy(tmp_path):
     assert default_model_id(str(tmp_path / "student"), str(tmp_path / "lora-b")) == "student+lora-b"
     with pytest.raises(ValueError):
         make_llm("hf", base_url="http://x")
+
+
+def test_a_gguf_file_is_parsed_once_per_load(tmp_path):
+    # transformers opens the GGUF once each for the tokenizer, the config and the weights; inside the
+    # load they share one reader per file (a parse of the packaged model's vocabulary takes ~15 s)
+    import gguf
+    import numpy as np
+
+    from memfrontier.llm.hf import _gguf_parsed_once
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    original = gguf.GGUFReader
+    with _gguf_parsed_once():
+        a, b = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert a is b and [t.name for t in a.tensors] == ["token_embd.weight"]
+        assert a.fields["llama.block_count"].contents() == 1
+    assert gguf.GGUFReader is original and gguf.GGUFReader(path) is not a
 
 
 # --- slow: the real model ---------------------------------------------------------------------

@@ -9,7 +9,8 @@ llama-cpp-python's ``Jinja2ChatFormatter``, the formatter its ``create_chat_comp
 both then decode through the same completion path (truncation, grammar, usage). Decoding is
 greedy by default. JSON output is constrained with a
 llama.cpp grammar compiled from the caller's JSON schema (bound arrays with ``maxItems``: the
-model otherwise loops until ``max_tokens``).
+model otherwise loops until ``max_tokens``); in greedy decoding the grammar is checked on the
+chosen token rather than on the whole vocabulary (:mod:`memfrontier.llm.llama_sampling`).
 
 The model is loaded lazily, once per process and (path, n_ctx) — loading takes about half a
 second, tokenizing and decoding run on the CPU. A ``Llama`` object is not thread-safe, so calls
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.ledger import current_ledger
+from . import llama_sampling
 from .base import Completion, LLMError, Message
 from .local_models import DEFAULT_LOCAL, LOCAL_MODELS, resolve_local
 
@@ -171,7 +173,8 @@ def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **k
     """The process-wide ``llama_cpp.Llama`` for ``(model_path, n_ctx)`` and its call lock.
 
     Loaded on first use (``verbose=False``, ``n_threads`` default ``os.cpu_count()``); later calls
-    with the same key return the same object whatever the other arguments. Raises
+    with the same key return the same object whatever the other arguments. Greedy decoding with a
+    grammar checks the grammar on the chosen token (:mod:`memfrontier.llm.llama_sampling`). Raises
     :class:`LLMError` when llama-cpp-python is missing or the file cannot be loaded.
     """
     key = (str(model_path), int(n_ctx))
@@ -196,6 +199,7 @@ def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **k
                 )
         except (ValueError, RuntimeError, OSError) as e:
             raise LLMError(f"could not load {model_path}: {e}") from e
+        llama_sampling.install(llm)  # greedy + grammar: the grammar checks the chosen token (same tokens, ~3x faster)
         hit = (llm, threading.Lock())
         _MODELS[key] = hit
         return hit

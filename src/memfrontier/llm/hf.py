@@ -5,8 +5,11 @@ and the one loading path that the LoRA trainers (:mod:`memfrontier.train.lora_sf
 What it serves:
 
 * the packaged Gemma 3 270M GGUF (``model=None``), de-quantized by transformers to a dense fp32
-  model (268M parameters; about 45 s to load on two CPU cores: ~15 s tokenizer conversion, ~30 s
-  weights) -- the *same* weights the llama.cpp backend (:mod:`memfrontier.llm.embedded`) runs;
+  model (268M parameters) -- the *same* weights the llama.cpp backend
+  (:mod:`memfrontier.llm.embedded`) runs. Loading takes tens of seconds on two CPU cores, most of
+  it parsing the GGUF header (its 262k-token vocabulary), which transformers does once each for
+  the tokenizer, the config and the weights; here the three share one parse (about 1.5x faster,
+  ``benchmarks/bench_hf_load.py``);
 * a saved checkpoint directory, e.g. LoRA-A merged into the base (``base_A``, MemoryCPT Sec. 3.4);
 * either of them with a PEFT adapter on top (``adapter=``, e.g. LoRA-B, MemoryCPT Eq. 12).
 
@@ -100,13 +103,43 @@ def load_tokenizer(model: str | os.PathLike | None = None):
         return tok
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """Within the block ``gguf.GGUFReader(path)`` gives one reader per file.
+
+    transformers parses a GGUF file's header once for the tokenizer, once for the config and once
+    for the weights (``load_gguf_checkpoint``), and one parse of the packaged Gemma's metadata (its
+    262,144-token vocabulary, read element by element) takes ~15 s on two CPU cores -- two thirds
+    of the load. A reader is a read-only memory map that transformers only reads; it imports the
+    class when it loads, so it gets the wrapper (with another import style it gets the class: the
+    load is then as before, only slower). Callers hold ``_LOAD_LOCK``."""
+    try:
+        import gguf
+    except ImportError:  # not a GGUF load path then
+        yield
+        return
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path, mode="r"):
+        key = (os.path.abspath(os.fspath(path)), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def _load_entry(model: str | os.PathLike | None, device: str) -> _Loaded:
     key = (_key(model), str(device), None)
     with _LOAD_LOCK:
         hit = _MODELS.get(key)
         if hit is not None:
             return hit
-        tok = load_tokenizer(model)
         from transformers import AutoModelForCausalLM
 
         folder, gguf = _source(model)
@@ -116,11 +149,13 @@ def _load_entry(model: str | os.PathLike | None, device: str) -> _Loaded:
 
             # dequantize=True: a plain dense fp32 model (trainable, serialisable), never GGUF blocks
             kwargs = {"gguf_file": gguf, "quantization_config": GgufConfig(gguf_file=gguf, dequantize=True)}
-        try:
-            lm = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-            lm.to(device)
-        except (OSError, ValueError, KeyError, RuntimeError) as e:
-            raise LLMError(f"could not load the model {key[0]}: {e}") from e
+        with _gguf_parsed_once() if gguf else contextlib.nullcontext():
+            tok = load_tokenizer(model)
+            try:
+                lm = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+                lm.to(device)
+            except (OSError, ValueError, KeyError, RuntimeError) as e:
+                raise LLMError(f"could not load the model {key[0]}: {e}") from e
         lm.eval()
         hit = _Loaded(lm, tok, threading.Lock())
         _MODELS[key] = hit
@@ -153,8 +188,8 @@ def _load_adapter_entry(model: str | os.PathLike | None, adapter: str | os.PathL
 def load_causal_lm(model: str | os.PathLike | None = None, *, device: str = "cpu", copy: bool = False):
     """``(model, tokenizer)`` for a local causal LM, loaded once per process and (source, device).
 
-    ``model``: None = the packaged Gemma 3 270M GGUF (de-quantized to dense fp32, ~45 s on two
-    cores); a path to a ``.gguf`` file; a checkpoint directory (``save_pretrained`` output, e.g. a
+    ``model``: None = the packaged Gemma 3 270M GGUF (de-quantized to dense fp32, tens of seconds
+    on two cores); a path to a ``.gguf`` file; a checkpoint directory (``save_pretrained`` output, e.g. a
     merged LoRA-A model); or a hub id already in the local HF cache. ``copy=True`` returns private
     deep copies (model in train mode) that a trainer may wrap with PEFT or merge in place; the
     default returns the shared instances (eval mode), which callers must not modify.

@@ -117,11 +117,16 @@ def pg_token_loss(logp, old_logp, ref_logp, adv, clip: float, beta: float):
 
 
 def _completion_logp(model, g: Generation):
-    """log pi(completion token | prefix) for every completion token of ``g`` (temperature 1), shape (n,)."""
+    """log pi(completion token | prefix) for every completion token of ``g`` (temperature 1), shape (n,).
+
+    Only the n + 1 last positions go through the output head (``logits_to_keep``): the prompt's
+    logits are never used, and with a 262k-token vocabulary they are most of the forward and
+    backward cost of a long prompt."""
     import torch
 
+    n = len(g.completion_ids)
     ids = torch.tensor([g.prompt_ids + g.completion_ids], device=model.device)
-    logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1: -1].float()
+    logits = model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(g.prompt_ids):, None])[:, 0]
 
 
