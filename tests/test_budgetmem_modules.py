@@ -289,7 +289,9 @@ def test_capacity_local_preset_is_three_embedded_models_priced_as_themselves(mem
     monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.split.file)
     strat = get_strategy("budgetmem", tiering="capacity", tiering_options={"models": "local"}, tiers="low")
     assert strat.tiering.specs == LOCAL_TIERS
-    env = memory.aio.env
+    # an env of its own: the clients it caches point at the stand-in files and must not reach other tests
+    shared = memory.aio.env
+    env = MemoryEnv(store=shared.store, llm=shared.llm, answer_llm=shared.answer_llm)
     t = strat.tiering
     models = {tier: t.model(tier, env) for tier in LOCAL_TIERS}
     assert {tier: (m.model_id, m.priced_as) for tier, m in models.items()} == {
