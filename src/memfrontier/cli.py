@@ -346,8 +346,11 @@ def _float_list(flag: str, text: str) -> list[float]:
 
 
 def _question_bar():
+    """The progress bar of every long command, on stderr; drawn only on a terminal, so logs and
+    scripts that read stderr get the commands' own lines and nothing else."""
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
+                    disable=not err.is_terminal)
 
 
 class IngestRow:
