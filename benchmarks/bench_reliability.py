@@ -123,29 +123,30 @@ class Stores:
             found += ["db:" + c for c in columns_holding(location, needle.decode())]
         return found
 
+    def _sqlite_scalar(self, location: str, sql: str):
+        """The first column of the first row of ``sql`` on the SQLite store's database file."""
+        db = sqlite3.connect(Path(location) / "store.db")
+        try:
+            return db.execute(sql).fetchone()[0]
+        finally:
+            db.close()
+
     def pending_purges(self, location: str) -> int:
         """Purge intents in the store's ``pending_purges`` table (read without opening the store)."""
+        sql = "SELECT COUNT(*) FROM pending_purges"
         if self.backend == "sqlite":
-            db = sqlite3.connect(Path(location) / "store.db")
-            try:
-                return db.execute("SELECT COUNT(*) FROM pending_purges").fetchone()[0]
-            finally:
-                db.close()
+            return self._sqlite_scalar(location, sql)
         import psycopg
 
         with psycopg.connect(location, autocommit=True) as conn:
-            return conn.execute("SELECT COUNT(*) FROM pending_purges").fetchone()[0]
+            return conn.execute(sql).fetchone()[0]
 
     def integrity(self, location: str) -> str:
         """``ok`` or the first problem: SQLite's ``PRAGMA integrity_check``; for PostgreSQL,
         ``amcheck`` over the store's tables (``verify_heapam``) and their B-tree indexes
         (``bt_index_check`` with heap verification)."""
         if self.backend == "sqlite":
-            db = sqlite3.connect(Path(location) / "store.db")
-            try:
-                return db.execute("PRAGMA integrity_check").fetchone()[0]
-            finally:
-                db.close()
+            return self._sqlite_scalar(location, "PRAGMA integrity_check")
         import psycopg
 
         with psycopg.connect(location, autocommit=True) as conn:
