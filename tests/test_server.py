@@ -9,7 +9,9 @@ PostgreSQL server."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
+import os
 import socket
 import threading
 import time
@@ -209,6 +211,101 @@ def test_in_flight_slots_are_shared_and_a_killed_holders_are_freed(key_location)
         holder.kill()
         holder.wait(10)
     w1.close()
+
+
+def test_postgres_key_store_reconnects_after_its_session_is_terminated(pg_database):
+    """An administrator (or a server restart) ends the key store's session: the next calls reconnect
+    instead of failing until the service restarts, and the slots of the dead session are gone."""
+    import psycopg
+
+    from memfrontier.server.keys import PostgresKeyStore
+
+    dsn = pg_database("keys")
+    ks = PostgresKeyStore(dsn)
+    key = ks.create("acme")[1]
+    assert ks.acquire("acme", 2) == Slot("acme", 0)
+    pid = ks._conn.info.backend_pid
+
+    def terminate():
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+            deadline = time.time() + 10  # the backend exits (and drops its advisory locks) asynchronously
+            while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]:
+                assert time.time() < deadline
+                time.sleep(0.02)
+
+    terminate()
+    assert ks.authenticate(key) == "acme"  # was: StoreError (503) on every call
+    assert ks._conn.info.backend_pid != pid and ks.held() == []  # the dead session's slot left with it
+    assert ks.acquire("acme", 2) == Slot("acme", 0) and ks.acquire("acme", 2) == Slot("acme", 1)
+    assert ks.acquire("acme", 2) is None
+    ks.release(Slot("acme", 1))
+
+    pid = ks._conn.info.backend_pid
+    terminate()  # a slot call finds the session dead: slot 0 (held, so not asked for) went with it
+    assert ks.acquire("acme", 2) == Slot("acme", 1) and ks.held() == [Slot("acme", 1)]
+    other = PostgresKeyStore(dsn)  # another worker: slot 0 is free, and the new session really holds 1
+    assert other.acquire("acme", 2) == Slot("acme", 0) and other.acquire("acme", 2) is None
+    ks.release(Slot("acme", 1))
+    assert other.acquire("acme", 2) == Slot("acme", 1)
+
+    pid = ks._conn.info.backend_pid
+    terminate()  # a write transaction finds it dead at its BEGIN: begun again on a new session
+    ks.record_usage("acme", Usage(by_stage={"query": StageUsage(calls=1)}))
+    assert other.usage("acme")["query"]["calls"] == 1
+    other.close()
+    ks.close()
+    with pytest.raises(StoreError, match="closed"):  # a closed key store stays closed
+        ks.authenticate(key)
+
+
+def _slot_files(ks) -> list[str]:
+    return sorted(p.name for p in ks.slot_dir.iterdir())
+
+
+def test_sqlite_slot_files_go_when_the_tenants_last_key_is_revoked(tmp_path, monkeypatch):
+    """One file per tenant and slot index would pile up forever; a tenant's files go with its last
+    active key, never one whose lock a holder (this or another process) has, and a deletion never
+    lets two holders take one slot (the lock counts only on the file the path still names)."""
+    ks, other = SQLiteKeyStore(tmp_path / "keys.db"), SQLiteKeyStore(tmp_path / "keys.db")
+    id1, _ = ks.create("acme")
+    id2, _ = ks.create("acme")
+    ks.create("beta")
+    slots = [ks.acquire("acme", 3) for _ in range(3)] + [ks.acquire("beta", 2)]
+    for sl in slots:
+        ks.release(sl)
+    held = other.acquire("acme", 3)  # another process runs a request of acme
+    assert held == Slot("acme", 0)
+    assert _slot_files(ks) == ["acme.0", "acme.1", "acme.2", "beta.0"]
+    assert ks.revoke(id1) and _slot_files(ks) == ["acme.0", "acme.1", "acme.2", "beta.0"]  # acme keeps a key
+    assert ks.revoke(id2)
+    assert _slot_files(ks) == ["acme.0", "beta.0"]  # the held one stays
+    assert other.held() == [held] and ks.acquire("acme", 1) is None  # and its lock still counts
+
+    # an acquirer that opened a slot file just before another process deleted it does not count that
+    # lock: the path names a new file, which it takes instead (else two holders of slot 1)
+    real_flock, unlinked = fcntl.flock, []
+
+    def flock_while_deleted(fd, op):
+        path = ks.slot_dir / "acme.1"
+        if not unlinked and path.exists() and path.stat().st_ino == os.fstat(fd).st_ino:
+            unlinked.append(path)  # the deleter held the lock, unlinked the file and closed it
+            path.unlink()
+        return real_flock(fd, op)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fcntl, "flock", flock_while_deleted)
+        assert ks.acquire("acme", 2) == Slot("acme", 1)
+    assert len(unlinked) == 1 and (ks.slot_dir / "acme.1").exists()
+    assert other.acquire("acme", 2) is None  # was: Slot("acme", 1), a second holder
+    ks.release(Slot("acme", 1))
+
+    other.release(held)
+    id3, _ = ks.create("acme")
+    assert ks.revoke(id3) and _slot_files(ks) == ["beta.0"]  # a later revocation finds the leftover free
+    assert ks.acquire("acme", 1) == Slot("acme", 0)  # a tenant whose files went still takes slots
+    ks.close()
+    other.close()
 
 
 def test_postgres_key_tables_are_versioned_in_their_own_schema(pg_database):

@@ -25,7 +25,19 @@ with no lease to expire and no clock involved:
   key store's connection (the tenant id is the tenant's row in ``tenants``). PostgreSQL releases a
   session's advisory locks when its connection ends, including when the process is killed.
 - SQLite: an exclusive ``flock`` on the file ``<key file>.slots/<tenant>.<slot>`` (one open file
-  per held slot); the kernel releases it when the file is closed or the process dies.
+  per held slot); the kernel releases it when the file is closed or the process dies. A tenant's
+  slot files are deleted when its last active key is revoked (:meth:`KeyStore.revoke`), under one
+  rule that keeps a slot held by one holder at a time: a file is unlinked only by a process that
+  holds its lock, so a file some request holds (in any process) is never deleted (it stays until a
+  later revocation finds it free); and a lock taken counts only when the path still names the
+  locked file (same inode) after locking, so an acquirer that opened a file just unlinked drops it
+  and opens the path again.
+
+The PostgreSQL key store survives a dropped connection (a restarted server, an administrator's
+``pg_terminate_backend``): a statement or transaction that finds its session dead reconnects
+once and runs again, and the slots the dead session held (its advisory locks died with it) are
+dropped from this object's held slots; a transaction already under way when the session dies is
+not replayed (its error is reported; the next call reconnects).
 
 Both locks are re-entrant for their holder (one connection, resp. nothing stops a process from
 opening the file twice), so each :class:`KeyStore` also keeps the slots it holds and never asks
@@ -37,6 +49,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
@@ -45,7 +58,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +68,8 @@ from ..core.ledger import Usage
 from ..store.base import StoreError
 from ..store.postgres import apply_migrations, is_postgres_url, redact_url, schema_version
 from .tenants import check_tenant
+
+log = logging.getLogger(__name__)
 
 KEY_RE = re.compile(r"^mf_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 #: Usage counters kept per tenant and stage (the names of :class:`~memfrontier.core.ledger.StageUsage`).
@@ -148,11 +163,20 @@ class KeyStore(ABC):
         return key_id, f"mf_{key_id}_{secret}"
 
     def revoke(self, key_id: str) -> bool:
-        """Revoke the key ``key_id``; False when no active key has that id."""
+        """Revoke the key ``key_id``; False when no active key has that id. Then the slot state of
+        every tenant left without an active key is dropped (:meth:`_retire_slots`)."""
         with self._tx() as c:
             cur = c.execute(self._sql("UPDATE api_keys SET revoked_s = ? WHERE key_id = ? AND revoked_s IS NULL"),
                             (time.time(), key_id))
-            return cur.rowcount == 1
+            revoked = cur.rowcount == 1
+        if revoked:
+            active = {r[0] for r in self._read("SELECT DISTINCT tenant FROM api_keys WHERE revoked_s IS NULL")}
+            self._retire_slots(active)
+        return revoked
+
+    def _retire_slots(self, active: set[str]) -> None:
+        """Drop what the slots of tenants outside ``active`` (those with no active key) left behind;
+        nothing by default (an advisory lock leaves nothing)."""
 
     def list(self, tenant: str | None = None) -> list[KeyInfo]:
         """Keys (active and revoked), oldest first; only ``tenant``'s when given."""
@@ -228,6 +252,35 @@ class KeyStore(ABC):
             self._held.clear()
 
 
+_UNLINKED = object()  # _lock_file: the file was unlinked (or replaced) while it was being locked
+
+
+def _lock_file(path: Path, *, create: bool):
+    """Take the exclusive ``flock`` of the file at ``path`` without waiting: its open descriptor;
+    None when another holds it (or, without ``create``, when no file is there); :data:`_UNLINKED`
+    when the locked file is no longer the one ``path`` names (a holder unlinked it meanwhile: open
+    the path again)."""
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    try:
+        same = os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return _UNLINKED
+    return fd
+
+
 class SQLiteKeyStore(KeyStore):
     """The keys in one SQLite file at ``path`` (created when missing), slots beside it in
     ``<path>.slots/``. Raises StoreError for a file of another schema version."""
@@ -293,16 +346,30 @@ class SQLiteKeyStore(KeyStore):
 
     def _try_slot(self, tenant: str, index: int) -> int | None:
         self.slot_dir.mkdir(exist_ok=True)
-        fd = os.open(self.slot_dir / f"{tenant}.{index}", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+        path = self.slot_dir / f"{tenant}.{index}"
+        while True:
+            fd = _lock_file(path, create=True)
+            if fd is not _UNLINKED:
+                return fd  # the locked descriptor, or None: another holds the slot
 
     def _free_slot(self, tenant: str, index: int, handle: int) -> None:
         os.close(handle)  # drops the flock
+
+    def _retire_slots(self, active: set[str]) -> None:
+        """Delete the slot files of tenants outside ``active``, each only while holding its lock
+        (see the module docstring); a file held now stays for a later revocation."""
+        if not self.slot_dir.is_dir():
+            return
+        for path in sorted(self.slot_dir.iterdir()):
+            if path.name.rpartition(".")[0] in active:
+                continue
+            fd = _lock_file(path, create=False)
+            if fd is None or fd is _UNLINKED:
+                continue
+            try:
+                path.unlink()
+            finally:
+                os.close(fd)
 
     def _close(self) -> None:
         for fd in self._held.values():
@@ -313,10 +380,12 @@ class SQLiteKeyStore(KeyStore):
             conn.close()
         self._local = threading.local()
 
+
 class PostgresKeyStore(KeyStore):
     """The keys in the PostgreSQL database at ``dsn`` (the store's own), schema :data:`PG_SCHEMA`,
-    through one connection (autocommit; writes in transactions). The role needs the right to
-    create a schema in that database on first open.
+    through one connection (autocommit; writes in transactions), opened again when it drops (see
+    the module docstring). The role needs the right to create a schema in that database on first
+    open.
 
     Raises:
         StoreError: the server cannot be reached, or the key tables' schema version is newer than
@@ -330,22 +399,64 @@ class PostgresKeyStore(KeyStore):
 
         super().__init__()
         self._psycopg = psycopg
+        self._dsn = dsn
+        self._connect_timeout = max(1, int(connect_timeout_s))
         self.location = redact_url(dsn)
         self._lock = threading.RLock()
         self._tenant_ids: dict[str, int] = {}
-        try:
-            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)))
-        except psycopg.Error as e:
-            raise StoreError(f"cannot connect to key database {self.location}: {e}") from e
+        self._session = 0  # incremented on each (re)connection; a slot's handle is the session that took it
+        self._closed = False
+        self._conn = self._connect()
         try:
             with self._tx() as c:
-                c.execute(f"SET search_path TO {PG_SCHEMA}")  # the session's: every statement names these tables
                 c.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_MIGRATION_LOCK,))
                 c.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA}")
                 apply_migrations(c, PG_MIGRATIONS, lock=_PG_MIGRATION_LOCK, what=f"key tables of {self.location}")
         except BaseException:
             self._conn.close()
             raise
+
+    def _connect(self):
+        """A new session, every statement naming the key tables (``search_path``)."""
+        try:
+            conn = self._psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
+        except self._psycopg.Error as e:
+            raise StoreError(f"cannot connect to key database {self.location}: {e}") from e
+        try:
+            conn.execute(f"SET search_path TO {PG_SCHEMA}")
+        except self._psycopg.Error as e:
+            conn.close()
+            raise StoreError(f"key database {self.location}: {e}") from e
+        self._session += 1
+        return conn
+
+    def _dead(self, e: Exception) -> bool:
+        """Whether ``e`` ended the session (not a statement error): a connection-class error
+        (OperationalError, InterfaceError) after which the connection is closed or broken."""
+        return (isinstance(e, (self._psycopg.OperationalError, self._psycopg.InterfaceError))
+                and (self._conn.closed or self._conn.broken))
+
+    def _reconnect(self) -> None:
+        """Replace a dead session: the slots it held are gone with it (PostgreSQL dropped its
+        advisory locks), so they leave :attr:`_held`."""
+        if self._closed:
+            raise StoreError(f"key store {self.location} is closed")
+        self._conn.close()
+        self._conn = self._connect()
+        for key, session in list(self._held.items()):
+            if session != self._session:
+                self._held.pop(key, None)
+
+    def _retrying(self, step):
+        """``step(connection)``; when it finds the session dead, once more on a new one."""
+        try:
+            return step(self._conn)
+        except self._psycopg.Error as e:
+            if not self._dead(e):
+                raise
+            log.warning("key database %s: the connection dropped (%s); reconnecting", self.location, e)
+            self._reconnect()
+            return step(self._conn)
 
     def schema_version(self) -> int:
         """The version of the key tables (see :data:`PG_MIGRATIONS`)."""
@@ -354,17 +465,28 @@ class PostgresKeyStore(KeyStore):
 
     @contextmanager
     def _tx(self):
+        """One transaction. Its ``BEGIN`` finding the session dead reconnects and begins again; a
+        session dying later fails the transaction (never replayed: it may have committed), and
+        the next call reconnects."""
         with self._lock:
+            if self._closed:
+                raise StoreError(f"key store {self.location} is closed")
             try:
-                with self._conn.transaction():
-                    yield self._conn
+                with ExitStack() as stack:
+                    def begin(conn):
+                        stack.enter_context(conn.transaction())
+                        return conn
+
+                    yield self._retrying(begin)
             except self._psycopg.Error as e:
                 raise StoreError(f"key database {self.location}: {e}") from e
 
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._lock:
+            if self._closed:
+                raise StoreError(f"key store {self.location} is closed")
             try:
-                return self._conn.execute(sql, params).fetchall()
+                return self._retrying(lambda conn: conn.execute(sql, params).fetchall())
             except self._psycopg.Error as e:
                 raise StoreError(f"key database {self.location}: {e}") from e
 
@@ -377,16 +499,25 @@ class PostgresKeyStore(KeyStore):
             self._tenant_ids[tenant] = tid
         return tid
 
-    def _try_slot(self, tenant: str, index: int) -> bool | None:
+    def _try_slot(self, tenant: str, index: int) -> int | None:
         tid = self._tenant_id(tenant)
-        return True if self._read("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", (tid, index))[0][0] else None
+        with self._lock:  # the session that answers is the one holding the lock
+            taken = self._read("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", (tid, index))[0][0]
+            return self._session if taken else None
 
-    def _free_slot(self, tenant: str, index: int, handle: bool) -> None:
-        self._read("SELECT pg_advisory_unlock(%s::int4, %s::int4)", (self._tenant_id(tenant), index))
+    def _free_slot(self, tenant: str, index: int, handle: int) -> None:
+        with self._lock:
+            if handle == self._session:  # a lock of a dead session died with it
+                self._read("SELECT pg_advisory_unlock(%s::int4, %s::int4)", (self._tenant_id(tenant), index))
 
     def _close(self) -> None:
         with self._lock:
-            self._conn.close()  # PostgreSQL drops the session's advisory locks
+            self._closed = True
+            try:  # free the slots now: the server drops a closed session's locks only as its backend exits
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+            except self._psycopg.Error:
+                pass  # a dead session holds nothing
+            self._conn.close()
 
 
 def open_key_store(location: str | os.PathLike) -> KeyStore:
