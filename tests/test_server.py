@@ -583,6 +583,60 @@ def test_in_flight_limit_per_tenant_gives_429(service, key_a, key_b):
     assert other == []
 
 
+def _watch_loop_thread(keys, monkeypatch, names) -> dict[str, list[bool]]:
+    """Wrap ``keys``' methods ``names``: each call appends to ``calls[name]`` whether it ran on a
+    thread running an event loop."""
+    calls: dict[str, list[bool]] = {}
+
+    def watched(name, real):
+        def call(*args):
+            try:
+                asyncio.get_running_loop()
+                calls.setdefault(name, []).append(True)
+            except RuntimeError:
+                calls.setdefault(name, []).append(False)
+            return real(*args)
+        return call
+
+    for name in names:
+        monkeypatch.setattr(keys, name, watched(name, getattr(keys, name)))
+    return calls
+
+
+def test_key_store_calls_run_off_the_event_loop(service, key_a, monkeypatch):
+    """Key lookup, slot acquisition and release and the usage write block on a database and a lock:
+    none of them runs on the event loop's thread (each stalled every request of the worker)."""
+    calls = _watch_loop_thread(service["keys"], monkeypatch, ("authenticate", "acquire", "release", "record_usage"))
+    with _raw(service, key_a) as h:
+        assert h.post("/v1/ask", json={"question": "where?", "user_id": "loop"}).status_code == 200
+    deadline = time.time() + 10  # the slot is released as the request ends, which may follow the reply
+    while "release" not in calls and time.time() < deadline:
+        time.sleep(0.01)
+    assert calls == {"authenticate": [False], "acquire": [False], "release": [False], "record_usage": [False]}
+
+
+def test_requests_are_served_while_a_slot_acquisition_waits(service, key_a, monkeypatch):
+    """A request whose slot acquisition waits (here on the key store's slot lock, held by another
+    thread) does not stall the worker: another request is answered meanwhile."""
+    keys = service["keys"]
+    entered, real_acquire, codes = threading.Event(), keys.acquire, []
+
+    def acquire(*args):
+        entered.set()
+        return real_acquire(*args)
+
+    monkeypatch.setattr(keys, "acquire", acquire)
+    with _raw(service, key_a) as h:
+        waiting = threading.Thread(target=lambda: codes.append(h.get("/v1/usage").status_code))
+        with keys._slot_lock:
+            waiting.start()
+            assert entered.wait(10)
+            health = httpx.get(service["url"] + "/healthz", timeout=5)  # was: ReadTimeout, the loop blocked
+            assert health.json() == {"ok": True} and waiting.is_alive()
+        waiting.join(10)
+    assert codes == [200]
+
+
 def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
     """The service's 429 counts the tenant's requests in every worker: another process's key store
     on the same location (another worker) holds slots that this worker's requests see, and a

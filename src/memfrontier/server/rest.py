@@ -245,23 +245,45 @@ class TooManyInFlight(Exception):
     pass
 
 
+async def _in_thread(fn, *args):
+    """``fn(*args)`` in a worker thread, off the event loop (the key store's calls block on its
+    database and its slot lock). Run to its end even when the awaiting request is cancelled."""
+    return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, fn, *args))
+
+
+async def _acquire(keys: KeyStore, name: str, limit: int):
+    """:meth:`KeyStore.acquire` in a worker thread. A request cancelled while the thread takes the
+    slot does not leave it held: the slot is released as soon as the thread returns it."""
+    loop = asyncio.get_running_loop()
+    taken = loop.run_in_executor(None, keys.acquire, name, limit)
+    try:
+        return await asyncio.shield(taken)
+    except asyncio.CancelledError:
+        def give_back(f) -> None:
+            if not f.cancelled() and f.exception() is None and f.result() is not None:
+                loop.run_in_executor(None, keys.release, f.result())
+
+        taken.add_done_callback(give_back)
+        raise
+
+
 async def tenant(request: Request):
     """The caller's tenant (401 without a valid key), holding one of its in-flight slots for the
-    request (429 when every slot is held, in any worker). The slot is taken and freed without an
-    ``await`` in between, so a cancelled request cannot leave it held."""
+    request (429 when every slot is held, in any worker). The key store's calls run in worker
+    threads; a slot taken is always released (in ``finally``, also for a cancelled request)."""
     t: _Tenants = request.app.state.tenants
     auth = request.headers.get("authorization", "")
     scheme, _, key = auth.partition(" ")
-    name = t.keys.authenticate(key.strip()) if scheme.lower() == "bearer" else None
+    name = await _in_thread(t.keys.authenticate, key.strip()) if scheme.lower() == "bearer" else None
     if name is None:
         raise Unauthorized()
-    slot = t.keys.acquire(name, t.max_in_flight)
+    slot = await _acquire(t.keys, name, t.max_in_flight)
     if slot is None:
         raise TooManyInFlight(f"tenant has {t.max_in_flight} requests in flight; retry later")
     try:
         yield name
     finally:
-        t.keys.release(slot)
+        await _in_thread(t.keys.release, slot)
 
 
 Tenant = Annotated[str, Depends(tenant)]
@@ -383,7 +405,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         ans = await mem.ask(body.question, strategy=strat, preference=body.preference, budget=body.budget,
                             question_date=body.question_date, ledger=ledger,
                             user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id)
-        await asyncio.to_thread(request.app.state.tenants.keys.record_usage, name, ans.usage)
+        await _in_thread(request.app.state.tenants.keys.record_usage, name, ans.usage)
         return ans
 
     @app.get("/v1/records/{record_id:path}", response_model=Record, responses={404: {"model": ErrorBody}})
@@ -404,7 +426,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
     @app.get("/v1/usage")
     async def usage(name: Tenant, request: Request) -> dict:
         """The tenant's usage totals by stage (calls, tokens, usd, proxy_s, wall_s)."""
-        return {"tenant": name, "by_stage": await asyncio.to_thread(request.app.state.tenants.keys.usage, name)}
+        return {"tenant": name, "by_stage": await _in_thread(request.app.state.tenants.keys.usage, name)}
 
     return app
 
