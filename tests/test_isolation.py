@@ -17,6 +17,7 @@ bank items are written directly or by the offline compressor, and graphs from ha
 
 import asyncio
 import json
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -39,7 +40,7 @@ from memfrontier.store.bank import BankItem, MemoryBank, Trace
 from memfrontier.store.base import RecordConflictError
 from memfrontier.store.open import open_store
 from memfrontier.store.postgres import PostgresStore, columns_holding
-from memfrontier.store.purge import covering_scopes
+from memfrontier.store.purge import covering_scopes, view_root_id
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import Query, get_strategy, strategy_class
 from memfrontier.strategies.automem.corpus import ScopedCorpus
@@ -358,6 +359,57 @@ def test_a_crash_between_commit_and_purge_is_finished_on_the_next_open(location,
         assert pending_intents(loc) == []
         assert s.count(DANA)["records"] == 0
         assert leftovers(s, NONCE) == []
+
+
+def test_a_delete_reaches_the_views_of_every_view_root(pg_database, embedder, tmp_path):
+    """Processes sharing one PostgreSQL store keep their view files in different directories (``serve``'s
+    DATA_DIR/views, the CLI's default). A delete through one reaches every other's views: an open
+    one's when it next reaches them, a closed one's when it next opens; the intent stays until every
+    registered root applied it, and a root whose folder is gone does not hold it back."""
+    url = pg_database()
+    roots = {name: tmp_path / name for name in ("a", "b", "c", "gone")}
+    mems = {name: Memory.open(url, embedder=embedder, view_dir=root) for name, root in roots.items()}
+    for m in mems.values():
+        _populate(m)
+    for name in ("c", "gone"):
+        mems[name].close()
+    shutil.rmtree(roots["gone"])
+    assert all(files_containing(roots[name], NONCE) for name in ("a", "b", "c"))
+
+    assert mems["a"].delete_all(user_id="dana") == 2
+    assert files_containing(roots["a"], NONCE) == []
+    assert files_containing(roots["b"], NONCE) and files_containing(roots["c"], NONCE)
+    assert len(pending_intents(url)) == 1  # was: [], the intent dropped with b's and c's views unpurged
+
+    cpt = MemoryBank.for_store(mems["b"].aio.store, "memorycpt-test")  # b's next use of its views
+    assert cpt.items(DANA, "episode") == [] and cpt.traces(DANA) == [] and len(cpt.traces(ERIN)) == 1
+    cpt.close()
+    assert files_containing(roots["b"], NONCE) == [] and not state_dir(roots["b"] / GRAPH_VIEW, DANA).exists()
+    assert files_containing(roots["b"], b"basil and lemons")  # erin's views stay
+    assert len(pending_intents(url)) == 1  # c has not applied it yet
+
+    with open_store(url, embedder, view_dir=roots["c"]) as s:  # c's next open
+        assert files_containing(roots["c"], NONCE) == [] and leftovers(s, NONCE) == []
+    assert pending_intents(url) == []
+    with psycopg.connect(url, autocommit=True) as conn:  # the registry: the three live roots, nothing pending
+        assert sorted(r for (r,) in conn.execute("SELECT root FROM view_roots")) == sorted(
+            view_root_id(roots[name]) for name in ("a", "b", "c"))
+        assert conn.execute("SELECT count(*) FROM purges_applied").fetchone() == (0,)
+    for name in ("a", "b"):
+        mems[name].close()
+
+
+def test_a_moved_sqlite_store_does_not_hold_back_its_purges(tmp_path, embedder):
+    """A SQLite store's view root is its directory: once the directory is moved, the old root is gone
+    from the registry, and a delete completes on the new one."""
+    with Memory.open(tmp_path / "old", embedder=embedder) as m:
+        _populate(m)
+    (tmp_path / "old").rename(tmp_path / "new")
+    with Memory.open(tmp_path / "new", embedder=embedder) as m:
+        assert m.delete_all(user_id="dana") == 2
+        assert leftovers(m.aio.store, NONCE) == [] and pending_intents(tmp_path / "new") == []
+    with sqlite3.connect(tmp_path / "new" / "store.db") as db:
+        assert db.execute("SELECT root FROM view_roots").fetchall() == [(view_root_id(tmp_path / "new"),)]
 
 
 def test_building_a_graph_for_a_scope_without_records_drops_the_old_one(mem):

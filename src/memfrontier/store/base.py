@@ -59,8 +59,9 @@ class MemoryStore(Protocol):
 
     def view_dir(self, name: str) -> Path:
         """The local folder holding view ``name``'s files (memory banks, graph index), created if
-        missing; per-scope files inside it are named :meth:`Scope.slug`. Raises ValueError for a
-        name outside ``[A-Za-z0-9_-]+``."""
+        missing; per-scope files inside it are named :meth:`Scope.slug`. Deletes made through
+        another view folder of the same database are applied to these files first
+        (:mod:`memfrontier.store.purge`). Raises ValueError for a name outside ``[A-Za-z0-9_-]+``."""
         ...
 
     def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:

@@ -10,10 +10,15 @@ The same :class:`~memfrontier.store.base.MemoryStore` members as
                     their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
                     (``to_tsvector('english', text)``, GIN index)
     pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
+    view_roots, purges_applied  the view roots (local view folders of the processes using the
+                    database) and the intents each has applied (:mod:`memfrontier.store.purge`)
 
 View files (memory banks, the embedded graph index) are local files, as with SQLite: they live in
 ``directory`` (default ``$MEMFRONTIER_HOME/postgres/<database slug>``, ``MEMFRONTIER_HOME``
 defaulting to ``~/.cache/memfrontier``), one folder per view (:meth:`PostgresStore.view_dir`).
+Processes sharing the database may keep their view files in different directories: a delete
+reaches each of them (on its next open, or when its views are next reached), and its intent is
+dropped once every directory applied it (:mod:`memfrontier.store.purge`).
 
 Writes. ``add``, ``delete`` and ``delete_all`` each run in one transaction that holds a
 transaction-level advisory lock per scope it changes (``pg_advisory_xact_lock`` on a hash of the
@@ -67,6 +72,7 @@ import numpy as np
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
 from .chunking import chunk_records
+from .purge import LOG_TABLES, apply_pending, purges_due
 from .records import (
     check_conflicts,
     checked_batch,
@@ -150,7 +156,7 @@ _V1 = [
 ]
 
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES}  # 2: the view roots' purge log
 SCHEMA_VERSION = max(MIGRATIONS)
 
 _RECORD_COLS = (
@@ -349,7 +355,10 @@ class PostgresStore:
         Raises:
             ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``).
         """
-        return view_folder(self.path, name)
+        folder = view_folder(self.path, name)
+        if purges_due(self.path, self._tx, "%s"):  # a delete made through another directory reaches these files first
+            self.complete_purges()
+        return folder
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -571,20 +580,12 @@ class PostgresStore:
         return len(rows)
 
     def complete_purges(self) -> int:
-        """Finish every pending purge intent on the local view files
-        (:func:`memfrontier.store.purge.purge_views`), then drop it. Idempotent; run on open and
-        after every delete. Returns the intents completed."""
-        from .purge import purge_views
-
+        """Finish the pending purge intents on this store's view directory and drop those every
+        view root applied (:func:`memfrontier.store.purge.apply_pending`). Idempotent; run on
+        open, after every delete and when a view is reached while an intent waits. Returns the
+        intents carried out here."""
         with self._lock:
-            with self._tx() as c:
-                pending = c.execute("SELECT seq, intent_json FROM pending_purges ORDER BY seq").fetchall()
-            for seq, intent_json in pending:
-                if self.path.is_dir():
-                    purge_views(self.path, json.loads(intent_json))
-                with self._tx() as c:
-                    c.execute("DELETE FROM pending_purges WHERE seq = %s", (seq,))
-        return len(pending)
+            return apply_pending(self.path, self._tx, "%s")
 
     def delete(self, record_id: str, scope: Scope) -> bool:
         """Delete the record ``record_id`` of ``scope`` and everything derived from it (its session is

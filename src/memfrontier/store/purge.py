@@ -17,11 +17,29 @@ at most 7, enumerated by :func:`covering_scopes`. Everything here is idempotent:
 interrupted half way is simply run again.
 
 Views kept on a server (the Neo4j graph backend) are not reached from here.
+
+View roots. View files are local: every store object has a *view root* (the SQLite store's
+directory; a PostgreSQL store's ``directory``, which differs between processes sharing one
+database, e.g. ``memfrontier serve``'s ``DATA_DIR/views`` and the CLI's default). An intent is
+complete only when every view root has carried it out, which the store's database records (the
+same tables in both stores, :data:`LOG_TABLES`): ``view_roots`` holds each root that holds view
+files (``<host>:<absolute path>``, registered once its folder exists) and ``purges_applied`` the
+(intent, root) pairs done. :func:`apply_pending` is what a store runs on open, after each of its
+deletes and whenever its views are reached (``view_dir``) while :func:`purges_due`: it
+carries out the intents its root has not applied, records them, and drops the intents that every
+registered root has applied. A root that no longer exists is dropped from the registry by a
+process on its host (it holds nothing to purge); a root on another host is finished only by a
+process there. A view object kept open in a process sees another process's delete when that
+process next reaches its views through the store.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import socket
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from itertools import combinations
 from pathlib import Path
 
@@ -29,6 +47,16 @@ from ..core.types import Scope
 from .bank import purge_bank
 
 _FIELDS = ("user_id", "agent_id", "run_id")
+
+#: The registry of view roots and the intents each has applied, beside ``pending_purges`` (the same
+#: statements in both stores' schemas).
+LOG_TABLES = [
+    "CREATE TABLE IF NOT EXISTS view_roots (root text PRIMARY KEY)",
+    "CREATE TABLE IF NOT EXISTS purges_applied (seq bigint NOT NULL, root text NOT NULL, PRIMARY KEY (seq, root))",
+]
+_NOT_APPLIED = "NOT EXISTS (SELECT 1 FROM purges_applied a WHERE a.seq = pending_purges.seq AND a.root = ?)"
+#: ``tx()``: a transaction on the store's database, yielding an object with ``execute(sql, params)``.
+Transaction = Callable[[], AbstractContextManager]
 
 
 def covering_scopes(scope: Scope) -> list[Scope]:
@@ -62,4 +90,57 @@ def purge_views(root: str | Path, intent: dict) -> dict[str, int]:
     return out
 
 
-__all__ = ["covering_scopes", "purge_views"]
+def view_root_id(folder: str | Path) -> str:
+    """The registry name of the view root ``folder``: ``<host name>:<absolute path>``."""
+    return f"{socket.gethostname()}:{Path(folder).resolve()}"
+
+
+def _sql(sql: str, ph: str) -> str:
+    return sql if ph == "?" else sql.replace("?", ph)
+
+
+def purges_due(folder: str | Path, tx: Transaction, ph: str = "?") -> bool:
+    """Whether the view root ``folder`` must run :func:`apply_pending`: it is not registered, or an
+    intent waits for it (one read; ``ph``: the driver's placeholder, ``?`` or ``%s``)."""
+    root = view_root_id(folder)
+    with tx() as c:
+        registered, waiting = c.execute(_sql(
+            f"SELECT EXISTS (SELECT 1 FROM view_roots WHERE root = ?), "
+            f"EXISTS (SELECT 1 FROM pending_purges WHERE {_NOT_APPLIED})", ph), (root, root)).fetchone()
+    return not registered or bool(waiting)
+
+
+def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
+    """Carry out, on the view root ``folder``, every pending intent it has not applied yet (oldest
+    first, :func:`purge_views`), registering the root first when its folder exists, and record each
+    one; then drop the registered roots of this host whose folder is gone and the intents that
+    every registered root has applied. Idempotent (an interruption leaves the intent to be carried
+    out again). Returns the intents carried out here.
+
+    Raises StoreError when a bank file cannot be written, or as ``tx`` raises."""
+    root, applied = view_root_id(folder), 0
+    if Path(folder).is_dir():  # a root is registered only once its folder exists (see purges_due)
+        with tx() as c:
+            c.execute(_sql("INSERT INTO view_roots (root) VALUES (?) ON CONFLICT (root) DO NOTHING", ph), (root,))
+            pending = c.execute(_sql(f"SELECT seq, intent_json FROM pending_purges WHERE {_NOT_APPLIED} ORDER BY seq",
+                                     ph), (root,)).fetchall()
+        for seq, intent_json in pending:
+            purge_views(folder, json.loads(intent_json))
+            with tx() as c:
+                c.execute(_sql("INSERT INTO purges_applied (seq, root) VALUES (?, ?) ON CONFLICT (seq, root) DO NOTHING",
+                               ph), (seq, root))
+            applied += 1
+    host = socket.gethostname()
+    with tx() as c:
+        for (other,) in c.execute("SELECT root FROM view_roots").fetchall():
+            other_host, _, path = other.partition(":")
+            if other_host == host and not Path(path).is_dir():
+                c.execute(_sql("DELETE FROM view_roots WHERE root = ?", ph), (other,))
+                c.execute(_sql("DELETE FROM purges_applied WHERE root = ?", ph), (other,))
+        c.execute("DELETE FROM pending_purges WHERE NOT EXISTS (SELECT 1 FROM view_roots r WHERE NOT EXISTS "
+                  "(SELECT 1 FROM purges_applied a WHERE a.seq = pending_purges.seq AND a.root = r.root))")
+        c.execute("DELETE FROM purges_applied WHERE seq NOT IN (SELECT seq FROM pending_purges)")
+    return applied
+
+
+__all__ = ["LOG_TABLES", "apply_pending", "covering_scopes", "purge_views", "purges_due", "view_root_id"]

@@ -3,7 +3,9 @@
 Layout of ``path/``::
 
     store.db        SQLite in WAL mode: meta, records, chunks, chunk_records, chunk_vectors, scope_gen,
-                    pending_purges (delete intents whose derived-view cleanup is not finished)
+                    pending_purges (delete intents whose derived-view cleanup is not finished),
+                    view_roots and purges_applied (which view roots applied them, see
+                    :mod:`memfrontier.store.purge`)
     store.db-wal    (SQLite's write-ahead log, while open)
     <view>/         files of views built from the records (:meth:`SQLiteStore.view_dir`: ``banks/``,
                     ``graph/<scope slug>/``)
@@ -69,6 +71,7 @@ from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
 from .bm25 import BM25Index, TermCache
 from .chunking import chunk_records
+from .purge import LOG_TABLES, apply_pending, purges_due
 from .records import (
     check_conflicts,
     checked_batch,
@@ -84,6 +87,7 @@ from .records import (
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2  # 2: injective scope keys, record ids unique per scope (UNIQUE(scope_key, id)), scope_gen, pending_purges
+# (view_roots and purges_applied are additive, created when missing: an older reader ignores them safely)
 DB_NAME = "store.db"
 _SQL_BATCH = 500  # ids per IN (...) clause
 
@@ -147,7 +151,7 @@ CREATE TABLE IF NOT EXISTS pending_purges (
 );
 
 CREATE TABLE IF NOT EXISTS scope_gen (scope_key TEXT PRIMARY KEY, generation INTEGER NOT NULL);
-"""
+""" + "".join(f"{stmt};\n" for stmt in LOG_TABLES)  # the view roots' purge log (memfrontier.store.purge)
 
 _RECORD_COLS = (
     "seq, id, kind, scope_json, session_id, speaker, role, timestamp, text, images_json, "
@@ -335,7 +339,10 @@ class SQLiteStore:
         Raises:
             ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``, not ``store.db``).
         """
-        return view_folder(self.path, name)
+        folder = view_folder(self.path, name)
+        if purges_due(self.path, self._read_tx):  # another store object's delete reaches these files first
+            self.complete_purges()
+        return folder
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -806,27 +813,18 @@ class SQLiteStore:
         return len(keys)
 
     def complete_purges(self) -> int:
-        """Finish every pending purge intent: remove what the deleted records left in the derived
-        views of this directory (bank items and traces, graph folders, stale BM25 index files,
-        see :func:`memfrontier.store.purge.purge_views`), then drop the intent and truncate the
-        WAL so no deleted text stays on disk. Idempotent; run on open and after every delete.
-        Returns the intents completed."""
-        from .purge import purge_views
-
+        """Finish the pending purge intents on this directory's views: remove what the deleted
+        records left in the derived views (bank items and traces, graph folders, see
+        :func:`memfrontier.store.purge.purge_views`), record it, drop the intents every view root
+        applied (:func:`memfrontier.store.purge.apply_pending`), then truncate the WAL so no
+        deleted text stays on disk. Idempotent; run on open, after every delete and when a view
+        is reached while an intent waits. Returns the intents carried out here."""
         with self._lock:
             self._check_open()
-            try:
-                pending = self._conn.execute("SELECT seq, intent_json FROM pending_purges ORDER BY seq").fetchall()
-            except sqlite3.Error as e:
-                raise StoreError(f"read from store {self.db_path} failed: {e}") from e
-            if not pending:
-                return 0
-            for seq, intent_json in pending:
-                purge_views(self.path, json.loads(intent_json))
-                with self._write_tx() as c:
-                    c.execute("DELETE FROM pending_purges WHERE seq = ?", (seq,))
-            self._checkpoint()
-        return len(pending)
+            applied = apply_pending(self.path, self._write_tx)
+            if applied:
+                self._checkpoint()
+        return applied
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it to zero bytes (best effort: a reader in
