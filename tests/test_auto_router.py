@@ -191,7 +191,7 @@ def test_auto_routes_by_question_kind_delegates_and_records_the_decision(tmp_pat
     assert (m["configuration"], m["strategy"], m["rule"]) == ("rag-k1", "rag", "argmax")
     assert m["predictions"]["rag-k1"]["f1"] == pytest.approx(0.8) and m["predictions"]["rag-k4"]["usd"] == 4e-5
     assert m["preference"] == PERF.model_dump() and m["scales"] == {"f1": 1.0, "usd": 1e-4, "proxy_s": 1.0}
-    assert m["router_sha256"] == auto.router.sha256 and m["decision_ms"] > 0 and m["unbuilt"] == []
+    assert m["router_sha256"] == auto.router.sha256 and m["route_ms"] > 0 and m["unbuilt"] == []
     assert ctx.meta["route"] == {"configuration": "rag-k1"} and len(ctx.meta["chunks"]) == 1  # rag's own meta kept
     ctx = ask("What colour is Evan's car?")
     assert ctx.meta["auto"]["configuration"] == "rag-k4" and len(ctx.meta["chunks"]) == 4

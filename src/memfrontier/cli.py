@@ -1202,7 +1202,7 @@ def ask(
     if routed := ans.meta.get("auto"):
         p = routed["predictions"][routed["configuration"]]
         console.print(f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
-                      f"${p['usd']:.8f}, {p['proxy_s']:.2f}s; decision {routed['decision_ms']:.1f} ms)")
+                      f"${p['usd']:.8f}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
     console.print(f"{q.calls} calls · {q.input_tokens} in / {q.output_tokens} out tokens · "
                   f"${q.usd:.8f} (USD) · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
                   f"evidence {len(ans.evidence_ids)} records")

@@ -43,7 +43,8 @@ class Auto:
     ``Context.meta``: the chosen strategy's own meta, plus ``auto`` (``configuration``,
     ``strategy``, ``rule``, per-configuration ``predictions`` with their ``utility`` and whether
     they fit the budget, ``unbuilt`` configurations left out, ``preference``, ``budget``,
-    ``scales``, ``decision_ms``, ``router_sha256``) and ``route`` ({``configuration``: label}, whose
+    ``scales``, ``route_ms`` (features, the query embedding included, and decision, in ms),
+    ``router_sha256``) and ``route`` ({``configuration``: label}, whose
     shares the evaluation summary reports under ``choices``).
     """
 
@@ -146,7 +147,7 @@ class Auto:
         limit = budget.stricter(self.budget)
         t0 = time.perf_counter()
         decision, preds, unbuilt = self.route(query, env, pref, limit)
-        decision_ms = (time.perf_counter() - t0) * 1e3
+        route_ms = (time.perf_counter() - t0) * 1e3
         member = self.members[decision.label]
         ctx = await member.context(query, env, preference, limit)
         routed = {
@@ -156,7 +157,7 @@ class Auto:
                                       "tokens_high": p.tokens_high, "utility": decision.utilities[p.label],
                                       "fits_budget": decision.fits[p.label]} for p in preds},
             "unbuilt": unbuilt, "preference": pref.model_dump(), "budget": limit.model_dump(),
-            "scales": self.router.file.scales.model_dump(), "decision_ms": decision_ms,
+            "scales": self.router.file.scales.model_dump(), "route_ms": route_ms,
             "router_sha256": self.router.sha256,
         }
         return Context(text=ctx.text, evidence_ids=ctx.evidence_ids,
