@@ -34,7 +34,6 @@ from memfrontier.core.types import Budget, Preference, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
-from memfrontier.strategies.auto import Auto
 from memfrontier.strategies.auto.features import FEATURE_VERSION, SCALAR_FEATURES
 from memfrontier.strategies.auto.router import (
     TARGETS,

@@ -48,7 +48,7 @@ from ..core.types import Preference, Question, Scope
 from ..eval.datasets.locomo import TEST_CONVERSATIONS
 from ..eval.metrics import LOCOMO_EXCLUDED
 from ..eval.runner import stratified_sample
-from ..strategies.auto.decision import Scales, decide, utility
+from ..strategies.auto.decision import decide, utility
 from ..strategies.auto.features import FEATURE_VERSION, SCALAR_FEATURES, ScopeStats, feature_vector, scope_stats
 from ..strategies.auto.router import (
     TARGETS,

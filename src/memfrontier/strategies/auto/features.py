@@ -6,7 +6,7 @@ One feature vector per (question, scope), float64, shape ``(embedding_dim + 7,)`
 - ``question_words_log``: log(1 + words in the question);
 - ``temporal_cue`` / ``multi_hop_cue`` / ``inference_cue``: 1.0 when the question matches the
   cue's pattern (:data:`CUES`), else 0.0 (LoCoMo's temporal, multi-hop and open-domain
-  inference questions, Maharana et al. 2024, Sec. 4);
+  inference question categories, Maharana et al. 2024);
 - ``scope_records_log`` / ``scope_sessions_log``: log(1 + records / sessions stored in the scope);
 - ``views_built``: the share of the router's configurations whose offline view of the scope is
   built (1.0 when every one is, or none needs one).
