@@ -27,6 +27,7 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_store.py
 	$(VENV)/bin/python benchmarks/bench_strategies.py
 	$(VENV)/bin/python benchmarks/bench_router.py
+	$(VENV)/bin/python benchmarks/bench_auto_router.py
 	$(VENV)/bin/python benchmarks/bench_memorycpt.py
 	$(VENV)/bin/python benchmarks/bench_reliability.py
 	$(VENV)/bin/python benchmarks/bench_reliability.py --store postgres

@@ -121,7 +121,7 @@ def test_unpriced_run_prints_unpriced_not_inf(tmp_path):
 def test_default_spec_covers_every_strategy_family():
     spec = load_spec()
     assert {c.strategy for c in spec.configurations} == {
-        "oracle", "longctx", "rag", "budgetmem", "memorycpt", "automem", "mempilot"}
+        "oracle", "longctx", "rag", "budgetmem", "memorycpt", "automem", "mempilot", "auto"}
     assert spec.select(["rag"])[0].options == {"k": 8}
     with pytest.raises(ValueError, match="unknown configuration"):
         spec.select(["nope"])
@@ -130,9 +130,12 @@ def test_default_spec_covers_every_strategy_family():
         (c,) = spec.select([f"budgetmem-capacity-{tier}"])
         assert c.options == {"tiering": "capacity", "tiering_options": {"models": "local"}, "tiers": tier}
         assert c.requires == bench
-    for pref in ("perf", "balanced", "cost"):  # MemPilot on the pool of real sizes
+    for pref in ("perf", "balanced", "cost"):  # MemPilot on the pool of real sizes; the router at each preset
         (c,) = spec.select([f"mempilot-{pref}"])
         assert c.options == {"preference": pref, "pool": "bench"} and c.requires == bench
+        (c,) = spec.select([f"auto-{pref}"])
+        assert c.options == {"router": "runs/auto/router.json", "preference": pref}
+        assert c.requires == ["runs/auto/router.json"]
 
 
 def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ import math
 
 import pytest
 from fakes import ScriptedClient, message_text
+from router_files import config, target, write_router
 
 from memfrontier.answerer import Answerer
 from memfrontier.api import AsyncMemory
@@ -134,6 +135,10 @@ def strategy(name: str, client: Scripted, env: MemoryEnv):
     if name == "mempilot":
         return strategy_class(name)(pool=pool_profile(), policy=client, compressor="offline", constrained=False,
                                     route_backends={"model_txt": client})
+    if name == "auto":  # a router that predicts budgetmem better (F1 0.9 vs 0.1) and free: it routes there
+        path = write_router(env.store.view_dir("router") / "router.json",
+                            config("budgetmem", "budgetmem", f1=target(0.9)), config("rag", "rag", f1=target(0.1)))
+        return strategy_class(name)(path, members={"budgetmem": strategy("budgetmem", client, env)})
     return get_strategy(name)
 
 
@@ -167,6 +172,7 @@ EXPECTED_ROLES = {
     "memorycpt": {"answerer", "summarizer", "segmenter", "episode_generator"},
     "automem": {"answerer", "planner", "judge"},
     "mempilot": {"answerer", "policy", "delegate"},
+    "auto": {"answerer", "budgetmem.filter.high", "budgetmem.entity.high", "budgetmem.summary.high"},  # routed to budgetmem
 }
 
 

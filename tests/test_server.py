@@ -21,6 +21,7 @@ import httpx2 as httpx
 import pytest
 import uvicorn
 from fakes import ScriptedClient
+from router_files import config, target, write_router
 from typer.testing import CliRunner
 
 from memfrontier.api import AsyncMemory
@@ -549,6 +550,31 @@ def test_options_naming_files_models_or_endpoints_are_refused(service, key_a, st
             m.ask("q?", user_id="ivy", strategy=strategy, strategy_options=options)
         with pytest.raises(InvalidRequestError, match="unknown key 'nope'"):  # the config's own check still runs
             m.ask("q?", user_id="ivy", strategy="rag", strategy_options={"nope": 1})
+
+
+def test_auto_routes_with_the_operators_router_file_only(service, key_a, tmp_path, minilm):
+    from memfrontier.core.types import Preference
+
+    with MemoryClient(service["url"], key_a) as m:
+        with pytest.raises(InvalidRequestError, match="strategy auto: this server has no router file"):
+            m.ask("q?", user_id="kim", strategy="auto")
+        with pytest.raises(InvalidRequestError, match="strategy_options.router: not settable over the service"):
+            m.ask("q?", user_id="kim", strategy="auto", strategy_options={"router": "/etc/passwd"})
+    router = write_router(tmp_path / "router.json", config("rag-k1", "rag", {"k": 1}, f1=target(0.9)),
+                          config("rag-k2", "rag", {"k": 2}, f1=target(0.1)))
+    mem = AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(_script, model_id=MODEL), embedder=minilm)
+    keys = SQLiteKeyStore(tmp_path / "keys.db")
+    key = keys.create("tenant-auto")[1]
+    settings = ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db"), router=str(router))
+    with running(create_app(settings, memory=mem, keys=keys)) as url, MemoryClient(url, key) as m:
+        m.add([{"content": "I moved to Lisbon in May.", "id": "l1"}], user_id="cy")
+        ans = m.ask("Where do I live?", user_id="cy", strategy="auto", strategy_options={"preference": "cost"})
+        assert (ans.text, ans.strategy, ans.evidence_ids) == ("Lisbon", "auto", ["l1"])
+        routed = ans.meta["auto"]
+        assert routed["configuration"] == "rag-k1" and routed["preference"] == Preference.preset("cost").model_dump()
+        assert ans.usage.query.calls == 1  # the answer only: routing makes no model call
+    mem.close()
+    keys.close()
 
 
 def test_oversized_bodies_get_413(service, key_a):

@@ -200,11 +200,15 @@ class Alias:
     annotation: Any
     help: str
     min: float | None = None
+    #: strategies for which the flag is a current option, not a deprecated one
+    current: tuple[str, ...] = ()
 
 
 ALIASES: tuple[Alias, ...] = (
     Alias("--k", "k", ("rag", "budgetmem"), Optional[int], "rag / budgetmem: chunks to retrieve (default 8 / 5).", 1),
-    Alias("--router", "router", ("budgetmem",), Optional[Path], "budgetmem: a trained tier-router checkpoint."),
+    Alias("--router", "router", ("budgetmem", "auto"), Optional[Path],
+          "auto: a router file from `train strategy-router`; budgetmem: a trained tier-router checkpoint.",
+          current=("auto",)),
     Alias("--lambda", "lam", ("budgetmem",), Optional[float], "budgetmem: the router's cost weight lambda (recorded).", 0),
     Alias("--tiering", "tiering", ("budgetmem",), Optional[str], "budgetmem: implementation | reasoning | capacity."),
     Alias("--tiers", "tiers", ("budgetmem",), Optional[str], "budgetmem without --router: one fixed tier low | mid | high."),
@@ -216,7 +220,8 @@ ALIASES: tuple[Alias, ...] = (
     Alias("--summarizer-llm", "summarizer_llm", ("memorycpt",), Optional[str], "memorycpt: the Fine Summary model."),
     Alias("--summarizer-adapter", "summarizer_adapter", ("memorycpt",), Optional[Path], "memorycpt: a LoRA-B adapter directory."),
     Alias("--single-pass", "single_pass", ("automem",), bool, "automem: the single-pass variant."),
-    Alias("--preference", "preference", ("mempilot",), Optional[str], "mempilot: perf | balanced | cost, or weights 'Q,C,L'."),
+    Alias("--preference", "preference", ("mempilot", "auto"), Optional[str],
+          "mempilot / auto: perf | balanced | cost, or weights 'Q,C,L'.", current=("auto",)),
     Alias("--pool", "pool", ("mempilot",), Optional[str], "mempilot: local | table3 | bench (embedded 270M/0.5B/1.5B routes; make bench-model) | a pool YAML."),
     Alias("--answer-mode", "answer_mode", ("mempilot",), Optional[str], "mempilot: decoupled | policy."),
     Alias("--adapter", "adapter", ("mempilot",), Optional[Path], "mempilot: a LoRA adapter from `train orchestrator`."),
@@ -230,8 +235,11 @@ DEPRECATED_PANEL = "Deprecated strategy flags (one release; use --set KEY=VALUE)
 def _alias_param(a: Alias) -> Param:
     decl = a.flag if a.annotation is not bool else f"{a.flag}/--no-{a.flag[2:]}"
     name = a.flag[2:].replace("-", "_") if a.flag != "--lambda" else "lam"
-    opt = typer.Option(False if a.annotation is bool else None, decl, min=a.min, rich_help_panel=DEPRECATED_PANEL,
-                       help=f"{a.help} Deprecated: use --set {a.key}=VALUE.")
+    old = [s for s in a.strategies if s not in a.current]
+    deprecated = (f" Deprecated for {' / '.join(old)}: use --set {a.key}=VALUE." if a.current
+                  else f" Deprecated: use --set {a.key}=VALUE.")
+    opt = typer.Option(False if a.annotation is bool else None, decl, min=a.min,
+                       rich_help_panel=None if a.current else DEPRECATED_PANEL, help=a.help + deprecated)
     return Param(name, a.annotation, opt)
 
 
@@ -291,7 +299,7 @@ def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:
         except StrategyConfigError as e:
             _fail(str(e))
     if getattr(cfg, "router", None) is not None:
-        _check_router(cfg.router)
+        _check_router(cfg.router, strategy)
     return cfg.model_dump(mode="json", include=set(opts))
 
 
@@ -315,13 +323,18 @@ def _read_strategy_config_file(path: Path, strategy: str) -> dict:
     return data
 
 
-def _check_router(path: Path) -> None:
-    """Fail (exit 2) before any work when ``path`` is not a readable tier-router checkpoint."""
+def _check_router(path: Path, strategy: str = "budgetmem") -> None:
+    """Fail (exit 2) before any work when ``path`` is not a readable router of ``strategy``: a
+    strategy-router file for ``auto``, a tier-router checkpoint for ``budgetmem``."""
+    from .strategies.auto.router import Router, RouterFileError
     from .strategies.budgetmem.router import RouterCheckpointError, TierRouter
 
     try:
-        TierRouter.load(path)  # the CLI always embeds with MiniLM (384-d)
-    except (FileNotFoundError, RouterCheckpointError) as e:
+        if strategy == "auto":
+            Router.load(path)
+        else:
+            TierRouter.load(path)  # the CLI always embeds with MiniLM (384-d)
+    except (FileNotFoundError, RouterCheckpointError, RouterFileError) as e:
         _fail(str(e))
 
 
@@ -467,6 +480,8 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
         from .eval.reports.automem import automem_table
 
         console.print(automem_table(out / "predictions.jsonl"))
+    if choices.get("route"):
+        console.print(route_table(choices["route"]["configuration"]))
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
     if refused is not None:
         _fail(f"too many model calls failed or fell back: {refused}", code=3)
@@ -521,6 +536,18 @@ def frontier_cmd(
     ok = sum(1 for r in report["rows"] if r["status"] == "ok")
     console.print(f"{ok}/{len(report['rows'])} configurations on {len(report['question_ids'])} questions; "
                   f"wrote {run.out / 'frontier.md'}, frontier.csv, frontier.json, frontier_cost.png, frontier_latency.png")
+
+
+def route_table(shares: dict[str, float]):
+    """The share of questions the ``auto`` router sent to each configuration."""
+    from rich.table import Table
+
+    t = Table(title="configuration chosen by the router (auto)")
+    t.add_column("configuration")
+    t.add_column("share of questions", justify="right")
+    for label, share in sorted(shares.items(), key=lambda kv: -kv[1]):
+        t.add_row(label, f"{share:.2f}")
+    return t
 
 
 def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
@@ -750,6 +777,30 @@ def train_router_cmd(
                   f"{summary['llm_calls']} model calls")
     console.print(f"wrote {cfg.out / 'router_best.pt'}, {cfg.out / 'router_last.pt'}, {cfg.out / 'train_log.jsonl'}, "
                   f"{cfg.out / 'reward_curve.png'}")
+
+
+@train_app.command("strategy-router")
+def train_strategy_router_cmd(
+    frontier_dir: Path = typer.Option(..., "--from", help="A frontier output folder (configs/<label>/predictions.jsonl) run on the training pool (--split train); never the test split."),
+    out: Path = typer.Option(Path("runs/auto/router.json"), help="The router file to write; the validation report goes next to it (<name>.validation.json / .md)."),
+    val_share: float = typer.Option(0.2, min=0.0, max=1.0, help="Share of the questions held out for validation (category-balanced)."),
+    seed: int = typer.Option(42, help="Seed of the validation split and the cross-validation folds."),
+    only: Optional[str] = typer.Option(None, help="Comma-separated configuration labels to route among (default: every finished configuration except the oracle anchor and refused runs)."),
+    store: Optional[str] = typer.Option(None, help="The store the frontier ran on (default: the one its runs recorded)."),
+):
+    """Train the `auto` strategy's router (per configuration: F1, USD, latency and tokens from the question's
+    features) on a frontier's per-question records; writes a versioned router file and its validation report."""
+    from rich.markdown import Markdown
+
+    from .train.strategy_router import train_strategy_router
+
+    labels = [x.strip() for x in only.split(",") if x.strip()] if only else None
+    with known_errors():
+        res = train_strategy_router(frontier_dir, out, val_share=val_share, seed=seed, labels=labels,
+                                    store=store_location(store))
+    console.print(Markdown(res["validation_md"].read_text("utf-8")))
+    console.print(f"wrote {res['router']}, {res['validation_json']}, {res['validation_md']} "
+                  f"(use: eval --strategy auto --router {res['router']} --preference balanced)")
 
 
 def _train_table(log_path: Path):
@@ -1090,7 +1141,9 @@ def ask(
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
     all_scopes: bool = typer.Option(False, "--all-scopes", help="Answer from every tenant's records (no scope id)."),
     strategy: str = OPT_STRATEGY,
-    build: bool = typer.Option(False, "--build", help="Build the strategy's memory view (memorycpt, mempilot, automem) "
+    router: Optional[Path] = typer.Option(None, help="auto: a router file from `train strategy-router`; budgetmem: a "
+                                          "tier-router checkpoint (same as --set router=FILE)."),
+    build: bool = typer.Option(False, "--build", help="Build the strategy's memory view (memorycpt, mempilot, automem; auto: those of its configurations) "
                                "for this scope first when it is missing, and report what building cost. Without it, "
                                "asking a strategy whose view was never built is refused."),
     llm: str = OPT_LLM,
@@ -1109,8 +1162,10 @@ def ask(
     from .core.types import Budget, Scope
     from .strategies import BUILT_VIEWS, ViewNotBuiltError, get_strategy, view_built
 
+    if router is not None and strategy not in ("auto", "budgetmem"):
+        _fail("--router applies to --strategy auto or budgetmem only")
     _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
-    options = strategy_options(strategy, strategy_args)
+    options = strategy_options(strategy, strategy_args, router=None if router is None else str(router))
     scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     async def answer(mem):
@@ -1144,6 +1199,10 @@ def ask(
         return
     q = ans.usage.query
     console.print(f"[bold]{ans.text or '(empty answer)'}[/bold]")
+    if routed := ans.meta.get("auto"):
+        p = routed["predictions"][routed["configuration"]]
+        console.print(f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
+                      f"${p['usd']:.8f}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
     console.print(f"{q.calls} calls · {q.input_tokens} in / {q.output_tokens} out tokens · "
                   f"${q.usd:.8f} (USD) · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
                   f"evidence {len(ans.evidence_ids)} records")
@@ -1239,6 +1298,7 @@ def serve_cmd(
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = OPT_PRICE_AS,
+    router: Optional[Path] = typer.Option(None, help="The router file of strategy `auto` (from `train strategy-router`); without it the service refuses strategy auto."),
 ):
     """Serve the memory over HTTP (REST, OpenAPI at /docs): add, search, ask, get/delete, usage; one tenant per API key
     (create keys with `memfrontier keys create TENANT`, same --data-dir/--store). By default it starts an embedded
@@ -1248,6 +1308,9 @@ def serve_cmd(
     from .server.data import service_data
     from .server.rest import ServeSettings, exit_on_signals, serve
 
+    if router is not None:
+        _check_router(router, "auto")
+
     with ExitStack() as stack:
         stack.enter_context(exit_on_signals())
         with known_errors():
@@ -1255,7 +1318,7 @@ def serve_cmd(
         settings = ServeSettings(store=data.store, keys=data.keys, view_dir=data.view_dir, llm=llm,
                                  base_url=base_url, price_book=None if price_book is None else str(price_book),
                                  allow_unpriced=allow_unpriced, price_as=price_as, max_body_bytes=max_body_bytes,
-                                 max_in_flight=max_in_flight)
+                                 max_in_flight=max_in_flight, router=None if router is None else str(router))
         err.print(f"serving on http://{host}:{port} (OpenAPI: /docs); {data.description}")
         serve(settings, host=host, port=port, workers=workers)
 

@@ -231,3 +231,14 @@ class Budget(BaseModel):
     max_usd: float | None = None
     max_tokens: int | None = None
     max_proxy_s: float | None = None
+
+    def stricter(self, other: "Budget | None") -> "Budget":
+        """The field-wise tighter of this budget and ``other`` (None = no cap; ``other`` None: self)."""
+        if other is None:
+            return self
+
+        def low(x, y):
+            return y if x is None else x if y is None else min(x, y)
+
+        return Budget(max_usd=low(self.max_usd, other.max_usd), max_tokens=low(self.max_tokens, other.max_tokens),
+                      max_proxy_s=low(self.max_proxy_s, other.max_proxy_s))

@@ -44,8 +44,9 @@ from .metrics import (
 
 AMORTIZATION_NS = (1, 10, 50, 100, 314, math.inf)
 #: Context.meta keys holding a ``{component: choice}`` dict (BudgetMem: module -> tier chosen /
-#: used); the summary reports the share of each choice per component under ``choices``.
-CHOICE_KEYS = ("tiers", "tiers_used")
+#: used; auto: ``configuration`` -> the label it routed to); the summary reports the share of each
+#: choice per component under ``choices``.
+CHOICE_KEYS = ("tiers", "tiers_used", "route")
 
 
 class EvalConfig(BaseModel):

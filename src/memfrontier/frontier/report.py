@@ -8,7 +8,9 @@ x 1e4), ``construction_usd`` (offline build, all conversations), ``usd_x1e4_amor
 n = questions answered from those stores; MemoryCPT Eq. 3), ``qpc`` (F1 / C(n) x 1e4, MemoryCPT Eq. 5-6,
 App. C) beside ``qpc_online`` (online cost only, labelled), ``proxy_s``, ``wall_s``, ``calls``,
 ``input_tokens``/``output_tokens`` (per question, query stage), and the paired differences in F1 and USD
-against the reference configuration (``rag`` by default) with their intervals.
+against the reference configuration (``rag`` by default) with their intervals; for a router run
+(``auto``) its regret against the per-question oracle choice among its configurations
+(:func:`router_regret`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ ANCHOR_STRATEGIES = frozenset({"oracle"})
 CSV_FIELDS = ("label", "strategy", "status", "n", "f1", "f1_low", "f1_high", "evidence_recall", "judge_accuracy",
               "usd_x1e4_online", "construction_usd", "usd_x1e4_amortized", "qpc", "qpc_online", "proxy_s",
               "wall_s", "calls", "input_tokens", "output_tokens", "d_f1", "d_f1_low", "d_f1_high",
-              "d_usd_x1e4", "d_usd_x1e4_low", "d_usd_x1e4_high", "pareto_cost", "pareto_latency", "anchor", "fallbacks")
+              "d_usd_x1e4", "d_usd_x1e4_low", "d_usd_x1e4_high", "pareto_cost", "pareto_latency", "anchor", "fallbacks",
+              "regret_utility", "regret_f1", "oracle_f1")
 
 
 def _scored(rows: list[dict], dataset: str) -> list[dict]:
@@ -155,10 +158,56 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
     lat_pts = [(x["proxy_s"] or 0.0, x["f1"]) for x in deployable]
     for x, pc, pl in zip(deployable, pareto_front(cost_pts), pareto_front(lat_pts)):
         x["pareto_cost"], x["pareto_latency"] = pc, pl
+    for x in ok:
+        if x["strategy"] == "auto":
+            summary, prows = loaded[x["label"]]
+            fixed = {label: rows for label, (_, rows) in loaded.items() if label != x["label"]}
+            x.update(router_regret(_scored([p for p in prows if p["id"] in set(shared)],
+                                           summary["config"].get("dataset", "")), fixed))
     answerers = {x["provenance"].get("answer_model") for x in ok}
     if len(answerers) > 1:
         notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")
     return {"rows": rows_out, "question_ids": shared, "reference": reference, "notes": notes}
+
+
+def router_regret(auto_rows: list[dict], fixed: dict[str, list[dict]]) -> dict:
+    """Regret of an ``auto`` run against the per-question oracle choice among the configurations
+    its router chose from (the best of them on each question in hindsight), on ``auto_rows`` (its
+    scored prediction rows). ``fixed``: label -> prediction rows of the frontier's other runs.
+
+    Per question q, with the preference and scales the router decided under (its ``auto`` meta):
+    U_c(q) = lambda_Q F1 / s_F1 - lambda_C USD / s_USD - lambda_L proxy_s / s_L
+    (:func:`~memfrontier.strategies.auto.decision.utility`), realised. Returns ``regret_utility``
+    (mean of max_c U_c(q) - U_auto(q)), ``regret_f1`` (mean of max_c F1_c(q) - F1_auto(q)),
+    ``oracle_f1`` (mean of max_c F1_c(q)), ``oracle_choice_f1`` (mean F1 of the utility-best
+    configuration), ``regret_n`` and ``regret_configurations``; or only ``regret_status`` saying why
+    none was computed (configurations without rows on those questions, no routed rows).
+    """
+    from ..core.types import Preference
+    from ..strategies.auto.decision import Scales, utility
+
+    routed = [r for r in auto_rows if isinstance(r.get("strategy_meta"), dict) and "auto" in r["strategy_meta"]]
+    if not routed:
+        return {"regret_status": "no routed rows"}
+    meta = routed[0]["strategy_meta"]["auto"]
+    labels = sorted(set(meta["predictions"]) | set(meta.get("unbuilt", [])))
+    by_label = {label: {p["id"]: p for p in fixed.get(label, [])} for label in labels}
+    missing = [label for label in labels if not all(r["id"] in by_label[label] for r in routed)]
+    if missing:
+        return {"regret_status": f"no rows of {', '.join(missing)} on these questions"}
+    reg_u, reg_f1, best_f1, choice_f1 = [], [], [], []
+    for r in routed:
+        m = r["strategy_meta"]["auto"]
+        pref, scales = Preference(**m["preference"]), Scales(**m["scales"])
+        rows = [by_label[label][r["id"]] for label in labels]
+        u = [utility(p["f1"], p.get("usd") or 0.0, p.get("proxy_s") or 0.0, pref, scales) for p in rows]
+        best = min(range(len(rows)), key=lambda j: (-u[j], rows[j].get("usd") or 0.0, rows[j].get("proxy_s") or 0.0))
+        reg_u.append(u[best] - utility(r["f1"], r.get("usd") or 0.0, r.get("proxy_s") or 0.0, pref, scales))
+        best_f1.append(max(p["f1"] for p in rows))
+        reg_f1.append(best_f1[-1] - r["f1"])
+        choice_f1.append(rows[best]["f1"])
+    return {"regret_utility": _mean(reg_u), "regret_f1": _mean(reg_f1), "oracle_f1": _mean(best_f1),
+            "oracle_choice_f1": _mean(choice_f1), "regret_n": len(routed), "regret_configurations": labels}
 
 
 def _interval(v, lo, hi, digits: int = 3) -> str:
@@ -168,11 +217,12 @@ def _interval(v, lo, hi, digits: int = 3) -> str:
 def render_markdown(report: dict, title: str = "frontier") -> str:
     """The report as a Markdown table (one line per configuration) plus notes."""
     head = ("| configuration | n | F1 [95% CI] | ΔF1 vs {ref} [95% CI] | USD×1e4/q online | C(n)×1e4/q | QPC | QPC online "
-            "| proxy s/q | wall s/q | calls/q | evidence recall | Pareto (cost / latency) |").format(ref=report["reference"])
-    lines = [f"# {title}", "", head, "|" + "---|" * 13]
+            "| proxy s/q | wall s/q | calls/q | evidence recall | Pareto (cost / latency) "
+            "| regret vs per-question oracle (utility / F1) |").format(ref=report["reference"])
+    lines = [f"# {title}", "", head, "|" + "---|" * 14]
     for x in report["rows"]:
         if x["status"] != "ok":
-            lines.append(f"| {x['label']} | - | not run: {x['status']} |" + " |" * 10)
+            lines.append(f"| {x['label']} | - | not run: {x['status']} |" + " |" * 11)
             continue
         unpriced = x.get("unpriced_calls")
         lines.append("| " + " | ".join([
@@ -184,6 +234,7 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
             fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
             "anchor (gold evidence)" if x.get("anchor") else
             f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}",
+            _regret_cell(x),
         ]) + " |")
     lines += ["", f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
               "LoCoMo category 5 is scored apart, as abstention). "
@@ -192,12 +243,24 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
               "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
               "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
               "and is shown as the upper bound only."]
+    if any(x.get("strategy") == "auto" for x in report["rows"]):
+        lines.append("Regret of a router (auto): per question, the realised utility (its preference, λ_Q·F1/s_F1 − "
+                     "λ_C·USD/s_USD − λ_L·s/s_L, scales from its training records) and F1 of the best of its fixed "
+                     "configurations in hindsight minus its own, averaged.")
     fallbacks = [x for x in report["rows"] if x.get("fallbacks")]
     if fallbacks:
         lines.append("Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "
                      + "; ".join(f"{x['label']} ({x['fallbacks']})" for x in fallbacks))
     lines += [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _regret_cell(x: dict) -> str:
+    if x.get("strategy") != "auto":
+        return "-"
+    if x.get("regret_utility") is None:
+        return f"not computed: {x.get('regret_status', 'no rows')}"
+    return f"{x['regret_utility']:.3f} / {x['regret_f1']:.3f} (oracle F1 {x['oracle_f1']:.3f})"
 
 
 def write_report(report: dict, out: Path, title: str = "frontier") -> dict[str, Path]:

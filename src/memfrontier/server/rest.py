@@ -25,7 +25,9 @@ every scope is not offered over HTTP.
 
 ``strategy_options`` over HTTP hold values only (numbers, flags, choices): an option naming a
 file, a model or an endpoint (``router``, ``adapter``, ``pool``, ``*_llm``, ``base_url``...) is
-refused with 422 (:func:`check_remote_options`); the operator sets those.
+refused with 422 (:func:`check_remote_options`); the operator sets those. Strategy ``auto`` routes
+with the router file the operator starts the service with (``memfrontier serve --router FILE``;
+422 without one); a tenant may set its ``preference`` and ``budget`` options.
 
 Errors are JSON ``{"error": <kind>, "message": <text>}``: 401 without a valid key (nothing is
 read or written), 404 for an absent record, 409 for a record id already stored in the scope with
@@ -79,6 +81,8 @@ from .keys import KeyStore, open_key_store
 from .tenants import client_scope, tenant_scope
 
 SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
+#: ``auto`` strategies kept built per worker (one per distinct set of request options).
+AUTO_CACHE_SIZE = 16
 ScopeId = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 ScopeIdQ = Annotated[str | None, Query(min_length=1, max_length=200)]
 
@@ -93,7 +97,8 @@ class ServeSettings(BaseModel):
     ``llm`` / ``base_url`` / ``price_book`` / ``allow_unpriced`` / ``price_as`` (models for
     ``ask``, see :meth:`memfrontier.api.AsyncMemory.open`), ``max_body_bytes`` (413 above it),
     ``max_in_flight`` (requests of one tenant at once across every worker sharing ``keys``; 429
-    above it). :func:`memfrontier.server.data.service_data` gives ``store``/``keys``/``view_dir``.
+    above it), ``router`` (the router file strategy ``auto`` routes with; None: ``auto`` is refused
+    with 422). :func:`memfrontier.server.data.service_data` gives ``store``/``keys``/``view_dir``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -107,6 +112,7 @@ class ServeSettings(BaseModel):
     price_as: str | None = None
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_in_flight: int = Field(default=8, ge=1, le=1024)
+    router: str | None = None
 
 
 # --- request bodies -----------------------------------------------------------------------------
@@ -306,6 +312,27 @@ def _scope_kw(name: str, user_id, agent_id, run_id) -> dict:
     return {"user_id": s.user_id, "agent_id": s.agent_id, "run_id": s.run_id}
 
 
+def _strategy(request: Request, name: str, options: dict[str, Any] | None):
+    """The request's strategy. ``auto`` routes with the operator's router file (``ServeSettings.router``;
+    ValueError, 422, when the server has none) and is built once per set of options, the latest
+    :data:`AUTO_CACHE_SIZE` kept (loading the router and building its configurations' strategies
+    is not per-request work)."""
+    if name != "auto":
+        return get_strategy(name, options)
+    settings: ServeSettings = request.app.state.settings
+    if settings.router is None:
+        raise ValueError("strategy auto: this server has no router file; its operator starts it with "
+                         "`memfrontier serve --router FILE`")
+    opts = {**(options or {}), "router": settings.router}
+    key = json.dumps(opts, sort_keys=True, default=str)
+    cache: dict = request.app.state.auto_strategies
+    if key not in cache:
+        if len(cache) >= AUTO_CACHE_SIZE:  # tenants' preference weights are free-form: keep the latest few
+            cache.pop(next(iter(cache)))
+        cache[key] = get_strategy(name, opts)
+    return cache[key]
+
+
 def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, keys: KeyStore | None = None) -> FastAPI:
     """The FastAPI application. ``memory`` / ``keys`` are opened from ``settings`` at start-up
     when not given (and then closed at shutdown)."""
@@ -338,6 +365,8 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
                   responses={401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 422: {"model": ErrorBody},
                              429: {"model": ErrorBody}})
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.state.settings = settings
+    app.state.auto_strategies = {}
 
     handlers = [
         (Unauthorized, lambda e: _error(401, "unauthorized", "a valid API key is required (Authorization: Bearer <key>)",
@@ -394,7 +423,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         mem = _memory(request)
         scope = tenant_scope(name, body.user_id, body.agent_id, body.run_id)
         check_remote_options(body.strategy, body.strategy_options)
-        strat = get_strategy(body.strategy, body.strategy_options)
+        strat = _strategy(request, body.strategy, body.strategy_options)
         ledger = Ledger()
         if not await asyncio.to_thread(view_built, strat, mem.env, scope):
             if not body.build:

@@ -24,15 +24,17 @@ _CLASSES: dict[str, tuple[str, str]] = {
     "memorycpt": ("memorycpt.pipeline", "MemoryCPT"),
     "mempilot": ("mempilot.pipeline", "MemPilot"),
     "automem": ("automem.pipeline", "AutoMem"),
+    "auto": ("auto.pipeline", "Auto"),
 }
 #: Config classes importable from this package (class name -> module).
 _CONFIGS: dict[str, str] = {
     "LongContextConfig": "longctx", "RagConfig": "rag", "OracleConfig": "oracle",
     "BudgetMemConfig": "budgetmem.config", "MemoryCPTConfig": "memorycpt.config",
-    "MemPilotConfig": "mempilot.config", "AutoMEMConfig": "automem.config",
+    "MemPilotConfig": "mempilot.config", "AutoMEMConfig": "automem.config", "AutoConfig": "auto.config",
 }
-#: Strategies whose memory view is built offline (``build``) before questions can be answered.
-BUILT_VIEWS = ("memorycpt", "mempilot", "automem")
+#: Strategies whose memory view is built offline (``build``) before questions can be answered
+#: (``auto``: the views of the configurations it routes to).
+BUILT_VIEWS = ("memorycpt", "mempilot", "automem", "auto")
 
 
 class _Registry(Mapping):

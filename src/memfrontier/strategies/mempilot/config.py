@@ -45,6 +45,12 @@ class StrategyBudget(BaseModel):
     max_proxy_s: Float | None = Field(None, ge=0, description="Latency proxy per question (s, Eq. 15-19).")
 
 
+def as_plain(v):
+    """A :class:`~memfrontier.core.types.Preference` / ``Budget`` given by code, as the dict that
+    :class:`PreferenceWeights` / :class:`StrategyBudget` validate; anything else unchanged."""
+    return v.model_dump() if isinstance(v, BaseModel) and not isinstance(v, (PreferenceWeights, StrategyBudget)) else v
+
+
 class MemPilotConfig(StrategyConfig):
     """Options of ``mempilot`` (defaults: MemPilot Sec. 4 and Table 5)."""
 
@@ -75,8 +81,8 @@ class MemPilotConfig(StrategyConfig):
 
     @field_validator("preference", "budget", mode="before")
     @classmethod
-    def _plain(cls, v):  # a core.types Preference / Budget given by code
-        return v.model_dump() if isinstance(v, BaseModel) and not isinstance(v, (PreferenceWeights, StrategyBudget)) else v
+    def _plain(cls, v):
+        return as_plain(v)
 
     @model_validator(mode="before")
     @classmethod

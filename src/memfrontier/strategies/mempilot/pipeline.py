@@ -41,18 +41,6 @@ def as_preference(p: Preference | str | dict | None) -> Preference | None:
     raise ValueError(f"preference must be a preset name, a dict or a Preference, not {type(p).__name__}")
 
 
-def _stricter(a: Budget, b: Budget | None) -> Budget:
-    """The field-wise tighter of two budgets (None = no cap)."""
-    if b is None:
-        return a
-
-    def low(x, y):
-        return y if x is None else x if y is None else min(x, y)
-
-    return Budget(max_usd=low(a.max_usd, b.max_usd), max_tokens=low(a.max_tokens, b.max_tokens),
-                  max_proxy_s=low(a.max_proxy_s, b.max_proxy_s))
-
-
 class MemPilot:
     """The MemPilot strategy (implements :class:`~memfrontier.strategies.base.Strategy`).
 
@@ -184,7 +172,7 @@ class MemPilot:
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
         pref = self.preference or preference
-        orch = self.orchestrator(env, pref, _stricter(budget, self.budget))
+        orch = self.orchestrator(env, pref, budget.stricter(self.budget))
         traj = await orch.run(query.text, query.scope, self.rollout_key)
         return self.to_context(traj, orch, pref)
 

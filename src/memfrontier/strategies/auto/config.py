@@ -1,0 +1,35 @@
+"""Options of ``auto``, the router across strategy configurations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+
+from ..config import StrategyConfig
+from ..mempilot.config import PreferencePreset, PreferenceWeights, StrategyBudget, as_plain
+
+
+class AutoConfig(StrategyConfig):
+    """Options of ``auto``: the router file, the preference it decides under and a hard budget."""
+
+    strategy = "auto"
+
+    router: Path = Field(description="A router file from `memfrontier train strategy-router` (required).")
+    preference: PreferencePreset | PreferenceWeights | None = Field(
+        None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} "
+        "the decision maximises (MemPilot Eq. 10 presets); default: the caller's preference (perf in evaluation).")
+    budget: StrategyBudget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per "
+                                          "question, combined with the caller's (the tighter cap wins).")
+
+    @field_validator("preference", "budget", mode="before")
+    @classmethod
+    def _plain(cls, v):
+        return as_plain(v)
+
+    @model_validator(mode="after")
+    def _router_file(self):
+        if not self.router.is_file():
+            raise ValueError(f"router: no router file {self.router} (train one with "
+                             f"`memfrontier train strategy-router --from FRONTIER_DIR`)")
+        return self
