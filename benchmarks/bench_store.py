@@ -182,15 +182,20 @@ def fill(store: SQLiteStore, users: int, per_user: int, per_session: int, rng: r
 
 
 def interleaved(store: SQLiteStore, users: int, per_user: int, per_session: int, rounds: int, rng: random.Random,
-                vocab: list[str], k: int) -> dict:
-    """``rounds`` x (add one record to a random user's last session; search that user; search again)."""
-    after, warm = [], []
+                vocab: list[str], k: int, tag: str = "") -> dict:
+    """``rounds`` x (add one record to a random user's last session; search that user; search again);
+    p50 / p95 ms of the search right after the add, warm p50 (the search again), p50 of the add.
+    ``tag`` goes into the added records' ids (a store measured again needs new ids to be written to)."""
+    after, warm, adds = [], [], []
     for j in range(rounds):
         u = rng.randrange(users)
         scope = Scope(user_id=f"user{u:04d}")
         last = (per_user - 1) // per_session
-        store.add([Record(id=f"new-{u}-{j}", scope=scope, session_id=f"s{last}", speaker="Ann",
-                          timestamp=f"2024-01-{1 + last % 28:02d}T10:00:00", text=synthetic_text(rng, vocab))])
+        rec = Record(id=f"new{tag}-{u}-{j}", scope=scope, session_id=f"s{last}", speaker="Ann",
+                     timestamp=f"2024-01-{1 + last % 28:02d}T10:00:00", text=synthetic_text(rng, vocab))
+        t0 = time.perf_counter()
+        store.add([rec])
+        adds.append((time.perf_counter() - t0) * 1000)
         q = " ".join(rng.choice(vocab[:300]) for _ in range(4))
         t0 = time.perf_counter()
         hybrid_search(store, q, scope, HYBRID_RRF, k)
@@ -198,7 +203,7 @@ def interleaved(store: SQLiteStore, users: int, per_user: int, per_session: int,
         t0 = time.perf_counter()
         hybrid_search(store, q, scope, HYBRID_RRF, k)
         warm.append((time.perf_counter() - t0) * 1000)
-    return {"after_p50": pct(after, 50), "after_p95": pct(after, 95), "warm_p50": pct(warm, 50)}
+    return {"after_p50": pct(after, 50), "after_p95": pct(after, 95), "warm_p50": pct(warm, 50), "add_p50": pct(adds, 50)}
 
 
 def full_rebuild_ms(store: SQLiteStore, scope: Scope, repeats: int, k: int) -> tuple[float, float]:

@@ -70,11 +70,14 @@ def test_bm25_index_after_writes_equals_bm25s_reindexed():
     words = [f"w{i}" for i in range(60)]
     docs = {f"d{i}": [rng.choice(words[: rng.randint(5, 60)]) for _ in range(rng.randint(1, 30))] for i in range(300)}
     idx = BM25Index.build(list(docs)[:200], [docs[d] for d in list(docs)[:200]])
+    assert idx.match("w1") is not None  # searched once: the writes below grow its length array, not rebuild it
     for d in list(docs)[200:]:
         idx.add(d, docs[d])
     for d in list(docs)[::3]:
         idx.remove(d)
         del docs[d]
+        if d == "d150":
+            assert idx.match("w2") is not None  # a search between the writes
     ref = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     ref.index(list(docs.values()), show_progress=False)
     for q in ("w1", "w3 w7 w7", "w40 w59", "w0 w1 w2 w3 w4 w5"):

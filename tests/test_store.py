@@ -644,6 +644,54 @@ def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_p
     s.close()
 
 
+def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(pg_database, tmp_path, minilm):
+    """``scope_stats`` (each exact scope's chunks and summed lengths: BM25's N and average length)
+    equals the chunks' own aggregate after adds, a re-chunk, a delete and a delete_all; a deleted
+    scope keeps no row; a schema-1 database gets the table filled from its chunks on open."""
+    import psycopg
+
+    from memfrontier.store.postgres import SCHEMA_VERSION
+
+    dsn = pg_database("stats")
+    ax = Scope(user_id="alice", agent_id="x")
+    truth = ("SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
+             "GROUP BY 1, 2, 3, 4 ORDER BY 1")
+    table = "SELECT scope_key, user_id, agent_id, run_id, n_chunks, sum_len FROM scope_stats ORDER BY 1"
+
+    def stats(conn):
+        rows = conn.execute(table).fetchall()
+        assert rows == conn.execute(truth).fetchall()
+        return {r[0]: (r[4], r[5]) for r in rows}
+
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "stats")
+    s.add(ALICE + BOB + [turn(1, "Hiking with the agent on Sundays.", scope=ax, session="x1")])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first = stats(conn)
+        assert {k: n for k, (n, _) in first.items()} == {A.key(): 2, ax.key(): 1, B.key(): 1}
+        s.add([turn(9, "Hiking again, to the glacier this time.")])  # alice's s1 re-chunked: N kept, length grows
+        after_add = stats(conn)
+        assert after_add[A.key()][0] == 2 and after_add[A.key()][1] > first[A.key()][1]
+        assert s.delete("alice:s2:3", A) is True
+        stats(conn)
+        assert s.delete_all(B) == 2
+        assert B.key() not in stats(conn)
+    alice = Scope(user_id="alice")  # a partial scope: the statistics of both of alice's scopes summed
+    before = [(c.id, sc) for c, sc in s.search_bm25("hiking sister glacier", alice, 10)]
+    assert len(before) == 2
+    s.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:  # back to before schema 3: no scope_stats yet
+        conn.execute("DROP TABLE scope_stats")
+        conn.execute("DELETE FROM schema_version WHERE version > 1")
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "stats")
+    assert s.schema_version() == SCHEMA_VERSION
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert set(stats(conn)) == {A.key(), ax.key()}
+        assert [(c.id, pytest.approx(sc)) for c, sc in s.search_bm25("hiking sister glacier", alice, 10)] == before
+        assert s.delete_all(alice) == 5
+        assert stats(conn) == {}
+    s.close()
+
+
 def test_memory_open_takes_a_postgres_url(pg_database, tmp_path, monkeypatch):
     from memfrontier.api import Memory
     from memfrontier.store.postgres import default_directory

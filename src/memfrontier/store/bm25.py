@@ -174,7 +174,8 @@ class BM25Index:
         self._len.append(n)
         self._terms.append(tuple(counts))
         self._total += n
-        self._len_arr = None
+        if self._len_arr is not None:  # grown, not rebuilt: the first search after a write stays O(query)
+            self._len_arr = np.append(self._len_arr, float(n))
 
     def remove(self, doc_id: str) -> None:
         """Forget a document (unknown ids are ignored)."""
@@ -188,8 +189,7 @@ class BM25Index:
                 del self._post[t]
         self._total -= self._len[slot]
         self._ids[slot] = None
-        self._terms[slot] = ()
-        self._len_arr = None
+        self._terms[slot] = ()  # the slot's length stays in _len / _len_arr: it has no postings left
         if len(self._ids) > 64 and len(self._slot) < len(self._ids) // 2:
             self._compact()
 

@@ -9,6 +9,8 @@ The same :class:`~memfrontier.store.base.MemoryStore` members as
     chunks          turn-atomic chunks of each (scope, session) with their record ids (``text[]``),
                     their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
                     (``to_tsvector('english', text)``, GIN index)
+    scope_stats     per exact scope: its number of chunks and the sum of their lengths (distinct
+                    lexemes), the BM25 statistics; changed in the transaction that changes the chunks
     pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
     view_roots, purges_applied  the view roots (local view folders of the processes using the
                     database) and the intents each has applied (:mod:`memfrontier.store.purge`)
@@ -41,9 +43,12 @@ Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`
   bm25s: the tokenizer (PostgreSQL's default parser and Snowball stemmer, not ours: accents are
   not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
   at 256 by PostgreSQL) and a chunk's length is its number of distinct lexemes. N and the average
-  length are read from the scope's rows on each search (cheap for a tenant, a scan for a scope of
-  100k chunks). The recall difference is measured in ``benchmarks/bench_pg_recall.py`` (evidence
-  recall of ``rag`` on the LoCoMo test split against the SQLite store).
+  length come from ``scope_stats`` (one row per exact scope, summed over the scopes a partial scope
+  covers), so a search costs O(matching chunks), not O(chunks in scope); only the query's lexemes of
+  each matching chunk are unnested (``ts_filter(setweight(...))``) and only the top ``k`` rows are
+  joined back for their text. The recall difference is measured in
+  ``benchmarks/bench_pg_recall.py`` (evidence recall of ``rag`` on the LoCoMo test split against
+  the SQLite store).
 
 Schema migrations are versioned (:data:`MIGRATIONS`): opening a database applies the missing
 versions in order in one transaction under an advisory lock; a database written by a newer
@@ -155,8 +160,21 @@ _V1 = [
     "CREATE TABLE pending_purges (seq bigserial PRIMARY KEY, intent_json text NOT NULL)",
 ]
 
+# v3: the BM25 statistics of each exact scope, kept by the writes (a search read them from the
+# scope's chunk rows before: O(chunks in scope) per search), filled from the chunks present.
+_V2 = [
+    """CREATE TABLE scope_stats (
+        scope_key text COLLATE "C" PRIMARY KEY,
+        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
+        n_chunks bigint NOT NULL,
+        sum_len bigint NOT NULL)""",
+    "CREATE INDEX scope_stats_user ON scope_stats (user_id)",
+    ("INSERT INTO scope_stats SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
+     "GROUP BY scope_key, user_id, agent_id, run_id"),
+]
+
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES}  # 2: the view roots' purge log
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2}  # 2: the view roots' purge log; 3: BM25 statistics
 SCHEMA_VERSION = max(MIGRATIONS)
 
 _RECORD_COLS = (
@@ -169,22 +187,28 @@ _ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
 
 # Okapi BM25 (k1 = 1.5, b = 0.75, Lucene IDF ln(1 + (N - df + 0.5) / (df + 0.5))) over the
 # full-text lexemes: candidates are the chunks of the scope matching the OR-query (GIN index);
-# N and the average length are the scope's, df is counted among the candidates (every chunk that
-# holds a query lexeme is one), tf is a lexeme's number of positions, the length of a chunk is its
-# number of distinct lexemes (``tsv_len``). Parameters: scope params, query text, scope params, lexemes.
+# N and the average length are the scope's (``scope_stats``), df is counted among the candidates
+# (every chunk that holds a query lexeme is one), tf is a lexeme's number of positions, the length
+# of a chunk is its number of distinct lexemes (``tsv_len``). Of each candidate only the query's
+# lexemes are unnested (weight A set on them, the rest filtered out), one row per (chunk, lexeme)
+# carrying the lexeme's df (a window count); the chunks are scored, ranked on (score, store order)
+# and only the top rows are joined back for their columns.
+# Parameters: scope params, lexemes, query text, scope params.
 _BM25_SQL = """
-WITH st AS (SELECT count(*)::float8 AS n, COALESCE(avg(tsv_len), 1)::float8 AS avgdl FROM chunks WHERE {where}),
-m AS (SELECT c.id, c.tsv_len, c.tsv FROM chunks c, websearch_to_tsquery('simple', %s) AS q
-      WHERE c.tsv @@ q AND {where}),
-h AS (SELECT m.id, m.tsv_len AS dl, t.lexeme, cardinality(t.positions)::float8 AS tf
-      FROM m, unnest(m.tsv) AS t WHERE t.lexeme = ANY(%s)),
-d AS (SELECT lexeme, count(*)::float8 AS df FROM h GROUP BY lexeme),
-s AS (SELECT h.id, sum(ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) * h.tf * 2.5
-                       / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
-      FROM h JOIN d USING (lexeme) CROSS JOIN st GROUP BY h.id)
-SELECT c.id, c.scope_json, c.session_id, c.timestamp, c.text, c.n_tokens, c.record_ids, c.first_seq, s.score
-FROM s JOIN chunks c ON c.id = s.id
-ORDER BY s.score DESC, c.timestamp IS NOT NULL, c.timestamp, c.first_seq, c.id{limit}
+WITH st AS (SELECT COALESCE(sum(n_chunks), 0)::float8 AS n,
+                   COALESCE(sum(sum_len)::float8 / NULLIF(sum(n_chunks), 0), 1) AS avgdl
+            FROM scope_stats WHERE {where}),
+m AS (SELECT c.id, c.tsv_len, c.timestamp, c.first_seq, ts_filter(setweight(c.tsv, 'A', %s), '{{a}}') AS hits
+      FROM chunks c, websearch_to_tsquery('simple', %s) AS q WHERE c.tsv @@ q AND {where}),
+h AS (SELECT m.id, m.tsv_len AS dl, m.timestamp, m.first_seq, cardinality(t.positions)::float8 AS tf,
+             count(*) OVER (PARTITION BY t.lexeme)::float8 AS df
+      FROM m, unnest(m.hits) AS t),
+top AS (SELECT h.id, sum(ln(1 + (st.n - h.df + 0.5) / (h.df + 0.5)) * h.tf * 2.5
+                         / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
+        FROM h CROSS JOIN st GROUP BY h.id, h.timestamp, h.first_seq
+        ORDER BY score DESC, h.timestamp IS NOT NULL, h.timestamp, h.first_seq, h.id{limit})
+SELECT c.id, c.scope_json, c.session_id, c.timestamp, c.text, c.n_tokens, c.record_ids, c.first_seq, top.score
+FROM top JOIN chunks c ON c.id = top.id
 """
 
 
@@ -470,9 +494,10 @@ class PostgresStore:
     def _rechunk(self, c, sessions: dict[tuple[str, str], None], progress: AddProgress | None = None) -> tuple[int, int]:
         """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
         from their current records; unchanged chunks keep their row and vector, new ones are
-        embedded (reporting ``progress``, see :func:`~memfrontier.store.records.encode_chunks`).
-        Returns (chunks built, vectors written)."""
+        embedded (reporting ``progress``, see :func:`~memfrontier.store.records.encode_chunks`);
+        the scopes' ``scope_stats`` follow (:meth:`_count_stats`). Returns (chunks built, vectors written)."""
         new_chunks: list[tuple[Chunk, int]] = []
+        delta: list[tuple] = []  # (scope_key, user_id, agent_id, run_id, +-chunks, +-length) of each chunk row
         for key in sessions:
             rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
                              f"{_ORDER_RECORDS}", key).fetchall()
@@ -490,7 +515,9 @@ class PostgresStore:
             old = {r[0] for r in c.execute("SELECT id FROM chunks WHERE scope_key = %s AND session_id = %s", key)}
             gone = sorted(old - set(first))
             if gone:
-                c.execute("DELETE FROM chunks WHERE id = ANY(%s)", (gone,))
+                delta += [(*r[:4], -1, -r[4]) for r in c.execute(
+                    "DELETE FROM chunks WHERE id = ANY(%s) RETURNING scope_key, user_id, agent_id, run_id, tsv_len",
+                    (gone,))]
             kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan if ch.id in old]
             if kept:
                 with c.cursor() as cur:
@@ -506,7 +533,32 @@ class PostgresStore:
                     [(ch.id, ch.scope.key(), ch.scope.user_id, ch.scope.agent_id, ch.scope.run_id,
                       ch.scope.model_dump_json(), ch.session_id, ch.timestamp, ch.text, ch.n_tokens, seq,
                       list(ch.record_ids), v) for (ch, seq), v in zip(new_chunks, vecs)])
+            delta += [(*r[:4], 1, r[4]) for r in c.execute(
+                "SELECT scope_key, user_id, agent_id, run_id, tsv_len FROM chunks WHERE id = ANY(%s)",
+                ([ch.id for ch, _ in new_chunks],))]
+        self._count_stats(c, delta)
         return len(new_chunks), len(new_chunks)
+
+    @staticmethod
+    def _count_stats(c, delta: list[tuple]) -> None:
+        """Inside the write transaction that changed the chunk rows: add ``delta`` ((scope_key,
+        user_id, agent_id, run_id, chunks, length) per row inserted (+) or deleted (-)) to
+        ``scope_stats``; a scope left without chunks loses its row. The scope's advisory lock,
+        held by the caller, orders the writers of a row."""
+        total: dict[str, list] = {}
+        for key, user, agent, run, n, length in delta:
+            t = total.setdefault(key, [key, user, agent, run, 0, 0])
+            t[4] += n
+            t[5] += length
+        changed = [tuple(t) for t in total.values() if t[4] or t[5]]
+        if not changed:
+            return
+        with c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (scope_key) DO UPDATE "
+                "SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len", changed)
+        c.execute("DELETE FROM scope_stats WHERE scope_key = ANY(%s) AND n_chunks = 0", ([t[0] for t in changed],))
 
     def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
         """Insert records not yet stored; re-chunk and embed only what changed. Same contract as
@@ -698,7 +750,7 @@ class PostgresStore:
                 return []
             # each lexeme quoted as a phrase of the 'simple' configuration: already normalised, never a syntax error
             terms = " or ".join('"' + lx.replace('"', " ") + '"' for lx in lexemes)
-            rows = c.execute(_BM25_SQL.format(where=where, limit=limit), [*params, terms, *params, lexemes]).fetchall()
+            rows = c.execute(_BM25_SQL.format(where=where, limit=limit), [*params, lexemes, terms, *params]).fetchall()
         return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -257,8 +257,10 @@ class _Partition:
         rows = np.array([e[3] for e in entries], dtype=np.int64)
         vecs = stacked[rows] if rows.size else stacked[:0]
         scope = self.scope if self.scope is not None else (entries[0][1].scope if entries else None)
-        return _Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32), scope,
-                          bm25=self.bm25)
+        part = _Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32),
+                          scope, bm25=self.bm25)
+        part.positions()  # built in the write, which walks every chunk anyway, not in the first search after it
+        return part
 
 
 @dataclass
