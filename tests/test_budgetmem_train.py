@@ -22,6 +22,7 @@ from memfrontier.eval.sweeps.budgetmem import plan_budgetmem_sweep, write_sweep_
 from memfrontier.strategies.budgetmem.router import MODULES, TIERS, TierRouter
 from memfrontier.train.budgetmem_trainer import (
     TrainConfig,
+    failure_counts,
     router_dir_name,
     split_questions,
     train_router,
@@ -52,9 +53,13 @@ def test_training_logs_one_finite_line_per_update(trained):
                     "val_reward", "val_f1", "train_questions_per_s"):
             assert isinstance(r[key], float) and math.isfinite(r[key]), key
         assert set(r["tier_ratios"]) == set(MODULES)
+        assert r["llm_errors"] == sum(n for k, n in r["failure_events"].items() if k.startswith("llm_error."))
+        assert r["fallbacks"] == sum(n for k, n in r["failure_events"].items() if k.startswith("fallback."))
         for ratios in r["tier_ratios"].values():
             assert set(ratios) <= set(TIERS) and sum(ratios.values()) == pytest.approx(1.0)
     assert (cfg.out / "reward_curve.png").read_bytes()[:8] == PNG_MAGIC
+    assert summary["fallbacks"] == sum(r["fallbacks"] for r in log)
+    assert summary["llm_errors"] == sum(r["llm_errors"] for r in log)
     assert summary["best_update"] in (1, 2) and summary["train_questions"] == 4 and summary["val_questions"] == 1
     assert summary["provenance"]["seed"] == 42 and summary["provenance"]["data_sha256"]
     assert summary["provenance"]["prompt_versions"]["strategy"]
@@ -109,6 +114,16 @@ def test_split_is_stratified_disjoint_and_seeded():
     assert len(split_questions(qs, 8, 6, seed=42)[0]) == 6
     with pytest.raises(ValueError, match="none to train"):
         split_questions(qs, 40, None, seed=42)
+
+
+def test_failure_counts_sum_errors_and_fallbacks_only():
+    events = [{"fallback.entity.high": 1, "cache_hit.entity": 3, "llm_error.budgetmem.entity.high": 1},
+              {},
+              {"fallback.entity.high": 2, "fallback.summary.high": 1, "budget.context_truncated": 1}]
+    assert failure_counts(events) == {
+        "llm_errors": 1, "fallbacks": 4,
+        "failure_events": {"fallback.entity.high": 3, "fallback.summary.high": 1, "llm_error.budgetmem.entity.high": 1}}
+    assert failure_counts([]) == {"llm_errors": 0, "fallbacks": 0, "failure_events": {}}
 
 
 def test_eval_identity_hashes_a_router_file(tmp_path):

@@ -774,7 +774,8 @@ def train_router_cmd(
     console.print(tier_table(summary["final"]["val_tier_ratios"], title="validation tier selection ratio (last update, greedy)"))
     console.print(f"best update {summary['best_update']} (val reward {summary['best_val_reward']:.4f}); "
                   f"module cache {summary['module_cache']['hits']} hits / {summary['module_cache']['misses']} misses; "
-                  f"{summary['llm_calls']} model calls")
+                  f"{summary['llm_calls']} model calls, {summary['llm_errors']} failed, "
+                  f"{summary['fallbacks']} module outputs fell back to a lower tier")
     console.print(f"wrote {cfg.out / 'router_best.pt'}, {cfg.out / 'router_last.pt'}, {cfg.out / 'train_log.jsonl'}, "
                   f"{cfg.out / 'reward_curve.png'}")
 

@@ -21,6 +21,11 @@ Protocol (``memfrontier train router``):
   input hash): every model is greedy, so a repeated (question, tier, input) gives the same
   output, and epochs and reruns make no repeated model calls.
 
+Failed model calls (events ``llm_error.*``) and module outputs replaced by a lower tier (events
+``fallback.<module>.<tier>``, replayed on cache hits) are counted per update (``llm_errors``,
+``fallbacks``, ``failure_events``) and in total in the summary: ``tier_ratios`` are the tiers the
+router chose, so a run whose High tier kept falling back is visible as such.
+
 Outputs in ``out``: ``train_log.jsonl`` (one line per update), ``reward_curve.png``,
 ``router_best.pt``, ``router_last.pt`` and ``train_summary.json`` (config, best update, provenance).
 """
@@ -156,7 +161,8 @@ class _Rollouts:
         meta = ans.meta
         out = {"id": q.id, "f1": f1, "r_task": r_task, "judge_error": judge_error,
                "cost_usd": float(meta.get("extraction_usd", 0.0)), "meta": meta,
-               "llm_calls": sum(1 for c in ledger.calls if c.model_id not in LOCAL_MODEL_IDS)}
+               "llm_calls": sum(1 for c in ledger.calls if c.model_id not in LOCAL_MODEL_IDS),
+               "events": {k: n for k, n in ledger.events.items() if k.startswith(FAILURE_PREFIXES)}}
         self.on_question(out)
         return out
 
@@ -170,6 +176,26 @@ def _episode(meta: dict, reward: float) -> Episode | None:
     ds = [Decision(d["module"], q, np.asarray(d["input_emb"], dtype=np.float32), TIERS.index(d["tier"]), d["logprob"])
           for d in decisions]
     return Episode(decisions=ds, old_value=float(decisions[0]["value"]), reward=reward)
+
+
+FAILURE_PREFIXES = ("llm_error.", "fallback.")
+
+
+def failure_counts(events: list[dict[str, int]]) -> dict:
+    """Failed calls and fallbacks over per-question ledger ``events`` (event -> count).
+
+    Returns ``{"llm_errors": int, "fallbacks": int, "failure_events": {event: int}}``: the sums of
+    the ``llm_error.*`` and ``fallback.*`` events and those events by name (sorted); other events
+    (cache hits, budget cuts...) are ignored.
+    """
+    by_event: dict[str, int] = {}
+    for ev in events:
+        for k, n in ev.items():
+            if k.startswith(FAILURE_PREFIXES):
+                by_event[k] = by_event.get(k, 0) + int(n)
+    return {"llm_errors": sum(n for k, n in by_event.items() if k.startswith("llm_error.")),
+            "fallbacks": sum(n for k, n in by_event.items() if k.startswith("fallback.")),
+            "failure_events": dict(sorted(by_event.items()))}
 
 
 def _mean(xs) -> float | None:
@@ -274,6 +300,7 @@ async def _train(cfg: TrainConfig, progress: Callable) -> dict:
                 "val_tier_ratios": choice_ratios(v["meta"].get("tiers", {}) for v in val),
                 "llm_calls": sum(r["llm_calls"] for r in rows + val),
                 "judge_errors": sum(r["judge_error"] for r in rows + val),
+                **failure_counts([r["events"] for r in rows + val]),
                 "train_questions_per_s": len(rows) / rollout_s if rollout_s > 0 else None,
                 "rollout_s": rollout_s, "ppo_s": update_s, "val_s": val_s,
                 "cache_entries": len(cache),
@@ -297,6 +324,7 @@ async def _train(cfg: TrainConfig, progress: Callable) -> dict:
             "best_update": best["update"], "best_val_reward": best["val_reward"], "best_val_f1": best["val_f1"],
             "final": log[-1],
             "llm_calls": sum(r["llm_calls"] for r in log),
+            "llm_errors": sum(r["llm_errors"] for r in log), "fallbacks": sum(r["fallbacks"] for r in log),
             "module_cache": {"file": str(cfg.cache_file), "entries": len(cache),
                              "hits": cache.hits - hits0, "misses": cache.misses - misses0},
             "wall_s": time.perf_counter() - t_start,
@@ -323,4 +351,4 @@ def _provenance(cfg: TrainConfig, mem) -> dict:
     )
 
 
-__all__ = ["TrainConfig", "train_router", "split_questions", "router_dir_name", "CachedAnswerer"]
+__all__ = ["TrainConfig", "train_router", "split_questions", "router_dir_name", "CachedAnswerer", "failure_counts"]
