@@ -386,7 +386,7 @@ def test_cli_rejects_memorycpt_flags_elsewhere_and_bad_values(tmp_path):
 
     run = CliRunner().invoke
     res = run(app, ["eval", "--strategy", "rag", "--episodic-k", "3", "--out", str(tmp_path / "a")])
-    assert res.exit_code == 2 and "--episodic-k apply to --strategy memorycpt only" in res.output
+    assert res.exit_code == 2 and "--episodic-k applies to --strategy memorycpt only" in res.output
     res = run(app, ["eval", "--strategy", "memorycpt", "--ablation", "no-magic", "--out", str(tmp_path / "b")])
     assert res.exit_code == 2 and "unknown --ablation" in res.output
     res = run(app, ["eval", "--strategy", "memorycpt", "--summarizer-adapter", str(tmp_path), "--out", str(tmp_path / "c")])

@@ -204,7 +204,7 @@ def test_sweep_report_tables_and_pareto(tmp_path):
 
 def test_cli_mempilot_flags_are_checked():
     r = CliRunner().invoke(app, ["eval", "--strategy", "rag", "--preference", "cost"])
-    assert r.exit_code == 2 and "apply to --strategy mempilot only" in r.output
+    assert r.exit_code == 2 and "--preference applies to --strategy auto or mempilot only" in r.output
     r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--preference", "fast"])
     assert r.exit_code == 2 and "unknown preference preset" in r.output
     r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--preference", "1,2"])

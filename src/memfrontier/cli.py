@@ -284,7 +284,8 @@ def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:
                  and strategy_args[p.name] not in (None, False)]
         if wrong := [a.flag for a, _ in given if strategy not in a.strategies]:
             targets = {s for a, _ in given if a.flag in wrong for s in a.strategies}
-            _fail(f"{', '.join(wrong)} apply to --strategy {' or '.join(sorted(targets))} only")
+            verb = "applies" if len(wrong) == 1 else "apply"
+            _fail(f"{', '.join(wrong)} {verb} to --strategy {' or '.join(sorted(targets))} only")
         for a, value in given:
             if a.key == "preference":
                 value = _parse_preference(value)
