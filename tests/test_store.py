@@ -602,6 +602,8 @@ def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_p
         idx = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'chunks'").fetchall())
         assert "USING hnsw (embedding vector_cosine_ops)" in idx["chunks_embedding"]
         assert "USING gin (tsv)" in idx["chunks_tsv"]
+        assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'chunks_tsv'").fetchone()[0] == [
+            "fastupdate=off"]  # no pending list for every search to scan
         conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this memfrontier's {SCHEMA_VERSION}"):
         PostgresStore(dsn, minilm, directory=tmp_path / "v")
@@ -681,10 +683,13 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
     s.close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # back to before schema 3: no scope_stats yet
         conn.execute("DROP TABLE scope_stats")
+        conn.execute("ALTER INDEX chunks_tsv RESET (fastupdate)")  # nor schema 4's index option
         conn.execute("DELETE FROM schema_version WHERE version > 1")
     s = PostgresStore(dsn, minilm, directory=tmp_path / "stats")
     assert s.schema_version() == SCHEMA_VERSION
     with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'chunks_tsv'").fetchone()[0] == [
+            "fastupdate=off"]
         assert set(stats(conn)) == {A.key(), ax.key()}
         assert [(c.id, pytest.approx(sc)) for c, sc in s.search_bm25("hiking sister glacier", alice, 10)] == before
         assert s.delete_all(alice) == 5

@@ -8,7 +8,7 @@ The same :class:`~memfrontier.store.base.MemoryStore` members as
     records         the store of record, ``UNIQUE (scope_key, id)``: record ids are unique per scope
     chunks          turn-atomic chunks of each (scope, session) with their record ids (``text[]``),
                     their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
-                    (``to_tsvector('english', text)``, GIN index)
+                    (``to_tsvector('english', text)``, GIN index without a pending list)
     scope_stats     per exact scope: its number of chunks and the sum of their lengths (distinct
                     lexemes), the BM25 statistics; changed in the transaction that changes the chunks
     pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
@@ -173,8 +173,19 @@ _V2 = [
      "GROUP BY scope_key, user_id, agent_id, run_id"),
 ]
 
+# v4: the full-text index without GIN's pending list ("fastupdate"). With it, new entries wait in an
+# unsorted list (up to gin_pending_list_limit, 4 MB) that every search scans whole, and the add
+# that fills it merges it into the index. In one scope of 100,000 chunks a full list made the index
+# scan of each BM25 search read 499 pages instead of 11 (4.0 ms instead of 0.6 ms); entries now go
+# into the index as each chunk is written. The list left by older versions is merged here.
+_V4 = [
+    "ALTER INDEX chunks_tsv SET (fastupdate = off)",
+    "SELECT gin_clean_pending_list('chunks_tsv'::regclass)",
+]
+
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2}  # 2: the view roots' purge log; 3: BM25 statistics
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2, 4: _V4}
+# 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list
 SCHEMA_VERSION = max(MIGRATIONS)
 
 _RECORD_COLS = (
