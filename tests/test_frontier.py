@@ -234,3 +234,18 @@ def test_a_changed_price_book_is_another_run(tmp_path):
     other.write_text(text.replace(f'version: "{version}"', 'version: "other-v9"'), "utf-8")
     assert EvalConfig(strategy="rag").identity()["price_book_version"] == version
     assert EvalConfig(strategy="rag", price_book=other).identity()["price_book_version"] == "other-v9"
+
+
+def test_judge_accuracy_is_a_column_of_the_markdown_table(tmp_path):
+    rows = _rows([1.0, 0.0, 0.5], 1e-4, cats=("1",))
+    for r, verdict in zip(rows, (True, False, True)):
+        r["judge"] = verdict
+    _write_run(tmp_path / "rag", rows)
+    _write_run(tmp_path / "plain", _rows([1.0, 0.0, 0.5], 1e-4, cats=("1",)))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+                        {"label": "plain", "strategy": "rag", "dir": tmp_path / "plain"}])
+    md = render_markdown(rep).splitlines()
+    head = md[2].split("|")
+    col = head.index(" judge accuracy ")
+    cells = {line.split("|")[1].strip(): line.split("|")[col].strip() for line in md[4:6]}
+    assert cells == {"rag": "0.667", "plain": "-"}  # 2 of 3 judged correct; an unjudged run shows none

@@ -217,12 +217,12 @@ def _interval(v, lo, hi, digits: int = 3) -> str:
 def render_markdown(report: dict, title: str = "frontier") -> str:
     """The report as a Markdown table (one line per configuration) plus notes."""
     head = ("| configuration | n | F1 [95% CI] | ΔF1 vs {ref} [95% CI] | USD×1e4/q online | C(n)×1e4/q | QPC | QPC online "
-            "| proxy s/q | wall s/q | calls/q | evidence recall | Pareto (cost / latency) "
+            "| proxy s/q | wall s/q | calls/q | evidence recall | judge accuracy | Pareto (cost / latency) "
             "| regret vs per-question oracle (utility / F1) |").format(ref=report["reference"])
-    lines = [f"# {title}", "", head, "|" + "---|" * 14]
+    lines = [f"# {title}", "", head, "|" + "---|" * 15]
     for x in report["rows"]:
         if x["status"] != "ok":
-            lines.append(f"| {x['label']} | - | not run: {x['status']} |" + " |" * 11)
+            lines.append(f"| {x['label']} | - | not run: {x['status']} |" + " |" * 12)
             continue
         unpriced = x.get("unpriced_calls")
         lines.append("| " + " | ".join([
@@ -232,6 +232,7 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
             "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
             "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
             fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
+            "-" if x.get("judge_accuracy") is None else fmt_cell(x["judge_accuracy"], 3),
             "anchor (gold evidence)" if x.get("anchor") else
             f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}",
             _regret_cell(x),
