@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ..embed.query import encode_query
 from ..core.types import Scope
 from .base import StoreError
 from .bm25 import BM25Index, TermCache
@@ -361,8 +362,8 @@ class MemoryBank:
         return out
 
     def encode_query(self, query: str) -> np.ndarray:
-        """The query's embedding, float32 ``(dim,)``."""
-        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
+        """The query's embedding, float32 ``(dim,)``. Cached per embedder (:func:`~memfrontier.embed.query.encode_query`)."""
+        return encode_query(self.embedder, query)
 
     @staticmethod
     def _ranked(items: list[BankItem], scores: np.ndarray, k: int | None, positive_only: bool) -> list[tuple[BankItem, float]]:

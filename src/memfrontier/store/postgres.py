@@ -74,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..embed.query import encode_query
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
 from .chunking import chunk_records
@@ -716,8 +717,8 @@ class PostgresStore:
     # -- search primitives ----------------------------------------------------------------
 
     def encode_query(self, query: str) -> np.ndarray:
-        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder."""
-        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
+        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder. Cached per embedder (:func:`~memfrontier.embed.query.encode_query`)."""
+        return encode_query(self.embedder, query)
 
     def _ranked(self, rows, score_of: Callable) -> list[tuple[Chunk, float]]:
         """Rows (chunk columns, first_seq, score) best first; ties in store order."""

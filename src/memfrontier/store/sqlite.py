@@ -67,6 +67,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..embed.query import encode_query
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
 from .bm25 import BM25Index, TermCache
@@ -1073,8 +1074,8 @@ class SQLiteStore:
         return [(int(idx[o]), float(sub[o])) for o in order]
 
     def encode_query(self, query: str) -> np.ndarray:
-        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder."""
-        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
+        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder. Cached per embedder (:func:`~memfrontier.embed.query.encode_query`)."""
+        return encode_query(self.embedder, query)
 
     def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
                      query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
