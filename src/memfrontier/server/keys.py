@@ -66,6 +66,7 @@ from pydantic import BaseModel
 
 from ..core.ledger import Usage
 from ..store.base import StoreError
+from ..store.purge import with_placeholder
 from ..store.postgres import apply_migrations, is_postgres_url, redact_url, schema_version
 from .tenants import check_tenant
 
@@ -149,7 +150,7 @@ class KeyStore(ABC):
         """Close the connections (the slots they hold are released)."""
 
     def _sql(self, sql: str) -> str:
-        return sql if self._placeholder == "?" else sql.replace("?", self._placeholder)
+        return with_placeholder(sql, self._placeholder)
 
     # -- keys -------------------------------------------------------------------------------
     def create(self, tenant: str) -> tuple[str, str]:

@@ -95,7 +95,9 @@ def view_root_id(folder: str | Path) -> str:
     return f"{socket.gethostname()}:{Path(folder).resolve()}"
 
 
-def _sql(sql: str, ph: str) -> str:
+def with_placeholder(sql: str, ph: str) -> str:
+    """``sql`` written with ``?`` placeholders, in the driver's style ``ph`` (``?`` for sqlite3,
+    ``%s`` for psycopg). The statements passed here hold no literal ``?``."""
     return sql if ph == "?" else sql.replace("?", ph)
 
 
@@ -104,7 +106,7 @@ def purges_due(folder: str | Path, tx: Transaction, ph: str = "?") -> bool:
     intent waits for it (one read; ``ph``: the driver's placeholder, ``?`` or ``%s``)."""
     root = view_root_id(folder)
     with tx() as c:
-        registered, waiting = c.execute(_sql(
+        registered, waiting = c.execute(with_placeholder(
             f"SELECT EXISTS (SELECT 1 FROM view_roots WHERE root = ?), "
             f"EXISTS (SELECT 1 FROM pending_purges WHERE {_NOT_APPLIED})", ph), (root, root)).fetchone()
     return not registered or bool(waiting)
@@ -121,13 +123,13 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
     root, applied = view_root_id(folder), 0
     if Path(folder).is_dir():  # a root is registered only once its folder exists (see purges_due)
         with tx() as c:
-            c.execute(_sql("INSERT INTO view_roots (root) VALUES (?) ON CONFLICT (root) DO NOTHING", ph), (root,))
-            pending = c.execute(_sql(f"SELECT seq, intent_json FROM pending_purges WHERE {_NOT_APPLIED} ORDER BY seq",
+            c.execute(with_placeholder("INSERT INTO view_roots (root) VALUES (?) ON CONFLICT (root) DO NOTHING", ph), (root,))
+            pending = c.execute(with_placeholder(f"SELECT seq, intent_json FROM pending_purges WHERE {_NOT_APPLIED} ORDER BY seq",
                                      ph), (root,)).fetchall()
         for seq, intent_json in pending:
             purge_views(folder, json.loads(intent_json))
             with tx() as c:
-                c.execute(_sql("INSERT INTO purges_applied (seq, root) VALUES (?, ?) ON CONFLICT (seq, root) DO NOTHING",
+                c.execute(with_placeholder("INSERT INTO purges_applied (seq, root) VALUES (?, ?) ON CONFLICT (seq, root) DO NOTHING",
                                ph), (seq, root))
             applied += 1
     host = socket.gethostname()
@@ -135,12 +137,12 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
         for (other,) in c.execute("SELECT root FROM view_roots").fetchall():
             other_host, _, path = other.partition(":")
             if other_host == host and not Path(path).is_dir():
-                c.execute(_sql("DELETE FROM view_roots WHERE root = ?", ph), (other,))
-                c.execute(_sql("DELETE FROM purges_applied WHERE root = ?", ph), (other,))
+                c.execute(with_placeholder("DELETE FROM view_roots WHERE root = ?", ph), (other,))
+                c.execute(with_placeholder("DELETE FROM purges_applied WHERE root = ?", ph), (other,))
         c.execute("DELETE FROM pending_purges WHERE NOT EXISTS (SELECT 1 FROM view_roots r WHERE NOT EXISTS "
                   "(SELECT 1 FROM purges_applied a WHERE a.seq = pending_purges.seq AND a.root = r.root))")
         c.execute("DELETE FROM purges_applied WHERE seq NOT IN (SELECT seq FROM pending_purges)")
     return applied
 
 
-__all__ = ["LOG_TABLES", "apply_pending", "covering_scopes", "purge_views", "purges_due", "view_root_id"]
+__all__ = ["LOG_TABLES", "apply_pending", "covering_scopes", "purge_views", "purges_due", "view_root_id", "with_placeholder"]
