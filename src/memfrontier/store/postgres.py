@@ -58,8 +58,9 @@ Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`
 
   Latency in one scope of 100,000 chunks (1 user x 1,000,000 synthetic records, embedded server
   with 128 MB shared_buffers, 2 cores; ``benchmarks/bench_pg_store.py --records 1000000 --users 1
-  --keep DIR --stores postgres``): hybrid search right after an add p50 19.1 ms / p95 170 ms, warm
-  12.7 ms, BM25 alone 9.4 ms (schema 4, reading each match's tsvector: 77-87 / 437-505 / 37 / 37 ms).
+  --keep DIR --stores postgres``, three runs): hybrid search right after an add p50 15.5-19.1 ms,
+  p95 166-170 ms, warm p50 10-13 ms, BM25 alone 9 ms (schema 4, reading each match's tsvector:
+  77-87 ms, 437-505 ms, 37 ms, 37 ms).
 
 Schema migrations are versioned (:data:`MIGRATIONS`): opening a database applies the missing
 versions in order in one transaction under an advisory lock; a database written by a newer
