@@ -295,7 +295,8 @@ def test_delete_all_reaches_every_view_and_leaves_no_byte_of_the_text(mem, locat
     if backend == "sqlite":
         assert any(f.startswith("store.db") for f in before)  # the database or its WAL
     else:  # the row check does see the text where it lives: records, chunks and their lexemes
-        assert {"db:public.records.text", "db:public.chunks.text", "db:public.chunks.tsv"} <= set(before)
+        assert {"db:public.records.text", "db:public.chunks.text", "db:public.chunks.tsv",
+                "db:public.postings.lexeme"} <= set(before)
     mp = open_bank(store)
     cpt = MemoryBank.for_store(store, "memorycpt-test")
     assert "quokka7731" in hybrid_search(mp, "secret code", DANA, MEMPILOT_BANK, 1)[0].item.text

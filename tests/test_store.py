@@ -601,9 +601,10 @@ def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_p
         assert [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version")] == sorted(MIGRATIONS)
         idx = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'chunks'").fetchall())
         assert "USING hnsw (embedding vector_cosine_ops)" in idx["chunks_embedding"]
-        assert "USING gin (tsv)" in idx["chunks_tsv"]
-        assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'chunks_tsv'").fetchone()[0] == [
-            "fastupdate=off"]  # no pending list for every search to scan
+        assert "chunks_tsv" not in idx  # schema 5: BM25 reads the postings, nothing used the GIN index
+        idx = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'postings'").fetchall())
+        assert idx["postings_lexeme"].endswith("(lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)")
+        assert idx["postings_chunk"].endswith("(chunk_id)")
         conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this memfrontier's {SCHEMA_VERSION}"):
         PostgresStore(dsn, minilm, directory=tmp_path / "v")
@@ -683,17 +684,132 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
     s.close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # back to before schema 3: no scope_stats yet
         conn.execute("DROP TABLE scope_stats")
-        conn.execute("ALTER INDEX chunks_tsv RESET (fastupdate)")  # nor schema 4's index option
+        conn.execute("DROP TABLE postings")  # nor schema 5's postings; schema 1's GIN index back
+        conn.execute("CREATE INDEX chunks_tsv ON chunks USING gin (tsv)")
         conn.execute("DELETE FROM schema_version WHERE version > 1")
     s = PostgresStore(dsn, minilm, directory=tmp_path / "stats")
     assert s.schema_version() == SCHEMA_VERSION
     with psycopg.connect(dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'chunks_tsv'").fetchone()[0] == [
-            "fastupdate=off"]
+        assert conn.execute("SELECT to_regclass('chunks_tsv')").fetchone()[0] is None
         assert set(stats(conn)) == {A.key(), ax.key()}
         assert [(c.id, pytest.approx(sc)) for c, sc in s.search_bm25("hiking sister glacier", alice, 10)] == before
         assert s.delete_all(alice) == 5
         assert stats(conn) == {}
+    s.close()
+
+
+# The postings of the chunks present, from their tsvectors: what the ``postings`` table must hold.
+_POSTINGS_TRUTH = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+                   "FROM chunks c, unnest(c.tsv) AS t ORDER BY 1, 2, 3, 4, 5")
+_POSTINGS = "SELECT lexeme, user_id, agent_id, run_id, chunk_id, tf, dl FROM postings ORDER BY 1, 2, 3, 4, 5"
+
+
+def _postings(conn) -> list[tuple]:
+    rows = conn.execute(_POSTINGS).fetchall()
+    assert rows == conn.execute(_POSTINGS_TRUTH).fetchall()
+    return rows
+
+
+def test_postgres_bm25_reads_postings_that_follow_every_write(pg_database, tmp_path, minilm):
+    """BM25 from the ``postings`` table equals Okapi BM25 computed by hand (an exact scope and a
+    partial one: the statistics of the scopes it covers, no other user's), and the postings stay
+    exactly the chunks' lexemes through a re-chunk, a delete and a delete_all (no stale row)."""
+    import math
+
+    import psycopg
+
+    x, y, v = Scope(user_id="u", agent_id="x"), Scope(user_id="u", agent_id="y"), Scope(user_id="v")
+    s = PostgresStore(pg_database("postings"), minilm, directory=tmp_path / "postings")
+    s.add([turn(1, "Kayaks kayak kayaking.", scope=x, session="a"),  # ann said kayak(tf 3): dl 3
+           turn(2, "Lisbon trams.", scope=x, session="b"),  # ann said lisbon tram: dl 4
+           turn(3, "Kayak trip to Lisbon.", scope=y, session="c"),  # ann said kayak trip lisbon: dl 5
+           turn(4, "Kayak kayak.", scope=v, session="d")])  # ann said kayak: dl 3, another user
+
+    def bm25(n, df, tf, dl, avgdl):
+        return math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / avgdl))
+
+    # user u (partial scope, x and y): N = 3, avgdl = (3 + 4 + 5) / 3 = 4, df(kayak) = 2
+    assert [(c.session_id, sc) for c, sc in s.search_bm25("kayaking", Scope(user_id="u"), 5)] == [
+        ("a", pytest.approx(bm25(3, 2, 3, 3, 4), rel=1e-12)), ("c", pytest.approx(bm25(3, 2, 1, 5, 4), rel=1e-12))]
+    # exact scope x: N = 2, avgdl = 3.5, df(kayak) = df(lisbon) = 1; k = 1 keeps the best only
+    assert [(c.session_id, sc) for c, sc in s.search_bm25("kayak in Lisbon", x, 5)] == [
+        ("a", pytest.approx(bm25(2, 1, 3, 3, 3.5), rel=1e-12)), ("b", pytest.approx(bm25(2, 1, 1, 4, 3.5), rel=1e-12))]
+    assert [c.session_id for c, _ in s.search_bm25("kayak in Lisbon", x, 1)] == ["a"]
+    assert s.search_bm25("the of to", x, 5) == []  # stopwords only: no lexeme
+
+    with psycopg.connect(s.dsn, autocommit=True) as conn:
+        assert len(_postings(conn)) == 3 + 4 + 5 + 3
+        old_a = [c.id for c in s.chunks(x) if c.session_id == "a"]
+        s.add([turn(5, "More kayaks.", scope=x, session="a")])  # session a re-chunked: kayak tf 4, dl 3
+        assert conn.execute("SELECT count(*) FROM postings WHERE chunk_id = ANY(%s)", (old_a,)).fetchone()[0] == 0
+        assert len(_postings(conn)) == 15
+        assert conn.execute("SELECT tf, dl FROM postings WHERE lexeme = 'kayak' AND agent_id = 'x'").fetchall() == [(4, 3)]
+        assert s.delete("u:b:2", x) is True  # chunk b gone with its 4 postings
+        assert len(_postings(conn)) == 11
+        assert s.delete_all(Scope(user_id="u")) == 3
+        assert {r[1] for r in _postings(conn)} == {"v"} and len(_postings(conn)) == 3
+    assert [c.session_id for c, _ in s.search_bm25("kayak", v, 5)] == ["d"]
+    s.close()
+
+
+# The BM25 statement of schema 4 (GIN index on tsv, each candidate's tsvector unnested), kept as the
+# reference the postings must reproduce. Parameters: scope params, lexemes, tsquery text, scope params.
+_BM25_V4 = """
+WITH st AS (SELECT COALESCE(sum(n_chunks), 0)::float8 AS n,
+                   COALESCE(sum(sum_len)::float8 / NULLIF(sum(n_chunks), 0), 1) AS avgdl
+            FROM scope_stats WHERE {where}),
+m AS (SELECT c.id, c.tsv_len, c.timestamp, c.first_seq, ts_filter(setweight(c.tsv, 'A', %s), '{{a}}') AS hits
+      FROM chunks c, websearch_to_tsquery('simple', %s) AS q WHERE c.tsv @@ q AND {where}),
+h AS (SELECT m.id, m.tsv_len AS dl, m.timestamp, m.first_seq, cardinality(t.positions)::float8 AS tf,
+             count(*) OVER (PARTITION BY t.lexeme)::float8 AS df
+      FROM m, unnest(m.hits) AS t),
+top AS (SELECT h.id, sum(ln(1 + (st.n - h.df + 0.5) / (h.df + 0.5)) * h.tf * 2.5
+                         / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
+        FROM h CROSS JOIN st GROUP BY h.id, h.timestamp, h.first_seq
+        ORDER BY score DESC, h.timestamp IS NOT NULL, h.timestamp, h.first_seq, h.id)
+SELECT top.id, top.score FROM top
+"""
+
+
+def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tmp_path, minilm):
+    """A store with data at schema 4 (no postings, GIN index on tsv) is migrated to 5 on open: the
+    postings are built from its chunks, the GIN index dropped, and every BM25 search ranks and scores
+    as schema 4's statement did on the same rows (exact and partial scopes)."""
+    import psycopg
+
+    from memfrontier.store.postgres import SCHEMA_VERSION, _scope_where
+
+    ax = Scope(user_id="alice", agent_id="x")
+    dsn = pg_database("v4")
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
+    s.add(ALICE + BOB + [turn(1, "Hiking with the agent on Sundays, hiking to the glacier.", scope=ax, session="x1"),
+                         turn(5, "Biscuit loves hiking; the puppy hikes every Sunday.", session="s3", ts=None)])
+    s.close()
+    queries = ["hiking", "puppy named Biscuit", "sister Lisbon glacier hiking", "Sunday hikes"]
+    scopes = [A, B, ax, Scope(user_id="alice"), Scope(agent_id="x"), Scope()]
+    with psycopg.connect(dsn, autocommit=True) as conn:  # back to schema 4
+        conn.execute("DROP TABLE postings")
+        conn.execute("CREATE INDEX chunks_tsv ON chunks USING gin (tsv) WITH (fastupdate = off)")
+        conn.execute("DELETE FROM schema_version WHERE version > 4")
+        reference = {}
+        for q in queries:
+            lexemes = conn.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", (q,)).fetchone()[0]
+            terms = " or ".join('"' + lx + '"' for lx in lexemes)
+            for i, sc in enumerate(scopes):
+                where, params = _scope_where(sc)
+                reference[q, i] = conn.execute(
+                    _BM25_V4.format(where=where), [*params, lexemes, terms, *params]).fetchall()
+    assert sum(len(r) for r in reference.values()) > 20
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
+    assert s.schema_version() == SCHEMA_VERSION == 5
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert len(_postings(conn)) == conn.execute("SELECT sum(tsv_len) FROM chunks").fetchone()[0] > 0
+        assert conn.execute("SELECT to_regclass('chunks_tsv')").fetchone()[0] is None
+    for (q, i), rows in reference.items():
+        sc = scopes[i]
+        got = [(c.id, score) for c, score in s.search_bm25(q, sc, None)]
+        assert got == [(cid, pytest.approx(score, rel=1e-12)) for cid, score in rows], (q, sc)
+        assert [c.id for c, _ in s.search_bm25(q, sc, 2)] == [cid for cid, _ in rows[:2]]
     s.close()
 
 

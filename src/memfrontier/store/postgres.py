@@ -8,7 +8,11 @@ The same :class:`~memfrontier.store.base.MemoryStore` members as
     records         the store of record, ``UNIQUE (scope_key, id)``: record ids are unique per scope
     chunks          turn-atomic chunks of each (scope, session) with their record ids (``text[]``),
                     their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
-                    (``to_tsvector('english', text)``, GIN index without a pending list)
+                    (``to_tsvector('english', text)``) with its length (``tsv_len``, distinct lexemes)
+    postings        BM25 postings: one row per (chunk, lexeme of its tsvector) with the chunk's scope
+                    columns, tf (the lexeme's number of positions) and the chunk's length; a covering
+                    btree ``(lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)`` and one on
+                    ``chunk_id``; written and deleted in the transaction that changes the chunks
     scope_stats     per exact scope: its number of chunks and the sum of their lengths (distinct
                     lexemes), the BM25 statistics; changed in the transaction that changes the chunks
     pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
@@ -37,18 +41,26 @@ Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`
   ``hnsw.ef_search = max(40, k)``); the planner scans exactly when the scope's rows are few.
 - :meth:`PostgresStore.search_bm25`: Okapi BM25 (k1=1.5, b=0.75, Lucene IDF, as bm25s) computed
   in SQL over PostgreSQL's full-text lexemes: the query's lexemes (``to_tsvector('english', query)``,
-  Snowball English stemmer and stopwords) are OR-ed into a ``tsquery``; the chunks of the scope that
-  match it (GIN index) are scored with N, df and the average length of the searched scope's own
-  chunks (no other tenant's text enters the statistics). How it differs from the SQLite store's
+  Snowball English stemmer and stopwords) are looked up in ``postings`` (an index-only scan per
+  lexeme, always filtered by the scope columns); the chunks of the scope holding any of them are
+  scored with N, df and the average length of the searched scope's own chunks (no other tenant's
+  text enters the statistics). How it differs from the SQLite store's
   bm25s: the tokenizer (PostgreSQL's default parser and Snowball stemmer, not ours: accents are
   not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
   at 256 by PostgreSQL) and a chunk's length is its number of distinct lexemes. N and the average
   length come from ``scope_stats`` (one row per exact scope, summed over the scopes a partial scope
-  covers), so a search costs O(matching chunks), not O(chunks in scope); only the query's lexemes of
-  each matching chunk are unnested (``ts_filter(setweight(...))``) and only the top ``k`` rows are
-  joined back for their text. The recall difference is measured in
+  covers), so a search costs O(postings of the query's lexemes in the scope), not O(chunks in
+  scope); the postings are read from one btree in lexeme order (a few pages per thousand matches),
+  not one ``chunks`` heap page per matching chunk as before schema 5, and only the top ``k`` rows
+  (with their score ties) are joined back for their text. The recall difference is measured in
   ``benchmarks/bench_pg_recall.py`` (evidence recall of ``rag`` on the LoCoMo test split against
   the SQLite store).
+
+  Latency in one scope of 100,000 chunks (1 user x 1,000,000 synthetic records, embedded server
+  with 128 MB shared_buffers, 2 cores; ``benchmarks/bench_pg_store.py --records 1000000 --users 1
+  --keep DIR --stores postgres``, three runs): hybrid search right after an add p50 15.5-19.1 ms,
+  p95 166-170 ms, warm p50 10-13 ms, BM25 alone 9 ms (schema 4, reading each match's tsvector:
+  77-87 ms, 437-505 ms, 37 ms, 37 ms).
 
 Schema migrations are versioned (:data:`MIGRATIONS`): opening a database applies the missing
 versions in order in one transaction under an advisory lock; a database written by a newer
@@ -184,10 +196,39 @@ _V4 = [
     "SELECT gin_clean_pending_list('chunks_tsv'::regclass)",
 ]
 
+# v5: BM25 postings, one row per (chunk, lexeme of its tsvector) with the lexeme's tf (number of
+# positions) and the chunk's length, kept by the writes in the chunks' transaction and filled here
+# from the chunks present. A search reads, per query lexeme, the scope's postings from one btree
+# (an index-only scan: lexeme, then the scope columns, carrying chunk id, tf and length) instead of
+# one heap page of ``chunks`` per matching chunk (to unnest its tsvector): in one scope of 100,000
+# chunks that was ~38 ms of every search and, with the HNSW index, more than 128 MB of
+# shared_buffers to keep cached. No statement uses the GIN index on ``tsv`` any more: it goes (each
+# chunk insert paid for it).
+_V5 = [
+    """CREATE TABLE postings (
+        lexeme text COLLATE "C" NOT NULL,
+        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
+        chunk_id text COLLATE "C" NOT NULL,
+        tf smallint NOT NULL,
+        dl integer NOT NULL)""",
+    ("INSERT INTO postings SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+     "FROM chunks c, unnest(c.tsv) AS t ORDER BY 1, 2, 3, 4"),
+    "CREATE INDEX postings_lexeme ON postings (lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)",
+    "CREATE INDEX postings_chunk ON postings (chunk_id)",
+    "DROP INDEX chunks_tsv",
+    "ANALYZE postings",
+]
+
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2, 4: _V4}
-# 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2, 4: _V4, 5: _V5}
+# 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
+# 5: BM25 postings (the full-text index dropped)
 SCHEMA_VERSION = max(MIGRATIONS)
+
+# The postings of chunks just inserted (parameter: their ids); the migration to v5 fills the table alike.
+_POSTINGS_OF = ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
+                "SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+                "FROM chunks c, unnest(c.tsv) AS t WHERE c.id = ANY(%s)")
 
 _RECORD_COLS = (
     "seq, id, kind, scope_json, session_id, speaker, role, timestamp, text, images_json, "
@@ -198,29 +239,26 @@ _ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
 _ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
 
 # Okapi BM25 (k1 = 1.5, b = 0.75, Lucene IDF ln(1 + (N - df + 0.5) / (df + 0.5))) over the
-# full-text lexemes: candidates are the chunks of the scope matching the OR-query (GIN index);
-# N and the average length are the scope's (``scope_stats``), df is counted among the candidates
-# (every chunk that holds a query lexeme is one), tf is a lexeme's number of positions, the length
-# of a chunk is its number of distinct lexemes (``tsv_len``). Of each candidate only the query's
-# lexemes are unnested (weight A set on them, the rest filtered out), one row per (chunk, lexeme)
-# carrying the lexeme's df (a window count); the chunks are scored, ranked on (score, store order)
-# and only the top rows are joined back for their columns.
-# Parameters: scope params, lexemes, query text, scope params.
+# full-text lexemes, from ``postings``: the scope's postings of the query's lexemes (index-only scan
+# of ``postings_lexeme``), one row per (chunk, lexeme) carrying the lexeme's df among them (a window
+# count: every chunk holding a query lexeme has its posting), tf (number of positions) and the
+# chunk's length (number of distinct lexemes); N and the average length are the scope's
+# (``scope_stats``). The chunks are scored, the top ``k`` scores kept with their ties, and only
+# those rows are joined back to ``chunks`` for their columns and ranked on (score, store order).
+# Parameters: scope params, lexemes, scope params.
 _BM25_SQL = """
 WITH st AS (SELECT COALESCE(sum(n_chunks), 0)::float8 AS n,
                    COALESCE(sum(sum_len)::float8 / NULLIF(sum(n_chunks), 0), 1) AS avgdl
             FROM scope_stats WHERE {where}),
-m AS (SELECT c.id, c.tsv_len, c.timestamp, c.first_seq, ts_filter(setweight(c.tsv, 'A', %s), '{{a}}') AS hits
-      FROM chunks c, websearch_to_tsquery('simple', %s) AS q WHERE c.tsv @@ q AND {where}),
-h AS (SELECT m.id, m.tsv_len AS dl, m.timestamp, m.first_seq, cardinality(t.positions)::float8 AS tf,
-             count(*) OVER (PARTITION BY t.lexeme)::float8 AS df
-      FROM m, unnest(m.hits) AS t),
-top AS (SELECT h.id, sum(ln(1 + (st.n - h.df + 0.5) / (h.df + 0.5)) * h.tf * 2.5
-                         / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
-        FROM h CROSS JOIN st GROUP BY h.id, h.timestamp, h.first_seq
-        ORDER BY score DESC, h.timestamp IS NOT NULL, h.timestamp, h.first_seq, h.id{limit})
+h AS (SELECT p.chunk_id, p.dl, p.tf::float8 AS tf, count(*) OVER (PARTITION BY p.lexeme)::float8 AS df
+      FROM postings p WHERE p.lexeme = ANY(%s::text[]) AND {where}),
+top AS (SELECT h.chunk_id, sum(ln(1 + (st.n - h.df + 0.5) / (h.df + 0.5)) * h.tf * 2.5
+                               / (h.tf + 1.5 * (0.25 + 0.75 * h.dl / GREATEST(st.avgdl, 1)))) AS score
+        FROM h CROSS JOIN st GROUP BY h.chunk_id
+        ORDER BY score DESC{fetch})
 SELECT c.id, c.scope_json, c.session_id, c.timestamp, c.text, c.n_tokens, c.record_ids, c.first_seq, top.score
-FROM top JOIN chunks c ON c.id = top.id
+FROM top JOIN chunks c ON c.id = top.chunk_id
+ORDER BY top.score DESC, c.timestamp IS NOT NULL, c.timestamp, c.first_seq, c.id{limit}
 """
 
 
@@ -530,6 +568,7 @@ class PostgresStore:
                 delta += [(*r[:4], -1, -r[4]) for r in c.execute(
                     "DELETE FROM chunks WHERE id = ANY(%s) RETURNING scope_key, user_id, agent_id, run_id, tsv_len",
                     (gone,))]
+                c.execute("DELETE FROM postings WHERE chunk_id = ANY(%s)", (gone,))
             kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan if ch.id in old]
             if kept:
                 with c.cursor() as cur:
@@ -545,9 +584,10 @@ class PostgresStore:
                     [(ch.id, ch.scope.key(), ch.scope.user_id, ch.scope.agent_id, ch.scope.run_id,
                       ch.scope.model_dump_json(), ch.session_id, ch.timestamp, ch.text, ch.n_tokens, seq,
                       list(ch.record_ids), v) for (ch, seq), v in zip(new_chunks, vecs)])
+            ids = [ch.id for ch, _ in new_chunks]
             delta += [(*r[:4], 1, r[4]) for r in c.execute(
-                "SELECT scope_key, user_id, agent_id, run_id, tsv_len FROM chunks WHERE id = ANY(%s)",
-                ([ch.id for ch, _ in new_chunks],))]
+                "SELECT scope_key, user_id, agent_id, run_id, tsv_len FROM chunks WHERE id = ANY(%s)", (ids,))]
+            c.execute(_POSTINGS_OF, (ids,))
         self._count_stats(c, delta)
         return len(new_chunks), len(new_chunks)
 
@@ -760,9 +800,9 @@ class PostgresStore:
             lexemes = c.execute(f"SELECT tsvector_to_array(to_tsvector('{_TS_CONFIG}', %s))", (query,)).fetchone()[0]
             if not lexemes:
                 return []
-            # each lexeme quoted as a phrase of the 'simple' configuration: already normalised, never a syntax error
-            terms = " or ".join('"' + lx.replace('"', " ") + '"' for lx in lexemes)
-            rows = c.execute(_BM25_SQL.format(where=where, limit=limit), [*params, lexemes, terms, *params]).fetchall()
+            fetch = "" if k is None else f" FETCH FIRST {int(k)} ROWS WITH TIES"
+            rows = c.execute(_BM25_SQL.format(where=where, fetch=fetch, limit=limit),
+                             [*params, sorted(set(lexemes)), *params]).fetchall()
         return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
 
     # -- lifecycle ------------------------------------------------------------------------
