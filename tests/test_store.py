@@ -777,7 +777,8 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
     as schema 4's statement did on the same rows (exact and partial scopes)."""
     import psycopg
 
-    from memfrontier.store.postgres import SCHEMA_VERSION, _scope_where
+    from memfrontier.store.postgres import SCHEMA_VERSION
+    from memfrontier.store.seam import scope_where
 
     ax = Scope(user_id="alice", agent_id="x")
     dsn = pg_database("v4")
@@ -796,7 +797,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
             lexemes = conn.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", (q,)).fetchone()[0]
             terms = " or ".join('"' + lx + '"' for lx in lexemes)
             for i, sc in enumerate(scopes):
-                where, params = _scope_where(sc)
+                where, params = scope_where(sc, "%s")
                 reference[q, i] = conn.execute(
                     _BM25_V4.format(where=where), [*params, lexemes, terms, *params]).fetchall()
     assert sum(len(r) for r in reference.values()) > 20

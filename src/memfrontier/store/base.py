@@ -1,6 +1,8 @@
 """The store interface. The embedded SQLite store (:mod:`memfrontier.store.sqlite`) and the
-PostgreSQL + pgvector store (:mod:`memfrontier.store.postgres`) implement it, and strategies only
-ever see this interface (:func:`memfrontier.store.open.open_store` opens either from a location)."""
+PostgreSQL + pgvector store (:mod:`memfrontier.store.postgres`) implement it (the members whose
+logic does not depend on the database come from their common base,
+:class:`memfrontier.store.seam.StoreSeam`), and strategies only ever see this interface
+(:func:`memfrontier.store.open.open_store` opens either from a location)."""
 
 from __future__ import annotations
 

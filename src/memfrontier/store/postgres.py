@@ -86,22 +86,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..embed.query import encode_query
 from ..core.types import Chunk, Record, Scope
-from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
+from .base import AddProgress, AddResult, StoreError
 from .chunking import chunk_records
-from .purge import LOG_TABLES, apply_pending, purges_due
-from .records import (
-    check_conflicts,
-    checked_batch,
-    count_tokens_many,
-    embedding_mismatch,
-    encode,
-    encode_chunks,
-    purge_intent,
-    row_to_record,
-    view_folder,
-)
+from .purge import LOG_TABLES
+from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
+from .seam import ORDER_CHUNKS, ORDER_RECORDS, RECORD_COLS, StoreSeam, chunk_order
 
 log = logging.getLogger(__name__)
 
@@ -230,13 +220,7 @@ _POSTINGS_OF = ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_
                 "SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
                 "FROM chunks c, unnest(c.tsv) AS t WHERE c.id = ANY(%s)")
 
-_RECORD_COLS = (
-    "seq, id, kind, scope_json, session_id, speaker, role, timestamp, text, images_json, "
-    "step_index, action, observation, meta_json, n_tokens"
-)
 _CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids"
-_ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
-_ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
 
 # Okapi BM25 (k1 = 1.5, b = 0.75, Lucene IDF ln(1 + (N - df + 0.5) / (df + 0.5))) over the
 # full-text lexemes, from ``postings``: the scope's postings of the query's lexemes (index-only scan
@@ -268,22 +252,6 @@ def _row_to_chunk(row) -> Chunk:
     cid, scope_json, sid, ts, text, n, rec_ids = row[:7]
     return Chunk(id=cid, scope=Scope(**json.loads(scope_json)), session_id=sid, timestamp=ts, text=text,
                  record_ids=list(rec_ids), n_tokens=n)
-
-
-def _chunk_order(ch: Chunk, first_seq: int) -> tuple:
-    """Python twin of ``ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id`` (C collation)."""
-    return (ch.timestamp is not None, ch.timestamp or "", first_seq, ch.id)
-
-
-def _scope_where(scope: Scope) -> tuple[str, list]:
-    """SQL condition for a search scope (``None`` fields match anything)."""
-    conds, params = [], []
-    for col in ("user_id", "agent_id", "run_id"):
-        v = getattr(scope, col)
-        if v is not None:
-            conds.append(f"{col} = %s")
-            params.append(v)
-    return (" AND ".join(conds) if conds else "TRUE"), params
 
 
 def _lock_id(scope_key: str) -> int:
@@ -372,7 +340,7 @@ def default_directory(dsn: str) -> Path:
     return home / "postgres" / hashlib.sha256(redact_url(dsn).encode("utf-8")).hexdigest()[:16]
 
 
-class PostgresStore:
+class PostgresStore(StoreSeam):
     """PostgreSQL + pgvector :class:`~memfrontier.store.base.MemoryStore` (see the module docstring).
 
     Args:
@@ -407,34 +375,11 @@ class PostgresStore:
             self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)))
         except psycopg.Error as e:
             raise StoreError(f"cannot connect to store database {self.name}: {e}") from e
-        try:
-            self._migrate()
-            self._register_vector()
-            self._check_meta(reembed)
-            self.complete_purges()  # a delete interrupted after its commit is finished here
-        except BaseException:
-            self._conn.close()
-            raise
-
-    # -- the store seam -------------------------------------------------------------------
-
-    @property
-    def directory(self) -> Path:
-        """The local folder of the view files (memory banks, graph index)."""
-        return self.path
-
-    def view_dir(self, name: str) -> Path:
-        """The folder that holds view ``name``'s files (``<directory>/<name>``), created if missing.
-
-        Raises:
-            ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``).
-        """
-        folder = view_folder(self.path, name)
-        if purges_due(self.path, self._tx, "%s"):  # a delete made through another directory reaches these files first
-            self.complete_purges()
-        return folder
+        self._open_steps(self._migrate, self._register_vector, lambda: self._check_meta(reembed))
 
     # -- connection / schema --------------------------------------------------------------
+
+    _PH = "%s"
 
     @contextmanager
     def _tx(self) -> Iterator:
@@ -447,6 +392,8 @@ class PostgresStore:
                     yield self._conn
             except self._psycopg.Error as e:
                 raise StoreError(f"store database {self.name}: {e}") from e
+
+    _read_tx = _write_tx = _tx  # one kind of transaction serves reads and writes
 
     def _register_vector(self) -> None:
         from pgvector.psycopg import register_vector
@@ -468,11 +415,8 @@ class PostgresStore:
             apply_migrations(c, MIGRATIONS, lock=_MIGRATION_LOCK, what=f"store database {self.name}",
                              dim=int(self.embedder.dim))
 
-    def _meta(self, c) -> dict[str, str]:
-        return dict(c.execute("SELECT key, value FROM meta").fetchall())
-
-    def _mismatch(self, meta: dict[str, str]) -> str | None:
-        return embedding_mismatch(self.name, meta, self.embedder)
+    def _store_name(self) -> str:
+        return self.name
 
     def _check_meta(self, reembed: bool) -> None:
         with self._tx() as c:
@@ -488,12 +432,7 @@ class PostgresStore:
                 raise StoreError(f"store {self.name} was built with chunk_tokens={recorded}; open it with "
                                  f"chunk_tokens={recorded} (got {self.chunk_tokens})")
             msg = self._mismatch(meta)
-        if msg is None:
-            return
-        if not reembed:
-            raise EmbeddingMismatchError(msg)
-        log.warning("%s: re-embedding (reembed=True)", msg)
-        self.reembed_all()
+        self._resolve_mismatch(msg, reembed)
 
     # -- embedding helpers ----------------------------------------------------------------
 
@@ -526,16 +465,14 @@ class PostgresStore:
         check the embedding model is still the configured one."""
         for key in sorted(set(scope_keys)):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
-        msg = self._mismatch(self._meta(c))
-        if msg is not None:  # another process re-embedded the store with another model meanwhile
-            raise EmbeddingMismatchError(msg)
+        self._guard_embedding(c)
 
     def _existing(self, c, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Record]:
         """The stored records among ``keys`` ((scope key, record id) pairs), by key."""
         if not keys:
             return {}
         rows = c.execute(
-            f"SELECT r.scope_key, {', '.join('r.' + x.strip() for x in _RECORD_COLS.split(','))} FROM records r "
+            f"SELECT r.scope_key, {', '.join('r.' + x.strip() for x in RECORD_COLS.split(','))} FROM records r "
             "JOIN unnest(%s::text[], %s::text[]) AS k(scope_key, id) ON r.scope_key = k.scope_key AND r.id = k.id",
             ([k for k, _ in keys], [i for _, i in keys])).fetchall()
         return {(row[0], row[2]): row_to_record(row[1:]) for row in rows}
@@ -549,8 +486,8 @@ class PostgresStore:
         new_chunks: list[tuple[Chunk, int]] = []
         delta: list[tuple] = []  # (scope_key, user_id, agent_id, run_id, +-chunks, +-length) of each chunk row
         for key in sessions:
-            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
-                             f"{_ORDER_RECORDS}", key).fetchall()
+            rows = c.execute(f"SELECT {RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
+                             f"{ORDER_RECORDS}", key).fetchall()
             counts = {}
             seq_of = {}
             recs = []
@@ -626,20 +563,13 @@ class PostgresStore:
             TypeError: an element is not a :class:`Record`.
             StoreError / EmbeddingMismatchError: see the class docstring.
         """
-        records, uniq = checked_batch(records)
-        with self._tx() as c:
-            present = self._existing(c, list(uniq))
-        check_conflicts(uniq, present)
-        fresh = [(k, r) for k, r in uniq.items() if k not in present]
-        if not fresh:
+        records, uniq, n_of = self._checked_new(records)
+        if not n_of:
             return AddResult(skipped=[r.id for r in records])
-        n_of = dict(zip([k for k, _ in fresh], count_tokens_many(self.embedder, [r.render() for _, r in fresh])))
 
         with self._tx() as c:
-            self._guard(c, {k[0] for k, _ in fresh})
-            present = self._existing(c, list(uniq))  # a concurrent writer may have added some
-            check_conflicts(uniq, present)
-            insert = [(k, r) for k, r in uniq.items() if k not in present]
+            self._guard(c, {k[0] for k in n_of})
+            insert = self._unstored(c, uniq)  # a concurrent writer may have added some
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             with c.cursor() as cur:
@@ -654,15 +584,7 @@ class PostgresStore:
                       int(self.embedder.count_tokens(r.render())))
                      for k, r in insert])
             built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r in insert), progress)
-        added_keys = {k for k, _ in insert}
-        skipped = [r.id for k, r in uniq.items() if k not in added_keys]
-        seen: set[tuple[str, str]] = set()
-        for r in records:  # repeated (scope, id) pairs inside the batch count as skipped too
-            k = (r.scope.key(), r.id)
-            if k in seen:
-                skipped.append(r.id)
-            seen.add(k)
-        return AddResult(added=[r.id for _, r in insert], skipped=skipped, chunks_built=built, chunks_embedded=embedded)
+        return add_result(records, uniq, {k for k, _ in insert}, built, embedded)
 
     def _delete_where(self, where: str, params: list, whole: Scope | None = None) -> int:
         """Delete the records matching ``where``, re-chunk their sessions and record a purge intent
@@ -683,57 +605,16 @@ class PostgresStore:
         self.complete_purges()
         return len(rows)
 
-    def complete_purges(self) -> int:
-        """Finish the pending purge intents on this store's view directory and drop those every
-        view root applied (:func:`memfrontier.store.purge.apply_pending`). Idempotent; run on
-        open, after every delete and when a view is reached while an intent waits. Returns the
-        intents carried out here."""
-        with self._lock:
-            return apply_pending(self.path, self._tx, "%s")
-
-    def delete(self, record_id: str, scope: Scope) -> bool:
-        """Delete the record ``record_id`` of ``scope`` and everything derived from it (its session is
-        re-chunked; bank items and graph indexes built from it are purged). False if no such record.
-
-        Raises:
-            ValueError: every field of ``scope`` is ``None``.
-        """
-        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
-            raise ValueError("delete needs the record's scope: at least one of user_id, agent_id, run_id")
-        where, params = _scope_where(scope)
-        return self._delete_where(f"id = %s AND {where}", [record_id, *params]) > 0
-
-    def delete_all(self, scope: Scope) -> int:
-        """Delete every record matching ``scope`` and everything derived from them; returns how many.
-
-        Raises:
-            ValueError: every field of ``scope`` is ``None`` (that would wipe the store).
-        """
-        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
-            raise ValueError("delete_all needs a scope with at least one of user_id, agent_id, run_id set")
-        where, params = _scope_where(scope)
-        return self._delete_where(where, params, whole=scope)
-
     # -- reads ----------------------------------------------------------------------------
-
-    def records(self, scope: Scope, session_id: str | None = None) -> list[Record]:
-        """Records matching ``scope`` (and ``session_id``), by timestamp then insertion order."""
-        where, params = _scope_where(scope)
-        if session_id is not None:
-            where += " AND session_id = %s"
-            params.append(session_id)
-        with self._tx() as c:
-            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE {where} {_ORDER_RECORDS}", params).fetchall()
-        return [row_to_record(r) for r in rows]
 
     def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
         """Records of ``scope`` by id, in the order asked; unknown ids left out (an id held by several
         exact scopes inside ``scope`` gives each of them, insertion order)."""
         ids = list(record_ids)
-        where, params = _scope_where(scope)
+        where, params = self._scope_where(scope)
         found: dict[str, list[Record]] = {}
         with self._tx() as c:
-            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
+            rows = c.execute(f"SELECT {RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
                              [sorted(set(ids)), *params]).fetchall()
         for r in rows:
             found.setdefault(r[1], []).append(row_to_record(r))
@@ -741,14 +622,14 @@ class PostgresStore:
 
     def chunks(self, scope: Scope) -> list[Chunk]:
         """Chunks matching ``scope``, chronological (session time, then first record's insertion)."""
-        where, params = _scope_where(scope)
+        where, params = self._scope_where(scope)
         with self._tx() as c:
-            rows = c.execute(f"SELECT {_CHUNK_COLS} FROM chunks WHERE {where} {_ORDER_CHUNKS}", params).fetchall()
+            rows = c.execute(f"SELECT {_CHUNK_COLS} FROM chunks WHERE {where} {ORDER_CHUNKS}", params).fetchall()
         return [_row_to_chunk(r) for r in rows]
 
     def count(self, scope: Scope | None = None) -> dict[str, int]:
         """Numbers of records, chunks and vectors (in ``scope``, or all)."""
-        where, params = _scope_where(scope or Scope())
+        where, params = self._scope_where(scope or Scope())
         with self._tx() as c:
             n_rec = c.execute(f"SELECT count(*) FROM records WHERE {where}", params).fetchone()[0]
             n_chk, n_vec = c.execute(f"SELECT count(*), count(embedding) FROM chunks WHERE {where}", params).fetchone()
@@ -756,14 +637,10 @@ class PostgresStore:
 
     # -- search primitives ----------------------------------------------------------------
 
-    def encode_query(self, query: str) -> np.ndarray:
-        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder. Cached per embedder (:func:`~memfrontier.embed.query.encode_query`)."""
-        return encode_query(self.embedder, query)
-
     def _ranked(self, rows, score_of: Callable) -> list[tuple[Chunk, float]]:
         """Rows (chunk columns, first_seq, score) best first; ties in store order."""
         out = [(_row_to_chunk(r), int(r[7]), float(score_of(r[8]))) for r in rows]
-        out.sort(key=lambda t: (-t[2], _chunk_order(t[0], t[1])))
+        out.sort(key=lambda t: (-t[2], chunk_order(t[0], t[1])))
         return [(ch, s) for ch, _, s in out]
 
     def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
@@ -778,7 +655,7 @@ class PostgresStore:
         if k is not None and k <= 0:
             return []
         qv = np.asarray(query_vector, dtype=np.float32)
-        where, params = _scope_where(scope)
+        where, params = self._scope_where(scope)
         limit = "" if k is None else f" LIMIT {int(k)}"
         with self._tx() as c:
             if k is not None:
@@ -794,7 +671,7 @@ class PostgresStore:
         differs from bm25s). Empty / all-stopword / unseen-word query -> []."""
         if not query.strip() or (k is not None and k <= 0):
             return []
-        where, params = _scope_where(scope)
+        where, params = self._scope_where(scope)
         limit = "" if k is None else f" LIMIT {int(k)}"
         with self._tx() as c:
             lexemes = c.execute(f"SELECT tsvector_to_array(to_tsvector('{_TS_CONFIG}', %s))", (query,)).fetchone()[0]
@@ -813,12 +690,6 @@ class PostgresStore:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
-
-    def __enter__(self) -> "PostgresStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.name!r}, embedder={getattr(self.embedder, 'model_id', '?')!r}, chunk_tokens={self.chunk_tokens})"

@@ -1,5 +1,5 @@
 """What both stores (SQLite, PostgreSQL) do the same way with records, apart from SQL: the
-records row layout, checking an ``add`` batch, conflicts, embedding and token counting through the
+records row layout, checking an ``add`` batch, conflicts, an ``add``'s result, embedding and token counting through the
 store's embedder, the embedder-mismatch message, view folders, and the purge intent a delete
 writes (:mod:`.purge` carries it out)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, ImageRef, Record, Scope
-from .base import AddProgress, RecordConflictError, StoreError
+from .base import AddProgress, AddResult, RecordConflictError, StoreError
 
 
 def row_to_record(row) -> Record:
@@ -62,6 +62,23 @@ def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]
         uniq.setdefault((r.scope.key(), r.id), r)
     check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
     return records, uniq
+
+
+def add_result(records: list[Record], uniq: dict[tuple[str, str], Record], added_keys: set[tuple[str, str]],
+               built: int, embedded: int) -> AddResult:
+    """The :class:`~memfrontier.store.base.AddResult` of an ``add`` of ``records`` (``uniq``: the
+    first record per (scope key, id), :func:`checked_batch`) that inserted ``added_keys``: added ids
+    in batch order; skipped ids, those already stored and then each repeat of a (scope, id) inside
+    the batch; ``built`` chunks (re)built and ``embedded`` vectors written."""
+    skipped = [r.id for k, r in uniq.items() if k not in added_keys]
+    seen: set[tuple[str, str]] = set()
+    for r in records:  # repeated (scope, id) pairs inside the batch count as skipped too
+        k = (r.scope.key(), r.id)
+        if k in seen:
+            skipped.append(r.id)
+        seen.add(k)
+    return AddResult(added=[r.id for k, r in uniq.items() if k in added_keys], skipped=skipped,
+                     chunks_built=built, chunks_embedded=embedded)
 
 
 def encode(embedder, texts: list[str], on_batch: Callable[[list[int]], None] | None = None) -> np.ndarray:

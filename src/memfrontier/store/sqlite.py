@@ -67,23 +67,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..embed.query import encode_query
 from ..core.types import Chunk, Record, Scope
-from .base import AddProgress, AddResult, EmbeddingMismatchError, StoreError
+from .base import AddProgress, AddResult, StoreError
 from .bm25 import BM25Index, TermCache
 from .chunking import chunk_records
-from .purge import LOG_TABLES, apply_pending, purges_due
-from .records import (
-    check_conflicts,
-    checked_batch,
-    count_tokens_many,
-    embedding_mismatch,
-    encode,
-    encode_chunks,
-    purge_intent,
-    row_to_record,
-    view_folder,
-)
+from .purge import LOG_TABLES
+from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
+from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, chunk_order, scope_where
 
 log = logging.getLogger(__name__)
 
@@ -154,26 +144,6 @@ CREATE TABLE IF NOT EXISTS pending_purges (
 CREATE TABLE IF NOT EXISTS scope_gen (scope_key TEXT PRIMARY KEY, generation INTEGER NOT NULL);
 """ + "".join(f"{stmt};\n" for stmt in LOG_TABLES)  # the view roots' purge log (memfrontier.store.purge)
 
-_RECORD_COLS = (
-    "seq, id, kind, scope_json, session_id, speaker, role, timestamp, text, images_json, "
-    "step_index, action, observation, meta_json, n_tokens"
-)
-_ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
-_ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
-
-
-
-
-def _scope_where(scope: Scope, prefix: str = "") -> tuple[str, list]:
-    """SQL condition for a search scope (``None`` fields match anything); ``prefix`` e.g. ``"c."``."""
-    conds, params = [], []
-    for col in ("user_id", "agent_id", "run_id"):
-        v = getattr(scope, col)
-        if v is not None:
-            conds.append(f"{prefix}{col} = ?")
-            params.append(v)
-    return (" AND ".join(conds) if conds else "1"), params
-
 
 def _batched(seq: list, n: int = _SQL_BATCH) -> Iterator[list]:
     for i in range(0, len(seq), n):
@@ -190,11 +160,6 @@ def _order_key(seq: int, ts: str | None) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # The store
 # ---------------------------------------------------------------------------------------------
-
-
-def _chunk_order(ch: Chunk, first_seq: int) -> tuple:
-    """Python twin of ``ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id`` (store order)."""
-    return (ch.timestamp is not None, ch.timestamp or "", first_seq, ch.id)
 
 
 @dataclass
@@ -226,13 +191,13 @@ class _Partition:
 
     @classmethod
     def of(cls, rows: list[tuple[Chunk, int, np.ndarray]], dim: int) -> "_Partition":
-        rows = sorted(rows, key=lambda r: _chunk_order(r[0], r[1]))
+        rows = sorted(rows, key=lambda r: chunk_order(r[0], r[1]))
         vecs = np.vstack([r[2] for r in rows]).astype(np.float32, copy=False) if rows else np.zeros((0, dim), np.float32)
         return cls([r[0] for r in rows], [r[1] for r in rows], vecs, rows[0][0].scope if rows else None)
 
     @classmethod
     def union(cls, parts: list["_Partition"], dim: int) -> "_Partition":
-        order = sorted(((_chunk_order(ch, seq), p, i) for p, part in enumerate(parts)
+        order = sorted(((chunk_order(ch, seq), p, i) for p, part in enumerate(parts)
                         for i, (ch, seq) in enumerate(zip(part.chunks, part.seqs))), key=lambda t: t[0])
         offsets = np.cumsum([0] + [len(part.chunks) for part in parts])
         stacked = np.vstack([part.vectors for part in parts]) if parts else np.zeros((0, dim), np.float32)
@@ -249,10 +214,10 @@ class _Partition:
             ts, new_seq = patch.kept.get(ch.id, (ch.timestamp, seq))
             if ts != ch.timestamp:
                 ch = ch.model_copy(update={"timestamp": ts})
-            entries.append((_chunk_order(ch, new_seq), ch, new_seq, i))
+            entries.append((chunk_order(ch, new_seq), ch, new_seq, i))
         n = len(self.chunks)
         for j, (ch, seq, _vec) in enumerate(patch.new):
-            entries.append((_chunk_order(ch, seq), ch, seq, n + j))
+            entries.append((chunk_order(ch, seq), ch, seq, n + j))
         entries.sort(key=lambda e: e[0])
         stacked = np.vstack([self.vectors] + [v[None, :] for _, _, v in patch.new]) if patch.new else self.vectors
         rows = np.array([e[3] for e in entries], dtype=np.int64)
@@ -270,7 +235,7 @@ class _SessionPlan:
     first_seq: dict[str, int] = field(default_factory=dict)
 
 
-class SQLiteStore:
+class SQLiteStore(StoreSeam):
     """Embedded :class:`~memfrontier.store.base.MemoryStore`: SQLite + bm25s + numpy, one directory.
 
     Args:
@@ -319,33 +284,7 @@ class SQLiteStore:
         #: rebuilt), partition loads from SQLite (one per scope read)
         self.stats = {"encode_calls": 0, "chunks_encoded": 0, "bm25_builds": 0, "partition_loads": 0}
         self._conn = self._connect()
-        try:
-            self._init_schema()
-            self._check_embedding(reembed)
-            self._migrate()
-            self.complete_purges()  # a delete interrupted after its commit is finished here
-        except BaseException:
-            self._conn.close()
-            raise
-
-    # -- the store seam -------------------------------------------------------------------
-
-    @property
-    def directory(self) -> Path:
-        """The store's directory (``store.db`` and the view folders)."""
-        return self.path
-
-    def view_dir(self, name: str) -> Path:
-        """The folder that holds view ``name``'s files (``<directory>/<name>``), created if missing.
-        Views that keep one folder per scope name it :meth:`Scope.slug` inside this one.
-
-        Raises:
-            ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``, not ``store.db``).
-        """
-        folder = view_folder(self.path, name)
-        if purges_due(self.path, self._read_tx):  # another store object's delete reaches these files first
-            self.complete_purges()
-        return folder
+        self._open_steps(self._init_schema, lambda: self._check_embedding(reembed), self._migrate)
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -487,11 +426,8 @@ class SQLiteStore:
                 shutil.rmtree(folder, ignore_errors=True)
         log.warning("store %s migrated to schema version %d (injective scope keys)", self.path, SCHEMA_VERSION)
 
-    def _meta(self, conn: sqlite3.Connection) -> dict[str, str]:
-        return dict(conn.execute("SELECT key, value FROM meta").fetchall())
-
-    def _mismatch(self, meta: dict[str, str]) -> str | None:
-        return embedding_mismatch(str(self.path), meta, self.embedder)
+    def _store_name(self) -> str:
+        return str(self.path)
 
     def _check_embedding(self, reembed: bool) -> None:
         with self._write_tx() as c:
@@ -503,12 +439,7 @@ class SQLiteStore:
                 )
                 return
             msg = self._mismatch(meta)
-        if msg is None:
-            return
-        if not reembed:
-            raise EmbeddingMismatchError(msg)
-        log.warning("%s: re-embedding (reembed=True)", msg)
-        self.reembed_all()
+        self._resolve_mismatch(msg, reembed)
 
     # -- embedding helpers ----------------------------------------------------------------
 
@@ -567,7 +498,7 @@ class SQLiteStore:
         want = set(keys)
         found: dict[tuple[str, str], Record] = {}
         for b in _batched(sorted({i for _, i in keys})):
-            q = f"SELECT scope_key, {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))})"
+            q = f"SELECT scope_key, {RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))})"
             for row in conn.execute(q, b):
                 if (row[0], row[2]) in want:
                     found[(row[0], row[2])] = row_to_record(row[1:])
@@ -583,7 +514,7 @@ class SQLiteStore:
 
     def _session_rows(self, conn: sqlite3.Connection, scope_key: str, session_id: str) -> list[tuple[int, Record, int]]:
         rows = conn.execute(
-            f"SELECT {_RECORD_COLS} FROM records WHERE scope_key = ? AND session_id = ?", (scope_key, session_id)
+            f"SELECT {RECORD_COLS} FROM records WHERE scope_key = ? AND session_id = ?", (scope_key, session_id)
         ).fetchall()
         return [(r[0], row_to_record(r), int(r[-1])) for r in rows]
 
@@ -717,11 +648,6 @@ class SQLiteStore:
         gen_before = self._bump(conn, patches)
         return built, len(need), patches, gen_before
 
-    def _guard_embedding(self, conn: sqlite3.Connection) -> None:
-        msg = self._mismatch(self._meta(conn))
-        if msg is not None:  # another process re-embedded the store with another model meanwhile
-            raise EmbeddingMismatchError(msg)
-
     # -- public API: writes ---------------------------------------------------------------
 
     def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
@@ -748,43 +674,23 @@ class SQLiteStore:
             TypeError: an element is not a :class:`Record`.
             StoreError / EmbeddingMismatchError: see the class docstring.
         """
-        records, uniq = checked_batch(records)
-        dup_in_batch = len(records) - len(uniq)
-
-        with self._read_tx() as c:
-            present = self._existing(c, list(uniq))
-        check_conflicts(uniq, present)
-        fresh = [(k, r) for k, r in uniq.items() if k not in present]
-        if not fresh:
+        records, uniq, n_of = self._checked_new(records)
+        if not n_of:
             return AddResult(skipped=[r.id for r in records])
-        counts = count_tokens_many(self.embedder, [r.render() for _, r in fresh])
-        n_of = {k: n for (k, _), n in zip(fresh, counts)}
-        new = [(r, n_of[k]) for k, r in fresh]
-        sessions = dict.fromkeys((r.scope.key(), r.session_id) for _, r in fresh)
+        new = [(uniq[k], n) for k, n in n_of.items()]
+        sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in new)
         cache = self._pre_embed(new, set(), sessions, progress)
 
         with self._write_tx() as c:
             self._guard_embedding(c)
-            present = self._existing(c, list(uniq))  # a concurrent writer may have added some
-            check_conflicts(uniq, present)
-            insert = [(r, n_of[k]) for k, r in uniq.items() if k not in present]
+            insert = [(r, n_of[k]) for k, r in self._unstored(c, uniq)]  # a concurrent writer may have added some
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in insert)
             built, embedded, patches, gen_before = self._apply(c, insert, set(), sessions, cache)
         with self._lock:  # committed: bring the in-memory partitions along
             self._patch(patches, gen_before)
-        added_keys = {(r.scope.key(), r.id) for r, _ in insert}
-        added = [r.id for r, _ in insert]
-        skipped = [r.id for k, r in uniq.items() if k not in added_keys]
-        if dup_in_batch:  # repeated (scope, id) pairs inside the batch count as skipped too
-            seen: set[tuple[str, str]] = set()
-            for r in records:
-                k = (r.scope.key(), r.id)
-                if k in seen:
-                    skipped.append(r.id)
-                seen.add(k)
-        return AddResult(added=added, skipped=skipped, chunks_built=built, chunks_embedded=embedded)
+        return add_result(records, uniq, {(r.scope.key(), r.id) for r, _ in insert}, built, embedded)
 
     _DELETE_COLS = "id, scope_key, session_id, scope_json"
 
@@ -815,87 +721,37 @@ class SQLiteStore:
         self.complete_purges()
         return len(keys)
 
-    def complete_purges(self) -> int:
-        """Finish the pending purge intents on this directory's views: remove what the deleted
-        records left in the derived views (bank items and traces, graph folders, see
-        :func:`memfrontier.store.purge.purge_views`), record it, drop the intents every view root
-        applied (:func:`memfrontier.store.purge.apply_pending`), then truncate the WAL so no
-        deleted text stays on disk. Idempotent; run on open, after every delete and when a view
-        is reached while an intent waits. Returns the intents carried out here."""
-        with self._lock:
-            self._check_open()
-            applied = apply_pending(self.path, self._write_tx)
-            if applied:
-                self._checkpoint()
-        return applied
-
-    def _checkpoint(self) -> None:
-        """Copy the WAL into the database and truncate it to zero bytes (best effort: a reader in
-        another process may hold an older snapshot; the next checkpoint finishes the job)."""
+    def _purged(self) -> None:
+        """After purges (:meth:`complete_purges`): copy the WAL into the database and truncate it to
+        zero bytes, so no deleted text stays on disk (best effort: a reader in another process may
+        hold an older snapshot; the next checkpoint finishes the job)."""
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as e:  # pragma: no cover
             log.debug("checkpoint of %s failed: %s", self.db_path, e)
 
-    def delete(self, record_id: str, scope: Scope) -> bool:
-        """Delete the record ``record_id`` of ``scope`` (a search scope: ``None`` fields match any,
-        so every record with that id inside it goes) and everything derived from it: its session
-        is re-chunked (chunks, vectors, BM25), and bank items, traces and graph indexes built from
-        it are purged. Returns False if no such record.
-
-        Raises:
-            ValueError: every field of ``scope`` is ``None`` (record ids are only unique per scope).
-        """
-        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
-            raise ValueError("delete needs the record's scope: at least one of user_id, agent_id, run_id")
-        where, params = _scope_where(scope)
-        return self._delete_where(f"id = ? AND {where}", [record_id, *params]) > 0
-
-    def delete_all(self, scope: Scope) -> int:
-        """Delete every record matching ``scope`` (``None`` fields match anything) and everything
-        derived from them (see :meth:`delete`); returns how many records.
-
-        Raises:
-            ValueError: every field of ``scope`` is ``None`` (that would wipe the store).
-        """
-        if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
-            raise ValueError("delete_all needs a scope with at least one of user_id, agent_id, run_id set")
-        where, params = _scope_where(scope)
-        return self._delete_where(where, params, whole=scope)
-
     # -- public API: reads ----------------------------------------------------------------
-
-    def records(self, scope: Scope, session_id: str | None = None) -> list[Record]:
-        """Records matching ``scope`` (and ``session_id``), by timestamp then insertion order
-        (records without a timestamp first; timestamps compare as ISO-8601 strings)."""
-        where, params = _scope_where(scope)
-        if session_id is not None:
-            where += " AND session_id = ?"
-            params.append(session_id)
-        with self._read_tx() as c:
-            rows = c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE {where} {_ORDER_RECORDS}", params).fetchall()
-        return [row_to_record(r) for r in rows]
 
     def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
         """Records of ``scope`` by id, in the order asked; unknown ids are left out. Ids are unique
         per scope: an id held by several exact scopes inside ``scope`` gives each of them
         (insertion order). ``Scope()`` looks in every scope (internal callers only)."""
         ids = list(record_ids)
-        where, params = _scope_where(scope)
+        where, params = self._scope_where(scope)
         found: dict[str, list[Record]] = {}
         with self._read_tx() as c:
             for b in _batched(sorted(set(ids))):
-                q = f"SELECT {_RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))}) AND {where} ORDER BY seq"
+                q = f"SELECT {RECORD_COLS} FROM records WHERE id IN ({','.join('?' * len(b))}) AND {where} ORDER BY seq"
                 for r in c.execute(q, [*b, *params]):
                     found.setdefault(r[1], []).append(row_to_record(r))
         return [rec for i in ids for rec in found.get(i, [])]
 
     def _load_chunks(self, conn: sqlite3.Connection, where: str, params: list) -> list[Chunk]:
         rows = conn.execute(
-            f"SELECT id, scope_json, session_id, timestamp, text, n_tokens FROM chunks WHERE {where} {_ORDER_CHUNKS}", params
+            f"SELECT id, scope_json, session_id, timestamp, text, n_tokens FROM chunks WHERE {where} {ORDER_CHUNKS}", params
         ).fetchall()
         rec_ids: dict[str, list[str]] = {}
-        if where == "1":
+        if where == "TRUE":
             for cid, rid in conn.execute("SELECT chunk_id, record_id FROM chunk_records ORDER BY chunk_id, position"):
                 rec_ids.setdefault(cid, []).append(rid)
         else:
@@ -911,14 +767,14 @@ class SQLiteStore:
 
     def chunks(self, scope: Scope) -> list[Chunk]:
         """Chunks matching ``scope``, chronological (session time, then first record's insertion)."""
-        where, params = _scope_where(scope)
+        where, params = self._scope_where(scope)
         with self._read_tx() as c:
             return self._load_chunks(c, where, params)
 
     def count(self, scope: Scope | None = None) -> dict[str, int]:
         """Numbers of records, chunks and vectors (in ``scope``, or all)."""
-        where, params = _scope_where(scope or Scope())
-        where_c, _ = _scope_where(scope or Scope(), prefix="c.")
+        where, params = self._scope_where(scope or Scope())
+        where_c, _ = scope_where(scope or Scope(), self._PH, prefix="c.")
         with self._read_tx() as c:
             n_rec = c.execute(f"SELECT COUNT(*) FROM records WHERE {where}", params).fetchone()[0]
             n_chk = c.execute(f"SELECT COUNT(*) FROM chunks WHERE {where}", params).fetchone()[0]
@@ -951,7 +807,7 @@ class SQLiteStore:
         """Partitions for ``keys`` (None: every scope) read from SQLite; a key without chunks is absent."""
         dim = int(self.embedder.dim)
         if keys is None:
-            chunks = self._load_chunks(conn, "1", [])
+            chunks = self._load_chunks(conn, "TRUE", [])
             seqs = dict(conn.execute("SELECT id, first_seq FROM chunks").fetchall())
             vec_rows = dict(conn.execute("SELECT chunk_id, vector FROM chunk_vectors").fetchall())
         else:
@@ -1073,10 +929,6 @@ class SQLiteStore:
         order = np.lexsort((idx, -sub))  # score desc, then position asc: deterministic
         return [(int(idx[o]), float(sub[o])) for o in order]
 
-    def encode_query(self, query: str) -> np.ndarray:
-        """The query's embedding, float32 ``(dim,)``, L2-normalised by the embedder. Cached per embedder (:func:`~memfrontier.embed.query.encode_query`)."""
-        return encode_query(self.embedder, query)
-
     def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
                      query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by cosine similarity (exact; ``k=None``: every chunk in scope).
@@ -1137,12 +989,6 @@ class SQLiteStore:
                     self._conn.close()
                 except sqlite3.Error:  # pragma: no cover
                     pass
-
-    def __enter__(self) -> "SQLiteStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, embedder={getattr(self.embedder, 'model_id', '?')!r}, chunk_tokens={self.chunk_tokens})"
