@@ -372,6 +372,44 @@ def test_frontier_reports_the_routers_regret_against_the_per_question_oracle(tmp
     assert rep["rows"][1]["regret_status"] == "no rows of b on these questions"
 
 
+def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
+    # a: F1 (0.8, 0.2) at 1 USD×1e4/q, b: (0.4, 0.6) at 2; the router answers q0 as a and q1 as b
+    def rows(f1s, usds, meta=None):
+        return [{"id": f"q{i}", "category": "1", "f1": f, "usd": u, "proxy_s": 1.0, "evidence_recall": 1.0,
+                 "usage": {"by_stage": {"query": {}}}, **({"strategy_meta": meta} if meta else {})}
+                for i, (f, u) in enumerate(zip(f1s, usds))]
+
+    fixed = [{"label": "a", "strategy": "rag", "dir": _run_dir(tmp_path / "a", "rag", rows([0.8, 0.2], [1e-4, 1e-4]))},
+             {"label": "b", "strategy": "memorycpt",
+              "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 0.6], [2e-4, 2e-4]))}]
+    routed = {"label": "auto", "strategy": "auto",
+              "dir": _run_dir(tmp_path / "auto", "auto", rows([0.8, 0.6], [1e-4, 2e-4]))}
+    auto = next(r for r in build_report([*fixed, routed], reference="a")["rows"] if r["label"] == "auto")
+    # at 1.5 USD×1e4/q the fixed frontier is a (0.5 at 1.0; b costs 2.0): ΔF1 = mean(0, 0.4) = 0.2
+    assert auto["usd_x1e4_amortized"] == pytest.approx(1.5) and auto["frontier_ref"] == "a"
+    assert auto["frontier_ref_within"] and auto["above_frontier"]
+    assert auto["d_f1_frontier"] == pytest.approx(0.2) and auto["d_f1_frontier_low"] == pytest.approx(0.0)
+    # QPC 0.7 / 1.5 = 0.467 < a's 0.5 / 1.0: worse than the best fixed QPC
+    assert auto["best_fixed_qpc_label"] == "a" and auto["best_fixed_qpc"] == pytest.approx(0.5)
+    assert auto["qpc_at_least_best"] is False
+    md = render_markdown(build_report([*fixed, routed], reference="a"))
+    assert ("- auto (1.5000 USD×1e4/q): the fixed frontier at its cost is a; ΔF1 0.200 [0.000, 0.400], above the "
+            "fixed frontier (the interval includes 0); QPC 0.467 vs the best fixed 0.500 (a): worse") in md
+
+    # cheaper than every fixed configuration: compared with the cheapest, a; equal F1 counts as above
+    cheap = {"label": "auto", "strategy": "auto",
+             "dir": _run_dir(tmp_path / "cheap", "auto", rows([0.8, 0.2], [0.5e-4, 0.5e-4]))}
+    auto = next(r for r in build_report([*fixed, cheap], reference="a")["rows"] if r["label"] == "auto")
+    assert (auto["frontier_ref"], auto["frontier_ref_within"], auto["above_frontier"]) == ("a", False, True)
+    assert auto["d_f1_frontier"] == pytest.approx(0.0) and auto["qpc_at_least_best"] is True
+    # below the frontier: b's F1 at b's cost
+    worse = {"label": "auto", "strategy": "auto",
+             "dir": _run_dir(tmp_path / "worse", "auto", rows([0.2, 0.2], [2e-4, 2e-4]))}
+    auto = next(r for r in build_report([*fixed, worse], reference="a")["rows"] if r["label"] == "auto")
+    assert auto["frontier_ref"] == "a" and not auto["above_frontier"]  # a and b tie at 0.5: the cheaper
+    assert auto["d_f1_frontier"] == pytest.approx(-0.3)
+
+
 # --- end to end: frontier -> train -> eval --strategy auto (embedded model) ------------------------
 @pytest.mark.slow
 @pytest.mark.data

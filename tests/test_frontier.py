@@ -12,6 +12,7 @@ from memfrontier.frontier.spec import FrontierSpec, load_spec
 from memfrontier.frontier.stats import (
     amortized_qpc,
     bootstrap_ci,
+    frontier_at,
     paired_diff_ci,
     pareto_front,
 )
@@ -24,6 +25,15 @@ def test_amortized_qpc_is_memorycpt_eq_5_6():
     # the online-only figure the eval summary reports beside it: 0.479 / 3.0
     assert amortized_qpc(0.479, 3.0e-4, 0.0, 1) == pytest.approx(0.159667, abs=1e-6)
     assert amortized_qpc(0.5, 0.0, 0.0, 10) is None  # free: no QPC, never inf
+
+
+def test_frontier_at_by_hand():
+    pts = {"a": (1.0, 0.3), "b": (2.0, 0.5), "c": (3.0, 0.4), "d": (2.0, 0.5)}
+    assert frontier_at(2.5, pts) == ("b", True)  # best F1 at cost <= 2.5; b and d tie: the label
+    assert frontier_at(1.0, pts) == ("a", True)
+    assert frontier_at(9.0, pts) == ("b", True)  # c costs more and scores less: not the frontier's value
+    assert frontier_at(0.5, pts) == ("a", False)  # below every point: the cheapest
+    assert frontier_at(1.0, {}) == (None, False)
 
 
 def test_pareto_front_by_hand():

@@ -10,7 +10,8 @@ App. C) beside ``qpc_online`` (online cost only, labelled), ``proxy_s``, ``wall_
 ``input_tokens``/``output_tokens`` (per question, query stage), and the paired differences in F1 and USD
 against the reference configuration (``rag`` by default) with their intervals; for a router run
 (``auto``) its regret against the per-question oracle choice among its configurations
-(:func:`router_regret`).
+(:func:`router_regret`) and its place against the fixed configurations' frontier
+(:func:`versus_fixed_frontier`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..core.cost import COST_SCALE
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..eval.metrics import LOCOMO_EXCLUDED
 from ..eval.sweeps.base import fmt_cell
-from .stats import amortized_qpc, bootstrap_ci, paired_diff_ci, pareto_front
+from .stats import amortized_qpc, bootstrap_ci, frontier_at, paired_diff_ci, pareto_front
 
 #: Strategies that read gold information (the upper anchor): reported, never in the Pareto set.
 ANCHOR_STRATEGIES = frozenset({"oracle"})
@@ -33,7 +34,8 @@ CSV_FIELDS = ("label", "strategy", "status", "n", "f1", "f1_low", "f1_high", "ev
               "usd_x1e4_online", "construction_usd", "usd_x1e4_amortized", "qpc", "qpc_online", "proxy_s",
               "wall_s", "calls", "input_tokens", "output_tokens", "d_f1", "d_f1_low", "d_f1_high",
               "d_usd_x1e4", "d_usd_x1e4_low", "d_usd_x1e4_high", "pareto_cost", "pareto_latency", "anchor", "fallbacks",
-              "regret_utility", "regret_f1", "oracle_f1")
+              "regret_utility", "regret_f1", "oracle_f1", "frontier_ref", "d_f1_frontier", "d_f1_frontier_low",
+              "d_f1_frontier_high", "above_frontier", "best_fixed_qpc_label", "best_fixed_qpc")
 
 
 def _scored(rows: list[dict], dataset: str) -> list[dict]:
@@ -158,12 +160,17 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
     lat_pts = [(x["proxy_s"] or 0.0, x["f1"]) for x in deployable]
     for x, pc, pl in zip(deployable, pareto_front(cost_pts), pareto_front(lat_pts)):
         x["pareto_cost"], x["pareto_latency"] = pc, pl
+    f1_of = {x["label"]: {p["id"]: p["f1"] for p in _scored([p for p in loaded[x["label"]][1] if p["id"] in set(shared)],
+                                                           loaded[x["label"]][0]["config"].get("dataset", ""))}
+             for x in ok}
+    fixed_rows = [x for x in deployable if x["strategy"] != "auto"]
     for x in ok:
         if x["strategy"] == "auto":
             summary, prows = loaded[x["label"]]
             fixed = {label: rows for label, (_, rows) in loaded.items() if label != x["label"]}
             x.update(router_regret(_scored([p for p in prows if p["id"] in set(shared)],
                                            summary["config"].get("dataset", "")), fixed))
+            x.update(versus_fixed_frontier(x, fixed_rows, f1_of, seed=seed))
     answerers = {x["provenance"].get("answer_model") for x in ok}
     if len(answerers) > 1:
         notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")
@@ -210,6 +217,54 @@ def router_regret(auto_rows: list[dict], fixed: dict[str, list[dict]]) -> dict:
             "oracle_choice_f1": _mean(choice_f1), "regret_n": len(routed), "regret_configurations": labels}
 
 
+def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[str, dict[str, float]], *,
+                          seed: int = 0) -> dict:
+    """Where a router row ``auto`` stands against the frontier of the fixed configurations
+    (``fixed_rows``: finished, deployable, not routers; ``f1_of``: label -> question id -> F1).
+
+    The comparison point is the fixed frontier's value at the router's amortized cost
+    (:func:`~memfrontier.frontier.stats.frontier_at` over C(n)×1e4 per question): the best F1 among
+    the fixed configurations costing no more; when all cost more, the cheapest. Returns
+    ``frontier_ref`` (its label), ``frontier_ref_within`` (whether it costs <= the router),
+    ``d_f1_frontier`` with ``_low``/``_high`` (paired ΔF1, router minus it, 95% bootstrap),
+    ``above_frontier`` (higher mean F1 at equal or lower cost: the point estimate; the interval says
+    whether it is a measured statement), ``best_fixed_qpc_label``/``best_fixed_qpc`` (the highest
+    QPC of the fixed configurations) and ``qpc_at_least_best`` (the router's QPC >= it; None when
+    either is unpriced). Empty when no fixed configuration finished or the router is unpriced.
+    """
+    points = {x["label"]: (x["usd_x1e4_amortized"], x["f1"]) for x in fixed_rows
+              if x.get("usd_x1e4_amortized") is not None and x.get("f1") is not None}
+    if not points or auto.get("usd_x1e4_amortized") is None:
+        return {}
+    ref, within = frontier_at(auto["usd_x1e4_amortized"], points)
+    d = paired_diff_ci(f1_of[auto["label"]], f1_of[ref], seed=seed)
+    qpcs = {x["label"]: x["qpc"] for x in fixed_rows if x.get("qpc") is not None}
+    best = max(qpcs, key=lambda label: (qpcs[label], label)) if qpcs else None
+    return {"frontier_ref": ref, "frontier_ref_within": within, "d_f1_frontier": d["mean"],
+            "d_f1_frontier_low": d["low"], "d_f1_frontier_high": d["high"],
+            "above_frontier": (auto["f1"] > points[ref][1]) if within else (auto["f1"] >= points[ref][1]),
+            "best_fixed_qpc_label": best, "best_fixed_qpc": qpcs.get(best),
+            "qpc_at_least_best": None if best is None or auto.get("qpc") is None else auto["qpc"] >= qpcs[best]}
+
+
+def _versus_frontier_line(x: dict) -> str:
+    """One sentence on a router row against the fixed frontier (:func:`versus_fixed_frontier`)."""
+    if not x.get("frontier_ref"):
+        return f"{x['label']}: no priced fixed configuration to compare with"
+    where = ("the fixed frontier at its cost is" if x["frontier_ref_within"]
+             else "it costs less than every fixed configuration; the cheapest is")
+    measured = ("the interval excludes 0" if (x["d_f1_frontier_low"] > 0 or x["d_f1_frontier_high"] < 0)
+                else "the interval includes 0")
+    verdict = "above the fixed frontier" if x["above_frontier"] else "not above the fixed frontier"
+    line = (f"{x['label']} ({x['usd_x1e4_amortized']:.4f} USD×1e4/q): {where} {x['frontier_ref']}; "
+            f"ΔF1 {_interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
+            f"{verdict} ({measured})")
+    if x.get("qpc_at_least_best") is not None:
+        line += (f"; QPC {x['qpc']:.3f} vs the best fixed {x['best_fixed_qpc']:.3f} ({x['best_fixed_qpc_label']}): "
+                 + ("not worse" if x["qpc_at_least_best"] else "worse"))
+    return line
+
+
 def _interval(v, lo, hi, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
@@ -248,6 +303,8 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
         lines.append("Regret of a router (auto): per question, the realised utility (its preference, λ_Q·F1/s_F1 − "
                      "λ_C·USD/s_USD − λ_L·s/s_L, scales from its training records) and F1 of the best of its fixed "
                      "configurations in hindsight minus its own, averaged.")
+        lines += [f"- {_versus_frontier_line(x)}" for x in report["rows"]
+                  if x.get("strategy") == "auto" and x.get("status") == "ok"]
     fallbacks = [x for x in report["rows"] if x.get("fallbacks")]
     if fallbacks:
         lines.append("Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "

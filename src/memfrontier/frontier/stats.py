@@ -4,6 +4,7 @@ the amortized quality per cost.
 - bootstrap interval of a mean ........................ :func:`bootstrap_ci` (Efron & Tibshirani 1993, percentile)
 - paired difference of two configurations ............. :func:`paired_diff_ci` (resampling question ids jointly)
 - Pareto set (max quality, min cost) .................. :func:`pareto_front`
+- the frontier's value at a cost ...................... :func:`frontier_at`
 - amortized QPC ....................................... :func:`amortized_qpc` (MemoryCPT Eq. 3, 5-6, App. C)
 
 Every interval is seeded, so a report is reproducible; ``n_boot`` resamples (default 2,000).
@@ -61,6 +62,20 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
         dominated = any((c2 <= c and q2 >= q) and (c2 < c or q2 > q) for j, (c2, q2) in enumerate(points) if j != i)
         flags.append(not dominated)
     return flags
+
+
+def frontier_at(cost: float, points: Mapping[str, tuple[float, float]]) -> tuple[str | None, bool]:
+    """The point of a frontier that a configuration of ``cost`` must beat: among ``points``
+    (label -> ``(cost, quality)``), the best quality at a cost <= ``cost`` (the frontier's step value
+    there; ties: the cheaper, then the label). Returns ``(label, True)``; when every point costs more
+    than ``cost``, the cheapest point and ``False`` (``cost`` is below the whole frontier); ``(None,
+    False)`` for no points."""
+    if not points:
+        return None, False
+    within = [(-q, c, label) for label, (c, q) in points.items() if c <= cost]
+    if within:
+        return min(within)[2], True
+    return min((c, -q, label) for label, (c, q) in points.items())[2], False
 
 
 def amortized_qpc(f1: float, online_usd_per_question: float, construction_usd: float, n_questions: int) -> float | None:
