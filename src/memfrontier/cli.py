@@ -497,8 +497,7 @@ def frontier_cmd(
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
     *, run: RunOptions,
 ):
-    """Run every configuration of a spec on the same questions (one ledger each, construction built
-    once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
+    """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
 
     Resumable: finished configurations are kept, an interrupted one resumes from its predictions.
     """
