@@ -373,41 +373,47 @@ def test_frontier_reports_the_routers_regret_against_the_per_question_oracle(tmp
 
 
 def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
-    # a: F1 (0.8, 0.2) at 1 USD×1e4/q, b: (0.4, 0.6) at 2; the router answers q0 as a and q1 as b
+    # a: F1 (0.8, 0.2) at 1 USD×1e4/q, b: (0.4, 1.0) at 2; the router answers q0 as a and q1 as b
     def rows(f1s, usds, meta=None):
         return [{"id": f"q{i}", "category": "1", "f1": f, "usd": u, "proxy_s": 1.0, "evidence_recall": 1.0,
                  "usage": {"by_stage": {"query": {}}}, **({"strategy_meta": meta} if meta else {})}
                 for i, (f, u) in enumerate(zip(f1s, usds))]
 
+    def placed(name, f1s, usds):
+        routed = {"label": "auto", "strategy": "auto", "dir": _run_dir(tmp_path / name, "auto", rows(f1s, usds))}
+        rep = build_report([*fixed, routed], reference="a")
+        return next(r for r in rep["rows"] if r["label"] == "auto"), render_markdown(rep)
+
     fixed = [{"label": "a", "strategy": "rag", "dir": _run_dir(tmp_path / "a", "rag", rows([0.8, 0.2], [1e-4, 1e-4]))},
              {"label": "b", "strategy": "memorycpt",
-              "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 0.6], [2e-4, 2e-4]))}]
-    routed = {"label": "auto", "strategy": "auto",
-              "dir": _run_dir(tmp_path / "auto", "auto", rows([0.8, 0.6], [1e-4, 2e-4]))}
-    auto = next(r for r in build_report([*fixed, routed], reference="a")["rows"] if r["label"] == "auto")
-    # at 1.5 USD×1e4/q the fixed frontier is a (0.5 at 1.0; b costs 2.0): ΔF1 = mean(0, 0.4) = 0.2
+              "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 1.0], [2e-4, 2e-4]))}]
+    auto, md = placed("auto", [0.8, 1.0], [1e-4, 2e-4])
+    # at 1.5 USD×1e4/q the fixed frontier is a (0.5 at 1.0; b costs 2.0): ΔF1 = mean(0, 0.8) = 0.4
     assert auto["usd_x1e4_amortized"] == pytest.approx(1.5) and auto["frontier_ref"] == "a"
     assert auto["frontier_ref_within"] and auto["above_frontier"]
-    assert auto["d_f1_frontier"] == pytest.approx(0.2) and auto["d_f1_frontier_low"] == pytest.approx(0.0)
-    # QPC 0.7 / 1.5 = 0.467 < a's 0.5 / 1.0: worse than the best fixed QPC
+    assert auto["d_f1_frontier"] == pytest.approx(0.4) and auto["d_f1_frontier_low"] == pytest.approx(0.0)
+    # a half-and-half mix of a and b costs 1.5 too: per question 0.6, 0.6 -> ΔF1 (0.2, 0.4), mean 0.3
+    assert [m[0] for m in auto["mix"]] == ["a", "b"] and [m[1] for m in auto["mix"]] == pytest.approx([0.5, 0.5])
+    assert auto["mix_f1"] == pytest.approx(0.6)
+    assert (auto["d_f1_mix"], auto["d_f1_mix_low"], auto["d_f1_mix_high"]) == pytest.approx((0.3, 0.2, 0.4))
+    # QPC 0.9 / 1.5 = 0.6 >= a's 0.5 / 1.0 (b's is 0.35)
     assert auto["best_fixed_qpc_label"] == "a" and auto["best_fixed_qpc"] == pytest.approx(0.5)
-    assert auto["qpc_at_least_best"] is False
-    md = render_markdown(build_report([*fixed, routed], reference="a"))
-    assert ("- auto (1.5000 USD×1e4/q): the fixed frontier at its cost is a; ΔF1 0.200 [0.000, 0.400], above the "
-            "fixed frontier (the interval includes 0); QPC 0.467 vs the best fixed 0.500 (a): worse") in md
+    assert auto["qpc_at_least_best"] is True
+    assert ("- auto (1.5000 USD×1e4/q): the fixed frontier at its cost is a; ΔF1 0.400 [0.000, 0.800], above the "
+            "fixed frontier (the interval includes 0); against a random mix of fixed configurations at the same cost "
+            "(0.50 a + 0.50 b, F1 0.600): ΔF1 0.300 [0.200, 0.400]; QPC 0.600 vs the best fixed 0.500 (a): "
+            "not worse") in md
 
-    # cheaper than every fixed configuration: compared with the cheapest, a; equal F1 counts as above
-    cheap = {"label": "auto", "strategy": "auto",
-             "dir": _run_dir(tmp_path / "cheap", "auto", rows([0.8, 0.2], [0.5e-4, 0.5e-4]))}
-    auto = next(r for r in build_report([*fixed, cheap], reference="a")["rows"] if r["label"] == "auto")
+    # cheaper than every fixed configuration: compared with the cheapest, a (equal F1 counts as above); no mix
+    auto, _ = placed("cheap", [0.8, 0.2], [0.5e-4, 0.5e-4])
     assert (auto["frontier_ref"], auto["frontier_ref_within"], auto["above_frontier"]) == ("a", False, True)
-    assert auto["d_f1_frontier"] == pytest.approx(0.0) and auto["qpc_at_least_best"] is True
-    # below the frontier: b's F1 at b's cost
-    worse = {"label": "auto", "strategy": "auto",
-             "dir": _run_dir(tmp_path / "worse", "auto", rows([0.2, 0.2], [2e-4, 2e-4]))}
-    auto = next(r for r in build_report([*fixed, worse], reference="a")["rows"] if r["label"] == "auto")
-    assert auto["frontier_ref"] == "a" and not auto["above_frontier"]  # a and b tie at 0.5: the cheaper
-    assert auto["d_f1_frontier"] == pytest.approx(-0.3)
+    assert auto["d_f1_frontier"] == pytest.approx(0.0) and auto["mix"] == [] and "mix_f1" not in auto
+    assert auto["qpc_at_least_best"] is True
+    # below the frontier at b's cost: b is its value there, and the best mix is b alone
+    auto, md = placed("worse", [0.2, 0.2], [2e-4, 2e-4])
+    assert auto["frontier_ref"] == "b" and not auto["above_frontier"] and auto["mix"] == [["b", 1.0]]
+    assert auto["d_f1_frontier"] == pytest.approx(-0.5) and auto["d_f1_mix"] == pytest.approx(-0.5)
+    assert auto["qpc_at_least_best"] is False and "not above the fixed frontier" in md and "(a): worse" in md
 
 
 # --- end to end: frontier -> train -> eval --strategy auto (embedded model) ------------------------

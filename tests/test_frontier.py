@@ -13,6 +13,7 @@ from memfrontier.frontier.stats import (
     amortized_qpc,
     bootstrap_ci,
     frontier_at,
+    mixture_at,
     paired_diff_ci,
     pareto_front,
 )
@@ -34,6 +35,20 @@ def test_frontier_at_by_hand():
     assert frontier_at(9.0, pts) == ("b", True)  # c costs more and scores less: not the frontier's value
     assert frontier_at(0.5, pts) == ("a", False)  # below every point: the cheapest
     assert frontier_at(1.0, {}) == (None, False)
+
+
+def test_mixture_at_is_the_upper_concave_hull():
+    # a (1, 0.3), b (2, 0.5), c (3, 0.55), d (4, 0.8), e (5, 0.7): the hull is a - b - d (slopes 0.2
+    # then 0.15; c lies below the chord b-d: 0.5 + 0.3 / 2 = 0.65 > 0.55), flat after d; e is never mixed in
+    pts = {"a": (1.0, 0.3), "b": (2.0, 0.5), "c": (3.0, 0.55), "d": (4.0, 0.8), "e": (5.0, 0.7)}
+    assert mixture_at(1.5, pts) == [("a", 0.5), ("b", 0.5)]
+    mix = mixture_at(3.5, pts)  # b w + d (1 - w), 2w + 4(1 - w) = 3.5 -> w = 0.25
+    assert [m[0] for m in mix] == ["b", "d"] and [m[1] for m in mix] == pytest.approx([0.25, 0.75])
+    assert mixture_at(2.0, pts) == [("b", 1.0)] and mixture_at(9.0, pts) == [("d", 1.0)]
+    assert mixture_at(0.5, pts) == [] and mixture_at(1.0, {}) == []
+    # a point on a chord is not a vertex; equal cost keeps the better one
+    assert mixture_at(2.0, {"a": (1.0, 0.25), "b": (2.0, 0.5), "c": (3.0, 0.75), "c2": (3.0, 0.125)}) == \
+        [("a", 0.5), ("c", 0.5)]
 
 
 def test_pareto_front_by_hand():

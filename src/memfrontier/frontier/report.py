@@ -26,7 +26,7 @@ from ..core.cost import COST_SCALE
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..eval.metrics import LOCOMO_EXCLUDED
 from ..eval.sweeps.base import fmt_cell
-from .stats import amortized_qpc, bootstrap_ci, frontier_at, paired_diff_ci, pareto_front
+from .stats import amortized_qpc, bootstrap_ci, frontier_at, mixture_at, paired_diff_ci, pareto_front
 
 #: Strategies that read gold information (the upper anchor): reported, never in the Pareto set.
 ANCHOR_STRATEGIES = frozenset({"oracle"})
@@ -35,7 +35,8 @@ CSV_FIELDS = ("label", "strategy", "status", "n", "f1", "f1_low", "f1_high", "ev
               "wall_s", "calls", "input_tokens", "output_tokens", "d_f1", "d_f1_low", "d_f1_high",
               "d_usd_x1e4", "d_usd_x1e4_low", "d_usd_x1e4_high", "pareto_cost", "pareto_latency", "anchor", "fallbacks",
               "regret_utility", "regret_f1", "oracle_f1", "frontier_ref", "d_f1_frontier", "d_f1_frontier_low",
-              "d_f1_frontier_high", "above_frontier", "best_fixed_qpc_label", "best_fixed_qpc")
+              "d_f1_frontier_high", "above_frontier", "mix_f1", "d_f1_mix", "d_f1_mix_low", "d_f1_mix_high",
+              "best_fixed_qpc_label", "best_fixed_qpc")
 
 
 def _scored(rows: list[dict], dataset: str) -> list[dict]:
@@ -230,7 +231,12 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
     ``above_frontier`` (higher mean F1 at equal or lower cost: the point estimate; the interval says
     whether it is a measured statement), ``best_fixed_qpc_label``/``best_fixed_qpc`` (the highest
     QPC of the fixed configurations) and ``qpc_at_least_best`` (the router's QPC >= it; None when
-    either is unpriced). Empty when no fixed configuration finished or the router is unpriced.
+    either is unpriced). The stricter baseline needs no router at all: a random mix of two fixed
+    configurations at the same expected cost (:func:`~memfrontier.frontier.stats.mixture_at`, the
+    upper concave hull): ``mix`` (``[[label, weight], ...]``, empty when the router costs less than
+    every fixed configuration), ``mix_f1`` and ``d_f1_mix`` with ``_low``/``_high`` (paired against
+    the mix's expected F1 per question). Empty when no fixed configuration finished or the router is
+    unpriced.
     """
     points = {x["label"]: (x["usd_x1e4_amortized"], x["f1"]) for x in fixed_rows
               if x.get("usd_x1e4_amortized") is not None and x.get("f1") is not None}
@@ -240,7 +246,16 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
     d = paired_diff_ci(f1_of[auto["label"]], f1_of[ref], seed=seed)
     qpcs = {x["label"]: x["qpc"] for x in fixed_rows if x.get("qpc") is not None}
     best = max(qpcs, key=lambda label: (qpcs[label], label)) if qpcs else None
+    mix = mixture_at(auto["usd_x1e4_amortized"], points)
+    mixed = {}
+    if mix:
+        ids = set.intersection(*(set(f1_of[label]) for label, _ in mix))
+        mix_rows = {i: sum(w * f1_of[label][i] for label, w in mix) for i in ids}
+        dm = paired_diff_ci(f1_of[auto["label"]], mix_rows, seed=seed)
+        mixed = {"mix_f1": sum(w * points[label][1] for label, w in mix), "d_f1_mix": dm["mean"],
+                 "d_f1_mix_low": dm["low"], "d_f1_mix_high": dm["high"]}
     return {"frontier_ref": ref, "frontier_ref_within": within, "d_f1_frontier": d["mean"],
+            "mix": [[label, w] for label, w in mix], **mixed,
             "d_f1_frontier_low": d["low"], "d_f1_frontier_high": d["high"],
             "above_frontier": (auto["f1"] > points[ref][1]) if within else (auto["f1"] >= points[ref][1]),
             "best_fixed_qpc_label": best, "best_fixed_qpc": qpcs.get(best),
@@ -259,6 +274,10 @@ def _versus_frontier_line(x: dict) -> str:
     line = (f"{x['label']} ({x['usd_x1e4_amortized']:.4f} USD×1e4/q): {where} {x['frontier_ref']}; "
             f"ΔF1 {_interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
             f"{verdict} ({measured})")
+    if x.get("mix"):
+        mix = " + ".join(f"{w:.2f} {label}" for label, w in x["mix"])
+        line += (f"; against a random mix of fixed configurations at the same cost ({mix}, F1 {x['mix_f1']:.3f}): "
+                 f"ΔF1 {_interval(x['d_f1_mix'], x['d_f1_mix_low'], x['d_f1_mix_high'])}")
     if x.get("qpc_at_least_best") is not None:
         line += (f"; QPC {x['qpc']:.3f} vs the best fixed {x['best_fixed_qpc']:.3f} ({x['best_fixed_qpc_label']}): "
                  + ("not worse" if x["qpc_at_least_best"] else "worse"))

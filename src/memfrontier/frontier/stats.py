@@ -5,6 +5,7 @@ the amortized quality per cost.
 - paired difference of two configurations ............. :func:`paired_diff_ci` (resampling question ids jointly)
 - Pareto set (max quality, min cost) .................. :func:`pareto_front`
 - the frontier's value at a cost ...................... :func:`frontier_at`
+- the best random mix of configurations at a cost ..... :func:`mixture_at` (upper concave hull)
 - amortized QPC ....................................... :func:`amortized_qpc` (MemoryCPT Eq. 3, 5-6, App. C)
 
 Every interval is seeded, so a report is reproducible; ``n_boot`` resamples (default 2,000).
@@ -76,6 +77,37 @@ def frontier_at(cost: float, points: Mapping[str, tuple[float, float]]) -> tuple
     if within:
         return min(within)[2], True
     return min((c, -q, label) for label, (c, q) in points.items())[2], False
+
+
+def mixture_at(cost: float, points: Mapping[str, tuple[float, float]]) -> list[tuple[str, float]]:
+    """The best random mix of configurations at an expected ``cost``: answering each question with
+    configuration A with probability w, else B, costs and scores w·A + (1 − w)·B in expectation, so
+    the achievable frontier is the upper concave hull of ``points`` (label -> ``(cost, quality)``),
+    flat after its best-quality point. Returns ``[(label, weight), ...]`` (one or two entries, weights
+    summing to 1) of the hull at ``cost``; ``[]`` when ``cost`` is below every point.
+    """
+    pts = sorted((c, -q, label) for label, (c, q) in points.items())
+    hull: list[tuple[float, float, str]] = []  # (cost, quality, label), quality rising with cost
+    for c, nq, label in pts:
+        q = -nq
+        if hull and q <= hull[-1][1]:
+            continue  # costs at least as much for no more quality: never on the rising hull
+        while len(hull) >= 2:
+            (c1, q1, _), (c2, q2, _) = hull[-2], hull[-1]
+            if (q2 - q1) * (c - c1) <= (q - q1) * (c2 - c1):  # hull[-1] on or below the chord: not a vertex
+                hull.pop()
+            else:
+                break
+        hull.append((c, q, label))
+    if not hull or cost < hull[0][0]:
+        return []
+    if cost >= hull[-1][0]:
+        return [(hull[-1][2], 1.0)]
+    for (c1, _, a), (c2, _, b) in zip(hull, hull[1:]):
+        if c1 <= cost <= c2:
+            w = (c2 - cost) / (c2 - c1)
+            return [(a, w), (b, 1.0 - w)] if 0.0 < w < 1.0 else [(a if w >= 1.0 else b, 1.0)]
+    raise AssertionError("unreachable: cost lies within the hull's range")
 
 
 def amortized_qpc(f1: float, online_usd_per_question: float, construction_usd: float, n_questions: int) -> float | None:
