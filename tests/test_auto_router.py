@@ -415,6 +415,22 @@ def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
     assert auto["d_f1_frontier"] == pytest.approx(-0.5) and auto["d_f1_mix"] == pytest.approx(-0.5)
     assert auto["qpc_at_least_best"] is False and "not above the fixed frontier" in md and "(a): worse" in md
 
+    # unpriced calls count as free in USD: such a router gets no verdict, such a fixed row is no point
+    def unpriced(name, strategy, f1s, usds):
+        d = _run_dir(tmp_path / name, strategy, [{**r, "unpriced_calls": 1, "usage": {"by_stage": {"query": {
+            "unpriced_calls": 1}}}} for r in rows(f1s, usds)])
+        return {"label": name, "strategy": strategy, "dir": d}
+
+    rep = build_report([*fixed, unpriced("auto-unpriced", "auto", [0.8, 1.0], [1e-4, 0.0])], reference="a")
+    auto = next(r for r in rep["rows"] if r["label"] == "auto-unpriced")
+    assert "frontier_ref" not in auto and auto["pareto_cost"] is None
+    assert "- auto-unpriced: unpriced model calls, so no place against the fixed frontier's cost" in render_markdown(rep)
+    rep = build_report([*fixed, unpriced("free", "rag", [0.9, 0.9], [0.0, 0.0]),
+                        {"label": "auto", "strategy": "auto", "dir": tmp_path / "auto"}], reference="a")
+    auto = next(r for r in rep["rows"] if r["label"] == "auto")
+    assert auto["frontier_ref"] == "a" and [m[0] for m in auto["mix"]] == ["a", "b"]
+    assert next(r for r in rep["rows"] if r["label"] == "free")["pareto_cost"] is None
+
 
 # --- end to end: frontier -> train -> eval --strategy auto (embedded model) ------------------------
 @pytest.mark.slow

@@ -85,7 +85,8 @@ def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: 
         "output_tokens": _mean([u.get("output_tokens", 0) for u in q_usage]),
         "per_category": {},
         "fallbacks": ", ".join(summary.get("fallbacks", {}).get("exceeded", [])),
-        "unpriced_calls": sum(u.get("unpriced_calls", 0) for u in q_usage),
+        "unpriced_calls": sum(u.get("unpriced_calls", 0) for u in q_usage)
+                          + sum(int(c.get("unpriced_calls") or 0) for c in summary.get("construction", {}).values()),
         "provenance": summary.get("provenance", {}),
     }
     cats = sorted({str(r.get("category")) for r in use})
@@ -157,10 +158,15 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
     for x in ok:
         x["anchor"] = x["strategy"] in ANCHOR_STRATEGIES
         x["pareto_cost"] = x["pareto_latency"] = None if x["anchor"] else False
-    cost_pts = [(x["usd_x1e4_amortized"], x["f1"]) for x in deployable]
-    lat_pts = [(x["proxy_s"] or 0.0, x["f1"]) for x in deployable]
-    for x, pc, pl in zip(deployable, pareto_front(cost_pts), pareto_front(lat_pts)):
-        x["pareto_cost"], x["pareto_latency"] = pc, pl
+    # an unpriced run's USD counts its unpriced calls as free: it has no place on the cost front
+    priced = [x for x in deployable if not x.get("unpriced_calls")]
+    for x, pc in zip(priced, pareto_front([(x["usd_x1e4_amortized"], x["f1"]) for x in priced])):
+        x["pareto_cost"] = pc
+    for x in deployable:
+        if x.get("unpriced_calls"):
+            x["pareto_cost"] = None
+    for x, pl in zip(deployable, pareto_front([(x["proxy_s"] or 0.0, x["f1"]) for x in deployable])):
+        x["pareto_latency"] = pl
     f1_of = {x["label"]: {p["id"]: p["f1"] for p in _scored([p for p in loaded[x["label"]][1] if p["id"] in set(shared)],
                                                            loaded[x["label"]][0]["config"].get("dataset", ""))}
              for x in ok}
@@ -221,7 +227,8 @@ def router_regret(auto_rows: list[dict], fixed: dict[str, list[dict]]) -> dict:
 def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[str, dict[str, float]], *,
                           seed: int = 0) -> dict:
     """Where a router row ``auto`` stands against the frontier of the fixed configurations
-    (``fixed_rows``: finished, deployable, not routers; ``f1_of``: label -> question id -> F1).
+    (``fixed_rows``: finished, deployable, not routers; ``f1_of``: label -> question id -> F1). Rows
+    with unpriced model calls (their USD counts those calls as free) take no part.
 
     The comparison point is the fixed frontier's value at the router's amortized cost
     (:func:`~memfrontier.frontier.stats.frontier_at` over C(n)×1e4 per question): the best F1 among
@@ -236,15 +243,15 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
     upper concave hull): ``mix`` (``[[label, weight], ...]``, empty when the router costs less than
     every fixed configuration), ``mix_f1`` and ``d_f1_mix`` with ``_low``/``_high`` (paired against
     the mix's expected F1 per question). Empty when no fixed configuration finished or the router is
-    unpriced.
+    unpriced (any of its calls, construction included).
     """
     points = {x["label"]: (x["usd_x1e4_amortized"], x["f1"]) for x in fixed_rows
-              if x.get("usd_x1e4_amortized") is not None and x.get("f1") is not None}
-    if not points or auto.get("usd_x1e4_amortized") is None:
+              if x.get("usd_x1e4_amortized") is not None and x.get("f1") is not None and not x.get("unpriced_calls")}
+    if not points or auto.get("usd_x1e4_amortized") is None or auto.get("unpriced_calls"):
         return {}
     ref, within = frontier_at(auto["usd_x1e4_amortized"], points)
     d = paired_diff_ci(f1_of[auto["label"]], f1_of[ref], seed=seed)
-    qpcs = {x["label"]: x["qpc"] for x in fixed_rows if x.get("qpc") is not None}
+    qpcs = {label: x["qpc"] for x in fixed_rows if (label := x["label"]) in points and x.get("qpc") is not None}
     best = max(qpcs, key=lambda label: (qpcs[label], label)) if qpcs else None
     mix = mixture_at(auto["usd_x1e4_amortized"], points)
     mixed = {}
@@ -264,6 +271,8 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
 
 def _versus_frontier_line(x: dict) -> str:
     """One sentence on a router row against the fixed frontier (:func:`versus_fixed_frontier`)."""
+    if x.get("unpriced_calls"):
+        return f"{x['label']}: unpriced model calls, so no place against the fixed frontier's cost"
     if not x.get("frontier_ref"):
         return f"{x['label']}: no priced fixed configuration to compare with"
     where = ("the fixed frontier at its cost is" if x["frontier_ref_within"]
