@@ -520,6 +520,19 @@ def test_add_and_ask_errors(service, key_a):
         assert m.delete_all(user_id="fay") == 1
 
 
+def test_scope_ids_within_the_field_limits_but_over_the_store_key_limit_are_422(service, key_a):
+    """200 characters per scope id (the request limit) fit the store's 1,024-byte scope key when ASCII,
+    not when each is an emoji (12 bytes escaped in the key): 422 naming the limit, nothing stored."""
+    with MemoryClient(service["url"], key_a) as m:
+        with pytest.raises(InvalidRequestError, match="scope key .* over the limit of 1024 bytes"):
+            m.add("I keep my bike in the hallway.", user_id="\U0001F6B2" * 200)
+        with pytest.raises(InvalidRequestError, match="its id is 1100 bytes"):
+            m.add([{"content": "I keep my bike in the hallway.", "id": "i" * 1100}], user_id="gus")
+        assert m.search("bike hallway", user_id="gus") == []
+        m.add("I keep my bike in the hallway.", user_id="u" * 200, agent_id="a" * 200, run_id="r" * 200)
+        assert m.delete_all(user_id="u" * 200) == 1
+
+
 def test_invalid_unicode_at_the_http_boundary(service, key_a):
     with _raw(service, key_a) as h:
         r = h.post("/v1/memories", content=b'{"messages": "caf\xff", "user_id": "jo"}',

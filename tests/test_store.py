@@ -604,7 +604,8 @@ def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_p
         assert "chunks_tsv" not in idx  # schema 5: BM25 reads the postings, nothing used the GIN index
         idx = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'postings'").fetchall())
         assert idx["postings_lexeme"].endswith("(lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)")
-        assert idx["postings_chunk"].endswith("(chunk_id)")
+        assert idx["postings_chunk_lexeme"].startswith("CREATE UNIQUE INDEX")
+        assert idx["postings_chunk_lexeme"].endswith("(chunk_id, lexeme)") and "postings_chunk" not in idx
         conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this memfrontier's {SCHEMA_VERSION}"):
         PostgresStore(dsn, minilm, directory=tmp_path / "v")
@@ -700,7 +701,7 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
 
 # The postings of the chunks present, from their tsvectors: what the ``postings`` table must hold.
 _POSTINGS_TRUTH = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-                   "FROM chunks c, unnest(c.tsv) AS t ORDER BY 1, 2, 3, 4, 5")
+                   "FROM chunks c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= 256 ORDER BY 1, 2, 3, 4, 5")
 _POSTINGS = "SELECT lexeme, user_id, agent_id, run_id, chunk_id, tf, dl FROM postings ORDER BY 1, 2, 3, 4, 5"
 
 
@@ -802,7 +803,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
                     _BM25_V4.format(where=where), [*params, lexemes, terms, *params]).fetchall()
     assert sum(len(r) for r in reference.values()) > 20
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
-    assert s.schema_version() == SCHEMA_VERSION == 5
+    assert s.schema_version() == SCHEMA_VERSION == 6
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert len(_postings(conn)) == conn.execute("SELECT sum(tsv_len) FROM chunks").fetchone()[0] > 0
         assert conn.execute("SELECT to_regclass('chunks_tsv')").fetchone()[0] is None
@@ -811,6 +812,151 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
         got = [(c.id, score) for c, score in s.search_bm25(q, sc, None)]
         assert got == [(cid, pytest.approx(score, rel=1e-12)) for cid, score in rows], (q, sc)
         assert [c.id for c, _ in s.search_bm25(q, sc, 2)] == [cid for cid, _ in rows[:2]]
+    s.close()
+
+
+_COPY_CHUNK = ("INSERT INTO chunks (id, scope_key, user_id, agent_id, run_id, scope_json, session_id, timestamp, text, "
+               "n_tokens, first_seq, record_ids, embedding) SELECT %s, scope_key, user_id, agent_id, run_id, scope_json, "
+               "session_id, timestamp, %s, n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s")
+
+
+def test_postgres_postings_follow_chunk_rows_written_by_any_client(pg_database, tmp_path, minilm):
+    """The postings are kept by triggers on ``chunks``: rows inserted and deleted by raw SQL (as a
+    writer unaware of the postings would) keep them exact, one statement of several rows included;
+    a schema 5 database whose postings drifted that way (stale rows of a deleted chunk, a chunk
+    without postings, a doubled posting) is resynced by the migration to 6."""
+    import psycopg
+
+    dsn = pg_database("trig")
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "trig")
+    s.add(ALICE + BOB)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        base = len(_postings(conn))
+        a1 = chunk_of(s, ALICE[0].id)[0].id
+        conn.execute(_COPY_CHUNK, ("raw-1", "Zeppelins over Reykjavik.", a1))  # zeppelin reykjavik: 2 postings
+        assert len(_postings(conn)) == base + 2
+        assert conn.execute("SELECT chunk_id FROM postings WHERE lexeme = 'reykjavik'").fetchall() == [("raw-1",)]
+        with conn.transaction():  # two rows in one statement
+            conn.execute(_COPY_CHUNK, ("none", "Nothing.", "no-such-chunk"))  # a statement of no rows is harmless
+            conn.execute(_COPY_CHUNK.replace("SELECT %s,", "SELECT id || '-copy',").replace("WHERE id = %s", "WHERE id = ANY(%s)"),
+                         ("Glaciers and zeppelins.", [a1, "raw-1"]))
+        assert conn.execute("SELECT count(*) FROM postings WHERE lexeme = 'glacier'").fetchone()[0] == 2
+        _postings(conn)
+        conn.execute("DELETE FROM chunks WHERE id LIKE %s OR id = %s", ("%-copy", "raw-1"))  # erasure reaches postings
+        assert conn.execute("SELECT count(*) FROM postings WHERE lexeme IN ('reykjavik', 'glacier', 'zeppelin')").fetchone()[0] == 0
+        assert len(_postings(conn)) == base
+        conn.execute("DELETE FROM chunks WHERE id = %s", (a1,))
+        assert len(_postings(conn)) < base
+    b1 = chunk_of(s, BOB[0].id)[0].id
+    a3 = [c.id for c in s.chunks(A) if c.session_id == "s2"][0]
+    s.close()
+
+    with psycopg.connect(dsn, autocommit=True) as conn:  # back to schema 5, then drift
+        conn.execute("DROP TRIGGER chunks_postings_insert ON chunks")
+        conn.execute("DROP TRIGGER chunks_postings_delete ON chunks")
+        conn.execute("DROP INDEX postings_chunk_lexeme")
+        conn.execute("CREATE INDEX postings_chunk ON postings (chunk_id)")
+        conn.execute("DELETE FROM schema_version WHERE version > 5")
+        conn.execute(_COPY_CHUNK, ("raw-2", "Zeppelins over Reykjavik.", b1))  # no postings written
+        conn.execute("INSERT INTO postings SELECT * FROM postings WHERE chunk_id = %s LIMIT 1", (b1,))  # doubled
+        conn.execute("DELETE FROM chunks WHERE id = %s", (a3,))  # its postings stay
+        assert conn.execute("SELECT count(*) FROM postings WHERE chunk_id = %s", (a3,)).fetchone()[0] > 0
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "trig")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _postings(conn)  # exact again
+        assert conn.execute("SELECT chunk_id FROM postings WHERE lexeme = 'reykjavik'").fetchall() == [("raw-2",)]
+    s.close()
+
+
+def test_postgres_long_word_and_long_scope_ids_just_under_the_limits(pg_database, tmp_path, minilm):
+    """A 2,000-letter word in a record whose scope key and id are just under 1,024 bytes is stored
+    (schema 5 failed: its posting exceeded the btree entry limit); the word gets no posting (not
+    BM25-searchable), the record's other words do, and the chunk's length still counts it."""
+    import psycopg
+
+    rng = np.random.default_rng(7)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+
+    def word(n):  # random letters: PostgreSQL cannot compress them inside the index entry
+        return "".join(rng.choice(letters, n))
+
+    sc = Scope(user_id=word(330), agent_id=word(330), run_id=word(330))
+    assert len(sc.key()) == 1000
+    long_word = word(2000)
+    rec = Record(id=word(1024), scope=sc, session_id=word(1024), speaker="Ann", text=f"Biscuit chewed {long_word}.")
+    s = PostgresStore(pg_database("long"), minilm, directory=tmp_path / "long")
+    assert s.add([rec]).added == [rec.id]
+    assert [c.record_ids for c, _ in s.search_bm25("Biscuit chewed", sc, 5)] == [[rec.id]]
+    assert s.search_bm25(long_word, sc, 5) == []
+    with psycopg.connect(s.dsn, autocommit=True) as conn:
+        assert sorted(r[0] for r in _postings(conn)) == ["ann", "biscuit", "chew", "said"]
+        assert conn.execute("SELECT tsv_len FROM chunks").fetchone()[0] == 5  # the long lexeme counts in dl
+    s.close()
+
+
+def test_add_refuses_a_too_long_scope_key_id_or_session_id(store):
+    """Both stores refuse, before writing anything, a record whose scope key, id or session id is over
+    1,024 bytes (UTF-8; the key escapes non-ASCII), naming the field and the limit."""
+    ok = turn(1, "I adopted a puppy named Biscuit.")
+    long_user = Scope(user_id="u" * 1100)
+    emoji_user = Scope(user_id="\U0001F436" * 90)  # 90 characters, 12 bytes each in the key (\ud83d\udc36 each)
+    cases = [(Record(id="r1", scope=long_user, session_id="s1", text="Hi there."), "scope key .* 1114 bytes, over the limit of 1024"),
+             (Record(id="r1", scope=emoji_user, session_id="s1", text="Hi there."), "scope key .* 1094 bytes, over the limit of 1024"),
+             (Record(id="\u00e9" * 513, scope=A, session_id="s1", text="Hi there."), "its id is 1026 bytes .* limit of 1024"),
+             (Record(id="r1", scope=A, session_id="s" * 1025, text="Hi there."), "its session_id is 1025 bytes")]
+    for bad, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            store.add([ok, bad])
+    assert store.count() == {"records": 0, "chunks": 0, "vectors": 0}
+
+
+def test_add_inserts_a_record_deleted_between_its_two_phases(store, backend, emb, monkeypatch):
+    """A record stored at the add's first read and deleted by another writer before its write is
+    inserted after all: its tokens counted then (no KeyError), and on PostgreSQL its scope locked."""
+    store.add([BOB[0]])
+    first_read = store._checked_new
+
+    def read_then_deleted(records):
+        out = first_read(records)
+        assert store.delete(BOB[0].id, B)
+        return out
+
+    monkeypatch.setattr(store, "_checked_new", read_then_deleted)
+    locked = []
+    if backend == "postgres":
+        guard = store._guard
+        monkeypatch.setattr(store, "_guard", lambda c, keys: (locked.append(set(keys)), guard(c, keys))[1])
+    res = store.add([BOB[0], ALICE[0]])
+    assert res.added == [BOB[0].id, ALICE[0].id] and res.skipped == []
+    assert [r.id for r in store.records(B)] == [BOB[0].id]
+    assert [c.n_tokens for c in store.chunks(B)] == [emb.count_tokens(BOB[0].render())]
+    assert search(store, "kitten Pepper", B)[0].chunk.record_ids == [BOB[0].id]
+    if backend == "postgres":
+        assert locked[-1] == {A.key(), B.key()}
+
+
+def test_postgres_delete_all_locks_a_scope_created_after_its_first_read(pg_database, tmp_path, minilm, monkeypatch):
+    """delete_all(user_id=u) while another writer creates a second scope of u between the delete's
+    first read and its transaction: the delete runs again holding both scopes' locks and deletes both."""
+    x, y = Scope(user_id="u", agent_id="x"), Scope(user_id="u", agent_id="y")
+    dsn = pg_database("del")
+    s = PostgresStore(dsn, minilm, directory=tmp_path / "del")
+    other = PostgresStore(dsn, minilm, directory=tmp_path / "del")
+    s.add([turn(1, "Kayak trip to Lisbon.", scope=x)])
+    locked = []
+    guard = s._guard
+
+    def racing_guard(c, keys):
+        if not locked:
+            other.add([turn(2, "Lisbon trams at night.", scope=y)])
+        locked.append(set(keys))
+        guard(c, keys)
+
+    monkeypatch.setattr(s, "_guard", racing_guard)
+    assert s.delete_all(Scope(user_id="u")) == 2
+    assert locked == [{x.key()}, {x.key(), y.key()}]
+    assert s.count() == {"records": 0, "chunks": 0, "vectors": 0}
+    other.close()
     s.close()
 
 

@@ -83,6 +83,8 @@ from .tenants import client_scope, tenant_scope
 SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
 #: ``auto`` strategies kept built per worker (one per distinct set of request options).
 AUTO_CACHE_SIZE = 16
+# 200 characters: three ASCII ids with the tenant prefix stay under the store's 1,024-byte scope key
+# (memfrontier.store.records.MAX_KEY_BYTES); mostly non-ASCII ones may not, and the add is then a 422.
 ScopeId = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 ScopeIdQ = Annotated[str | None, Query(min_length=1, max_length=200)]
 

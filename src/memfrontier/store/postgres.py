@@ -9,10 +9,15 @@ The same :class:`~memfrontier.store.base.MemoryStore` members as
     chunks          turn-atomic chunks of each (scope, session) with their record ids (``text[]``),
                     their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
                     (``to_tsvector('english', text)``) with its length (``tsv_len``, distinct lexemes)
-    postings        BM25 postings: one row per (chunk, lexeme of its tsvector) with the chunk's scope
-                    columns, tf (the lexeme's number of positions) and the chunk's length; a covering
-                    btree ``(lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)`` and one on
-                    ``chunk_id``; written and deleted in the transaction that changes the chunks
+    postings        BM25 postings: one row per (chunk, lexeme of its tsvector of at most 256 bytes,
+                    :data:`MAX_LEXEME_BYTES`) with the chunk's scope columns, tf (the lexeme's number
+                    of positions) and the chunk's length; a covering btree ``(lexeme, user_id,
+                    agent_id, run_id) INCLUDE (chunk_id, tf, dl)`` and a unique one on ``(chunk_id,
+                    lexeme)``; kept by the database: statement-level triggers on ``chunks`` (AFTER
+                    INSERT / AFTER DELETE) write and delete them in the statement that changes the
+                    chunks, whichever client runs it. A longer token (e.g. a 2,000-letter "word")
+                    has no posting: it is not BM25-searchable in this store (the SQLite store has no
+                    such limit), though it counts in its chunk's length
     scope_stats     per exact scope: its number of chunks and the sum of their lengths (distinct
                     lexemes), the BM25 statistics; changed in the transaction that changes the chunks
     pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
@@ -47,7 +52,8 @@ Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`
   text enters the statistics). How it differs from the SQLite store's
   bm25s: the tokenizer (PostgreSQL's default parser and Snowball stemmer, not ours: accents are
   not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
-  at 256 by PostgreSQL) and a chunk's length is its number of distinct lexemes. N and the average
+  at 256 by PostgreSQL), a chunk's length is its number of distinct lexemes, and a lexeme over
+  :data:`MAX_LEXEME_BYTES` (256 bytes) has no posting, so such a token is not searchable. N and the average
   length come from ``scope_stats`` (one row per exact scope, summed over the scopes a partial scope
   covers), so a search costs O(postings of the query's lexemes in the scope), not O(chunks in
   scope); the postings are read from one btree in lexeme order (a few pages per thousand matches),
@@ -202,23 +208,69 @@ _V5 = [
         tf smallint NOT NULL,
         dl integer NOT NULL)""",
     ("INSERT INTO postings SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-     "FROM chunks c, unnest(c.tsv) AS t ORDER BY 1, 2, 3, 4"),
+     "FROM chunks c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= 256 ORDER BY 1, 2, 3, 4"),  # see v6
     "CREATE INDEX postings_lexeme ON postings (lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)",
     "CREATE INDEX postings_chunk ON postings (chunk_id)",
     "DROP INDEX chunks_tsv",
     "ANALYZE postings",
 ]
 
-#: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2, 4: _V4, 5: _V5}
-# 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
-# 5: BM25 postings (the full-text index dropped)
-SCHEMA_VERSION = max(MIGRATIONS)
+#: Longest lexeme (bytes, ``octet_length``) given a posting. The btree entry of ``postings_lexeme``
+#: (lexeme, scope columns, chunk id, tf, dl) must stay under PostgreSQL's 2704 bytes: with scope
+#: keys of at most :data:`~memfrontier.store.records.MAX_KEY_BYTES` bytes the scope columns take at
+#: most about that much, so 256 bytes of lexeme always fit. Longer tokens (a 300-letter "word", a
+#: base64 blob) are not BM25-searchable in this store; they still count in the chunk's length.
+MAX_LEXEME_BYTES = 256
 
-# The postings of chunks just inserted (parameter: their ids); the migration to v5 fills the table alike.
-_POSTINGS_OF = ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
-                "SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-                "FROM chunks c, unnest(c.tsv) AS t WHERE c.id = ANY(%s)")
+# v6: the postings are kept by the database itself: statement-level triggers on ``chunks`` (AFTER
+# INSERT / AFTER DELETE, with the statement's new / old rows as a transition table) insert the
+# postings of the chunks a statement inserts and delete those of the chunks it deletes, so every
+# writer (one running older code included, or a hand-written statement) keeps them exact. Before,
+# only the store's own re-chunk wrote them: a writer unaware of them left chunks without postings,
+# or postings of deleted chunks (their lexemes surviving the erasure of the text; stale rows inflate
+# df). Lexemes over MAX_LEXEME_BYTES get no posting (see there). The migration resyncs the table
+# with the chunks (postings of vanished chunks or of too long lexemes go, chunks without postings
+# get theirs) and makes (chunk_id, lexeme) unique, so a process still running schema 5's code, which
+# inserts postings itself after the trigger did, fails its add instead of doubling them. Creating
+# the triggers locks ``chunks`` against writes until the migration commits, so the resync is exact.
+# (A chunk's text and scope are never updated in place, its id hashes them: no UPDATE trigger.)
+_POSTINGS_SELECT = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+                    "FROM {src} c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= " + str(MAX_LEXEME_BYTES))
+_V6 = [
+    f"""CREATE OR REPLACE FUNCTION postings_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl)
+        {_POSTINGS_SELECT.format(src="new_chunks")};
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION postings_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks));
+        RETURN NULL;
+    END $$""",
+    "DROP TRIGGER IF EXISTS chunks_postings_insert ON chunks",
+    "DROP TRIGGER IF EXISTS chunks_postings_delete ON chunks",
+    ("CREATE TRIGGER chunks_postings_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS new_chunks "
+     "FOR EACH STATEMENT EXECUTE FUNCTION postings_insert()"),
+    ("CREATE TRIGGER chunks_postings_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks "
+     "FOR EACH STATEMENT EXECUTE FUNCTION postings_delete()"),
+    (f"DELETE FROM postings p WHERE octet_length(p.lexeme) > {MAX_LEXEME_BYTES} "
+     "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)"),
+    ("DELETE FROM postings p USING (SELECT ctid, row_number() OVER (PARTITION BY chunk_id, lexeme) AS n "
+     "FROM postings) d WHERE p.ctid = d.ctid AND d.n > 1"),
+    ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
+     + _POSTINGS_SELECT.format(src="chunks") + " AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.id)"),
+    "CREATE UNIQUE INDEX postings_chunk_lexeme ON postings (chunk_id, lexeme)",
+    "DROP INDEX IF EXISTS postings_chunk",
+    "ANALYZE postings",
+]
+
+#: Every schema version and the statements that bring the previous version to it.
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2, 4: _V4, 5: _V5, 6: _V6}
+# 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
+# 5: BM25 postings (the full-text index dropped); 6: the postings kept by triggers on ``chunks``
+# (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme)
+SCHEMA_VERSION = max(MIGRATIONS)
 
 _CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids"
 
@@ -505,7 +557,6 @@ class PostgresStore(StoreSeam):
                 delta += [(*r[:4], -1, -r[4]) for r in c.execute(
                     "DELETE FROM chunks WHERE id = ANY(%s) RETURNING scope_key, user_id, agent_id, run_id, tsv_len",
                     (gone,))]
-                c.execute("DELETE FROM postings WHERE chunk_id = ANY(%s)", (gone,))
             kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan if ch.id in old]
             if kept:
                 with c.cursor() as cur:
@@ -524,7 +575,6 @@ class PostgresStore(StoreSeam):
             ids = [ch.id for ch, _ in new_chunks]
             delta += [(*r[:4], 1, r[4]) for r in c.execute(
                 "SELECT scope_key, user_id, agent_id, run_id, tsv_len FROM chunks WHERE id = ANY(%s)", (ids,))]
-            c.execute(_POSTINGS_OF, (ids,))
         self._count_stats(c, delta)
         return len(new_chunks), len(new_chunks)
 
@@ -568,8 +618,10 @@ class PostgresStore(StoreSeam):
             return AddResult(skipped=[r.id for r in records])
 
         with self._tx() as c:
-            self._guard(c, {k[0] for k in n_of})
-            insert = self._unstored(c, uniq)  # a concurrent writer may have added some
+            # every scope of the batch, not only those of n_of: a record stored at the first read may
+            # have been deleted since, and is then inserted here (its scope must be locked too)
+            self._guard(c, {k[0] for k in uniq})
+            insert = self._to_insert(c, uniq, n_of)  # a concurrent writer may have added or deleted some
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             with c.cursor() as cur:
@@ -580,11 +632,10 @@ class PostgresStore(StoreSeam):
                     [(r.id, r.kind, k[0], r.scope.user_id, r.scope.agent_id, r.scope.run_id, r.scope.model_dump_json(),
                       r.session_id, r.speaker, r.role, r.timestamp, r.text,
                       json.dumps([im.model_dump() for im in r.images], ensure_ascii=False), r.step_index, r.action,
-                      r.observation, json.dumps(r.meta, ensure_ascii=False), n_of[k] if k in n_of else
-                      int(self.embedder.count_tokens(r.render())))
-                     for k, r in insert])
-            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r in insert), progress)
-        return add_result(records, uniq, {k for k, _ in insert}, built, embedded)
+                      r.observation, json.dumps(r.meta, ensure_ascii=False), n)
+                     for k, r, n in insert])
+            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r, _ in insert), progress)
+        return add_result(records, uniq, {k for k, _, _ in insert}, built, embedded)
 
     def _delete_where(self, where: str, params: list, whole: Scope | None = None) -> int:
         """Delete the records matching ``where``, re-chunk their sessions and record a purge intent
@@ -594,14 +645,23 @@ class PostgresStore(StoreSeam):
             keys = {r[1] for r in c.execute(select_sql, params).fetchall()}
         if not keys:
             return 0
-        with self._tx() as c:
-            self._guard(c, keys)
-            rows = c.execute(select_sql + " FOR UPDATE", params).fetchall()
-            if not rows:
-                return 0
-            c.execute(f"DELETE FROM records WHERE {where}", params)
-            self._rechunk(c, dict.fromkeys((r[1], r[2]) for r in rows))
-            c.execute("INSERT INTO pending_purges (intent_json) VALUES (%s)", (purge_intent(rows, whole),))
+        while True:
+            with self._tx() as c:
+                self._guard(c, keys)
+                rows = c.execute(select_sql + " FOR UPDATE", params).fetchall()
+                if not rows:
+                    return 0
+                found = {r[1] for r in rows}
+                if found <= keys:
+                    c.execute(f"DELETE FROM records WHERE {where}", params)
+                    self._rechunk(c, dict.fromkeys((r[1], r[2]) for r in rows))
+                    c.execute("INSERT INTO pending_purges (intent_json) VALUES (%s)", (purge_intent(rows, whole),))
+                    break
+            # A scope gained matching records after the first read (e.g. delete_all(user_id=u) while
+            # another scope of u was being created): its lock is not held. Taking it now, out of
+            # sorted order, could deadlock with a writer holding it; this transaction wrote nothing,
+            # so it ends (releasing its locks) and the delete runs again, locking the union in order.
+            keys |= found
         self.complete_purges()
         return len(rows)
 

@@ -43,12 +43,39 @@ def check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str
             f"(nothing of this batch was written)")
 
 
+#: Longest scope key (:meth:`Scope.key() <memfrontier.core.types.Scope.key>`, UTF-8 bytes) and
+#: longest record id or session id (UTF-8 bytes) a store accepts. They are btree keys in the
+#: PostgreSQL store (``records (scope_key, id)``, ``(scope_key, session_id)``; the scope columns of
+#: every BM25 posting), whose entries must stay
+#: under 2704 bytes; both stores refuse the same records. A key is the scope's three ids JSON-encoded
+#: with non-ASCII characters escaped (``\uXXXX``, 6 bytes, 12 outside the BMP): three ASCII ids of
+#: 300 characters fit.
+MAX_KEY_BYTES = 1024
+MAX_ID_BYTES = 1024
+
+
+def _check_sizes(r: Record) -> None:
+    """ValueError naming the field and the limit when ``r``'s scope key, id or session id is too long."""
+    n_key = len(r.scope.key().encode("utf-8"))
+    if n_key > MAX_KEY_BYTES:
+        raise ValueError(f"record {r.id[:80]!r}: its scope key (user_id, agent_id, run_id JSON-encoded, non-ASCII "
+                         f"escaped as \\uXXXX) is {n_key} bytes, over the limit of {MAX_KEY_BYTES} bytes; use shorter "
+                         f"scope ids (nothing of this batch was written)")
+    for field, value in (("id", r.id), ("session_id", r.session_id)):
+        n = len(value.encode("utf-8"))
+        if n > MAX_ID_BYTES:
+            raise ValueError(f"record {r.id[:80]!r}: its {field} is {n} bytes (UTF-8), over the limit of "
+                             f"{MAX_ID_BYTES} bytes (nothing of this batch was written)")
+
+
 def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]:
     """``(records, {(scope key, id): first record})`` of an ``add`` batch, checked before any write.
 
     Raises:
         TypeError: an element is not a :class:`Record`.
-        ValueError: a record is empty (see :func:`is_empty`).
+        ValueError: a record is empty (see :func:`is_empty`), or its scope key, id or session id is
+            longer than :data:`MAX_KEY_BYTES` / :data:`MAX_ID_BYTES` bytes (UTF-8); the message names
+            the field.
         RecordConflictError: one (scope, id) twice in the batch with different content.
     """
     records = list(records)
@@ -57,6 +84,7 @@ def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]
             raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
         if is_empty(r):
             raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
+        _check_sizes(r)
     uniq: dict[tuple[str, str], Record] = {}
     for r in records:
         uniq.setdefault((r.scope.key(), r.id), r)

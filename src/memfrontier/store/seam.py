@@ -166,6 +166,17 @@ class StoreSeam:
         check_conflicts(uniq, present)
         return [(k, r) for k, r in uniq.items() if k not in present]
 
+    def _to_insert(self, c, uniq: dict[tuple[str, str], Record],
+                   n_of: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], Record, int]]:
+        """Inside the write transaction of an ``add``: ``(key, record, retriever tokens)`` of each
+        record of ``uniq`` not stored (:meth:`_unstored`), batch order. The tokens are ``n_of``'s
+        (counted by :meth:`_checked_new`) or, for a record that was stored at that first read and
+        deleted by another writer since, counted now."""
+        fresh = self._unstored(c, uniq)
+        late = [(k, r) for k, r in fresh if k not in n_of]
+        counted = dict(zip([k for k, _ in late], count_tokens_many(self.embedder, [r.render() for _, r in late])))
+        return [(k, r, n_of[k] if k in n_of else counted[k]) for k, r in fresh]
+
     def _checked_new(self, records) -> tuple[list[Record], dict[tuple[str, str], Record], dict[tuple[str, str], int]]:
         """The first step of an ``add``, before any write: ``(records, uniq, n_of)``, the batch
         checked (:func:`~memfrontier.store.records.checked_batch`) and the retriever tokens of

@@ -683,7 +683,8 @@ class SQLiteStore(StoreSeam):
 
         with self._write_tx() as c:
             self._guard_embedding(c)
-            insert = [(r, n_of[k]) for k, r in self._unstored(c, uniq)]  # a concurrent writer may have added some
+            # a concurrent writer may have added some, or deleted some stored at the first read
+            insert = [(r, n) for _, r, n in self._to_insert(c, uniq, n_of)]
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in insert)
