@@ -551,13 +551,17 @@ class PostgresStore(StoreSeam):
             plan = chunk_records(recs, lambda t: counts[t] if t in counts else int(self.embedder.count_tokens(t)),
                                  self.chunk_tokens)
             first = {ch.id: min(seq_of[i] for i in ch.record_ids) for ch in plan}
-            old = {r[0] for r in c.execute("SELECT id FROM chunks WHERE scope_key = %s AND session_id = %s", key)}
-            gone = sorted(old - set(first))
+            old = {r[0]: (r[1], r[2]) for r in c.execute(
+                "SELECT id, timestamp, first_seq FROM chunks WHERE scope_key = %s AND session_id = %s", key)}
+            gone = sorted(set(old) - set(first))
             if gone:
                 delta += [(*r[:4], -1, -r[4]) for r in c.execute(
                     "DELETE FROM chunks WHERE id = ANY(%s) RETURNING scope_key, user_id, agent_id, run_id, tsv_len",
                     (gone,))]
-            kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan if ch.id in old]
+            # a kept chunk's row is rewritten only when its order keys moved: an UPDATE writes a new row
+            # version into every index, the HNSW one included (about 10 ms a row at 100,000 chunks)
+            kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan
+                    if ch.id in old and old[ch.id] != (ch.timestamp, first[ch.id])]
             if kept:
                 with c.cursor() as cur:
                     cur.executemany("UPDATE chunks SET timestamp = %s, first_seq = %s WHERE id = %s", kept)
