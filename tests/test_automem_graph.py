@@ -314,9 +314,25 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     # one more record: the two old windows come from the notes cache, one new call
     client.replies.append(good)
     more = recs + [_turn(7, "s9", "Evan", "Evan sold the red Prius")]
-    rep3 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
+    ledger3 = Ledger()
+    with use_ledger(ledger3, "construction"):
+        rep3 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
     assert (rep3.calls, rep3.cached_windows) == (1, 3)
     assert g.counts()["Memory"] == 5
+    # each window's cost is stored with its notes: the two runs' construction usage, summed
+    stored = GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U))
+    built = [ledger.usage().construction, ledger3.usage().construction]
+    assert stored["calls"] == 3 and stored["windows_without_usage"] == 0
+    assert stored["input_tokens"] == sum(u.input_tokens for u in built) > 0
+    assert stored["output_tokens"] == sum(u.output_tokens for u in built)
+    # a cache written before costs were recorded (bare lists of notes): its windows are counted as
+    # unknown, never guessed, and their notes are still served
+    path = state_dir(tmp_path, U) / "notes.json"
+    path.write_text(json.dumps({k: v["notes"] for k, v in json.loads(path.read_text()).items()}))
+    assert GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U)) == {"windows_without_usage": 3}
+    (state_dir(tmp_path, U) / "meta.json").unlink()
+    rep4 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
+    assert (rep4.calls, rep4.cached_windows) == (0, 4) and client.n_calls == 3
     g.close()
 
 

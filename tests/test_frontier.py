@@ -122,6 +122,19 @@ def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_p
     assert header[:5] == ["label", "strategy", "status", "n", "f1"]
 
 
+def test_a_construction_cost_with_unrecorded_windows_is_flagged(tmp_path):
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
+    _write_run(tmp_path / "am", _rows([0.4, 0.6], 2e-4), construction_usd=1e-4)
+    summary = json.loads((tmp_path / "am" / "summary.json").read_text())
+    summary["construction"]["conv-2"] = {"usd": 1e-4, "windows_without_usage": 30}
+    (tmp_path / "am" / "summary.json").write_text(json.dumps(summary))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+                        {"label": "automem", "strategy": "automem", "dir": tmp_path / "am"}])
+    assert rep["notes"] == ["automem: construction cost incomplete, 30 index windows were built before their cost "
+                            "was recorded (its C(n) and QPC understate the cost)"]
+    assert rep["notes"][0] in render_markdown(rep)
+
+
 def test_the_oracle_anchor_is_shown_but_never_in_the_pareto_set(tmp_path):
     """oracle reads the gold evidence: better and cheaper than rag here, yet rag stays on the front
     (the only deployable configuration) and oracle is marked as the anchor."""

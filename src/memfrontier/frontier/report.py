@@ -178,6 +178,11 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
             x.update(router_regret(_scored([p for p in prows if p["id"] in set(shared)],
                                            summary["config"].get("dataset", "")), fixed))
             x.update(versus_fixed_frontier(x, fixed_rows, f1_of, seed=seed))
+    for label, (summary, _) in loaded.items():
+        unknown = sum(int(c.get("windows_without_usage") or 0) for c in summary.get("construction", {}).values())
+        if unknown:
+            notes.append(f"{label}: construction cost incomplete, {unknown} index windows were built before their "
+                         "cost was recorded (its C(n) and QPC understate the cost)")
     answerers = {x["provenance"].get("answer_model") for x in ok}
     if len(answerers) > 1:
         notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")

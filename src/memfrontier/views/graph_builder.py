@@ -17,12 +17,14 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..core.jsonio import write_json_atomic
+from ..core.ledger import current_ledger
 from ..core.timeutil import instant_key
 from ..core.types import Record
 from ..graph.backend import GraphBackend, GraphData
@@ -172,12 +174,7 @@ class GraphIndexer:
                 old = {}
             if {k: old.get(k) for k in meta} == meta:
                 return GraphBuild(skipped=True, counts=old.get("counts"))
-        cache: dict[str, list[dict]] = {}
-        if state is not None and (state / NOTES_FILE).is_file():
-            try:
-                cache = json.loads((state / NOTES_FILE).read_text("utf-8"))
-            except (OSError, ValueError):
-                cache = {}
+        cache = _read_cache(state)
         windows = make_windows(records, self.window_turns)
         report = GraphBuild(windows=len(windows))
         results: list[list[Note] | None] = [None] * len(windows)
@@ -187,15 +184,18 @@ class GraphIndexer:
             w = windows[i]
             key = w.key(self.llm.model_id)
             if key in cache:
-                results[i] = [Note(**d) for d in cache[key]]
+                results[i] = [Note(**d) for d in _notes_of(cache[key])]
                 report.cached_windows += 1
                 return
+            ledger = current_ledger()
             async with sem:
-                notes = await summarize_window(self.llm, w)
+                with ledger.span(f"automem.window.{key}") if ledger is not None else nullcontext() as span:
+                    notes = await summarize_window(self.llm, w)
             if not w.is_step:
                 report.calls += 1
             results[i] = notes
-            cache[key] = [n.to_json() for n in notes]
+            cache[key] = {"notes": [n.to_json() for n in notes],
+                          "usage": span.usage().model_dump() if span is not None else None}
             if state is not None and not w.is_step:
                 state.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(state / NOTES_FILE, cache)
@@ -211,3 +211,41 @@ class GraphIndexer:
             write_json_atomic(state / NOTES_FILE, {k: v for k, v in cache.items() if k in live})
             write_json_atomic(state / META_FILE, {**meta, "counts": report.counts, "windows": len(windows)})
         return report
+
+    def stored_usage(self, records: list[Record], state_dir: str | Path | None) -> dict:
+        """What the indexer calls of ``records``' windows cost, over every run that built them: the
+        usage recorded with each window in the notes cache (calls, tokens, USD, proxy and wall
+        seconds; summed, as if the windows ran one after another), plus ``windows_without_usage``,
+        the windows whose notes are cached without their cost (built before costs were recorded;
+        their cost is missing from the sums). Steps make no call and cost nothing."""
+        cache = _read_cache(Path(state_dir) if state_dir is not None else None)
+        total: dict[str, float] = {"windows_without_usage": 0}
+        for w in make_windows(records, self.window_turns):
+            if w.is_step:
+                continue
+            entry = cache.get(w.key(self.llm.model_id))
+            usage = entry.get("usage") if isinstance(entry, dict) else None
+            if usage is None:
+                total["windows_without_usage"] += 1
+                continue
+            for k, v in usage.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    total[k] = total.get(k, 0) + v
+        return total
+
+
+def _read_cache(state: Path | None) -> dict:
+    """The notes cache of a build state folder: window key -> ``{"notes": [...], "usage": {...}}``
+    (a bare list of notes: written before window costs were recorded); {} when absent or unreadable."""
+    if state is None or not (state / NOTES_FILE).is_file():
+        return {}
+    try:
+        cache = json.loads((state / NOTES_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _notes_of(entry) -> list[dict]:
+    """The notes of a cache entry, either format."""
+    return entry["notes"] if isinstance(entry, dict) else entry

@@ -144,6 +144,17 @@ class AutoMem:
         )
         await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope))
 
+    def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
+        """What building ``scope``'s graph index cost over every run that built part of it (the
+        indexer calls' usage stored with each window's notes, summed; ``windows_without_usage``
+        counts cached windows whose cost was not recorded). {} with ``graph="none"`` or a store
+        without local view files."""
+        folder = state_dir(env.store.view_dir(GRAPH_VIEW), scope) if self.graph != "none" else None
+        if folder is None:
+            return {}
+        indexer = GraphIndexer(env.llm, window_turns=self.window_turns)
+        return indexer.stored_usage(env.store.records(scope), folder)
+
     def _drop_graph(self, env: MemoryEnv, scope: Scope) -> None:
         """Remove ``scope``'s graph: its Ladybug folder (database, notes cache, build meta), or the
         scope's nodes on a Neo4j server."""
