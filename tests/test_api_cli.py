@@ -106,6 +106,17 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     assert res.exit_code == 0 and "no results" in res.output
     res = CliRunner().invoke(app, ["search", "jazz", "--store", str(tmp_path / "nowhere")])
     assert res.exit_code == 2 and "no memory store" in res.output
+    # --file needs a scope, said in the command line's terms; --agent-id / --run-id are scopes too
+    f.write_text(json.dumps({"content": "Bruno likes jazz.", "session_id": "a"}) + "\n")
+    res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f)])
+    assert res.exit_code == 2 and "--file needs a scope: give --user-id, --agent-id or --run-id" in res.output
+    res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--agent-id", "bot", "--run-id", "r1"])
+    assert res.exit_code == 0 and "+1 records" in res.output, res.output
+    with Memory.open(store) as m:
+        assert [r.text for r in m.aio.store.records(Scope(agent_id="bot", run_id="r1"))] == ["Bruno likes jazz."]
+        assert m.aio.store.records(Scope(user_id="u")) == []
+    res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--dataset", "locomo", "--user-id", "u"])
+    assert res.exit_code == 2 and "go with --file" in res.output
 
 
 def test_oracle_outside_evaluation_is_refused(tmp_path):

@@ -1027,9 +1027,11 @@ def ingest(
     dataset: Optional[str] = typer.Option(None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa | mem_gallery."),
     conversation: Optional[list[str]] = typer.Option(None, help="Only these conversation ids (repeatable)."),
     file: Optional[Path] = typer.Option(None, help="A JSONL of messages ({role, content, speaker?, timestamp?, session_id?})."),
-    user_id: Optional[str] = typer.Option(None, help="Scope for --file."),
+    user_id: Optional[str] = typer.Option(None, help="Scope for --file: the user the messages belong to."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope for --file: the agent (with or without --user-id)."),
+    run_id: Optional[str] = typer.Option(None, help="Scope for --file: the run (with or without the others)."),
     session_id: str = typer.Option("default", help="Session for --file lines without one."),
-    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA"),
+    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="The benchmark data folder (default ../shared/data)."),
     data_file: Optional[Path] = typer.Option(None, help="With --dataset: read this file (in the dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file."),
 ):
     """Add records to a store. Idempotent: ingesting the same data again adds nothing.
@@ -1042,6 +1044,10 @@ def ingest(
         _fail("give exactly one of --dataset or --file")
     if data_file is not None and dataset is None:
         _fail("--data-file goes with --dataset")
+    if file is not None and (user_id, agent_id, run_id) == (None, None, None):
+        _fail("--file needs a scope: give --user-id, --agent-id or --run-id (whose memory the messages are)")
+    if dataset is not None and (user_id, agent_id, run_id) != (None, None, None):
+        _fail("--user-id/--agent-id/--run-id go with --file (a --dataset's conversations are scoped by their ids)")
     with known_errors(), Memory.open(store) as mem:
         if dataset:
             from .eval.datasets import load_dataset
@@ -1065,7 +1071,7 @@ def ingest(
             with _question_bar() as bar:
                 task = bar.add_task("sessions", total=len(by_session))
                 for sid, msgs in by_session.items():
-                    res = mem.add(msgs, user_id=user_id, session_id=sid)
+                    res = mem.add(msgs, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=sid)
                     bar.advance(task)
                     console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
 
@@ -1084,9 +1090,9 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
         try:
             m = json.loads(line)
         except json.JSONDecodeError as e:
-            _fail(f"{file}:{n}: not JSON ({e})")
+            _fail(f"{file}:{n}: not JSON ({e}); nothing was written")
         if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'")
+            _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'; nothing was written")
         if not m["content"].strip():
             _fail(f"{file}:{n}: 'content' is empty or whitespace; nothing was written")
         try:  # the same checks as Memory.add (role, timestamp...), here so no session is written first
