@@ -31,6 +31,7 @@ import functools
 import json
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,31 @@ def _close_all() -> None:
 atexit.register(_close_all)
 
 
+#: llama.cpp messages logged at error level that report a normal condition: kept off stderr.
+_BENIGN_LLAMA_ERRORS = ("llama_kv_cache_iswa: using full-size SWA cache",)
+_LOG_HOOK: list = []  # the installed ctypes callback (kept alive here)
+
+
+def _quiet_llama_log() -> None:
+    """Route llama.cpp's log to stderr at error level only (as ``verbose=False`` intends), minus
+    :data:`_BENIGN_LLAMA_ERRORS`: Gemma 3's sliding-window cache is announced at error level on every
+    load. Installed once per process, through llama-cpp-python's public ``llama_log_set``."""
+    if _LOG_HOOK:
+        return
+    import ctypes
+
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def hook(level: int, text: bytes, user_data) -> None:
+        msg = text.decode("utf-8", "replace")
+        if level == 3 and not msg.startswith(_BENIGN_LLAMA_ERRORS):  # GGML_LOG_LEVEL_ERROR
+            sys.stderr.write(msg)
+
+    llama_cpp.llama_log_set(hook, ctypes.c_void_p(0))
+    _LOG_HOOK.append(hook)
+
+
 def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **kwargs: Any):
     """The process-wide ``llama_cpp.Llama`` for ``(model_path, n_ctx)`` and its call lock.
 
@@ -187,6 +213,7 @@ def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **k
         except ImportError as e:  # pragma: no cover - dependency is pinned
             raise LLMError("llama-cpp-python is not installed (pip install llama-cpp-python)") from e
         threads = n_threads or os.cpu_count() or 1
+        _quiet_llama_log()
         try:
             with _patch_model_params(cpu_extra_buffers_ok()):
                 llm = Llama(
