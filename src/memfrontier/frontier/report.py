@@ -137,17 +137,17 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
             why = status.get(r["label"]) or r.get("status") or "not run"
             rows_out.append({"label": r["label"], "strategy": r["strategy"], "status": why, "n": 0})
     ok = [x for x in rows_out if x["status"] == "ok" and x["f1"] is not None]
+    shared_ids = set(shared)
+    # each finished configuration's scored rows on the shared questions, and their F1 by question id
+    scored = {x["label"]: _scored([p for p in loaded[x["label"]][1] if p["id"] in shared_ids],
+                                  loaded[x["label"]][0]["config"].get("dataset", "")) for x in ok}
+    f1_of = {label: {p["id"]: p["f1"] for p in rows} for label, rows in scored.items()}
+    usd_of = {label: {p["id"]: (p.get("usd") or 0.0) * COST_SCALE for p in rows} for label, rows in scored.items()}
     ref = next((x for x in ok if x["label"] == reference), None)
     if ref is not None:
-        ref_summary, ref_rows = loaded[reference]
-        ref_f1 = {p["id"]: p["f1"] for p in _scored(ref_rows, ref_summary["config"].get("dataset", ""))}
-        ref_usd = {p["id"]: p.get("usd") or 0.0 for p in ref_rows}
         for x in ok:
-            summary, prows = loaded[x["label"]]
-            mine = _scored([p for p in prows if p["id"] in set(shared)], summary["config"].get("dataset", ""))
-            d_f1 = paired_diff_ci({p["id"]: p["f1"] for p in mine}, ref_f1, seed=seed)
-            d_usd = paired_diff_ci({p["id"]: (p.get("usd") or 0.0) * COST_SCALE for p in mine},
-                                   {k: v * COST_SCALE for k, v in ref_usd.items()}, seed=seed)
+            d_f1 = paired_diff_ci(f1_of[x["label"]], f1_of[reference], seed=seed)
+            d_usd = paired_diff_ci(usd_of[x["label"]], usd_of[reference], seed=seed)
             x.update(d_f1=d_f1["mean"], d_f1_low=d_f1["low"], d_f1_high=d_f1["high"],
                      d_usd_x1e4=d_usd["mean"], d_usd_x1e4_low=d_usd["low"], d_usd_x1e4_high=d_usd["high"])
     else:
@@ -167,16 +167,11 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
             x["pareto_cost"] = None
     for x, pl in zip(deployable, pareto_front([(x["proxy_s"] or 0.0, x["f1"]) for x in deployable])):
         x["pareto_latency"] = pl
-    f1_of = {x["label"]: {p["id"]: p["f1"] for p in _scored([p for p in loaded[x["label"]][1] if p["id"] in set(shared)],
-                                                           loaded[x["label"]][0]["config"].get("dataset", ""))}
-             for x in ok}
     fixed_rows = [x for x in deployable if x["strategy"] != "auto"]
     for x in ok:
         if x["strategy"] == "auto":
-            summary, prows = loaded[x["label"]]
             fixed = {label: rows for label, (_, rows) in loaded.items() if label != x["label"]}
-            x.update(router_regret(_scored([p for p in prows if p["id"] in set(shared)],
-                                           summary["config"].get("dataset", "")), fixed))
+            x.update(router_regret(scored[x["label"]], fixed))
             x.update(versus_fixed_frontier(x, fixed_rows, f1_of, seed=seed))
     for label, (summary, _) in loaded.items():
         unknown = sum(int(c.get("windows_without_usage") or 0) for c in summary.get("construction", {}).values())

@@ -171,7 +171,7 @@ _V1 = [
 
 # v3: the BM25 statistics of each exact scope, kept by the writes (a search read them from the
 # scope's chunk rows before: O(chunks in scope) per search), filled from the chunks present.
-_V2 = [
+_V3 = [
     """CREATE TABLE scope_stats (
         scope_key text COLLATE "C" PRIMARY KEY,
         user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
@@ -192,6 +192,17 @@ _V4 = [
     "SELECT gin_clean_pending_list('chunks_tsv'::regclass)",
 ]
 
+#: Longest lexeme (bytes, ``octet_length``) given a posting. The btree entry of ``postings_lexeme``
+#: (lexeme, scope columns, chunk id, tf, dl) must stay under PostgreSQL's 2704 bytes: with scope
+#: keys of at most :data:`~memfrontier.store.records.MAX_KEY_BYTES` bytes the scope columns take at
+#: most about that much, so 256 bytes of lexeme always fit. Longer tokens (a 300-letter "word", a
+#: base64 blob) are not BM25-searchable in this store; they still count in the chunk's length.
+MAX_LEXEME_BYTES = 256
+
+# One posting per (chunk, lexeme of at most MAX_LEXEME_BYTES) of the chunk rows ``{src}``.
+_POSTINGS_SELECT = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+                    "FROM {src} c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= " + str(MAX_LEXEME_BYTES))
+
 # v5: BM25 postings, one row per (chunk, lexeme of its tsvector) with the lexeme's tf (number of
 # positions) and the chunk's length, kept by the writes in the chunks' transaction and filled here
 # from the chunks present. A search reads, per query lexeme, the scope's postings from one btree
@@ -207,20 +218,12 @@ _V5 = [
         chunk_id text COLLATE "C" NOT NULL,
         tf smallint NOT NULL,
         dl integer NOT NULL)""",
-    ("INSERT INTO postings SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-     "FROM chunks c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= 256 ORDER BY 1, 2, 3, 4"),  # see v6
+    "INSERT INTO postings " + _POSTINGS_SELECT.format(src="chunks") + " ORDER BY 1, 2, 3, 4",
     "CREATE INDEX postings_lexeme ON postings (lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)",
     "CREATE INDEX postings_chunk ON postings (chunk_id)",
     "DROP INDEX chunks_tsv",
     "ANALYZE postings",
 ]
-
-#: Longest lexeme (bytes, ``octet_length``) given a posting. The btree entry of ``postings_lexeme``
-#: (lexeme, scope columns, chunk id, tf, dl) must stay under PostgreSQL's 2704 bytes: with scope
-#: keys of at most :data:`~memfrontier.store.records.MAX_KEY_BYTES` bytes the scope columns take at
-#: most about that much, so 256 bytes of lexeme always fit. Longer tokens (a 300-letter "word", a
-#: base64 blob) are not BM25-searchable in this store; they still count in the chunk's length.
-MAX_LEXEME_BYTES = 256
 
 # v6: the postings are kept by the database itself: statement-level triggers on ``chunks`` (AFTER
 # INSERT / AFTER DELETE, with the statement's new / old rows as a transition table) insert the
@@ -234,8 +237,6 @@ MAX_LEXEME_BYTES = 256
 # inserts postings itself after the trigger did, fails its add instead of doubling them. Creating
 # the triggers locks ``chunks`` against writes until the migration commits, so the resync is exact.
 # (A chunk's text and scope are never updated in place, its id hashes them: no UPDATE trigger.)
-_POSTINGS_SELECT = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-                    "FROM {src} c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= " + str(MAX_LEXEME_BYTES))
 _V6 = [
     f"""CREATE OR REPLACE FUNCTION postings_insert() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -266,7 +267,7 @@ _V6 = [
 ]
 
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V2, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 # 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
 # 5: BM25 postings (the full-text index dropped); 6: the postings kept by triggers on ``chunks``
 # (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme)
