@@ -119,6 +119,15 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     assert res.exit_code == 2 and "go with --file" in res.output
 
 
+def test_cli_version_and_help():
+    from memfrontier import __version__
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"memfrontier {__version__}"
+    res = CliRunner().invoke(app, ["--help"])
+    assert res.exit_code == 0 and "--version" in res.output and "frontier" in res.output
+
+
 def test_oracle_outside_evaluation_is_refused(tmp_path):
     with Memory.open(tmp_path / "m") as m:
         m.add(["Bruno likes jazz."], user_id="u")

@@ -648,8 +648,29 @@ def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_p
     s.close()
 
 
+# Each exact scope's chunks and summed lengths (BM25's N and average length): what ``bm25_scope_stats``
+# must hold.
+_STATS_TRUTH = ("SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
+                "GROUP BY 1, 2, 3, 4 ORDER BY 1")
+_STATS = "SELECT scope_key, user_id, agent_id, run_id, n_chunks, sum_len FROM bm25_scope_stats ORDER BY 1"
+
+
+def _stats(conn) -> dict[str, tuple[int, int]]:
+    rows = conn.execute(_STATS).fetchall()
+    assert rows == conn.execute(_STATS_TRUTH).fetchall()
+    return {r[0]: (r[4], r[5]) for r in rows}
+
+
+def _back_to_schema_6(conn) -> None:
+    """Undo schema 7 by hand: the BM25 triggers go, ``bm25_scope_stats`` is ``scope_stats`` again."""
+    conn.execute("DROP TRIGGER chunks_bm25_insert ON chunks")
+    conn.execute("DROP TRIGGER chunks_bm25_delete ON chunks")
+    conn.execute("ALTER TABLE bm25_scope_stats RENAME TO scope_stats")
+    conn.execute("DELETE FROM schema_version WHERE version > 6")
+
+
 def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(pg_database, tmp_path, minilm):
-    """``scope_stats`` (each exact scope's chunks and summed lengths: BM25's N and average length)
+    """``bm25_scope_stats`` (each exact scope's chunks and summed lengths: BM25's N and average length)
     equals the chunks' own aggregate after adds, a re-chunk, a delete and a delete_all; a deleted
     scope keeps no row; a schema-1 database gets the table filled from its chunks on open."""
     import psycopg
@@ -658,15 +679,7 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
 
     dsn = pg_database("stats")
     ax = Scope(user_id="alice", agent_id="x")
-    truth = ("SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
-             "GROUP BY 1, 2, 3, 4 ORDER BY 1")
-    table = "SELECT scope_key, user_id, agent_id, run_id, n_chunks, sum_len FROM scope_stats ORDER BY 1"
-
-    def stats(conn):
-        rows = conn.execute(table).fetchall()
-        assert rows == conn.execute(truth).fetchall()
-        return {r[0]: (r[4], r[5]) for r in rows}
-
+    stats = _stats
     s = PostgresStore(dsn, minilm, directory=tmp_path / "stats")
     s.add(ALICE + BOB + [turn(1, "Hiking with the agent on Sundays.", scope=ax, session="x1")])
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -683,7 +696,8 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
     before = [(c.id, sc) for c, sc in s.search_bm25("hiking sister glacier", alice, 10)]
     assert len(before) == 2
     s.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:  # back to before schema 3: no scope_stats yet
+    with psycopg.connect(dsn, autocommit=True) as conn:  # back to before schema 3: no scope statistics yet
+        _back_to_schema_6(conn)
         conn.execute("DROP TABLE scope_stats")
         conn.execute("DROP TABLE postings")  # nor schema 5's postings; schema 1's GIN index back
         conn.execute("CREATE INDEX chunks_tsv ON chunks USING gin (tsv)")
@@ -790,6 +804,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
     queries = ["hiking", "puppy named Biscuit", "sister Lisbon glacier hiking", "Sunday hikes"]
     scopes = [A, B, ax, Scope(user_id="alice"), Scope(agent_id="x"), Scope()]
     with psycopg.connect(dsn, autocommit=True) as conn:  # back to schema 4
+        _back_to_schema_6(conn)
         conn.execute("DROP TABLE postings")
         conn.execute("CREATE INDEX chunks_tsv ON chunks USING gin (tsv) WITH (fastupdate = off)")
         conn.execute("DELETE FROM schema_version WHERE version > 4")
@@ -803,7 +818,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
                     _BM25_V4.format(where=where), [*params, lexemes, terms, *params]).fetchall()
     assert sum(len(r) for r in reference.values()) > 20
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
-    assert s.schema_version() == SCHEMA_VERSION == 6
+    assert s.schema_version() == SCHEMA_VERSION == 7
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert len(_postings(conn)) == conn.execute("SELECT sum(tsv_len) FROM chunks").fetchone()[0] > 0
         assert conn.execute("SELECT to_regclass('chunks_tsv')").fetchone()[0] is None
@@ -820,11 +835,13 @@ _COPY_CHUNK = ("INSERT INTO chunks (id, scope_key, user_id, agent_id, run_id, sc
                "session_id, timestamp, %s, n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s")
 
 
-def test_postgres_postings_follow_chunk_rows_written_by_any_client(pg_database, tmp_path, minilm):
-    """The postings are kept by triggers on ``chunks``: rows inserted and deleted by raw SQL (as a
-    writer unaware of the postings would) keep them exact, one statement of several rows included;
-    a schema 5 database whose postings drifted that way (stale rows of a deleted chunk, a chunk
-    without postings, a doubled posting) is resynced by the migration to 6."""
+def test_postgres_bm25_tables_follow_chunk_rows_written_by_any_client(pg_database, tmp_path, minilm):
+    """The postings and scope statistics are kept by triggers on ``chunks``: rows inserted and
+    deleted by raw SQL (as a writer unaware of them would) keep both exact, one statement of several
+    rows and several scopes included, a scope left without chunks losing its statistics row; a
+    schema 5 database whose postings and statistics drifted that way (stale rows of a deleted chunk,
+    a chunk without postings, a doubled posting, counts off) is resynced by the migrations to 6
+    and 7."""
     import psycopg
 
     dsn = pg_database("trig")
@@ -833,8 +850,10 @@ def test_postgres_postings_follow_chunk_rows_written_by_any_client(pg_database, 
     with psycopg.connect(dsn, autocommit=True) as conn:
         base = len(_postings(conn))
         a1 = chunk_of(s, ALICE[0].id)[0].id
+        before = _stats(conn)
         conn.execute(_COPY_CHUNK, ("raw-1", "Zeppelins over Reykjavik.", a1))  # zeppelin reykjavik: 2 postings
         assert len(_postings(conn)) == base + 2
+        assert _stats(conn)[A.key()] == (before[A.key()][0] + 1, before[A.key()][1] + 2)
         assert conn.execute("SELECT chunk_id FROM postings WHERE lexeme = 'reykjavik'").fetchall() == [("raw-1",)]
         with conn.transaction():  # two rows in one statement
             conn.execute(_COPY_CHUNK, ("none", "Nothing.", "no-such-chunk"))  # a statement of no rows is harmless
@@ -842,18 +861,32 @@ def test_postgres_postings_follow_chunk_rows_written_by_any_client(pg_database, 
                          ("Glaciers and zeppelins.", [a1, "raw-1"]))
         assert conn.execute("SELECT count(*) FROM postings WHERE lexeme = 'glacier'").fetchone()[0] == 2
         _postings(conn)
+        assert _stats(conn)[A.key()][0] == before[A.key()][0] + 3
+        b1 = chunk_of(s, BOB[0].id)[0].id
+        conn.execute(_COPY_CHUNK.replace("SELECT %s,", "SELECT id || '-two',").replace("WHERE id = %s", "WHERE id = ANY(%s)"),
+                     ("Kites.", [a1, b1]))  # one statement, two scopes
+        assert {k: n for k, (n, _) in _stats(conn).items()} == {A.key(): before[A.key()][0] + 4, B.key(): before[B.key()][0] + 1}
+        conn.execute("DELETE FROM chunks WHERE id LIKE %s", ("%-two",))
         conn.execute("DELETE FROM chunks WHERE id LIKE %s OR id = %s", ("%-copy", "raw-1"))  # erasure reaches postings
         assert conn.execute("SELECT count(*) FROM postings WHERE lexeme IN ('reykjavik', 'glacier', 'zeppelin')").fetchone()[0] == 0
         assert len(_postings(conn)) == base
+        assert _stats(conn) == before
         conn.execute("DELETE FROM chunks WHERE id = %s", (a1,))
         assert len(_postings(conn)) < base
-    b1 = chunk_of(s, BOB[0].id)[0].id
+        assert _stats(conn)[A.key()][0] == before[A.key()][0] - 1
+        conn.execute("INSERT INTO chunks (id, scope_key, user_id, scope_json, session_id, timestamp, text, n_tokens, "
+                     "first_seq, record_ids, embedding) SELECT 'carol-1', 'carol', 'carol', '{\"user_id\": \"carol\"}', "
+                     "session_id, timestamp, 'Kites.', n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s",
+                     (b1,))  # a scope of its own
+        assert _stats(conn)["carol"] == (1, 1)
+        conn.execute("DELETE FROM chunks WHERE id = 'carol-1'")  # its last chunk: its row goes
+        assert "carol" not in _stats(conn)
     a3 = [c.id for c in s.chunks(A) if c.session_id == "s2"][0]
     s.close()
 
     with psycopg.connect(dsn, autocommit=True) as conn:  # back to schema 5, then drift
-        conn.execute("DROP TRIGGER chunks_postings_insert ON chunks")
-        conn.execute("DROP TRIGGER chunks_postings_delete ON chunks")
+        assert _stats(conn)[B.key()][0] == 1
+        _back_to_schema_6(conn)
         conn.execute("DROP INDEX postings_chunk_lexeme")
         conn.execute("CREATE INDEX postings_chunk ON postings (chunk_id)")
         conn.execute("DELETE FROM schema_version WHERE version > 5")
@@ -861,9 +894,11 @@ def test_postgres_postings_follow_chunk_rows_written_by_any_client(pg_database, 
         conn.execute("INSERT INTO postings SELECT * FROM postings WHERE chunk_id = %s LIMIT 1", (b1,))  # doubled
         conn.execute("DELETE FROM chunks WHERE id = %s", (a3,))  # its postings stay
         assert conn.execute("SELECT count(*) FROM postings WHERE chunk_id = %s", (a3,)).fetchone()[0] > 0
+        conn.execute("UPDATE scope_stats SET sum_len = sum_len + 7")  # and the statistics are off
     s = PostgresStore(dsn, minilm, directory=tmp_path / "trig")
     with psycopg.connect(dsn, autocommit=True) as conn:
         _postings(conn)  # exact again
+        assert _stats(conn)[B.key()][0] == 2
         assert conn.execute("SELECT chunk_id FROM postings WHERE lexeme = 'reykjavik'").fetchall() == [("raw-2",)]
     s.close()
 

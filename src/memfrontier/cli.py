@@ -24,6 +24,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from .core.version import __version__
 from .strategies import STRATEGIES
 
 app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
@@ -39,6 +40,18 @@ train_app = typer.Typer(help="Train learned components: the BudgetMem tier route
 sweep_app = typer.Typer(help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
 app.add_typer(train_app, name="train")
 app.add_typer(sweep_app, name="sweep")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"memfrontier {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print memfrontier's version and exit.")) -> None:
+    """memfrontier: long-term memory for LLM agents with measured quality, cost and latency."""
 
 
 # Options shared by several commands (one definition, one help text).

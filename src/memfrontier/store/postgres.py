@@ -13,13 +13,13 @@ The same :class:`~memfrontier.store.base.MemoryStore` members as
                     :data:`MAX_LEXEME_BYTES`) with the chunk's scope columns, tf (the lexeme's number
                     of positions) and the chunk's length; a covering btree ``(lexeme, user_id,
                     agent_id, run_id) INCLUDE (chunk_id, tf, dl)`` and a unique one on ``(chunk_id,
-                    lexeme)``; kept by the database: statement-level triggers on ``chunks`` (AFTER
-                    INSERT / AFTER DELETE) write and delete them in the statement that changes the
-                    chunks, whichever client runs it. A longer token (e.g. a 2,000-letter "word")
-                    has no posting: it is not BM25-searchable in this store (the SQLite store has no
-                    such limit), though it counts in its chunk's length
-    scope_stats     per exact scope: its number of chunks and the sum of their lengths (distinct
-                    lexemes), the BM25 statistics; changed in the transaction that changes the chunks
+                    lexeme)``. A longer token (e.g. a 2,000-letter "word") has no posting: it is
+                    not BM25-searchable in this store (the SQLite store has no such limit), though
+                    it counts in its chunk's length
+    bm25_scope_stats  per exact scope: its number of chunks and the sum of their lengths (distinct
+                    lexemes), BM25's N and average length
+    Both BM25 tables are kept by the database: statement-level triggers on ``chunks`` (AFTER INSERT
+    / AFTER DELETE) change them in the statement that changes the chunks, whichever client runs it.
     pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
     view_roots, purges_applied  the view roots (local view folders of the processes using the
                     database) and the intents each has applied (:mod:`memfrontier.store.purge`)
@@ -54,7 +54,7 @@ Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`
   not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
   at 256 by PostgreSQL), a chunk's length is its number of distinct lexemes, and a lexeme over
   :data:`MAX_LEXEME_BYTES` (256 bytes) has no posting, so such a token is not searchable. N and the average
-  length come from ``scope_stats`` (one row per exact scope, summed over the scopes a partial scope
+  length come from ``bm25_scope_stats`` (one row per exact scope, summed over the scopes a partial scope
   covers), so a search costs O(postings of the query's lexemes in the scope), not O(chunks in
   scope); the postings are read from one btree in lexeme order (a few pages per thousand matches),
   not one ``chunks`` heap page per matching chunk as before schema 5, and only the top ``k`` rows
@@ -266,11 +266,60 @@ _V6 = [
     "ANALYZE postings",
 ]
 
+# v7: the scope statistics are kept by the same triggers as the postings (before, by the store's own
+# re-chunk in Python, so a writer unaware of them, e.g. a hand-written statement, let N and the
+# average length drift). One function per event keeps both BM25 tables: the postings of the
+# statement's chunks and, per scope, their count and summed length (added on insert; subtracted on
+# delete, a scope left without chunks losing its row). ``scope_stats`` is replaced by
+# ``bm25_scope_stats``, filled from the chunks present (a resync), so a process still running schema
+# 6's code, which adds its own counts after the trigger did, fails its add (no table
+# ``scope_stats``) instead of doubling them. Creating the triggers first locks ``chunks`` against writes until the migration commits.
+_V7 = [
+    f"""CREATE OR REPLACE FUNCTION bm25_index_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl)
+        {_POSTINGS_SELECT.format(src="new_chunks")};
+        INSERT INTO bm25_scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len)
+        SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM new_chunks
+        GROUP BY scope_key, user_id, agent_id, run_id ORDER BY scope_key
+        ON CONFLICT (scope_key) DO UPDATE
+        SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len;
+        RETURN NULL;
+    END $$""",
+    """CREATE OR REPLACE FUNCTION bm25_index_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks));
+        UPDATE bm25_scope_stats s SET n_chunks = s.n_chunks - d.n, sum_len = s.sum_len - d.len
+        FROM (SELECT scope_key, count(*) AS n, sum(tsv_len) AS len FROM old_chunks GROUP BY scope_key) d
+        WHERE s.scope_key = d.scope_key;
+        DELETE FROM bm25_scope_stats WHERE n_chunks <= 0 AND scope_key = ANY(ARRAY(SELECT scope_key FROM old_chunks));
+        RETURN NULL;
+    END $$""",
+    *(f"DROP TRIGGER IF EXISTS {t} ON chunks" for t in ("chunks_postings_insert", "chunks_postings_delete",
+                                                         "chunks_bm25_insert", "chunks_bm25_delete")),
+    "DROP FUNCTION IF EXISTS postings_insert()",
+    "DROP FUNCTION IF EXISTS postings_delete()",
+    ("CREATE TRIGGER chunks_bm25_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS new_chunks "
+     "FOR EACH STATEMENT EXECUTE FUNCTION bm25_index_insert()"),
+    ("CREATE TRIGGER chunks_bm25_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks "
+     "FOR EACH STATEMENT EXECUTE FUNCTION bm25_index_delete()"),
+    "DROP TABLE IF EXISTS scope_stats",
+    """CREATE TABLE bm25_scope_stats (
+        scope_key text COLLATE "C" PRIMARY KEY,
+        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
+        n_chunks bigint NOT NULL,
+        sum_len bigint NOT NULL)""",
+    "CREATE INDEX bm25_scope_stats_user ON bm25_scope_stats (user_id)",
+    ("INSERT INTO bm25_scope_stats SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) "
+     "FROM chunks GROUP BY scope_key, user_id, agent_id, run_id"),
+]
+
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 # 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
 # 5: BM25 postings (the full-text index dropped); 6: the postings kept by triggers on ``chunks``
-# (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme)
+# (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme);
+# 7: the scope statistics kept by the same triggers (renamed bm25_scope_stats, resynced)
 SCHEMA_VERSION = max(MIGRATIONS)
 
 _CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids"
@@ -280,13 +329,13 @@ _CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids
 # of ``postings_lexeme``), one row per (chunk, lexeme) carrying the lexeme's df among them (a window
 # count: every chunk holding a query lexeme has its posting), tf (number of positions) and the
 # chunk's length (number of distinct lexemes); N and the average length are the scope's
-# (``scope_stats``). The chunks are scored, the top ``k`` scores kept with their ties, and only
+# (``bm25_scope_stats``). The chunks are scored, the top ``k`` scores kept with their ties, and only
 # those rows are joined back to ``chunks`` for their columns and ranked on (score, store order).
 # Parameters: scope params, lexemes, scope params.
 _BM25_SQL = """
 WITH st AS (SELECT COALESCE(sum(n_chunks), 0)::float8 AS n,
                    COALESCE(sum(sum_len)::float8 / NULLIF(sum(n_chunks), 0), 1) AS avgdl
-            FROM scope_stats WHERE {where}),
+            FROM bm25_scope_stats WHERE {where}),
 h AS (SELECT p.chunk_id, p.dl, p.tf::float8 AS tf, count(*) OVER (PARTITION BY p.lexeme)::float8 AS df
       FROM postings p WHERE p.lexeme = ANY(%s::text[]) AND {where}),
 top AS (SELECT h.chunk_id, sum(ln(1 + (st.n - h.df + 0.5) / (h.df + 0.5)) * h.tf * 2.5
@@ -535,9 +584,9 @@ class PostgresStore(StoreSeam):
         """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
         from their current records; unchanged chunks keep their row and vector, new ones are
         embedded (reporting ``progress``, see :func:`~memfrontier.store.records.encode_chunks`);
-        the scopes' ``scope_stats`` follow (:meth:`_count_stats`). Returns (chunks built, vectors written)."""
+        the postings and scope statistics follow by trigger (schema 7). Returns (chunks built, vectors
+        written)."""
         new_chunks: list[tuple[Chunk, int]] = []
-        delta: list[tuple] = []  # (scope_key, user_id, agent_id, run_id, +-chunks, +-length) of each chunk row
         for key in sessions:
             rows = c.execute(f"SELECT {RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
                              f"{ORDER_RECORDS}", key).fetchall()
@@ -556,9 +605,7 @@ class PostgresStore(StoreSeam):
                 "SELECT id, timestamp, first_seq FROM chunks WHERE scope_key = %s AND session_id = %s", key)}
             gone = sorted(set(old) - set(first))
             if gone:
-                delta += [(*r[:4], -1, -r[4]) for r in c.execute(
-                    "DELETE FROM chunks WHERE id = ANY(%s) RETURNING scope_key, user_id, agent_id, run_id, tsv_len",
-                    (gone,))]
+                c.execute("DELETE FROM chunks WHERE id = ANY(%s)", (gone,))
             # a kept chunk's row is rewritten only when its order keys moved: an UPDATE writes a new row
             # version into every index, the HNSW one included (about 10 ms a row at 100,000 chunks)
             kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan
@@ -577,32 +624,7 @@ class PostgresStore(StoreSeam):
                     [(ch.id, ch.scope.key(), ch.scope.user_id, ch.scope.agent_id, ch.scope.run_id,
                       ch.scope.model_dump_json(), ch.session_id, ch.timestamp, ch.text, ch.n_tokens, seq,
                       list(ch.record_ids), v) for (ch, seq), v in zip(new_chunks, vecs)])
-            ids = [ch.id for ch, _ in new_chunks]
-            delta += [(*r[:4], 1, r[4]) for r in c.execute(
-                "SELECT scope_key, user_id, agent_id, run_id, tsv_len FROM chunks WHERE id = ANY(%s)", (ids,))]
-        self._count_stats(c, delta)
         return len(new_chunks), len(new_chunks)
-
-    @staticmethod
-    def _count_stats(c, delta: list[tuple]) -> None:
-        """Inside the write transaction that changed the chunk rows: add ``delta`` ((scope_key,
-        user_id, agent_id, run_id, chunks, length) per row inserted (+) or deleted (-)) to
-        ``scope_stats``; a scope left without chunks loses its row. The scope's advisory lock,
-        held by the caller, orders the writers of a row."""
-        total: dict[str, list] = {}
-        for key, user, agent, run, n, length in delta:
-            t = total.setdefault(key, [key, user, agent, run, 0, 0])
-            t[4] += n
-            t[5] += length
-        changed = [tuple(t) for t in total.values() if t[4] or t[5]]
-        if not changed:
-            return
-        with c.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (scope_key) DO UPDATE "
-                "SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len", changed)
-        c.execute("DELETE FROM scope_stats WHERE scope_key = ANY(%s) AND n_chunks = 0", ([t[0] for t in changed],))
 
     def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
         """Insert records not yet stored; re-chunk and embed only what changed. Same contract as
