@@ -169,18 +169,22 @@ _V1 = [
     "CREATE TABLE pending_purges (seq bigserial PRIMARY KEY, intent_json text NOT NULL)",
 ]
 
-# v3: the BM25 statistics of each exact scope, kept by the writes (a search read them from the
-# scope's chunk rows before: O(chunks in scope) per search), filled from the chunks present.
-_V3 = [
-    """CREATE TABLE scope_stats (
+def _scope_stats_table(name: str) -> list[str]:
+    """Statements creating the per-scope BM25 statistics table ``name`` (N and summed length of each
+    exact scope's chunks) and filling it from the chunks present."""
+    return [f"""CREATE TABLE {name} (
         scope_key text COLLATE "C" PRIMARY KEY,
         user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
         n_chunks bigint NOT NULL,
         sum_len bigint NOT NULL)""",
-    "CREATE INDEX scope_stats_user ON scope_stats (user_id)",
-    ("INSERT INTO scope_stats SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
-     "GROUP BY scope_key, user_id, agent_id, run_id"),
-]
+            f"CREATE INDEX {name}_user ON {name} (user_id)",
+            (f"INSERT INTO {name} SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
+             "GROUP BY scope_key, user_id, agent_id, run_id")]
+
+
+# v3: the BM25 statistics of each exact scope, kept by the writes (a search read them from the
+# scope's chunk rows before: O(chunks in scope) per search), filled from the chunks present.
+_V3 = _scope_stats_table("scope_stats")
 
 # v4: the full-text index without GIN's pending list ("fastupdate"). With it, new entries wait in an
 # unsorted list (up to gin_pending_list_limit, 4 MB) that every search scans whole, and the add
@@ -225,6 +229,30 @@ _V5 = [
     "ANALYZE postings",
 ]
 
+# The trigger bodies' statements on the postings: those of the statement's new chunks, and the
+# removal of those of its old ones.
+_POSTINGS_ADD = ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
+                 + _POSTINGS_SELECT.format(src="new_chunks"))
+_POSTINGS_DROP = "DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks))"
+
+
+def _chunk_triggers(name: str, on_insert: list[str], on_delete: list[str]) -> list[str]:
+    """Statements (re)creating the plpgsql functions ``{name}_insert()`` / ``{name}_delete()``, which
+    run the statements ``on_insert`` / ``on_delete``, and the statement-level triggers
+    ``chunks_{name}_insert`` (AFTER INSERT, the statement's rows as ``new_chunks``) and
+    ``chunks_{name}_delete`` (AFTER DELETE, ``old_chunks``) on ``chunks`` that call them."""
+    out = []
+    for event, rows, body in (("insert", "NEW TABLE AS new_chunks", on_insert),
+                              ("delete", "OLD TABLE AS old_chunks", on_delete)):
+        statements = "".join(stmt + ";\n" for stmt in body)
+        out += [f"CREATE OR REPLACE FUNCTION {name}_{event}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+                f"BEGIN\n{statements}RETURN NULL;\nEND $$",
+                f"DROP TRIGGER IF EXISTS chunks_{name}_{event} ON chunks",
+                (f"CREATE TRIGGER chunks_{name}_{event} AFTER {event.upper()} ON chunks REFERENCING {rows} "
+                 f"FOR EACH STATEMENT EXECUTE FUNCTION {name}_{event}()")]
+    return out
+
+
 # v6: the postings are kept by the database itself: statement-level triggers on ``chunks`` (AFTER
 # INSERT / AFTER DELETE, with the statement's new / old rows as a transition table) insert the
 # postings of the chunks a statement inserts and delete those of the chunks it deletes, so every
@@ -238,23 +266,7 @@ _V5 = [
 # the triggers locks ``chunks`` against writes until the migration commits, so the resync is exact.
 # (A chunk's text and scope are never updated in place, its id hashes them: no UPDATE trigger.)
 _V6 = [
-    f"""CREATE OR REPLACE FUNCTION postings_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl)
-        {_POSTINGS_SELECT.format(src="new_chunks")};
-        RETURN NULL;
-    END $$""",
-    """CREATE OR REPLACE FUNCTION postings_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks));
-        RETURN NULL;
-    END $$""",
-    "DROP TRIGGER IF EXISTS chunks_postings_insert ON chunks",
-    "DROP TRIGGER IF EXISTS chunks_postings_delete ON chunks",
-    ("CREATE TRIGGER chunks_postings_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS new_chunks "
-     "FOR EACH STATEMENT EXECUTE FUNCTION postings_insert()"),
-    ("CREATE TRIGGER chunks_postings_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks "
-     "FOR EACH STATEMENT EXECUTE FUNCTION postings_delete()"),
+    *_chunk_triggers("postings", [_POSTINGS_ADD], [_POSTINGS_DROP]),
     (f"DELETE FROM postings p WHERE octet_length(p.lexeme) > {MAX_LEXEME_BYTES} "
      "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)"),
     ("DELETE FROM postings p USING (SELECT ctid, row_number() OVER (PARTITION BY chunk_id, lexeme) AS n "
@@ -275,43 +287,26 @@ _V6 = [
 # 6's code, which adds its own counts after the trigger did, fails its add (no table
 # ``scope_stats``) instead of doubling them. Creating the triggers first locks ``chunks`` against writes until the migration commits.
 _V7 = [
-    f"""CREATE OR REPLACE FUNCTION bm25_index_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl)
-        {_POSTINGS_SELECT.format(src="new_chunks")};
-        INSERT INTO bm25_scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len)
-        SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM new_chunks
-        GROUP BY scope_key, user_id, agent_id, run_id ORDER BY scope_key
-        ON CONFLICT (scope_key) DO UPDATE
-        SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len;
-        RETURN NULL;
-    END $$""",
-    """CREATE OR REPLACE FUNCTION bm25_index_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks));
-        UPDATE bm25_scope_stats s SET n_chunks = s.n_chunks - d.n, sum_len = s.sum_len - d.len
-        FROM (SELECT scope_key, count(*) AS n, sum(tsv_len) AS len FROM old_chunks GROUP BY scope_key) d
-        WHERE s.scope_key = d.scope_key;
-        DELETE FROM bm25_scope_stats WHERE n_chunks <= 0 AND scope_key = ANY(ARRAY(SELECT scope_key FROM old_chunks));
-        RETURN NULL;
-    END $$""",
-    *(f"DROP TRIGGER IF EXISTS {t} ON chunks" for t in ("chunks_postings_insert", "chunks_postings_delete",
-                                                         "chunks_bm25_insert", "chunks_bm25_delete")),
+    "DROP TRIGGER IF EXISTS chunks_postings_insert ON chunks",
+    "DROP TRIGGER IF EXISTS chunks_postings_delete ON chunks",
     "DROP FUNCTION IF EXISTS postings_insert()",
     "DROP FUNCTION IF EXISTS postings_delete()",
-    ("CREATE TRIGGER chunks_bm25_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS new_chunks "
-     "FOR EACH STATEMENT EXECUTE FUNCTION bm25_index_insert()"),
-    ("CREATE TRIGGER chunks_bm25_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks "
-     "FOR EACH STATEMENT EXECUTE FUNCTION bm25_index_delete()"),
+    *_chunk_triggers("bm25", [
+        _POSTINGS_ADD,
+        "INSERT INTO bm25_scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len) "
+        "SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM new_chunks "
+        "GROUP BY scope_key, user_id, agent_id, run_id ORDER BY scope_key "
+        "ON CONFLICT (scope_key) DO UPDATE "
+        "SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len",
+    ], [
+        _POSTINGS_DROP,
+        "UPDATE bm25_scope_stats s SET n_chunks = s.n_chunks - d.n, sum_len = s.sum_len - d.len "
+        "FROM (SELECT scope_key, count(*) AS n, sum(tsv_len) AS len FROM old_chunks GROUP BY scope_key) d "
+        "WHERE s.scope_key = d.scope_key",
+        "DELETE FROM bm25_scope_stats WHERE n_chunks <= 0 AND scope_key = ANY(ARRAY(SELECT scope_key FROM old_chunks))",
+    ]),
     "DROP TABLE IF EXISTS scope_stats",
-    """CREATE TABLE bm25_scope_stats (
-        scope_key text COLLATE "C" PRIMARY KEY,
-        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
-        n_chunks bigint NOT NULL,
-        sum_len bigint NOT NULL)""",
-    "CREATE INDEX bm25_scope_stats_user ON bm25_scope_stats (user_id)",
-    ("INSERT INTO bm25_scope_stats SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) "
-     "FROM chunks GROUP BY scope_key, user_id, agent_id, run_id"),
+    *_scope_stats_table("bm25_scope_stats"),
 ]
 
 #: Every schema version and the statements that bring the previous version to it.
