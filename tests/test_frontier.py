@@ -205,6 +205,28 @@ def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, mon
         FrontierSpec.model_validate({"configurations": [{"label": "a", "strategy": "rag", "requires": ["model:llama-70b"]}]})
 
 
+def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
+    """--report-only runs nothing; a configuration without a summary is "not run yet" when it never
+    started and "started: K questions answered" when it was interrupted (or is running)."""
+    import asyncio
+
+    from memfrontier.eval.runner import EvalConfig
+    from memfrontier.frontier.run import config_dir, run_frontier
+
+    spec = FrontierSpec.model_validate({"name": "s", "configurations": [
+        {"label": "a", "strategy": "rag"}, {"label": "b", "strategy": "rag"}, {"label": "c", "strategy": "oracle"}]})
+    out = tmp_path / "out"
+    config_dir(out, "a").mkdir(parents=True)
+    (config_dir(out, "a") / "predictions.jsonl").write_text('{"id": "q1"}\n{"id": "q2"}\n\n')
+    config_dir(out, "b").mkdir(parents=True)  # started: its construction, no answer yet
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
+    assert {r["label"]: r["status"] for r in rep["rows"]} == {
+        "a": "started: 2 questions answered", "b": "started: 0 questions answered", "c": "not run yet"}
+    assert not config_dir(out, "c").exists()
+    md = (out / "frontier.md").read_text()
+    assert "| a | - | started: 2 questions answered |" in md and "| c | - | not run yet |" in md
+
+
 def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):
     with pytest.raises(ValueError, match="twice"):
         FrontierSpec.model_validate({"configurations": [{"label": "a", "strategy": "rag"}] * 2})

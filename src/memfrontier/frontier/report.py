@@ -305,7 +305,8 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
     lines = [f"# {title}", "", head, "|" + "---|" * 15]
     for x in report["rows"]:
         if x["status"] != "ok":
-            lines.append(f"| {x['label']} | - | not run: {x['status']} |" + " |" * 12)
+            why = x["status"] if x["status"].startswith(("not run", "started")) else f"not run: {x['status']}"
+            lines.append(f"| {x['label']} | - | {why} |" + " |" * 12)
             continue
         unpriced = x.get("unpriced_calls")
         lines.append("| " + " | ".join([

@@ -34,6 +34,19 @@ def _is_finished(cfg: EvalConfig) -> bool:
     return json.loads(run_file.read_text("utf-8")) == cfg.identity()
 
 
+def _progress(out: Path) -> str:
+    """How far a configuration without a summary got: "not run yet", or "started: K questions
+    answered" (an interrupted or running configuration; it resumes from there)."""
+    preds = out / "predictions.jsonl"
+    if not out.is_dir():
+        return "not run yet"
+    answered = 0
+    if preds.is_file():
+        with preds.open("rb") as f:
+            answered = sum(1 for line in f if line.strip())
+    return f"started: {answered} question{'s' if answered != 1 else ''} answered"
+
+
 async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
                        reference: str = "rag", on_config: Callable[[str, str], None] | None = None,
                        on_progress=None, report_only: bool = False) -> dict:
@@ -58,9 +71,11 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
             entry.update(dir=None, status=unmet)
             notify(fc.label, unmet)
         elif report_only or _is_finished(cfg):
-            notify(fc.label, "done" if (cfg.out / "summary.json").is_file() else "not run")
-            if not (cfg.out / "summary.json").is_file():
-                entry.update(dir=None, status="not run yet")
+            if (cfg.out / "summary.json").is_file():
+                notify(fc.label, "done")
+            else:
+                entry.update(dir=None, status=_progress(cfg.out))
+                notify(fc.label, entry["status"])
         else:
             notify(fc.label, "start")
             try:
