@@ -315,6 +315,35 @@ def test_garbage_facts_are_never_stored_and_are_counted_by_reason(store):
     assert ev["memorycpt.op_rejected.semantic_extractor"] == 5  # and the repeat in session 2 as a duplicate
 
 
+def test_an_episode_naming_the_prompts_example_people_is_an_echo_unless_the_turns_name_them():
+    """The episode prompt carries one worked example (its people: EXAMPLE_NAMES); a memory that names
+    one of them when the source turns do not wrote the example into memory (seen with the 1.5B model:
+    "Sam asked Tom..." after an example with a Tom, in a Sam-and-Evan conversation)."""
+    from memfrontier.views import episodic_prompts as P
+
+    a, b = P.EXAMPLE_NAMES
+    assert a in P.EPISODE_SYSTEM and b in P.EPISODE_SYSTEM
+    turns = ["Can you give me a hand with getting started?", "Sure, happy to help."]
+    leaked = {"title": "Sam asks for help getting started", "content": f"On June 6, 2023 Sam asked {b} for a hand getting started."}
+    with pytest.raises(OperationError) as e:
+        validate_episode(leaked, None, turns)
+    assert e.value.reason == "instruction_echo"
+    with pytest.raises(OperationError, match="title rejected: instruction_echo"):
+        validate_episode({**EP, "title": f"{a} and Evan talk cars"}, None, turns)
+    draft, _ = validate_episode(leaked, None, turns + [f"{b}, can you help me?"])  # a real {b} in the conversation
+    assert b in draft.content
+
+
+def test_the_episode_prompt_names_a_topic_only_when_there_is_one():
+    """An episode without a segmenter topic gets no topic line: "Episode topic: (none)" made the 1.5B
+    model answer with an empty title and content (24 of 47 rejected first tries on LoCoMo conv-49)."""
+    from memfrontier.views import episodic_prompts as P
+
+    lines = ["[2023-05-18 13:47] Sam: See you soon!"]
+    assert P.episode_user("", lines) == "Messages:\n[2023-05-18 13:47] Sam: See you soon!\n\nJSON:"
+    assert P.episode_user("Farewell", lines).startswith("Episode topic: Farewell\nMessages:\n")
+
+
 def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
     copies = [json.dumps({"reasoning": "r", "title": "Evan and Sam talk cars",
                           "content": "Evan: I bought a Prius yesterday. Sam: Nice! What color? Evan: Blue, like my old one.",
@@ -365,6 +394,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
         strat = MemoryCPT(episodic_k=4, semantic_k=6)
         ledger = asyncio.run(m.aio.build(strat, records[0].scope))
         bank = strat.bank(m.aio.env)
+        assert bank.path.name == "memorycpt-gemma-3-270m-q4_k_m-qad-v2.db"  # model and QAD prompt version
         eps = bank.items(records[0].scope, "episode")
         assert eps and ledger.usage().construction.calls >= 2
         ids = {r.id for r in records}

@@ -218,8 +218,8 @@ class EpisodicBuilder:
         recs = [window[i - 1] for i in seg.indices]
         lines = [render_turn(r) for r in recs]
         first_ts = next((r.timestamp for r in recs if r.timestamp), None)
-        got = await self._call(scope, "episode_generator", P.messages(P.EPISODE_SYSTEM, P.episode_user(seg.topic or "(none)", lines)),
-                               schema=P.EPISODE_SCHEMA, max_tokens=450, temperature=0.0,
+        got = await self._call(scope, "episode_generator", P.messages(P.EPISODE_SYSTEM, P.episode_user(seg.topic, lines)),
+                               schema=P.EPISODE_SCHEMA, max_tokens=800, temperature=0.0,
                                validate=lambda obj: validate_episode(obj, first_ts, [r.text for r in recs]))
         if got is None:  # fallback: the turns themselves, so nothing is lost
             speakers = sorted({r.speaker for r in recs if r.speaker})

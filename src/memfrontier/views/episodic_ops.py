@@ -107,6 +107,17 @@ def content_problem(text: str, *, min_words: int, turns: list[str] = ()) -> str 
     return None
 
 
+_EXAMPLE_NAMES = {n.lower() for n in P.EXAMPLE_NAMES}
+
+
+def names_example_people(text: str, turns: list[str]) -> bool:
+    """Whether ``text`` names a person of the episode generator's worked example
+    (:data:`~memfrontier.views.episodic_prompts.EXAMPLE_NAMES`) that the source ``turns`` do not
+    name: the model wrote the example into the memory."""
+    found = _EXAMPLE_NAMES.intersection(_words(text))
+    return bool(found - set().union(*(_words(t) for t in turns)))
+
+
 class OperationError(ValueError):
     """The role's output as a whole cannot be applied (wrong shape, empty, unknown target).
     ``reason`` is a :data:`CONTENT_REASONS` name when the content check refused it, else None."""
@@ -212,7 +223,8 @@ def _timestamp(value: str, fallback: str | None) -> tuple[str | None, bool]:
 def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ()) -> tuple[EpisodeDraft, bool]:
     """EpisodeGenerator output -> (draft, timestamp_was_fixed). Raises OperationError without a
     non-empty title and content, or (with ``reason`` set) when either fails :func:`content_problem`
-    (title: 2+ words; content: 5+ words and not a copy of ``turns``, the source turn texts).
+    (title: 2+ words; content: 5+ words and not a copy of ``turns``, the source turn texts) or
+    names a person of the prompt's worked example whom ``turns`` do not (``instruction_echo``).
     A timestamp that is not a complete absolute date is replaced by ``fallback_timestamp`` (the
     segment's session time); both come back in the canonical UTC form."""
     if not isinstance(obj, dict):
@@ -223,6 +235,8 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ())
     for what, text, min_words, against in (("title", title, MIN_TITLE_WORDS, ()),
                                            ("content", content, MIN_CONTENT_WORDS, turns)):
         problem = content_problem(text, min_words=min_words, turns=against)
+        if problem is None and names_example_people(text, turns):
+            problem = "instruction_echo"
         if problem is not None:
             raise OperationError(f"episode {what} rejected: {problem}", reason=problem)
     ts, fixed = _timestamp(_text(obj, "timestamp"), fallback_timestamp)

@@ -10,7 +10,7 @@ small model under a grammar cannot loop until ``max_tokens``; strings are bounde
 
 from __future__ import annotations
 
-PROMPT_VERSION = "memorycpt-qad-v1"
+PROMPT_VERSION = "memorycpt-qad-v2"
 MAX_SEGMENT_TURNS = 80  # BatchSegmenter window (Nemori splits longer batches into 80s)
 
 _REASONING = {"type": "string"}
@@ -36,14 +36,32 @@ SEGMENTER_SCHEMA = {
     "required": ["reasoning", "episodes"],
 }
 
+#: The people of the episode generator's worked example. The authors' released prompt carries one
+#: example; without it the 1.5B bench model copied the messages instead of retelling them (accepted
+#: on the first try: 7 of 32 windows of LoCoMo conv-49 without an example, 31 of 32 with one). The
+#: names are unusual on purpose: a memory naming one of them when its source turns do not echoes
+#: the example (:func:`~memfrontier.views.episodic_ops.validate_episode` refuses it).
+EXAMPLE_NAMES = ("Priyanka", "Tomasz")
+_A, _B = EXAMPLE_NAMES
 EPISODE_SYSTEM = (
-    "You write episodic memories. Given the messages of one episode, write:\n"
+    "You write episodic memories: short third-person accounts of what happened in a stretch of "
+    "conversation, in your own words. Given the messages of one episode, write:\n"
     "- title: 10 to 20 specific, searchable words naming who did what;\n"
     "- content: a third-person narrative of the episode: who, when, what happened, decisions, feelings "
     "and plans, with names and concrete details; convert relative times (yesterday, last week) to "
-    "absolute dates using the message dates;\n"
+    "absolute dates using the message dates. Never copy the messages: retell them;\n"
     "- timestamp: when the episode happened, ISO format (YYYY-MM-DDTHH:MM), taken from the message "
     "dates, never from today's date.\n"
+    "Every episode gets a title and a content, however short it is: a greeting or a goodbye is an "
+    "episode too.\n"
+    "Example. Messages:\n"
+    f"[2024-03-12 18:05] {_A}: My bike chain snapped on the way home yesterday, so I walked the last two miles.\n"
+    f"[2024-03-12 18:06] {_B}: Ouch! Want me to come over this weekend and help you fix it?\n"
+    f"JSON: {{\"reasoning\": \"{_A} reports a broken bike chain; {_B} offers help.\", \"title\": \"{_A}'s bike "
+    f"chain snapped on her way home and {_B} offers to help fix it\", \"content\": \"On March 12, 2024 "
+    f"{_A} told {_B} that her bike chain had snapped on her way home the day before (March 11, 2024) "
+    f"and that she walked the last two miles. {_B} offered to come over that weekend to help her fix "
+    "it.\", \"timestamp\": \"2024-03-12T18:05\"}\n"
     "Reply with JSON: {\"reasoning\": ..., \"title\": ..., \"content\": ..., \"timestamp\": ...}."
 )
 EPISODE_SCHEMA = {
@@ -115,7 +133,10 @@ def segmenter_user(lines: list[str]) -> str:
 
 
 def episode_user(topic: str, lines: list[str]) -> str:
-    return f"Episode topic: {topic}\nMessages:\n" + "\n".join(lines) + "\n\nJSON:"
+    """``topic``: the segmenter's topic of the episode, "" when there is none (then no topic line:
+    a placeholder such as "(none)" made a small model answer that there was nothing to write)."""
+    head = f"Episode topic: {topic}\n" if topic else ""
+    return head + "Messages:\n" + "\n".join(lines) + "\n\nJSON:"
 
 
 def merger_user(new_title: str, new_content: str, new_ts: str | None, candidates: list[tuple[str, str, str | None]]) -> str:

@@ -87,8 +87,9 @@ class MemoryCPT:
     ``SUMMARY_MAX_TOKENS`` of output) could cross it, no call is made and the answerer gets
     M_q^RRF unsummarized (``meta["summary_skipped"]``, event ``budget.call_refused.summarizer``).
 
-    Memories live in the store directory's bank ``memorycpt-<construction model id>``, so
-    memories built by different construction models never mix.
+    Memories live in the store directory's bank ``memorycpt-<construction model id>-<QAD prompt
+    version>``, so memories built by different construction models or construction prompts never
+    mix (a bank left by an older prompt version is not reused: its sessions are built again).
     """
 
     name = "memorycpt"
@@ -137,10 +138,12 @@ class MemoryCPT:
 
     def bank(self, env: MemoryEnv) -> MemoryBank:
         """The bank that holds this configuration's memories in ``env.store``'s directory, named
-        after the construction model (its spec when given as one, else its model id)."""
+        after the construction model (its spec when given as one, else its model id) and the QAD
+        prompt version."""
         key = self._bank_key(env)
         if key not in self._banks:
-            self._banks[key] = MemoryBank.for_store(env.store, f"memorycpt-{_slug(key[1])}")
+            version = EpisodicBuilder.prompt_version.removeprefix("memorycpt-")
+            self._banks[key] = MemoryBank.for_store(env.store, f"memorycpt-{_slug(key[1])}-{_slug(version)}")
         return self._banks[key]
 
     def use_bank(self, env: MemoryEnv, bank: MemoryBank) -> None:
