@@ -178,6 +178,45 @@ def test_notes_from_reply_validates_grounds_and_matches_speakers():
     assert not grounded("Thomas Jefferson founded Canada", w)  # 1 of 4 content words in the window
 
 
+def test_copies_turns_catches_dialogue_quotes_and_cut_copies_but_not_retellings():
+    from memfrontier.views.copies import copies_turns, names_absent_people
+
+    turn = ("Hey Evan, good to see you! What is new since we last met? I have been working on the car all "
+            "week and it is finally done, so I can drive it to the lake this weekend with the kids.")
+    assert copies_turns("Sam said, 'Hey Evan, good to see you! What is new since we last met? I have been", [turn])
+    assert copies_turns("Sam: Hey Evan, good to see you", [turn])
+    assert copies_turns(turn.upper(), [turn])  # case and punctuation never hide a copy
+    assert not copies_turns("Sam said it is finally done and he would drive it to the lake.", [turn])
+    assert not copies_turns("Sam finished repairing his car and plans a lake trip with the kids.", [turn])
+    assert names_absent_people("Tomasz met Sam.", ("Priyanka", "Tomasz"), [turn])
+    assert not names_absent_people("Tomasz met Sam.", ("Priyanka", "Tomasz"), [turn, "Tomasz, hi!"])
+
+
+def test_notes_that_copy_a_turn_or_name_the_examples_people_are_dropped():
+    """The 1.5B indexer returned turns as notes ("Sam said, 'Hey Evan...'": 106 of 120 notes of
+    LoCoMo conv-49 with prompt v2): a copy is no note, nor is a note naming a person of the
+    prompt's worked example whom the window does not name; a window left with neither falls back."""
+    from memfrontier.views.graph_notes import EXAMPLE_NAMES, INDEXER_INSTRUCTION
+
+    a, b = EXAMPLE_NAMES
+    assert a in INDEXER_INSTRUCTION and b in INDEXER_INSTRUCTION
+    w = Window([_turn(0, "s1", "Sam", "Hey Evan, good to see you! What's new since we last met?"),
+                _turn(1, "s1", "Evan", "I took my family on a road trip to Jasper last weekend.")],
+               speakers=["Sam", "Evan"])
+    reply = json.dumps({"notes": [
+        {"text": "Sam said, 'Hey Evan, good to see you! What's new since we last met?'", "speakers": ["Sam"], "topic": "greeting"},
+        {"text": f"Evan took his family and {b} on a road trip to Jasper.", "speakers": ["Evan"], "topic": "travel"},
+        {"text": "Evan took his family on a road trip to Jasper the weekend before.", "speakers": ["Evan"], "topic": "travel"}]})
+    ledger = Ledger()
+    with use_ledger(ledger):
+        notes = notes_from_reply(reply, w)
+        assert [n.text for n in notes] == ["Evan took his family on a road trip to Jasper the weekend before."]
+        copies_only = json.dumps({"notes": [{"text": "Evan: I took my family on a road trip to Jasper last weekend.",
+                                             "speakers": ["Evan"], "topic": "travel"}]})
+        assert notes_from_reply(copies_only, w) is None  # the window falls back to its turns
+    assert ledger.events == {"indexer.copied_note": 2, "indexer.example_echo": 1}
+
+
 @pytest.mark.parametrize(
     "reply,event",
     [

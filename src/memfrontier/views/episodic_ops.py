@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from ..core.timeutil import format_instant
 from . import episodic_prompts as P
+from .copies import copies_turns, names_absent_people
+from .copies import words as _words
 from .dates import parse_timestamp
 
 MAX_FACT_CHARS = 300
@@ -25,10 +27,8 @@ MIN_FACT_WORDS = 3
 MIN_TITLE_WORDS = 2
 MIN_CONTENT_WORDS = 5
 ECHO_NGRAM = 5  # this many consecutive words shared with an instruction make an echo
-COPY_FRACTION = 0.5  # at least this share of a text's words inside whole copied turns makes a copy
 CONTENT_REASONS = ("bare_punctuation", "too_few_words", "instruction_echo", "copied_turn")
 
-_WORD_RE = re.compile(r"\w+")
 _INSTRUCTIONS = (P.SEGMENTER_SYSTEM, P.EPISODE_SYSTEM, P.MERGER_SYSTEM, P.PREDICT_SYSTEM, P.EXTRACT_SYSTEM,
                  P.EXTRACT_DIRECT_SYSTEM)
 # the labels of the roles' user prompts (episodic_prompts.*_user): a text holding one is an echo
@@ -36,13 +36,6 @@ _PROMPT_LABELS = re.compile(r"\b(?:JSON|Messages|Episode topic|Original messages
                             r"Stored episodes|New episode|Predicted content|Episode title):")
 # the line every role reads for a turn: "[2023-05-08 13:56] Evan: text" (views.episodic.render_turn)
 _TURN_LINE = re.compile(r"^\s*(?:\d+\.\s+)?\[(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}|unknown time)\] [^:\n]*: (.*)$", re.MULTILINE)
-
-
-_SPEAKER_PREFIX = re.compile(r"^\s*[\w .'-]{1,40}:\s")
-
-
-def _words(text: str) -> list[str]:
-    return _WORD_RE.findall(text.lower())
 
 
 def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
@@ -55,36 +48,6 @@ _INSTRUCTION_NGRAMS = set().union(*(_ngrams(_words(t), ECHO_NGRAM) for t in _INS
 def turn_texts(prompt: str) -> list[str]:
     """The turn bodies quoted in a role's prompt (lines rendered ``[YYYY-MM-DD HH:MM] speaker: text``)."""
     return [m.group(1).strip() for m in _TURN_LINE.finditer(prompt)]
-
-
-def _contains(seq: list[str], sub: list[str]) -> bool:
-    n = len(sub)
-    return any(seq[i:i + n] == sub for i in range(len(seq) - n + 1))
-
-
-def copies_turns(text: str, turns: list[str]) -> bool:
-    """True when ``text`` is a verbatim copy of source turns: whole turns (3+ words) cover at least
-    :data:`COPY_FRACTION` of its words, or it is a stretch of one turn covering 80% of that turn,
-    or a stretch of 3+ words of a turn written as dialogue (``"Sam: Hey Evan, good to see you!"``).
-    Words are compared lower-cased without punctuation, so a ``"Sam: "`` prefix does not hide a copy."""
-    words = _words(text)
-    if not words:
-        return False
-    speaker = _SPEAKER_PREFIX.match(text)
-    if speaker:
-        said = _words(text[speaker.end():])
-        if len(said) >= 3 and any(_contains(_words(t), said) for t in turns):
-            return True
-    copied = 0
-    for turn in turns:
-        tw = _words(turn)
-        if len(tw) < 3:
-            continue
-        if _contains(words, tw):
-            copied += len(tw)
-        elif len(words) >= 3 and len(words) >= 0.8 * len(tw) and _contains(tw, words):
-            return True
-    return copied >= COPY_FRACTION * len(words)
 
 
 def content_problem(text: str, *, min_words: int, turns: list[str] = ()) -> str | None:
@@ -105,17 +68,6 @@ def content_problem(text: str, *, min_words: int, turns: list[str] = ()) -> str 
     if turns and copies_turns(text, list(turns)):
         return "copied_turn"
     return None
-
-
-_EXAMPLE_NAMES = {n.lower() for n in P.EXAMPLE_NAMES}
-
-
-def names_example_people(text: str, turns: list[str]) -> bool:
-    """Whether ``text`` names a person of the episode generator's worked example
-    (:data:`~memfrontier.views.episodic_prompts.EXAMPLE_NAMES`) that the source ``turns`` do not
-    name: the model wrote the example into the memory."""
-    found = _EXAMPLE_NAMES.intersection(_words(text))
-    return bool(found - set().union(*(_words(t) for t in turns)))
 
 
 class OperationError(ValueError):
@@ -235,7 +187,7 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ())
     for what, text, min_words, against in (("title", title, MIN_TITLE_WORDS, ()),
                                            ("content", content, MIN_CONTENT_WORDS, turns)):
         problem = content_problem(text, min_words=min_words, turns=against)
-        if problem is None and names_example_people(text, turns):
+        if problem is None and names_absent_people(text, P.EXAMPLE_NAMES, turns):
             problem = "instruction_echo"
         if problem is not None:
             raise OperationError(f"episode {what} rejected: {problem}", reason=problem)

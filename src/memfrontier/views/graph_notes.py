@@ -14,7 +14,11 @@ A note must be grounded in its window: it has at least :data:`MIN_CONTENT_WORDS`
 (3+ letters) and at least :data:`GROUNDING_MIN` of them occur in the window's text, else it is
 dropped (counted as
 ``indexer.ungrounded_note``; a small model otherwise writes fluent notes about things nobody
-said); a window left without notes falls back as above. Note speakers are the model's names
+said). A note that copies a turn of its window (:func:`~memfrontier.views.copies.copies_turns`:
+the 1.5B bench model returned "Sam said, '...'" for most notes before the prompt carried a worked
+example) is dropped too (``indexer.copied_note``), as is one naming a person of that example whom
+the window does not name (``indexer.example_echo``); a window left without notes falls back as
+above. Note speakers are the model's names
 matched to the window's real speakers (normalised exact or difflib ratio >= 0.85); when none
 matches, the speaker whose turns share the most words with the note.
 
@@ -37,8 +41,9 @@ from ..core.types import Record
 from ..graph.dedup import name_similarity, normalize_name
 from ..llm.metered import MeteredLLM
 from ..llm.parsing import parse_or_count
+from .copies import copies_turns, names_absent_people
 
-PROMPT_VERSION = "automem-indexer-v2"
+PROMPT_VERSION = "automem-indexer-v3"
 MAX_NOTES = 4
 NOTE_MAX_CHARS = 160
 TOPIC_MAX_CHARS = 30
@@ -52,11 +57,23 @@ FALLBACK_MAX_CHARS = 200
 GROUNDING_MIN = 0.5
 MIN_CONTENT_WORDS = 3
 
+#: The people of the indexer's worked example; a note naming one whom its window does not name
+#: wrote the example into the index (dropped, counted ``indexer.example_echo``).
+EXAMPLE_NAMES = ("Priyanka", "Tomasz")
+_A, _B = EXAMPLE_NAMES
 INDEXER_INSTRUCTION = (
-    "You write compact memory notes from an excerpt of a history. Write one note per distinct fact, "
-    'event or plan: "text" is one sentence that keeps names, dates, places and numbers exactly; '
+    "You write compact memory notes from an excerpt of a history: what the people did, decided, "
+    "planned, felt or told about themselves, retold in the third person. Write one note per "
+    'distinct fact, event or plan: "text" is one sentence in your own words that keeps names, dates, '
+    "places and numbers exactly (never a quote of a message); "
     '"speakers" are the people who said it; "topic" is one or two lower-case words. '
-    f"At most {MAX_NOTES} notes. Reply with JSON only."
+    f"At most {MAX_NOTES} notes, together covering what matters in the whole excerpt. Reply with JSON only.\n"
+    "Example. Excerpt:\n"
+    f'[1] {_A} said, "My bike chain snapped yesterday, so I walked the last two miles home."\n'
+    f'[2] {_B} said, "Ouch! Want me to come over on Saturday and help you fix it?"\n'
+    f'JSON: {{"notes": [{{"text": "{_A}\'s bike chain snapped and she walked the last two miles home.", '
+    f'"speakers": ["{_A}"], "topic": "bike"}}, {{"text": "{_B} offered to come over on Saturday to help '
+    f'{_A} fix her bike.", "speakers": ["{_B}"], "topic": "plans"}}]}}'
 )
 
 NOTES_SCHEMA = {
@@ -295,9 +312,17 @@ def notes_from_reply(text: str, w: Window) -> list[Note] | None:
         return None
     first = w.records[0]
     rids = [r.id for r in w.records]
-    kept = [n for n in out.notes[:MAX_NOTES] if grounded(n.text, w)]
-    if len(kept) < len(out.notes[:MAX_NOTES]):
-        count_event("indexer.ungrounded_note", len(out.notes[:MAX_NOTES]) - len(kept))
+    turns = [r.text or r.render() for r in w.records]
+    kept = []
+    for n in out.notes[:MAX_NOTES]:
+        if not grounded(n.text, w):
+            count_event("indexer.ungrounded_note")
+        elif copies_turns(n.text, turns):
+            count_event("indexer.copied_note")
+        elif names_absent_people(n.text, EXAMPLE_NAMES, turns):
+            count_event("indexer.example_echo")
+        else:
+            kept.append(n)
     if not kept:
         return None
     return [

@@ -1,0 +1,107 @@
+"""AutoMEM's graph indexer: what its notes are made of, with the current prompt and with the v2
+prompt (kept here as the baseline), on the same windows.
+
+The first ``--sessions`` sessions of a LoCoMo conversation are cut into the indexer's windows
+(:func:`~memfrontier.views.graph_notes.make_windows`, 20 turns), and each window goes to the
+indexer twice, one prompt after the other: v2 (no worked example) and the current one
+(:data:`~memfrontier.views.graph_notes.PROMPT_VERSION`). Every note returned is classified:
+ungrounded (fewer than half its words in the window), a copy of the window's turns
+(:func:`~memfrontier.views.copies.copies_turns`), an echo of the example's people, or a note. v2
+kept every grounded note, copies included; the current code drops copies and echoes, and a window
+left without notes falls back to one note per turn. Prints, per prompt, the notes of each class and
+the windows that fall back under the current rules.
+
+    .venv/bin/python benchmarks/bench_indexer_notes.py --llm local:qwen2.5-1.5b [--sessions 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from memfrontier.api import AsyncMemory
+from memfrontier.eval.datasets import load_dataset
+from memfrontier.llm.parsing import parse_json
+from memfrontier.train.qar import first_sessions
+from memfrontier.views import graph_notes as G
+from memfrontier.views.copies import copies_turns, names_absent_people
+
+# The indexer's instruction of automem-indexer-v2, the baseline.
+V2_INSTRUCTION = (
+    "You write compact memory notes from an excerpt of a history. Write one note per distinct fact, "
+    'event or plan: "text" is one sentence that keeps names, dates, places and numbers exactly; '
+    '"speakers" are the people who said it; "topic" is one or two lower-case words. '
+    f"At most {G.MAX_NOTES} notes. Reply with JSON only."
+)
+PROMPTS = {"automem-indexer-v2": V2_INSTRUCTION, G.PROMPT_VERSION: G.INDEXER_INSTRUCTION}
+
+
+def classify(text: str, w: G.Window) -> collections.Counter:
+    """The classes of the notes in one reply (``unparsable`` when it has none to classify)."""
+    c = collections.Counter()
+    parsed = parse_json(text, expect="object")
+    try:
+        notes = G.NotesOut.model_validate(parsed.value).notes[:G.MAX_NOTES] if parsed.ok else None
+    except ValidationError:
+        notes = None
+    if not notes:
+        c["unparsable"] += 1
+        return c
+    turns = [r.text or r.render() for r in w.records]
+    for n in notes:
+        if not G.grounded(n.text, w):
+            c["ungrounded"] += 1
+        elif copies_turns(n.text, turns):
+            c["copy"] += 1
+        elif names_absent_people(n.text, G.EXAMPLE_NAMES, turns):
+            c["example echo"] += 1
+        else:
+            c["note"] += 1
+    return c
+
+
+async def main(args) -> None:
+    (conv,) = [c for c in load_dataset("locomo", "test", data_root=args.data_root) if c.id == args.conversation]
+    windows = G.make_windows(first_sessions(conv.records, args.sessions), 20)
+    print(f"{conv.id}: first {args.sessions} sessions -> {len(windows)} windows", flush=True)
+    totals = {name: collections.Counter() for name in PROMPTS}
+    fallback = collections.Counter()
+    seconds = collections.Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = AsyncMemory.open(Path(tmp) / "mem", llm=args.llm, allow_unpriced=True)
+        for i, w in enumerate(windows, 1):
+            messages = G.window_prompt(w)
+            row = []
+            for name, instruction in PROMPTS.items():
+                t0 = time.perf_counter()
+                out = await mem.env.llm.complete([{"role": "system", "content": instruction}, messages[1]],
+                                                 role="indexer", max_tokens=G.MAX_TOKENS, temperature=0.0,
+                                                 json_schema=G.NOTES_SCHEMA)
+                seconds[name] += time.perf_counter() - t0
+                c = classify(out.text, w)
+                totals[name] += c
+                fallback[name] += c["note"] == 0
+                row.append(f"{name} {dict(c)}")
+            print(f"window {i}/{len(windows)} ({len(w.records)} turns): " + "; ".join(row), flush=True)
+        mem.close()
+    print()
+    print(f"{'prompt':<22}{'notes':>7}{'copies':>8}{'echoes':>8}{'ungrounded':>12}{'unparsable':>12}"
+          f"{'windows falling back':>22}{'s/call':>8}")
+    for name, c in totals.items():
+        print(f"{name:<22}{c['note']:>7}{c['copy']:>8}{c['example echo']:>8}{c['ungrounded']:>12}{c['unparsable']:>12}"
+              f"{fallback[name]:>16}/{len(windows):<5}{seconds[name] / len(windows):>8.1f}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llm", default="local:qwen2.5-1.5b", help="indexer model (make_llm spec)")
+    ap.add_argument("--conversation", default="conv-49")
+    ap.add_argument("--sessions", type=int, default=4, help="first sessions of the conversation")
+    ap.add_argument("--data-root", default=None)
+    asyncio.run(main(ap.parse_args()))
