@@ -16,7 +16,6 @@ the windows that fall back under the current rules.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import tempfile
@@ -25,10 +24,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from prompt_bench import conversation_turns, parse_args
+
 from memfrontier.api import AsyncMemory
-from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.parsing import parse_json
-from memfrontier.train.qar import first_sessions
 from memfrontier.views import graph_notes as G
 from memfrontier.views.copies import copies_turns, names_absent_people
 
@@ -67,8 +66,8 @@ def classify(text: str, w: G.Window) -> collections.Counter:
 
 
 async def main(args) -> None:
-    (conv,) = [c for c in load_dataset("locomo", "test", data_root=args.data_root) if c.id == args.conversation]
-    windows = G.make_windows(first_sessions(conv.records, args.sessions), 20)
+    conv, records = conversation_turns(args)
+    windows = G.make_windows(records, 20)
     print(f"{conv.id}: first {args.sessions} sessions -> {len(windows)} windows", flush=True)
     totals = {name: collections.Counter() for name in PROMPTS}
     fallback = collections.Counter()
@@ -99,9 +98,4 @@ async def main(args) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llm", default="local:qwen2.5-1.5b", help="indexer model (make_llm spec)")
-    ap.add_argument("--conversation", default="conv-49")
-    ap.add_argument("--sessions", type=int, default=4, help="first sessions of the conversation")
-    ap.add_argument("--data-root", default=None)
-    asyncio.run(main(ap.parse_args()))
+    asyncio.run(main(parse_args(__doc__, "indexer model")))

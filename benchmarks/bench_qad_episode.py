@@ -15,7 +15,6 @@ accepted share of each prompt and the reasons of the refusals.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import json
@@ -23,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from prompt_bench import conversation_turns, parse_args
+
 from memfrontier.api import AsyncMemory
-from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.parsing import parse_json
-from memfrontier.train.qar import first_sessions
 from memfrontier.views import episodic_prompts as P
 from memfrontier.views.episodic import EpisodicBuilder, render_turn
 from memfrontier.views.episodic_ops import OperationError, validate_episode
@@ -71,8 +70,7 @@ def verdict(text: str, first_ts: str | None, turns: list[str]) -> str:
 
 
 async def main(args) -> None:
-    (conv,) = [c for c in load_dataset("locomo", "test", data_root=args.data_root) if c.id == args.conversation]
-    records = first_sessions(conv.records, args.sessions)
+    conv, records = conversation_turns(args)
     sessions: dict[str, list] = {}
     for r in records:
         sessions.setdefault(r.session_id, []).append(r)
@@ -117,9 +115,4 @@ async def main(args) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llm", default="local:qwen2.5-1.5b", help="construction model (make_llm spec)")
-    ap.add_argument("--conversation", default="conv-49")
-    ap.add_argument("--sessions", type=int, default=4, help="first sessions of the conversation")
-    ap.add_argument("--data-root", default=None)
-    asyncio.run(main(ap.parse_args()))
+    asyncio.run(main(parse_args(__doc__, "construction model")))
