@@ -116,3 +116,13 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
 
     with pytest.raises(RunMismatchError):
         asyncio.run(run_eval(cfg.model_copy(update={"strategy": "rag"})))
+
+    # every row records the prompt versions it was made with; a resume never mixes two versions
+    assert {json.dumps(r["prompt_versions"], sort_keys=True) for r in rows} == {
+        json.dumps(prov["prompt_versions"], sort_keys=True)}
+    rows[0]["prompt_versions"] = {**rows[0]["prompt_versions"], "answerer": "qa-v0"}
+    del rows[1]["prompt_versions"]  # a row written before versions were recorded: not a mismatch
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))  # one question left to answer
+    with pytest.raises(RunMismatchError, match="1 answers made with other prompt versions"):
+        asyncio.run(run_eval(cfg))
+    assert len(p.read_text().splitlines()) == 3  # nothing answered

@@ -231,6 +231,13 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
             "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
 
 
+def prompt_versions(strategy, dataset: str, judged: bool) -> dict[str, str]:
+    """The versions of the prompts a run's answers come from: the answerer's, the strategy's
+    (its memory-side roles: construction, planner, summarizer...) and, when judged, the judge's."""
+    return {"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
+            **({"judge": judge_prompt_version(dataset)} if judged else {})}
+
+
 async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> dict:
     """Ask ``q`` in its conversation's scope, score it (and judge it when ``judge``); the
     ``predictions.jsonl`` row (prediction, F1, EM, evidence recall, USD, usage by stage...)."""
@@ -249,6 +256,7 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
         "usage": ans.usage.model_dump(),
         "strategy_meta": ans.meta,
         "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
+        "prompt_versions": prompt_versions(strategy, dataset, judge is not None),
     }
     if judge is not None:
         jl = Ledger()
@@ -313,6 +321,13 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
     pred_path = out / "predictions.jsonl"
     done = _read_done(pred_path)
+    current = prompt_versions(strategy, cfg.dataset, cfg.judge)
+    other = [r["prompt_versions"] for r in done.values() if r.get("prompt_versions", current) != current]
+    if other:  # answers from older prompts and newer ones would be one row under one label
+        mem.close()
+        raise RunMismatchError(
+            f"{out} holds {len(other)} answers made with other prompt versions ({other[0]}; this memfrontier: "
+            f"{current}); choose another --out or delete it")
     pending = [q for q in questions if q.id not in done]
     progress("start", total=len(questions), done=len(done), conversations=len(convs))
 
@@ -392,8 +407,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
             answer_model=mem.env.answer_llm.model_id, memory_model=mem.env.llm.model_id,
             embedding_model=mem.store.embedder.model_id,
             judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
-            prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
-                             **({"judge": judge_prompt_version(cfg.dataset)} if cfg.judge else {})},
+            prompt_versions=prompt_versions(strategy, cfg.dataset, cfg.judge),
             price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
             structured_output=_structured_output_modes() if structured_output is None else structured_output,
             **_config_provenance(strategy),
