@@ -12,15 +12,14 @@ and the window falls back to one note per record (``source="fallback"``, counted
 
 A note must be grounded in its window: it has at least :data:`MIN_CONTENT_WORDS` content words
 (3+ letters) and at least :data:`GROUNDING_MIN` of them occur in the window's text, else it is
-dropped (counted as
-``indexer.ungrounded_note``; a small model otherwise writes fluent notes about things nobody
-said). A note that copies a turn of its window (:func:`~memfrontier.views.copies.copies_turns`:
-the 1.5B bench model returned "Sam said, '...'" for most notes before the prompt carried a worked
-example) is dropped too (``indexer.copied_note``), as is one naming a person of that example whom
-the window does not name (``indexer.example_echo``); a window left without notes falls back as
-above. Note speakers are the model's names
-matched to the window's real speakers (normalised exact or difflib ratio >= 0.85); when none
-matches, the speaker whose turns share the most words with the note.
+dropped (counted as ``indexer.ungrounded_note``; a small model otherwise writes fluent notes about
+things nobody said). A note that copies a turn of its window
+(:func:`~memfrontier.views.copies.copies_turns`: the 1.5B bench model returned "Sam said, '...'"
+for most notes before the prompt carried a worked example) is dropped too
+(``indexer.copied_note``), as is one naming a person of that example whom the window does not
+name (``indexer.example_echo``); a window left without notes falls back as above. Note speakers
+are the model's names matched to the window's real speakers (normalised exact or difflib ratio
+>= 0.85); when none matches, the speaker whose turns share the most words with the note.
 
 Trajectory steps are not summarised: each step is its own note carrying its step index and
 action verbatim (the storage failure the paper diagnoses is exactly a summary dropping them);
