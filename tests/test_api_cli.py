@@ -80,6 +80,8 @@ def test_cli_ingest_ask_search(tmp_path):
     res = run(app, ["ask", "x", "--store", store, "--user-id", "ana", "--llm", "openai:acme/mystery",
                     "--base-url", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "not in price book" in res.output
+    res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "bob"])  # nobody's memory: no call
+    assert res.exit_code == 2 and "no records for user 'bob'" in " ".join(res.output.split()), res.output
 
 
 def test_a_record_far_larger_than_the_context_is_cut_visibly(tmp_path):
@@ -102,8 +104,18 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     store = tmp_path / "store"
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--user-id", "u"])
     assert res.exit_code == 2 and "msgs.jsonl:2" in res.output
-    res = CliRunner().invoke(app, ["search", "jazz", "--store", str(store), "--user-id", "u"])
-    assert res.exit_code == 0 and "no results" in res.output
+    assert not store.exists()  # the file is checked whole before a store is opened
+    for name, data, said in (("latin1.jsonl", '{"content": "caf\xe9"}\n'.encode("latin-1"), "not UTF-8 text"),
+                             ("empty.jsonl", b"\n", "holds no messages")):
+        (tmp_path / name).write_bytes(data)
+        res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(tmp_path / name), "--user-id", "u"])
+        out = " ".join(res.output.split())  # the error console wraps long lines
+        assert res.exit_code == 2 and said in out and "nothing was written" in out, res.output
+    assert not store.exists()
+    bom = tmp_path / "bom.jsonl"  # a byte-order mark, as some editors write, is no content
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"content": "Bruno likes jazz."}).encode() + b"\n")
+    res = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "bom-store"), "--file", str(bom), "--user-id", "u"])
+    assert res.exit_code == 0 and "+1 records" in res.output, res.output
     res = CliRunner().invoke(app, ["search", "jazz", "--store", str(tmp_path / "nowhere")])
     assert res.exit_code == 2 and "no memory store" in res.output
     # --file needs a scope, said in the command line's terms; --agent-id / --run-id are scopes too

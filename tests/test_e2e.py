@@ -123,6 +123,6 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
     rows[0]["prompt_versions"] = {**rows[0]["prompt_versions"], "answerer": "qa-v0"}
     del rows[1]["prompt_versions"]  # a row written before versions were recorded: not a mismatch
     p.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))  # one question left to answer
-    with pytest.raises(RunMismatchError, match="1 answers made with other prompt versions"):
+    with pytest.raises(RunMismatchError, match="1 answer made with other prompt versions"):
         asyncio.run(run_eval(cfg))
     assert len(p.read_text().splitlines()) == 3  # nothing answered

@@ -226,6 +226,17 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     md = (out / "frontier.md").read_text()
     assert "| a | - | started: 2 questions answered |" in md and "| c | - | not run yet |" in md
 
+    # the report is of the runs found: the options they recorded, whatever flags --report-only got
+    ident = EvalConfig(strategy="rag", limit=40, llm="local:qwen2.5-1.5b").identity()
+    (config_dir(out, "a") / "run.json").write_text(json.dumps(ident))
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
+    assert (rep["run_options"]["llm"], rep["run_options"]["limit"]) == ("local:qwen2.5-1.5b", 40)
+    assert "limit 2 given, 40 recorded" in rep["notes"][-1]
+    assert (out / "frontier.md").read_text().startswith("# s: locomo test, limit 40, local:qwen2.5-1.5b")
+    (config_dir(out, "b") / "run.json").write_text(json.dumps({**ident, "limit": 10}))
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
+    assert rep["notes"][-1] == "the configurations were run with different options: limit 10, 40"
+
 
 def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):
     with pytest.raises(ValueError, match="twice"):

@@ -148,7 +148,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("data_file", Optional[Path], typer.Option(None, help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.")),
         Param("seed", int, OPT_SEED),
         Param("concurrency", int, OPT_CONCURRENCY),
-        Param("ray", Optional[str], typer.Option(None, "--ray", metavar="ADDRESS", help="Run conversations and questions as Ray tasks (optional extra memfrontier[ray]): 'local' starts Ray on this machine, 'auto' joins the running cluster, or a cluster address (ray://head:10001). --concurrency is then the number of Ray workers. Same results as without.")),
+        Param("ray", Optional[str], typer.Option(None, "--ray", metavar="ADDRESS", help="Run conversations and questions as Ray tasks (optional extra memfrontier\\[ray]): 'local' starts Ray on this machine, 'auto' joins the running cluster, or a cluster address (ray://head:10001). --concurrency is then the number of Ray workers. Same results as without.")),
         Param("price_book", Optional[Path], OPT_PRICE_BOOK),
         Param("allow_unpriced", bool, OPT_ALLOW_UNPRICED),
         Param("price_as", Optional[str], OPT_PRICE_AS),
@@ -1061,6 +1061,9 @@ def ingest(
         _fail("--file needs a scope: give --user-id, --agent-id or --run-id (whose memory the messages are)")
     if dataset is not None and (user_id, agent_id, run_id) != (None, None, None):
         _fail("--user-id/--agent-id/--run-id go with --file (a --dataset's conversations are scoped by their ids)")
+    by_session = _read_messages(file, session_id) if file is not None else {}  # checked whole before a store is opened
+    if file is not None and not by_session:
+        _fail(f"{file} holds no messages; nothing was written")
     with known_errors(), Memory.open(store) as mem:
         if dataset:
             from .eval.datasets import load_dataset
@@ -1080,7 +1083,6 @@ def ingest(
                     bar.advance(task)
                     console.print(f"{c.id}: +{len(res.added)} records, {len(res.skipped)} already present")
         else:
-            by_session = _read_messages(file, session_id)  # the whole file is checked before any write
             with _question_bar() as bar:
                 task = bar.add_task("sessions", total=len(by_session))
                 for sid, msgs in by_session.items():
@@ -1096,8 +1098,12 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
 
     if not file.is_file():
         _fail(f"no such file: {file}")
+    try:
+        text = file.read_text("utf-8-sig")  # a byte-order mark (some editors write one) is not content
+    except UnicodeDecodeError as e:
+        _fail(f"{file}: not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8; nothing was written")
     by_session: dict[str, list[dict]] = {}
-    for n, line in enumerate(file.read_text("utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -1189,6 +1195,10 @@ def ask(
     scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     async def answer(mem):
+        if not all_scopes and mem.store.count(scope)["records"] == 0:
+            who = ", ".join(f"{k} {v!r}" for k, v in (("user", user_id), ("agent", agent_id), ("run", run_id)) if v)
+            _fail(f"no records for {who} in {store}: the answer would come from no memory; "
+                  "add some with `memfrontier ingest` (or check the scope ids)")
         strat = get_strategy(strategy, options)
         built = None
         if strategy in BUILT_VIEWS and not all_scopes and not await asyncio.to_thread(view_built, strat, mem.env, scope):

@@ -326,8 +326,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     if other:  # answers from older prompts and newer ones would be one row under one label
         mem.close()
         raise RunMismatchError(
-            f"{out} holds {len(other)} answers made with other prompt versions ({other[0]}; this memfrontier: "
-            f"{current}); choose another --out or delete it")
+            f"{out} holds {len(other)} answer{'s' if len(other) != 1 else ''} made with other prompt versions "
+            f"({other[0]}; this memfrontier: {current}); choose another --out or delete {out}")
     pending = [q for q in questions if q.id not in done]
     progress("start", total=len(questions), done=len(done), conversations=len(convs))
 

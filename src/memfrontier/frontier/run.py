@@ -89,9 +89,35 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
         runs.append(entry)
     report = build_report(runs, reference=reference, seed=base.seed, allow_fallbacks=base.allow_fallbacks)
     report["spec"] = spec.model_dump(mode="json")
-    report["run_options"] = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
-    write_report(report, out, title=spec.name)
+    options = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
+    if report_only:  # the report is of the runs found: their recorded options, not this command's flags
+        options, note = _recorded_options([config_dir(out, r["label"]) for r in runs], options)
+        if note:
+            report["notes"].append(note)
+    report["run_options"] = options
+    write_report(report, out, title=f"{spec.name}: {options.get('dataset')} {options.get('split')}, "
+                                    f"limit {options.get('limit')}, {options.get('llm')}")
     return report
+
+
+_RUN_KEYS = ("dataset", "split", "limit", "llm", "base_url", "seed", "judge", "judge_llm", "price_as", "price_book_version")
+
+
+def _recorded_options(dirs: list[Path], flags: dict) -> tuple[dict, str | None]:
+    """The run options the configurations in ``dirs`` recorded (their ``run.json``), and a note when
+    they differ among themselves or from ``flags`` (the options given to ``--report-only``)."""
+    recorded = [json.loads((d / "run.json").read_text("utf-8")) for d in dirs if (d / "run.json").is_file()]
+    if not recorded:
+        return flags, None
+    seen = {k: sorted({json.dumps(r.get(k)) for r in recorded}) for k in _RUN_KEYS}
+    mixed = {k: v for k, v in seen.items() if len(v) > 1}
+    if mixed:
+        return flags, "the configurations were run with different options: " + "; ".join(
+            f"{k} {', '.join(v)}" for k, v in mixed.items())
+    options = {**flags, **{k: recorded[0].get(k) for k in _RUN_KEYS if k in recorded[0]}}
+    differ = [f"{k} {flags.get(k)!r} given, {options[k]!r} recorded" for k in _RUN_KEYS
+              if k in flags and flags[k] != options[k]]
+    return options, ("report of the runs as recorded (" + "; ".join(differ) + ")") if differ else None
 
 
 __all__ = ["FrontierConfig", "config_dir", "run_frontier"]
