@@ -100,23 +100,25 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     return report
 
 
-_RUN_KEYS = ("dataset", "split", "limit", "llm", "base_url", "seed", "judge", "judge_llm", "price_as", "price_book_version")
+# what a configuration's run.json (EvalConfig.identity) holds of its own, not of the frontier's run
+_CONFIG_KEYS = {"strategy", "strategy_options", "strategy_option_sha256"}
 
 
 def _recorded_options(dirs: list[Path], flags: dict) -> tuple[dict, str | None]:
-    """The run options the configurations in ``dirs`` recorded (their ``run.json``), and a note when
-    they differ among themselves or from ``flags`` (the options given to ``--report-only``)."""
+    """The run options the configurations in ``dirs`` recorded (their ``run.json``, i.e.
+    :meth:`EvalConfig.identity` less the configuration's own fields), and a note when they differ
+    among themselves or from ``flags`` (the options given to ``--report-only``)."""
     recorded = [json.loads((d / "run.json").read_text("utf-8")) for d in dirs if (d / "run.json").is_file()]
     if not recorded:
         return flags, None
-    seen = {k: sorted({json.dumps(r.get(k)) for r in recorded}) for k in _RUN_KEYS}
+    keys = sorted(set().union(*recorded) - _CONFIG_KEYS)
+    seen = {k: sorted({json.dumps(r.get(k)) for r in recorded}) for k in keys}
     mixed = {k: v for k, v in seen.items() if len(v) > 1}
     if mixed:
         return flags, "the configurations were run with different options: " + "; ".join(
             f"{k} {', '.join(v)}" for k, v in mixed.items())
-    options = {**flags, **{k: recorded[0].get(k) for k in _RUN_KEYS if k in recorded[0]}}
-    differ = [f"{k} {flags.get(k)!r} given, {options[k]!r} recorded" for k in _RUN_KEYS
-              if k in flags and flags[k] != options[k]]
+    options = {**flags, **{k: recorded[0].get(k) for k in keys}}
+    differ = [f"{k} {flags[k]!r} given, {options[k]!r} recorded" for k in keys if k in flags and flags[k] != options[k]]
     return options, ("report of the runs as recorded (" + "; ".join(differ) + ")") if differ else None
 
 
