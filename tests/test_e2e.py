@@ -80,6 +80,27 @@ def test_scope_isolation_in_answers(memory):
     assert ans.evidence_ids == [] and ans.context == ""
 
 
+def test_questions_run_in_the_order_given_under_a_semaphore_of_one():
+    """asyncio.as_completed schedules a set (hash order); the runner schedules its questions in
+    dataset order, so a local model reuses a conversation's shared prompt prefix."""
+    from memfrontier.eval.runner import _as_completed
+
+    started: list[int] = []
+
+    async def go() -> list[int]:
+        sem = asyncio.Semaphore(1)
+
+        async def one(i: int) -> int:
+            async with sem:
+                started.append(i)
+                await asyncio.sleep(0)
+                return i
+
+        return [i async for i in _as_completed([one(i) for i in range(50)])]
+
+    assert asyncio.run(go()) == list(range(50)) and started == list(range(50))
+
+
 def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
     root = locomo_slice("conv-49", "conv-50")
     cfg = EvalConfig(dataset="locomo", split="test", strategy="oracle", limit=4, out=tmp_path / "run", data_root=root)
@@ -94,6 +115,8 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
         if row["gold_evidence_ids"]:
             assert row["evidence_recall"] == 1.0  # the oracle context holds every gold turn
     assert {r["category"] for r in lines} == {"1", "2", "3", "4"}
+    ids = [r["id"] for r in lines]  # answered in dataset order: a conversation's questions one after another
+    assert ids == sorted(ids, key=lambda i: (i.split(":q")[0], int(i.split(":q")[1])))
     prov = summary["provenance"]
     data_file = root / "locomo" / "locomo10.json"
     assert prov["data_file"] == str(data_file) and prov["data_sha256"] == sha256_file(data_file)

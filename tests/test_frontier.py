@@ -122,6 +122,33 @@ def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_p
     assert header[:5] == ["label", "strategy", "status", "n", "f1"]
 
 
+def test_the_terminal_table_keeps_whole_names_and_only_finished_rows(tmp_path):
+    """The CLI's table fits a terminal: a long configuration name is never cut (Rich used to make
+    four 'budgetmem…' rows of the Markdown table), unfinished configurations are left out."""
+    from rich.console import Console
+
+    from memfrontier.cli import frontier_table
+
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
+    _write_run(tmp_path / "cap", _rows([0.4, 0.6], 1e-4))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+                        {"label": "budgetmem-capacity-high", "strategy": "budgetmem", "dir": tmp_path / "cap"},
+                        {"label": "budgetmem-router-0.5", "strategy": "budgetmem", "dir": None,
+                         "status": "not run yet"}])
+    def printed(width: int) -> str:
+        console = Console(width=width, record=True)
+        console.print(frontier_table(rep))
+        return console.export_text()
+
+    narrow = printed(80)  # cells wrap, the name does not
+    assert "budgetmem-capacity-high" in narrow and "budgetmem-router-0.5" not in narrow
+    # F1 mean(0.4, 0.6) = 0.5; C(n) = 1e-4 USD/q -> 1.0000 USD×1e4/q; QPC 0.5 / 1.0; ΔF1 vs rag 0.0
+    row = next(line for line in printed(160).splitlines() if "budgetmem-capacity-high" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:6] == ["budgetmem-capacity-high", "2", "0.500 [0.400, 0.600]", "0.000 [-0.100, 0.100]",
+                         "1.0000", "0.500"]
+
+
 def test_a_construction_cost_with_unrecorded_windows_is_flagged(tmp_path):
     _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
     _write_run(tmp_path / "am", _rows([0.4, 0.6], 2e-4), construction_usd=1e-4)

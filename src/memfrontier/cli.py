@@ -543,12 +543,41 @@ def frontier_cmd(
         with known_errors(bar):
             report = asyncio.run(run_frontier(fspec, base, run.out, labels=labels, reference=reference,
                                               on_config=on_config, on_progress=on_progress, report_only=report_only))
-    from rich.markdown import Markdown
+    console.print(frontier_table(report))
+    from .frontier.report import summary_lines
 
-    console.print(Markdown((run.out / "frontier.md").read_text("utf-8")))
+    for line in summary_lines(report):
+        console.print(line, markup=False)
     ok = sum(1 for r in report["rows"] if r["status"] == "ok")
     console.print(f"{ok}/{len(report['rows'])} configurations on {len(report['question_ids'])} questions; "
-                  f"wrote {run.out / 'frontier.md'}, frontier.csv, frontier.json, frontier_cost.png, frontier_latency.png")
+                  f"wrote {run.out / 'frontier.md'} (every column), frontier.csv, frontier.json, "
+                  "frontier_cost.png, frontier_latency.png")
+
+
+def frontier_table(report: dict):
+    """The finished configurations of a frontier report, the columns that fit a terminal
+    (configuration names are never cut); unfinished ones were named as they were met, and
+    ``frontier.md`` has every column."""
+    from rich.table import Table
+
+    from .frontier.report import interval
+
+    t = Table(title=f"frontier ({len(report['question_ids'])} questions)", title_justify="left")
+    for name, just in (("configuration", "left"), ("n", "right"), ("F1 [95% CI]", "left"),
+                       (f"ΔF1 vs {report['reference']} [95% CI]", "left"), ("C(n) USD×1e4/q", "right"),
+                       ("QPC", "right"), ("proxy s/q", "right"), ("Pareto cost/latency", "center")):
+        t.add_column(name, justify=just, no_wrap=name == "configuration", overflow="fold")
+    for x in report["rows"]:
+        if x["status"] != "ok":
+            continue
+        unpriced = x.get("unpriced_calls")
+        pareto = ("anchor" if x.get("anchor") else
+                  f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}")
+        t.add_row(x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
+                  interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
+                  "unpriced" if unpriced else f"{x['usd_x1e4_amortized']:.4f}",
+                  "unpriced" if unpriced else f"{x['qpc']:.3f}", f"{x['proxy_s']:.2f}", pareto)
+    return t
 
 
 def route_table(shares: dict[str, float]):

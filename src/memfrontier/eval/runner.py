@@ -272,7 +272,11 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
 
 
 async def _as_completed(aws):
-    for fut in asyncio.as_completed(aws):
+    """Yield the results of ``aws`` as they finish. They are scheduled in the given order, so under a
+    semaphore of one they also run in it: questions in dataset order, a conversation's questions one
+    after another (a local model then reuses the shared prompt prefix, e.g. longctx's whole history).
+    ``asyncio.as_completed`` alone schedules a set, in hash order."""
+    for fut in asyncio.as_completed([asyncio.ensure_future(a) for a in aws]):
         yield await fut
 
 

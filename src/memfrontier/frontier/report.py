@@ -281,19 +281,20 @@ def _versus_frontier_line(x: dict) -> str:
                 else "the interval includes 0")
     verdict = "above the fixed frontier" if x["above_frontier"] else "not above the fixed frontier"
     line = (f"{x['label']} ({x['usd_x1e4_amortized']:.4f} USD×1e4/q): {where} {x['frontier_ref']}; "
-            f"ΔF1 {_interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
+            f"ΔF1 {interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
             f"{verdict} ({measured})")
     if x.get("mix"):
         mix = " + ".join(f"{w:.2f} {label}" for label, w in x["mix"])
         line += (f"; against a random mix of fixed configurations at the same cost ({mix}, F1 {x['mix_f1']:.3f}): "
-                 f"ΔF1 {_interval(x['d_f1_mix'], x['d_f1_mix_low'], x['d_f1_mix_high'])}")
+                 f"ΔF1 {interval(x['d_f1_mix'], x['d_f1_mix_low'], x['d_f1_mix_high'])}")
     if x.get("qpc_at_least_best") is not None:
         line += (f"; QPC {x['qpc']:.3f} vs the best fixed {x['best_fixed_qpc']:.3f} ({x['best_fixed_qpc_label']}): "
                  + ("not worse" if x["qpc_at_least_best"] else "worse"))
     return line
 
 
-def _interval(v, lo, hi, digits: int = 3) -> str:
+def interval(v, lo, hi, digits: int = 3) -> str:
+    """``"0.370 [0.262, 0.480]"``, or ``"-"`` when the value is missing."""
     return "-" if v is None else f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
@@ -310,8 +311,8 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
             continue
         unpriced = x.get("unpriced_calls")
         lines.append("| " + " | ".join([
-            x["label"], str(x["n"]), _interval(x["f1"], x["f1_low"], x["f1_high"]),
-            _interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
+            x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
+            interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
             "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
             "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
             "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
@@ -328,7 +329,15 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
               "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
               "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
               "and is shown as the upper bound only."]
-    if any(x.get("strategy") == "auto" for x in report["rows"]):
+    return "\n".join(lines + summary_lines(report)) + "\n"
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The lines under the table (Markdown; items start with "- "): what a router's regret means and
+    how each ``auto`` point compares with the fixed frontier, the runs kept despite fallbacks, and
+    the report's notes."""
+    lines: list[str] = []
+    if any(x.get("strategy") == "auto" and x.get("status") == "ok" for x in report["rows"]):
         lines.append("Regret of a router (auto): per question, the realised utility (its preference, λ_Q·F1/s_F1 − "
                      "λ_C·USD/s_USD − λ_L·s/s_L, scales from its training records) and F1 of the best of its fixed "
                      "configurations in hindsight minus its own, averaged.")
@@ -338,8 +347,7 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
     if fallbacks:
         lines.append("Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "
                      + "; ".join(f"{x['label']} ({x['fallbacks']})" for x in fallbacks))
-    lines += [f"- {n}" for n in report["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines + [f"- {n}" for n in report["notes"]]
 
 
 def _regret_cell(x: dict) -> str:
