@@ -463,3 +463,10 @@ def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     assert sum(summary["choices"]["route"]["configuration"].values()) == pytest.approx(1.0)
     assert summary["provenance"]["strategy_config"]["preference"] == "balanced"
     assert summary["provenance"]["prompt_versions"]["strategy"] == "auto-v1"
+    # interrupted after one answer: the rerun says it resumes and answers only the other question
+    (out / "predictions.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    res = run(app, ["eval", "--strategy", "auto", "--router", str(router), "--preference", "balanced", "--split", "test",
+                    "--limit", "2", "--out", str(out), "--store", str(frontier / "store"), "--data-root", str(data)])
+    assert res.exit_code == 0, res.output
+    assert f"resuming {out}: 1 of 2 questions already answered" in " ".join(res.output.split())
+    assert [json.loads(x)["id"] for x in (out / "predictions.jsonl").read_text().splitlines()] == [r["id"] for r in rows]

@@ -461,6 +461,8 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
             ingest_row.on_event(event, info)
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"], description="ingesting")
+                if info["done"]:
+                    err.print(f"resuming {out}: {info['done']} of {info['total']} questions already answered")
             elif event == "build":
                 bar.update(task, description=f"building memories of {info['conversation']} (offline, once per store)")
             elif event == "ingest":
@@ -525,8 +527,11 @@ def frontier_cmd(
     with _question_bar() as bar:
         task = bar.add_task("frontier", total=None)
 
+        current = {"label": ""}
+
         def on_config(label: str, status: str) -> None:
             if status == "start":
+                current["label"] = label
                 bar.update(task, description=f"{label}: starting", total=None, completed=0)
             elif status != "done":
                 err.print(f"{label}: {status}")
@@ -537,6 +542,8 @@ def frontier_cmd(
             ingest_row.on_event(event, info)
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"])
+                if info["done"]:
+                    err.print(f"{current['label']}: resuming, {info['done']} of {info['total']} questions already answered")
             elif event == "question":
                 bar.update(task, advance=1)
 
