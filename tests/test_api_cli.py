@@ -105,8 +105,11 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--user-id", "u"])
     assert res.exit_code == 2 and "msgs.jsonl:2" in res.output
     assert not store.exists()  # the file is checked whole before a store is opened
+    dated = (json.dumps({"content": "fine", "timestamp": "2023-05-08"}) + "\n"
+             + json.dumps({"content": "Bruno likes jazz.", "timestamp": "N/A"}) + "\n").encode()
     for name, data, said in (("latin1.jsonl", '{"content": "caf\xe9"}\n'.encode("latin-1"), "not UTF-8 text"),
-                             ("empty.jsonl", b"\n", "holds no messages")):
+                             ("empty.jsonl", b"\n", "holds no messages"),
+                             ("dated.jsonl", dated, "dated.jsonl:2: timestamp 'N/A' is not a complete date")):
         (tmp_path / name).write_bytes(data)
         res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(tmp_path / name), "--user-id", "u"])
         out = " ".join(res.output.split())  # the error console wraps long lines

@@ -1150,10 +1150,10 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
             _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'; nothing was written")
         if not m["content"].strip():
             _fail(f"{file}:{n}: 'content' is empty or whitespace; nothing was written")
-        try:  # the same checks as Memory.add (role, timestamp...), here so no session is written first
+        try:  # the same checks as Memory.add (field types, timestamp...), here so no session is written first
             messages_to_records([m], scope=Scope(), session_id="-", timestamp=None)
-        except ValueError as e:
-            _fail(f"{file}:{n}: {e}; nothing was written")
+        except ValueError as e:  # "message 0.timestamp ..." names the one message checked: the line says which
+            _fail(f"{file}:{n}: {str(e).removeprefix('message 0.')}; nothing was written")
         by_session.setdefault(str(m.pop("session_id", default_session)), []).append(m)
     return by_session
 
