@@ -567,7 +567,7 @@ def frontier_table(report: dict):
     ``frontier.md`` has every column."""
     from rich.table import Table
 
-    from .frontier.report import interval
+    from .frontier.report import interval, pareto_cell
 
     t = Table(title=f"frontier ({len(report['question_ids'])} questions)", title_justify="left")
     for name, just in (("configuration", "left"), ("n", "right"), ("F1 [95% CI]", "left"),
@@ -578,12 +578,10 @@ def frontier_table(report: dict):
         if x["status"] != "ok":
             continue
         unpriced = x.get("unpriced_calls")
-        pareto = ("anchor" if x.get("anchor") else
-                  f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}")
         t.add_row(x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
                   interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
                   "unpriced" if unpriced else f"{x['usd_x1e4_amortized']:.4f}",
-                  "unpriced" if unpriced else f"{x['qpc']:.3f}", f"{x['proxy_s']:.2f}", pareto)
+                  "unpriced" if unpriced else f"{x['qpc']:.3f}", f"{x['proxy_s']:.2f}", pareto_cell(x))
     return t
 
 

@@ -298,6 +298,13 @@ def interval(v, lo, hi, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def pareto_cell(x: dict, anchor: str = "anchor") -> str:
+    """A row's place on the cost and latency fronts, "● / ○" (on / off), or ``anchor`` for the oracle."""
+    if x.get("anchor"):
+        return anchor
+    return f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}"
+
+
 def render_markdown(report: dict, title: str = "frontier") -> str:
     """The report as a Markdown table (one line per configuration) plus notes."""
     head = ("| configuration | n | F1 [95% CI] | ΔF1 vs {ref} [95% CI] | USD×1e4/q online | C(n)×1e4/q | QPC | QPC online "
@@ -318,8 +325,7 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
             "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
             fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
             "-" if x.get("judge_accuracy") is None else fmt_cell(x["judge_accuracy"], 3),
-            "anchor (gold evidence)" if x.get("anchor") else
-            f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}",
+            pareto_cell(x, anchor="anchor (gold evidence)"),
             _regret_cell(x),
         ]) + " |")
     lines += ["", f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
