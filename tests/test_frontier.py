@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from memfrontier.frontier.plots import point_labels
 from memfrontier.frontier.report import build_report, render_markdown, write_report
 from memfrontier.frontier.spec import FrontierSpec, load_spec
 from memfrontier.frontier.stats import (
@@ -55,6 +56,12 @@ def test_pareto_front_by_hand():
     # (cost, quality): b dominates d (cheaper, better); a and c trade off; e duplicates a
     pts = [(1.0, 0.3), (2.0, 0.5), (4.0, 0.6), (3.0, 0.4), (1.0, 0.3)]
     assert pareto_front(pts) == [True, True, True, False, True]
+
+
+def test_configurations_at_the_same_point_share_one_plot_label():
+    rows = [{"label": "rag-k4", "usd": 0.39, "f1": 0.298}, {"label": "auto-balanced", "usd": 0.395, "f1": 0.282},
+            {"label": "auto-cost", "usd": 0.395, "f1": 0.282}, {"label": "unpriced", "usd": None, "f1": 0.1}]
+    assert point_labels(rows, "usd") == [(0.39, 0.298, "rag-k4"), (0.395, 0.282, "auto-balanced = auto-cost")]
 
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean():

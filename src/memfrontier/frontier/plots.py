@@ -1,13 +1,27 @@
 """Frontier plots: F1 against amortized USD×1e4 per question (log x) and against proxy seconds per
 question, one colour per strategy family, Pareto points filled and joined, the gold-evidence anchor
-(oracle) as a star outside the Pareto set, 95% F1 intervals as bars."""
+(oracle) as a star outside the Pareto set, 95% F1 intervals as bars. Configurations at the same
+point share one label ("auto-balanced = auto-cost"); labels are moved apart with adjustText so that
+none covers another (a thin line joins a moved label to its point)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+from adjustText import adjust_text
+
 from ..eval.plots import COST_LABEL, _figure, _save
+
+
+def point_labels(rows: Sequence[dict], x_key: str) -> list[tuple[float, float, str]]:
+    """One ``(x, f1, label)`` per distinct point of ``rows`` (rows without ``x_key`` skipped), the
+    labels of configurations at the same point joined with " = " in row order."""
+    points: dict[tuple[float, float], list[str]] = {}
+    for r in rows:
+        if r[x_key] is not None:
+            points.setdefault((r[x_key], r["f1"]), []).append(r["label"])
+    return [(x, y, " = ".join(labels)) for (x, y), labels in points.items()]
 
 
 def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, title: str, log_x: bool) -> None:
@@ -22,7 +36,6 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
                     ecolor=colours[r["strategy"]], alpha=0.4, capsize=2)
         ax.scatter([x], [r["f1"]], color=colours[r["strategy"]], marker="*" if anchor else "o" if on else "s",
                    s=90 if anchor else None, facecolors=colours[r["strategy"]] if on or anchor else "none", zorder=3)
-        ax.annotate(r["label"], (x, r["f1"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
     front = sorted((r for r in rows if r.get(pareto_key) and r[x_key] is not None), key=lambda r: r[x_key])
     if len(front) > 1:
         ax.plot([r[x_key] for r in front], [r["f1"] for r in front], color="black", linewidth=0.8, alpha=0.6,
@@ -31,6 +44,11 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
         ax.scatter([], [], color=colours[f], label=f)
     if log_x and all(r[x_key] and r[x_key] > 0 for r in rows if r[x_key] is not None):
         ax.set_xscale("log")
+    labels = point_labels(rows, x_key)
+    if labels:
+        xs, ys = [x for x, _, _ in labels], [y for _, y, _ in labels]
+        texts = [ax.text(x, y, label, fontsize=7) for x, y, label in labels]
+        adjust_text(texts, x=xs, y=ys, ax=ax, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
     ax.set_xlabel(xlabel)
     ax.set_ylabel("F1 (95% CI)")
     ax.set_title(title)
