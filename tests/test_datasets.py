@@ -340,6 +340,9 @@ def test_corrupt_file_raises(tmp_path, loader):
     bad.write_text('{"not": "a list"}')
     with pytest.raises(DatasetError, match="schema"):
         loader(bad)
+    bad.write_text("[]")  # an empty file is not an empty benchmark: nothing would be evaluated
+    with pytest.raises(DatasetError, match="holds no items"):
+        loader(bad)
 
 
 def test_env_var_override(tmp_path, monkeypatch):

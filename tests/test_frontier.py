@@ -8,7 +8,7 @@ import json
 import pytest
 
 from memfrontier.frontier.plots import point_labels
-from memfrontier.frontier.report import build_report, render_markdown, write_report
+from memfrontier.frontier.report import build_report, category_lines, render_markdown, write_report
 from memfrontier.frontier.spec import FrontierSpec, load_spec
 from memfrontier.frontier.stats import (
     amortized_qpc,
@@ -231,10 +231,11 @@ def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, mon
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=1), tmp_path / "out", labels=["cap", "both"],
                                    on_config=lambda label, status: seen.append((label, status))))
     rows = {r["label"]: r for r in rep["rows"]}
-    assert seen == [("cap", cap.unmet()), ("both", both.unmet())]
-    assert rows["cap"]["status"] == cap.unmet() and rows["cap"]["n"] == 0
+    assert seen == [("cap", f"not run: {cap.unmet()}"), ("both", f"not run: {both.unmet()}")]
+    assert rows["cap"]["status"] == f"not run: {cap.unmet()}" and rows["cap"]["n"] == 0
     assert not (tmp_path / "out" / "configs" / "cap").exists()  # nothing ran in its place
-    assert f"not run: models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}" in (tmp_path / "out" / "frontier.md").read_text()
+    assert f"not run: models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}" in render_markdown(rep)
+    assert rep["files"] == {} and not (tmp_path / "out" / "frontier.md").exists()  # nothing finished: no report
     with pytest.raises(ValueError, match="unknown local model 'llama-70b'"):
         FrontierSpec.model_validate({"configurations": [{"label": "a", "strategy": "rag", "requires": ["model:llama-70b"]}]})
 
@@ -257,8 +258,9 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     assert {r["label"]: r["status"] for r in rep["rows"]} == {
         "a": "started: 2 questions answered", "b": "started: 0 questions answered", "c": "not run yet"}
     assert not config_dir(out, "c").exists()
-    md = (out / "frontier.md").read_text()
+    md = render_markdown(rep)
     assert "| a | - | started: 2 questions answered |" in md and "| c | - | not run yet |" in md
+    assert rep["files"] == {} and not (out / "frontier.md").exists()  # nothing finished: nothing written
 
     # the report is of the runs found: the options they recorded, whatever flags --report-only got
     ident = EvalConfig(strategy="rag", limit=40, llm="local:qwen2.5-1.5b").identity()
@@ -266,10 +268,72 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
     assert (rep["run_options"]["llm"], rep["run_options"]["limit"]) == ("local:qwen2.5-1.5b", 40)
     assert "limit 2 given, 40 recorded" in rep["notes"][-1]
-    assert (out / "frontier.md").read_text().startswith("# s: locomo test, limit 40, local:qwen2.5-1.5b")
+    assert rep["title"] == "s: locomo test, limit 40, local:qwen2.5-1.5b"
     (config_dir(out, "b") / "run.json").write_text(json.dumps({**ident, "limit": 10}))
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
     assert rep["notes"][-1] == "the configurations were run with different options: limit 10, 40"
+
+
+def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
+    """A spec or flags that cannot run as given fail with one line naming every problem, exit 2,
+    and nothing is written (each check here runs in well under a second: no model is loaded)."""
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("configurations:\n  - {label: a, strategy: nosuch}\n  - {label: b, strategy: rag, options: {k: banana}}\n"
+                    "  - {label: rag, strategy: rag, options: {nosuchkey: 1}}\n")
+    out = tmp_path / "out"
+
+    def fails(*args):
+        res = CliRunner().invoke(app, ["frontier", *args])
+        assert res.exit_code == 2, res.output
+        assert not out.exists()
+        return " ".join(res.output.split())
+
+    assert fails("--spec", str(spec), "--out", str(out)) == (
+        "error: the frontier spec cannot run as given (nothing was run): a: unknown strategy 'nosuch'; available: "
+        "auto, automem, budgetmem, longctx, memorycpt, mempilot, oracle, rag; b: strategy rag: k='banana': Input "
+        "should be a valid integer; rag: strategy rag: unknown key 'nosuchkey'; keys: k, retrievers")
+    assert fails("--only", ",,", "--out", str(out)) == "error: no configuration named (an empty --only)"
+    assert fails("--only", "", "--out", str(out)) == "error: no configuration named (an empty --only)"
+    assert fails("--only", "rag,oracle,rag", "--out", str(out)) == "error: configuration(s) named twice: rag"
+    assert "--reference 'nosuch' is not a configuration of the spec" in fails("--only", "rag", "--reference", "nosuch",
+                                                                             "--out", str(out))
+    (tmp_path / "file").write_text("x")
+    assert fails("--only", "rag", "--out", str(tmp_path / "file" / "sub")) == (
+        f"error: 1 validation error for the options: out: {tmp_path / 'file'} is a file, not a folder "
+        f"(in {tmp_path / 'file' / 'sub'})")
+    assert fails("--report-only", "--out", str(out)) == (
+        f"error: no frontier runs in {out} (no configs/ folder); give the --out of a frontier run")
+    spec.write_bytes(b"\xff\xfe")
+    assert fails("--spec", str(spec)).startswith(f"error: cannot read frontier spec {spec}: 'utf-8' codec can't decode")
+    spec.write_text("configurations:\n  - {label: rag, strategy: rag, bad: 1}\n  - {label: x}\n")
+    assert fails("--spec", str(spec)) == (f"error: 2 validation errors for frontier spec {spec}: configurations.0.bad: "
+                                          "unknown field; configurations.1.strategy: Field required (got {'label': 'x'})")
+
+
+def test_ctrl_c_says_how_to_resume(capsys):
+    import typer
+
+    from memfrontier.cli import RESUME_HINT, known_errors
+
+    with pytest.raises(typer.Exit) as e, known_errors(interrupted=RESUME_HINT):
+        raise KeyboardInterrupt
+    assert e.value.exit_code == 130
+    assert " ".join(capsys.readouterr().err.split()) == (
+        "interrupted; the questions answered so far are kept: run the same command again to resume")
+
+
+def test_f1_by_category_table_names_locomo_categories(tmp_path):
+    _write_run(tmp_path / "rag", _rows([0.5, 1.0, 0.0, 0.25], 2e-4, cats=("1", "2")))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}])
+    rep["run_options"] = {"dataset": "locomo"}
+    # category 1: questions 0 and 2 (F1 0.5, 0.0) -> 0.25; category 2: questions 1 and 3 (1.0, 0.25) -> 0.625
+    assert category_lines(rep)[3:] == ["| configuration | 1 multi-hop (n=2) | 2 temporal (n=2) |", "|---|---|---|",
+                                       "| rag | 0.250 [0.000, 0.500] | 0.625 [0.250, 1.000] |"]
+    assert "## F1 by category" in render_markdown(rep)
 
 
 def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):
@@ -311,18 +375,31 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
     args = ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(out),
             "--data-root", str(locomo_slice("conv-49", "conv-50"))]
     res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # one configuration could not run: not a success
+    assert "1 of 3 configurations did not finish: router" in " ".join(res.output.split())
     rep = json.loads((out / "frontier.json").read_text())
     rows = {r["label"]: r for r in rep["rows"]}
-    assert rows["router"]["status"].startswith("missing")
+    assert rows["router"]["status"] == f"not run: missing {tmp_path / 'none.pt'}"
     assert rows["oracle"]["n"] == rows["rag"]["n"] == 2 and len(rep["question_ids"]) == 2
     assert rows["oracle"]["evidence_recall"] == 1.0 and rows["rag"]["d_f1"] == 0.0
     assert rows["oracle"]["usd_x1e4_online"] > 0 and rows["oracle"]["provenance"]["answer_model"]
     for label in ("oracle", "rag"):  # one eval run (and ledger) per configuration
         assert len((out / "configs" / label / "predictions.jsonl").read_text().splitlines()) == 2
     mtime = (out / "configs" / "rag" / "summary.json").stat().st_mtime
-    assert CliRunner().invoke(app, args).exit_code == 0  # resumed: nothing rerun
+    assert CliRunner().invoke(app, args).exit_code == 1  # resumed: nothing rerun
     assert (out / "configs" / "rag" / "summary.json").stat().st_mtime == mtime
+    # one configuration asked for: the report keeps the other finished one (and its paired differences)
+    res = CliRunner().invoke(app, [*args, "--only", "oracle"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "frontier.json").read_text())
+    assert [r["label"] for r in rep["rows"]] == ["oracle", "rag"] and rep["selected"] == ["oracle"]
+    assert rep["rows"][0]["d_f1"] == pytest.approx(rows["oracle"]["d_f1"])
+    # a run that cannot be this folder's (another --limit) leaves the report as it was
+    before = (out / "frontier.md").read_text()
+    res = CliRunner().invoke(app, [*args, "--only", "oracle", "--limit", "3"])
+    assert res.exit_code == 1 and "RunMismatchError" in res.output
+    assert "no configuration has finished" in " ".join(res.output.split())
+    assert (out / "frontier.md").read_text() == before
 
 
 def test_a_changed_price_book_is_another_run(tmp_path):

@@ -163,6 +163,8 @@ def test_cli_option_errors_name_the_key_and_run_nothing(tmp_path, captured):
     f.write_text(json.dumps({"strategy": "budgetmem", "k": 3}))
     res = run(app, ["eval", "--strategy", "rag", "--strategy-config", str(f), *out])
     assert res.exit_code == 2 and "is for strategy 'budgetmem', not 'rag'" in " ".join(res.output.split())
+    res = run(app, ["eval", "--strategy", "auto", *out])  # a required option is named by its flag
+    assert res.exit_code == 2 and "strategy auto: --router: Field required" in res.output
     res = run(app, ["eval", "--strategy", "magic", *out])
     assert res.exit_code == 2 and "unknown strategy 'magic'" in res.output
     assert captured == [] and not (tmp_path / "o").exists()

@@ -106,19 +106,34 @@ def _known_errors():
             StoreError, ViewNotBuiltError, RayUnavailableError, FileNotFoundError, ValueError)
 
 
+#: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.
+RESUME_HINT = "interrupted; the questions answered so far are kept: run the same command again to resume"
+
+
 @contextmanager
-def known_errors(bar=None, extra: tuple[type[BaseException], ...] = ()):
+def known_errors(bar=None, extra: tuple[type[BaseException], ...] = (), interrupted: str = "interrupted"):
     """The one error handler of every command: a known error (budget, unpriced model, store, data,
-    model, unbuilt view, bad value) becomes ``error: <message>`` on stderr and exit code 2; the
-    progress ``bar`` (if any) is stopped first. Anything else is a bug and keeps its traceback."""
+    model, unbuilt view, bad value) becomes ``error: <message>`` on stderr and exit code 2 (3 for
+    a run refused for its fallbacks); Ctrl-C prints ``interrupted`` and exits 130. The progress
+    ``bar`` (if any) is stopped first. Anything else is a bug and keeps its traceback."""
+    from pydantic import ValidationError
+
+    from .core.errors import explain_validation
+
     try:
         yield
     except typer.Exit:
         raise
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.stop()
+        err.print(interrupted)
+        raise typer.Exit(130) from None
     except (*_known_errors(), *extra) as e:
         if bar is not None:
             bar.stop()
-        _fail(str(e), code=3 if type(e).__name__ == "FallbackError" else 2)
+        text = explain_validation("the options", e) if isinstance(e, ValidationError) else str(e)
+        _fail(text, code=3 if type(e).__name__ == "FallbackError" else 2)
 
 
 # --- the run block shared by eval and the sweeps ------------------------------------------------
@@ -285,7 +300,8 @@ def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:
 
     cls = strategy_class(strategy).config_class
     opts: dict = {}
-    labels: dict[str, str] = {}
+    # an option is named by its flag in errors (a missing --router says --router)
+    labels: dict[str, str] = {a.key.split(".")[0]: a.flag for a in ALIASES if strategy in a.strategies}
     with known_errors():
         file = strategy_args.get("strategy_config_file")
         if file is not None:
@@ -472,7 +488,7 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
                 bar.update(task, advance=1, description=f"answering · mean F1 {sum(f1s) / len(f1s):.3f}")
 
         refused = None
-        with known_errors(bar):
+        with known_errors(bar, interrupted=RESUME_HINT):
             try:
                 summary = asyncio.run(run_eval(cfg, on_progress=on_progress))
             except FallbackError as e:  # the run is written; it is shown, then refused
@@ -508,22 +524,30 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
 def frontier_cmd(
     spec: Optional[Path] = typer.Option(None, help="YAML list of configurations ({label, strategy, options, requires}); default: the shipped spec with every strategy family."),
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
-    reference: str = typer.Option("rag", help="The configuration every other one is compared with (paired bootstrap)."),
+    reference: Optional[str] = typer.Option(None, help="The configuration every other one is compared with (paired bootstrap); default rag."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
     *, run: RunOptions,
 ):
     """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
 
     Resumable: finished configurations are kept, an interrupted one resumes from its predictions.
+    The report covers the configurations run and every other one already finished in OUT with the
+    same options. Without --only and --limit this is every configuration on every question of the
+    split (days on a laptop CPU): start with --limit 40 --only LABELS. Exit code 0 when every
+    selected configuration finished, 1 when some did not run or failed, 3 when one was refused
+    (model calls failed or fell back above --fallback-threshold).
     """
+    from .frontier.report import summary_lines
     from .frontier.run import run_frontier
     from .frontier.spec import load_spec
 
     with known_errors():
         fspec = load_spec(spec)
-        labels = [x.strip() for x in only.split(",") if x.strip()] if only else None
+        labels = [x.strip() for x in only.split(",") if x.strip()] if only is not None else None
         fspec.select(labels)  # unknown labels fail before anything runs
         base = run.eval_config("rag")
+    if report_only and not (run.out / "configs").is_dir():
+        _fail(f"no frontier runs in {run.out} (no configs/ folder); give the --out of a frontier run")
     with _question_bar() as bar:
         task = bar.add_task("frontier", total=None)
 
@@ -533,6 +557,8 @@ def frontier_cmd(
             if status == "start":
                 current["label"] = label
                 bar.update(task, description=f"{label}: starting", total=None, completed=0)
+            elif status == "kept":
+                err.print(f"{label}: finished earlier with these options, kept")
             elif status != "done":
                 err.print(f"{label}: {status}")
 
@@ -547,18 +573,29 @@ def frontier_cmd(
             elif event == "question":
                 bar.update(task, advance=1)
 
-        with known_errors(bar):
+        with known_errors(bar, interrupted=RESUME_HINT):
             report = asyncio.run(run_frontier(fspec, base, run.out, labels=labels, reference=reference,
                                               on_config=on_config, on_progress=on_progress, report_only=report_only))
+    rows = {x["label"]: x for x in report["rows"]}
+    if not report["files"]:
+        _fail(f"no configuration has finished in {run.out} with these options; no report written "
+              "(an earlier one there is unchanged)", code=1)
     console.print(frontier_table(report))
-    from .frontier.report import summary_lines
-
     for line in summary_lines(report):
         console.print(line, markup=False)
-    ok = sum(1 for r in report["rows"] if r["status"] == "ok")
+    ok = sum(1 for x in report["rows"] if x["status"] == "ok")
+    files = report["files"]
+    plots = [p.name for k, p in files.items() if k.startswith("plot")]
     console.print(f"{ok}/{len(report['rows'])} configurations on {len(report['question_ids'])} questions; "
-                  f"wrote {run.out / 'frontier.md'} (every column), frontier.csv, frontier.json, "
-                  "frontier_cost.png, frontier_latency.png")
+                  f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
+                  + (f", {' and '.join(plots)}" if plots else ""))
+    if report_only:
+        return
+    missing = [label for label in report["selected"] if rows[label]["status"] != "ok"]
+    if missing:
+        refused = [label for label in missing if rows[label]["status"].startswith("refused")]
+        _fail(f"{len(missing)} of {len(report['selected'])} configurations did not finish: {', '.join(missing)}",
+              code=3 if refused else 1)
 
 
 def frontier_table(report: dict):
@@ -897,7 +934,7 @@ def _run_sweep_with_progress(base, runs) -> list[dict]:
             elif event == "question":
                 bar.update(task, advance=1, description=f"{info['run']}: answering")
 
-        with known_errors(bar):
+        with known_errors(bar, interrupted=RESUME_HINT):
             return asyncio.run(run_sweep(base, runs, on_progress=on_progress))
 
 

@@ -87,6 +87,16 @@ class EvalConfig(BaseModel):
     allow_fallbacks: bool = False
     fallback_threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
 
+    @field_validator("out")
+    @classmethod
+    def _out_is_a_folder(cls, v: Path) -> Path:
+        for p in (v, *v.parents):  # the nearest existing path must be a folder (it is created below it)
+            if p.exists():
+                if not p.is_dir():
+                    raise ValueError(f"{p} is a file, not a folder" + (f" (in {v})" if p != v else ""))
+                break
+        return v
+
     @field_validator("store", mode="before")
     @classmethod
     def _store_location(cls, v):

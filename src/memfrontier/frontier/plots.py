@@ -1,6 +1,7 @@
 """Frontier plots: F1 against amortized USD×1e4 per question (log x) and against proxy seconds per
-question, one colour per strategy family, Pareto points filled and joined, the gold-evidence anchor
-(oracle) as a star outside the Pareto set, 95% F1 intervals as bars. Configurations at the same
+question, one colour per strategy family, Pareto points filled circles joined by a line, the others
+hollow squares, the gold-evidence anchor (oracle) a star outside the Pareto set (the legend says
+which shape is which), 95% F1 intervals as bars. Configurations at the same
 point share one label ("auto-balanced = auto-cost"); labels are moved apart with adjustText so that
 none covers another (a thin line joins a moved label to its point)."""
 
@@ -42,6 +43,11 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
                 label="Pareto front")
     for f in families:
         ax.scatter([], [], color=colours[f], label=f)
+    for marker, filled, what in (("o", True, "on the Pareto front"), ("s", False, "off the front"),
+                                 ("*", True, "anchor (gold evidence)")):
+        if any((r.get("anchor") if marker == "*" else bool(r.get(pareto_key)) == filled and not r.get("anchor"))
+               for r in rows if r[x_key] is not None):
+            ax.scatter([], [], color="grey", marker=marker, facecolors="grey" if filled else "none", label=what)
     if log_x and all(r[x_key] and r[x_key] > 0 for r in rows if r[x_key] is not None):
         ax.set_xscale("log")
     labels = point_labels(rows, x_key)
@@ -60,9 +66,9 @@ def plot_frontier(rows: Sequence[dict], out: Path, title: str = "frontier") -> d
     """Write ``frontier_cost.png`` and ``frontier_latency.png`` into ``out``; returns their paths."""
     paths = {}
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
-    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized C(n)", f"{title}: quality vs cost (filled: Pareto)", True)
+    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized C(n)", f"{title}: quality vs cost", True)
     paths["plot_cost"] = _save(fig, out / "frontier_cost.png")
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
-    _panel(ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency (filled: Pareto)", False)
+    _panel(ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency", False)
     paths["plot_latency"] = _save(fig, out / "frontier_latency.png")
     return paths

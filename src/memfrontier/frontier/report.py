@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..core.cost import COST_SCALE
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
+from ..eval.datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
 from ..eval.metrics import LOCOMO_EXCLUDED
 from ..eval.sweeps.base import fmt_cell
 from .stats import amortized_qpc, bootstrap_ci, frontier_at, mixture_at, paired_diff_ci, pareto_front
@@ -335,7 +336,27 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
               "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
               "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
               "and is shown as the upper bound only."]
-    return "\n".join(lines + summary_lines(report)) + "\n"
+    return "\n".join(lines + summary_lines(report) + category_lines(report)) + "\n"
+
+
+def category_lines(report: dict) -> list[str]:
+    """F1 per question category (LoCoMo's named) with its 95% interval, one row per finished
+    configuration, as a Markdown table under a heading; nothing when no row has categories."""
+    ok = [x for x in report["rows"] if x["status"] == "ok" and x.get("per_category")]
+    if not ok:
+        return []
+    cats = sorted({c for x in ok for c in x["per_category"]}, key=lambda c: (not c.isdigit(), c.zfill(8)))
+    names = LOCOMO_CATEGORY_NAMES if report.get("run_options", {}).get("dataset") == "locomo" else {}
+    n = {c: next(x["per_category"][c]["n"] for x in ok if c in x["per_category"]) for c in cats}
+    lines = ["", "## F1 by category", "",
+             "| configuration | " + " | ".join(f"{c} {names[c]} (n={n[c]})" if c in names else f"{c} (n={n[c]})"
+                                          for c in cats) + " |",
+             "|---|" + "---|" * len(cats)]
+    for x in ok:
+        cells = [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")))
+                 if c in x["per_category"] else "-" for c in cats]
+        lines.append(f"| {x['label']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def summary_lines(report: dict) -> list[str]:

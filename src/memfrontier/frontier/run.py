@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..eval.fallbacks import FallbackError
 from ..eval.runner import EvalConfig, run_eval
+from ..strategies import strategy_config
 from .report import build_report, write_report
 from .spec import FrontierConfig, FrontierSpec
 
@@ -47,32 +48,74 @@ def _progress(out: Path) -> str:
     return f"started: {answered} question{'s' if answered != 1 else ''} answered"
 
 
-async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
-                       reference: str = "rag", on_config: Callable[[str, str], None] | None = None,
-                       on_progress=None, report_only: bool = False) -> dict:
-    """Run (or resume) every selected configuration with the run options of ``base`` (dataset,
-    split, limit, models, price book, seed...) and write the report into ``out``.
+#: The configuration every other one is compared with when no reference is given.
+DEFAULT_REFERENCE = "rag"
 
-    ``on_config(label, status)`` is called with ``start``/``done``/``skipped``/``failed: ...``. A
-    configuration that fails (a required file missing or model not installed - see
-    :meth:`FrontierConfig.unmet` -, model error, budget...) is reported as not run with its error
-    and, for a model, the command that installs it; the others still run. Returns the report
-    (see :func:`build_report`).
+
+def _eval_config(base: EvalConfig, out: Path, fc: FrontierConfig) -> EvalConfig:
+    return base.model_copy(update={"strategy": fc.strategy, "strategy_options": dict(fc.options),
+                                   "out": config_dir(out, fc.label), "store": base.store or out / "store"})
+
+
+def check_configurations(spec: FrontierSpec, labels: list[str] | None, reference: str | None = None) -> None:
+    """Fail before anything runs: an unknown or repeated label, a ``reference`` given that is not
+    in the spec (the default, ``rag``, may be absent: there are then no paired differences), or a selected configuration whose strategy or options are invalid (configurations with an
+    unmet requirement are skipped here: they are reported as not run). Raises ValueError naming
+    every problem."""
+    problems = []
+    if reference is not None and reference not in {c.label for c in spec.configurations}:
+        problems.append(f"--reference {reference!r} is not a configuration of the spec")
+    for fc in spec.select(labels):
+        if fc.unmet():
+            continue
+        try:
+            strategy_config(fc.strategy, fc.options)
+        except ValueError as e:
+            problems.append(f"{fc.label}: {e}")
+    if problems:
+        raise ValueError("the frontier spec cannot run as given (nothing was run): " + "; ".join(problems))
+
+
+async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
+                       reference: str | None = None, on_config: Callable[[str, str], None] | None = None,
+                       on_progress=None, report_only: bool = False) -> dict:
+    """Run (or resume) the configurations named in ``labels`` (all when None) with the run options
+    of ``base`` (dataset, split, limit, models, price book, seed...) and write the report into
+    ``out``: over those configurations and every other configuration of the spec already finished
+    in ``out`` with the same run options (so running one more configuration keeps the others in
+    the report). ``report_only`` runs nothing and reports the selected configurations as found.
+
+    ``reference``: the configuration of the paired differences (default :data:`DEFAULT_REFERENCE`).
+    Before anything runs, :func:`check_configurations` validates the selection (ValueError).
+    ``on_config(label, status)`` is called with ``start``/``done``/``kept`` (finished by an earlier
+    run)/``failed: ...``/``refused: ...`` or why a configuration did not run. A configuration that fails (a required file missing or model
+    not installed - see :meth:`FrontierConfig.unmet` -, model error, budget...) is reported as not
+    run with its error and, for a model, the command that installs it; the others still run.
+
+    Returns the report (see :func:`build_report`) with ``title``, ``files``: the paths written, none
+    when no configuration has finished (an earlier report in ``out`` is then left as it was), and
+    ``selected``: the labels asked for.
     """
     out = Path(out)
     notify = on_config or (lambda *_: None)
+    if not report_only:
+        check_configurations(spec, labels, reference)
+    selected = {fc.label for fc in spec.select(labels)}
     runs = []
-    for fc in spec.select(labels):
-        cfg = base.model_copy(update={"strategy": fc.strategy, "strategy_options": dict(fc.options),
-                                      "out": config_dir(out, fc.label), "store": base.store or out / "store"})
+    for fc in spec.configurations if not report_only else spec.select(labels):
+        cfg = _eval_config(base, out, fc)
         entry = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
+        if fc.label not in selected:  # not asked for: in the report only when already finished here
+            if _is_finished(cfg):
+                runs.append(entry)
+            continue
         unmet = fc.unmet()
         if unmet:
-            entry.update(dir=None, status=unmet)
-            notify(fc.label, unmet)
+            entry.update(dir=None, status=f"not run: {unmet}")
+            notify(fc.label, entry["status"])
         elif report_only or _is_finished(cfg):
             if (cfg.out / "summary.json").is_file():
-                notify(fc.label, "done")
+                notify(fc.label, "done" if report_only else "kept")
             else:
                 entry.update(dir=None, status=_progress(cfg.out))
                 notify(fc.label, entry["status"])
@@ -87,7 +130,7 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
                 entry.update(dir=None, status=f"failed: {type(e).__name__}: {e}")
                 notify(fc.label, entry["status"])
         runs.append(entry)
-    report = build_report(runs, reference=reference, seed=base.seed, allow_fallbacks=base.allow_fallbacks)
+    report = build_report(runs, reference=reference or DEFAULT_REFERENCE, seed=base.seed, allow_fallbacks=base.allow_fallbacks)
     report["spec"] = spec.model_dump(mode="json")
     options = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
     if report_only:  # the report is of the runs found: their recorded options, not this command's flags
@@ -95,8 +138,12 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
         if note:
             report["notes"].append(note)
     report["run_options"] = options
-    write_report(report, out, title=f"{spec.name}: {options.get('dataset')} {options.get('split')}, "
-                                    f"limit {options.get('limit')}, {options.get('llm')}")
+    report["selected"] = [label for label in (r["label"] for r in runs) if label in selected]
+    report["title"] = (f"{spec.name}: {options.get('dataset')} {options.get('split')}, limit {options.get('limit')}, "
+                       f"{options.get('llm')}")
+    report["files"] = {}
+    if any(x["status"] == "ok" for x in report["rows"]):
+        report["files"] = write_report(report, out, title=report["title"])
     return report
 
 
@@ -122,4 +169,4 @@ def _recorded_options(dirs: list[Path], flags: dict) -> tuple[dict, str | None]:
     return options, ("report of the runs as recorded (" + "; ".join(differ) + ")") if differ else None
 
 
-__all__ = ["FrontierConfig", "config_dir", "run_frontier"]
+__all__ = ["FrontierConfig", "check_configurations", "config_dir", "run_frontier"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..core.errors import explain_validation
 from ..llm.local_models import INSTALL_HINT, is_installed, resolve_local
 
 DEFAULT_SPEC = Path(__file__).with_name("default.yaml")
@@ -88,9 +89,15 @@ class FrontierSpec(BaseModel):
         return v
 
     def select(self, labels: list[str] | None) -> list[FrontierConfig]:
-        """The configurations named in ``labels`` (all when None); raises ValueError for an unknown label."""
-        if not labels:
+        """The configurations named in ``labels``, in that order (all when None); raises
+        ValueError for an unknown or repeated label, or an empty list."""
+        if labels is None:
             return list(self.configurations)
+        if not labels:
+            raise ValueError("no configuration named (an empty --only)")
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice:
+            raise ValueError(f"configuration(s) named twice: {', '.join(twice)}")
         known = {c.label: c for c in self.configurations}
         unknown = [x for x in labels if x not in known]
         if unknown:
@@ -101,14 +108,15 @@ class FrontierSpec(BaseModel):
 def load_spec(path: str | Path | None = None) -> FrontierSpec:
     """Read a spec file (YAML or JSON); the shipped default when ``path`` is None.
 
-    Raises ValueError naming the file and the problem for unreadable YAML or an invalid spec.
+    Raises ValueError naming the file and the problem for an unreadable file (missing, not UTF-8,
+    not YAML) or an invalid spec (one line per field, see :func:`explain_validation`).
     """
     p = Path(path) if path is not None else DEFAULT_SPEC
     try:
         raw = yaml.safe_load(p.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"cannot read frontier spec {p}: {e}") from e
     try:
         return FrontierSpec.model_validate(raw)
     except ValidationError as e:
-        raise ValueError(f"invalid frontier spec {p}: {e}") from e
+        raise ValueError(explain_validation(f"frontier spec {p}", e)) from None

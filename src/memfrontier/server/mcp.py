@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.errors import explain_validation
 from ..core.types import Budget, Scope
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import HYBRID_RRF
@@ -194,19 +195,6 @@ class AskArgs(ScopeArgs):
                                                     "(see `memfrontier config STRATEGY`), e.g. {\"k\": 3}.")] = None
 
 
-def explain(tool: str, e: ValidationError) -> str:
-    """A ValidationError as one line naming each parameter, what was given and what is wanted."""
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "arguments"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"{loc}: unknown parameter")
-        else:
-            parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
-    n = len(parts)
-    return f"{n} validation error{'s' if n > 1 else ''} for {tool}: " + "; ".join(parts)
-
-
 def _tool_errors() -> tuple[type[BaseException], ...]:
     """Errors a tool reports with their own message (the caller can act on them)."""
     from ..answerer import BudgetExceededError
@@ -234,7 +222,7 @@ def build_server(service: MemoryService):
                 try:
                     model.model_validate(arguments or {})
                 except ValidationError as e:
-                    raise ToolError(explain(name, e)) from None
+                    raise ToolError(explain_validation(name, e, "unknown parameter")) from None
             return await super().call_tool(name, arguments, context)
 
     server = StrictServer(

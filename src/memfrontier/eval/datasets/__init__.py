@@ -107,13 +107,15 @@ def schema_error(path: Path, dataset: str, exc: BaseException) -> DatasetError:
 def load_conversations(name: str, path: str | os.PathLike | None, convert) -> list:
     """Read dataset ``name``'s JSON list and ``convert`` each item into a Conversation.
 
-    Raises :class:`DatasetError` when the file is missing, not JSON, not a list, or an item does
+    Raises :class:`DatasetError` when the file is missing, not JSON, not a list, empty, or an item does
     not match the schema ``convert`` expects (KeyError/TypeError/ValueError/AttributeError).
     """
     p = dataset_path(name, path)
     data = read_json(p, name)
     if not isinstance(data, list):
         raise DatasetError(f"{name} data file {p} does not match the expected schema: top level is not a list")
+    if not data:
+        raise DatasetError(f"{name} data file {p} holds no items (an empty list): nothing to evaluate")
     try:
         convs = [convert(item) for item in data]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -7,8 +7,8 @@ import math
 from rich.table import Table
 
 from ...core.cost import COST_SCALE
+from ..datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
 
-LOCOMO_CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 
 
 def _fmt(v, digits=3) -> str:

@@ -1,0 +1,26 @@
+"""Errors as one line for a person: what crosses the CLI or MCP boundary names each field, what was
+given and what is wanted, without pydantic's multi-line layout and documentation links."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+def explain_validation(what: str, e: ValidationError, unknown: str = "unknown field") -> str:
+    """``"2 validation errors for WHAT: limit: Input should be greater than 0 (got -1); ..."``.
+
+    ``what`` names the thing validated (a tool, a spec file, a run's options). Fields are dotted
+    paths (``configurations.0.label``); pydantic's own checks add the value given, a validator's
+    message (``value_error``) is kept as written (it names the value); a field the model forbids is called ``unknown`` (e.g.
+    "unknown parameter" for a tool's arguments)."""
+    parts = []
+    for err in e.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "input"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{loc}: {unknown}")
+        elif err["type"] == "value_error":  # our own validators' messages name the value
+            parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
+        else:
+            parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+    n = len(parts)
+    return f"{n} validation error{'s' if n > 1 else ''} for {what}: " + "; ".join(parts)
