@@ -101,6 +101,32 @@ def test_questions_run_in_the_order_given_under_a_semaphore_of_one():
     assert asyncio.run(go()) == list(range(50)) and started == list(range(50))
 
 
+def test_closing_the_questions_early_cancels_the_unfinished_ones():
+    """An error or Ctrl-C while answering closes the generator: the questions still running are
+    cancelled and awaited there, before the store closes (none is left to fail against it)."""
+    import contextlib
+
+    from memfrontier.eval.runner import _as_completed
+
+    finished: list[int] = []
+
+    async def go():
+        async def one(i: int) -> int:
+            await asyncio.sleep(0.01 * i)
+            finished.append(i)
+            return i
+
+        gen = _as_completed([one(i) for i in (1, 20, 30)])
+        async with contextlib.aclosing(gen):
+            first = await anext(gen)
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        await asyncio.sleep(0.05)  # long enough for the others to have finished, had they run on
+        return first, left
+
+    first, left = asyncio.run(go())
+    assert first == 1 and left == [] and finished == [1]
+
+
 def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
     root = locomo_slice("conv-49", "conv-50")
     cfg = EvalConfig(dataset="locomo", split="test", strategy="oracle", limit=4, out=tmp_path / "run", data_root=root)

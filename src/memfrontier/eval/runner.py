@@ -8,6 +8,7 @@ latency, QPC, amortized cost and provenance) into the output directory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -285,9 +286,18 @@ async def _as_completed(aws):
     """Yield the results of ``aws`` as they finish. They are scheduled in the given order, so under a
     semaphore of one they also run in it: questions in dataset order, a conversation's questions one
     after another (a local model then reuses the shared prompt prefix, e.g. longctx's whole history).
-    ``asyncio.as_completed`` alone schedules a set, in hash order."""
-    for fut in asyncio.as_completed([asyncio.ensure_future(a) for a in aws]):
-        yield await fut
+    ``asyncio.as_completed`` alone schedules a set, in hash order. Closed early (an error, Ctrl-C),
+    it cancels the questions not yet finished and waits for them, so none is left running against
+    a store that is about to close."""
+    futs = [asyncio.ensure_future(a) for a in aws]
+    try:
+        for fut in asyncio.as_completed(futs):
+            yield await fut
+    finally:
+        unfinished = [f for f in futs if not f.done()]
+        for f in unfinished:
+            f.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
 
 
 class RunMismatchError(RuntimeError):
@@ -372,13 +382,14 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             rows_done = _as_completed([one(q) for q in pending])
         else:
             rows_done = pool.answer(pending)
-        with pred_path.open("a", encoding="utf-8") as f:
-            async for row in rows_done:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-                done[row["id"]] = row
-                progress("question", row=row)
+        async with contextlib.aclosing(rows_done):  # an early exit stops the unfinished questions first
+            with pred_path.open("a", encoding="utf-8") as f:
+                async for row in rows_done:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                    done[row["id"]] = row
+                    progress("question", row=row)
         modes = pool.structured_output_modes() if pool is not None else _structured_output_modes()
     finally:
         if pool is not None:
