@@ -228,10 +228,12 @@ def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, mon
     assert both.unmet() == f"missing {tmp_path / 'r.pt'}; model qwen2.5-1.5b not installed; {hint}"
     assert gemma.unmet() is None
     seen = []
-    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=1), tmp_path / "out", labels=["cap", "both"],
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=1), tmp_path / "out", labels=["both", "cap"],
                                    on_config=lambda label, status: seen.append((label, status))))
     rows = {r["label"]: r for r in rep["rows"]}
-    assert seen == [("cap", f"not run: {cap.unmet()}"), ("both", f"not run: {both.unmet()}")]
+    # tried in the order asked for, reported in the spec's
+    assert seen == [("both", f"not run: {both.unmet()}"), ("cap", f"not run: {cap.unmet()}")]
+    assert list(rows) == ["cap", "both"] and rep["selected"] == ["both", "cap"]
     assert rows["cap"]["status"] == f"not run: {cap.unmet()}" and rows["cap"]["n"] == 0
     assert not (tmp_path / "out" / "configs" / "cap").exists()  # nothing ran in its place
     assert f"not run: models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}" in render_markdown(rep)

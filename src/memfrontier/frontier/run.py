@@ -59,9 +59,10 @@ def _eval_config(base: EvalConfig, out: Path, fc: FrontierConfig) -> EvalConfig:
 
 def check_configurations(spec: FrontierSpec, labels: list[str] | None, reference: str | None = None) -> None:
     """Fail before anything runs: an unknown or repeated label, a ``reference`` given that is not
-    in the spec (the default, ``rag``, may be absent: there are then no paired differences), or a selected configuration whose strategy or options are invalid (configurations with an
-    unmet requirement are skipped here: they are reported as not run). Raises ValueError naming
-    every problem."""
+    in the spec (the default, ``rag``, may be absent: there are then no paired differences), or a
+    selected configuration whose strategy or options are invalid (configurations with an unmet
+    requirement are skipped here: they are reported as not run). Raises ValueError naming every
+    problem."""
     problems = []
     if reference is not None and reference not in {c.label for c in spec.configurations}:
         problems.append(f"--reference {reference!r} is not a configuration of the spec")
@@ -79,18 +80,19 @@ def check_configurations(spec: FrontierSpec, labels: list[str] | None, reference
 async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
                        reference: str | None = None, on_config: Callable[[str, str], None] | None = None,
                        on_progress=None, report_only: bool = False) -> dict:
-    """Run (or resume) the configurations named in ``labels`` (all when None) with the run options
-    of ``base`` (dataset, split, limit, models, price book, seed...) and write the report into
-    ``out``: over those configurations and every other configuration of the spec already finished
-    in ``out`` with the same run options (so running one more configuration keeps the others in
-    the report). ``report_only`` runs nothing and reports the selected configurations as found.
+    """Run (or resume) the configurations named in ``labels`` (all when None), in that order, with the run
+    options of ``base`` (dataset, split, limit, models, price book, seed...) and write the report into
+    ``out``: over those configurations and every other configuration of the spec already finished in
+    ``out`` with the same run options (so running one more configuration keeps the others in the
+    report). ``report_only`` runs nothing and reports the selected configurations as found.
 
     ``reference``: the configuration of the paired differences (default :data:`DEFAULT_REFERENCE`).
     Before anything runs, :func:`check_configurations` validates the selection (ValueError).
     ``on_config(label, status)`` is called with ``start``/``done``/``kept`` (finished by an earlier
-    run)/``failed: ...``/``refused: ...`` or why a configuration did not run. A configuration that fails (a required file missing or model
-    not installed - see :meth:`FrontierConfig.unmet` -, model error, budget...) is reported as not
-    run with its error and, for a model, the command that installs it; the others still run.
+    run)/``failed: ...``/``refused: ...`` or why a configuration did not run. A configuration that fails
+    (a required file missing or model not installed - see :meth:`FrontierConfig.unmet` -, model error,
+    budget...) is reported as not run with its error and, for a model, the command that installs it; the
+    others still run.
 
     Returns the report (see :func:`build_report`) with ``title``, ``files``: the paths written, none
     when no configuration has finished (an earlier report in ``out`` is then left as it was), and
@@ -100,15 +102,10 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     notify = on_config or (lambda *_: None)
     if not report_only:
         check_configurations(spec, labels, reference)
-    selected = {fc.label for fc in spec.select(labels)}
-    runs = []
-    for fc in spec.configurations if not report_only else spec.select(labels):
+    entries: dict[str, dict] = {}
+    for fc in spec.select(labels):  # in the order asked for
         cfg = _eval_config(base, out, fc)
-        entry = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
-        if fc.label not in selected:  # not asked for: in the report only when already finished here
-            if _is_finished(cfg):
-                runs.append(entry)
-            continue
+        entry = entries[fc.label] = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
         unmet = fc.unmet()
         if unmet:
             entry.update(dir=None, status=f"not run: {unmet}")
@@ -129,7 +126,12 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
             except Exception as e:  # reported per configuration; the frontier goes on
                 entry.update(dir=None, status=f"failed: {type(e).__name__}: {e}")
                 notify(fc.label, entry["status"])
-        runs.append(entry)
+    if not report_only:  # the others already finished here with the same options stay in the report
+        for fc in spec.configurations:
+            cfg = _eval_config(base, out, fc)
+            if fc.label not in entries and _is_finished(cfg):
+                entries[fc.label] = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
+    runs = [entries[fc.label] for fc in spec.configurations if fc.label in entries]  # the spec's order
     report = build_report(runs, reference=reference or DEFAULT_REFERENCE, seed=base.seed, allow_fallbacks=base.allow_fallbacks)
     report["spec"] = spec.model_dump(mode="json")
     options = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
@@ -138,7 +140,7 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
         if note:
             report["notes"].append(note)
     report["run_options"] = options
-    report["selected"] = [label for label in (r["label"] for r in runs) if label in selected]
+    report["selected"] = [fc.label for fc in spec.select(labels)]
     report["title"] = (f"{spec.name}: {options.get('dataset')} {options.get('split')}, limit {options.get('limit')}, "
                        f"{options.get('llm')}")
     report["files"] = {}
