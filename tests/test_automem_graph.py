@@ -278,6 +278,19 @@ def test_ladybug_round_trip_and_counts(graph, tmp_path):
     assert (state_dir(tmp_path, U) / "graph.lbug").exists()
 
 
+def test_many_scopes_graphs_are_open_at_once(tmp_path):
+    """A LongMemEval run holds one graph per question's scope open: with Ladybug's default 8 TiB
+    reservation per database the 16th failed to open ("Mmap ... failed")."""
+    graphs = [open_graph("ladybug", tmp_path, Scope(user_id=f"u{i}")) for i in range(24)]
+    try:
+        for g in graphs:
+            g.replace(graph_from_notes(_notes(), U.key()))
+        assert [g.query("MATCH (m:Memory) RETURN count(m)").rows for g in graphs] == [[[4]]] * 24
+    finally:
+        for g in graphs:
+            g.close()
+
+
 def test_ladybug_caps_rows(graph):
     r = graph.query("MATCH (m:Memory) RETURN m.id", max_rows=2)
     assert len(r.rows) == 2 and r.truncated

@@ -21,6 +21,10 @@ from .schema import EDGES, NODE_PROPERTIES, ladybug_ddl
 
 #: Buffer pool per open database (bytes). Ladybug's default is ~80% of RAM.
 BUFFER_POOL_BYTES = 64 * 1024 * 1024
+#: Largest database (bytes): Ladybug reserves this much virtual address space per open database
+#: (default 8 TiB, so a process could open only 15 scopes' graphs in the 128 TiB of a 47-bit address
+#: space: the 16th failed with "Mmap for size 8796093022208 failed"). A scope's graph is KBs to MBs.
+MAX_DB_BYTES = 4 * 1024**3
 DB_FILE = "graph.lbug"
 
 
@@ -73,6 +77,7 @@ class LadybugGraph:
             self._db = ladybug.Database(
                 str(self.path),
                 buffer_pool_size=BUFFER_POOL_BYTES,
+                max_db_size=MAX_DB_BYTES,
                 max_num_threads=self.threads,
                 read_only=self.read_only,
             )
