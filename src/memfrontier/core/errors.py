@@ -11,8 +11,8 @@ def explain_validation(what: str, e: ValidationError, unknown: str = "unknown fi
 
     ``what`` names the thing validated (a tool, a spec file, a run's options). Fields are dotted
     paths (``configurations.0.label``); pydantic's own checks add the value given, a validator's
-    message (``value_error``) is kept as written (it names the value); a field the model forbids is called ``unknown`` (e.g.
-    "unknown parameter" for a tool's arguments)."""
+    message (``value_error``) is kept as written (it names the value); a field the model forbids
+    is called ``unknown`` (e.g. "unknown parameter" for a tool's arguments)."""
     parts = []
     for err in e.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"]) or "input"
