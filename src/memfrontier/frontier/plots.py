@@ -1,8 +1,9 @@
 """Frontier plots: F1 against amortized USD×1e4 per question (log x) and against proxy seconds per
 question, one colour per strategy family, Pareto points filled circles joined by a line, the others
 hollow squares, the gold-evidence anchor (oracle) a star outside the Pareto set (the legend says
-which shape is which), 95% F1 intervals as bars. Configurations at the same point share one label ("auto-balanced = auto-cost"); labels are moved apart with adjustText so that
-none covers another (a thin line joins a moved label to its point)."""
+which shape is which), 95% F1 intervals as bars. Configurations at the same point share one label
+("auto-balanced = auto-cost"); labels are moved apart with adjustText so that none covers another (a
+thin line joins a moved label to its point)."""
 
 from __future__ import annotations
 
