@@ -1,18 +1,18 @@
-"""AutoMEM's graph indexer: what its notes are made of, with the current prompt and with the v2
+"""AutoMEM's graph indexer: what its notes are made of, with the current prompt and with the v3
 prompt (kept here as the baseline), on the same windows.
 
-The first ``--sessions`` sessions of a LoCoMo conversation are cut into the indexer's windows
+The first ``--sessions`` sessions of LoCoMo conversations or LongMemEval questions
+(``--dataset``, ``--conversation`` ids, comma-separated) are cut into the indexer's windows
 (:func:`~memfrontier.views.graph_notes.make_windows`, 20 turns), and each window goes to the
-indexer twice, one prompt after the other: v2 (no worked example) and the current one
-(:data:`~memfrontier.views.graph_notes.PROMPT_VERSION`). Every note returned is classified:
-ungrounded (fewer than half its words in the window), a copy of the window's turns
-(:func:`~memfrontier.views.copies.copies_turns`), an echo of the example's people, or a note. v2
-kept every grounded note, copies included; the current code drops copies and echoes, and a window
-left without notes falls back to one note per turn. Prints, per prompt, the notes of each class and
-the windows that fall back under the current rules.
+indexer twice, one prompt after the other: v3 (one worked example with two named people) and the
+current one (:data:`~memfrontier.views.graph_notes.PROMPT_VERSION`). Every note returned is
+classified: ungrounded (fewer than half its words in the window), a copy of the window's turns
+(:func:`~memfrontier.views.copies.copies_turns`), an echo of the example's people, or a note. A
+window left without notes falls back to one note per turn. Prints, per prompt, the notes of each
+class and the windows that would fall back.
 
     .venv/bin/python benchmarks/bench_indexer_notes.py --llm local:qwen2.5-1.5b [--sessions 4]
-"""
+    .venv/bin/python benchmarks/bench_indexer_notes.py --dataset longmemeval --conversation ID,ID"""
 
 from __future__ import annotations
 
@@ -31,14 +31,24 @@ from memfrontier.llm.parsing import parse_json
 from memfrontier.views import graph_notes as G
 from memfrontier.views.copies import copies_turns, names_absent_people
 
-# The indexer's instruction of automem-indexer-v2, the baseline.
-V2_INSTRUCTION = (
-    "You write compact memory notes from an excerpt of a history. Write one note per distinct fact, "
-    'event or plan: "text" is one sentence that keeps names, dates, places and numbers exactly; '
+# The indexer's instruction of automem-indexer-v3 (one worked example, two named people), the baseline.
+_A, _B = G.EXAMPLE_NAMES
+V3_INSTRUCTION = (
+    "You write compact memory notes from an excerpt of a history: what the people did, decided, "
+    "planned, felt or told about themselves, retold in the third person. Write one note per "
+    'distinct fact, event or plan: "text" is one sentence in your own words that keeps names, dates, '
+    "places and numbers exactly (never a quote of a message); "
     '"speakers" are the people who said it; "topic" is one or two lower-case words. '
-    f"At most {G.MAX_NOTES} notes. Reply with JSON only."
+    f"At most {G.MAX_NOTES} notes, together covering what matters in the whole excerpt. Reply with JSON only.\n"
+    "Example. Excerpt:\n"
+    f'[1] {_A} said, "My bike chain snapped yesterday, so I walked the last two miles home."\n'
+    f'[2] {_B} said, "Ouch! Want me to come over on Saturday and help you fix it?"\n'
+    f'JSON: {{"notes": [{{"text": "{_A}\'s bike chain snapped and she walked the last two miles home.", '
+    f'"speakers": ["{_A}"], "topic": "bike"}}, {{"text": "{_B} offered to come over on Saturday to help '
+    f'{_A} fix her bike.", "speakers": ["{_B}"], "topic": "plans"}}]}}'
 )
-PROMPTS = {"automem-indexer-v2": V2_INSTRUCTION, G.PROMPT_VERSION: G.INDEXER_INSTRUCTION}
+
+PROMPTS = {"automem-indexer-v3": V3_INSTRUCTION, G.PROMPT_VERSION: G.INDEXER_INSTRUCTION}
 
 
 def classify(text: str, w: G.Window) -> collections.Counter:
@@ -66,9 +76,9 @@ def classify(text: str, w: G.Window) -> collections.Counter:
 
 
 async def main(args) -> None:
-    conv, records = conversation_turns(args)
+    conv_ids, records = conversation_turns(args)
     windows = G.make_windows(records, 20)
-    print(f"{conv.id}: first {args.sessions} sessions -> {len(windows)} windows", flush=True)
+    print(f"{conv_ids}: first {args.sessions} sessions -> {len(windows)} windows", flush=True)
     totals = {name: collections.Counter() for name in PROMPTS}
     fallback = collections.Counter()
     seconds = collections.Counter()

@@ -70,7 +70,7 @@ def verdict(text: str, first_ts: str | None, turns: list[str]) -> str:
 
 
 async def main(args) -> None:
-    conv, records = conversation_turns(args)
+    conv_ids, records = conversation_turns(args)
     sessions: dict[str, list] = {}
     for r in records:
         sessions.setdefault(r.session_id, []).append(r)
@@ -84,7 +84,7 @@ async def main(args) -> None:
                 window = recs[i:i + P.MAX_SEGMENT_TURNS]
                 for seg in await builder._segment(records[0].scope, window):
                     episodes.append((seg.topic, [window[j - 1] for j in seg.indices]))
-        print(f"{conv.id}: {len(sessions)} sessions, {len(records)} turns -> {len(episodes)} episodes "
+        print(f"{conv_ids}: {len(sessions)} sessions, {len(records)} turns -> {len(episodes)} episodes "
               f"({sum(1 for t, _ in episodes if not t)} without a topic), segmented in {time.perf_counter() - t0:.0f} s",
               flush=True)
         results: dict[str, collections.Counter] = {name: collections.Counter() for name in PROMPTS}

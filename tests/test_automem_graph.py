@@ -217,6 +217,50 @@ def test_notes_that_copy_a_turn_or_name_the_examples_people_are_dropped():
     assert ledger.events == {"indexer.copied_note": 2, "indexer.example_echo": 1}
 
 
+def test_the_indexer_prompts_examples_pass_its_own_checks():
+    """Each worked example of the indexer's instruction (two named people; a user and an AI
+    assistant) is a window whose notes the indexer's own rules keep: grounded, no copy, no echo."""
+    import re
+
+    from memfrontier.views.graph_notes import INDEXER_INSTRUCTION
+
+    examples = INDEXER_INSTRUCTION.split("Excerpt:\n")[1:]
+    assert len(examples) == 2
+    for i, ex in enumerate(examples):
+        turns = re.findall(r'^\[\d\] (\w+) said, "(.*)"$', ex, re.M)
+        reply = ex.split("JSON: ", 1)[1].split("\n")[0]
+        w = Window([_turn(j, "s1", who, text) for j, (who, text) in enumerate(turns)],
+                   speakers=list(dict.fromkeys(who for who, _ in turns)))
+        ledger = Ledger()
+        with use_ledger(ledger):
+            notes = notes_from_reply(reply, w)
+        assert len(turns) == 2 and ledger.events == {}
+        assert [n.speakers for n in notes] == [[turns[0][0]], [turns[1][0]]]
+    assert turns[0][0] == "user" and notes[0].text.startswith("The user")
+
+
+def test_a_note_cut_at_the_schema_limit_loses_its_partial_word_and_is_seen_as_a_copy():
+    """Under the schema's grammar the 1.5B indexer's quote of a long turn ends at 160 characters
+    mid-word, often on a stray token ("... It must be awesome,但"): the partial word is dropped, so
+    the quote is caught as a copy of the turn instead of slipping past the copy check."""
+    from memfrontier.views.graph_notes import NOTE_MAX_CHARS, NoteOut
+
+    turn = ("Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day about "
+            "fame and its impact on relationships. It must be awesome, but also exhausting, right?")
+    cut = ("Dave said, 'Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day "
+           "about fame and its impact on relationships. It must be awesome,但")
+    assert len(cut) == NOTE_MAX_CHARS
+    assert NoteOut(text=cut).text == cut[:cut.rindex(" ")]  # "... It must be"
+    assert NoteOut(text="x" * 200).text == "x" * NOTE_MAX_CHARS  # one overlong word: cut, not emptied
+    assert NoteOut(text="Dave asked Calvin about the tour.").text == "Dave asked Calvin about the tour."
+    w = Window([_turn(0, "s1", "Dave", turn)], speakers=["Dave"])
+    ledger = Ledger()
+    with use_ledger(ledger):
+        reply = json.dumps({"notes": [{"text": cut, "speakers": ["Dave"], "topic": "tour"}]})
+        assert notes_from_reply(reply, w) is None
+    assert ledger.events == {"indexer.copied_note": 1}
+
+
 @pytest.mark.parametrize(
     "reply,event",
     [

@@ -5,21 +5,25 @@ Records are cut into *windows*: consecutive chat turns / paragraphs of one sessi
 ``window_turns`` of them. Each window costs exactly one model call (role ``indexer``) that
 returns JSON ``{"notes": [{"text", "speakers", "topic"}]}`` (at most :data:`MAX_NOTES` notes,
 bounded strings; the embedded model decodes under the schema's grammar). Time, session and
-record ids come from the records, never from the model. The reply is validated
-(:class:`NoteOut`); a reply that does not parse or validate is counted (``parse_error.indexer``)
-and the window falls back to one note per record (``source="fallback"``, counted as
-``indexer.fallback``), so nothing in the history is lost from the index.
+record ids come from the records, never from the model. The reply is validated (:class:`NoteOut`;
+a note that reaches the schema's :data:`NOTE_MAX_CHARS` was cut there by the grammar, often
+mid-word and with a stray token, so its last word is dropped); a reply that does not parse or
+validate is counted (``parse_error.indexer``) and the window falls back to one note per record
+(``source="fallback"``, counted as ``indexer.fallback``), so nothing in the history is lost from
+the index.
 
 A note must be grounded in its window: it has at least :data:`MIN_CONTENT_WORDS` content words
 (3+ letters) and at least :data:`GROUNDING_MIN` of them occur in the window's text, else it is
 dropped (counted as ``indexer.ungrounded_note``; a small model otherwise writes fluent notes about
 things nobody said). A note that copies a turn of its window
-(:func:`~memfrontier.views.copies.copies_turns`: the 1.5B bench model returned "Sam said, '...'"
-for most notes before the prompt carried a worked example) is dropped too
-(``indexer.copied_note``), as is one naming a person of that example whom the window does not
-name (``indexer.example_echo``); a window left without notes falls back as above. Note speakers
-are the model's names matched to the window's real speakers (normalised exact or difflib ratio
->= 0.85); when none matches, the speaker whose turns share the most words with the note.
+(:func:`~memfrontier.views.copies.copies_turns`) is dropped too (``indexer.copied_note``), as is
+one naming a person of the prompt's example whom the window does not name
+(``indexer.example_echo``); a window left without notes falls back as above. The 1.5B bench model
+returned "Sam said, '...'" for most notes before the prompt carried a worked example (v3), and
+quoted LongMemEval's long user/assistant turns in 5 of 53 windows until a second example showed a
+user and an AI assistant (v4). Note speakers are the model's names matched to the window's real
+speakers (normalised exact or difflib ratio >= 0.85); when none matches, the speaker whose turns
+share the most words with the note.
 
 Trajectory steps are not summarised: each step is its own note carrying its step index and
 action verbatim (the storage failure the paper diagnoses is exactly a summary dropping them);
@@ -42,7 +46,7 @@ from ..llm.metered import MeteredLLM
 from ..llm.parsing import parse_or_count
 from .copies import copies_turns, names_absent_people
 
-PROMPT_VERSION = "automem-indexer-v3"
+PROMPT_VERSION = "automem-indexer-v4"
 MAX_NOTES = 4
 NOTE_MAX_CHARS = 160
 TOPIC_MAX_CHARS = 30
@@ -66,13 +70,23 @@ INDEXER_INSTRUCTION = (
     'distinct fact, event or plan: "text" is one sentence in your own words that keeps names, dates, '
     "places and numbers exactly (never a quote of a message); "
     '"speakers" are the people who said it; "topic" is one or two lower-case words. '
-    f"At most {MAX_NOTES} notes, together covering what matters in the whole excerpt. Reply with JSON only.\n"
-    "Example. Excerpt:\n"
+    f"At most {MAX_NOTES} notes, together covering what matters in the whole excerpt. "
+    "In a chat between a user and an AI assistant, write what the user did, owns, plans or likes, "
+    'and the assistant\'s specific suggestions, each note starting with "The user" or "The assistant" '
+    '(never "user said"). Reply with JSON only.\n'
+    "Example 1. Excerpt:\n"
     f'[1] {_A} said, "My bike chain snapped yesterday, so I walked the last two miles home."\n'
     f'[2] {_B} said, "Ouch! Want me to come over on Saturday and help you fix it?"\n'
     f'JSON: {{"notes": [{{"text": "{_A}\'s bike chain snapped and she walked the last two miles home.", '
     f'"speakers": ["{_A}"], "topic": "bike"}}, {{"text": "{_B} offered to come over on Saturday to help '
-    f'{_A} fix her bike.", "speakers": ["{_B}"], "topic": "plans"}}]}}'
+    f'{_A} fix her bike.", "speakers": ["{_B}"], "topic": "plans"}}]}}\n'
+    "Example 2. Excerpt:\n"
+    '[1] user said, "Can you suggest a gift for my sister? She turns 30 in May and just took up pottery."\n'
+    '[2] assistant said, "Happy early birthday to her! For a new potter, a set of clay tools or a class '
+    'voucher at a local studio would be a thoughtful gift."\n'
+    'JSON: {"notes": [{"text": "The user\'s sister turns 30 in May and recently took up pottery.", '
+    '"speakers": ["user"], "topic": "family"}, {"text": "The assistant suggested clay tools or a studio '
+    'class voucher as a gift for the user\'s sister.", "speakers": ["assistant"], "topic": "gift"}]}'
 )
 
 NOTES_SCHEMA = {
@@ -116,7 +130,10 @@ class NoteOut(BaseModel):
         v = " ".join(v.split())
         if not v:
             raise ValueError("empty note text")
-        return v[: NOTE_MAX_CHARS * 2]
+        if len(v) >= NOTE_MAX_CHARS:  # cut at the schema's limit, mid-word: drop the partial word
+            head = v[:NOTE_MAX_CHARS]
+            v = head.rsplit(" ", 1)[0].rstrip(" ,;:-") if " " in head else head
+        return v
 
     @field_validator("speakers", mode="before")
     @classmethod
@@ -312,13 +329,14 @@ def notes_from_reply(text: str, w: Window) -> list[Note] | None:
     first = w.records[0]
     rids = [r.id for r in w.records]
     turns = [r.text or r.render() for r in w.records]
+    rendered = [r.render() for r in w.records]  # with the speakers' names: a speaker is no echo
     kept = []
     for n in out.notes[:MAX_NOTES]:
         if not grounded(n.text, w):
             count_event("indexer.ungrounded_note")
         elif copies_turns(n.text, turns):
             count_event("indexer.copied_note")
-        elif names_absent_people(n.text, EXAMPLE_NAMES, turns):
+        elif names_absent_people(n.text, EXAMPLE_NAMES, rendered):
             count_event("indexer.example_echo")
         else:
             kept.append(n)
