@@ -276,6 +276,33 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     assert rep["notes"][-1] == "the configurations were run with different options: limit 10, 40"
 
 
+def test_a_finished_configuration_is_reported_when_its_requirements_are_missing_now(tmp_path, monkeypatch):
+    """A finished run stands: the report (and --report-only from another working directory, where
+    the auto rows' relative router path does not resolve) shows it, not "not run: missing ..."."""
+    import asyncio
+
+    from memfrontier.eval.runner import EvalConfig
+    from memfrontier.frontier.run import config_dir, run_frontier
+
+    spec = FrontierSpec.model_validate({"name": "s", "configurations": [
+        {"label": "rag", "strategy": "rag"},
+        {"label": "auto", "strategy": "rag", "requires": ["runs/auto/router.json"]}]})
+    out = tmp_path / "out"
+    base = EvalConfig(strategy="rag", limit=2)
+    for label, f1 in (("rag", [0.5, 0.5]), ("auto", [1.0, 0.0])):
+        _write_run(config_dir(out, label), _rows(f1, 1e-4, cats=("1",)))
+    monkeypatch.chdir(tmp_path)  # runs/auto/router.json does not resolve here
+    assert spec.configurations[1].unmet() == "missing runs/auto/router.json"
+    seen = []
+    rep = asyncio.run(run_frontier(spec, base, out, report_only=True, on_config=lambda *a: seen.append(a)))
+    assert seen == [("rag", "done"), ("auto", "done")]
+    assert {r["label"]: (r["status"], r["n"]) for r in rep["rows"]} == {"rag": ("ok", 2), "auto": ("ok", 2)}
+    # a configuration that has not finished still says why it cannot run
+    (config_dir(out, "auto") / "summary.json").unlink()
+    rep = asyncio.run(run_frontier(spec, base, out, labels=["auto"]))
+    assert {r["label"]: r["status"] for r in rep["rows"]}["auto"] == "not run: missing runs/auto/router.json"
+
+
 def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
     """A spec or flags that cannot run as given fail with one line naming every problem, exit 2,
     and nothing is written (each check here runs in well under a second: no model is loaded)."""

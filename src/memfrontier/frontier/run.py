@@ -84,7 +84,9 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     options of ``base`` (dataset, split, limit, models, price book, seed...) and write the report into
     ``out``: over those configurations and every other configuration of the spec already finished in
     ``out`` with the same run options (so running one more configuration keeps the others in the
-    report). ``report_only`` runs nothing and reports the selected configurations as found.
+    report). ``report_only`` runs nothing and reports the selected configurations as found. A
+    configuration finished in ``out`` is reported even when a file or model it requires is missing
+    now (e.g. a run folder read on another machine, or from another working directory).
 
     ``reference``: the configuration of the paired differences (default :data:`DEFAULT_REFERENCE`).
     Before anything runs, :func:`check_configurations` validates the selection (ValueError).
@@ -107,15 +109,14 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
         cfg = _eval_config(base, out, fc)
         entry = entries[fc.label] = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
         unmet = fc.unmet()
-        if unmet:
+        if (cfg.out / "summary.json").is_file() and (report_only or _is_finished(cfg)):
+            notify(fc.label, "done" if report_only else "kept")  # its result stands, whatever is missing now
+        elif unmet:
             entry.update(dir=None, status=f"not run: {unmet}")
             notify(fc.label, entry["status"])
-        elif report_only or _is_finished(cfg):
-            if (cfg.out / "summary.json").is_file():
-                notify(fc.label, "done" if report_only else "kept")
-            else:
-                entry.update(dir=None, status=_progress(cfg.out))
-                notify(fc.label, entry["status"])
+        elif report_only:
+            entry.update(dir=None, status=_progress(cfg.out))
+            notify(fc.label, entry["status"])
         else:
             notify(fc.label, "start")
             try:
