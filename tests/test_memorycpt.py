@@ -332,6 +332,11 @@ def test_an_episode_naming_the_prompts_example_people_is_an_echo_unless_the_turn
         validate_episode({**EP, "title": f"{a} and Evan talk cars"}, None, turns)
     draft, _ = validate_episode(leaked, None, turns + [f"{b}, can you help me?"])  # a real {b} in the conversation
     assert b in draft.content
+    draft, _ = validate_episode(leaked, None, turns, [b, "Sam"])  # {b} is a speaker of the turns: no echo
+    assert b in draft.content
+    with pytest.raises(OperationError, match="instruction_echo"):
+        validate_merge({"decision": "merge", "target": 1, **leaked}, 1, None, turns, ["Sam"])
+    assert validate_merge({"decision": "merge", "target": 1, **leaked}, 1, None, turns, [b]).draft.content == leaked["content"]
 
 
 def test_the_episode_prompt_names_a_topic_only_when_there_is_one():
@@ -357,6 +362,27 @@ def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
     bank, _, ledger = _build(ScriptedClient(script), store)
     assert ledger.events["memorycpt.content_rejected.episode_generator.copied_turn"] == 1
     assert [e.text for e in bank.items(SCOPE, "episode")][0] == "Evan bought a new car yesterday (7 May 2023)."
+
+
+def test_a_speaker_who_shares_a_name_with_the_examples_people_is_no_echo(tmp_path, minilm):
+    """A person of the prompt's example who is a speaker of the source turns (here "Tomasz" talks
+    with Evan) is named in the episode without the episode being refused as an echo."""
+    from memfrontier.views import episodic_prompts as P
+
+    b = P.EXAMPLE_NAMES[1]
+    s = SQLiteStore(tmp_path / "store", minilm)
+    s.add([r.model_copy(update={"speaker": b if r.speaker == "Sam" else r.speaker}) for r in records_two_sessions()])
+
+    def script(messages):
+        if role_of(messages) == "episode":
+            return json.dumps({"reasoning": "r", "title": f"Evan tells {b} about a vehicle",
+                               "content": f"Evan told {b} he bought a new car yesterday.", "timestamp": "2023-05-08T13:56"})
+        return good_script(messages)
+
+    bank, _, ledger = _build(ScriptedClient(script), s)
+    s.close()
+    assert not [k for k in ledger.events if "instruction_echo" in k]
+    assert [e.text for e in bank.items(SCOPE, "episode")][0] == f"Evan told {b} he bought a new car yesterday (7 May 2023)."
 
 
 def test_interrupted_build_resumes_at_the_unfinished_session(store):

@@ -102,6 +102,7 @@ class _Episode:
     lines: list[str]
     topic: str
     turns: list[str] = field(default_factory=list)  # the source turns' texts (the content check's copy test)
+    speakers: list[str] = field(default_factory=list)  # the source turns' speakers (named without echoing the example)
 
 
 class EpisodicBuilder:
@@ -218,11 +219,11 @@ class EpisodicBuilder:
         recs = [window[i - 1] for i in seg.indices]
         lines = [render_turn(r) for r in recs]
         first_ts = next((r.timestamp for r in recs if r.timestamp), None)
+        speakers = sorted({r.speaker for r in recs if r.speaker})
         got = await self._call(scope, "episode_generator", P.messages(P.EPISODE_SYSTEM, P.episode_user(seg.topic, lines)),
                                schema=P.EPISODE_SCHEMA, max_tokens=800, temperature=0.0,
-                               validate=lambda obj: validate_episode(obj, first_ts, [r.text for r in recs]))
+                               validate=lambda obj: validate_episode(obj, first_ts, [r.text for r in recs], speakers))
         if got is None:  # fallback: the turns themselves, so nothing is lost
-            speakers = sorted({r.speaker for r in recs if r.speaker})
             title = seg.topic or f"Conversation between {' and '.join(speakers) or 'the user'}"
             draft = EpisodeDraft(title, " ".join(r.render() for r in recs), first_ts)
         else:
@@ -230,7 +231,7 @@ class EpisodicBuilder:
             if fixed:
                 _event("timestamp_fixed")
         draft.content = resolve_relative_dates(draft.content, first_ts)
-        return _Episode(draft, [r.id for r in recs], lines, seg.topic, [r.text for r in recs])
+        return _Episode(draft, [r.id for r in recs], lines, seg.topic, [r.text for r in recs], speakers)
 
     async def _store_episode(self, scope: Scope, ep: _Episode) -> BankItem:
         """Merge-or-new (EpisodeMerger), then write. Returns the stored episode."""
@@ -246,7 +247,7 @@ class EpisodicBuilder:
                 scope, "episode_merger",
                 P.messages(P.MERGER_SYSTEM, P.merger_user(item.title, item.text, item.timestamp, listed)),
                 schema=P.MERGER_SCHEMA, max_tokens=700, temperature=0.0,
-                validate=lambda obj: validate_merge(obj, len(cands), item.timestamp, ep.turns))
+                validate=lambda obj: validate_merge(obj, len(cands), item.timestamp, ep.turns, ep.speakers))
             if decision is not None and decision.merge:
                 target = cands[decision.target - 1][0]
                 sources = list(dict.fromkeys(target.source_ids + item.source_ids))

@@ -172,11 +172,13 @@ def _timestamp(value: str, fallback: str | None) -> tuple[str | None, bool]:
     return format_instant(parsed), False
 
 
-def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ()) -> tuple[EpisodeDraft, bool]:
+def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = (),
+                     speakers: list[str] = ()) -> tuple[EpisodeDraft, bool]:
     """EpisodeGenerator output -> (draft, timestamp_was_fixed). Raises OperationError without a
     non-empty title and content, or (with ``reason`` set) when either fails :func:`content_problem`
     (title: 2+ words; content: 5+ words and not a copy of ``turns``, the source turn texts) or
-    names a person of the prompt's worked example whom ``turns`` do not (``instruction_echo``).
+    names a person of the prompt's worked example whom neither ``turns`` nor ``speakers`` (the
+    source turns' speakers) name (``instruction_echo``).
     A timestamp that is not a complete absolute date is replaced by ``fallback_timestamp`` (the
     segment's session time); both come back in the canonical UTC form."""
     if not isinstance(obj, dict):
@@ -187,7 +189,7 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ())
     for what, text, min_words, against in (("title", title, MIN_TITLE_WORDS, ()),
                                            ("content", content, MIN_CONTENT_WORDS, turns)):
         problem = content_problem(text, min_words=min_words, turns=against)
-        if problem is None and names_absent_people(text, P.EXAMPLE_NAMES, turns):
+        if problem is None and names_absent_people(text, P.EXAMPLE_NAMES, [*turns, *speakers]):
             problem = "instruction_echo"
         if problem is not None:
             raise OperationError(f"episode {what} rejected: {problem}", reason=problem)
@@ -195,9 +197,11 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = ())
     return EpisodeDraft(title, content, ts), fixed
 
 
-def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None, turns: list[str] = ()) -> MergeDecision:
+def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None, turns: list[str] = (),
+                   speakers: list[str] = ()) -> MergeDecision:
     """EpisodeMerger output -> decision. Raises OperationError for an unknown decision, a merge
-    target that is not one of the ``n_candidates`` offered (1-based), or a merge without content."""
+    target that is not one of the ``n_candidates`` offered (1-based), or a merge without content;
+    the merged episode is checked as :func:`validate_episode` checks one."""
     if not isinstance(obj, dict):
         raise OperationError("merger output is not an object")
     decision = _text(obj, "decision").lower()
@@ -208,7 +212,7 @@ def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None, turns
     target = obj.get("target")
     if not _is_int(target) or not 1 <= target <= n_candidates:
         raise OperationError(f"merge target {target!r} is not one of the {n_candidates} candidates")
-    draft, _ = validate_episode(obj, fallback_timestamp, turns)
+    draft, _ = validate_episode(obj, fallback_timestamp, turns, speakers)
     return MergeDecision(True, target, draft)
 
 
