@@ -27,6 +27,7 @@ from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.sft_export import export_sft
 from memfrontier.views.dates import resolve_relative_dates
+from memfrontier.views import episodic_prompts as P
 from memfrontier.views.episodic import EpisodicBuilder
 from memfrontier.views.episodic_ops import (
     OperationError,
@@ -359,9 +360,16 @@ def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
             return copies.pop()
         return good_script(messages)
 
-    bank, _, ledger = _build(ScriptedClient(script), store)
+    client = ScriptedClient(script)
+    bank, _, ledger = _build(client, store)
     assert ledger.events["memorycpt.content_rejected.episode_generator.copied_turn"] == 1
     assert [e.text for e in bank.items(SCOPE, "episode")][0] == "Evan bought a new car yesterday (7 May 2023)."
+    # the retry carries the refused reply and why it was refused, at a higher temperature
+    episode_calls = [(m, kw) for m, kw in client.seen if role_of(m) == "episode" and "Prius" in m[1]["content"]]
+    (first, kw1), (retry, kw2) = episode_calls
+    assert retry[:2] == first and retry[2]["role"] == "assistant" and "Evan: I bought a Prius" in retry[2]["content"]
+    assert retry[3] == {"role": "user", "content": P.RETRY_HINTS["copied_turn"]}
+    assert (kw1["temperature"], kw2["temperature"]) == (0.0, 0.3)
 
 
 def test_a_speaker_who_shares_a_name_with_the_examples_people_is_no_echo(tmp_path, minilm):
@@ -383,6 +391,20 @@ def test_a_speaker_who_shares_a_name_with_the_examples_people_is_no_echo(tmp_pat
     s.close()
     assert not [k for k in ledger.events if "instruction_echo" in k]
     assert [e.text for e in bank.items(SCOPE, "episode")][0] == f"Evan told {b} he bought a new car yesterday (7 May 2023)."
+
+
+def test_the_merger_schema_has_a_new_shape_and_a_merge_shape_with_content():
+    """qad-v3: "new" carries nothing else and "merge" a non-empty title and content, so the grammar
+    cannot decode a merge without content; the schema converts to a llama.cpp grammar."""
+    from llama_cpp import LlamaGrammar
+
+    new, merge = P.MERGER_SCHEMA["anyOf"]
+    assert new["required"] == ["reasoning", "decision"] and new["properties"]["decision"] == {"const": "new"}
+    assert merge["properties"]["content"]["minLength"] == 20 and "content" in merge["required"]
+    LlamaGrammar.from_json_schema(json.dumps(P.MERGER_SCHEMA), verbose=False)
+    assert validate_merge({"decision": "new"}, 2, None).merge is False  # the "new" shape validates as it is
+    assert P.retry_messages([], "x", "merge target 3 is not one of the 2 candidates")[-1]["content"] == (
+        "That reply was refused (merge target 3 is not one of the 2 candidates). Reply again following the rules.")
 
 
 def test_interrupted_build_resumes_at_the_unfinished_session(store):
@@ -420,7 +442,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
         strat = MemoryCPT(episodic_k=4, semantic_k=6)
         ledger = asyncio.run(m.aio.build(strat, records[0].scope))
         bank = strat.bank(m.aio.env)
-        assert bank.path.name == "memorycpt-gemma-3-270m-q4_k_m-qad-v2.db"  # model and QAD prompt version
+        assert bank.path.name == "memorycpt-gemma-3-270m-q4_k_m-qad-v3.db"  # model and QAD prompt version
         eps = bank.items(records[0].scope, "episode")
         assert eps and ledger.usage().construction.calls >= 2
         ids = {r.id for r in records}

@@ -10,7 +10,7 @@ small model under a grammar cannot loop until ``max_tokens``; strings are bounde
 
 from __future__ import annotations
 
-PROMPT_VERSION = "memorycpt-qad-v2"
+PROMPT_VERSION = "memorycpt-qad-v3"
 MAX_SEGMENT_TURNS = 80  # BatchSegmenter window (Nemori splits longer batches into 80s)
 
 _REASONING = {"type": "string"}
@@ -80,21 +80,24 @@ MERGER_SYSTEM = (
     "number. Merge only when the new episode continues the same event in the same session and close in "
     "time (more than an hour apart: do not merge). If you merge, write the combined episode: all details "
     "of both, in time order, no repetition, with the earlier timestamp.\n"
-    "Reply with JSON: {\"reasoning\": ..., \"decision\": \"merge\" or \"new\", \"target\": number of the "
-    "stored episode to merge with (0 for new), \"title\": ..., \"content\": ..., \"timestamp\": ...} "
-    "(title, content and timestamp are empty strings for new)."
+    "Reply with JSON: {\"reasoning\": ..., \"decision\": \"new\"} or {\"reasoning\": ..., \"decision\": "
+    "\"merge\", \"target\": number of the stored episode to merge with, \"title\": ..., \"content\": ..., "
+    "\"timestamp\": ...}."
 )
+#: Two shapes (qad-v3): "new" carries nothing else, "merge" a non-empty title and content, so a merge
+#: without content cannot be decoded under the grammar (with one flat schema and "empty strings for
+#: new", the 1.5B bench model answered {"decision": "merge", "content": ""} in 2 of its first 5
+#: LoCoMo merger calls).
 MERGER_SCHEMA = {
     "type": "object",
-    "properties": {
-        "reasoning": _REASONING,
-        "decision": {"type": "string", "enum": ["merge", "new"]},
-        "target": {"type": "integer"},
-        "title": {"type": "string"},
-        "content": {"type": "string"},
-        "timestamp": {"type": "string"},
-    },
-    "required": ["reasoning", "decision", "target", "title", "content", "timestamp"],
+    "anyOf": [
+        {"properties": {"reasoning": _REASONING, "decision": {"const": "new"}},
+         "required": ["reasoning", "decision"]},
+        {"properties": {"reasoning": _REASONING, "decision": {"const": "merge"}, "target": {"type": "integer"},
+                        "title": {"type": "string", "minLength": 3}, "content": {"type": "string", "minLength": 20},
+                        "timestamp": {"type": "string"}},
+         "required": ["reasoning", "decision", "target", "title", "content", "timestamp"]},
+    ],
 }
 
 PREDICT_SYSTEM = (
@@ -154,6 +157,26 @@ def extract_user(lines: list[str], prediction: str) -> str:
 
 def extract_direct_user(title: str, content: str) -> str:
     return f"Episode: {title}\n{content}\n\nJSON:"
+
+
+#: What the model is told when its reply was refused, by reason (qad-v3: the retry used to resend
+#: the same prompt at a higher temperature, and the 1.5B model mostly repeated its mistake).
+RETRY_HINTS = {
+    "unparsable": "That reply was not one complete JSON object. Reply again with the JSON object only.",
+    "copied_turn": "That reply was refused: it copies the messages word for word. Reply again, retelling "
+                   "them in your own words.",
+    "instruction_echo": "That reply was refused: it repeats the instructions or names a person of the "
+                        "example who is not in these messages. Reply again about these messages only.",
+    "too_few_words": "That reply was refused: it is too short. Reply again with a complete answer.",
+    "bare_punctuation": "That reply was refused: it is too short. Reply again with a complete answer.",
+}
+
+
+def retry_messages(messages: list[dict], refused_reply: str, reason: str) -> list[dict]:
+    """``messages`` followed by the refused reply (assistant) and why it was refused (user):
+    :data:`RETRY_HINTS` for a known reason, else the refusal's own message."""
+    hint = RETRY_HINTS.get(reason) or f"That reply was refused ({reason}). Reply again following the rules."
+    return [*messages, {"role": "assistant", "content": refused_reply}, {"role": "user", "content": hint}]
 
 
 def messages(system: str, user: str) -> list[dict]:
