@@ -393,7 +393,7 @@ def test_a_speaker_who_shares_a_name_with_the_examples_people_is_no_echo(tmp_pat
     assert [e.text for e in bank.items(SCOPE, "episode")][0] == f"Evan told {b} he bought a new car yesterday (7 May 2023)."
 
 
-def test_the_merger_schema_has_a_new_shape_and_a_merge_shape_with_content():
+def test_the_merger_and_episode_schemas_cannot_decode_an_empty_memory():
     """qad-v3: "new" carries nothing else and "merge" a non-empty title and content, so the grammar
     cannot decode a merge without content; the schema converts to a llama.cpp grammar."""
     from llama_cpp import LlamaGrammar
@@ -402,6 +402,9 @@ def test_the_merger_schema_has_a_new_shape_and_a_merge_shape_with_content():
     assert new["required"] == ["reasoning", "decision"] and new["properties"]["decision"] == {"const": "new"}
     assert merge["properties"]["content"]["minLength"] == 20 and "content" in merge["required"]
     LlamaGrammar.from_json_schema(json.dumps(P.MERGER_SCHEMA), verbose=False)
+    # nor an episode without title or content (a retry told why it was refused once came back empty)
+    assert (P.EPISODE_SCHEMA["properties"]["title"]["minLength"], P.EPISODE_SCHEMA["properties"]["content"]["minLength"]) == (3, 20)
+    LlamaGrammar.from_json_schema(json.dumps(P.EPISODE_SCHEMA), verbose=False)
     assert validate_merge({"decision": "new"}, 2, None).merge is False  # the "new" shape validates as it is
     assert P.retry_messages([], "x", "merge target 3 is not one of the 2 candidates")[-1]["content"] == (
         "That reply was refused (merge target 3 is not one of the 2 candidates). Reply again following the rules.")

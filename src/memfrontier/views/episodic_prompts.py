@@ -5,7 +5,8 @@ last. Every role answers with one JSON object whose first field, ``reasoning``, 
 short rationale (kept as the ``<think>`` part of the SFT target); a reasoning model's own
 ``<think>`` block is used instead when it has one. Schemas bound every array (``maxItems``) so a
 small model under a grammar cannot loop until ``max_tokens``; strings are bounded by the call's
-``max_tokens`` only (a ``maxLength`` makes llama.cpp's grammar explode).
+``max_tokens`` only (a ``maxLength`` makes llama.cpp's grammar explode; a small ``minLength`` keeps
+a title or content from being empty).
 """
 
 from __future__ import annotations
@@ -64,12 +65,14 @@ EPISODE_SYSTEM = (
     "it.\", \"timestamp\": \"2024-03-12T18:05\"}\n"
     "Reply with JSON: {\"reasoning\": ..., \"title\": ..., \"content\": ..., \"timestamp\": ...}."
 )
+#: Title and content cannot be empty under the grammar (qad-v3: told why its reply was refused, the
+#: 1.5B bench model answered a retry with {"title": "", "content": ""}).
 EPISODE_SCHEMA = {
     "type": "object",
     "properties": {
         "reasoning": _REASONING,
-        "title": {"type": "string"},
-        "content": {"type": "string"},
+        "title": {"type": "string", "minLength": 3},
+        "content": {"type": "string", "minLength": 20},
         "timestamp": {"type": "string"},
     },
     "required": ["reasoning", "title", "content", "timestamp"],
