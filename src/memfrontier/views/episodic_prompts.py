@@ -164,14 +164,15 @@ def extract_direct_user(title: str, content: str) -> str:
 
 #: What the model is told when its reply was refused, by reason (qad-v3: the retry used to resend
 #: the same prompt at a higher temperature, and the 1.5B model mostly repeated its mistake).
+_TOO_SHORT = "That reply was refused: it is too short. Reply again with a complete answer."
 RETRY_HINTS = {
     "unparsable": "That reply was not one complete JSON object. Reply again with the JSON object only.",
     "copied_turn": "That reply was refused: it copies the messages word for word. Reply again, retelling "
                    "them in your own words.",
     "instruction_echo": "That reply was refused: it repeats the instructions or names a person of the "
                         "example who is not in these messages. Reply again about these messages only.",
-    "too_few_words": "That reply was refused: it is too short. Reply again with a complete answer.",
-    "bare_punctuation": "That reply was refused: it is too short. Reply again with a complete answer.",
+    "too_few_words": _TOO_SHORT,
+    "bare_punctuation": _TOO_SHORT,
 }
 
 
