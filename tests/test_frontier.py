@@ -460,3 +460,66 @@ def test_judge_accuracy_is_a_column_of_the_markdown_table(tmp_path):
     col = head.index(" judge accuracy ")
     cells = {line.split("|")[1].strip(): line.split("|")[col].strip() for line in md[4:6]}
     assert cells == {"rag": "0.667", "plain": "-"}  # 2 of 3 judged correct; an unjudged run shows none
+
+
+def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_elsewhere(tmp_path):
+    """--export: the question, the gold answer and a strategy's retrieved text are not in it; the
+    report rebuilt from it equals the original; a configuration copied from it into another
+    frontier's configs/ is finished there (kept, not rerun)."""
+    import asyncio
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+    from memfrontier.eval.runner import EvalConfig
+    from memfrontier.frontier.run import _eval_config, config_dir, run_frontier
+
+    spec = FrontierSpec.model_validate({"name": "s", "configurations": [
+        {"label": "rag", "strategy": "rag"}, {"label": "memorycpt", "strategy": "memorycpt"}]})
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text("name: s\nconfigurations:\n  - {label: rag, strategy: rag}\n"
+                         "  - {label: memorycpt, strategy: memorycpt}\n")
+    out, dest = tmp_path / "out", tmp_path / "results"
+    base = EvalConfig(strategy="rag", limit=4)
+    secret = {"question": "What car did Evan buy in May?", "gold": "a blue Prius"}
+    meta = {"episodes": 3, "summary_skipped": False, "context": "Evan: I bought a blue Prius",
+            "tiers": {"filter": "mid"}}
+    for label, f1s in (("rag", [0.5, 0.5, 0.0, 0.5]), ("memorycpt", [0.7, 0.25, 0.9, 1.0])):
+        _write_run(config_dir(out, label), [{**r, **secret, "prediction": "a car", "strategy_meta": meta}
+                                            for r in _rows(f1s, 2e-4)])
+        ident = _eval_config(base, out, spec.configurations[0 if label == "rag" else 1]).identity()
+        (config_dir(out, label) / "run.json").write_text(json.dumps(ident))
+
+    inside = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
+                                      "--export", str(out / "pub")])
+    assert inside.exit_code == 2 and "must be a folder outside" in " ".join(inside.output.split())
+    assert not (out / "frontier.md").exists()  # refused before anything was written
+    res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
+                                   "--export", str(dest)])
+    assert res.exit_code == 0, res.output
+    assert "exported 2 configurations" in res.output
+    files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert "configs/memorycpt/predictions.jsonl" in files and "configs/rag/run.json" in files
+    assert "configs/rag/summary.json" in files and "frontier.md" in files and "frontier.csv" in files
+    for p in dest.rglob("*"):
+        if p.is_file() and p.suffix != ".png":
+            assert "Prius" not in p.read_text() and "What car" not in p.read_text(), p
+    row = json.loads((dest / "configs" / "rag" / "predictions.jsonl").read_text().splitlines()[0])
+    assert row["prediction"] == "a car" and row["f1"] == 0.5 and row["id"] == "q0"
+    assert row["strategy_meta"] == {"episodes": 3, "summary_skipped": False, "tiers": {"filter": "mid"}}
+    assert "question" not in row and "gold" not in row
+
+    again = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(dest)])
+    assert again.exit_code == 0, again.output
+    keys = ("label", "n", "f1", "f1_low", "f1_high", "d_f1", "d_f1_low", "d_f1_high", "usd_x1e4_amortized", "qpc")
+    first = json.loads((out / "frontier.json").read_text())["rows"]
+    second = json.loads((dest / "frontier.json").read_text())["rows"]
+    assert [{k: r.get(k) for k in keys} for r in second] == [{k: r.get(k) for k in keys} for r in first]
+    assert first[1]["d_f1"] == pytest.approx((0.2 - 0.25 + 0.5) / 3)  # scored q0, q1, q3 (q2 is category 5)
+
+    out2 = tmp_path / "elsewhere"
+    shutil.copytree(dest / "configs" / "rag", config_dir(out2, "rag"))
+    seen = []
+    rep = asyncio.run(run_frontier(spec, base, out2, labels=["rag"], on_config=lambda *a: seen.append(a)))
+    assert seen == [("rag", "kept")] and rep["rows"][0]["f1"] == pytest.approx(0.5)

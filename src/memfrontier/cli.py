@@ -526,6 +526,7 @@ def frontier_cmd(
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
     reference: Optional[str] = typer.Option(None, help="The configuration every other one is compared with (paired bootstrap); default rag."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="DIR", help="Also write DIR: the report and each finished configuration's run.json, summary.json and predictions without the questions' and gold answers' text (publishable; --report-only --out DIR rebuilds the report from it; DIR/configs/LABEL copied into another --out counts there as finished)."),
     *, run: RunOptions,
 ):
     """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
@@ -546,6 +547,10 @@ def frontier_cmd(
         labels = [x.strip() for x in only.split(",") if x.strip()] if only is not None else None
         fspec.select(labels)  # unknown labels fail before anything runs
         base = run.eval_config("rag")
+        if export is not None:
+            from .frontier.export import check_export_dest
+
+            check_export_dest(run.out, export)
     if report_only and not (run.out / "configs").is_dir():
         _fail(f"no frontier runs in {run.out} (no configs/ folder); give the --out of a frontier run")
     with _question_bar() as bar:
@@ -589,6 +594,13 @@ def frontier_cmd(
     console.print(f"{ok}/{len(report['rows'])} configurations on {len(report['question_ids'])} questions; "
                   f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
                   + (f", {' and '.join(plots)}" if plots else ""))
+    if export is not None:
+        from .frontier.export import export_results
+
+        finished = [x["label"] for x in report["rows"] if x["status"] == "ok" or x["status"].startswith("refused")]
+        with known_errors():
+            exported = export_results(run.out, export, finished)
+        console.print(f"exported {len(exported)} configurations and the report to {export}")
     if report_only:
         return
     missing = [label for label in report["selected"] if rows[label]["status"] != "ok"]

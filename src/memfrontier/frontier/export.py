@@ -1,0 +1,99 @@
+"""A frontier's results without the benchmark's text: what can be published and versioned.
+
+:func:`export_results` writes, into a folder of its own, the report (``frontier.{json,csv,md}`` and
+the plots) and, per finished configuration, ``run.json``, ``summary.json`` and a
+``predictions.jsonl`` that keeps only :data:`PUBLISHED_FIELDS` of each row: ids, category, the
+model's answer, its scores, cost, latency, usage, errors, prompt versions and the judge's verdict.
+The question, the gold answer and any text a strategy attached to its answer (``strategy_meta``
+other than the router's and tiers' choices and numbers) stay in the dataset and in ``runs/``.
+
+What the export is good for:
+
+- ``memfrontier frontier --report-only --out DEST`` rebuilds the same report from it (every
+  interval and paired difference is computed from the rows it keeps);
+- ``DEST/configs/<label>/`` copied into another frontier's ``configs/`` is a finished configuration
+  there (``run.json`` records the run's options, not its paths), so a long frontier keeps what has
+  finished when it moves to another machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ..core.jsonio import read_jsonl_objects, write_text_atomic
+from ..eval.runner import CHOICE_KEYS
+
+#: The fields of a ``predictions.jsonl`` row that an export keeps (see :func:`published_row`).
+PUBLISHED_FIELDS = ("id", "conversation_id", "category", "prediction", "f1", "em", "evidence_ids",
+                    "gold_evidence_ids", "evidence_recall", "usd", "unpriced_calls", "proxy_s", "wall_s",
+                    "usage", "call_errors", "prompt_versions", "judge", "judge_usd", "judge_usage",
+                    "judge_error")
+#: ``strategy_meta`` entries kept whatever their value: the ``auto`` router's decision and the choices
+#: the summary's ``choices`` counts (tier plans, routes). Other entries are kept only when numbers or
+#: booleans (counts, flags): a string there may hold retrieved text.
+PUBLISHED_META = ("auto", *CHOICE_KEYS)
+REPORT_FILES = ("frontier.json", "frontier.csv", "frontier.md", "frontier_cost.png", "frontier_latency.png")
+
+
+def published_row(row: dict) -> dict:
+    """``row`` (one ``predictions.jsonl`` line) with only :data:`PUBLISHED_FIELDS` and the
+    publishable part of ``strategy_meta`` (:data:`PUBLISHED_META`, numbers, booleans)."""
+    out = {k: row[k] for k in PUBLISHED_FIELDS if k in row}
+    meta = row.get("strategy_meta")
+    if isinstance(meta, dict):
+        out["strategy_meta"] = {k: v for k, v in meta.items()
+                                if k in PUBLISHED_META or isinstance(v, (bool, int, float))}
+    return out
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def check_export_dest(out: Path, dest: Path) -> None:
+    """Raise ValueError when ``dest`` is ``out`` or lies inside it: an export there would overwrite
+    the run it reads."""
+    out, dest = Path(out).resolve(), Path(dest).resolve()
+    if dest == out or out in dest.parents:
+        raise ValueError(f"--export {dest} must be a folder outside the frontier's --out {out}")
+
+
+def export_results(out: Path, dest: Path, labels: list[str]) -> list[str]:
+    """Write the publishable results of the frontier in ``out`` into ``dest``: its report files and,
+    for each of ``labels`` finished there (``configs/<label>/summary.json``), ``run.json``,
+    ``summary.json`` and the rows of ``predictions.jsonl`` as :func:`published_row` keeps them.
+    Files are written atomically; configurations of ``dest`` not in ``labels`` are left as they are.
+
+    Returns the labels exported. Raises ValueError when ``dest`` is ``out`` or lies inside it
+    (:func:`check_export_dest`) and FileNotFoundError when ``out`` has no report.
+    """
+    check_export_dest(out, dest)
+    out, dest = Path(out), Path(dest)
+    if not (out / "frontier.json").is_file():
+        raise FileNotFoundError(f"no frontier report in {out} to export")
+    done = []
+    for label in labels:
+        src = out / "configs" / label
+        if not (src / "summary.json").is_file():
+            continue
+        target = dest / "configs" / label
+        target.mkdir(parents=True, exist_ok=True)
+        rows = [published_row(r) for _, r in read_jsonl_objects(src / "predictions.jsonl")]
+        write_text_atomic(target / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        for name in ("run.json", "summary.json"):
+            if (src / name).is_file():
+                _copy_atomic(src / name, target / name)
+        done.append(label)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        if (out / name).is_file():
+            _copy_atomic(out / name, dest / name)
+    return done
+
+
+__all__ = ["PUBLISHED_FIELDS", "PUBLISHED_META", "check_export_dest", "export_results", "published_row"]
