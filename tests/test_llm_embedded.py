@@ -253,3 +253,50 @@ def test_loading_the_model_prints_no_benign_llama_error(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "1" and "llama_kv_cache" not in res.stderr and "SWA" not in res.stderr
+
+
+@pytest.mark.slow
+def test_a_cancelled_call_stops_decoding_and_never_returns_a_cut_completion(llm, monkeypatch):
+    """Ctrl-C (or a cancelled question) cancels the awaiting task; the worker thread must stop at its
+    next token rather than decode to max_tokens for nobody (the run's exit waits for it)."""
+    from memfrontier.llm.base import LLMError
+
+    model, lock = llm._model()
+    finished = []
+    original = model.create_completion
+
+    def recording(*a, **kw):
+        out = original(*a, **kw)
+        finished.append(out["usage"]["completion_tokens"])
+        return out
+
+    monkeypatch.setattr(model, "create_completion", recording)
+    # the grammar forbids stopping before 400 integers: uncancelled, this decodes all 1200 tokens
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 400}
+    msgs = [{"role": "user", "content": "Count from one upwards as a JSON array of integers."}]
+
+    async def cancel_midway():
+        task = asyncio.ensure_future(llm.complete(msgs, max_tokens=1200, json_schema=schema))
+        while not lock.locked():  # decoding has started
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(cancel_midway())
+    for _ in range(600):  # the worker thread ends on its own (bounded wait, not a speed assertion)
+        if finished:
+            break
+        time.sleep(0.1)
+    assert finished and finished[0] < 1200
+    # the model is free and answers normally afterwards
+    assert run(llm.complete([{"role": "user", "content": "1, 2, 3,"}], max_tokens=3)).output_tokens >= 1
+    # a call cancelled while it waited for the model never starts decoding
+    import threading
+
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(LLMError, match="cancelled before it started"):
+        llm._complete_sync("1, 2, 3,", 5, 0.0, None, None, None, False, stop)
+    assert len(finished) == 2  # the normal call above; nothing for the cancelled one

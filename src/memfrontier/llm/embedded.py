@@ -407,12 +407,23 @@ class EmbeddedLLM:
             raise ValueError("json_schema and single_line are exclusive")
         prompt = await asyncio.to_thread(self.render, messages) if self.chat_template else render_prompt(messages)
         ledger = current_ledger()  # read here: contextvars do not follow into the worker thread
-        return await asyncio.to_thread(
-            self._complete_sync, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line
-        )
+        cancelled = threading.Event()
+        try:
+            return await asyncio.to_thread(
+                self._complete_sync, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line, cancelled
+            )
+        except asyncio.CancelledError:
+            # Ctrl-C or a cancelled question: the worker thread stops at its next token instead of
+            # decoding up to max_tokens for nobody (the run's exit waits for that thread)
+            cancelled.set()
+            raise
 
     # --- implementation --------------------------------------------------------------------
-    def _complete_sync(self, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line=False) -> Completion:
+    def _complete_sync(self, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line=False,
+                       cancelled: threading.Event | None = None) -> Completion:
+        """One completion in the calling (worker) thread. ``cancelled``, once set, stops decoding at
+        the next token (or before the prompt is decoded, if the call was waiting for the model) and
+        the call raises :class:`LLMError` instead of returning a cut completion."""
         llm, lock = self._model()
         max_tokens = max(1, min(int(max_tokens), self.n_ctx - _MIN_PROMPT_TOKENS))
         # A chat-template prompt carries its own control tokens (and BOS, if the template has one).
@@ -435,7 +446,14 @@ class EmbeddedLLM:
         elif single_line:
             grammar = _single_line_grammar()
         greedy = temperature is None or temperature <= 0
+        stopping = None
+        if cancelled is not None:
+            from llama_cpp import StoppingCriteriaList
+
+            stopping = StoppingCriteriaList([lambda _ids, _logits: cancelled.is_set()])
         with lock:
+            if cancelled is not None and cancelled.is_set():
+                raise LLMError(f"{self.model_id}: completion cancelled before it started")
             # cap llama-cpp-python's own prefix reuse at a batch boundary (see reusable_prefix)
             llm.n_tokens = min(llm.n_tokens, reusable_prefix(_LAST_PROMPT.pop(id(llm), []), tokens, llm.n_batch))
             try:
@@ -449,10 +467,13 @@ class EmbeddedLLM:
                     stop=stop or None,
                     grammar=grammar,
                     seed=self.seed,
+                    stopping_criteria=stopping,
                 )
             except (ValueError, RuntimeError) as e:
                 raise LLMError(f"{self.model_id}: completion failed: {e}") from e
             _LAST_PROMPT[id(llm)] = list(tokens)
+        if cancelled is not None and cancelled.is_set():
+            raise LLMError(f"{self.model_id}: completion cancelled after {(out.get('usage') or {}).get('completion_tokens')} tokens")
         choice = out["choices"][0]
         usage = out.get("usage") or {}
         return Completion(
