@@ -143,12 +143,12 @@ class EpisodicBuilder:
     async def _call(self, scope: Scope, role: str, messages: list[dict], *, schema: dict | None, max_tokens: int,
                     temperature: float, validate: Callable[[object], object]) -> object | None:
         """Call ``role``, parse, validate; retry once; None after two failures (counted). A refused
-        reply is retried with the reply and the reason appended (:func:`P.retry_messages`), at
+        reply is retried with the reason in the prompt (:func:`P.retry_messages`), at
         ``temperature + 0.3``; traces record ``messages``, the prompt the accepted reply answers."""
-        refused: tuple[str, str] | None = None  # (reply, reason) of a refused first try
+        refused: str | None = None  # why the first try was refused
         for attempt in range(2):
             temp = temperature if attempt == 0 else temperature + 0.3
-            sent = P.retry_messages(messages, *refused) if refused is not None else messages
+            sent = P.retry_messages(messages, refused) if refused is not None else messages
             refused = None
             try:
                 async with self._sem:
@@ -166,13 +166,13 @@ class EpisodicBuilder:
                 if text:
                     return text
                 _event(f"op_rejected.{role}")
-                refused = (out.text, "too_few_words")
+                refused = "too_few_words"
                 continue
             res = parse_or_count(out.text, f"parse_error.{role}", expect="object")
             if not res.ok or res.truncated:
                 self._trace(scope, role, messages, think, None, False)
                 _event(f"op_rejected.{role}")
-                refused = (out.text, "unparsable")
+                refused = "unparsable"
                 continue
             obj = dict(res.value)
             rationale = think or (obj.get("reasoning") if isinstance(obj.get("reasoning"), str) else "")
@@ -184,7 +184,7 @@ class EpisodicBuilder:
                 _event(f"op_rejected.{role}")
                 if e.reason is not None:
                     _event(f"content_rejected.{role}.{e.reason}")
-                refused = (out.text, e.reason or str(e))
+                refused = e.reason or str(e)
                 continue
             self._trace(scope, role, messages, rationale, obj, True)
             return value

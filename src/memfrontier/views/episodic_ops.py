@@ -13,6 +13,7 @@ instructions, or a verbatim copy of the source turns (``"Sam: Hey Evan, good to 
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
@@ -48,6 +49,20 @@ _INSTRUCTION_NGRAMS = set().union(*(_ngrams(_words(t), ECHO_NGRAM) for t in _INS
 def turn_texts(prompt: str) -> list[str]:
     """The turn bodies quoted in a role's prompt (lines rendered ``[YYYY-MM-DD HH:MM] speaker: text``)."""
     return [m.group(1).strip() for m in _TURN_LINE.finditer(prompt)]
+
+
+def gives_example_date(text: str, day: str | None) -> bool:
+    """Whether ``text`` gives a day of the episode prompt's examples (:data:`P.EXAMPLE_DATES`,
+    written "March 12, 2024") other than ``day`` (the messages' timestamp, ISO)."""
+    w = _words(text)
+    for iso in P.EXAMPLE_DATES:
+        if day and day.startswith(iso):
+            continue
+        d = _dt.date.fromisoformat(iso)
+        seq = [d.strftime("%B").lower(), str(d.day), str(d.year)]
+        if any(w[i:i + 3] == seq for i in range(len(w) - 2)):
+            return True
+    return False
 
 
 def content_problem(text: str, *, min_words: int, turns: list[str] = ()) -> str | None:
@@ -177,8 +192,9 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = (),
     """EpisodeGenerator output -> (draft, timestamp_was_fixed). Raises OperationError without a
     non-empty title and content, or (with ``reason`` set) when either fails :func:`content_problem`
     (title: 2+ words; content: 5+ words and not a copy of ``turns``, the source turn texts) or
-    names a person of the prompt's worked example whom neither ``turns`` nor ``speakers`` (the
-    source turns' speakers) name (``instruction_echo``).
+    names a person of the prompt's worked examples whom neither ``turns`` nor ``speakers`` (the
+    source turns' speakers) name, or gives an example's day other than ``fallback_timestamp``'s
+    (:func:`gives_example_date`; both ``instruction_echo``).
     A timestamp that is not a complete absolute date is replaced by ``fallback_timestamp`` (the
     segment's session time); both come back in the canonical UTC form."""
     if not isinstance(obj, dict):
@@ -189,7 +205,8 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = (),
     for what, text, min_words, against in (("title", title, MIN_TITLE_WORDS, ()),
                                            ("content", content, MIN_CONTENT_WORDS, turns)):
         problem = content_problem(text, min_words=min_words, turns=against)
-        if problem is None and names_absent_people(text, P.EXAMPLE_NAMES, [*turns, *speakers]):
+        if problem is None and (names_absent_people(text, P.EXAMPLE_NAMES, [*turns, *speakers])
+                                or gives_example_date(text, fallback_timestamp)):
             problem = "instruction_echo"
         if problem is not None:
             raise OperationError(f"episode {what} rejected: {problem}", reason=problem)

@@ -11,7 +11,7 @@ a title or content from being empty).
 
 from __future__ import annotations
 
-PROMPT_VERSION = "memorycpt-qad-v3"
+PROMPT_VERSION = "memorycpt-qad-v4"
 MAX_SEGMENT_TURNS = 80  # BatchSegmenter window (Nemori splits longer batches into 80s)
 
 _REASONING = {"type": "string"}
@@ -42,8 +42,19 @@ SEGMENTER_SCHEMA = {
 #: on the first try: 7 of 32 windows of LoCoMo conv-49 without an example, 31 of 32 with one). The
 #: names are unusual on purpose: a memory naming one of them when its source turns do not echoes
 #: the example (:func:`~memfrontier.views.episodic_ops.validate_episode` refuses it).
+#: qad-v4 adds a second example, a user and an AI assistant: under v3 the model echoed the first
+#: example into a LongMemEval chat ("user asked Priyanka ...; Tomasz offered to come over this weekend
+#: to help her fix it") and into LoCoMo episodes ("Evan offered to come over this weekend to help her
+#: fix it"), 4 fallbacks in 57 LoCoMo episode prompts (7%) after 11 sessions; with the second example
+#: the 3 prompts that had fallen back and 11 others were accepted on the first try. No 5-word
+#: sequence of it occurs in a LoCoMo or LongMemEval turn, so the echo check cannot refuse real content
+#: for it (tested).
 EXAMPLE_NAMES = ("Priyanka", "Tomasz")
 _A, _B = EXAMPLE_NAMES
+#: The days of the two worked examples: an episode of another day that gives one of them took the
+#: example's date (seen under qad-v4: "On March 12, 2024 the user asked ..." for messages of May 28,
+#: 2023); refused like a name of the example.
+EXAMPLE_DATES = ("2024-03-12", "2024-02-07")
 EPISODE_SYSTEM = (
     "You write episodic memories: short third-person accounts of what happened in a stretch of "
     "conversation, in your own words. Given the messages of one episode, write:\n"
@@ -63,6 +74,15 @@ EPISODE_SYSTEM = (
     f"{_A} told {_B} that her bike chain had snapped on her way home the day before (March 11, 2024) "
     f"and that she walked the last two miles. {_B} offered to come over that weekend to help her fix "
     "it.\", \"timestamp\": \"2024-03-12T18:05\"}\n"
+    "Second example. Messages:\n"
+    "[2024-02-07 10:02] user: Can you suggest a gift for my sister? She turns 30 in May and just took up pottery.\n"
+    "[2024-02-07 10:03] assistant: A set of clay sculpting tools, or a voucher for a beginners' wheel class at a "
+    "local studio.\n"
+    "JSON: {\"reasoning\": \"The user wants a birthday gift for a sister who took up pottery; the assistant gives "
+    "two ideas.\", \"title\": \"Birthday gift ideas for the user's sister, a new potter turning 30\", \"content\": "
+    "\"On February 7, 2024 the user, whose sister turns 30 in May and recently took up pottery, asked for a gift "
+    "idea; the assistant proposed clay sculpting tools or a voucher for a beginners' wheel class.\", "
+    "\"timestamp\": \"2024-02-07T10:02\"}\n"
     "Reply with JSON: {\"reasoning\": ..., \"title\": ..., \"content\": ..., \"timestamp\": ...}."
 )
 #: Title and content cannot be empty under the grammar (qad-v3: told why its reply was refused, the
@@ -162,25 +182,36 @@ def extract_direct_user(title: str, content: str) -> str:
     return f"Episode: {title}\n{content}\n\nJSON:"
 
 
-#: What the model is told when its reply was refused, by reason (qad-v3: the retry used to resend
-#: the same prompt at a higher temperature, and the 1.5B model mostly repeated its mistake).
-_TOO_SHORT = "That reply was refused: it is too short. Reply again with a complete answer."
+#: What the model is told when its reply was refused, by reason. qad-v3 resent the prompt followed
+#: by the refused reply and the reason; the 1.5B model then repeated the refused reply word for word
+#: in 4 of the 6 retries of its first 11 LoCoMo sessions. qad-v4 does not show the refused reply: the
+#: reason goes into the prompt itself, just before its closing label (v2 resent the same prompt at a
+#: higher temperature, and the model mostly repeated its mistake).
+_TOO_SHORT = "(A first reply to this was refused as too short: give a complete answer.)"
 RETRY_HINTS = {
-    "unparsable": "That reply was not one complete JSON object. Reply again with the JSON object only.",
-    "copied_turn": "That reply was refused: it copies the messages word for word. Reply again, retelling "
-                   "them in your own words.",
-    "instruction_echo": "That reply was refused: it repeats the instructions or names a person of the "
-                        "example who is not in these messages. Reply again about these messages only.",
+    "unparsable": "(A first reply to this was not one complete JSON object: reply with a short JSON object only.)",
+    "copied_turn": "(A first reply to this was refused because it copied the messages word for word: retell them "
+                   "in your own words.)",
+    "instruction_echo": "(A first reply to this was refused because it repeated the instructions or an example: "
+                        "write only about these messages and the people in them.)",
     "too_few_words": _TOO_SHORT,
     "bare_punctuation": _TOO_SHORT,
 }
 
 
-def retry_messages(messages: list[dict], refused_reply: str, reason: str) -> list[dict]:
-    """``messages`` followed by the refused reply (assistant) and why it was refused (user):
-    :data:`RETRY_HINTS` for a known reason, else the refusal's own message."""
-    hint = RETRY_HINTS.get(reason) or f"That reply was refused ({reason}). Reply again following the rules."
-    return [*messages, {"role": "assistant", "content": refused_reply}, {"role": "user", "content": hint}]
+def retry_messages(messages: list[dict], reason: str) -> list[dict]:
+    """``messages`` with why a first reply was refused (:data:`RETRY_HINTS` for a known reason, else
+    the refusal's own message) added to the last message, before its closing label (``JSON:``,
+    ``Predicted content:``) when it ends with one; the refused reply itself is not shown."""
+    hint = RETRY_HINTS.get(reason) or f"(A first reply to this was refused: {reason}. Follow the rules.)"
+    *head, last = messages
+    body = last["content"].rstrip()
+    label = body.rsplit("\n", 1)[-1]
+    if len(label) < 40 and label.endswith(":") and "\n" in body:  # a closing label such as "JSON:"
+        content = f"{body[:-len(label)]}{hint}\n{label}"
+    else:
+        content = f"{body}\n\n{hint}"
+    return [*head, {**last, "content": content}]
 
 
 def messages(system: str, user: str) -> list[dict]:
