@@ -414,7 +414,7 @@ class EmbeddedLLM:
             )
         except asyncio.CancelledError:
             # Ctrl-C or a cancelled question: the worker thread stops at its next token instead of
-            # decoding up to max_tokens for nobody (the run's exit waits for that thread)
+            # decoding up to max_tokens for nobody while it holds the model
             cancelled.set()
             raise
 
