@@ -498,7 +498,7 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
     res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
                                    "--export", str(dest)])
     assert res.exit_code == 0, res.output
-    assert "exported 2 configurations" in res.output
+    assert "exported 2 configurations" in " ".join(res.output.split())
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert "configs/memorycpt/predictions.jsonl" in files and "configs/rag/run.json" in files
     assert "configs/rag/summary.json" in files and "frontier.md" in files and "frontier.csv" in files
@@ -523,3 +523,21 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
     seen = []
     rep = asyncio.run(run_frontier(spec, base, out2, labels=["rag"], on_config=lambda *a: seen.append(a)))
     assert seen == [("rag", "kept")] and rep["rows"][0]["f1"] == pytest.approx(0.5)
+
+    # exported from a run that holds memorycpt only: the export keeps rag, and its report covers both
+    out3 = tmp_path / "other-machine"
+    shutil.copytree(config_dir(out, "memorycpt"), config_dir(out3, "memorycpt"))
+    res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out3),
+                                   "--export", str(dest)])
+    assert res.exit_code == 0, res.output
+    merged = {r["label"]: r for r in json.loads((dest / "frontier.json").read_text())["rows"]}
+    assert merged["rag"]["status"] == "ok" and merged["memorycpt"]["d_f1"] == pytest.approx(first[1]["d_f1"])
+    # a destination that is a file, or holds a file where a configuration goes: refused, nothing written
+    for bad, inner in ((tmp_path / "a-file", None), (tmp_path / "d", "configs/rag")):
+        target = bad if inner is None else bad / inner
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("x")
+        res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
+                                       "--export", str(bad)])
+        assert res.exit_code == 2 and "exists and is not a folder" in " ".join(res.output.split()), res.output
+    assert sorted(p.name for p in (tmp_path / "d").rglob("*")) == ["configs", "rag"]

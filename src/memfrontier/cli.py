@@ -526,7 +526,7 @@ def frontier_cmd(
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
     reference: Optional[str] = typer.Option(None, help="The configuration every other one is compared with (paired bootstrap); default rag."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
-    export: Optional[Path] = typer.Option(None, "--export", metavar="DIR", help="Also write DIR: the report and each finished configuration's run.json, summary.json and predictions without the questions' and gold answers' text (publishable; --report-only --out DIR rebuilds the report from it; DIR/configs/LABEL copied into another --out counts there as finished)."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="DIR", help="Also write DIR (a folder outside OUT): each finished configuration's run.json, summary.json and predictions without the questions', gold answers' or retrieved text, and a report over every configuration DIR holds (publishable; --report-only --out DIR rebuilds it; DIR/configs/LABEL copied into another --out counts there as finished)."),
     *, run: RunOptions,
 ):
     """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
@@ -600,7 +600,10 @@ def frontier_cmd(
         finished = [x["label"] for x in report["rows"] if x["status"] == "ok" or x["status"].startswith("refused")]
         with known_errors():
             exported = export_results(run.out, export, finished)
-        console.print(f"exported {len(exported)} configurations and the report to {export}")
+            published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
+        held = sum(1 for x in published["rows"] if x["status"] == "ok")
+        console.print(f"exported {len(exported)} configurations to {export}; its report covers the {held} "
+                      f"finished configurations it holds ({published['files'].get('md', 'none written')})")
     if report_only:
         return
     missing = [label for label in report["selected"] if rows[label]["status"] != "ok"]

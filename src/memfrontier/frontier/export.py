@@ -1,11 +1,16 @@
 """A frontier's results without the benchmark's text: what can be published and versioned.
 
-:func:`export_results` writes, into a folder of its own, the report (``frontier.{json,csv,md}`` and
-the plots) and, per finished configuration, ``run.json``, ``summary.json`` and a
-``predictions.jsonl`` that keeps only :data:`PUBLISHED_FIELDS` of each row: ids, category, the
-model's answer, its scores, cost, latency, usage, errors, prompt versions and the judge's verdict.
-The question, the gold answer and any text a strategy attached to its answer (``strategy_meta``
-other than the router's and tiers' choices and numbers) stay in the dataset and in ``runs/``.
+:func:`export_results` writes, into a folder of its own, each finished configuration's ``run.json``,
+``summary.json`` and a ``predictions.jsonl`` that keeps only :data:`PUBLISHED_FIELDS` of each row:
+ids, category, the model's answer, its scores, cost, latency, usage, errors, prompt versions and the
+judge's verdict. The question, the gold answer and any text a strategy attached to its answer
+(``strategy_meta`` other than the router's and tiers' choices and numbers) stay in the dataset and
+in ``runs/``. ``summary.json`` is copied as it is: its provenance names the data file's path.
+
+The export's report is then built from the export itself (``memfrontier frontier --export`` runs
+:func:`~memfrontier.frontier.run.run_frontier` with ``report_only`` on it), so it covers every
+configuration the folder holds, including ones exported earlier from another run with the same
+options (several machines' results merge into one folder).
 
 What the export is good for:
 
@@ -35,7 +40,6 @@ PUBLISHED_FIELDS = ("id", "conversation_id", "category", "prediction", "f1", "em
 #: the summary's ``choices`` counts (tier plans, routes). Other entries are kept only when numbers or
 #: booleans (counts, flags): a string there may hold retrieved text.
 PUBLISHED_META = ("auto", *CHOICE_KEYS)
-REPORT_FILES = ("frontier.json", "frontier.csv", "frontier.md", "frontier_cost.png", "frontier_latency.png")
 
 
 def published_row(row: dict) -> dict:
@@ -56,26 +60,30 @@ def _copy_atomic(src: Path, dst: Path) -> None:
 
 
 def check_export_dest(out: Path, dest: Path) -> None:
-    """Raise ValueError when ``dest`` is ``out`` or lies inside it: an export there would overwrite
-    the run it reads."""
+    """Raise ValueError when ``dest`` is ``out`` or lies inside it (an export there would overwrite
+    the run it reads), or when ``dest``, its ``configs`` or one of its configuration entries exists
+    and is not a folder (nothing is written then)."""
     out, dest = Path(out).resolve(), Path(dest).resolve()
     if dest == out or out in dest.parents:
         raise ValueError(f"--export {dest} must be a folder outside the frontier's --out {out}")
+    configs = dest / "configs"
+    for p in (dest, configs, *(configs.iterdir() if configs.is_dir() else ())):
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"--export {dest}: {p} exists and is not a folder")
 
 
 def export_results(out: Path, dest: Path, labels: list[str]) -> list[str]:
-    """Write the publishable results of the frontier in ``out`` into ``dest``: its report files and,
-    for each of ``labels`` finished there (``configs/<label>/summary.json``), ``run.json``,
-    ``summary.json`` and the rows of ``predictions.jsonl`` as :func:`published_row` keeps them.
-    Files are written atomically; configurations of ``dest`` not in ``labels`` are left as they are.
+    """Write the publishable results of the frontier in ``out`` into ``dest``: for each of ``labels``
+    finished there (``configs/<label>/summary.json``), ``run.json``, ``summary.json`` and the rows
+    of ``predictions.jsonl`` as :func:`published_row` keeps them. Files are written atomically;
+    configurations of ``dest`` not in ``labels`` are left as they are. The report is not written
+    here (see the module's docstring).
 
-    Returns the labels exported. Raises ValueError when ``dest`` is ``out`` or lies inside it
-    (:func:`check_export_dest`) and FileNotFoundError when ``out`` has no report.
+    Returns the labels exported. Raises ValueError as :func:`check_export_dest` does, before
+    anything is written.
     """
     check_export_dest(out, dest)
     out, dest = Path(out), Path(dest)
-    if not (out / "frontier.json").is_file():
-        raise FileNotFoundError(f"no frontier report in {out} to export")
     done = []
     for label in labels:
         src = out / "configs" / label
@@ -89,10 +97,6 @@ def export_results(out: Path, dest: Path, labels: list[str]) -> list[str]:
             if (src / name).is_file():
                 _copy_atomic(src / name, target / name)
         done.append(label)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in REPORT_FILES:
-        if (out / name).is_file():
-            _copy_atomic(out / name, dest / name)
     return done
 
 
