@@ -51,18 +51,20 @@ def turn_texts(prompt: str) -> list[str]:
     return [m.group(1).strip() for m in _TURN_LINE.finditer(prompt)]
 
 
+def _day_words(iso: str) -> tuple[str, ...]:
+    d = _dt.date.fromisoformat(iso)
+    return (d.strftime("%B").lower(), str(d.day), str(d.year))
+
+
+# each example day as the words of its written form ("March 12, 2024" -> march, 12, 2024)
+_EXAMPLE_DAYS = {iso: _day_words(iso) for iso in P.EXAMPLE_DATES}
+
+
 def gives_example_date(text: str, day: str | None) -> bool:
     """Whether ``text`` gives a day of the episode prompt's examples (:data:`P.EXAMPLE_DATES`,
     written "March 12, 2024") other than ``day`` (the messages' timestamp, ISO)."""
-    w = _words(text)
-    for iso in P.EXAMPLE_DATES:
-        if day and day.startswith(iso):
-            continue
-        d = _dt.date.fromisoformat(iso)
-        seq = [d.strftime("%B").lower(), str(d.day), str(d.year)]
-        if any(w[i:i + 3] == seq for i in range(len(w) - 2)):
-            return True
-    return False
+    other = {words for iso, words in _EXAMPLE_DAYS.items() if not (day and day.startswith(iso))}
+    return bool(other & _ngrams(_words(text), 3))
 
 
 def content_problem(text: str, *, min_words: int, turns: list[str] = ()) -> str | None:
