@@ -148,3 +148,29 @@ def test_oracle_outside_evaluation_is_refused(tmp_path):
         m.add(["Bruno likes jazz."], user_id="u")
         with pytest.raises(ValueError, match="evaluation anchor"):
             m.ask("What does Bruno like?", user_id="u", strategy="oracle")
+
+
+def test_the_progress_row_follows_ingest_then_each_construction_step():
+    """eval/frontier/sweep bars: a conversation's row shows turns embedded, then its construction's
+    steps with the calls made and the failures so far, and goes when the conversation is done."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from memfrontier.cli import IngestRow
+
+    bar = Progress(console=Console(file=io.StringIO(), force_terminal=True))
+    row = IngestRow(bar, prefix="memorycpt: ")
+    row.on_event("embed", {"conversation": "conv-49", "sessions": 19, "done": 300, "total": 663})
+    assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
+        ("memorycpt: ingesting conv-49 (19 sessions): turns embedded", 300, 663)]
+    row.on_event("build", {"conversation": "conv-49"})
+    assert bar.tasks == []
+    for done, calls, failed in ((1, 6, 0), (2, 13, 2)):
+        row.on_event("construct", {"conversation": "conv-49", "done": done, "total": 19, "unit": "sessions",
+                                   "calls": calls, "failed": failed})
+    assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
+        ("memorycpt: building conv-49: sessions (13 model calls, 2 failed or fell back)", 2, 19)]
+    row.on_event("ingest", {"conversation": "conv-49", "added": 663})
+    assert bar.tasks == []

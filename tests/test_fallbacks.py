@@ -164,3 +164,19 @@ def test_construction_failures_count_with_the_query_ones():
     assert rep["by_role"]["indexer"] == {"calls": 10, "errors": 1, "fallbacks": 3, "error_share": 0.1,
                                          "fallback_share": 0.3, "first_error": "HTTP 500: response_format"}
     assert rep["exceeded"] == ["indexer"] and rep["by_role"]["answerer"]["calls"] == 2
+
+
+def test_a_strategys_namespaced_fallbacks_count_for_its_role():
+    # MemoryCPT's construction counts its own events: "memorycpt.fallback.ROLE" (no output of the
+    # role was accepted after the retry: the turns themselves stand in), "memorycpt.llm_error.ROLE"
+    # beside the metered "llm_error.ROLE" (counted once), "memorycpt.op_rejected.ROLE" (a refused
+    # try, retried: not a fallback).
+    construction = [{"calls_by_role": {"segmenter": 20, "episode_generator": 40},
+                     "events": {"memorycpt.fallback.segmenter": 2, "memorycpt.llm_error.segmenter": 1,
+                                "llm_error.segmenter": 1, "memorycpt.op_rejected.segmenter": 5,
+                                "memorycpt.fallback.episode_generator": 1}}]
+    rep = fallback_report([], construction=construction)
+    seg, ep = rep["by_role"]["segmenter"], rep["by_role"]["episode_generator"]
+    assert (seg["errors"], seg["fallbacks"], seg["fallback_share"]) == (1, 2, 0.1)
+    assert (ep["errors"], ep["fallbacks"], ep["fallback_share"]) == (0, 1, 0.025)
+    assert rep["exceeded"] == ["segmenter"] and set(rep["by_role"]) == {"segmenter", "episode_generator"}

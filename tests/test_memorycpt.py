@@ -507,6 +507,44 @@ def test_sweep_plan_and_report(tmp_path):
     assert "| depth | 2/5 | 4 | 0.2000 | - | 0.2000 | 0.4000 | 1.0000 |" in md and "alpha_0.2" in md
 
 
+def test_a_runs_construction_reports_each_session_with_its_calls_and_fallbacks(tmp_path, minilm):
+    """What eval and frontier show while MemoryCPT builds: a ``construct`` event after each
+    session with the model calls so far and the failures or fallbacks so far (here session 1's
+    segmenter gets two unreadable replies and falls back); a rebuild reports the sessions as done
+    with no call."""
+    from memfrontier.api import AsyncMemory
+    from memfrontier.core.types import Conversation
+    from memfrontier.eval.runner import construct
+
+    replies = ["{not json", "[1, 2]"]
+
+    def script(messages):
+        if role_of(messages) == "segmenter" and replies:
+            return replies.pop(0)
+        return good_script(messages)
+
+    client = ScriptedClient(script)
+    conv = Conversation(id="u1", records=records_two_sessions(), questions=[])
+    for rebuild in (False, True):
+        mem = AsyncMemory.open(tmp_path / "mem", llm=client, allow_unpriced=True, embedder=minilm)
+        events = []
+        try:
+            entry = asyncio.run(construct(mem, MemoryCPT(), conv, lambda ev, **info: events.append((ev, info))))
+        finally:
+            mem.close()
+        steps = [(i["done"], i["total"], i["unit"], i["calls"], i["failed"]) for ev, i in events if ev == "construct"]
+        if rebuild:
+            assert steps == [(1, 2, "sessions", 0, 0), (2, 2, "sessions", 0, 0)] and entry["calls_by_role"] == {}
+            continue
+        # session 1: segmenter twice (refused, fell back), episode, extractor; session 2 adds the
+        # merger and the predictor (there is something to merge into and to predict from)
+        assert [role_of(m) for m, _ in client.seen] == ["segmenter", "segmenter", "episode", "extract",
+                                                        "segmenter", "episode", "merger", "predict", "extract"]
+        assert steps == [(1, 2, "sessions", 4, 1), (2, 2, "sessions", 9, 1)] and entry["calls"] == 9
+        # the one fallback, counted as the run's fallback report counts it
+        assert entry["events"]["memorycpt.fallback.segmenter"] == 1
+
+
 def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, minilm):
     store = SQLiteStore(tmp_path / "short", minilm)
     store.add([Record(id="short:1", scope=SCOPE, session_id="s1", speaker="Evan", timestamp="2023-05-08T13:56:00",

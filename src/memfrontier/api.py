@@ -35,7 +35,7 @@ from .llm.metered import MeteredLLM
 from .retrieve.hybrid import hybrid_search
 from .retrieve.recipes import HYBRID_RRF
 from .store.base import AddResult, MemoryStore
-from .strategies import MemoryEnv, Query, Strategy, StrategyConfig, get_strategy
+from .strategies import BuildProgress, MemoryEnv, Query, Strategy, StrategyConfig, get_strategy
 
 
 class Answer(BaseModel):
@@ -165,13 +165,16 @@ class AsyncMemory:
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
-    async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None) -> Ledger:
-        """Run a strategy's offline construction for ``scope`` under stage ``construction``.
+    async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None,
+                    progress: BuildProgress | None = None) -> Ledger:
+        """Run a strategy's offline construction for ``scope`` under stage ``construction``, its
+        calls recorded in ``ledger`` (a new one when None; returned); ``progress(done, total, unit)``
+        after each step of a construction made of steps (:data:`~memfrontier.strategies.base.BuildProgress`).
         Raises ValueError for a scope without any id (a view over every tenant's records)."""
         scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
-        ledger = ledger or Ledger()
+        ledger = ledger if ledger is not None else Ledger()
         with use_ledger(ledger, "construction"):
-            await strategy.build(self.env, scope)
+            await strategy.build(self.env, scope, progress)
         return ledger
 
     async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,

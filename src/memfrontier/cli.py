@@ -400,17 +400,22 @@ class IngestRow:
     """A conversation's ingest as its own row of a progress ``bar``: turns embedded out of the
     turns to embed (:func:`memfrontier.eval.runner.construct`'s ``embed`` events, or a store
     ``add``'s ``progress(done, total)``), so a conversation of hundreds of sessions shows it is
-    moving. The row goes once the ingest is over (``build`` / ``ingest`` events, or :meth:`close`)."""
+    moving; then the steps of its offline construction (``construct`` events: sessions, windows),
+    with the model calls made and how many failed or fell back, so an hours-long build shows both
+    that it moves and whether it degrades. The row goes once the conversation is done (``ingest``
+    event, or :meth:`close`)."""
 
     def __init__(self, bar: Progress, prefix: str = ""):
         self.bar, self.prefix, self.task = bar, prefix, None
 
-    def show(self, conversation: str, sessions: int, done: int, total: int) -> None:
-        desc = f"{self.prefix}ingesting {conversation} ({sessions} sessions): turns embedded"
+    def _set(self, desc: str, done: int, total: int) -> None:
         if self.task is None:
             self.task = self.bar.add_task(desc, total=total, completed=done)
         else:
             self.bar.update(self.task, description=desc, total=total, completed=done)
+
+    def show(self, conversation: str, sessions: int, done: int, total: int) -> None:
+        self._set(f"{self.prefix}ingesting {conversation} ({sessions} sessions): turns embedded", done, total)
 
     def close(self) -> None:
         if self.task is not None:
@@ -421,7 +426,13 @@ class IngestRow:
         """Follow a run's progress events (others are ignored)."""
         if event == "embed":
             self.show(info["conversation"], info["sessions"], info["done"], info["total"])
-        elif event in ("build", "ingest"):
+        elif event == "build":
+            self.close()
+        elif event == "construct":
+            failed = f", {info['failed']} failed or fell back" if info["failed"] else ""
+            self._set(f"{self.prefix}building {info['conversation']}: {info['unit']} "
+                      f"({info['calls']} model calls{failed})", info["done"], info["total"])
+        elif event == "ingest":
             self.close()
 
 
@@ -1295,7 +1306,11 @@ def ask(
                     f"the {strategy} memory view of this scope was never built, so the answer would come from no "
                     f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
                     f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
-            built = (await mem.build(strat, scope)).usage().construction
+            task = bar.add_task(f"building the {strategy} view", total=None)
+            built = (await mem.build(strat, scope, progress=lambda done, total, unit: bar.update(
+                task, description=f"building the {strategy} view: {unit}", completed=done, total=total))
+                     ).usage().construction
+            bar.remove_task(task)
         ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
                             strategy=strat, preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
         return ans, built
@@ -1304,7 +1319,8 @@ def ask(
         mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
                                allow_unpriced=allow_unpriced, price_as=price_as)
         try:
-            ans, built = asyncio.run(answer(mem))
+            with _question_bar() as bar:
+                ans, built = asyncio.run(answer(mem))
         finally:
             mem.close()
     if built is not None:

@@ -9,8 +9,9 @@ built in this run (``calls_by_role``, ``events``, ``call_errors``):
   counted by :class:`~memfrontier.llm.metered.MeteredLLM` or by a strategy for a call it makes
   itself);
 * a **fallback** of R is an output of R that was not used and replaced by something cheaper
-  (events ``fallback.X`` / ``X.fallback``; ``X`` is matched to the role that is ``X`` or ends in
-  ``.X``, e.g. BudgetMem's ``fallback.filter.high`` -> ``budgetmem.filter.high``).
+  (events ``fallback.X`` / ``NS.fallback.X`` / ``X.fallback``; ``X`` is matched to the role that
+  is ``X`` or ends in ``.X``, e.g. BudgetMem's ``fallback.filter.high`` -> ``budgetmem.filter.high``,
+  MemoryCPT's ``memorycpt.fallback.segmenter`` -> ``segmenter``).
 
 A role's share is errors (resp. fallbacks) over its calls; a role with more failures than
 recorded calls (calls a strategy does not meter, module-cache hits that replay a fallback)
@@ -39,11 +40,15 @@ class FallbackError(RuntimeError):
 
 
 def _fallback_key(event: str) -> str | None:
-    if event.startswith("fallback."):
-        return event[len("fallback."):] or None
-    if event.endswith(".fallback"):
-        return event[: -len(".fallback")] or None
-    return None
+    """What a fallback event names: ``X`` of ``fallback.X``, ``NS.fallback.X`` (a strategy's own
+    namespace, e.g. MemoryCPT's ``memorycpt.fallback.segmenter``) or ``X.fallback``; None for
+    any other event."""
+    parts = event.split(".")
+    if "fallback" not in parts:
+        return None
+    i = parts.index("fallback")
+    key = ".".join(parts[i + 1:]) if i + 1 < len(parts) else ".".join(parts[:i])
+    return key or None
 
 
 def _role_of(key: str, roles: set[str]) -> str:

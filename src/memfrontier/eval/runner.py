@@ -218,7 +218,11 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
     the records are embedded (``conversation``, ``sessions``, ``done`` and ``total``: records
     whose chunks are embedded so far / to embed; from the ingest's worker thread; none when
     every record is already stored), then ``build`` (``conversation``) before the strategy's
-    offline construction."""
+    offline construction, then a ``construct`` event after each of its steps (``conversation``,
+    ``done``, ``total``, ``unit``: :data:`~memfrontier.strategies.base.BuildProgress`'s; ``calls``:
+    model calls made so far; ``failed``: calls that failed or outputs that fell back so far, as
+    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them; none for a strategy whose
+    construction has no steps)."""
     scope = Scope(user_id=conv.id)
     report = None
     if progress is not None:
@@ -228,16 +232,29 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
             progress("embed", conversation=conv.id, sessions=sessions, done=done, total=total)
 
     added = await asyncio.to_thread(mem.store.add, conv.records, progress=report)
+    ledger = Ledger()
+    step = None
     if progress is not None:
         progress("build", conversation=conv.id)
-    ledger = await mem.build(strategy, scope)
+
+        def step(done: int, total: int, unit: str) -> None:
+            shares = fallback_report([], construction=[_calls_and_failures(ledger)])["by_role"].values()
+            progress("construct", conversation=conv.id, done=done, total=total, unit=unit, calls=len(ledger.calls),
+                     failed=sum(v["errors"] + v["fallbacks"] for v in shares))
+
+    await mem.build(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
     stored = getattr(strategy, "construction_usage", None)
     if stored is not None:  # the view records its own cost, so a reused store still reports it
         usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
     return {"records": len(conv.records), "records_added": len(added.added),
-            "chunks_embedded": added.chunks_embedded, **usage,
-            "events": dict(ledger.events),
+            "chunks_embedded": added.chunks_embedded, **usage, **_calls_and_failures(ledger)}
+
+
+def _calls_and_failures(ledger: Ledger) -> dict:
+    """A construction ledger's events, calls by role and first five call errors (the summary's
+    construction fields that :func:`~memfrontier.eval.fallbacks.fallback_report` reads)."""
+    return {"events": dict(ledger.events),
             "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
             "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from importlib import import_module
 from typing import Any
 
-from .base import MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
+from .base import BuildProgress, MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
 from .config import StrategyConfig, StrategyConfigError
 
 #: name -> (module under this package, class); the one list of strategies.
@@ -96,6 +96,6 @@ def get_strategy(name: str, config: StrategyConfig | dict[str, Any] | None = Non
     return strategy
 
 
-__all__ = ["MemoryEnv", "Query", "Strategy", "StrategyConfig", "StrategyConfigError", "ViewNotBuiltError",
+__all__ = ["BuildProgress", "MemoryEnv", "Query", "Strategy", "StrategyConfig", "StrategyConfigError", "ViewNotBuiltError",
            "get_strategy", "strategy_class", "strategy_config", "view_built", "STRATEGIES", "BUILT_VIEWS",
            *_CONFIGS]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 from pydantic import BaseModel, field_validator, model_validator
 
@@ -20,6 +20,12 @@ from ..core.types import Budget, Context, Preference, Scope
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
+
+
+#: ``progress(done, total, unit)``: an offline construction's progress, called after each step
+#: (``done`` of ``total`` steps of ``unit``, e.g. ``"sessions"``, ``"windows"``; steps already built
+#: count as done). Strategies whose construction has no steps never call it.
+BuildProgress = Callable[[int, int, str], None]
 
 
 class Query(BaseModel):
@@ -148,8 +154,9 @@ class Strategy(Protocol):
     #: for a strategy that searches nothing. Written into ``summary.json`` provenance.
     recipes: tuple[str, ...]
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
-        """Offline, query-agnostic construction for ``scope`` (idempotent). No-op for raw views."""
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
+        """Offline, query-agnostic construction for ``scope`` (idempotent). No-op for raw views.
+        ``progress`` (:data:`BuildProgress`) follows a construction made of steps."""
         ...
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context: ...

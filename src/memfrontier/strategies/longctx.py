@@ -7,7 +7,7 @@ from pydantic import Field
 from ..core.render import render_dated
 from ..core.timeutil import instant_key
 from ..core.types import Budget, Context, Preference, Scope
-from .base import MemoryEnv, Query
+from .base import BuildProgress, MemoryEnv, Query
 from .config import Int, StrategyConfig
 
 
@@ -35,7 +35,7 @@ class LongContext:
         self.max_context_tokens = max_context_tokens
         self.reserve_tokens = reserve_tokens
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         return None
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:

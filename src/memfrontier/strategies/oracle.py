@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
-from .base import MemoryEnv, Query
+from .base import BuildProgress, MemoryEnv, Query
 from .config import StrategyConfig
 
 
@@ -24,7 +24,7 @@ class Oracle:
     config_class = OracleConfig
     recipes: tuple[str, ...] = ()  # no search recipe
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         return None
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:

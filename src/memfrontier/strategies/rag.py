@@ -10,7 +10,7 @@ from ..core.render import render_dated
 from ..core.types import Budget, Context, Preference, Scope
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import chunk_recipe
-from .base import MemoryEnv, Query
+from .base import BuildProgress, MemoryEnv, Query
 from .config import Int, StrategyConfig
 
 #: The store's retrievers, fused by RRF (k=60) when more than one is named.
@@ -46,7 +46,7 @@ class Rag:
         """Names of the search recipes this strategy runs (provenance)."""
         return (self.recipe.name,)
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         return None
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:

@@ -158,11 +158,13 @@ class GraphIndexer:
         }
 
     async def build(
-        self, records: list[Record], backend: GraphBackend, ns: str, state_dir: str | Path | None = None
+        self, records: list[Record], backend: GraphBackend, ns: str, state_dir: str | Path | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
     ) -> GraphBuild:
         """Build (or confirm up to date) the graph of ``records`` in ``backend``.
 
         ``state_dir`` holds the notes cache and build meta (None: no cache, always rebuilt).
+        ``progress(done, total, "windows")`` is called after each window (cached ones included).
         Raises GraphError when the backend cannot be written; model failures (LLMError) propagate.
         """
         meta = self._meta(records, ns)
@@ -179,8 +181,16 @@ class GraphIndexer:
         report = GraphBuild(windows=len(windows))
         results: list[list[Note] | None] = [None] * len(windows)
         sem = asyncio.Semaphore(self.concurrency)
+        finished = 0
 
         async def one(i: int) -> None:
+            nonlocal finished
+            await window(i)
+            finished += 1
+            if progress is not None:
+                progress(finished, len(windows), "windows")
+
+        async def window(i: int) -> None:
             w = windows[i]
             key = w.key(self.llm.model_id)
             if key in cache:

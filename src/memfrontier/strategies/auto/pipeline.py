@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ...core.types import Budget, Context, Preference, Scope
-from ..base import MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
+from ..base import BuildProgress, MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
 from ..mempilot.pipeline import as_preference
 from .config import AutoConfig
 from .decision import Decision, Prediction, decide
@@ -77,10 +77,12 @@ class Auto:
     def _distinct(self) -> list[Strategy]:
         return list({id(m): m for m in self.members.values()}.values())
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
-        """Build every configuration's view of ``scope`` (each idempotent; shared views once)."""
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
+        """Build every configuration's view of ``scope`` (each idempotent; shared views once), one
+        after another; ``progress`` gets each one's steps, its unit prefixed with its name."""
         for m in self._distinct():
-            await m.build(env, scope)
+            await m.build(env, scope, None if progress is None else
+                          (lambda done, total, unit, name=m.name: progress(done, total, f"{name} {unit}")))
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         """Whether every configuration's view of ``scope`` is built."""

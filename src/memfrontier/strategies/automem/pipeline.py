@@ -32,7 +32,7 @@ from ...graph.backend import GraphBackend, GraphData
 from ...llm.metered import MeteredLLM
 from ...views.graph_builder import GraphIndexer
 from ...views.graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
-from ..base import MemoryEnv, Query
+from ..base import BuildProgress, MemoryEnv, Query
 from . import prompts
 from .config import AutoMEMConfig
 from .corpus import ScopedCorpus
@@ -127,8 +127,9 @@ class AutoMem:
         ``query``), or None when none was built or the graph is off."""
         return self._graph_for(env, scope, create=False)
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
-        """Build the scope's graph index (idempotent: an up-to-date graph costs no call)."""
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
+        """Build the scope's graph index (idempotent: an up-to-date graph costs no call);
+        ``progress(done, total, "windows")`` after each window of turns."""
         if self.graph == "none":
             return
         records = await asyncio.to_thread(env.store.records, scope)
@@ -142,7 +143,8 @@ class AutoMem:
             concurrency=self.build_concurrency,
             embed=env.store.embedder.encode,
         )
-        await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope))
+        await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope),
+                            progress=progress)
 
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
         """What building ``scope``'s graph index cost over every run that built part of it (the

@@ -24,7 +24,7 @@ from ...core.ledger import Ledger, current_ledger
 from ...core.types import Budget, Context, Preference, Scope
 from ...retrieve.hybrid import hybrid_search
 from ...retrieve.recipes import chunk_recipe
-from ..base import MemoryEnv, Query
+from ..base import BuildProgress, MemoryEnv, Query
 from .cache import ModuleCache
 from .config import TIERS, BudgetMemConfig
 from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
@@ -132,7 +132,7 @@ class BudgetMem:
                                            expected_emb_dim=int(self.runtime(env).embedder.dim))
         return self._router
 
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         return None  # raw chunks: nothing to build offline
 
     # --- routing ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from ...retrieve.recipes import (
 )
 from ...store.bank import BankHit, MemoryBank
 from ...views.episodic import EPISODE, FACT, EpisodicBuilder
-from ..base import MemoryEnv, Query
+from ..base import BuildProgress, MemoryEnv, Query
 from .config import ABLATIONS, Ablation, MemoryCPTConfig
 
 SUMMARY_MAX_TOKENS = 96
@@ -151,10 +151,12 @@ class MemoryCPT:
         MemoryCPT built, e.g. to serve it with a trained summarizer) instead of opening one."""
         self._banks[self._bank_key(env)] = bank
 
-    async def build(self, env: MemoryEnv, scope: Scope, on_session=None) -> None:
-        """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable)."""
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
+        """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable);
+        ``progress(done, total, "sessions")`` after each session."""
         builder = EpisodicBuilder(self.construction_model(env), self.bank(env),
                                   concurrency=self.concurrency)
+        on_session = None if progress is None else (lambda _sid, done, total: progress(done, total, "sessions"))
         self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:

@@ -20,7 +20,7 @@ from ...retrieve.recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import MemoryBank
 from ...views.compress import Compressor, make_compressor
 from ...views.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
-from ..base import MemoryEnv, Query
+from ..base import BuildProgress, MemoryEnv, Query
 from .accounting import format_gate
 from .config import ANSWER_MODES, MemPilotConfig
 from .orchestrator import Orchestrator, Trajectory
@@ -158,7 +158,7 @@ class MemPilot:
                             policy=policy, env=env, preference=preference, budget=budget, **opts)
 
     # -- Strategy protocol -----------------------------------------------------------------
-    async def build(self, env: MemoryEnv, scope: Scope) -> None:
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """Compress every raw chunk of ``scope`` into the bank (idempotent), or, with ``bank_file``,
         import that file's items of ``scope`` as the imported bank."""
         if self.bank_kind == "compressed":
