@@ -403,7 +403,8 @@ class IngestRow:
     moving; then the steps of its offline construction (``construct`` events: sessions, windows),
     with the model calls made and how many failed or fell back, so an hours-long build shows both
     that it moves and whether it degrades. The row goes once the conversation is done (``ingest``
-    event, or :meth:`close`)."""
+    event, or :meth:`close`). A conversation whose construction made model calls in this run also
+    leaves a line (printed on a log too), with its calls and failures."""
 
     def __init__(self, bar: Progress, prefix: str = ""):
         self.bar, self.prefix, self.task = bar, prefix, None
@@ -434,6 +435,9 @@ class IngestRow:
                       f"({info['calls']} model calls{failed})", info["done"], info["total"])
         elif event == "ingest":
             self.close()
+            if info.get("calls"):
+                self.bar.console.print(f"{self.prefix}built {info['conversation']}'s memory view: {info['calls']} model "
+                                       f"calls, {info['failed']} failed or fell back", markup=False, highlight=False)
 
 
 @app.command("config")
@@ -572,6 +576,7 @@ def frontier_cmd(
         def on_config(label: str, status: str) -> None:
             if status == "start":
                 current["label"] = label
+                ingest_row.prefix = f"{label}: "
                 bar.update(task, description=f"{label}: starting", total=None, completed=0)
             elif status == "kept":
                 err.print(f"{label}: finished earlier with these options, kept")

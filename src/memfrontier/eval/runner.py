@@ -219,10 +219,9 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
     whose chunks are embedded so far / to embed; from the ingest's worker thread; none when
     every record is already stored), then ``build`` (``conversation``) before the strategy's
     offline construction, then a ``construct`` event after each of its steps (``conversation``,
-    ``done``, ``total``, ``unit``: :data:`~memfrontier.strategies.base.BuildProgress`'s; ``calls``:
-    model calls made so far; ``failed``: calls that failed or outputs that fell back so far, as
-    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them; none for a strategy whose
-    construction has no steps)."""
+    ``done``, ``total``, ``unit``: :data:`~memfrontier.strategies.base.BuildProgress`'s; ``calls``
+    and ``failed`` so far: :func:`build_counts`; none for a strategy whose construction has no
+    steps)."""
     scope = Scope(user_id=conv.id)
     report = None
     if progress is not None:
@@ -238,9 +237,8 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
         progress("build", conversation=conv.id)
 
         def step(done: int, total: int, unit: str) -> None:
-            shares = fallback_report([], construction=[_calls_and_failures(ledger)])["by_role"].values()
-            progress("construct", conversation=conv.id, done=done, total=total, unit=unit, calls=len(ledger.calls),
-                     failed=sum(v["errors"] + v["fallbacks"] for v in shares))
+            progress("construct", conversation=conv.id, done=done, total=total, unit=unit,
+                     **build_counts(_calls_and_failures(ledger)))
 
     await mem.build(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
@@ -249,6 +247,15 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
         usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
     return {"records": len(conv.records), "records_added": len(added.added),
             "chunks_embedded": added.chunks_embedded, **usage, **_calls_and_failures(ledger)}
+
+
+def build_counts(entry: dict) -> dict[str, int]:
+    """``{"calls", "failed"}`` of a construction entry (:func:`construct`'s): the model calls made
+    in this run and how many of them failed or had their output fall back, as
+    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them."""
+    shares = fallback_report([], construction=[entry])["by_role"].values()
+    return {"calls": sum((entry.get("calls_by_role") or {}).values()),
+            "failed": sum(v["errors"] + v["fallbacks"] for v in shares)}
 
 
 def _calls_and_failures(ledger: Ledger) -> dict:
@@ -382,11 +389,12 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         if pool is None:
             for c in convs:
                 construction[c.id] = await construct(mem, strategy, c, progress)
-                progress("ingest", conversation=c.id, added=construction[c.id]["records_added"])
+                progress("ingest", conversation=c.id, added=construction[c.id]["records_added"],
+                         **build_counts(construction[c.id]))
         else:  # every conversation is built before any question is asked, as above
             async for c_id, entry in pool.construct(convs):
                 construction[c_id] = entry
-                progress("ingest", conversation=c_id, added=entry["records_added"])
+                progress("ingest", conversation=c_id, added=entry["records_added"], **build_counts(entry))
         construction = {c.id: construction[c.id] for c in convs}  # dataset order, whatever finished first
 
         if pool is None:
