@@ -173,7 +173,7 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
                                    "calls": calls, "failed": failed})
     assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
         ("memorycpt: building conv-49: sessions (13 model calls, 2 failed or fell back)", 2, 19)]
-    row.on_event("ingest", {"conversation": "conv-49", "added": 663, "calls": 13, "failed": 2})
+    row.on_event("ingest", {"conversation": "conv-49", "added": 663, "calls": 13, "failed": 2, "built_calls": 7})
     assert bar.tasks == []
-    row.on_event("ingest", {"conversation": "conv-50", "added": 0, "calls": 0, "failed": 0})  # built earlier: no line
+    row.on_event("ingest", {"conversation": "conv-50", "added": 0, "calls": 9, "failed": 0, "built_calls": 0})  # no line
     assert log.getvalue() == "memorycpt: built conv-49's memory view: 13 model calls, 2 failed or fell back\n"

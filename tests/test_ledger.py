@@ -140,3 +140,13 @@ def test_price_as_reads_a_local_run_in_hosted_dollars():
     assert call.model_id == "gemma-3-270m-q4_k_m" and call.usd == pytest.approx(1.48e-4)
     with pytest.raises(UnpricedModelError):
         MeteredLLM(client, book, price_as="acme/x", allow_unpriced=True)
+
+
+def test_sum_usage_records_adds_numbers_and_counters_and_drops_the_rest():
+    from memfrontier.core.ledger import sum_usage_records
+
+    recs = [{"calls": 2, "usd": 0.5, "priced_as": ["m"], "flag": True, "events": {"a.fallback.x": 1}},
+            {"calls": 3, "usd": 0.25, "events": {"a.fallback.x": 2, "b": 1}, "calls_by_role": {"x": 3}}]
+    assert sum_usage_records(recs) == {"calls": 5, "usd": 0.75, "events": {"a.fallback.x": 3, "b": 1},
+                                       "calls_by_role": {"x": 3}}
+    assert sum_usage_records([]) == {}

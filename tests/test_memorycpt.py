@@ -507,42 +507,57 @@ def test_sweep_plan_and_report(tmp_path):
     assert "| depth | 2/5 | 4 | 0.2000 | - | 0.2000 | 0.4000 | 1.0000 |" in md and "alpha_0.2" in md
 
 
-def test_a_runs_construction_reports_each_session_with_its_calls_and_fallbacks(tmp_path, minilm):
+def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_run(tmp_path, minilm):
     """What eval and frontier show while MemoryCPT builds: a ``construct`` event after each
-    session with the model calls so far and the failures or fallbacks so far (here session 1's
-    segmenter gets two unreadable replies and falls back); a rebuild reports the sessions as done
-    with no call."""
+    session with this run's model calls and failures so far. Session 1's segmenter gets two
+    unreadable replies and falls back; the run is then interrupted in session 2. The run that
+    resumes builds session 2 only, yet its construction entry (what the run's fallback shares
+    read) still counts session 1's fallback and calls, from the bank's record of each session."""
     from memfrontier.api import AsyncMemory
     from memfrontier.core.types import Conversation
-    from memfrontier.eval.runner import construct
+    from memfrontier.eval.fallbacks import fallback_report
+    from memfrontier.eval.runner import build_counts, construct
 
     replies = ["{not json", "[1, 2]"]
+    stop = {"armed": True}
 
     def script(messages):
+        if stop["armed"] and "2023-05-20" in messages[-1]["content"]:
+            raise KeyboardInterrupt
         if role_of(messages) == "segmenter" and replies:
             return replies.pop(0)
         return good_script(messages)
 
     client = ScriptedClient(script)
     conv = Conversation(id="u1", records=records_two_sessions(), questions=[])
-    for rebuild in (False, True):
+
+    def run():
         mem = AsyncMemory.open(tmp_path / "mem", llm=client, allow_unpriced=True, embedder=minilm)
         events = []
         try:
             entry = asyncio.run(construct(mem, MemoryCPT(), conv, lambda ev, **info: events.append((ev, info))))
         finally:
             mem.close()
-        steps = [(i["done"], i["total"], i["unit"], i["calls"], i["failed"]) for ev, i in events if ev == "construct"]
-        if rebuild:
-            assert steps == [(1, 2, "sessions", 0, 0), (2, 2, "sessions", 0, 0)] and entry["calls_by_role"] == {}
-            continue
-        # session 1: segmenter twice (refused, fell back), episode, extractor; session 2 adds the
-        # merger and the predictor (there is something to merge into and to predict from)
-        assert [role_of(m) for m, _ in client.seen] == ["segmenter", "segmenter", "episode", "extract",
-                                                        "segmenter", "episode", "merger", "predict", "extract"]
-        assert steps == [(1, 2, "sessions", 4, 1), (2, 2, "sessions", 9, 1)] and entry["calls"] == 9
-        # the one fallback, counted as the run's fallback report counts it
-        assert entry["events"]["memorycpt.fallback.segmenter"] == 1
+        return entry, [(i["done"], i["total"], i["unit"], i["calls"], i["failed"]) for ev, i in events if ev == "construct"]
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    # session 1: segmenter twice (refused, fell back), episode, extractor; then session 2's first call
+    assert [role_of(m) for m, _ in client.seen] == ["segmenter", "segmenter", "episode", "extract", "segmenter"]
+    stop["armed"] = False
+    entry, steps = run()
+    # session 2 adds the merger and the predictor (there is something to merge into and predict from)
+    assert [role_of(m) for m, _ in client.seen[5:]] == ["segmenter", "episode", "merger", "predict", "extract"]
+    assert steps == [(1, 2, "sessions", 0, 0), (2, 2, "sessions", 5, 0)]  # this run: session 2's calls, no failure
+    assert entry["calls_by_role"] == {"segmenter": 3, "episode_generator": 2, "semantic_extractor": 2,
+                                      "episode_merger": 1, "semantic_predictor": 1}
+    assert entry["events"]["memorycpt.fallback.segmenter"] == 1 and entry["sessions_without_events"] == 0
+    seg = fallback_report([], construction=[entry])["by_role"]["segmenter"]
+    assert (seg["calls"], seg["fallbacks"]) == (3, 1)
+    assert build_counts(entry) == {"calls": 9, "failed": 1, "built_calls": 5}
+    entry, steps = run()  # built: no call, the same record
+    assert steps == [(1, 2, "sessions", 0, 0), (2, 2, "sessions", 0, 0)]
+    assert build_counts(entry) == {"calls": 9, "failed": 1, "built_calls": 0} and len(client.seen) == 10
 
 
 def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, minilm):

@@ -404,7 +404,8 @@ class IngestRow:
     with the model calls made and how many failed or fell back, so an hours-long build shows both
     that it moves and whether it degrades. The row goes once the conversation is done (``ingest``
     event, or :meth:`close`). A conversation whose construction made model calls in this run also
-    leaves a line (printed on a log too), with its calls and failures."""
+    leaves a line (printed on a log too) with the view's calls and failures (over every run that
+    built it, when the view records them)."""
 
     def __init__(self, bar: Progress, prefix: str = ""):
         self.bar, self.prefix, self.task = bar, prefix, None
@@ -435,7 +436,7 @@ class IngestRow:
                       f"({info['calls']} model calls{failed})", info["done"], info["total"])
         elif event == "ingest":
             self.close()
-            if info.get("calls"):
+            if info.get("built_calls"):
                 self.bar.console.print(f"{self.prefix}built {info['conversation']}'s memory view: {info['calls']} model "
                                        f"calls, {info['failed']} failed or fell back", markup=False, highlight=False)
 

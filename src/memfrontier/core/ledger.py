@@ -269,3 +269,19 @@ def count_event(event: str, n: int = 1) -> None:
     ledger = _current.get()
     if ledger is not None:
         ledger.count(event, n)
+
+
+def sum_usage_records(records) -> dict:
+    """Key-wise sum of stored usage records (dicts such as :meth:`StageUsage.model_dump` plus
+    counters): numbers are added (booleans skipped), dict values (``calls_by_role``, ``events``)
+    are added key by key, anything else is dropped. Returns a new dict; ``{}`` for no records."""
+    total: dict = {}
+    for rec in records:
+        for key, v in rec.items():
+            if isinstance(v, dict):
+                acc = total.setdefault(key, {})
+                for k, n in v.items():
+                    acc[k] = acc.get(k, 0) + n
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                total[key] = total.get(key, 0) + v
+    return total

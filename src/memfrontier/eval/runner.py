@@ -242,20 +242,28 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
 
     await mem.build(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
+    ran = _calls_and_failures(ledger)
     stored = getattr(strategy, "construction_usage", None)
     if stored is not None:  # the view records its own cost, so a reused store still reports it
-        usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"]}
+        view = stored(mem.env, scope)
+        usage = {**usage, **view, "built_this_run_usd": usage["usd"], "built_this_run_calls": usage["calls"]}
+        for key in ("calls_by_role", "events"):  # a view that records its calls and failures: over every run
+            if isinstance(view.get(key), dict):
+                ran[key] = {**ran[key], **view[key]}
     return {"records": len(conv.records), "records_added": len(added.added),
-            "chunks_embedded": added.chunks_embedded, **usage, **_calls_and_failures(ledger)}
+            "chunks_embedded": added.chunks_embedded, **usage, **ran}
 
 
 def build_counts(entry: dict) -> dict[str, int]:
-    """``{"calls", "failed"}`` of a construction entry (:func:`construct`'s): the model calls made
-    in this run and how many of them failed or had their output fall back, as
-    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them."""
+    """``{"calls", "failed", "built_calls"}`` of a construction entry (:func:`construct`'s): its
+    model calls, how many failed or had their output fall back, as
+    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them (both over every run that built
+    the view when the view records them, as MemoryCPT's bank does; else this run's), and the calls
+    made in this run."""
     shares = fallback_report([], construction=[entry])["by_role"].values()
-    return {"calls": sum((entry.get("calls_by_role") or {}).values()),
-            "failed": sum(v["errors"] + v["fallbacks"] for v in shares)}
+    calls = sum((entry.get("calls_by_role") or {}).values())
+    return {"calls": calls, "failed": sum(v["errors"] + v["fallbacks"] for v in shares),
+            "built_calls": int(entry.get("built_this_run_calls", calls))}
 
 
 def _calls_and_failures(ledger: Ledger) -> dict:

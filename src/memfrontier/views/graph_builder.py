@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.jsonio import write_json_atomic
-from ..core.ledger import current_ledger
+from ..core.ledger import current_ledger, sum_usage_records
 from ..core.timeutil import instant_key
 from ..core.types import Record
 from ..graph.backend import GraphBackend, GraphData
@@ -229,19 +229,13 @@ class GraphIndexer:
         the windows whose notes are cached without their cost (built before costs were recorded;
         their cost is missing from the sums). Steps make no call and cost nothing."""
         cache = _read_cache(Path(state_dir) if state_dir is not None else None)
-        total: dict[str, float] = {"windows_without_usage": 0}
+        usages = []
         for w in make_windows(records, self.window_turns):
-            if w.is_step:
-                continue
-            entry = cache.get(w.key(self.llm.model_id))
-            usage = entry.get("usage") if isinstance(entry, dict) else None
-            if usage is None:
-                total["windows_without_usage"] += 1
-                continue
-            for k, v in usage.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    total[k] = total.get(k, 0) + v
-        return total
+            if not w.is_step:
+                entry = cache.get(w.key(self.llm.model_id))
+                usages.append(entry.get("usage") if isinstance(entry, dict) else None)
+        return {"windows_without_usage": usages.count(None),
+                **sum_usage_records(u for u in usages if isinstance(u, dict))}
 
 
 def _read_cache(state: Path | None) -> dict:

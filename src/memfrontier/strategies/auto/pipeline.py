@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from ...core.ledger import sum_usage_records
 from ...core.types import Budget, Context, Preference, Scope
 from ..base import BuildProgress, MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
 from ..mempilot.pipeline import as_preference
@@ -97,12 +98,7 @@ class Auto:
             usage = getattr(m, "construction_usage", None)
             if usage is not None and (u := usage(env, scope)) not in seen:
                 seen.append(u)
-        total: dict[str, float] = {}
-        for u in seen:
-            for key, v in u.items():
-                if isinstance(v, (int, float)):
-                    total[key] = total.get(key, 0) + v
-        return total
+        return sum_usage_records(seen)
 
     def _scope(self, env: MemoryEnv, scope: Scope) -> tuple[ScopeStats, dict[str, bool]]:
         """The scope's size and which configurations' views are built, cached per store generation

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ...core.ledger import BudgetExceededError, count_event
+from ...core.ledger import BudgetExceededError, count_event, sum_usage_records
 from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.metered import MeteredLLM
@@ -165,13 +165,13 @@ class MemoryCPT:
 
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
         """What building ``scope``'s memories cost over every run that built part of it (calls,
-        tokens, USD, proxy seconds; summed over sessions, which are built one after another)."""
-        total: dict[str, float] = {}
-        for usage in self.bank(env).done_usage(scope):
-            for key, v in usage.items():
-                if isinstance(v, (int, float)):
-                    total[key] = total.get(key, 0) + v
-        return total
+        tokens, USD, proxy seconds; summed over sessions, which are built one after another), with
+        ``calls_by_role`` and the ``memorycpt.*`` ``events`` (rejections, fallbacks) summed over the
+        sessions that recorded them, and ``sessions_without_events``: sessions built before
+        sessions recorded their events (their failures are unknown here; the bank's traces keep them)."""
+        done = self.bank(env).done_usage(scope)
+        return {"calls_by_role": {}, "events": {}, **sum_usage_records(done),
+                "sessions_without_events": sum(1 for u in done if not isinstance(u.get("events"), dict))}
 
     def candidates(self, query: str, scope: Scope, env: MemoryEnv) -> tuple[list[BankHit], list[BankHit]]:
         """M_q^RRF (Eq. 10, 17): top episodic and semantic items, or plain dense top-k for ``no_qar``."""
