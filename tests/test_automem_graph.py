@@ -398,7 +398,7 @@ def test_indexer_builds_caches_and_skips(tmp_path):
         rep = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, U.key(), state_dir(tmp_path, U),
                                                                   progress=lambda *a: steps.append(a)))
     assert (rep.windows, rep.calls, rep.cached_windows, rep.skipped) == (3, 2, 0, False)
-    assert steps == [(1, 3, "windows"), (2, 3, "windows"), (3, 3, "windows")]  # the step window included
+    assert steps == [(0, 3, "windows"), (1, 3, "windows"), (2, 3, "windows"), (3, 3, "windows")]  # the step's window too
     # window 1: one model note; window 2: garbage -> one fallback note per record; the step: one note
     assert rep.counts["Memory"] == 1 + 2 + 1 and rep.counts["FOLLOWS"] == 3
     assert ledger.events["parse_error.indexer"] == 1 and ledger.events["indexer.fallback"] == 1

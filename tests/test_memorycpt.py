@@ -548,7 +548,8 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
     entry, steps = run()
     # session 2 adds the merger and the predictor (there is something to merge into and predict from)
     assert [role_of(m) for m, _ in client.seen[5:]] == ["segmenter", "episode", "merger", "predict", "extract"]
-    assert steps == [(1, 2, "sessions", 0, 0), (2, 2, "sessions", 5, 0)]  # this run: session 2's calls, no failure
+    # before the first session, then after each: this run's calls (session 2's), no failure in this run
+    assert steps == [(0, 2, "sessions", 0, 0), (1, 2, "sessions", 0, 0), (2, 2, "sessions", 5, 0)]
     assert entry["calls_by_role"] == {"segmenter": 3, "episode_generator": 2, "semantic_extractor": 2,
                                       "episode_merger": 1, "semantic_predictor": 1}
     assert entry["events"]["memorycpt.fallback.segmenter"] == 1 and entry["sessions_without_events"] == 0
@@ -556,7 +557,7 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
     assert (seg["calls"], seg["fallbacks"]) == (3, 1)
     assert build_counts(entry) == {"calls": 9, "failed": 1, "built_calls": 5}
     entry, steps = run()  # built: no call, the same record
-    assert steps == [(1, 2, "sessions", 0, 0), (2, 2, "sessions", 0, 0)]
+    assert steps == [(0, 2, "sessions", 0, 0), (1, 2, "sessions", 0, 0), (2, 2, "sessions", 0, 0)]
     assert build_counts(entry) == {"calls": 9, "failed": 1, "built_calls": 0} and len(client.seen) == 10
 
 

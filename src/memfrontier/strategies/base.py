@@ -22,9 +22,10 @@ from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
 
 
-#: ``progress(done, total, unit)``: an offline construction's progress, called after each step
-#: (``done`` of ``total`` steps of ``unit``, e.g. ``"sessions"``, ``"windows"``; steps already built
-#: count as done). Strategies whose construction has no steps never call it.
+#: ``progress(done, total, unit)``: an offline construction's progress, called once before the
+#: first step (``done`` 0) and after each step (``done`` of ``total`` steps of ``unit``, e.g.
+#: ``"sessions"``, ``"windows"``; steps already built count as done). Strategies whose
+#: construction has no steps never call it.
 BuildProgress = Callable[[int, int, str], None]
 
 

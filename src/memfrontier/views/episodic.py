@@ -308,16 +308,21 @@ class EpisodicBuilder:
         return f"session:{session_id}:{_digest(*[r.id for r in records])}"
 
     async def build(self, scope: Scope, records: list[Record],
-                    on_session: Callable[[str, int, int], Awaitable[None] | None] | None = None) -> BuildReport:
+                    on_session: Callable[[str | None, int, int], Awaitable[None] | None] | None = None) -> BuildReport:
         """Build memories for ``records`` (one scope, chronological). Returns what was done.
 
-        ``on_session(session_id, done, total)`` is called after each session (for progress bars).
+        ``on_session(session_id, done, total)`` is called once before the first session
+        (``session_id`` None, ``done`` 0) and after each session (for progress bars).
         """
         self._report = BuildReport()
         sessions: dict[str, list[Record]] = {}
         for r in records:
             sessions.setdefault(r.session_id, []).append(r)
         total = len(sessions)
+        if on_session is not None:
+            res = on_session(None, 0, total)
+            if asyncio.iscoroutine(res):
+                await res
         for n, (sid, recs) in enumerate(sessions.items(), 1):
             unit = self.session_unit(sid, recs)
             if self.bank.is_done(scope, unit):

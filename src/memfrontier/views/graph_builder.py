@@ -164,7 +164,8 @@ class GraphIndexer:
         """Build (or confirm up to date) the graph of ``records`` in ``backend``.
 
         ``state_dir`` holds the notes cache and build meta (None: no cache, always rebuilt).
-        ``progress(done, total, "windows")`` is called after each window (cached ones included).
+        ``progress(done, total, "windows")`` is called before the first window (``done`` 0) and
+        after each window (cached ones included).
         Raises GraphError when the backend cannot be written; model failures (LLMError) propagate.
         """
         meta = self._meta(records, ns)
@@ -210,6 +211,8 @@ class GraphIndexer:
                 state.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(state / NOTES_FILE, cache)
 
+        if progress is not None:
+            progress(0, len(windows), "windows")
         await asyncio.gather(*(one(i) for i in range(len(windows))))
         notes = [n for group in results for n in (group or [])]
         data = graph_from_notes(notes, ns, embed=self.embed)
