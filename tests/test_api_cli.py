@@ -172,8 +172,27 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
         row.on_event("construct", {"conversation": "conv-49", "done": done, "total": 19, "unit": "sessions",
                                    "calls": calls, "failed": failed})
     assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
-        ("memorycpt: building conv-49: sessions (13 model calls, 2 failed or fell back)", 2, 19)]
+        ("memorycpt: building conv-49: sessions (13 model calls this run, 2 failed or fell back)", 2, 19)]
     row.on_event("ingest", {"conversation": "conv-49", "added": 663, "calls": 13, "failed": 2, "built_calls": 7})
     assert bar.tasks == []
     row.on_event("ingest", {"conversation": "conv-50", "added": 0, "calls": 9, "failed": 0, "built_calls": 0})  # no line
-    assert log.getvalue() == "memorycpt: built conv-49's memory view: 13 model calls, 2 failed or fell back\n"
+    assert log.getvalue() == ("memorycpt: built conv-49's memory view: 7 model calls this run; 13 in all, 2 failed "
+                              "or fell back\n")
+
+
+def test_a_strategy_whose_build_takes_no_progress_still_builds(tmp_path):
+    """Strategies written before ``progress`` existed (``build(env, scope)``) are built as before
+    when no progress is asked for."""
+    import asyncio
+
+    calls = []
+
+    class Old:
+        name, prompt_version, recipes = "old", "v1", ()
+
+        async def build(self, env, scope):
+            calls.append(scope.user_id)
+
+    with Memory.open(tmp_path / "s") as m:
+        ledger = asyncio.run(m.aio.build(Old(), Scope(user_id="ana")))
+    assert calls == ["ana"] and ledger.calls == []

@@ -169,6 +169,24 @@ def test_a_construction_cost_with_unrecorded_windows_is_flagged(tmp_path):
     assert rep["notes"][0] in render_markdown(rep)
 
 
+def test_memory_sessions_built_without_their_failures_recorded_are_flagged(tmp_path):
+    """A MemoryCPT store built before sessions kept their events: the shares cover the rest only;
+    the frontier notes it and eval's fallback table says it under the table."""
+    from memfrontier.eval.reports.summary import fallback_table
+
+    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
+    _write_run(tmp_path / "cpt", _rows([0.4, 0.6], 2e-4), construction_usd=1e-4)
+    summary = json.loads((tmp_path / "cpt" / "summary.json").read_text())
+    summary["construction"]["conv-2"] = {"usd": 1e-4, "sessions_without_events": 18}
+    (tmp_path / "cpt" / "summary.json").write_text(json.dumps(summary))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+                        {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "cpt"}])
+    assert rep["notes"] == ["memorycpt: 18 sessions of its memory were built before sessions recorded their "
+                            "fallbacks; its fallback shares cover the other sessions only (the bank's traces hold all)"]
+    assert fallback_table(summary).caption.startswith("18 sessions of the memory were built before")
+    assert fallback_table({"construction": {"c": {"usd": 0.0}}}).caption is None
+
+
 def test_the_oracle_anchor_is_shown_but_never_in_the_pareto_set(tmp_path):
     """oracle reads the gold evidence: better and cheaper than rag here, yet rag stays on the front
     (the only deployable configuration) and oracle is marked as the anchor."""

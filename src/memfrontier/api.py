@@ -174,7 +174,8 @@ class AsyncMemory:
         scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
         ledger = ledger if ledger is not None else Ledger()
         with use_ledger(ledger, "construction"):
-            await strategy.build(self.env, scope, progress)
+            # a strategy written before progress existed takes (env, scope): only pass it when asked for
+            await (strategy.build(self.env, scope) if progress is None else strategy.build(self.env, scope, progress))
         return ledger
 
     async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,

@@ -433,12 +433,13 @@ class IngestRow:
         elif event == "construct":
             failed = f", {info['failed']} failed or fell back" if info["failed"] else ""
             self._set(f"{self.prefix}building {info['conversation']}: {info['unit']} "
-                      f"({info['calls']} model calls{failed})", info["done"], info["total"])
+                      f"({info['calls']} model calls this run{failed})", info["done"], info["total"])
         elif event == "ingest":
             self.close()
             if info.get("built_calls"):
-                self.bar.console.print(f"{self.prefix}built {info['conversation']}'s memory view: {info['calls']} model "
-                                       f"calls, {info['failed']} failed or fell back", markup=False, highlight=False)
+                self.bar.console.print(f"{self.prefix}built {info['conversation']}'s memory view: {info['built_calls']} "
+                                       f"model calls this run; {info['calls']} in all, {info['failed']} failed or "
+                                       "fell back", markup=False, highlight=False)
 
 
 @app.command("config")
@@ -1313,10 +1314,12 @@ def ask(
                     f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
                     f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
             task = bar.add_task(f"building the {strategy} view", total=None)
-            built = (await mem.build(strat, scope, progress=lambda done, total, unit: bar.update(
-                task, description=f"building the {strategy} view: {unit}", completed=done, total=total))
-                     ).usage().construction
-            bar.remove_task(task)
+            try:
+                built = (await mem.build(strat, scope, progress=lambda done, total, unit: bar.update(
+                    task, description=f"building the {strategy} view: {unit}", completed=done, total=total))
+                         ).usage().construction
+            finally:
+                bar.remove_task(task)
         ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
                             strategy=strat, preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
         return ans, built

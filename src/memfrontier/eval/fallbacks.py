@@ -3,7 +3,8 @@ configuration that was asked for.
 
 Read from the ledgers as the runner stores them: each question's row (``usage.by_role``,
 ``usage.events``, ``call_errors``) and, when given, each conversation's offline construction
-built in this run (``calls_by_role``, ``events``, ``call_errors``):
+(``calls_by_role``, ``events``, ``call_errors``: this run's, plus earlier runs' when the view
+records them, as MemoryCPT's bank does):
 
 * an **error** of role R is a model call of R that failed for good (event ``llm_error.R``,
   counted by :class:`~memfrontier.llm.metered.MeteredLLM` or by a strategy for a call it makes

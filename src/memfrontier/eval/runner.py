@@ -13,7 +13,7 @@ import json
 import math
 import os
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -240,25 +240,27 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
             progress("construct", conversation=conv.id, done=done, total=total, unit=unit,
                      **build_counts(_calls_and_failures(ledger)))
 
+    stored = getattr(strategy, "construction_usage", None)
+    # what earlier runs recorded of the view's calls and failures (MemoryCPT's bank keeps them per session)
+    before = stored(mem.env, scope) if stored is not None else {}
     await mem.build(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
     ran = _calls_and_failures(ledger)
-    stored = getattr(strategy, "construction_usage", None)
     if stored is not None:  # the view records its own cost, so a reused store still reports it
-        view = stored(mem.env, scope)
-        usage = {**usage, **view, "built_this_run_usd": usage["usd"], "built_this_run_calls": usage["calls"]}
-        for key in ("calls_by_role", "events"):  # a view that records its calls and failures: over every run
-            if isinstance(view.get(key), dict):
-                ran[key] = {**ran[key], **view[key]}
+        usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"],
+                 "built_this_run_calls": usage["calls"]}
+        for key in ("calls_by_role", "events"):  # over every run that built the view: earlier runs' + this one's
+            if isinstance(before.get(key), dict):
+                ran[key] = dict(Counter(ran[key]) + Counter(before[key]))
     return {"records": len(conv.records), "records_added": len(added.added),
             "chunks_embedded": added.chunks_embedded, **usage, **ran}
 
 
 def build_counts(entry: dict) -> dict[str, int]:
     """``{"calls", "failed", "built_calls"}`` of a construction entry (:func:`construct`'s): its
-    model calls, how many failed or had their output fall back, as
-    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them (both over every run that built
-    the view when the view records them, as MemoryCPT's bank does; else this run's), and the calls
+    model calls and how many of them failed or had their output fall back, as
+    :func:`~memfrontier.eval.fallbacks.fallback_report` counts them (over every run that built the
+    view when the view records them, as MemoryCPT's bank does; else this run's), and the calls
     made in this run."""
     shares = fallback_report([], construction=[entry])["by_role"].values()
     calls = sum((entry.get("calls_by_role") or {}).values())

@@ -344,10 +344,9 @@ class EpisodicBuilder:
         self._session_events = Counter()
         with ledger.span(f"memorycpt.session.{unit}") if ledger is not None else nullcontext() as span:
             await self._build_session_calls(scope, recs)
-        usage = {**span.usage().model_dump(), "calls_by_role": dict(Counter(c.role for c in span.calls))} \
-            if span is not None else {}
-        self.bank.apply(done=[(scope, unit, {**usage, "events": dict(self._session_events)})],
-                        traces=self._take_traces())
+        usage = {**span.usage().model_dump(), "calls_by_role": dict(Counter(c.role for c in span.calls)),
+                 "events": dict(self._session_events)} if span is not None else {}  # no ledger: nothing metered
+        self.bank.apply(done=[(scope, unit, usage)], traces=self._take_traces())
 
     async def _build_session_calls(self, scope: Scope, recs: list[Record]) -> None:
         windows = [recs[i:i + P.MAX_SEGMENT_TURNS] for i in range(0, len(recs), P.MAX_SEGMENT_TURNS)]

@@ -80,10 +80,15 @@ class Auto:
 
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """Build every configuration's view of ``scope`` (each idempotent; shared views once), one
-        after another; ``progress`` gets each one's steps, its unit prefixed with its name."""
+        after another; ``progress`` gets each one's steps, its unit prefixed with the configuration's label."""
+        labels: dict[int, str] = {}
+        for label, m in self.members.items():
+            labels.setdefault(id(m), label)
         for m in self._distinct():
-            await m.build(env, scope, None if progress is None else
-                          (lambda done, total, unit, name=m.name: progress(done, total, f"{name} {unit}")))
+            if progress is None:
+                await m.build(env, scope)
+            else:
+                await m.build(env, scope, lambda done, total, unit, label=labels[id(m)]: progress(done, total, f"{label} {unit}"))
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         """Whether every configuration's view of ``scope`` is built."""
