@@ -156,14 +156,20 @@ def test_the_terminal_table_keeps_whole_names_and_only_finished_rows(tmp_path):
                          "1.0000", "0.500"]
 
 
-def test_a_construction_cost_with_unrecorded_windows_is_flagged(tmp_path):
+def _report_with_construction(tmp_path, label: str, entry: dict) -> tuple[dict, dict]:
+    """(report, summary) of rag and ``label`` whose second conversation's construction is ``entry``."""
     _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
-    _write_run(tmp_path / "am", _rows([0.4, 0.6], 2e-4), construction_usd=1e-4)
-    summary = json.loads((tmp_path / "am" / "summary.json").read_text())
-    summary["construction"]["conv-2"] = {"usd": 1e-4, "windows_without_usage": 30}
-    (tmp_path / "am" / "summary.json").write_text(json.dumps(summary))
+    _write_run(tmp_path / label, _rows([0.4, 0.6], 2e-4), construction_usd=1e-4)
+    summary = json.loads((tmp_path / label / "summary.json").read_text())
+    summary["construction"]["conv-2"] = entry
+    (tmp_path / label / "summary.json").write_text(json.dumps(summary))
     rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-                        {"label": "automem", "strategy": "automem", "dir": tmp_path / "am"}])
+                        {"label": label, "strategy": label, "dir": tmp_path / label}])
+    return rep, summary
+
+
+def test_a_construction_cost_with_unrecorded_windows_is_flagged(tmp_path):
+    rep, _ = _report_with_construction(tmp_path, "automem", {"usd": 1e-4, "windows_without_usage": 30})
     assert rep["notes"] == ["automem: construction cost incomplete, 30 index windows were built before their cost "
                             "was recorded (its C(n) and QPC understate the cost)"]
     assert rep["notes"][0] in render_markdown(rep)
@@ -174,13 +180,7 @@ def test_memory_sessions_built_without_their_failures_recorded_are_flagged(tmp_p
     the frontier notes it and eval's fallback table says it under the table."""
     from memfrontier.eval.reports.summary import fallback_table
 
-    _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
-    _write_run(tmp_path / "cpt", _rows([0.4, 0.6], 2e-4), construction_usd=1e-4)
-    summary = json.loads((tmp_path / "cpt" / "summary.json").read_text())
-    summary["construction"]["conv-2"] = {"usd": 1e-4, "sessions_without_events": 18}
-    (tmp_path / "cpt" / "summary.json").write_text(json.dumps(summary))
-    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-                        {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "cpt"}])
+    rep, summary = _report_with_construction(tmp_path, "memorycpt", {"usd": 1e-4, "sessions_without_events": 18})
     assert rep["notes"] == ["memorycpt: 18 sessions of its memory were built before sessions recorded their "
                             "fallbacks; its fallback shares cover the other sessions only (the bank's traces hold all)"]
     assert fallback_table(summary).caption.startswith("18 sessions of the memory were built before")
