@@ -421,14 +421,18 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     # each window's cost is stored with its notes: the two runs' construction usage, summed
     stored = GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U))
     built = [ledger.usage().construction, ledger3.usage().construction]
-    assert stored["calls"] == 3 and stored["windows_without_usage"] == 0
+    assert stored["calls"] == 3 and stored["windows_without_usage"] == stored["windows_without_events"] == 0
+    # ... with its calls by role and events: the garbage window's fallback stays counted in later runs
+    assert stored["calls_by_role"] == {"indexer": 3}
+    assert stored["events"] == {"parse_error.indexer": 1, "indexer.fallback": 1}
     assert stored["input_tokens"] == sum(u.input_tokens for u in built) > 0
     assert stored["output_tokens"] == sum(u.output_tokens for u in built)
     # a cache written before costs were recorded (bare lists of notes): its windows are counted as
     # unknown, never guessed, and their notes are still served
     path = state_dir(tmp_path, U) / "notes.json"
     path.write_text(json.dumps({k: v["notes"] for k, v in json.loads(path.read_text()).items()}))
-    assert GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U)) == {"windows_without_usage": 3}
+    assert GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U)) == {
+        "windows_without_usage": 3, "windows_without_events": 3}
     (state_dir(tmp_path, U) / "meta.json").unlink()
     rep4 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
     assert (rep4.calls, rep4.cached_windows) == (0, 4) and client.n_calls == 3

@@ -181,9 +181,10 @@ def test_memory_sessions_built_without_their_failures_recorded_are_flagged(tmp_p
     from memfrontier.eval.reports.summary import fallback_table
 
     rep, summary = _report_with_construction(tmp_path, "memorycpt", {"usd": 1e-4, "sessions_without_events": 18})
-    assert rep["notes"] == ["memorycpt: 18 sessions of its memory were built before sessions recorded their "
-                            "fallbacks; its fallback shares cover the other sessions only (the bank's traces hold all)"]
-    assert fallback_table(summary).caption.startswith("18 sessions of the memory were built before")
+    assert rep["notes"] == ["memorycpt: 18 sessions of its memory were built before their fallbacks were recorded; "
+                            "its fallback shares cover the others only"]
+    assert fallback_table(summary).caption == ("18 memory sessions were built before their fallbacks were recorded: "
+                                               "not counted here")
     assert fallback_table({"construction": {"c": {"usd": 0.0}}}).caption is None
 
 

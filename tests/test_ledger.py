@@ -7,7 +7,7 @@ import pytest
 from fakes import ScriptedClient
 
 from memfrontier.core.cost import amortized_cost_usd, qpc, trajectory_proxy_s
-from memfrontier.core.ledger import Ledger, use_ledger
+from memfrontier.core.ledger import Ledger, sum_usage_records, use_ledger
 from memfrontier.core.pricebook import ModelPrice, PriceBook, UnpricedModelError
 from memfrontier.llm.base import Completion, LLMError
 from memfrontier.llm.metered import MeteredLLM
@@ -143,10 +143,28 @@ def test_price_as_reads_a_local_run_in_hosted_dollars():
 
 
 def test_sum_usage_records_adds_numbers_and_counters_and_drops_the_rest():
-    from memfrontier.core.ledger import sum_usage_records
-
     recs = [{"calls": 2, "usd": 0.5, "priced_as": ["m"], "flag": True, "events": {"a.fallback.x": 1}},
             {"calls": 3, "usd": 0.25, "events": {"a.fallback.x": 2, "b": 1}, "calls_by_role": {"x": 3}}]
     assert sum_usage_records(recs) == {"calls": 5, "usd": 0.75, "events": {"a.fallback.x": 3, "b": 1},
                                        "calls_by_role": {"x": 3}}
     assert sum_usage_records([]) == {}
+
+
+def test_a_span_counts_the_events_of_its_block_including_worker_threads():
+    from memfrontier.core.ledger import count_event
+
+    ledger = Ledger()
+
+    async def main():
+        count_event("before")
+        with ledger.span("unit") as span:
+            count_event("memorycpt.fallback.segmenter")
+            await asyncio.to_thread(count_event, "llm_error.segmenter")  # a model's worker thread
+        count_event("after")
+        return span
+
+    with use_ledger(ledger, "construction"):
+        span = asyncio.run(main())
+    assert span.events == {"memorycpt.fallback.segmenter": 1, "llm_error.segmenter": 1}
+    assert ledger.events == {"before": 1, "memorycpt.fallback.segmenter": 1, "llm_error.segmenter": 1, "after": 1}
+    assert span.record_json()["events"] == dict(span.events) and span.record_json()["calls_by_role"] == {}

@@ -118,17 +118,26 @@ def _spent(calls: list[Call]) -> tuple[float, int, float]:
 
 
 class LedgerSpan:
-    """A read-only view of the calls a ledger recorded inside one ``with ledger.span(name):``
-    block (in the task that opened it and the tasks started inside it; concurrent siblings
-    outside the block are not included). Totals as :func:`stage_totals`."""
+    """A read-only view of the calls a ledger recorded, and the events it counted, inside one
+    ``with ledger.span(name):`` block (in the task that opened it and the tasks and threads started
+    inside it; concurrent siblings outside the block are not included). Totals as
+    :func:`stage_totals`."""
 
     def __init__(self, ledger: "Ledger", name: str):
         self.ledger = ledger
         self.name = name
         self.calls: list[Call] = []
+        self.events: Counter[str] = Counter()
 
     def usage(self) -> StageUsage:
         return stage_totals(self.calls)
+
+    def record_json(self) -> dict:
+        """What a view stores with a unit it built (a MemoryCPT session, an AutoMEM window), so a
+        build resumed over several runs still reports every unit: :meth:`usage`'s fields plus
+        ``calls_by_role`` and ``events`` (JSON-ready; summed over units with :func:`sum_usage_records`)."""
+        return {**self.usage().model_dump(), "calls_by_role": dict(Counter(c.role for c in self.calls)),
+                "events": dict(self.events)}
 
     def usd(self) -> float:
         """USD of the span's calls (unpriced calls count 0 and are flagged in :meth:`usage`)."""
@@ -185,8 +194,12 @@ class Ledger:
                                 wall_s=max(float(wall_s), 1e-9)))
 
     def count(self, event: str, n: int = 1) -> None:
-        """Count a visible event (e.g. ``parse_error.answerer``, ``fallback.truncated_context``)."""
+        """Count a visible event (e.g. ``parse_error.answerer``, ``fallback.truncated_context``), in
+        this ledger and in each of its open spans."""
         self.events[event] += n
+        for view in _spans.get():
+            if view.ledger is self:
+                view.events[event] += n
 
     # --- hard budgets ----------------------------------------------------------------------
     def would_exceed(self, budget: Budget, *, usd: float | None = 0.0, tokens: int = 0, proxy_s: float = 0.0,

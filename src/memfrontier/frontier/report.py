@@ -179,10 +179,12 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
         if unknown:
             notes.append(f"{label}: construction cost incomplete, {unknown} index windows were built before their "
                          "cost was recorded (its C(n) and QPC understate the cost)")
-        blind = sum(int(c.get("sessions_without_events") or 0) for c in summary.get("construction", {}).values())
-        if blind:
-            notes.append(f"{label}: {blind} sessions of its memory were built before sessions recorded their "
-                         "fallbacks; its fallback shares cover the other sessions only (the bank's traces hold all)")
+        for key, units in (("sessions_without_events", "sessions of its memory"),
+                           ("windows_without_events", "index windows")):
+            blind = sum(int(c.get(key) or 0) for c in summary.get("construction", {}).values())
+            if blind:
+                notes.append(f"{label}: {blind} {units} were built before their fallbacks were recorded; its "
+                             "fallback shares cover the others only")
     answerers = {x["provenance"].get("answer_model") for x in ok}
     if len(answerers) > 1:
         notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -64,6 +63,10 @@ from .episodic_ops import (
 )
 
 EPISODE, FACT = "episode", "fact"
+
+
+def _event(name: str, n: int = 1) -> None:
+    count_event(f"memorycpt.{name}", n)
 
 
 def _digest(*parts: str) -> str:
@@ -134,12 +137,6 @@ class EpisodicBuilder:
         self._traces: list[tuple[Scope, Trace]] = []
         self._llm_errors: list[str] = []
         self._report = BuildReport()
-        self._session_events: Counter[str] = Counter()
-
-    def _event(self, name: str, n: int = 1) -> None:
-        """Count ``memorycpt.<name>`` in the current ledger and in the session's own record."""
-        count_event(f"memorycpt.{name}", n)
-        self._session_events[f"memorycpt.{name}"] += n
 
     # -- one validated JSON call ------------------------------------------------------------
 
@@ -158,7 +155,7 @@ class EpisodicBuilder:
                     out = await self.llm.complete(sent, role=role, max_tokens=max_tokens, temperature=temp,
                                                   json_schema=schema)
             except LLMError as e:
-                self._event(f"llm_error.{role}")
+                _event(f"llm_error.{role}")
                 self._llm_errors.append(f"{role}: {e}")
                 continue
             self._report.calls[role] = self._report.calls.get(role, 0) + 1
@@ -168,13 +165,13 @@ class EpisodicBuilder:
                 self._trace(scope, role, messages, think, {"text": text}, bool(text))
                 if text:
                     return text
-                self._event(f"op_rejected.{role}")
+                _event(f"op_rejected.{role}")
                 refused = "too_few_words"
                 continue
             res = parse_or_count(out.text, f"parse_error.{role}", expect="object")
             if not res.ok or res.truncated:
                 self._trace(scope, role, messages, think, None, False)
-                self._event(f"op_rejected.{role}")
+                _event(f"op_rejected.{role}")
                 refused = "unparsable"
                 continue
             obj = dict(res.value)
@@ -184,14 +181,14 @@ class EpisodicBuilder:
                 value = validate(obj)
             except OperationError as e:
                 self._trace(scope, role, messages, rationale, obj, False)
-                self._event(f"op_rejected.{role}")
+                _event(f"op_rejected.{role}")
                 if e.reason is not None:
-                    self._event(f"content_rejected.{role}.{e.reason}")
+                    _event(f"content_rejected.{role}.{e.reason}")
                 refused = e.reason or str(e)
                 continue
             self._trace(scope, role, messages, rationale, obj, True)
             return value
-        self._event(f"fallback.{role}")
+        _event(f"fallback.{role}")
         return None
 
     def _trace(self, scope: Scope, role: str, messages: list[dict], rationale: str, output, accepted: bool) -> None:
@@ -221,7 +218,7 @@ class EpisodicBuilder:
                                 schema=P.SEGMENTER_SCHEMA, max_tokens=60 + 12 * len(window), temperature=0.2,
                                 validate=validate)
         if rejected:
-            self._event("op_rejected.segmenter", len(rejected))
+            _event("op_rejected.segmenter", len(rejected))
         if segs is None:
             return [Segment(list(range(1, len(window) + 1)), "", from_model=False)]
         return segs
@@ -240,7 +237,7 @@ class EpisodicBuilder:
         else:
             draft, fixed = got
             if fixed:
-                self._event("timestamp_fixed")
+                _event("timestamp_fixed")
         draft.content = resolve_relative_dates(draft.content, first_ts)
         return _Episode(draft, [r.id for r in recs], lines, seg.topic, [r.text for r in recs], speakers)
 
@@ -292,10 +289,10 @@ class EpisodicBuilder:
         if ops is None:
             return []
         if ops.rejected:
-            self._event("op_rejected.semantic_extractor", len(ops.rejected))
+            _event("op_rejected.semantic_extractor", len(ops.rejected))
             for reason in ops.rejected:
                 if reason in CONTENT_REASONS:
-                    self._event(f"content_rejected.semantic_extractor.{reason}")
+                    _event(f"content_rejected.semantic_extractor.{reason}")
         return [BankItem(id="fact-" + _digest(scope.key(), normalise_fact(f)), kind=FACT, scope=scope, text=f,
                          timestamp=item.timestamp, source_ids=list(ep.source_ids), meta={"episode_id": item.id})
                 for f in ops.facts]
@@ -337,15 +334,13 @@ class EpisodicBuilder:
         return self._report
 
     async def _build_session(self, scope: Scope, recs: list[Record], unit: str) -> None:
-        """Build one session and mark it done with its record: the span's usage (calls, tokens,
-        USD, seconds), ``calls_by_role`` and the session's ``memorycpt.*`` ``events`` (rejections,
-        fallbacks), so a build resumed over several runs still reports every session's failures."""
+        """Build one session and mark it done with its record (:meth:`LedgerSpan.record_json`: calls,
+        tokens, USD, seconds, calls by role, events such as rejections and fallbacks), so a build
+        resumed over several runs still reports every session's failures."""
         ledger = current_ledger()
-        self._session_events = Counter()
         with ledger.span(f"memorycpt.session.{unit}") if ledger is not None else nullcontext() as span:
             await self._build_session_calls(scope, recs)
-        usage = {**span.usage().model_dump(), "calls_by_role": dict(Counter(c.role for c in span.calls)),
-                 "events": dict(self._session_events)} if span is not None else {}  # no ledger: nothing metered
+        usage = span.record_json() if span is not None else {}  # no ledger: nothing metered
         self.bank.apply(done=[(scope, unit, usage)], traces=self._take_traces())
 
     async def _build_session_calls(self, scope: Scope, recs: list[Record]) -> None:

@@ -206,7 +206,7 @@ class GraphIndexer:
                 report.calls += 1
             results[i] = notes
             cache[key] = {"notes": [n.to_json() for n in notes],
-                          "usage": span.usage().model_dump() if span is not None else None}
+                          "usage": span.record_json() if span is not None else None}
             if state is not None and not w.is_step:
                 state.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(state / NOTES_FILE, cache)
@@ -228,9 +228,11 @@ class GraphIndexer:
     def stored_usage(self, records: list[Record], state_dir: str | Path | None) -> dict:
         """What the indexer calls of ``records``' windows cost, over every run that built them: the
         usage recorded with each window in the notes cache (calls, tokens, USD, proxy and wall
-        seconds; summed, as if the windows ran one after another), plus ``windows_without_usage``,
-        the windows whose notes are cached without their cost (built before costs were recorded;
-        their cost is missing from the sums). Steps make no call and cost nothing."""
+        seconds; summed, as if the windows ran one after another; ``calls_by_role`` and ``events``
+        such as ``indexer.fallback`` added up), plus ``windows_without_usage``, the windows whose
+        notes are cached without their cost (built before costs were recorded; their cost is missing
+        from the sums), and ``windows_without_events``, those cached without their events (built
+        before events were recorded; their fallbacks are missing). Steps make no call and cost nothing."""
         cache = _read_cache(Path(state_dir) if state_dir is not None else None)
         usages = []
         for w in make_windows(records, self.window_turns):
@@ -238,6 +240,7 @@ class GraphIndexer:
                 entry = cache.get(w.key(self.llm.model_id))
                 usages.append(entry.get("usage") if isinstance(entry, dict) else None)
         return {"windows_without_usage": usages.count(None),
+                "windows_without_events": sum(1 for u in usages if not isinstance((u or {}).get("events"), dict)),
                 **sum_usage_records(u for u in usages if isinstance(u, dict))}
 
 

@@ -72,10 +72,12 @@ def fallback_table(summary: dict) -> Table:
         t.add_column(col, justify="left" if col in ("role", "first error") else "right")
     if not bad:
         t.add_row("(none)", "", "", "", "", "", "every model call of the run succeeded and was used")
-    blind = sum(int(c.get("sessions_without_events") or 0) for c in (summary.get("construction") or {}).values())
-    if blind:
-        t.caption = (f"{blind} sessions of the memory were built before sessions recorded their fallbacks: "
-                     "not counted here (the bank's traces hold them)")
+    built = (summary.get("construction") or {}).values()
+    blind = {units: sum(int(c.get(key) or 0) for c in built)
+             for key, units in (("sessions_without_events", "memory sessions"), ("windows_without_events", "index windows"))}
+    if any(blind.values()):
+        t.caption = (" and ".join(f"{n} {units}" for units, n in blind.items() if n)
+                     + " were built before their fallbacks were recorded: not counted here")
     for role, v in bad.items():
         over = role in rep.get("exceeded", ())
         t.add_row(role, str(v["calls"]), str(v["errors"]), f"{v['error_share']:.0%}", str(v["fallbacks"]),

@@ -147,9 +147,10 @@ class AutoMem:
                             progress=progress)
 
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
-        """What building ``scope``'s graph index cost over every run that built part of it (the
-        indexer calls' usage stored with each window's notes, summed; ``windows_without_usage``
-        counts cached windows whose cost was not recorded). {} with ``graph="none"`` or a store
+        """What building ``scope``'s graph index cost over every run that built part of it, with its
+        calls by role and events (:meth:`GraphIndexer.stored_usage`: the usage stored with each
+        window's notes, summed; ``windows_without_usage`` / ``windows_without_events`` count cached
+        windows whose cost / events were not recorded). {} with ``graph="none"`` or a store
         without local view files."""
         folder = state_dir(env.store.view_dir(GRAPH_VIEW), scope) if self.graph != "none" else None
         if folder is None:
