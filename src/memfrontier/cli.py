@@ -60,9 +60,9 @@ OPT_BASE_URL = typer.Option(None, help="Base URL of the OpenAI-compatible server
 OPT_JUDGE_LLM = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP)
 OPT_DATA_ROOT = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data).")
 OPT_SEED = typer.Option(42, help="Seed for the question slice.")
-OPT_CONCURRENCY = typer.Option(1, min=1, help="Questions in flight at once (the embedded model runs one at a time).")
+OPT_CONCURRENCY = typer.Option(1, min=1, metavar="N", help="Questions in flight at once (the embedded model runs one at a time).")
 OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packaged one).")
-OPT_ALLOW_UNPRICED = typer.Option(False, help="Record calls to models missing from the price book as unpriced instead of failing.")
+OPT_ALLOW_UNPRICED = typer.Option(False, "--allow-unpriced", help="Record calls to models missing from the price book as unpriced instead of failing.")
 OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
 OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
 OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all")
@@ -152,7 +152,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
     return [
         Param("dataset", str, OPT_DATASET),
         Param("split", str, OPT_SPLIT),
-        Param("limit", Optional[int], typer.Option(None, min=1, help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all.")),
+        Param("limit", Optional[int], typer.Option(None, min=1, metavar="N", help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all.")),
         Param("llm", str, OPT_LLM),
         Param("base_url", Optional[str], OPT_BASE_URL),
         Param("judge", bool, typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge.")),
@@ -168,7 +168,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("allow_unpriced", bool, OPT_ALLOW_UNPRICED),
         Param("price_as", Optional[str], OPT_PRICE_AS),
         Param("allow_fallbacks", bool, typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role).")),
-        Param("fallback_threshold", float, typer.Option(0.05, min=0.0, max=1.0, help="Largest share of a role's calls that may fail or fall back.")),
+        Param("fallback_threshold", float, typer.Option(0.05, min=0.0, max=1.0, metavar="SHARE", help="Largest share of a role's calls that may fail or fall back (0-1).")),
     ]
 
 
