@@ -181,7 +181,7 @@ def test_memory_sessions_built_without_their_failures_recorded_are_flagged(tmp_p
     from memfrontier.eval.reports.summary import fallback_table
 
     rep, summary = _report_with_construction(tmp_path, "memorycpt", {"usd": 1e-4, "sessions_without_events": 18})
-    assert rep["notes"] == ["memorycpt: 18 sessions of its memory were built before their fallbacks were recorded; "
+    assert rep["notes"] == ["memorycpt: 18 memory sessions were built before their fallbacks were recorded; "
                             "its fallback shares cover the others only"]
     assert fallback_table(summary).caption == ("18 memory sessions were built before their fallbacks were recorded: "
                                                "not counted here")

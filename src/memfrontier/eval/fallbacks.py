@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-__all__ = ["DEFAULT_THRESHOLD", "FallbackError", "fallback_report", "exceeded_message"]
+__all__ = ["DEFAULT_THRESHOLD", "FallbackError", "fallback_report", "exceeded_message", "unrecorded_units"]
 
 #: Share of a role's calls that may fail or fall back before a run is refused (5 %).
 DEFAULT_THRESHOLD = 0.05
@@ -130,3 +130,16 @@ def exceeded_message(report: dict) -> str | None:
             f"{v['fallbacks']} fell back ({v['fallback_share']:.0%}); threshold {report['threshold']:.0%}"
             + (f"; {others} more role(s) above it" if others else "")
             + f". First error: {first}. Pass --allow-fallbacks to keep such a run.")
+
+
+#: Construction-entry counters of units built before units recorded their calls and failures, and
+#: what those units are (MemoryCPT sessions, AutoMEM index windows).
+UNRECORDED_KEYS = (("sessions_without_events", "memory sessions"), ("windows_without_events", "index windows"))
+
+
+def unrecorded_units(construction: Iterable[dict]) -> dict[str, int]:
+    """``{units: n}`` over a summary's construction entries (only the nonzero ones): units built
+    before they recorded their calls and failures, whose fallbacks the shares therefore miss."""
+    built = list(construction)
+    counts = {units: sum(int(c.get(key) or 0) for c in built) for key, units in UNRECORDED_KEYS}
+    return {units: n for units, n in counts.items() if n}

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..core.cost import COST_SCALE
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..eval.datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
+from ..eval.fallbacks import unrecorded_units
 from ..eval.metrics import LOCOMO_EXCLUDED
 from ..eval.sweeps.base import fmt_cell
 from .stats import amortized_qpc, bootstrap_ci, frontier_at, mixture_at, paired_diff_ci, pareto_front
@@ -179,12 +180,9 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
         if unknown:
             notes.append(f"{label}: construction cost incomplete, {unknown} index windows were built before their "
                          "cost was recorded (its C(n) and QPC understate the cost)")
-        for key, units in (("sessions_without_events", "sessions of its memory"),
-                           ("windows_without_events", "index windows")):
-            blind = sum(int(c.get(key) or 0) for c in summary.get("construction", {}).values())
-            if blind:
-                notes.append(f"{label}: {blind} {units} were built before their fallbacks were recorded; its "
-                             "fallback shares cover the others only")
+        for units, blind in unrecorded_units(summary.get("construction", {}).values()).items():
+            notes.append(f"{label}: {blind} {units} were built before their fallbacks were recorded; its "
+                         "fallback shares cover the others only")
     answerers = {x["provenance"].get("answer_model") for x in ok}
     if len(answerers) > 1:
         notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from ...core.cost import COST_SCALE
 from ..datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
+from ..fallbacks import unrecorded_units
 
 
 
@@ -72,11 +73,8 @@ def fallback_table(summary: dict) -> Table:
         t.add_column(col, justify="left" if col in ("role", "first error") else "right")
     if not bad:
         t.add_row("(none)", "", "", "", "", "", "every model call of the run succeeded and was used")
-    built = (summary.get("construction") or {}).values()
-    blind = {units: sum(int(c.get(key) or 0) for c in built)
-             for key, units in (("sessions_without_events", "memory sessions"), ("windows_without_events", "index windows"))}
-    if any(blind.values()):
-        t.caption = (" and ".join(f"{n} {units}" for units, n in blind.items() if n)
+    if blind := unrecorded_units((summary.get("construction") or {}).values()):
+        t.caption = (" and ".join(f"{n} {units}" for units, n in blind.items())
                      + " were built before their fallbacks were recorded: not counted here")
     for role, v in bad.items():
         over = role in rep.get("exceeded", ())
