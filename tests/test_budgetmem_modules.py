@@ -34,6 +34,9 @@ from memfrontier.strategies.budgetmem import (
 )
 from memfrontier.strategies.budgetmem.rules import resolve_temporal, temporal_cues
 
+# most tests read conv-49 from the benchmark data (module fixtures): skipped without it, failed under CI
+pytestmark = pytest.mark.data
+
 QUESTION = "When did Evan go to Jasper with his family?"
 SCOPE = Scope(user_id="conv-49")
 
