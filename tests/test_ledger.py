@@ -6,7 +6,7 @@ import math
 import pytest
 from fakes import ScriptedClient
 
-from memfrontier.core.cost import amortized_cost_usd, qpc, trajectory_proxy_s
+from memfrontier.core.cost import amortization_table, amortized_cost_usd, qpc, trajectory_proxy_s
 from memfrontier.core.ledger import Ledger, sum_usage_records, use_ledger
 from memfrontier.core.pricebook import ModelPrice, PriceBook, UnpricedModelError
 from memfrontier.llm.base import Completion, LLMError
@@ -50,6 +50,17 @@ def test_amortized_cost_eq3_and_qpc_eq6():
     # MemoryCPT Table 2: F1 0.479 at $3.46e-4/question -> QPC 0.138
     assert qpc(0.479, 3.46e-4) == pytest.approx(0.13844, abs=1e-5)
     assert math.isinf(qpc(0.5, 0.0)) and math.isnan(qpc(0.0, 0.0))
+
+
+def test_amortization_table_memorycpt_eq20():
+    # store built for 0.04 USD (0.01 + 0.03), 1e-4 USD online: C(40) = 0.04/40 + 1e-4 = 1.1e-3,
+    # C(314) = 0.04/314 + 1e-4 = 2.27389e-4, C(inf) = 1e-4; keys ascending, "inf" last
+    t = amortization_table(0.04, 1e-4, {314, 40, math.inf, 1})
+    assert list(t) == ["1", "40", "314", "inf"]
+    assert t["1"] == pytest.approx(0.0401) and t["40"] == pytest.approx(1.1e-3)
+    assert t["314"] == pytest.approx(2.273885e-4, rel=1e-6) and t["inf"] == pytest.approx(1e-4)
+    with pytest.raises(ValueError):
+        amortization_table(0.04, 1e-4, {0, 10})
 
 
 def test_price_book_roles_give_memorycpt_c_ref():

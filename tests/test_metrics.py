@@ -214,3 +214,31 @@ def test_summarize_other_dataset():
     assert math.isinf(s["all"]["qpc"])  # free and positive F1: visible, not silently scored
     assert math.isnan(s["comparison"]["qpc"])  # 0 / 0
     assert summarize([])["all"]["n_questions"] == 0
+
+
+def test_summary_spreads_the_whole_stores_construction_over_every_question(tmp_path):
+    # Two conversations built for 0.01 and 0.03 USD; the 3 scored rows (plus one category-5 row) cost
+    # 0.002/0.004/0.003/0.001 USD online: online mean 0.0025 over the 4 rows answered. MemoryCPT Eq. 20
+    # with the paper's store (App. C: n = 314 is the whole split, both conversations' construction):
+    # C(4) = 0.04/4 + 0.0025 = 0.0125; C(314) = 0.04/314 + 0.0025 = 2.627389e-3; overall F1 0.5 ->
+    # QPC at n=4 = 0.5 / 125 = 0.004. (Per-conversation construction would give C(314) = 2.563694e-3.)
+    from types import SimpleNamespace
+
+    from memfrontier.eval.runner import EvalConfig, build_summary
+
+    data = tmp_path / "data.json"
+    data.write_text("[]")
+    rows = [{**r, "usage": {"by_role": {"answerer": {"calls": 1}}, "events": {}}, "call_errors": [],
+             "strategy_meta": {}} for r in _rows()]
+    construction = {"conv-1": {"usd": 0.01, "calls": 10}, "conv-2": {"usd": 0.03, "calls": 30}}
+    llm = SimpleNamespace(model_id="m", prices=SimpleNamespace(version="v"))
+    mem = SimpleNamespace(env=SimpleNamespace(answer_llm=llm, llm=llm), store=SimpleNamespace(embedder=llm))
+    strategy = SimpleNamespace(prompt_version="p", recipes=())
+    s = build_summary(EvalConfig(strategy="rag", dataset="locomo"), rows, construction, data, mem, strategy,
+                      structured_output={})
+    c = s["amortized_usd_per_question"]
+    assert list(c) == ["1", "4", "10", "50", "100", "314", "inf"]
+    assert c["4"] == pytest.approx(0.0125) and c["314"] == pytest.approx(2.627389e-3, rel=1e-6)
+    assert c["1"] == pytest.approx(0.0425) and c["inf"] == pytest.approx(0.0025)
+    assert s["qpc_amortized"] == pytest.approx(0.004)
+    assert s["metrics"]["all (1-4)"]["qpc"] == pytest.approx(0.5 / 30)  # online-only, labelled in the tables

@@ -2,7 +2,7 @@
 
 - call cost: :meth:`memfrontier.core.pricebook.ModelPrice.usd` (MemoryCPT Eq. 4)
 - trajectory latency proxy: :func:`trajectory_proxy_s` (MemPilot Eq. 18-19)
-- amortized cost: :func:`amortized_cost_usd` (MemoryCPT Eq. 3 / Eq. 20)
+- amortized cost: :func:`amortized_cost_usd`, :func:`amortization_table` (MemoryCPT Eq. 3 / Eq. 20)
 - quality per cost: :func:`qpc` (MemoryCPT Eq. 6)
 """
 
@@ -36,6 +36,15 @@ def amortized_cost_usd(construction_usd: float, n_queries: float, online_usd: fl
     if math.isinf(n_queries):
         return online_usd
     return construction_usd / n_queries + online_usd
+
+
+def amortization_table(construction_usd: float, online_usd: float, ns: Iterable[float]) -> dict[str, float]:
+    """``{str(n): C(n)}`` (``"inf"`` for ``math.inf``), USD per query, for each n in ``ns`` in
+    ascending order; MemoryCPT Eq. 20 / Table 10. ``construction_usd`` is the whole store's build
+    (every conversation its questions are asked about), n the questions asked of it in all.
+    Raises ValueError for an n <= 0."""
+    return {("inf" if math.isinf(n) else str(int(n))): amortized_cost_usd(construction_usd, n, online_usd)
+            for n in sorted(set(ns))}
 
 
 def qpc(f1: float, usd_per_question: float) -> float:

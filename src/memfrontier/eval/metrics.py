@@ -304,3 +304,10 @@ def choice_ratios(choices: Iterable[dict]) -> dict[str, dict[str, float]]:
         for name, choice in d.items():
             counts.setdefault(str(name), Counter())[str(choice)] += 1
     return {name: {c: n / sum(cnt.values()) for c, n in cnt.items()} for name, cnt in counts.items()}
+
+
+def overall_metrics(groups: dict) -> dict:
+    """The overall group of :func:`summarize`'s output (``"all (1-4)"`` on LoCoMo, else ``"all"``);
+    ``{}`` when there is none (no rows)."""
+    key = next((k for k in groups if k.startswith("all")), None)
+    return groups.get(key, {}) if key else {}

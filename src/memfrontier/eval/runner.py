@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
-from ..core.cost import amortized_cost_usd
+from ..core.cost import amortization_table, qpc
 from ..core.jsonio import write_json_atomic
 from ..core.ledger import Ledger, use_ledger
 from ..core.pricebook import PriceBook
@@ -39,6 +39,7 @@ from .metrics import (
     evidence_recall,
     exact_match,
     locomo_f1,
+    overall_metrics,
     summarize,
     token_f1,
 )
@@ -441,23 +442,31 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
 def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy,
                   structured_output: dict[str, str] | None = None) -> dict:
-    """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3) and provenance.
-    ``structured_output``: the endpoints' structured-output modes (default: this process's)."""
+    """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3 / Eq. 20) and provenance.
+
+    ``amortized_usd_per_question``: USD per question, ``{str(n): C(n)}`` for n in
+    :data:`AMORTIZATION_NS` and n = the questions this run answered, where C(n) = C_construction / n +
+    C_online spreads the construction of *every* conversation built for the run over n questions in
+    all (the paper's store: App. C's n = 314 is LoCoMo's whole test split), the frontier's convention;
+    None when a call was unpriced. ``qpc_amortized``: overall F1 / (C(n_run) x 1e4) (MemoryCPT Eq. 5-6;
+    the metrics' ``qpc`` is online-only). ``structured_output``: the endpoints' structured-output
+    modes (default: this process's)."""
     groups = summarize(rows, by="category", dataset=cfg.dataset)
     n = len(rows)
     online = sum(r["usd"] for r in rows) / n if n else 0.0
     constr_usd = sum(c["usd"] for c in construction.values())
-    per_conv_constr = constr_usd / len(construction) if construction else 0.0
     unpriced = any(r.get("unpriced_calls") for r in rows) or any(c.get("unpriced_calls") for c in construction.values())
-    amortized = None if unpriced else {  # a cost with unpriced calls in it is unknown, not their priced part
-        ("inf" if math.isinf(k) else str(k)): amortized_cost_usd(per_conv_constr, k, online) for k in AMORTIZATION_NS
-    }
+    # a cost with unpriced calls in it is unknown, not their priced part
+    amortized = None if unpriced else amortization_table(constr_usd, online, {*AMORTIZATION_NS, n} - {0})
+    f1_all = overall_metrics(groups).get("f1")
+    c_run = amortized.get(str(n)) if amortized and n else None
     return {
         "config": cfg.model_dump(mode="json"),
         "questions": n,
         "metrics": groups,
         "construction": construction,
         "amortized_usd_per_question": amortized,
+        "qpc_amortized": qpc(f1_all, c_run) if f1_all is not None and c_run else None,
         "judge_errors": sum(1 for r in rows if r.get("judge_error")),
         "events": _sum_events(rows),
         "fallbacks": fallback_report(rows, cfg.fallback_threshold, construction=construction.values()),

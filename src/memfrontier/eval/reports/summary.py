@@ -29,7 +29,7 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
     cfg = summary.get("config", {})
     dataset = cfg.get("dataset", "")
     t = Table(title=title or f"{dataset} {cfg.get('split', '')} · strategy={cfg.get('strategy', '')} · {summary.get('questions', 0)} questions")
-    for col in ("category", "n", "F1", "EM", "judge", "ev.recall", "USD×1e4/q", "proxy s/q", "wall s/q", "QPC"):
+    for col in ("category", "n", "F1", "EM", "judge", "ev.recall", "USD×1e4/q", "proxy s/q", "wall s/q", "QPC online"):
         t.add_column(col, justify="left" if col == "category" else "right")
     for name, g in summary["metrics"].items():
         label = f"{name} {LOCOMO_CATEGORY_NAMES[name]}" if dataset == "locomo" and name in LOCOMO_CATEGORY_NAMES else name
@@ -56,8 +56,12 @@ def construction_table(summary: dict) -> Table:
                   str(rejected))
     amortized = summary.get("amortized_usd_per_question") or {}
     if amortized:
-        t.add_row("C(n): " + " · ".join(f"n={n}: {_fmt(_scaled(v), 4)}" for n, v in amortized.items()),
-                  "", "", "", "", "", "", style="bold")
+        n_run = summary.get("questions")
+        t.caption = (f"C(n) = all conversations' construction / n + online, n questions in all: "
+                     + " · ".join(f"n={n}{' (this run)' if n == str(n_run) else ''}: {_fmt(_scaled(v), 4)}"
+                                  for n, v in amortized.items())
+                     + (f"; QPC at n={n_run}: {_fmt(summary['qpc_amortized'], 3)}"
+                        if summary.get("qpc_amortized") is not None else ""))
     return t
 
 

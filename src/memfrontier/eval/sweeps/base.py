@@ -51,12 +51,6 @@ async def run_sweep(base: EvalConfig, runs: Sequence[SweepRun], *, on_progress: 
     return results
 
 
-def overall(summary: dict) -> dict:
-    metrics = summary.get("metrics", {})
-    key = next((k for k in metrics if k.startswith("all")), None)
-    return metrics.get(key, {}) if key else {}
-
-
 def write_rows_csv(rows: Sequence[dict], path: Path) -> Path:
     """Write flat dict rows (the first row's keys are the header) as CSV; returns ``path``."""
     with Path(path).open("w", newline="", encoding="utf-8") as f:

@@ -16,7 +16,8 @@ from ...core.cost import COST_SCALE
 from ...strategies.budgetmem.config import MODULES, TIERS
 from ...strategies.budgetmem.router import router_dir_name
 from .. import plots
-from .base import SweepRun, fmt_cell, markdown_table, overall, start_report
+from ..metrics import overall_metrics
+from .base import SweepRun, fmt_cell, markdown_table, start_report
 
 LAMBDAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.9)
 KS: tuple[int, ...] = (1, 3, 5, 8, 10)
@@ -47,7 +48,7 @@ def plan_budgetmem_sweep(lambdas: Sequence[float] = LAMBDAS, ks: Sequence[int] =
 
 def table_row(result: dict) -> dict:
     """One flat row of the sweep table (overall metrics and per-module tier ratios)."""
-    g = overall(result["summary"])
+    g = overall_metrics(result["summary"].get("metrics", {}))
     usd = g.get("usd_per_question")
     opts = result.get("options", {})
     ratios = result["summary"].get("choices", {}).get("tiers", {})

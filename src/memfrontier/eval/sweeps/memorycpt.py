@@ -18,7 +18,8 @@ from pathlib import Path
 from ...core.cost import COST_SCALE
 from ...strategies.memorycpt.config import ABLATIONS
 from .. import plots
-from .base import SweepRun, markdown_table, overall, start_report
+from ..metrics import overall_metrics
+from .base import SweepRun, markdown_table, start_report
 
 ALPHAS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 DEPTHS: tuple[tuple[int, int], ...] = ((2, 5), (4, 10), (8, 20), (20, 50), (32, 80))
@@ -56,7 +57,7 @@ def plan_memorycpt_sweep(alphas: Sequence[float] = ALPHAS, depths: Sequence[tupl
 
 def table_row(result: dict) -> dict:
     """One flat row: overall quality, online cost, QPC and the amortized cost at n = 314."""
-    g = overall(result["summary"])
+    g = overall_metrics(result["summary"].get("metrics", {}))
     usd = g.get("usd_per_question")
     amortized = (result["summary"].get("amortized_usd_per_question") or {}).get("314")
     return {"run": result["name"], "kind": result["kind"], "label": result["label"], "order": result.get("order"),
