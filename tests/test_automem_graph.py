@@ -185,6 +185,9 @@ def test_copies_turns_catches_dialogue_quotes_and_cut_copies_but_not_retellings(
             "week and it is finally done, so I can drive it to the lake this weekend with the kids.")
     assert copies_turns("Sam said, 'Hey Evan, good to see you! What is new since we last met? I have been", [turn])
     assert copies_turns("Sam: Hey Evan, good to see you", [turn])
+    assert copies_turns("Sam replied, \"Hey Evan, good to see you!\"", [turn])
+    assert copies_turns("Sam told Evan: \u201cWhat is new since we last met?\u201d", [turn])
+    assert not copies_turns("Sam replied that the car is finally done.", [turn])
     assert copies_turns(turn.upper(), [turn])  # case and punctuation never hide a copy
     assert not copies_turns("Sam said it is finally done and he would drive it to the lake.", [turn])
     assert not copies_turns("Sam finished repairing his car and plans a lake trip with the kids.", [turn])

@@ -12,9 +12,11 @@ import re
 COPY_FRACTION = 0.5  # at least this share of a text's words inside whole copied turns makes a copy
 
 _WORD_RE = re.compile(r"\w+")
-# a turn written as dialogue: "Sam: ..." or a quote, as records render: "Sam said, '...'" (reported
-# speech without quotes, "Sam said it is done", is a retelling)
-_SPEAKER_PREFIX = re.compile(r"^\s*[\w .'-]{1,40}(?::\s|\s+said,?\s*[\"'\u201c\u2018])")
+# a turn written as dialogue: "Sam: ..." or a quote, as records render it ("Sam said, '...'") or
+# with another verb of speech ("Sam replied: '...'", "Sam asks “...”"); reported speech without
+# quotes, "Sam said it is done", is a retelling
+_SPEECH_VERBS = r"(?:said|says|replied|replies|asked|asks|answered|answers|wrote|writes|added|adds|told \w+)"
+_SPEAKER_PREFIX = re.compile(r"^\s*[\w .'-]{1,40}(?::\s|\s+" + _SPEECH_VERBS + r"[,:]?\s*[\"'\u201c\u2018])")
 
 
 def words(text: str) -> list[str]:
