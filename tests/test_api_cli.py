@@ -143,6 +143,31 @@ def test_cli_version_and_help():
     assert res.exit_code == 0 and "--version" in res.output and "frontier" in res.output
 
 
+def test_every_commands_help_renders_and_keeps_its_placeholders():
+    """Help texts are Markdown (paragraphs reflow): a ``<label>`` would be read as an HTML tag and
+    vanish from the help, so placeholders are capitals; every command's --help renders."""
+    import re
+
+    import typer.main
+
+    root = typer.main.get_command(app)
+
+    def walk(cmd, path):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    commands = list(walk(root, []))
+    assert len(commands) > 20
+    for path, cmd in commands:
+        texts = [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]
+        assert not [t for t in texts if re.search(r"<[A-Za-z_]+>", t)], path
+        res = CliRunner().invoke(app, [*path, "--help"], terminal_width=80)
+        assert res.exit_code == 0, (path, res.output)
+    res = CliRunner().invoke(app, ["frontier", "--help"], terminal_width=80)
+    assert "configs/LABEL/" in " ".join(res.output.split())
+
+
 def test_oracle_outside_evaluation_is_refused(tmp_path):
     with Memory.open(tmp_path / "m") as m:
         m.add(["Bruno likes jazz."], user_id="u")

@@ -27,7 +27,10 @@ from rich.progress import (
 from .core.version import __version__
 from .strategies import STRATEGIES
 
-app = typer.Typer(help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
+# Help texts are Markdown: paragraphs reflow to the terminal's width, `code` is highlighted
+# (placeholders are written in capitals, as <x> would be read as an HTML tag).
+HELP_MARKUP = "markdown"
+app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
                   no_args_is_help=True, add_completion=False)
 # Logs and CI are not terminals: render tables wide there rather than cutting numbers.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -36,8 +39,8 @@ err = Console(stderr=True)
 LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
             "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
 
-train_app = typer.Typer(help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
-sweep_app = typer.Typer(help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
+train_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
+sweep_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
 app.add_typer(train_app, name="train")
 app.add_typer(sweep_app, name="sweep")
 
@@ -155,7 +158,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("limit", Optional[int], typer.Option(None, min=1, metavar="N", help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all.")),
         Param("llm", str, OPT_LLM),
         Param("base_url", Optional[str], OPT_BASE_URL),
-        Param("judge", bool, typer.Option(False, "--judge/--no-judge", help="Also grade answers with the LLM judge.")),
+        Param("judge", bool, typer.Option(False, "--judge", help="Also grade answers with the LLM judge.")),
         Param("judge_llm", Optional[str], OPT_JUDGE_LLM),
         Param("out", Path, typer.Option(out, help=out_help)),
         Param("store", Optional[str], typer.Option(None, help="Store directory or postgresql:// URL, reused across runs (default OUT/store).")),
@@ -537,7 +540,7 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
 
 
 @app.command("frontier")
-@with_run_options(Path("runs/frontier"), "Output directory: configs/<label>/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")
+@with_run_options(Path("runs/frontier"), "Output directory: configs/LABEL/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")
 def frontier_cmd(
     spec: Optional[Path] = typer.Option(None, help="YAML list of configurations ({label, strategy, options, requires}); default: the shipped spec with every strategy family."),
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
@@ -717,7 +720,7 @@ def train_qad_cmd(
 @train_app.command("qar")
 def train_qar_cmd(
     alpha: float = typer.Option(0.8, min=0, max=1, help="Reward weight of F1 against cost (MemoryCPT Eq. 16; paper: 0.8)."),
-    out: Optional[Path] = typer.Option(None, help="Output (default runs/qar/alpha_<A>): adapter/, train_log.jsonl, reward_curve.png, qar_summary.json."),
+    out: Optional[Path] = typer.Option(None, help="Output (default runs/qar/alpha_A): adapter/, train_log.jsonl, reward_curve.png, qar_summary.json."),
     store: Path = typer.Option(Path("runs/qar/store"), help="Store for the training conversations' memories (reused across runs)."),
     dataset: str = OPT_DATASET,
     split: str = typer.Option("train", help="locomo: train (the eight non-test conversations) | all"),
@@ -782,7 +785,7 @@ def train_orchestrator_cmd(
     beta: float = typer.Option(0.001, min=0, help="KL-loss coefficient (Table 5: 0.001)."),
     clip: float = typer.Option(0.2, min=0.0001, help="GRPO clipping epsilon (Table 5: 0.2)."),
     eta: float = typer.Option(0.5, min=0, help="Marginal-utility weight (Eq. 13; Table 5: 0.5)."),
-    out: Optional[Path] = typer.Option(None, help="Output (default runs/mempilot/orchestrator/<preference>): adapter/, train_log.jsonl, train_summary.json."),
+    out: Optional[Path] = typer.Option(None, help="Output (default runs/mempilot/orchestrator/PREFERENCE): adapter/, train_log.jsonl, train_summary.json."),
     store: Optional[Path] = typer.Option(None, help="Store for the training conversations (default OUT/store)."),
     data_root: Optional[Path] = OPT_DATA_ROOT,
     seed: int = typer.Option(13, help="Seed of the question order, sampling and LoRA init."),
@@ -838,7 +841,7 @@ def train_router_cmd(
     module_topk: int = typer.Option(5, min=1, help="Chunks the filter module keeps."),
     max_relations: int = typer.Option(10, min=1, help="Relations per extraction module at most."),
     seed: int = typer.Option(42, help="Seed of the split, the batch order, the router init and tier sampling."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default runs/budgetmem/routers/lambda_<L>): router_best.pt, router_last.pt, train_log.jsonl, reward_curve.png, train_summary.json."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default runs/budgetmem/routers/lambda_L): router_best.pt, router_last.pt, train_log.jsonl, reward_curve.png, train_summary.json."),
     store: Optional[Path] = typer.Option(None, help="Store directory for the training conversations, reused across runs (default: OUT/../store)."),
     cache: Optional[Path] = typer.Option(None, help="Module/answer cache file, reused across runs and lambdas (default: OUT/../module_cache.json)."),
     llm: str = OPT_LLM,
@@ -899,8 +902,8 @@ def train_router_cmd(
 
 @train_app.command("strategy-router")
 def train_strategy_router_cmd(
-    frontier_dir: Path = typer.Option(..., "--from", help="A frontier output folder (configs/<label>/predictions.jsonl) run on the training pool (--split train); never the test split."),
-    out: Path = typer.Option(Path("runs/auto/router.json"), help="The router file to write; the validation report goes next to it (<name>.validation.json / .md)."),
+    frontier_dir: Path = typer.Option(..., "--from", help="A frontier output folder (configs/LABEL/predictions.jsonl) run on the training pool (--split train); never the test split."),
+    out: Path = typer.Option(Path("runs/auto/router.json"), help="The router file to write; the validation report goes next to it (NAME.validation.json / .md)."),
     val_share: float = typer.Option(0.2, min=0.0, max=1.0, help="Share of the questions held out for validation (category-balanced)."),
     seed: int = typer.Option(42, help="Seed of the validation split and the cross-validation folds."),
     only: Optional[str] = typer.Option(None, help="Comma-separated configuration labels to route among (default: every finished configuration except the oracle anchor and refused runs)."),
@@ -987,9 +990,9 @@ def _print_sweep(title: str, rows: list[dict], cols: tuple[str, ...], written: d
 @with_strategy_options()
 @with_run_options(Path("runs/budgetmem/sweep"), "Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png.")
 def sweep_budgetmem(
-    lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_<L>/router_best.pt (skipped, and reported, when missing)."),
+    lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_L/router_best.pt (skipped, and reported, when missing)."),
     ks: str = typer.Option("1,3,5,8,10", help="Comma-separated retrieval sizes K for the K sweep (empty: no K sweep)."),
-    router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_<L>/ per lambda)."),
+    router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_L/ per lambda)."),
     k_router: Optional[Path] = typer.Option(None, help="K sweep with this router checkpoint instead of all-Mid fixed tiers."),
     k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
     module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5; same as --set module_topk=N)."),
@@ -1023,7 +1026,7 @@ def sweep_budgetmem(
                  ("run", "n", "f1", "judge", "usd_x1e4", "qpc"), written)
 
 
-export_app = typer.Typer(help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
+export_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 
 
@@ -1032,7 +1035,7 @@ def export_sft_cmd(
     store: Path = typer.Option(..., help="A store directory whose MemoryCPT memories were built (e.g. runs/demo/store)."),
     out: Path = typer.Option(Path("runs/sft"), help="Output directory: one ShareGPT JSONL per construction role."),
     bank: Optional[str] = typer.Option(None, help="Only this bank (file name under STORE/banks without .db); default every memorycpt-* bank."),
-    include_rejected: bool = typer.Option(False, help="Also export outputs the validator rejected (not recommended as SFT targets)."),
+    include_rejected: bool = typer.Option(False, "--include-rejected", help="Also export outputs the validator rejected (not recommended as SFT targets)."),
 ):
     """Teacher traces of MemoryCPT construction -> per-role ShareGPT JSONL for `train qad` (LoRA-A)."""
     from .embed.minilm import MiniLMEmbedder
@@ -1054,7 +1057,7 @@ def export_sft_cmd(
 @with_run_options(Path("runs/mempilot/sweep"), "Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png.")
 def sweep_mempilot(
     preferences: str = typer.Option("perf,balanced,cost", help="Presets and/or weights 'Q:C:L' (e.g. 'perf,balanced,cost,1:2:1'), comma-separated."),
-    adapters: Optional[Path] = typer.Option(None, help="Folder with <preference>/adapter from `train orchestrator` (missing: the untrained policy)."),
+    adapters: Optional[Path] = typer.Option(None, help="Folder with PREFERENCE/adapter from `train orchestrator` (missing: the untrained policy)."),
     pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | bench (embedded 270M/0.5B/1.5B routes, each priced as itself; make bench-model) | a YAML (same as --set pool=...)."),
     *, run: RunOptions, strategy_args: dict,
 ):
@@ -1089,7 +1092,7 @@ def sweep_mempilot(
 def sweep_memorycpt(
     what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
     alphas: str = typer.Option("0.2,0.4,0.6,0.8,1.0", help="alpha values whose LoRA-B adapters to compare."),
-    adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_<A>/adapter from `train qar --alpha A --out runs/qar/alpha_<A>`."),
+    adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_A/adapter from `train qar --alpha A --out runs/qar/alpha_A`."),
     construction_llm: Optional[str] = typer.Option(None, help="The QAD model for every run (e.g. 'hf:runs/qad/merged'); default --llm (same as --set construction_llm=...)."),
     *, run: RunOptions, strategy_args: dict,
 ):
@@ -1464,7 +1467,7 @@ def serve_cmd(
         serve(settings, host=host, port=port, workers=workers)
 
 
-keys_app = typer.Typer(help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
+keys_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
                             "and --store as to serve; with the embedded default, a running server is joined, else "
                             "started for the command and stopped after it.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
