@@ -395,6 +395,11 @@ def test_data_file_reads_another_file_of_the_format(tmp_path):
     assert [c.id for c in convs] == [x["question_id"] for x in two]
     a = EvalConfig(dataset="longmemeval", split="all", data_file=f).identity()
     assert a["data_file_sha256"] and "data_file_sha256" not in EvalConfig(dataset="longmemeval", split="all").identity()
+    # a named file that is missing or a folder is the user's path, not the data root's
+    with pytest.raises(DatasetError, match=r"data file not found: .*nope\.json \(the file given as the data file\)"):
+        load_dataset("longmemeval", "all", data_file=tmp_path / "nope.json")
+    with pytest.raises(DatasetError, match="is a folder: give a longmemeval file, or the folder that holds"):
+        load_dataset("longmemeval", "all", data_file=tmp_path)
 
 
 # --- a data file through eval's ingest and the ingest command (real MiniLM, real SQLite) -------

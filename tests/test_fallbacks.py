@@ -44,7 +44,7 @@ def test_shares_by_role_hand_computed():
     i = rep["by_role"]["indexer"]
     assert (i["calls"], i["errors"], i["fallbacks"], i["fallback_share"]) == (4, 0, 1, 0.25)
     assert rep["by_role"]["answerer"] == {"calls": 3, "errors": 0, "fallbacks": 0, "error_share": 0.0,
-                                          "fallback_share": 0.0, "first_error": None}
+                                          "fallback_share": 0.0, "first_error": None, "top_rejection": None}
     assert rep["exceeded"] == ["budgetmem.filter.high", "indexer"]  # worst first
     assert fallback_report(rows, threshold=0.25)["exceeded"] == ["budgetmem.filter.high"]  # 0.25 is not above
     msg = exceeded_message(rep)
@@ -162,7 +162,8 @@ def test_construction_failures_count_with_the_query_ones():
                     {"calls": 0, "events": {}}]  # a store built by an earlier run: nothing ran here
     rep = fallback_report([row({"answerer": 2})], construction=construction)
     assert rep["by_role"]["indexer"] == {"calls": 10, "errors": 1, "fallbacks": 3, "error_share": 0.1,
-                                         "fallback_share": 0.3, "first_error": "HTTP 500: response_format"}
+                                         "fallback_share": 0.3, "first_error": "HTTP 500: response_format",
+                                         "top_rejection": None}
     assert rep["exceeded"] == ["indexer"] and rep["by_role"]["answerer"]["calls"] == 2
 
 
@@ -180,3 +181,23 @@ def test_a_strategys_namespaced_fallbacks_count_for_its_role():
     assert (seg["errors"], seg["fallbacks"], seg["fallback_share"]) == (1, 2, 0.1)
     assert (ep["errors"], ep["fallbacks"], ep["fallback_share"]) == (0, 1, 0.025)
     assert rep["exceeded"] == ["segmenter"] and set(rep["by_role"]) == {"segmenter", "episode_generator"}
+    assert seg["top_rejection"] == "memorycpt.op_rejected.segmenter (5)"
+
+
+def test_a_role_refused_without_a_call_error_is_refused_for_its_reason():
+    # The 270M model's episodes echo the instructions: 9 calls, 4 fell back after their retry, each
+    # try refused as instruction_echo (8) beside the generic op_rejected count (8): the message names
+    # the reason (the more specific event of the two equal counts), not "no message recorded".
+    construction = [{"calls_by_role": {"episode_generator": 9},
+                     "events": {"memorycpt.fallback.episode_generator": 4,
+                                "memorycpt.op_rejected.episode_generator": 8,
+                                "memorycpt.content_rejected.episode_generator.instruction_echo": 8,
+                                "memorycpt.content_rejected.semantic_extractor.bare_punctuation": 20}}]
+    rep = fallback_report([], construction=construction)
+    ep = rep["by_role"]["episode_generator"]
+    assert ep["first_error"] is None
+    assert ep["top_rejection"] == "memorycpt.content_rejected.episode_generator.instruction_echo (8)"
+    msg = exceeded_message(rep)
+    assert "4 fell back (44%)" in msg
+    assert "First error: outputs refused, most often memorycpt.content_rejected.episode_generator.instruction_echo (8)" in msg
+    assert "instruction_echo" in render(fallback_table({"fallbacks": rep}))

@@ -371,7 +371,7 @@ def test_ctrl_c_says_how_to_resume(capsys):
         raise KeyboardInterrupt
     assert e.value.exit_code == 130
     assert " ".join(capsys.readouterr().err.split()) == (
-        "interrupted; the questions answered so far are kept: run the same command again to resume")
+        "interrupted; what was built and the questions answered so far are kept: run the same command again to resume")
 
 
 def test_f1_by_category_table_names_locomo_categories(tmp_path):

@@ -315,7 +315,7 @@ def test_timeout_raises_llm_timeout_error(stub):
 def test_connection_refused_is_retried_then_llm_error():
     port = free_port()  # nothing listens there
     llm = OpenAICompatLLM("m", base_url=f"http://127.0.0.1:{port}/v1", timeout_s=2, max_retries=2, backoff_base_s=0.01)
-    with pytest.raises(LLMError, match="connection failed after 3 attempt") as ei:
+    with pytest.raises(LLMError, match=f"connection to http://127.0.0.1:{port}/v1 failed after 3 attempt") as ei:
         run(llm.complete(MSGS))
     assert not isinstance(ei.value, LLMTimeoutError)
 

@@ -110,7 +110,8 @@ def _known_errors():
 
 
 #: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.
-RESUME_HINT = "interrupted; the questions answered so far are kept: run the same command again to resume"
+RESUME_HINT = ("interrupted; what was built and the questions answered so far are kept: "
+               "run the same command again to resume")
 
 
 @contextmanager
@@ -542,7 +543,7 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
 @app.command("frontier")
 @with_run_options(Path("runs/frontier"), "Output directory: configs/LABEL/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")
 def frontier_cmd(
-    spec: Optional[Path] = typer.Option(None, help="YAML list of configurations ({label, strategy, options, requires}); default: the shipped spec with every strategy family."),
+    spec: Optional[Path] = typer.Option(None, help="YAML file: `name:` and `configurations:`, a list of {label, strategy, options, requires} (see `src/memfrontier/frontier/default.yaml`); default: that shipped spec, every strategy family."),
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
     reference: Optional[str] = typer.Option(None, help="The configuration every other one is compared with (paired bootstrap); default rag."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),

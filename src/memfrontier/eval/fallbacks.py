@@ -14,7 +14,9 @@ records them, as MemoryCPT's bank does):
   is ``X`` or ends in ``.X``, e.g. BudgetMem's ``fallback.filter.high`` -> ``budgetmem.filter.high``,
   MemoryCPT's ``memorycpt.fallback.segmenter`` -> ``segmenter``).
 
-A role's share is errors (resp. fallbacks) over its calls; a role with more failures than
+A role's share is errors (resp. fallbacks) over its calls, retries included (an output refused, retried
+and refused again is two calls and one fallback: the share of outputs that fell back is up to twice
+it for a role that retries; near the threshold retries are few and the two agree); a role with more failures than
 recorded calls (calls a strategy does not meter, module-cache hits that replay a fallback)
 counts its failures as its calls, so a share never exceeds 1. A run **exceeds** the threshold
 when any role's error or fallback share is above it.
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-__all__ = ["DEFAULT_THRESHOLD", "FallbackError", "fallback_report", "exceeded_message", "unrecorded_units"]
+__all__ = ["DEFAULT_THRESHOLD", "FallbackError", "fallback_report", "exceeded_message", "unrecorded_units", "why"]
 
 #: Share of a role's calls that may fail or fall back before a run is refused (5 %).
 DEFAULT_THRESHOLD = 0.05
@@ -66,9 +68,10 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
     ``construction`` entries (the summary's per-conversation construction dicts).
 
     Returns ``{"threshold": float, "by_role": {role: {"calls", "errors", "fallbacks",
-    "error_share", "fallback_share", "first_error"}}, "exceeded": [role, ...]}`` with roles
-    sorted by name, shares in [0, 1] and ``first_error`` the message of the first failed call of
-    the role (None when no message was recorded). ``exceeded`` lists the roles whose error or
+    "error_share", "fallback_share", "first_error", "top_rejection"}}, "exceeded": [role, ...]}``
+    with roles sorted by name, shares in [0, 1], ``first_error`` the message of the first failed
+    call of the role (None when no message was recorded) and ``top_rejection`` its most frequent
+    output refusal (:func:`_top_rejection`). ``exceeded`` lists the roles whose error or
     fallback share is above ``threshold``, worst first. Raises ValueError for a threshold outside
     [0, 1].
     """
@@ -81,6 +84,7 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     fallback_keys: Counter[str] = Counter()
+    rejections: Counter[str] = Counter()
     first_error: dict[str, str] = {}
     meta_errors: list[tuple[str, str]] = []
     for r in rows:
@@ -92,6 +96,8 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
                 errors[ev[len("llm_error."):]] += int(n)
             elif (key := _fallback_key(ev)) is not None:
                 fallback_keys[key] += int(n)
+            elif "rejected" in ev:
+                rejections[ev] += int(n)
         for e in r.get("call_errors") or ():
             first_error.setdefault(e["role"], e["error"])
         meta = r.get("strategy_meta")
@@ -112,9 +118,30 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
             "error_share": errors[role] / n if n else 0.0,
             "fallback_share": fallbacks[role] / n if n else 0.0,
             "first_error": first_error.get(role),
+            "top_rejection": _top_rejection(role, rejections),
         }
     worst = sorted(((max(v["error_share"], v["fallback_share"]), role) for role, v in by_role.items()), reverse=True)
     return {"threshold": threshold, "by_role": by_role, "exceeded": [role for share, role in worst if share > threshold]}
+
+
+def _top_rejection(role: str, rejections: Counter[str]) -> str | None:
+    """The most frequent refusal of ``role``'s outputs, ``"EVENT (N)"``, from the events that name
+    the role's last part and say ``rejected`` (e.g. MemoryCPT's
+    ``memorycpt.content_rejected.episode_generator.instruction_echo``: the reason its outputs were
+    refused before they fell back); the most specific (longest) event among equal counts; None when
+    none was counted."""
+    short = role.rsplit(".", 1)[-1]
+    hits = [(n, len(ev), ev) for ev, n in rejections.items() if short in ev.split(".")]
+    if not hits:
+        return None
+    n, _, ev = max(hits)
+    return f"{ev} ({n})"
+
+
+def why(v: dict) -> str | None:
+    """What went wrong with a role (a :func:`fallback_report` entry): its first call error, else its
+    most frequent output refusal; None when neither was recorded."""
+    return v.get("first_error") or (f"outputs refused, most often {v['top_rejection']}" if v.get("top_rejection") else None)
 
 
 def exceeded_message(report: dict) -> str | None:
@@ -125,7 +152,7 @@ def exceeded_message(report: dict) -> str | None:
     role = report["exceeded"][0]
     v = report["by_role"][role]
     others = len(report["exceeded"]) - 1
-    first = v["first_error"] or f"no message recorded (events llm_error.{role} / fallback)"
+    first = why(v) or f"no message recorded (events llm_error.{role} / fallback)"
     return (f"role {role!r}: {v['errors']} of {v['calls']} calls failed ({v['error_share']:.0%}), "
             f"{v['fallbacks']} fell back ({v['fallback_share']:.0%}); threshold {report['threshold']:.0%}"
             + (f"; {others} more role(s) above it" if others else "")

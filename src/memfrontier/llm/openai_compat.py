@@ -313,7 +313,8 @@ class OpenAICompatLLM:
                 wait = self._backoff_s(attempt)
             except openai.APIConnectionError as e:
                 if attempt >= self.max_retries:
-                    raise LLMError(f"{self.model}: connection failed after {attempt + 1} attempt(s): {e}") from e
+                    where = (self.base_url or "https://api.openai.com/v1 (no --base-url given)").rstrip("/")
+                    raise LLMError(f"{self.model}: connection to {where} failed after {attempt + 1} attempt(s): {e}") from e
                 wait = self._backoff_s(attempt)
             except openai.APIStatusError as e:
                 status = e.status_code

@@ -153,7 +153,15 @@ def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | N
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASET_FILES)}")
     if split not in SPLITS[name]:
         raise ValueError(f"unknown split {split!r} for {name}; choose one of {list(SPLITS[name])}")
-    path = Path(data_file).expanduser() if data_file is not None else _data_root(data_root) / DATASET_FILES[name]
+    if data_file is not None:
+        path = Path(data_file).expanduser()
+        if path.is_dir():
+            raise DatasetError(f"the data file {path} is a folder: give a {name} file, or the folder that holds "
+                               f"{DATASET_FILES[name]} as the data root (--data-root / {ENV_VAR})")
+        if not path.is_file():
+            raise DatasetError(f"{name} data file not found: {path} (the file given as the data file)")
+    else:
+        path = _data_root(data_root) / DATASET_FILES[name]
     if name == "locomo":
         return locomo_split(load_locomo(path), split)
     if name == "longmemeval":

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ...core.cost import COST_SCALE
 from ..datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
-from ..fallbacks import unrecorded_units
+from ..fallbacks import unrecorded_units, why
 
 
 
@@ -46,7 +46,7 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
 def construction_table(summary: dict) -> Table:
     """Offline construction per conversation (calls, tokens, USD) and the amortized cost per
     question C(n) = C_construction / n + C_online for the run's n values (MemoryCPT Eq. 20, App. C)."""
-    t = Table(title="offline construction and amortized cost (USD×1e4 per question)")
+    t = Table(title="offline construction per conversation (USD×1e4 for the whole build) and amortized cost C(n)")
     for col in ("conversation", "calls", "input tok", "output tok", "USD×1e4", "proxy s", "rejected ops"):
         t.add_column(col, justify="left" if col == "conversation" else "right")
     for conv, c in summary.get("construction", {}).items():
@@ -57,7 +57,9 @@ def construction_table(summary: dict) -> Table:
     amortized = summary.get("amortized_usd_per_question") or {}
     if amortized:
         n_run = summary.get("questions")
-        t.caption = (f"C(n) = all conversations' construction / n + online, n questions in all: "
+        built = len(summary.get("construction") or {})
+        t.caption = (f"C(n), USD×1e4 per question = the construction of the {built} conversation(s) above / n "
+                     f"+ online, n questions asked of them in all: "
                      + " · ".join(f"n={n}{' (this run)' if n == str(n_run) else ''}: {_fmt(_scaled(v), 4)}"
                                   for n, v in amortized.items())
                      + (f"; QPC at n={n_run}: {_fmt(summary['qpc_amortized'], 3)}"
@@ -73,8 +75,8 @@ def fallback_table(summary: dict) -> Table:
     limit = rep.get("threshold", 0.0)
     bad = {r: v for r, v in (rep.get("by_role") or {}).items() if v["errors"] or v["fallbacks"]}
     t = Table(title=f"model-call errors and fallbacks per role (threshold {limit:.0%} of a role's calls)")
-    for col in ("role", "calls", "errors", "error share", "fallbacks", "fallback share", "first error"):
-        t.add_column(col, justify="left" if col in ("role", "first error") else "right")
+    for col in ("role", "calls", "errors", "error share", "fallbacks", "fallback share", "first error or refusal"):
+        t.add_column(col, justify="left" if col in ("role", "first error or refusal") else "right")
     if not bad:
         t.add_row("(none)", "", "", "", "", "", "every model call of the run succeeded and was used")
     if blind := unrecorded_units((summary.get("construction") or {}).values()):
@@ -83,5 +85,5 @@ def fallback_table(summary: dict) -> Table:
     for role, v in bad.items():
         over = role in rep.get("exceeded", ())
         t.add_row(role, str(v["calls"]), str(v["errors"]), f"{v['error_share']:.0%}", str(v["fallbacks"]),
-                  f"{v['fallback_share']:.0%}", (v["first_error"] or "-")[:120], style="bold red" if over else None)
+                  f"{v['fallback_share']:.0%}", (why(v) or "-")[:120], style="bold red" if over else None)
     return t
