@@ -122,6 +122,7 @@ def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_p
     assert router["status"] == "missing router.pt"
     md = render_markdown(rep)
     assert "not run: missing router.pt" in md and "0.700 [0.700, 0.700]" in md
+    assert "| rag | 3 | 0.500 [0.500, 0.500] | reference |" in md  # no 0 [0, 0] against itself
     paths = write_report(rep, tmp_path / "out")
     for key in ("json", "csv", "md", "plot_cost", "plot_latency"):
         assert paths[key].is_file() and paths[key].stat().st_size > 0
@@ -382,6 +383,11 @@ def test_f1_by_category_table_names_locomo_categories(tmp_path):
     assert category_lines(rep)[3:] == ["| configuration | 1 multi-hop (n=2) | 2 temporal (n=2) |", "|---|---|---|",
                                        "| rag | 0.250 [0.000, 0.500] | 0.625 [0.250, 1.000] |"]
     assert "## F1 by category" in render_markdown(rep)
+    # a category with one question has a value, not a zero-width interval
+    _write_run(tmp_path / "one", _rows([0.5, 1.0, 0.25], 2e-4, cats=("1", "2", "1")))
+    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "one"}])
+    rep["run_options"] = {"dataset": "locomo"}
+    assert category_lines(rep)[-1] == "| rag | 0.375 [0.250, 0.500] | 1.000 (n=1) |"
 
 
 def test_spec_rejects_duplicate_and_unsafe_labels(tmp_path):

@@ -641,19 +641,19 @@ def frontier_table(report: dict):
     ``frontier.md`` has every column."""
     from rich.table import Table
 
-    from .frontier.report import interval, pareto_cell
+    from .frontier.report import delta_cell, interval, pareto_cell
 
     t = Table(title=f"frontier ({len(report['question_ids'])} questions)", title_justify="left")
     for name, just in (("configuration", "left"), ("n", "right"), ("F1 [95% CI]", "left"),
                        (f"ΔF1 vs {report['reference']} [95% CI]", "left"), ("C(n) USD×1e4/q", "right"),
-                       ("QPC", "right"), ("proxy s/q", "right"), ("Pareto cost/latency", "center")):
+                       ("QPC at C(n)", "right"), ("proxy s/q", "right"), ("Pareto cost/latency", "center")):
         t.add_column(name, justify=just, no_wrap=name == "configuration", overflow="fold")
     for x in report["rows"]:
         if x["status"] != "ok":
             continue
         unpriced = x.get("unpriced_calls")
         t.add_row(x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
-                  interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
+                  delta_cell(x, report["reference"]),
                   "unpriced" if unpriced else f"{x['usd_x1e4_amortized']:.4f}",
                   "unpriced" if unpriced else f"{x['qpc']:.3f}", f"{x['proxy_s']:.2f}", pareto_cell(x))
     return t

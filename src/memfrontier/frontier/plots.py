@@ -41,8 +41,8 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
     if len(front) > 1:
         ax.plot([r[x_key] for r in front], [r["f1"] for r in front], color="black", linewidth=0.8, alpha=0.6,
                 label="Pareto front")
-    for f in families:
-        ax.scatter([], [], color=colours[f], label=f)
+    for f in families:  # a colour is a strategy family (rag at k=4, 8, 16 are one colour), not a configuration
+        ax.scatter([], [], color=colours[f], label=f"{f} (family)")
     for marker, filled, what in (("o", True, "on the Pareto front"), ("s", False, "off the front"),
                                  ("*", True, "anchor (gold evidence)")):
         if any((r.get("anchor") if marker == "*" else bool(r.get(pareto_key)) == filled and not r.get("anchor"))
@@ -66,7 +66,7 @@ def plot_frontier(rows: Sequence[dict], out: Path, title: str = "frontier") -> d
     """Write ``frontier_cost.png`` and ``frontier_latency.png`` into ``out``; returns their paths."""
     paths = {}
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
-    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized C(n)", f"{title}: quality vs cost", True)
+    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized: C(n) = construction / n + online, n = questions answered", f"{title}: quality vs cost", True)
     paths["plot_cost"] = _save(fig, out / "frontier_cost.png")
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
     _panel(ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency", False)

@@ -298,9 +298,22 @@ def _versus_frontier_line(x: dict) -> str:
     return line
 
 
-def interval(v, lo, hi, digits: int = 3) -> str:
-    """``"0.370 [0.262, 0.480]"``, or ``"-"`` when the value is missing."""
-    return "-" if v is None else f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+def interval(v, lo, hi, digits: int = 3, n: int | None = None) -> str:
+    """``"0.370 [0.262, 0.480]"``; ``"0.048 (n=1)"`` when ``n`` < 2 (one value has no interval); ``"-"``
+    when the value is missing."""
+    if v is None:
+        return "-"
+    if n is not None and n < 2:
+        return f"{v:.{digits}f} (n={n})"
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def delta_cell(x: dict, reference: str) -> str:
+    """The ΔF1 cell of row ``x``: its paired interval against ``reference``, or ``"reference"`` on the
+    reference's own row (its difference with itself is 0 by construction, not a measurement)."""
+    if x["label"] == reference:
+        return "reference"
+    return interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high"))
 
 
 def pareto_cell(x: dict, anchor: str = "anchor") -> str:
@@ -324,7 +337,7 @@ def render_markdown(report: dict, title: str = "frontier") -> str:
         unpriced = x.get("unpriced_calls")
         lines.append("| " + " | ".join([
             x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
-            interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high")),
+            delta_cell(x, report["reference"]),
             "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
             "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
             "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
@@ -357,7 +370,7 @@ def category_lines(report: dict) -> list[str]:
                                           for c in cats) + " |",
              "|---|" + "---|" * len(cats)]
     for x in ok:
-        cells = [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")))
+        cells = [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")), n=x["per_category"][c]["n"])
                  if c in x["per_category"] else "-" for c in cats]
         lines.append(f"| {x['label']} | " + " | ".join(cells) + " |")
     return lines
