@@ -348,6 +348,18 @@ def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
     assert fails("--only", ",,", "--out", str(out)) == "error: no configuration named (an empty --only)"
     assert fails("--only", "", "--out", str(out)) == "error: no configuration named (an empty --only)"
     assert fails("--only", "rag,oracle,rag", "--out", str(out)) == "error: configuration(s) named twice: rag"
+    # the data and models every configuration shares: one error before any configuration, not one each
+    item = {"question_id": "q1", "question_type": "single-session-user", "question": "What is my cat's name?",
+            "answer": "Miso", "question_date": "2023/06/01 (Thu) 10:00", "haystack_dates": ["2023/05/02 (Tue) 09:30"],
+            "haystack_session_ids": ["answer_b"], "answer_session_ids": ["answer_b"],
+            "haystack_sessions": [[{"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True}]]}
+    data = tmp_path / "lme.json"
+    data.write_text(json.dumps([item]))
+    lme = ("--dataset", "longmemeval", "--split", "all", "--data-file", str(data), "--only", "oracle,rag", "--out", str(out))
+    assert fails(*lme, "--llm", "bogus").startswith("error: unknown LLM spec 'bogus'")
+    assert fails(*lme, "--llm", "local:qwen9").startswith("error: unknown local model 'qwen9'")
+    assert fails("--dataset", "longmemeval", "--split", "all", "--data-file", str(tmp_path / "nope.json"), "--out", str(out)) == (
+        f"error: longmemeval data file not found: {tmp_path / 'nope.json'} (the file given as the data file)")
     assert "--reference 'nosuch' is not a configuration of the spec" in fails("--only", "rag", "--reference", "nosuch",
                                                                              "--out", str(out))
     (tmp_path / "file").write_text("x")
@@ -450,9 +462,10 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
     assert rep["rows"][0]["d_f1"] == pytest.approx(rows["oracle"]["d_f1"])
     # a run that cannot be this folder's (another --limit) leaves the report as it was
     before = (out / "frontier.md").read_text()
-    res = CliRunner().invoke(app, [*args, "--only", "oracle", "--limit", "3"])
-    assert res.exit_code == 1 and "RunMismatchError" in res.output
-    assert "no configuration has finished" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, [*args, "--only", "oracle,rag", "--limit", "3"])
+    assert res.exit_code == 2, res.output  # refused at once, for every configuration it names
+    assert (f"error: {out} holds runs with other options (nothing was run): oracle (limit: 2 -> 3); "
+            "rag (limit: 2 -> 3)") in " ".join(res.output.split())
     assert (out / "frontier.md").read_text() == before
 
 

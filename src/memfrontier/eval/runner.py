@@ -335,6 +335,20 @@ async def _as_completed(aws):
         await asyncio.gather(*unfinished, return_exceptions=True)
 
 
+def check_run(cfg: EvalConfig) -> None:
+    """What a run of ``cfg`` needs from outside, checked before anything is written: the data file
+    loads and holds the split, and its LLM specs (answerer, memory side, judge) parse and name
+    installed embedded models. Loads no model; a frontier checks this once for all its
+    configurations. Raises DatasetError, ValueError or
+    :class:`~memfrontier.llm.local_models.ModelNotInstalledError`."""
+    from ..llm import check_llm_spec
+
+    datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root, data_file=cfg.data_file)
+    check_llm_spec(cfg.llm, cfg.base_url)
+    if cfg.judge and cfg.judge_llm:
+        check_llm_spec(cfg.judge_llm, cfg.base_url)
+
+
 class RunMismatchError(RuntimeError):
     """The output directory holds a different run; resuming it would mix results."""
 

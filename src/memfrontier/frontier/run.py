@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..eval.fallbacks import FallbackError
-from ..eval.runner import EvalConfig, run_eval
+from ..eval.datasets import DatasetError
+from ..eval.runner import EvalConfig, RunMismatchError, check_run, run_eval
+from ..llm import LLMError
 from ..strategies import strategy_config
 from .report import build_report, write_report
 from .spec import FrontierConfig, FrontierSpec
@@ -77,6 +79,24 @@ def check_configurations(spec: FrontierSpec, labels: list[str] | None, reference
         raise ValueError("the frontier spec cannot run as given (nothing was run): " + "; ".join(problems))
 
 
+def _check_outputs(spec: FrontierSpec, labels: list[str] | None, base: EvalConfig, out: Path) -> None:
+    """Raise RunMismatchError naming every selected configuration whose folder in ``out`` holds a
+    run with other options (another --limit, model, price book...): resuming would mix two runs,
+    and the same options differ for all of them, so nothing runs."""
+    other = []
+    for fc in spec.select(labels):
+        cfg = _eval_config(base, out, fc)
+        run_file = cfg.out / "run.json"
+        if run_file.is_file():
+            prev, now = json.loads(run_file.read_text("utf-8")), cfg.identity()
+            if prev != now:
+                diff = ", ".join(f"{k}: {prev.get(k)!r} -> {v!r}" for k, v in now.items() if prev.get(k) != v)
+                other.append(f"{fc.label} ({diff})")
+    if other:
+        raise RunMismatchError(f"{out} holds runs with other options (nothing was run): {'; '.join(other)}; "
+                               "choose another --out or delete those configurations' folders")
+
+
 async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
                        reference: str | None = None, on_config: Callable[[str, str], None] | None = None,
                        on_progress=None, report_only: bool = False) -> dict:
@@ -104,6 +124,8 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     notify = on_config or (lambda *_: None)
     if not report_only:
         check_configurations(spec, labels, reference)
+        check_run(base)  # the data and models every configuration shares: one error, not one per configuration
+        _check_outputs(spec, labels, base, out)
     entries: dict[str, dict] = {}
     for fc in spec.select(labels):  # in the order asked for
         cfg = _eval_config(base, out, fc)
@@ -124,6 +146,9 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
                 notify(fc.label, "done")
             except FallbackError as e:  # written; the report refuses it (see build_report)
                 notify(fc.label, f"refused: {e}")
+            except (DatasetError, LLMError, RunMismatchError) as e:  # their messages say what failed
+                entry.update(dir=None, status=f"failed: {e}")
+                notify(fc.label, entry["status"])
             except Exception as e:  # reported per configuration; the frontier goes on
                 entry.update(dir=None, status=f"failed: {type(e).__name__}: {e}")
                 notify(fc.label, entry["status"])

@@ -13,7 +13,8 @@ from typing import Any
 
 from .base import ChatClient, Completion, LLMError, LLMTimeoutError, Message
 
-__all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "local_model", "make_llm"]
+__all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "check_llm_spec", "local_model",
+           "make_llm", "parse_llm_spec"]
 
 
 def local_model(spec: str):
@@ -21,15 +22,12 @@ def local_model(spec: str):
     spec of :func:`make_llm` runs: ``"local"`` / ``"embedded"`` -> the default model,
     ``"local:NAME"`` -> ``NAME``; None for any other spec (``openai:``, ``hf``). Loads nothing.
     Raises ValueError for ``"local:"`` without a name or an unknown ``NAME``."""
-    s = (spec or "").strip()
-    head, sep, name = s.partition(":")
-    if head not in ("local", "embedded"):
+    if (spec or "").strip().partition(":")[0] not in ("local", "embedded"):
         return None
-    if sep and not name.strip():
-        raise ValueError(f"no model name in LLM spec {spec!r} (expected 'local:NAME')")
+    _, name = parse_llm_spec(spec)
     from .local_models import resolve_local
 
-    return resolve_local(name.strip() or None)
+    return resolve_local(name or None)
 
 
 def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient:
@@ -52,6 +50,24 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
 
     Raises ValueError for an unknown or malformed spec.
     """
+    kind, name = parse_llm_spec(spec, base_url)
+    if kind == "local":
+        from .embedded import EmbeddedLLM
+
+        return EmbeddedLLM(model=name or None, **kw)
+    if kind == "openai":
+        from .openai_compat import OpenAICompatLLM
+
+        return OpenAICompatLLM(name, base_url=base_url, **kw)
+    from .hf import HFLLM
+
+    return HFLLM(name or None, **kw)
+
+
+def parse_llm_spec(spec: str, base_url: str | None = None) -> tuple[str, str]:
+    """``(kind, name)`` of a :func:`make_llm` spec: ``("local", NAME or "")``, ``("openai", MODEL)``
+    or ``("hf", PATH or "")``. Loads and constructs nothing. Raises ValueError for an unknown or
+    malformed spec, or a ``base_url`` given to a backend that runs in-process."""
     s = (spec or "").strip()
     head, _, name = s.partition(":")
     if head in ("local", "embedded"):
@@ -59,21 +75,27 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
             raise ValueError(f"make_llm({s!r}) takes no base_url (an embedded model runs in-process)")
         if ":" in s and not name.strip():
             raise ValueError(f"no model name in LLM spec {spec!r} (expected 'local:NAME')")
-        from .embedded import EmbeddedLLM
-
-        return EmbeddedLLM(model=name.strip() or None, **kw)
+        return "local", name.strip()
     if s.startswith("openai:"):
         model = s[len("openai:"):].strip()
         if not model:
             raise ValueError(f"no model name in LLM spec {spec!r} (expected 'openai:MODEL')")
-        from .openai_compat import OpenAICompatLLM
-
-        return OpenAICompatLLM(model, base_url=base_url, **kw)
+        return "openai", model
     if s == "hf" or s.startswith("hf:"):
         if base_url is not None:
             raise ValueError("make_llm('hf') takes no base_url")
-        path = s[len("hf:"):].strip() if s.startswith("hf:") else ""
-        from .hf import HFLLM
-
-        return HFLLM(path or None, **kw)
+        return "hf", s[len("hf:"):].strip() if s.startswith("hf:") else ""
     raise ValueError(f"unknown LLM spec {spec!r}: expected 'local', 'local:NAME', 'openai:MODEL', 'hf' or 'hf:PATH'")
+
+
+def check_llm_spec(spec: str, base_url: str | None = None) -> None:
+    """Check, before a run writes anything, that ``spec`` (a :func:`make_llm` spec) can be built:
+    it parses (:func:`parse_llm_spec`) and an embedded model is known and installed. Loads no model.
+    Raises ValueError (unknown or malformed spec, unknown local model) or
+    :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (an :class:`LLMError` naming
+    ``make bench-model``)."""
+    kind, name = parse_llm_spec(spec, base_url)
+    if kind == "local":
+        from .local_models import require_installed
+
+        require_installed(name or None)
