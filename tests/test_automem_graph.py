@@ -388,6 +388,37 @@ def test_open_graph_rejects_unknown_backend(tmp_path):
 # --- builder (scripted model: control flow of cache / idempotence only) -------------------------
 
 
+def test_a_build_stopped_by_its_progress_leaves_no_window_calling_the_model(tmp_path):
+    """A progress callback may raise to stop the build (the runner does for a build bound to be
+    refused): the exception leaves ``build`` and no other window goes on calling the model while the
+    caller's event loop runs on (asyncio.gather alone would leave them running)."""
+    recs = [_turn(i, "s1", "Evan" if i % 2 else "Sam", f"Evan bought a red Prius number {i}") for i in range(40)]
+    good = json.dumps({"notes": [{"text": "Evan bought a red Prius", "speakers": ["Evan"], "topic": "cars"}]})
+    client = ScriptedClient([(0.01, good)] * 20)  # 20 windows of 2 turns, each call 10 ms
+    llm = MeteredLLM(client, PriceBook.load(), allow_unpriced=True)
+    g = open_graph("ladybug", tmp_path, U)
+
+    class Stop(Exception):
+        pass
+
+    def progress(done, total, unit):
+        if done == 1:
+            raise Stop
+
+    async def main():
+        with pytest.raises(Stop):
+            await GraphIndexer(llm, window_turns=2, concurrency=2).build(recs, g, U.key(), state_dir(tmp_path, U),
+                                                                          progress=progress)
+        calls = client.n_calls
+        await asyncio.sleep(0.2)  # the loop runs on: a window left running would call the model now
+        return calls, client.n_calls
+
+    with use_ledger(Ledger(), "construction"):
+        calls, later = asyncio.run(main())
+    assert calls <= 4 and later == calls  # the windows already under way when window 0 stopped it; none after
+    g.close()
+
+
 def test_indexer_builds_caches_and_skips(tmp_path):
     recs = [_turn(i, "s1", "Evan" if i % 2 else "Sam", f"Evan bought a red Prius number {i}") for i in range(4)]
     recs += [_step(0, "click[B07]", "item page")]

@@ -561,6 +561,66 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
     assert build_counts(entry) == {"calls": 9, "failed": 1, "built_calls": 0} and len(client.seen) == 10
 
 
+def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_path, minilm):
+    """Under a fallback threshold, a construction whose failures already exceed it (with margin) of
+    the calls the whole build would make stops after its current session (FallbackError, no
+    summary) instead of spending the rest of the build on a run that would be refused. Session 1's
+    segmenter falls back on 1 of its 2 calls: of the ~4 calls two sessions would make, 25% > 5%
+    x 1.5, so the build stops before session 2; session 1 stays built, and with the threshold off
+    (--allow-fallbacks) the same build goes on with session 2 only."""
+    from memfrontier.api import AsyncMemory
+    from memfrontier.core.types import Conversation
+    from memfrontier.eval.fallbacks import FallbackError
+    from memfrontier.eval.runner import construct
+
+    replies = ["{not json", "[1, 2]"]
+
+    def script(messages):
+        if role_of(messages) == "segmenter" and replies:
+            return replies.pop(0)
+        return good_script(messages)
+
+    client = ScriptedClient(script)
+    conv = Conversation(id="u1", records=records_two_sessions(), questions=[])
+    mem = AsyncMemory.open(tmp_path / "mem", llm=client, allow_unpriced=True, embedder=minilm)
+    try:
+        with pytest.raises(FallbackError) as e:
+            asyncio.run(construct(mem, MemoryCPT(), conv, stop_above=0.05))
+        assert e.value.summary is None
+        assert str(e.value).startswith(
+            "stopped building u1's memory after 1 of 2 sessions: role 'segmenter': 1 of its 2 calls fell back in "
+            "1 of 2 units, already 25% of the ~4 calls the build would make; threshold 5%")
+        assert "What was built is kept; --allow-fallbacks builds on" in str(e.value)
+        assert [role_of(m) for m, _ in client.seen] == ["segmenter", "segmenter", "episode", "extract"]
+        entry = asyncio.run(construct(mem, MemoryCPT(), conv))  # no threshold: builds on from session 2
+    finally:
+        mem.close()
+    assert [role_of(m) for m, _ in client.seen[4:]] == ["segmenter", "episode", "merger", "predict", "extract"]
+    assert entry["events"]["memorycpt.fallback.segmenter"] == 1  # session 1's, from the bank's record
+
+
+def test_doomed_build_projects_the_calls_left_hand_computed():
+    from memfrontier.eval.fallbacks import doomed_build
+
+    # 3 of 25 sessions: 4 of 9 calls fell back; ~75 calls in all, 4 <= 0.05 x 1.5 x 75 = 5.625: go on
+    entry = {"calls_by_role": {"episode_generator": 9}, "events": {"memorycpt.fallback.episode_generator": 4}}
+    assert doomed_build(entry, 3, 25) is None
+    # 5 of 25: 7 of 15 fell back, still ~75 in all: 7 > 5.625, stop
+    entry = {"calls_by_role": {"episode_generator": 15, "segmenter": 5},
+             "events": {"memorycpt.fallback.episode_generator": 7,
+                        "memorycpt.content_rejected.episode_generator.instruction_echo": 12}}
+    assert doomed_build(entry, 5, 25) == (
+        "role 'episode_generator': 7 of its 15 calls fell back in 5 of 25 units, already 9% of the ~75 calls "
+        "the build would make; threshold 5%. First error: outputs refused, most often "
+        "memorycpt.content_rejected.episode_generator.instruction_echo (12)")
+    assert doomed_build(entry, 5, 25, threshold=0.1) is None  # 7 <= 0.1 x 1.5 x 75 = 11.25
+    assert doomed_build(entry, 25, 25) is None and doomed_build(entry, 0, 25) is None  # finished / not begun
+    # errors count as failures too
+    assert doomed_build({"calls_by_role": {"indexer": 4}, "events": {"llm_error.indexer": 4},
+                         "call_errors": [{"role": "indexer", "error": "HTTP 500"}]}, 2, 10).startswith(
+        "role 'indexer': 4 of its 4 calls failed in 2 of 10 units, already 20% of the ~20 calls")
+
+
 def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, minilm):
     store = SQLiteStore(tmp_path / "short", minilm)
     store.add([Record(id="short:1", scope=SCOPE, session_id="s1", speaker="Evan", timestamp="2023-05-08T13:56:00",

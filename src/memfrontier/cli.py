@@ -513,6 +513,8 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
             try:
                 summary = asyncio.run(run_eval(cfg, on_progress=on_progress))
             except FallbackError as e:  # the run is written; it is shown, then refused
+                if e.summary is None:  # stopped while building: there is nothing to show
+                    raise
                 summary, refused = e.summary, str(e)
     console.print(summary_table(summary))
     console.print(fallback_table(summary))

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-__all__ = ["DEFAULT_THRESHOLD", "FallbackError", "fallback_report", "exceeded_message", "unrecorded_units", "why"]
+__all__ = ["DEFAULT_THRESHOLD", "DOOM_MARGIN", "FallbackError", "doomed_build", "fallback_report", "exceeded_message", "unrecorded_units", "why"]
 
 #: Share of a role's calls that may fail or fall back before a run is refused (5 %).
 DEFAULT_THRESHOLD = 0.05
@@ -35,11 +35,47 @@ DEFAULT_THRESHOLD = 0.05
 
 class FallbackError(RuntimeError):
     """The run's error or fallback share of some role is above the threshold. ``summary`` is the
-    run's summary (already written to ``summary.json``)."""
+    run's summary (already written to ``summary.json``), or None when the run was stopped while it
+    built its memory, before it had one (:func:`doomed_build`)."""
 
-    def __init__(self, message: str, summary: dict):
+    def __init__(self, message: str, summary: dict | None):
         super().__init__(message)
         self.summary = summary
+
+
+#: How far a build's failures must exceed the threshold of its projected calls before it is
+#: stopped (the projection assumes the units left cost what the built ones did; the margin covers
+#: units that cost more).
+DOOM_MARGIN = 1.5
+
+
+def doomed_build(entry: dict, done: int, total: int, threshold: float = DEFAULT_THRESHOLD) -> str | None:
+    """Why a construction under way is bound to end above ``threshold``, or None.
+
+    ``entry``: this run's construction counts so far (``calls_by_role``, ``events``,
+    ``call_errors``, as :func:`fallback_report` reads them); ``done`` of ``total``: the units
+    (sessions, windows) this run has built and will build in all. A role's failures (errors or
+    fallbacks, whichever is more) only grow, and its calls are projected as ``calls x total / done``;
+    when the failures already exceed ``threshold x DOOM_MARGIN`` of that projection, the finished
+    build's share would be above the threshold, and building on only spends calls on a run that
+    will be refused. Returns one line naming the role, its counts and why (its first error or most
+    frequent refusal)."""
+    if done <= 0 or total <= done:
+        return None
+    worst = None
+    for role, v in fallback_report([], threshold, construction=[entry])["by_role"].items():
+        failed = max(v["errors"], v["fallbacks"])
+        projected = v["calls"] * total / done
+        if failed > threshold * DOOM_MARGIN * projected and (worst is None or failed / projected > worst[0]):
+            worst = (failed / projected, role, v, failed, projected)
+    if worst is None:
+        return None
+    _, role, v, failed, projected = worst
+    what = "failed" if v["errors"] >= v["fallbacks"] else "fell back"
+    reason = why(v)
+    return (f"role {role!r}: {failed} of its {v['calls']} calls {what} in {done} of {total} units, already "
+            f"{failed / projected:.0%} of the ~{projected:.0f} calls the build would make; threshold "
+            f"{threshold:.0%}" + (f". First error: {reason}" if reason else ""))
 
 
 def _fallback_key(event: str) -> str | None:

@@ -30,6 +30,7 @@ from . import datasets
 from .fallbacks import (
     DEFAULT_THRESHOLD,
     FallbackError,
+    doomed_build,
     exceeded_message,
     fallback_report,
 )
@@ -209,7 +210,7 @@ def open_run(cfg: EvalConfig, open_memory=None):
     return mem, judge, get_strategy(cfg.strategy, cfg.strategy_config())
 
 
-async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
+async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_above: float | None = None) -> dict:
     """Ingest one conversation (scope ``user_id = conversation id``; one store ``add``, so one
     transaction) and build ``strategy``'s view of it; returns the summary's ``construction`` entry
     for it (records added, chunks embedded, construction usage in tokens/USD/seconds, events,
@@ -222,7 +223,12 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
     offline construction, then a ``construct`` event after each of its steps (``conversation``,
     ``done``, ``total``, ``unit``: :data:`~memfrontier.strategies.base.BuildProgress`'s; ``calls``
     and ``failed`` so far: :func:`build_counts`; none for a strategy whose construction has no
-    steps)."""
+    steps).
+
+    ``stop_above``: a fallback threshold; when the construction's failures this run are bound to
+    end above it (:func:`~memfrontier.eval.fallbacks.doomed_build`), the build stops after its
+    current step with :class:`~memfrontier.eval.fallbacks.FallbackError` (no summary), keeping
+    what it built (a view that stores its units, as MemoryCPT's bank does, resumes from there)."""
     scope = Scope(user_id=conv.id)
     report = None
     if progress is not None:
@@ -236,14 +242,30 @@ async def construct(mem, strategy, conv: Conversation, progress=None) -> dict:
     step = None
     if progress is not None:
         progress("build", conversation=conv.id)
-
-        def step(done: int, total: int, unit: str) -> None:
-            progress("construct", conversation=conv.id, done=done, total=total, unit=unit,
-                     **build_counts(_calls_and_failures(ledger)))
-
     stored = getattr(strategy, "construction_usage", None)
     # what earlier runs recorded of the view's calls and failures (MemoryCPT's bank keeps them per session)
     before = stored(mem.env, scope) if stored is not None else {}
+    recorded = isinstance(before.get("calls_by_role"), dict)
+    if progress is not None or stop_above is not None:
+        first_done: list[int] = []  # units already built when this run began
+
+        def step(done: int, total: int, unit: str) -> None:
+            counts = _calls_and_failures(ledger)
+            if progress is not None:
+                progress("construct", conversation=conv.id, done=done, total=total, unit=unit, **build_counts(counts))
+            if stop_above is None:
+                return
+            if not first_done:
+                first_done.append(done)
+            if recorded:  # every unit's calls are known: judge the whole build, as its summary will be
+                counts = {**counts, **{k: dict(Counter(counts[k]) + Counter(before.get(k) or {}))
+                                       for k in ("calls_by_role", "events")}}
+                doomed = doomed_build(counts, done, total, stop_above)
+            else:  # only this run's units' calls are known
+                doomed = doomed_build(counts, done - first_done[0], total - first_done[0], stop_above)
+            if doomed:
+                raise FallbackError(f"stopped building {conv.id}'s memory after {done} of {total} {unit}: {doomed}. "
+                                    f"What was built is kept; --allow-fallbacks builds on", None)
     await mem.build(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
     ran = _calls_and_failures(ledger)
@@ -413,7 +435,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         construction: dict[str, dict] = {}
         if pool is None:
             for c in convs:
-                construction[c.id] = await construct(mem, strategy, c, progress)
+                construction[c.id] = await construct(
+                    mem, strategy, c, progress, stop_above=None if cfg.allow_fallbacks else cfg.fallback_threshold)
                 progress("ingest", conversation=c.id, added=construction[c.id]["records_added"],
                          **build_counts(construction[c.id]))
         else:  # every conversation is built before any question is asked, as above

@@ -145,6 +145,8 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
                 await run_eval(cfg, on_progress=on_progress)
                 notify(fc.label, "done")
             except FallbackError as e:  # written; the report refuses it (see build_report)
+                if e.summary is None:  # stopped while building its memory: nothing to report but why
+                    entry.update(dir=None, status=f"refused: {e}")
                 notify(fc.label, f"refused: {e}")
             except (DatasetError, LLMError, RunMismatchError) as e:  # their messages say what failed
                 entry.update(dir=None, status=f"failed: {e}")

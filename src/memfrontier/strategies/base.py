@@ -25,7 +25,9 @@ from ..store.base import MemoryStore
 #: ``progress(done, total, unit)``: an offline construction's progress, called once before the
 #: first step (``done`` 0) and after each step (``done`` of ``total`` steps of ``unit``, e.g.
 #: ``"sessions"``, ``"windows"``; steps already built count as done). Strategies whose
-#: construction has no steps never call it.
+#: construction has no steps never call it. It may raise to stop the build (the runner does when the
+#: build is bound to be refused for its fallbacks): the exception propagates out of ``build``
+#: after the steps finished so far were kept, and no step runs on in the background.
 BuildProgress = Callable[[int, int, str], None]
 
 

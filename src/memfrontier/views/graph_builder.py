@@ -213,7 +213,14 @@ class GraphIndexer:
 
         if progress is not None:
             progress(0, len(windows), "windows")
-        await asyncio.gather(*(one(i) for i in range(len(windows))))
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(windows))]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:  # a failed window or a stopped build: no window goes on calling the model
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         notes = [n for group in results for n in (group or [])]
         data = graph_from_notes(notes, ns, embed=self.embed)
         await asyncio.to_thread(backend.replace, data)
