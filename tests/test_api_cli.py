@@ -193,7 +193,7 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
         ("memorycpt: ingesting conv-49 (19 sessions): turns embedded", 300, 663)]
     row.on_event("build", {"conversation": "conv-49"})
     assert bar.tasks == []
-    for done, calls, failed in ((1, 6, 0), (2, 13, 2)):
+    for done, calls, failed in ((0, 0, 0), (1, 6, 0), (2, 13, 2)):
         row.on_event("construct", {"conversation": "conv-49", "done": done, "total": 19, "unit": "sessions",
                                    "calls": calls, "failed": failed})
     assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
@@ -201,8 +201,15 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
     row.on_event("ingest", {"conversation": "conv-49", "added": 663, "calls": 13, "failed": 2, "built_calls": 7})
     assert bar.tasks == []
     row.on_event("ingest", {"conversation": "conv-50", "added": 0, "calls": 9, "failed": 0, "built_calls": 0})  # no line
+    # a build resumed by this run says where it starts (once), then goes on as above
+    row.on_event("build", {"conversation": "conv-26"})
+    for done in (5, 6):
+        row.on_event("construct", {"conversation": "conv-26", "done": done, "total": 19, "unit": "sessions",
+                                   "calls": 0, "failed": 0})
     assert log.getvalue() == ("memorycpt: built conv-49's memory view: 7 model calls this run; 13 in all, 2 failed "
-                              "or fell back\n")
+                              "or fell back\n"
+                              "memorycpt: resuming the build of conv-26's memory view: 5 of 19 sessions built by an "
+                              "earlier run\n")
 
 
 def test_a_strategy_whose_build_takes_no_progress_still_builds(tmp_path):

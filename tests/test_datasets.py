@@ -145,6 +145,32 @@ def test_locomo_int_answers_are_strings(locomo):
 
 
 @needs_data
+def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path):
+    from memfrontier.eval.runner import EvalConfig, load_questions
+
+    sample = {"sample_id": "c1", "qa": [], "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}]}}
+    f = tmp_path / "locomo_like.json"
+    f.write_text(json.dumps([sample]))
+    cfg = EvalConfig(strategy="rag", dataset="locomo", split="all", data_file=f, out=tmp_path / "out")
+    with pytest.raises(DatasetError, match=f"locomo data file {f} holds no questions in split 'all': nothing to evaluate"):
+        load_questions(cfg)
+    sample["qa"] = [{"question": "What did Ann adopt?", "answer": "a cat", "evidence": "D1:1", "category": 4}]
+    f.write_text(json.dumps([sample]))
+    (conv,), (q,) = load_questions(cfg)
+    assert conv.id == "c1" and q.evidence_ids == ["c1:D1:1"]  # evidence given as one string
+
+
+def test_locomo_evidence_given_as_one_string_is_one_item():
+    from memfrontier.eval.datasets.locomo import _parse_evidence
+
+    ids = {"D1:1", "D1:2"}
+    assert _parse_evidence("D1:1", ids) == (["D1:1"], [])  # not "D", "1", ":", "1"
+    assert _parse_evidence("D1:1; D1:2", ids) == (["D1:1", "D1:2"], [])
+    assert _parse_evidence(["D1:2", "D7:7"], ids) == (["D1:2"], ["D7:7"])
+
+
 def test_locomo_malformed_evidence(locomo):
     # several ids in one string
     q = next(q for q in locomo[0].questions if "D8:6; D9:17" in q.meta["evidence_raw"])

@@ -413,6 +413,10 @@ class IngestRow:
 
     def __init__(self, bar: Progress, prefix: str = ""):
         self.bar, self.prefix, self.task = bar, prefix, None
+        self.building: str | None = None  # the conversation whose construction the row follows
+
+    def _say(self, text: str) -> None:
+        self.bar.console.print(f"{self.prefix}{text}", markup=False, highlight=False)
 
     def _set(self, desc: str, done: int, total: int) -> None:
         if self.task is None:
@@ -435,15 +439,20 @@ class IngestRow:
         elif event == "build":
             self.close()
         elif event == "construct":
+            if self.building != info["conversation"]:  # its first step: say where a resumed build starts
+                self.building = info["conversation"]
+                if 0 < info["done"] < info["total"]:
+                    self._say(f"resuming the build of {info['conversation']}'s memory view: {info['done']} of "
+                              f"{info['total']} {info['unit']} built by an earlier run")
             failed = f", {info['failed']} failed or fell back" if info["failed"] else ""
             self._set(f"{self.prefix}building {info['conversation']}: {info['unit']} "
                       f"({info['calls']} model calls this run{failed})", info["done"], info["total"])
         elif event == "ingest":
             self.close()
+            self.building = None
             if info.get("built_calls"):
-                self.bar.console.print(f"{self.prefix}built {info['conversation']}'s memory view: {info['built_calls']} "
-                                       f"model calls this run; {info['calls']} in all, {info['failed']} failed or "
-                                       "fell back", markup=False, highlight=False)
+                self._say(f"built {info['conversation']}'s memory view: {info['built_calls']} model calls this run; "
+                          f"{info['calls']} in all, {info['failed']} failed or fell back")
 
 
 @app.command("config")

@@ -357,6 +357,20 @@ async def _as_completed(aws):
         await asyncio.gather(*unfinished, return_exceptions=True)
 
 
+def load_questions(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]:
+    """The run's conversations (those its questions are asked about, in dataset order) and questions
+    (:func:`select_questions`). Raises DatasetError for missing or corrupt data, or data that holds
+    no question of the split (nothing to evaluate)."""
+    convs = datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root, data_file=cfg.data_file)
+    questions = select_questions(convs, cfg.limit, cfg.seed)
+    if not questions:
+        where = cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root)
+        raise datasets.DatasetError(f"{cfg.dataset} data file {where} holds no questions in split {cfg.split!r}: "
+                                    "nothing to evaluate")
+    needed = {q.conversation_id for q in questions}
+    return [c for c in convs if c.id in needed], questions
+
+
 def check_run(cfg: EvalConfig) -> None:
     """What a run of ``cfg`` needs from outside, checked before anything is written: the data file
     loads and holds the split, and its LLM specs (answerer, memory side, judge) parse and name
@@ -365,7 +379,7 @@ def check_run(cfg: EvalConfig) -> None:
     :class:`~memfrontier.llm.local_models.ModelNotInstalledError`."""
     from ..llm import check_llm_spec
 
-    datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root, data_file=cfg.data_file)
+    load_questions(cfg)
     check_llm_spec(cfg.llm, cfg.base_url)
     if cfg.judge and cfg.judge_llm:
         check_llm_spec(cfg.judge_llm, cfg.base_url)
@@ -402,11 +416,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                 f"{out} holds a different run (differs in {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in diff.items())}); "
                 f"choose another --out or delete it")
 
-    convs = datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root, data_file=cfg.data_file)
+    convs, questions = load_questions(cfg)
     data_file = cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root)
-    questions = select_questions(convs, cfg.limit, cfg.seed)
-    needed = {q.conversation_id for q in questions}
-    convs = [c for c in convs if c.id in needed]
 
     if cfg.ray is not None and open_memory is not None:
         raise ValueError("open_memory cannot be sent to Ray workers: run without ray")

@@ -72,10 +72,11 @@ def parse_locomo_datetime(text: str) -> str | None:
 
 
 def _parse_evidence(raw: list, turn_ids: set[str]) -> tuple[list[str], list[str]]:
-    """Split evidence strings into dia ids; return (resolved dia ids in order, unresolved tokens)."""
+    """Split evidence strings into dia ids; return (resolved dia ids in order, unresolved tokens).
+    A single string (``"D1:3"`` where the format has ``["D1:3"]``) is one item, not its characters."""
     resolved: list[str] = []
     unresolved: list[str] = []
-    for item in raw or []:
+    for item in [raw] if isinstance(raw, str) else raw or []:
         for tok in _EVIDENCE_SPLIT_RE.split(str(item).strip()):
             if not tok:
                 continue
@@ -149,7 +150,7 @@ def _convert_sample(sample: dict) -> Conversation:
                 abstention=cat == "5",
                 meta={
                     "index": i,
-                    "evidence_raw": list(qa.get("evidence", [])),
+                    "evidence_raw": [ev] if isinstance(ev := qa.get("evidence", []), str) else list(ev),
                     "unresolved_evidence": len(unresolved),
                     "unresolved_evidence_tokens": unresolved,
                 },
