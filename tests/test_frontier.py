@@ -355,7 +355,7 @@ def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
             "haystack_sessions": [[{"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True}]]}
     data = tmp_path / "lme.json"
     data.write_text(json.dumps([item]))
-    lme = ("--dataset", "longmemeval", "--split", "all", "--data-file", str(data), "--only", "oracle,rag", "--out", str(out))
+    lme = ("--dataset", "longmemeval", "--data-file", str(data), "--only", "oracle,rag", "--out", str(out))
     assert fails(*lme, "--llm", "bogus").startswith("error: unknown LLM spec 'bogus'")
     assert fails(*lme, "--llm", "local:qwen9").startswith("error: unknown local model 'qwen9'")
     assert fails("--dataset", "longmemeval", "--split", "all", "--data-file", str(tmp_path / "nope.json"), "--out", str(out)) == (

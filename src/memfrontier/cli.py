@@ -68,7 +68,7 @@ OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packag
 OPT_ALLOW_UNPRICED = typer.Option(False, "--allow-unpriced", help="Record calls to models missing from the price book as unpriced instead of failing.")
 OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
 OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
-OPT_SPLIT = typer.Option("test", help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all")
+OPT_SPLIT = typer.Option(None, help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all. Default: test where the dataset has one, else all.")
 STRATEGY_HELP = " | ".join(STRATEGIES)
 
 
@@ -155,7 +155,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
     row here and the field of the same name on :class:`~memfrontier.eval.runner.EvalConfig`."""
     return [
         Param("dataset", str, OPT_DATASET),
-        Param("split", str, OPT_SPLIT),
+        Param("split", Optional[str], OPT_SPLIT),
         Param("limit", Optional[int], typer.Option(None, min=1, metavar="N", help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all.")),
         Param("llm", str, OPT_LLM),
         Param("base_url", Optional[str], OPT_BASE_URL),

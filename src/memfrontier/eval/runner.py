@@ -59,7 +59,9 @@ class EvalConfig(BaseModel):
     key and the allowed values)."""
 
     dataset: str = "locomo"
-    split: str = "test"
+    #: None: the dataset's default split (:func:`~memfrontier.eval.datasets.default_split`: ``test``
+    #: where it has one, else ``all``)
+    split: str | None = None
     strategy: str = "rag"
     strategy_options: dict = Field(default_factory=dict)
     limit: int | None = None
@@ -118,6 +120,12 @@ class EvalConfig(BaseModel):
         if v is not None and not v.strip():
             raise ValueError("ray must be 'local', 'auto' or a cluster address such as ray://head:10001")
         return v
+
+    @model_validator(mode="after")
+    def _default_split(self):
+        if self.split is None:
+            self.split = datasets.default_split(self.dataset)
+        return self
 
     @model_validator(mode="after")
     def _valid_strategy_options(self):

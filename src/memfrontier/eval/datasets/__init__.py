@@ -31,6 +31,15 @@ SPLITS: dict[str, tuple[str, ...]] = {
 }
 
 
+def default_split(name: str) -> str:
+    """The split a run uses when none is given: ``test`` where ``name`` has one (LoCoMo's conv-49 and
+    conv-50, Mem-Gallery's held-out conversations), else ``all``. Raises ValueError for an unknown
+    dataset."""
+    if name not in SPLITS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(SPLITS)}")
+    return "test" if "test" in SPLITS[name] else "all"
+
+
 class DatasetError(Exception):
     """A benchmark file is missing, unreadable or does not match its documented schema."""
 
@@ -183,6 +192,7 @@ __all__ = [
     "ENV_VAR",
     "data_root",
     "dataset_path",
+    "default_split",
     "file_sha256",
     "load_dataset",
     "load_hotpotqa",
