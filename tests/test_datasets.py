@@ -160,6 +160,14 @@ def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path)
     f.write_text(json.dumps([sample]))
     (conv,), (q,) = load_questions(cfg)
     assert conv.id == "c1" and q.evidence_ids == ["c1:D1:1"]  # evidence given as one string
+    # a bad model spec is found before the run writes anything (no empty --out, no store)
+    import asyncio
+
+    from memfrontier.eval.runner import run_eval
+
+    with pytest.raises(ValueError, match="unknown LLM spec 'bogus'"):
+        asyncio.run(run_eval(cfg.model_copy(update={"llm": "bogus"})))
+    assert not (tmp_path / "out").exists()
 
 
 def test_locomo_evidence_given_as_one_string_is_one_item():

@@ -379,18 +379,19 @@ def load_questions(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]
     return [c for c in convs if c.id in needed], questions
 
 
-def check_run(cfg: EvalConfig) -> None:
+def check_run(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]:
     """What a run of ``cfg`` needs from outside, checked before anything is written: the data file
-    loads and holds the split, and its LLM specs (answerer, memory side, judge) parse and name
-    installed embedded models. Loads no model; a frontier checks this once for all its
-    configurations. Raises DatasetError, ValueError or
-    :class:`~memfrontier.llm.local_models.ModelNotInstalledError`."""
+    loads and holds questions of the split (:func:`load_questions`, whose result is returned), and
+    its LLM specs (answerer, memory side, judge) parse and name installed embedded models. Loads no
+    model; :func:`run_eval` checks this first, a frontier once for all its configurations. Raises
+    DatasetError, ValueError or :class:`~memfrontier.llm.local_models.ModelNotInstalledError`."""
     from ..llm import check_llm_spec
 
-    load_questions(cfg)
+    loaded = load_questions(cfg)
     check_llm_spec(cfg.llm, cfg.base_url)
     if cfg.judge and cfg.judge_llm:
         check_llm_spec(cfg.judge_llm, cfg.base_url)
+    return loaded
 
 
 class RunMismatchError(RuntimeError):
@@ -414,7 +415,6 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
         require_ray()
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     run_file = out / "run.json"
     if run_file.exists():
         prev = json.loads(run_file.read_text("utf-8"))
@@ -424,7 +424,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
                 f"{out} holds a different run (differs in {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in diff.items())}); "
                 f"choose another --out or delete it")
 
-    convs, questions = load_questions(cfg)
+    convs, questions = check_run(cfg)  # a bad data file or model spec leaves nothing behind
+    out.mkdir(parents=True, exist_ok=True)
     data_file = cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root)
 
     if cfg.ray is not None and open_memory is not None:
