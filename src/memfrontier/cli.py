@@ -171,7 +171,7 @@ def run_params(out: Path, out_help: str) -> list[Param]:
         Param("price_book", Optional[Path], OPT_PRICE_BOOK),
         Param("allow_unpriced", bool, OPT_ALLOW_UNPRICED),
         Param("price_as", Optional[str], OPT_PRICE_AS),
-        Param("allow_fallbacks", bool, typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role).")),
+        Param("allow_fallbacks", bool, typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role), and build on a memory whose construction is bound to exceed it (default: stopped early, what was built kept).")),
         Param("fallback_threshold", float, typer.Option(0.05, min=0.0, max=1.0, metavar="SHARE", help="Largest share of a role's calls that may fail or fall back (0-1).")),
     ]
 
