@@ -202,10 +202,11 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
     assert bar.tasks == []
     row.on_event("ingest", {"conversation": "conv-50", "added": 0, "calls": 9, "failed": 0, "built_calls": 0})  # no line
     # a build resumed by this run says where it starts (once), then goes on as above
+    # as the views report it: 0 first, the units built earlier without a call, then this run's
     row.on_event("build", {"conversation": "conv-26"})
-    for done in (5, 6):
+    for done, calls in ((0, 0), (1, 0), (5, 0), (6, 7), (7, 15)):
         row.on_event("construct", {"conversation": "conv-26", "done": done, "total": 19, "unit": "sessions",
-                                   "calls": 0, "failed": 0})
+                                   "calls": calls, "failed": 0})
     assert log.getvalue() == ("memorycpt: built conv-49's memory view: 7 model calls this run; 13 in all, 2 failed "
                               "or fell back\n"
                               "memorycpt: resuming the build of conv-26's memory view: 5 of 19 sessions built by an "

@@ -144,7 +144,6 @@ def test_locomo_int_answers_are_strings(locomo):
     assert got == ["2", "2022", "2022", "2022", "2022", "3"]
 
 
-@needs_data
 def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path):
     from memfrontier.eval.runner import EvalConfig, load_questions
 
@@ -168,6 +167,12 @@ def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path)
     with pytest.raises(ValueError, match="unknown LLM spec 'bogus'"):
         asyncio.run(run_eval(cfg.model_copy(update={"llm": "bogus"})))
     assert not (tmp_path / "out").exists()
+    # a server's answerer with an embedded judge: --base-url is the server's, not the judge's
+    from memfrontier.eval.runner import check_run
+
+    served = cfg.model_copy(update={"llm": "openai:m", "base_url": "http://127.0.0.1:9/v1", "judge": True,
+                                    "judge_llm": "local"})
+    assert [q.id for q in check_run(served)[1]] == [q.id]
 
 
 def test_locomo_evidence_given_as_one_string_is_one_item():
@@ -179,6 +184,7 @@ def test_locomo_evidence_given_as_one_string_is_one_item():
     assert _parse_evidence(["D1:2", "D7:7"], ids) == (["D1:2"], ["D7:7"])
 
 
+@needs_data
 def test_locomo_malformed_evidence(locomo):
     # several ids in one string
     q = next(q for q in locomo[0].questions if "D8:6; D9:17" in q.meta["evidence_raw"])

@@ -588,8 +588,8 @@ def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_pat
             asyncio.run(construct(mem, MemoryCPT(), conv, stop_above=0.05))
         assert e.value.summary is None
         assert str(e.value).startswith(
-            "stopped building u1's memory after 1 of 2 sessions: role 'segmenter': 1 of its 2 calls fell back in "
-            "1 of 2 units, already 25% of the ~4 calls the build would make; threshold 5%")
+            "stopped building u1's memory after 1 of 2 sessions: role 'segmenter': 1 of its 2 calls so far fell back, "
+            "already 25% of the ~4 calls the run's memory construction would make; threshold 5%")
         assert "What was built is kept; --allow-fallbacks builds on" in str(e.value)
         assert [role_of(m) for m, _ in client.seen] == ["segmenter", "segmenter", "episode", "extract"]
         entry = asyncio.run(construct(mem, MemoryCPT(), conv))  # no threshold: builds on from session 2
@@ -602,23 +602,32 @@ def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_pat
 def test_doomed_build_projects_the_calls_left_hand_computed():
     from memfrontier.eval.fallbacks import doomed_build
 
-    # 3 of 25 sessions: 4 of 9 calls fell back; ~75 calls in all, 4 <= 0.05 x 1.5 x 75 = 5.625: go on
+    # 3 of 25 sessions built, 4 of 9 calls fell back: growth 1 + 22/3 -> ~75 calls in all;
+    # 4 <= 0.05 x 1.5 x 75 = 5.625: go on
     entry = {"calls_by_role": {"episode_generator": 9}, "events": {"memorycpt.fallback.episode_generator": 4}}
-    assert doomed_build(entry, 3, 25) is None
-    # 5 of 25: 7 of 15 fell back, still ~75 in all: 7 > 5.625, stop
+    assert doomed_build(entry, growth=1 + 22 / 3) is None
+    # 5 of 25: 7 of 15 fell back, growth 5 -> ~75: 7 > 5.625, stop
     entry = {"calls_by_role": {"episode_generator": 15, "segmenter": 5},
              "events": {"memorycpt.fallback.episode_generator": 7,
                         "memorycpt.content_rejected.episode_generator.instruction_echo": 12}}
-    assert doomed_build(entry, 5, 25) == (
-        "role 'episode_generator': 7 of its 15 calls fell back in 5 of 25 units, already 9% of the ~75 calls "
-        "the build would make; threshold 5%. First error: outputs refused, most often "
+    assert doomed_build(entry, growth=5) == (
+        "role 'episode_generator': 7 of its 15 calls so far fell back, already 9% of the ~75 calls the run's "
+        "memory construction would make; threshold 5%. First error: outputs refused, most often "
         "memorycpt.content_rejected.episode_generator.instruction_echo (12)")
-    assert doomed_build(entry, 5, 25, threshold=0.1) is None  # 7 <= 0.1 x 1.5 x 75 = 11.25
-    assert doomed_build(entry, 25, 25) is None and doomed_build(entry, 0, 25) is None  # finished / not begun
+    assert doomed_build(entry, 0.1, growth=5) is None  # 7 <= 0.1 x 1.5 x 75 = 11.25
+    # a second conversation as long as this one is still to build: ~150 calls, 7 <= 11.25
+    assert doomed_build(entry, growth=5, future=2.0) is None
+    # a first conversation built without a failure in 100 calls: (100 + 75) calls, 7 <= 13.1
+    clean = {"calls_by_role": {"episode_generator": 100}, "events": {}}
+    assert doomed_build(entry, growth=5, settled=[clean]) is None
+    # ... with 8 fallbacks there: 15 of 115 calls so far, 15 > 0.075 x 175 = 13.125: stop
+    dirty = {"calls_by_role": {"episode_generator": 100}, "events": {"memorycpt.fallback.episode_generator": 8}}
+    assert doomed_build(entry, growth=5, settled=[dirty]).startswith(
+        "role 'episode_generator': 15 of its 115 calls so far fell back, already 9% of the ~175 calls")
     # errors count as failures too
     assert doomed_build({"calls_by_role": {"indexer": 4}, "events": {"llm_error.indexer": 4},
-                         "call_errors": [{"role": "indexer", "error": "HTTP 500"}]}, 2, 10).startswith(
-        "role 'indexer': 4 of its 4 calls failed in 2 of 10 units, already 20% of the ~20 calls")
+                         "call_errors": [{"role": "indexer", "error": "HTTP 500"}]}, growth=5).startswith(
+        "role 'indexer': 4 of its 4 calls so far failed, already 20% of the ~20 calls")
 
 
 def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, minilm):

@@ -414,6 +414,7 @@ class IngestRow:
     def __init__(self, bar: Progress, prefix: str = ""):
         self.bar, self.prefix, self.task = bar, prefix, None
         self.building: str | None = None  # the conversation whose construction the row follows
+        self.skipped = 0  # its units done before this run's first model call (built by an earlier run)
 
     def _say(self, text: str) -> None:
         self.bar.console.print(f"{self.prefix}{text}", markup=False, highlight=False)
@@ -439,11 +440,15 @@ class IngestRow:
         elif event == "build":
             self.close()
         elif event == "construct":
-            if self.building != info["conversation"]:  # its first step: say where a resumed build starts
-                self.building = info["conversation"]
-                if 0 < info["done"] < info["total"]:
-                    self._say(f"resuming the build of {info['conversation']}'s memory view: {info['done']} of "
+            if self.building != info["conversation"]:
+                self.building, self.skipped = info["conversation"], 0
+            if not info["calls"]:  # units done without a call so far: built by an earlier run
+                self.skipped = info["done"]
+            elif self.skipped is not None:  # this run's first call: say where a resumed build went on
+                if self.skipped:
+                    self._say(f"resuming the build of {info['conversation']}'s memory view: {self.skipped} of "
                               f"{info['total']} {info['unit']} built by an earlier run")
+                self.skipped = None
             failed = f", {info['failed']} failed or fell back" if info["failed"] else ""
             self._set(f"{self.prefix}building {info['conversation']}: {info['unit']} "
                       f"({info['calls']} model calls this run{failed})", info["done"], info["total"])

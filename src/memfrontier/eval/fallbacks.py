@@ -43,39 +43,45 @@ class FallbackError(RuntimeError):
         self.summary = summary
 
 
-#: How far a build's failures must exceed the threshold of its projected calls before it is
-#: stopped (the projection assumes the units left cost what the built ones did; the margin covers
-#: units that cost more).
+#: How far a construction's failures must exceed the threshold of its projected calls before it is
+#: stopped (the projection assumes the work left costs what the work done did; the margin covers
+#: work that costs more).
 DOOM_MARGIN = 1.5
 
 
-def doomed_build(entry: dict, done: int, total: int, threshold: float = DEFAULT_THRESHOLD) -> str | None:
-    """Why a construction under way is bound to end above ``threshold``, or None.
+def doomed_build(entry: dict, threshold: float = DEFAULT_THRESHOLD, *, growth: float, future: float = 1.0,
+                 settled: Iterable[dict] = ()) -> str | None:
+    """Why a run's memory construction under way is bound to end above ``threshold``, or None.
 
-    ``entry``: this run's construction counts so far (``calls_by_role``, ``events``,
-    ``call_errors``, as :func:`fallback_report` reads them); ``done`` of ``total``: the units
-    (sessions, windows) this run has built and will build in all. A role's failures (errors or
-    fallbacks, whichever is more) only grow, and its calls are projected as ``calls x total / done``;
-    when the failures already exceed ``threshold x DOOM_MARGIN`` of that projection, the finished
-    build's share would be above the threshold, and building on only spends calls on a run that
-    will be refused. Returns one line naming the role, its counts and why (its first error or most
-    frequent refusal)."""
-    if done <= 0 or total <= done:
-        return None
+    ``entry``: the counts of the conversation being built, this run's calls so far
+    (``calls_by_role``, ``events``, ``call_errors``, as :func:`fallback_report` reads them);
+    ``settled``: final counts of what else the run's construction holds (conversations built before
+    this one, units of this one built by earlier runs). Calls are projected to the end of the run's
+    construction as ``(settled + entry x growth) x future``: ``growth`` = 1 + units left / units this
+    run has built of this conversation, ``future`` = 1 + turns of the conversations still to build /
+    turns of those built and this one. A role's failures (errors or fallbacks, whichever is more) only
+    grow; when they already exceed ``threshold x DOOM_MARGIN`` of that projection, the finished
+    construction's share would be above the threshold unless the rest costs far more per unit, and
+    building on only spends calls on a run that will be refused. Returns one line naming the role,
+    its counts and why (its first error or most frequent refusal)."""
+    now = fallback_report([], threshold, construction=[entry])["by_role"]
+    before = fallback_report([], threshold, construction=list(settled))["by_role"]
+    zero = {"calls": 0, "errors": 0, "fallbacks": 0}
     worst = None
-    for role, v in fallback_report([], threshold, construction=[entry])["by_role"].items():
-        failed = max(v["errors"], v["fallbacks"])
-        projected = v["calls"] * total / done
-        if failed > threshold * DOOM_MARGIN * projected and (worst is None or failed / projected > worst[0]):
-            worst = (failed / projected, role, v, failed, projected)
+    for role in now:
+        a, b = now[role], before.get(role, zero)
+        errors, fallbacks, calls = a["errors"] + b["errors"], a["fallbacks"] + b["fallbacks"], a["calls"] + b["calls"]
+        failed = max(errors, fallbacks)
+        projected = (b["calls"] + a["calls"] * growth) * future
+        if failed and failed > threshold * DOOM_MARGIN * projected and (worst is None or failed / projected > worst[0]):
+            worst = (failed / projected, role, a, failed, calls, projected, "failed" if errors >= fallbacks else "fell back")
     if worst is None:
         return None
-    _, role, v, failed, projected = worst
-    what = "failed" if v["errors"] >= v["fallbacks"] else "fell back"
-    reason = why(v)
-    return (f"role {role!r}: {failed} of its {v['calls']} calls {what} in {done} of {total} units, already "
-            f"{failed / projected:.0%} of the ~{projected:.0f} calls the build would make; threshold "
-            f"{threshold:.0%}" + (f". First error: {reason}" if reason else ""))
+    _, role, a, failed, calls, projected, what = worst
+    reason = why(a)
+    return (f"role {role!r}: {failed} of its {calls} calls so far {what}, already {failed / projected:.0%} of the "
+            f"~{projected:.0f} calls the run's memory construction would make; threshold {threshold:.0%}"
+            + (f". First error: {reason}" if reason else ""))
 
 
 def _fallback_key(event: str) -> str | None:

@@ -14,6 +14,7 @@ import math
 import os
 import random
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -33,6 +34,7 @@ from .fallbacks import (
     doomed_build,
     exceeded_message,
     fallback_report,
+    unrecorded_units,
 )
 from .judge import judge_prompt_version, make_judge
 from .metrics import (
@@ -218,7 +220,8 @@ def open_run(cfg: EvalConfig, open_memory=None):
     return mem, judge, get_strategy(cfg.strategy, cfg.strategy_config())
 
 
-async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_above: float | None = None) -> dict:
+async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_above: float | None = None,
+                    settled: Sequence[dict] = (), turns_left: int = 0) -> dict:
     """Ingest one conversation (scope ``user_id = conversation id``; one store ``add``, so one
     transaction) and build ``strategy``'s view of it; returns the summary's ``construction`` entry
     for it (records added, chunks embedded, construction usage in tokens/USD/seconds, events,
@@ -233,10 +236,13 @@ async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_ab
     and ``failed`` so far: :func:`build_counts`; none for a strategy whose construction has no
     steps).
 
-    ``stop_above``: a fallback threshold; when the construction's failures this run are bound to
-    end above it (:func:`~memfrontier.eval.fallbacks.doomed_build`), the build stops after its
-    current step with :class:`~memfrontier.eval.fallbacks.FallbackError` (no summary), keeping
-    what it built (a view that stores its units, as MemoryCPT's bank does, resumes from there)."""
+    ``stop_above``: a fallback threshold; when the run's construction is bound to end above it
+    (:func:`~memfrontier.eval.fallbacks.doomed_build`, over ``settled``, the construction entries of
+    the conversations this run built before this one, and ``turns_left``, the turns of those it has
+    still to build), the build stops after its current step with
+    :class:`~memfrontier.eval.fallbacks.FallbackError` (no summary), keeping what it built (a view
+    that stores its units, as MemoryCPT's bank does, resumes from there). Not judged when some unit's
+    calls or failures were not recorded (built before they were kept)."""
     scope = Scope(user_id=conv.id)
     report = None
     if progress is not None:
@@ -253,27 +259,29 @@ async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_ab
     stored = getattr(strategy, "construction_usage", None)
     # what earlier runs recorded of the view's calls and failures (MemoryCPT's bank keeps them per session)
     before = stored(mem.env, scope) if stored is not None else {}
-    recorded = isinstance(before.get("calls_by_role"), dict)
-    if progress is not None or stop_above is not None:
-        first_done: list[int] = []  # units already built when this run began
+    prior = [*settled, before]
+    # a unit built before its calls and failures were kept cannot be judged: no early stop then
+    judged = stop_above is not None and not unrecorded_units(prior)
+    turns_built = sum(int(e.get("records") or 0) for e in settled) + len(conv.records)
+    future = 1.0 + turns_left / max(turns_built, 1)
+    if progress is not None or judged:
+        made = {"calls": 0, "units": 0}  # this run's calls so far and the units that made them
 
         def step(done: int, total: int, unit: str) -> None:
             counts = _calls_and_failures(ledger)
+            calls = sum(counts["calls_by_role"].values())
+            if calls > made["calls"]:  # a unit built by this run (one built earlier makes no call)
+                made.update(calls=calls, units=made["units"] + 1)
             if progress is not None:
                 progress("construct", conversation=conv.id, done=done, total=total, unit=unit, **build_counts(counts))
-            if stop_above is None:
+            if not judged or not made["units"] or done >= total:
                 return
-            if not first_done:
-                first_done.append(done)
-            if recorded:  # every unit's calls are known: judge the whole build, as its summary will be
-                counts = {**counts, **{k: dict(Counter(counts[k]) + Counter(before.get(k) or {}))
-                                       for k in ("calls_by_role", "events")}}
-                doomed = doomed_build(counts, done, total, stop_above)
-            else:  # only this run's units' calls are known
-                doomed = doomed_build(counts, done - first_done[0], total - first_done[0], stop_above)
+            doomed = doomed_build(counts, stop_above, growth=1.0 + (total - done) / made["units"], future=future,
+                                  settled=prior)
             if doomed:
                 raise FallbackError(f"stopped building {conv.id}'s memory after {done} of {total} {unit}: {doomed}. "
                                     f"What was built is kept; --allow-fallbacks builds on", None)
+
     await mem.build(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
     ran = _calls_and_failures(ledger)
@@ -389,8 +397,9 @@ def check_run(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]:
 
     loaded = load_questions(cfg)
     check_llm_spec(cfg.llm, cfg.base_url)
-    if cfg.judge and cfg.judge_llm:
-        check_llm_spec(cfg.judge_llm, cfg.base_url)
+    if cfg.judge and cfg.judge_llm:  # the judge gets --base-url only when it is a server's model, as in MemoryEnv.model
+        judge = cfg.judge_llm.strip()
+        check_llm_spec(judge, cfg.base_url if judge.startswith("openai:") else None)
     return loaded
 
 
@@ -454,9 +463,10 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     try:
         construction: dict[str, dict] = {}
         if pool is None:
-            for c in convs:
+            for i, c in enumerate(convs):
                 construction[c.id] = await construct(
-                    mem, strategy, c, progress, stop_above=None if cfg.allow_fallbacks else cfg.fallback_threshold)
+                    mem, strategy, c, progress, stop_above=None if cfg.allow_fallbacks else cfg.fallback_threshold,
+                    settled=list(construction.values()), turns_left=sum(len(x.records) for x in convs[i + 1:]))
                 progress("ingest", conversation=c.id, added=construction[c.id]["records_added"],
                          **build_counts(construction[c.id]))
         else:  # every conversation is built before any question is asked, as above
@@ -503,19 +513,20 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
 
     ``amortized_usd_per_question``: USD per question, ``{str(n): C(n)}`` for n in
     :data:`AMORTIZATION_NS` and n = the questions this run answered, where C(n) = C_construction / n +
-    C_online spreads the construction of *every* conversation built for the run over n questions in
-    all (the paper's store: App. C's n = 314 is LoCoMo's whole test split), the frontier's convention;
+    C_online (the mean online cost of the scored questions, those F1 is over) spreads the construction
+    of *every* conversation built for the run over n questions in all (the paper's store: App. C's n = 314 is LoCoMo's whole test split), the frontier's convention;
     None when a call was unpriced. ``qpc_amortized``: overall F1 / (C(n_run) x 1e4) (MemoryCPT Eq. 5-6;
     the metrics' ``qpc`` is online-only). ``structured_output``: the endpoints' structured-output
     modes (default: this process's)."""
     groups = summarize(rows, by="category", dataset=cfg.dataset)
     n = len(rows)
-    online = sum(r["usd"] for r in rows) / n if n else 0.0
+    scored = overall_metrics(groups)  # the questions F1 is over (LoCoMo: categories 1-4), as the frontier's row
+    online = scored.get("usd_per_question") or 0.0
     constr_usd = sum(c["usd"] for c in construction.values())
     unpriced = any(r.get("unpriced_calls") for r in rows) or any(c.get("unpriced_calls") for c in construction.values())
     # a cost with unpriced calls in it is unknown, not their priced part
     amortized = None if unpriced else amortization_table(constr_usd, online, {*AMORTIZATION_NS, n} - {0})
-    f1_all = overall_metrics(groups).get("f1")
+    f1_all = scored.get("f1")
     c_run = amortized.get(str(n)) if amortized and n else None
     return {
         "config": cfg.model_dump(mode="json"),

@@ -1,6 +1,7 @@
 """What every sweep shares: a sweep point (:class:`SweepRun`), running the points as resumable
-:func:`~memfrontier.eval.runner.run_eval` runs in one folder with one store (:func:`run_sweep`), the
-overall metrics of a run, and the table writers (CSV and Markdown). Each paper's sweep is its own
+:func:`~memfrontier.eval.runner.run_eval` runs in one folder with one store (:func:`run_sweep`) and the
+table writers (CSV and Markdown); a run's overall metrics are
+:func:`~memfrontier.eval.metrics.overall_metrics`. Each paper's sweep is its own
 file next to this one: :mod:`.budgetmem`, :mod:`.memorycpt`, :mod:`.mempilot`.
 """
 
@@ -83,4 +84,4 @@ def markdown_table(rows: Sequence[dict], cols: Sequence[str]) -> list[str]:
             + ["| " + " | ".join(fmt_cell(r[c]) for c in cols) + " |" for r in rows])
 
 
-__all__ = ["SweepRun", "fmt_cell", "markdown_table", "overall", "run_sweep", "start_report", "write_rows_csv"]
+__all__ = ["SweepRun", "fmt_cell", "markdown_table", "run_sweep", "start_report", "write_rows_csv"]
