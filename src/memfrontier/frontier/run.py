@@ -79,12 +79,12 @@ def check_configurations(spec: FrontierSpec, labels: list[str] | None, reference
         raise ValueError("the frontier spec cannot run as given (nothing was run): " + "; ".join(problems))
 
 
-def _check_outputs(spec: FrontierSpec, labels: list[str] | None, base: EvalConfig, out: Path) -> None:
-    """Raise RunMismatchError naming every selected configuration whose folder in ``out`` holds a
-    run with other options (another --limit, model, price book...): resuming would mix two runs,
+def _check_outputs(configs: list[FrontierConfig], base: EvalConfig, out: Path) -> None:
+    """Raise RunMismatchError naming every configuration of ``configs`` whose folder in ``out`` holds
+    a run with other options (another --limit, model, price book...): resuming would mix two runs,
     and the same options differ for all of them, so nothing runs."""
     other = []
-    for fc in spec.select(labels):
+    for fc in configs:
         cfg = _eval_config(base, out, fc)
         run_file = cfg.out / "run.json"
         if run_file.is_file():
@@ -124,8 +124,11 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     notify = on_config or (lambda *_: None)
     if not report_only:
         check_configurations(spec, labels, reference)
-        check_run(base)  # the data and models every configuration shares: one error, not one per configuration
-        _check_outputs(spec, labels, base, out)
+        to_run = [fc for fc in spec.select(labels)
+                  if not fc.unmet() and not _is_finished(_eval_config(base, out, fc))]
+        if to_run:  # the data and models every configuration shares: one error, not one per configuration
+            check_run(base)
+            _check_outputs(to_run, base, out)
     entries: dict[str, dict] = {}
     for fc in spec.select(labels):  # in the order asked for
         cfg = _eval_config(base, out, fc)
