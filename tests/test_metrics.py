@@ -187,6 +187,8 @@ def test_summarize_locomo_excludes_category_5():
     assert overall["f1"] == pytest.approx(0.5)
     assert overall["em"] == pytest.approx(1 / 3)
     assert overall["judge_accuracy"] == 0.5 and overall["n_judged"] == 2 and overall["n_judge_missing"] == 1
+    unjudged = summarize([{k: v for k, v in r.items() if k != "judge"} for r in _rows()], by="category")
+    assert unjudged["all (1-4)"]["n_judged"] == 0 and unjudged["all (1-4)"]["n_judge_missing"] == 0  # not asked
     assert overall["evidence_recall"] == pytest.approx(0.75) and overall["n_with_evidence"] == 2
     assert overall["usd_per_question"] == pytest.approx(0.003)
     assert overall["usd_total"] == pytest.approx(0.009)

@@ -243,7 +243,7 @@ def _group_stats(rows: Sequence[dict]) -> dict:
         "em": _mean(ems),
         "judge_accuracy": _mean([1.0 if j else 0.0 for j in judged]),
         "n_judged": len(judged),
-        "n_judge_missing": len(rows) - len(judged),
+        "n_judge_missing": sum(1 for r in rows if "judge" in r and r["judge"] is None),  # asked, no verdict
         "evidence_recall": _mean(recalls),
         "n_with_evidence": len(recalls),
         "usd_per_question": usd_mean,
@@ -266,7 +266,8 @@ def summarize(rows: Iterable[dict], by: str = "category", dataset: str | None = 
     (float | None), ``usd`` (USD for that question), ``proxy_s`` and ``wall_s`` (seconds), and the
     ``by`` key. Returns ``{group: stats, ..., overall: stats}`` with groups in natural order; each
     stats dict has n_questions, f1, em, judge_accuracy (over non-None judges; n_judged,
-    n_judge_missing), evidence_recall (over non-None; n_with_evidence), usd_per_question, usd_total,
+    n_judge_missing: rows whose ``judge`` key is None, judged without a verdict; a row without the
+    key was not sent to the judge), evidence_recall (over non-None; n_with_evidence), usd_per_question, usd_total,
     proxy_s_mean, wall_s_mean and qpc = f1 / (usd_per_question x 1e4) (MemoryCPT Eq. 6). Means are
     None when no value is present. A row with ``unpriced_calls`` > 0 (calls of a model missing from
     the price book) makes its group's cost unknown: usd_per_question, usd_total and qpc are None and
