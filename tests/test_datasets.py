@@ -175,6 +175,22 @@ def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path)
     assert [q.id for q in check_run(served)[1]] == [q.id]
 
 
+def test_sessions_whose_date_cannot_be_read_are_named():
+    from memfrontier.eval.datasets.locomo import _convert_sample
+    from memfrontier.eval.runner import undated_sessions
+
+    conv = {"speaker_a": "Ann", "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023", "session_2_date_time": "garbage",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}],
+            "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "How is the cat?"}],
+            "session_3": [{"speaker": "Ann", "dia_id": "D3:1", "text": "Fine."}]}  # no date field at all
+    c = _convert_sample({"sample_id": "c1", "qa": [], "conversation": conv})
+    assert undated_sessions([c]) == ["c1:session_2", "c1:session_3"]
+    for r in c.records:  # a dataset without dates has nothing to miss
+        r.timestamp = None
+    assert undated_sessions([c]) == []
+
+
 def test_locomo_evidence_given_as_one_string_is_one_item():
     from memfrontier.eval.datasets.locomo import _parse_evidence
 

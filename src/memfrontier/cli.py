@@ -551,6 +551,10 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
         console.print(automem_table(out / "predictions.jsonl"))
     if choices.get("route"):
         console.print(route_table(choices["route"]["configuration"]))
+    if undated := summary.get("undated_sessions"):
+        err.print(f"note: {len(undated)} session(s) have no date the data file's date field could be read as "
+                  f"(first: {undated[0]}): their turns are stored undated, so temporal questions about them "
+                  "cannot be dated", markup=False, highlight=False)
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
     if refused is not None:
         _fail(f"too many model calls failed or fell back: {refused}", code=3)
