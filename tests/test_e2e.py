@@ -156,6 +156,7 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
     assert set(amortized.values()) == {amortized["inf"]} and amortized["inf"] > 0
     assert summary["qpc_amortized"] == pytest.approx(summary["metrics"]["all (1-4)"]["qpc"])
     assert summary["metrics"]["all (1-4)"]["n_questions"] == 4
+    assert summary["undated_sessions"] == []  # every LoCoMo session date parses
 
     # a crash mid-write leaves a torn line: the resumed run drops it and answers that question again
     p = tmp_path / "run" / "predictions.jsonl"
