@@ -265,7 +265,7 @@ DEPRECATED_PANEL = "Deprecated strategy flags (one release; use --set KEY=VALUE)
 
 
 def _alias_param(a: Alias) -> Param:
-    decl = a.flag if a.annotation is not bool else f"{a.flag}/--no-{a.flag[2:]}"
+    decl = a.flag  # a bool alias is a plain flag: False is "not given"
     name = a.flag[2:].replace("-", "_") if a.flag != "--lambda" else "lam"
     old = [s for s in a.strategies if s not in a.current]
     deprecated = (f" Deprecated for {' / '.join(old)}: use --set {a.key}=VALUE." if a.current
