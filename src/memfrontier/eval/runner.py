@@ -501,7 +501,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
     rows = [done[q.id] for q in questions if q.id in done]
     summary = build_summary(cfg, rows, construction, data_file, mem, strategy, structured_output=modes,
-                            undated_sessions=undated_sessions(convs))
+                            undated=undated_sessions(convs))
     write_json_atomic(out / "summary.json", summary)
     if summary["fallbacks"]["exceeded"] and not cfg.allow_fallbacks:
         raise FallbackError(exceeded_message(summary["fallbacks"]), summary)
@@ -512,28 +512,28 @@ def undated_sessions(convs: list[Conversation]) -> list[str]:
     """The sessions of ``convs`` whose turns have no timestamp (a date missing or not parseable in the
     data file), in order, when some other session has one (a dataset without dates, as HotpotQA, has
     none to miss): temporal questions about them cannot be dated."""
-    dated, undated = set(), []
+    dated, undated = set(), {}  # a dict keeps the sessions' order
     for c in convs:
         for r in c.records:
             if r.timestamp is not None:
                 dated.add(r.session_id)
-            elif r.session_id not in undated:
-                undated.append(r.session_id)
+            else:
+                undated.setdefault(r.session_id)
     return [s for s in undated if s not in dated] if dated else []
 
 
 def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy,
-                  structured_output: dict[str, str] | None = None, undated_sessions: list[str] = ()) -> dict:
+                  structured_output: dict[str, str] | None = None, undated: Sequence[str] = ()) -> dict:
     """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3 / Eq. 20) and provenance.
 
     ``amortized_usd_per_question``: USD per question, ``{str(n): C(n)}`` for n in
     :data:`AMORTIZATION_NS` and n = the questions this run answered, where C(n) = C_construction / n +
     C_online (the mean online cost of the scored questions, those F1 is over) spreads the construction
-    of *every* conversation built for the run over n questions in all (the paper's store: App. C's n = 314 is LoCoMo's whole test split), the frontier's convention;
-    None when a call was unpriced. ``qpc_amortized``: overall F1 / (C(n_run) x 1e4) (MemoryCPT Eq. 5-6;
+    of *every* conversation built for the run over n questions in all (the paper's store: App. C's
+    n = 314 is LoCoMo's whole test split), the frontier's convention; None when a call was unpriced. ``qpc_amortized``: overall F1 / (C(n_run) x 1e4) (MemoryCPT Eq. 5-6;
     the metrics' ``qpc`` is online-only). ``structured_output``: the endpoints' structured-output
-    modes (default: this process's). ``undated_sessions``: :func:`undated_sessions` of the run's
-    conversations."""
+    modes (default: this process's). ``undated``: :func:`undated_sessions` of the run's
+    conversations (``undated_sessions`` in the summary)."""
     groups = summarize(rows, by="category", dataset=cfg.dataset)
     n = len(rows)
     scored = overall_metrics(groups)  # the questions F1 is over (LoCoMo: categories 1-4), as the frontier's row
@@ -552,7 +552,7 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "amortized_usd_per_question": amortized,
         "qpc_amortized": qpc(f1_all, c_run) if f1_all is not None and c_run else None,
         "judge_errors": sum(1 for r in rows if r.get("judge_error")),
-        "undated_sessions": list(undated_sessions),
+        "undated_sessions": list(undated),
         "events": _sum_events(rows),
         "fallbacks": fallback_report(rows, cfg.fallback_threshold, construction=construction.values()),
         **_choices(rows),
