@@ -66,7 +66,7 @@ def plot_frontier(rows: Sequence[dict], out: Path, title: str = "frontier") -> d
     """Write ``frontier_cost.png`` and ``frontier_latency.png`` into ``out``; returns their paths."""
     paths = {}
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
-    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized: C(n) = construction / n + online, n = questions answered", f"{title}: quality vs cost", True)
+    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized:\nC(n) = construction / n questions answered + online", f"{title}: quality vs cost", True)
     paths["plot_cost"] = _save(fig, out / "frontier_cost.png")
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
     _panel(ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency", False)
