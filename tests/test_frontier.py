@@ -290,7 +290,7 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
     assert (rep["run_options"]["llm"], rep["run_options"]["limit"]) == ("local:qwen2.5-1.5b", 40)
     assert "limit 2 given, 40 recorded" in rep["notes"][-1]
-    assert rep["title"] == "s: locomo test, limit 40, local:qwen2.5-1.5b"
+    assert rep["title"] == "frontier (s spec): locomo test, limit 40, local:qwen2.5-1.5b"
     (config_dir(out, "b") / "run.json").write_text(json.dumps({**ident, "limit": 10}))
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
     assert rep["notes"][-1] == "the configurations were run with different options: limit 10, 40"

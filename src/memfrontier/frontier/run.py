@@ -172,8 +172,8 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
             report["notes"].append(note)
     report["run_options"] = options
     report["selected"] = [fc.label for fc in spec.select(labels)]
-    report["title"] = (f"{spec.name}: {options.get('dataset')} {options.get('split')}, limit {options.get('limit')}, "
-                       f"{options.get('llm')}")
+    report["title"] = (f"frontier ({spec.name} spec): {options.get('dataset')} {options.get('split')}, "
+                       f"limit {options.get('limit')}, {options.get('llm')}")
     report["files"] = {}
     if any(x["status"] == "ok" for x in report["rows"]):
         report["files"] = write_report(report, out, title=report["title"])
