@@ -480,6 +480,19 @@ def _lme_file(tmp_path) -> Path:
     return f
 
 
+def test_eval_says_when_the_split_holds_fewer_questions_than_the_limit(tmp_path):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    res = CliRunner().invoke(app, ["eval", "--dataset", "longmemeval", "--data-file", str(_lme_file(tmp_path)),
+                                   "--strategy", "oracle", "--limit", "5", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "note: the split holds 1 question(s), fewer than --limit 5: all of them are answered" in " ".join(
+        res.output.split())
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["questions"] == 1
+
+
 def test_eval_ingest_of_a_data_file_reports_turns_embedded(tmp_path):
     """construct (what eval runs per conversation) reports ``embed`` events in records, then
     ``build``; ingesting the same file again adds and embeds nothing, with no ``embed`` event."""

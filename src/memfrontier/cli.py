@@ -512,6 +512,9 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
             ingest_row.on_event(event, info)
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"], description="ingesting")
+                if cfg.limit is not None and info["total"] < cfg.limit:
+                    err.print(f"note: the split holds {info['total']} question(s), fewer than --limit {cfg.limit}: "
+                              "all of them are answered")
                 if info["done"]:
                     err.print(f"resuming {out}: {info['done']} of {info['total']} questions already answered")
             elif event == "build":
