@@ -393,13 +393,12 @@ def check_run(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]:
     its LLM specs (answerer, memory side, judge) parse and name installed embedded models. Loads no
     model; :func:`run_eval` checks this first, a frontier once for all its configurations. Raises
     DatasetError, ValueError or :class:`~memfrontier.llm.local_models.ModelNotInstalledError`."""
-    from ..llm import check_llm_spec
+    from ..llm import check_llm_spec, served_base_url
 
     loaded = load_questions(cfg)
     check_llm_spec(cfg.llm, cfg.base_url)
     if cfg.judge and cfg.judge_llm:  # the judge gets --base-url only when it is a server's model, as in MemoryEnv.model
-        judge = cfg.judge_llm.strip()
-        check_llm_spec(judge, cfg.base_url if judge.startswith("openai:") else None)
+        check_llm_spec(cfg.judge_llm, served_base_url(cfg.judge_llm, cfg.base_url))
     return loaded
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from .base import ChatClient, Completion, LLMError, LLMTimeoutError, Message
 
 __all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "check_llm_spec", "local_model",
-           "make_llm", "parse_llm_spec"]
+           "make_llm", "parse_llm_spec", "served_base_url"]
 
 
 def local_model(spec: str):
@@ -86,6 +86,13 @@ def parse_llm_spec(spec: str, base_url: str | None = None) -> tuple[str, str]:
             raise ValueError("make_llm('hf') takes no base_url")
         return "hf", s[len("hf:"):].strip() if s.startswith("hf:") else ""
     raise ValueError(f"unknown LLM spec {spec!r}: expected 'local', 'local:NAME', 'openai:MODEL', 'hf' or 'hf:PATH'")
+
+
+def served_base_url(spec: str, base_url: str | None) -> str | None:
+    """``base_url`` when ``spec`` names a server's model (``openai:MODEL``), else None: a run's
+    --base-url is its server's, and an embedded or ``hf`` model beside it (a judge, a role) runs
+    in-process."""
+    return base_url if (spec or "").strip().startswith("openai:") else None
 
 
 def check_llm_spec(spec: str, base_url: str | None = None) -> None:

@@ -131,14 +131,14 @@ class MemoryEnv:
                 return self._models[key]
         client = spec
         if isinstance(spec, str):
-            from ..llm import make_llm
+            from ..llm import make_llm, served_base_url
 
             s = spec.strip()
             kw = dict(client_kw)
             if adapter:
                 kw["adapter"] = adapter
-            if base_url is not None and s.startswith("openai:"):
-                kw["base_url"] = base_url
+            if (url := served_base_url(s, base_url)) is not None:
+                kw["base_url"] = url
             client = make_llm(s, **kw)
         price_as = self.price_as or stands_for
         base_id = client.model_id.split("+", 1)[0]
