@@ -194,6 +194,9 @@ def test_unparseable_high_output_falls_back_to_mid_and_is_counted(memory, chunks
     assert res.output == run(rt.entity.run(QUESTION, chunks, "mid"))
     assert scores.tier_used == "mid" and len(scores.output) >= 1
     assert ledger.events["fallback.entity.high"] == 1 and ledger.events["fallback.filter.high"] == 1
+    # why each fell back is counted beside it (a refused run names it)
+    assert ledger.events["output_rejected.entity.high.unparseable"] == 1
+    assert ledger.events["output_rejected.filter.high.unparseable"] == 1
     roles = [(c.role, c.model_id) for c in ledger.calls]
     assert roles[:2] == [("budgetmem.entity.high", "scripted-fake"), ("budgetmem.entity", "minilm")]
 
@@ -204,6 +207,7 @@ def test_wrong_number_of_filter_scores_falls_back(memory, chunks):
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.filter, QUESTION, chunks, "high"))
     assert res.tier_used == "mid" and ledger.events["fallback.filter.high"] == 1
+    assert ledger.events["output_rejected.filter.high.wrong_count"] == 1
 
 
 def test_llm_tierings_fall_through_every_tier_to_the_rules(memory, chunks):
@@ -217,7 +221,9 @@ def test_llm_tierings_fall_through_every_tier_to_the_rules(memory, chunks):
     assert [c.role for c in ledger.calls] == ["budgetmem.temporal.high", "budgetmem.temporal.mid",
                                               "budgetmem.temporal.low", "budgetmem.temporal"]
     assert {k: v for k, v in ledger.events.items()} == {
-        "fallback.temporal.high": 1, "fallback.temporal.mid": 1, "fallback.temporal.low": 1}
+        "fallback.temporal.high": 1, "fallback.temporal.mid": 1, "fallback.temporal.low": 1,
+        "output_rejected.temporal.high.unparseable": 1, "output_rejected.temporal.mid.unparseable": 1,
+        "output_rejected.temporal.low.unparseable": 1}
 
 
 def test_valid_scripted_json_is_used(memory, chunks):

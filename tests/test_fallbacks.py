@@ -201,3 +201,23 @@ def test_a_role_refused_without_a_call_error_is_refused_for_its_reason():
     assert "4 fell back (44%)" in msg
     assert "First error: outputs refused, most often memorycpt.content_rejected.episode_generator.instruction_echo (8)" in msg
     assert "instruction_echo" in render(fallback_table({"fallbacks": rep}))
+
+
+def test_a_budgetmem_tier_refused_for_its_output_names_its_own_module_and_tier():
+    # BudgetMem capacity tiering, Low tier (the 270M model) on 30 questions: its summary module
+    # came back empty twice (2 of 30 = 6.7%, above 5%) while the filter at the same tier came back
+    # with the wrong number of scores 5 times but fell back only once. The summary's reason is its
+    # own ("summary.low"), not the more frequent one of another module at the same tier.
+    rows = [{"usage": {"by_role": {"budgetmem.summary.low": {"calls": 15}, "budgetmem.filter.low": {"calls": 15}},
+                       "events": ev}}
+            for ev in ({"output_rejected.summary.low.empty": 2, "fallback.summary.low": 2,
+                        "output_rejected.filter.low.wrong_count": 3, "fallback.filter.low": 1},
+                       {"output_rejected.filter.low.wrong_count": 2})]
+    rep = fallback_report(rows)
+    summ, filt = rep["by_role"]["budgetmem.summary.low"], rep["by_role"]["budgetmem.filter.low"]
+    assert (summ["calls"], summ["fallbacks"], filt["fallbacks"]) == (30, 2, 1)
+    assert rep["exceeded"] == ["budgetmem.summary.low"]
+    assert summ["top_rejection"] == "output_rejected.summary.low.empty (2)"
+    assert filt["top_rejection"] == "output_rejected.filter.low.wrong_count (5)"
+    assert ("2 fell back (7%); threshold 5%. First error: outputs refused, most often "
+            "output_rejected.summary.low.empty (2)") in exceeded_message(rep)

@@ -167,13 +167,21 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
 
 
 def _top_rejection(role: str, rejections: Counter[str]) -> str | None:
-    """The most frequent refusal of ``role``'s outputs, ``"EVENT (N)"``, from the events that name
-    the role's last part and say ``rejected`` (e.g. MemoryCPT's
-    ``memorycpt.content_rejected.episode_generator.instruction_echo``: the reason its outputs were
-    refused before they fell back); the most specific (longest) event among equal counts; None when
-    none was counted."""
-    short = role.rsplit(".", 1)[-1]
-    hits = [(n, len(ev), ev) for ev, n in rejections.items() if short in ev.split(".")]
+    """The most frequent refusal of ``role``'s outputs, ``"EVENT (N)"``, from the events that say
+    ``rejected`` and name the role: its dotted parts after its namespace, in a row (MemoryCPT's role
+    ``episode_generator`` in ``memorycpt.content_rejected.episode_generator.instruction_echo``,
+    BudgetMem's ``budgetmem.summary.low`` in ``output_rejected.summary.low.empty``: the reason its
+    outputs were refused before they fell back); the most specific (longest) event among equal
+    counts; None when none was counted."""
+    parts = role.split(".")
+    name = parts[1:] if len(parts) > 1 else parts
+    k = len(name)
+
+    def names_role(event: str) -> bool:
+        ev = event.split(".")
+        return any(ev[i:i + k] == name for i in range(len(ev) - k + 1))
+
+    hits = [(n, len(ev), ev) for ev, n in rejections.items() if names_role(ev)]
     if not hits:
         return None
     n, _, ev = max(hits)

@@ -75,7 +75,8 @@ class ModuleResult:
 
     ``tier``: the tier asked for; ``tier_used``: the tier whose output this is (lower after a
     fallback, ``"rules"`` for the floor); ``fallbacks``: tiers that failed, in order; ``events``:
-    the ledger events this execution counted (``fallback.*``, ``filter.empty.*``); ``usd``,
+    the ledger events this execution counted (``fallback.*`` and ``output_rejected.*``, why,
+    per fallen-back tier; ``filter.empty.*``); ``usd``,
     ``calls``, ``input_tokens``, ``output_tokens``, ``wall_s``: what producing it cost (replayed
     from the cache entry on a hit, where no call is made).
     """
@@ -112,7 +113,7 @@ def _str_list(value: Any, limit: int, module: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list):
-        raise ModuleOutputError(f"{module}: expected a list of strings, got {type(value).__name__}")
+        raise ModuleOutputError(f"{module}: expected a list of strings, got {type(value).__name__}", "not_a_list")
     out: list[str] = []
     for v in value:
         s = (v if isinstance(v, str) else str(v)).strip()
@@ -210,19 +211,19 @@ class FilterModule(Module):
 
     def from_llm(self, value, chunks):
         if not isinstance(value, list) or len(value) < len(chunks):
-            raise ModuleOutputError(f"filter: expected {len(chunks)} scores, got {value!r:.80}")
+            raise ModuleOutputError(f"filter: expected {len(chunks)} scores, got {value!r:.80}", "wrong_count")
         scores = []
         for v in value[: len(chunks)]:
             try:
                 scores.append(min(10.0, max(0.0, float(v))))
             except (TypeError, ValueError):
-                raise ModuleOutputError(f"filter: score {v!r:.40} is not a number") from None
+                raise ModuleOutputError(f"filter: score {v!r:.40} is not a number", "not_a_number") from None
         return self._top([(s, i, c) for i, (s, c) in enumerate(zip(scores, chunks)) if s >= 1])
 
     def finalize(self, output, chunks, tier, events):
         ids = {c.id for c in chunks}
         if any(c.id not in ids for c in output):
-            raise ModuleOutputError("filter: output holds a chunk that was not in its input")
+            raise ModuleOutputError("filter: output holds a chunk that was not in its input", "unknown_chunk")
         if not output and chunks:
             events.append(f"filter.empty.{tier}")
             output = list(chunks[: self.rt.module_topk])
@@ -282,7 +283,7 @@ class ExtractionModule(Module):
 
     def finalize(self, output, chunks, tier, events):
         if not isinstance(output, list) or not all(isinstance(s, str) for s in output):
-            raise ModuleOutputError(f"{self.name}: output must be a list of strings")
+            raise ModuleOutputError(f"{self.name}: output must be a list of strings", "not_a_list")
         return output[: self.rt.max_relations]
 
 
@@ -429,12 +430,12 @@ class SummaryModule(Module):
         if isinstance(value, list):
             value = "\n".join(str(v) for v in value)
         if not isinstance(value, str) or not value.strip():
-            raise ModuleOutputError("summary: empty summary")
+            raise ModuleOutputError("summary: empty summary", "empty")
         return value.strip()
 
     def finalize(self, output, inp, tier, events):
         if not isinstance(output, str):
-            raise ModuleOutputError("summary: output must be a string")
+            raise ModuleOutputError("summary: output must be a string", "not_a_string")
         return output
 
     def input_texts(self, inp):
@@ -587,7 +588,7 @@ class BudgetMemModules:
                     raise
                 log.info("budgetmem %s: %s; falling back", module.name, e)
                 fallbacks.append(current)
-                events.append(f"fallback.{module.name}.{current}")
+                events += [f"output_rejected.{module.name}.{current}.{e.reason}", f"fallback.{module.name}.{current}"]
                 refused = refused or isinstance(e.__cause__, BudgetExceededError)
                 current = lower_tier(current) or FLOOR
         return out, current, fallbacks, events, t0, refused

@@ -60,7 +60,16 @@ CAPACITY_PRESETS: dict[str, dict[str, str]] = {"hosted": DEFAULT_CAPACITY_MODELS
 
 
 class ModuleOutputError(ValueError):
-    """A tier produced no usable module output (the call failed or its output did not parse)."""
+    """A tier produced no usable module output (the call failed or its output did not parse).
+
+    ``reason``: a short name of what was wrong (``call_failed``, ``over_budget``, ``unparseable``,
+    ``no_answer``, ``empty``, ``not_a_list``, ``wrong_count``, ``not_a_number``, ``unknown_chunk``,
+    ``not_a_string``), counted as the event ``output_rejected.MODULE.TIER.REASON`` when the tier
+    falls back, so a refused run can say why."""
+
+    def __init__(self, message: str, reason: str = "invalid"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def lower_tier(tier: str) -> str | None:
@@ -101,17 +110,17 @@ async def run_llm(module, query: str, module_input: Any, tier: str, llm: Metered
             max_tokens=module.max_tokens(style, module_input), temperature=0.0, json_schema=schema, budget=budget,
         )
     except BudgetExceededError as e:
-        raise ModuleOutputError(f"{module.name}.{tier}: {e}") from e
+        raise ModuleOutputError(f"{module.name}.{tier}: {e}", "over_budget") from e
     except LLMError as e:
-        raise ModuleOutputError(f"{module.name}.{tier}: call failed: {e}") from e
+        raise ModuleOutputError(f"{module.name}.{tier}: call failed: {e}", "call_failed") from e
     res = parse_json(out.text, expect=None)
     if not res.ok:
-        raise ModuleOutputError(f"{module.name}.{tier}: {res.error}")
+        raise ModuleOutputError(f"{module.name}.{tier}: {res.error}", "unparseable")
     value = res.value
     if isinstance(value, dict):
         value = value.get("answer", value.get("draft"))
     if value is None:
-        raise ModuleOutputError(f"{module.name}.{tier}: no 'answer' in the reply")
+        raise ModuleOutputError(f"{module.name}.{tier}: no 'answer' in the reply", "no_answer")
     return module.from_llm(value, module_input)  # raises ModuleOutputError on a bad shape
 
 
