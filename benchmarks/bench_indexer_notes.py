@@ -3,9 +3,9 @@ prompt (kept here as the baseline), on the same windows.
 
 The first ``--sessions`` sessions of LoCoMo conversations or LongMemEval questions
 (``--dataset``, ``--conversation`` ids, comma-separated) are cut into the indexer's windows
-(:func:`~memfrontier.views.graph_notes.make_windows`, 20 turns), and each window goes to the
+(:func:`~memfrontier.strategies.automem.graph_notes.make_windows`, 20 turns), and each window goes to the
 indexer twice, one prompt after the other: v3 (one worked example with two named people) and the
-current one (:data:`~memfrontier.views.graph_notes.PROMPT_VERSION`). Every note returned is
+current one (:data:`~memfrontier.strategies.automem.graph_notes.PROMPT_VERSION`). Every note returned is
 classified: ungrounded (fewer than half its words in the window), a copy of the window's turns
 (:func:`~memfrontier.views.copies.copies_turns`), an echo of the example's people, or a note. A
 window left without notes falls back to one note per turn. Prints, per prompt, the notes of each
@@ -28,7 +28,7 @@ from prompt_bench import conversation_turns, parse_args
 
 from memfrontier.api import AsyncMemory
 from memfrontier.llm.parsing import parse_json
-from memfrontier.views import graph_notes as G
+from memfrontier.strategies.automem import graph_notes as G
 from memfrontier.views.copies import copies_turns, names_absent_people
 
 # The indexer's instruction of automem-indexer-v3 (one worked example, two named people), the baseline.

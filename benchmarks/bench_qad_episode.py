@@ -5,8 +5,8 @@ The first ``--sessions`` sessions of a LoCoMo conversation are segmented by the 
 segmenter (one call per 80-turn window; a window under 3 turns is one episode without a topic),
 then every episode's turns go to the episode generator twice, one prompt after the other: v1 (no
 worked example, "Episode topic: (none)" when the segmenter gave no topic, 450 output tokens) and
-the current one (:data:`~memfrontier.views.episodic_prompts.PROMPT_VERSION`). Each output is
-checked by :func:`~memfrontier.views.episodic_ops.validate_episode` against the episode's turns,
+the current one (:data:`~memfrontier.strategies.memorycpt.construction.prompts.PROMPT_VERSION`). Each output is
+checked by :func:`~memfrontier.strategies.memorycpt.construction.ops.validate_episode` against the episode's turns,
 as the construction does (the construction then retries a refused output once). Prints the
 accepted share of each prompt and the reasons of the refusals.
 
@@ -26,9 +26,9 @@ from prompt_bench import conversation_turns, parse_args
 
 from memfrontier.api import AsyncMemory
 from memfrontier.llm.parsing import parse_json
-from memfrontier.views import episodic_prompts as P
-from memfrontier.views.episodic import EpisodicBuilder, render_turn
-from memfrontier.views.episodic_ops import OperationError, validate_episode
+from memfrontier.strategies.memorycpt.construction import prompts as P
+from memfrontier.strategies.memorycpt.construction.episodic import EpisodicBuilder, render_turn
+from memfrontier.strategies.memorycpt.construction.ops import OperationError, validate_episode
 
 # The episode generator's prompt of memorycpt-qad-v1, the baseline.
 V1_SYSTEM = (

@@ -273,10 +273,10 @@ def _populate_views(m, users: list[str]) -> None:
     from memfrontier.core.types import Scope
     from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
     from memfrontier.store.bank import BankItem, MemoryBank, Trace
-    from memfrontier.views.compress import OfflineCompressor
-    from memfrontier.views.compressed_bank import build_from_store, open_bank
-    from memfrontier.views.graph_builder import graph_from_notes
-    from memfrontier.views.graph_notes import Note
+    from memfrontier.strategies.mempilot.compress import OfflineCompressor
+    from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
+    from memfrontier.strategies.automem.graph_builder import graph_from_notes
+    from memfrontier.strategies.automem.graph_notes import Note
 
     store = m.aio.store
     bank, cpt = open_bank(store), MemoryBank.for_store(store, "memorycpt-probe")
@@ -407,14 +407,15 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
     from memfrontier.core.types import Budget, Preference, Scope
     from memfrontier.graph import GRAPH_VIEW, open_graph
     from memfrontier.retrieve.hybrid import hybrid_search
-    from memfrontier.retrieve.recipes import MEMORYCPT_EPISODIC, MEMPILOT_BANK
+    from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
+    from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
     from memfrontier.server.mcp import MemoryService, build_server
     from memfrontier.store.bank import BankItem, MemoryBank
     from memfrontier.strategies import Query, get_strategy
-    from memfrontier.views.compress import OfflineCompressor
-    from memfrontier.views.compressed_bank import build_from_store, open_bank
-    from memfrontier.views.graph_builder import graph_from_notes
-    from memfrontier.views.graph_notes import Note
+    from memfrontier.strategies.mempilot.compress import OfflineCompressor
+    from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
+    from memfrontier.strategies.automem.graph_builder import graph_from_notes
+    from memfrontier.strategies.automem.graph_notes import Note
 
     alice, bob = Scope(user_id="alice"), Scope(user_id="bob")
     store_dir = stores.new("probe")

@@ -15,8 +15,8 @@ from memfrontier.graph import GraphQueryError, ladybug_store, open_graph, state_
 from memfrontier.graph.dedup import dedup_names, name_similarity, normalize_name
 from memfrontier.graph.guard import CypherRejected, check_read_only, strip_literals
 from memfrontier.llm.metered import MeteredLLM
-from memfrontier.views.graph_builder import GraphIndexer, graph_from_notes
-from memfrontier.views.graph_notes import (
+from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
+from memfrontier.strategies.automem.graph_notes import (
     Note,
     Window,
     grounded,
@@ -199,7 +199,7 @@ def test_notes_that_copy_a_turn_or_name_the_examples_people_are_dropped():
     """The 1.5B indexer returned turns as notes ("Sam said, 'Hey Evan...'": 106 of 120 notes of
     LoCoMo conv-49 with prompt v2): a copy is no note, nor is a note naming a person of the
     prompt's worked example whom the window does not name; a window left with neither falls back."""
-    from memfrontier.views.graph_notes import EXAMPLE_NAMES, INDEXER_INSTRUCTION
+    from memfrontier.strategies.automem.graph_notes import EXAMPLE_NAMES, INDEXER_INSTRUCTION
 
     a, b = EXAMPLE_NAMES
     assert a in INDEXER_INSTRUCTION and b in INDEXER_INSTRUCTION
@@ -225,7 +225,7 @@ def test_the_indexer_prompts_examples_pass_its_own_checks():
     assistant) is a window whose notes the indexer's own rules keep: grounded, no copy, no echo."""
     import re
 
-    from memfrontier.views.graph_notes import INDEXER_INSTRUCTION
+    from memfrontier.strategies.automem.graph_notes import INDEXER_INSTRUCTION
 
     examples = INDEXER_INSTRUCTION.split("Excerpt:\n")[1:]
     assert len(examples) == 2
@@ -246,7 +246,7 @@ def test_a_note_cut_at_the_schema_limit_loses_its_partial_word_and_is_seen_as_a_
     """Under the schema's grammar the 1.5B indexer's quote of a long turn ends at 160 characters
     mid-word, often on a stray token ("... It must be awesome,但"): the partial word is dropped, so
     the quote is caught as a copy of the turn instead of slipping past the copy check."""
-    from memfrontier.views.graph_notes import NOTE_MAX_CHARS, NoteOut
+    from memfrontier.strategies.automem.graph_notes import NOTE_MAX_CHARS, NoteOut
 
     turn = ("Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day about "
             "fame and its impact on relationships. It must be awesome, but also exhausting, right?")

@@ -27,8 +27,8 @@ from memfrontier.strategies.automem.tools import (
     read,
     rg,
 )
-from memfrontier.views.graph_builder import GraphIndexer, graph_from_notes
-from memfrontier.views.graph_notes import Note
+from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
+from memfrontier.strategies.automem.graph_notes import Note
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 ALICE, BOB, EVE = Scope(user_id="alice"), Scope(user_id="bob"), Scope(user_id="eve")

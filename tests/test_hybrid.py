@@ -15,7 +15,6 @@ from memfrontier.retrieve.recipes import (
     BM25_ONLY,
     DENSE_ONLY,
     HYBRID_RRF,
-    MEMORYCPT_SEMANTIC,
     RECIPES,
     Recipe,
     chunk_recipe,
@@ -24,6 +23,9 @@ from memfrontier.store.bank import MemoryBank
 from memfrontier.store.bm25 import BM25Index, bm25_terms
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import get_strategy
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
+from memfrontier.strategies.memorycpt.recipes import RECIPES as MEMORYCPT_RECIPES
+from memfrontier.strategies.mempilot.recipes import RECIPES as MEMPILOT_RECIPES
 
 A, B = Scope(user_id="alice"), Scope(user_id="bob")
 
@@ -196,4 +198,4 @@ def test_recipes_score_and_validate(store, tmp_path, minilm):
 def test_every_strategy_names_its_recipes(name, kw, want):
     strat = get_strategy(name, **kw)
     assert tuple(strat.recipes) == want
-    assert all(r in RECIPES for r in strat.recipes)
+    assert all(r in {**RECIPES, **MEMORYCPT_RECIPES, **MEMPILOT_RECIPES} for r in strat.recipes)

@@ -34,7 +34,8 @@ from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.retrieve.recipes import MEMORYCPT_EPISODIC, MEMPILOT_BANK
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
+from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
 from memfrontier.store.base import RecordConflictError
@@ -44,10 +45,10 @@ from memfrontier.store.purge import covering_scopes, view_root_id
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import Query, get_strategy, strategy_class
 from memfrontier.strategies.automem.corpus import ScopedCorpus
-from memfrontier.views.compress import OfflineCompressor
-from memfrontier.views.compressed_bank import build_from_store, open_bank
-from memfrontier.views.graph_builder import graph_from_notes
-from memfrontier.views.graph_notes import Note
+from memfrontier.strategies.mempilot.compress import OfflineCompressor
+from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
+from memfrontier.strategies.automem.graph_builder import graph_from_notes
+from memfrontier.strategies.automem.graph_notes import Note
 
 ALICE, BOB, DANA, ERIN = (Scope(user_id=u) for u in ("alice", "bob", "dana", "erin"))
 SECRET = "my secret code is quokka7731"

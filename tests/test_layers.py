@@ -1,8 +1,13 @@
-"""Imports flow one way (DESIGN.md): a module imports only from its own floor or the floors below.
+"""Imports flow one way (DESIGN.md): a module imports only from the floors below its own.
 
-core <- llm/embed <- store/graph <- views <- retrieve <- strategies (+ answerer) <- api/client
-<- eval <- train <- sweeps/frontier, server, cli. Every import is checked, function-local (lazy)
-ones included, by walking each module's syntax tree.
+core <- llm/embed <- store/graph <- views <- retrieve <- strategies (+ answerer) <- api <- client
+<- eval <- train <- frontier/server <- cli. Every import is checked, function-local (lazy) ones
+included, by walking each module's syntax tree. Beside the floors:
+
+* two rooms on one floor do not import each other (``store`` and ``graph`` are siblings);
+* a paper's package (``strategies/<paper>/``) imports no other paper, and the strategies' shared
+  modules (``base``, ``config``, ``rag``...) import no paper;
+* no two modules import each other, directly or through others (no cycle).
 """
 
 from __future__ import annotations
@@ -19,28 +24,28 @@ FLOORS = {
     "views": 3,
     "retrieve": 4,
     "strategies": 5, "answerer": 5,
-    "api": 6, "client": 6,
-    "eval": 7,
-    "train": 8,
-    "sweeps": 9, "frontier": 9, "server": 9, "cli": 9, "__main__": 9,
+    "api": 6,
+    "client": 7,
+    "eval": 8,
+    "train": 9,
+    "frontier": 10, "server": 10,
+    "cli": 11,
 }
+#: The packages under ``strategies/`` that hold one paper's (or the strategy router's) pipeline.
+PAPERS = ("automem", "budgetmem", "memorycpt", "mempilot", "auto")
 
 
-def _room(parts: tuple[str, ...]) -> str | None:
-    """``("strategies", "rag")`` -> ``"strategies"``; the package's own ``__init__`` -> None."""
-    return parts[0] if parts else None
-
-
-def _module_parts(path: Path) -> tuple[str, ...]:
-    rel = path.relative_to(PKG).with_suffix("")
+def _module_parts(path: Path, root: Path = PKG) -> tuple[str, ...]:
+    rel = path.relative_to(root).with_suffix("")
     parts = rel.parts
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
-def _imports(path: Path) -> list[tuple[int, tuple[str, ...]]]:
-    """(line, target module parts inside memfrontier) for every import of ``path``."""
+def _imports(path: Path, here: tuple[str, ...] | None = None) -> list[tuple[int, tuple[str, ...]]]:
+    """(line, target module parts inside memfrontier) for every import of ``path``, a module whose
+    dotted name under the package is ``here`` (default: read from its place under ``PKG``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    here = _module_parts(path)
+    here = _module_parts(path) if here is None else here
     pkg = here if path.name == "__init__.py" else here[:-1]
     out = []
     for node in ast.walk(tree):
@@ -62,27 +67,94 @@ def _imports(path: Path) -> list[tuple[int, tuple[str, ...]]]:
     return out
 
 
+def _paper(parts: tuple[str, ...]) -> str | None:
+    """``("strategies", "memorycpt", "pipeline")`` -> ``"memorycpt"``; None outside a paper."""
+    return parts[1] if len(parts) > 1 and parts[0] == "strategies" and parts[1] in PAPERS else None
+
+
+def _check(name: str, here: tuple[str, ...], imports: list[tuple[int, tuple[str, ...]]]) -> list[str]:
+    bad = []
+    src = here[0] if here else None
+    if src is None:  # memfrontier/__init__.py: the lazy public facade
+        return bad
+    if src not in FLOORS:
+        return [f"{name}: room {src!r} has no floor in the data flow"]
+    for line, target in imports:
+        dst = target[0] if target else None
+        where = f"{name}:{line} ({src}) imports {'.'.join(target) or 'the package root'}"
+        if dst is None:
+            bad.append(f"{where}: the package root")
+        elif dst not in FLOORS:
+            bad.append(f"{where}: unknown room {dst!r}")
+        elif FLOORS[dst] > FLOORS[src]:
+            bad.append(f"{where} ({dst}, a floor above)")
+        elif FLOORS[dst] == FLOORS[src] and dst != src:
+            bad.append(f"{where} ({dst}, a sibling room on the same floor)")
+        elif src == dst == "strategies":
+            mine, theirs = _paper(here), _paper(target)
+            if theirs is not None and mine != theirs:
+                owner = f"paper {mine!r}" if mine else "a shared strategies module"
+                bad.append(f"{where}: {owner} imports paper {theirs!r}")
+    return bad
+
+
 def _violations() -> list[str]:
     bad = []
     for path in sorted(PKG.rglob("*.py")):
-        here = _module_parts(path)
-        src = _room(here)
-        if src is None:  # memfrontier/__init__.py: the lazy public facade
-            continue
-        if src not in FLOORS:
-            bad.append(f"{path.relative_to(PKG)}: room {src!r} has no floor in the data flow")
-            continue
-        for line, target in _imports(path):
-            dst = _room(target)
-            if dst is None:
-                bad.append(f"{path.relative_to(PKG)}:{line} imports the package root")
-                continue
-            if dst not in FLOORS:
-                bad.append(f"{path.relative_to(PKG)}:{line} imports unknown room {dst!r}")
-                continue
-            if FLOORS[dst] > FLOORS[src]:
-                bad.append(f"{path.relative_to(PKG)}:{line} ({src}) imports {'.'.join(target)} ({dst}, a floor above)")
+        bad += _check(str(path.relative_to(PKG)), _module_parts(path), _imports(path))
     return bad
+
+
+def _resolve(target: tuple[str, ...], modules: set[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The module a target names: itself, or the package holding a name imported from it."""
+    while target and target not in modules:
+        target = target[:-1]
+    return target or None
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected groups of two or more modules in the import graph (Tarjan)."""
+    paths = {_module_parts(p): p for p in PKG.rglob("*.py") if _module_parts(p)}
+    modules = set(paths)
+    edges = {m: sorted({r for _, t in _imports(p) if (r := _resolve(t, modules)) and r != m})
+             for m, p in paths.items()}
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on: set = set()
+    out: list[list[str]] = []
+
+    def visit(v):  # recursion depth is bounded by the module count (~200)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(".".join(w))
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for m in sorted(modules):
+        if m not in index:
+            visit(m)
+    return out
+
+
+def _is_package_init_cycle(group: list[str]) -> bool:
+    """A package whose ``__init__`` re-exports its submodules, which import helpers back from it,
+    is one unit, not a cycle: every member is the package or inside it."""
+    return any(all(g == p or g.startswith(p + ".") for g in group) for p in group)
 
 
 def test_every_room_has_a_floor_and_imports_flow_down():
@@ -90,20 +162,30 @@ def test_every_room_has_a_floor_and_imports_flow_down():
     assert not bad, "imports against the data flow:\n" + "\n".join(bad)
 
 
-def test_the_walker_sees_lazy_and_relative_imports(tmp_path):
-    """The checker itself: a function-local relative import two levels up is resolved and seen."""
-    mod = PKG / "store" / "sqlite.py"
-    found = {".".join(t) for _, t in _imports(mod)}
+def test_no_module_imports_itself_through_others():
+    cycles = [g for g in _cycles() if not _is_package_init_cycle(g)]
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(g) for g in cycles)
+
+
+def test_the_walker_sees_lazy_relative_sideways_and_cross_paper_imports(tmp_path):
+    """The checker itself, on probes written to ``tmp_path`` (nothing is written under ``src/``)."""
+    found = {".".join(t) for _, t in _imports(PKG / "store" / "sqlite.py")}
     assert "core.types" in found
-    src = "def f():\n    from ..api import Memory\n"
-    fake = PKG / "store" / "_probe_layers.py"
-    try:
-        fake.write_text(src)
-        assert ("api",) in {t[:1] for _, t in _imports(fake)}
-        assert any("api" in v and "_probe_layers" in v for v in _violations())
-    finally:
-        fake.unlink()
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from ..api import Memory\n")
+    up = _check("store/probe.py", ("store", "probe"), _imports(probe, ("store", "probe")))
+    assert len(up) == 1 and "a floor above" in up[0]
+    probe.write_text("from ..graph import open_graph\n")
+    side = _check("store/probe.py", ("store", "probe"), _imports(probe, ("store", "probe")))
+    assert len(side) == 1 and "sibling room" in side[0]
+    probe.write_text("from ..mempilot.config import MemPilotConfig\nfrom .config import AutoConfig\n")
+    cross = _check("strategies/auto/probe.py", ("strategies", "auto", "probe"),
+                   _imports(probe, ("strategies", "auto", "probe")))
+    assert len(cross) == 1 and "paper 'auto' imports paper 'mempilot'" in cross[0]
+    probe.write_text("from .memorycpt.recipes import MEMORYCPT_EPISODIC\n")
+    shared = _check("strategies/probe.py", ("strategies", "probe"), _imports(probe, ("strategies", "probe")))
+    assert len(shared) == 1 and "a shared strategies module imports paper 'memorycpt'" in shared[0]
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print("\n".join(_violations()) or "ok")
+    print("\n".join(_violations() + [" <-> ".join(g) for g in _cycles()]) or "ok")

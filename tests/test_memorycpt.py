@@ -19,17 +19,17 @@ from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.retrieve.recipes import MEMORYCPT_SEMANTIC
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query
 from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.sft_export import export_sft
-from memfrontier.views.dates import resolve_relative_dates
-from memfrontier.views import episodic_prompts as P
-from memfrontier.views.episodic import EpisodicBuilder
-from memfrontier.views.episodic_ops import (
+from memfrontier.strategies.memorycpt.construction.dates import resolve_relative_dates
+from memfrontier.strategies.memorycpt.construction import prompts as P
+from memfrontier.strategies.memorycpt.construction.episodic import EpisodicBuilder
+from memfrontier.strategies.memorycpt.construction.ops import (
     OperationError,
     validate_episode,
     validate_facts,
@@ -320,7 +320,7 @@ def test_an_episode_naming_the_prompts_example_people_is_an_echo_unless_the_turn
     """The episode prompt carries one worked example (its people: EXAMPLE_NAMES); a memory that names
     one of them when the source turns do not wrote the example into memory (seen with the 1.5B model:
     "Sam asked Tom..." after an example with a Tom, in a Sam-and-Evan conversation)."""
-    from memfrontier.views import episodic_prompts as P
+    from memfrontier.strategies.memorycpt.construction import prompts as P
 
     a, b = P.EXAMPLE_NAMES
     assert a in P.EPISODE_SYSTEM and b in P.EPISODE_SYSTEM
@@ -343,7 +343,7 @@ def test_an_episode_naming_the_prompts_example_people_is_an_echo_unless_the_turn
 def test_the_episode_prompt_names_a_topic_only_when_there_is_one():
     """An episode without a segmenter topic gets no topic line: "Episode topic: (none)" made the 1.5B
     model answer with an empty title and content (24 of 47 rejected first tries on LoCoMo conv-49)."""
-    from memfrontier.views import episodic_prompts as P
+    from memfrontier.strategies.memorycpt.construction import prompts as P
 
     lines = ["[2023-05-18 13:47] Sam: See you soon!"]
     assert P.episode_user("", lines) == "Messages:\n[2023-05-18 13:47] Sam: See you soon!\n\nJSON:"
@@ -378,7 +378,7 @@ def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
 def test_a_speaker_who_shares_a_name_with_the_examples_people_is_no_echo(tmp_path, minilm):
     """A person of the prompt's example who is a speaker of the source turns (here "Tomasz" talks
     with Evan) is named in the episode without the episode being refused as an echo."""
-    from memfrontier.views import episodic_prompts as P
+    from memfrontier.strategies.memorycpt.construction import prompts as P
 
     b = P.EXAMPLE_NAMES[1]
     s = SQLiteStore(tmp_path / "store", minilm)
@@ -665,10 +665,10 @@ def test_the_episode_prompts_examples_pass_its_own_checks_and_share_no_phrase_wi
     import re
 
     from memfrontier.eval.datasets import data_root
-    from memfrontier.views import episodic_prompts as P
-    from memfrontier.views.episodic_ops import ECHO_NGRAM, _ngrams, _words
+    from memfrontier.strategies.memorycpt.construction import prompts as P
+    from memfrontier.strategies.memorycpt.construction.ops import ECHO_NGRAM, _ngrams, _words
 
-    from memfrontier.views import episodic_ops
+    from memfrontier.strategies.memorycpt.construction import ops as episodic_ops
 
     root = data_root()
     monkeypatch.setattr(episodic_ops, "_INSTRUCTION_NGRAMS", set())
@@ -694,8 +694,8 @@ def test_the_episode_prompts_examples_pass_its_own_checks_and_share_no_phrase_wi
 def test_an_episode_that_takes_an_examples_date_is_an_echo_unless_the_messages_are_of_that_day():
     """qad-v4 with the 1.5B model: "On March 12, 2024 the user asked ..." for messages of May 28, 2023
     (the first example's day): refused as an echo of the example, as a name of it is."""
-    from memfrontier.views import episodic_prompts as P
-    from memfrontier.views.episodic_ops import gives_example_date
+    from memfrontier.strategies.memorycpt.construction import prompts as P
+    from memfrontier.strategies.memorycpt.construction.ops import gives_example_date
 
     assert "[2024-03-12 18:05]" in P.EPISODE_SYSTEM and "On March 12, 2024" in P.EPISODE_SYSTEM
     assert "[2024-02-07 10:02]" in P.EPISODE_SYSTEM and "On February 7, 2024" in P.EPISODE_SYSTEM

@@ -10,18 +10,18 @@ import pytest
 from memfrontier.core.types import ImageRef, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.retrieve.recipes import MEMPILOT_BANK
+from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.store.bank import MemoryBank
 from memfrontier.store.base import StoreError
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.mempilot.views import DualView
-from memfrontier.views.compress import (
+from memfrontier.strategies.mempilot.compress import (
     PLACEHOLDER,
     OfflineCompressor,
     compressed_views,
     make_compressor,
 )
-from memfrontier.views.compressed_bank import build_from_store, import_jsonl, open_bank
+from memfrontier.strategies.mempilot.compressed_bank import build_from_store, import_jsonl, open_bank
 
 
 def test_offline_compressor_contract():

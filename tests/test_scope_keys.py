@@ -12,11 +12,12 @@ from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.graph import graph_exists, open_graph, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.retrieve.recipes import BM25_ONLY, HYBRID_RRF, MEMORYCPT_SEMANTIC
+from memfrontier.retrieve.recipes import BM25_ONLY, HYBRID_RRF
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
-from memfrontier.views.graph_builder import graph_from_notes
-from memfrontier.views.graph_notes import Note
+from memfrontier.strategies.automem.graph_builder import graph_from_notes
+from memfrontier.strategies.automem.graph_notes import Note
 
 FIRST = Scope(user_id="x|y")
 SECOND = Scope(user_id="x", agent_id="y|")

@@ -25,15 +25,15 @@ from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query
 from memfrontier.strategies.longctx import LongContext
 from memfrontier.train.sft_export import export_sft
-from memfrontier.views.dates import parse_timestamp, resolve_relative_dates
-from memfrontier.views.episodic_ops import (
+from memfrontier.strategies.memorycpt.construction.dates import parse_timestamp, resolve_relative_dates
+from memfrontier.strategies.memorycpt.construction.ops import (
     content_problem,
     turn_texts,
     validate_episode,
     validate_facts,
 )
-from memfrontier.views.graph_builder import graph_from_notes
-from memfrontier.views.graph_notes import Note
+from memfrontier.strategies.automem.graph_builder import graph_from_notes
+from memfrontier.strategies.automem.graph_notes import Note
 
 SCOPE = Scope(user_id="u")
 SESSION = "2023-05-08T13:56"

@@ -9,7 +9,7 @@ accept other spellings (``2023-5-9``, ``-05:00`` offsets) orders with :func:`ins
 A date that lacks a day, month or year ("Tuesday", "(Mon) 17:50", "May 2023") or is relative
 ("today", "yesterday") is *unreadable* here: the parsers return None (or raise, for the strict
 validator) instead of completing it from today's date. Relative phrases are resolved only
-against an explicit reference (:mod:`memfrontier.views.dates`).
+against an explicit reference (:mod:`memfrontier.strategies.memorycpt.construction.dates`).
 """
 
 from __future__ import annotations

@@ -65,23 +65,8 @@ HYBRID_RRF = Recipe(name="hybrid_rrf")
 DENSE_ONLY = Recipe(name="dense_only", retrievers=("dense",))
 #: Raw chunks, BM25 only.
 BM25_ONLY = Recipe(name="bm25_only", retrievers=("bm25",))
-#: MemoryCPT M_q^RRF over episodic memories (Eq. 10, 17): dense + BM25 over every episode in scope.
-MEMORYCPT_EPISODIC = Recipe(name="memorycpt_episodic", candidates="all", k=20, kind="episode")
-#: MemoryCPT M_q^RRF over semantic facts (Eq. 10, 17).
-MEMORYCPT_SEMANTIC = Recipe(name="memorycpt_semantic", candidates="all", k=50, kind="fact")
-#: MemoryCPT ``no_qar`` ablation: plain dense top-k over episodes and facts (pooled by cosine).
-MEMORYCPT_DENSE_EPISODIC = Recipe(name="memorycpt_dense_episodic", retrievers=("dense",), candidates="all",
-                                  kind="episode")
-MEMORYCPT_DENSE_SEMANTIC = Recipe(name="memorycpt_dense_semantic", retrievers=("dense",), candidates="all",
-                                  kind="fact")
-#: MemPilot RETRIEVE: dense top-k over the compressed bank (cosine is the hit score).
-MEMPILOT_BANK = Recipe(name="mempilot_bank", retrievers=("dense",), candidates="all", kind="compressed")
-#: MemPilot CURATE's raw evidence: dense top-k raw chunks.
-MEMPILOT_RAW = Recipe(name="mempilot_raw", retrievers=("dense",))
-
-RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    HYBRID_RRF, DENSE_ONLY, BM25_ONLY, MEMORYCPT_EPISODIC, MEMORYCPT_SEMANTIC, MEMORYCPT_DENSE_EPISODIC,
-    MEMORYCPT_DENSE_SEMANTIC, MEMPILOT_BANK, MEMPILOT_RAW)}
+#: The generic recipes by name; each paper's own recipes sit in its package (``strategies/<paper>/recipes.py``).
+RECIPES: dict[str, Recipe] = {r.name: r for r in (HYBRID_RRF, DENSE_ONLY, BM25_ONLY)}
 
 
 def chunk_recipe(retrievers: tuple[str, ...]) -> Recipe:
@@ -93,6 +78,4 @@ def chunk_recipe(retrievers: tuple[str, ...]) -> Recipe:
     raise ValueError(f"no recipe for retrievers {tuple(retrievers)!r}; choose ('dense', 'bm25'), ('dense',) or ('bm25',)")
 
 
-__all__ = ["Recipe", "RECIPES", "RETRIEVERS", "HYBRID_RRF", "DENSE_ONLY", "BM25_ONLY", "MEMORYCPT_EPISODIC",
-           "MEMORYCPT_SEMANTIC", "MEMORYCPT_DENSE_EPISODIC", "MEMORYCPT_DENSE_SEMANTIC", "MEMPILOT_BANK",
-           "MEMPILOT_RAW", "chunk_recipe"]
+__all__ = ["Recipe", "RECIPES", "RETRIEVERS", "HYBRID_RRF", "DENSE_ONLY", "BM25_ONLY", "chunk_recipe"]

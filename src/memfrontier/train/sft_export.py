@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..core.jsonio import write_text_atomic
 from ..store.bank import MemoryBank, Trace
-from ..views.episodic_ops import (
+from ..strategies.memorycpt.construction.ops import (
     MIN_CONTENT_WORDS,
     MIN_FACT_WORDS,
     MIN_TITLE_WORDS,
@@ -46,7 +46,7 @@ def trace_target(t: Trace) -> str:
 
 
 def filter_trace(t: Trace) -> Trace | None:
-    """``t`` with its output cut to what passes :func:`memfrontier.views.episodic_ops.content_problem`
+    """``t`` with its output cut to what passes :func:`memfrontier.strategies.memorycpt.construction.ops.content_problem`
     (source turns read from its prompt), or None when nothing of it should be imitated: an
     episode (generator, or merger deciding ``merge``) with a bad title or content, or a
     semantic extractor whose facts were all refused. Other roles come back unchanged."""

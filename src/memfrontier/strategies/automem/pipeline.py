@@ -30,8 +30,8 @@ from ...graph import (
 )
 from ...graph.backend import GraphBackend, GraphData
 from ...llm.metered import MeteredLLM
-from ...views.graph_builder import GraphIndexer
-from ...views.graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
+from .graph_builder import GraphIndexer
+from .graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
 from ..base import BuildProgress, MemoryEnv, Query
 from . import prompts
 from .config import AutoMEMConfig

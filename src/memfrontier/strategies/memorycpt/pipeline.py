@@ -22,14 +22,14 @@ from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.metered import MeteredLLM
 from ...retrieve.hybrid import hybrid_search
-from ...retrieve.recipes import (
+from .recipes import (
     MEMORYCPT_DENSE_EPISODIC,
     MEMORYCPT_DENSE_SEMANTIC,
     MEMORYCPT_EPISODIC,
     MEMORYCPT_SEMANTIC,
 )
 from ...store.bank import BankHit, MemoryBank
-from ...views.episodic import EPISODE, FACT, EpisodicBuilder
+from .construction.episodic import EPISODE, FACT, EpisodicBuilder
 from ..base import BuildProgress, MemoryEnv, Query
 from .config import ABLATIONS, Ablation, MemoryCPTConfig
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...views.compressed_bank import KINDS
+from .compressed_bank import KINDS
 from ..config import Float, Int, StrategyConfig
 from .pool import PROFILES
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
-from ...retrieve.recipes import MEMPILOT_BANK, MEMPILOT_RAW
+from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import MemoryBank
-from ...views.compress import Compressor, make_compressor
-from ...views.compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
+from .compress import Compressor, make_compressor
+from .compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
 from ..base import BuildProgress, MemoryEnv, Query
 from .accounting import format_gate
 from .config import ANSWER_MODES, MemPilotConfig
@@ -54,8 +54,8 @@ class MemPilot:
             (evaluation runs pass none); otherwise the caller's preference is used.
         answer_mode: ``decoupled`` (default; the answerer reads question + evidence) or ``policy``.
         bank: ``compressed`` (built by :meth:`build`) or ``imported`` (a JSONL imported with
-            :func:`~memfrontier.views.compressed_bank.import_jsonl`; :meth:`build` then builds nothing).
-        compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.views.compress`).
+            :func:`~memfrontier.strategies.mempilot.compressed_bank.import_jsonl`; :meth:`build` then builds nothing).
+        compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.strategies.mempilot.compress`).
         adapter: a LoRA adapter directory saved by ``memfrontier train orchestrator``: the policy is
             then the packaged GGUF model in transformers with that adapter
             (:class:`memfrontier.strategies.mempilot.policy.HFPolicy`). Default: the memory-side model.
@@ -66,7 +66,7 @@ class MemPilot:
         budget: a hard :class:`Budget` (or dict) of the strategy, combined with the caller's (the
             tighter cap wins); no call whose worst case could cross it is made, and curation ends
             once a cap is reached (see :mod:`.orchestrator`).
-        bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.views.compressed_bank.import_jsonl`) whose
+        bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.strategies.mempilot.compressed_bank.import_jsonl`) whose
             items of each scope are imported by :meth:`build`.
 
     ``Context.meta``: ``policy_answer``, ``answer_mode``, ``format_valid`` / ``gate_reasons``

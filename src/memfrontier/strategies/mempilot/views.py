@@ -1,7 +1,7 @@
 """MemPilot's dual-view memory at query time (MemPilot Sec. 3.1, App. A.4).
 
 * the compressed bank M (a :class:`~memfrontier.store.bank.MemoryBank`, see
-  :mod:`memfrontier.views.compressed_bank`; its own dense index): RETRIEVE returns its texts only;
+  :mod:`memfrontier.strategies.mempilot.compressed_bank`; its own dense index): RETRIEVE returns its texts only;
 * the raw history H: the store's turn-atomic ~256-token chunks, searched by the store's dense
   index; CURATE renders their records with ids, speaker, time, image ids and captions, and can
   attach the image files that exist.
@@ -18,9 +18,9 @@ from pathlib import Path
 from ...core.render import human_date
 from ...core.types import ImageRef, Record, Scope
 from ...retrieve.hybrid import hybrid_search
-from ...retrieve.recipes import MEMPILOT_BANK, MEMPILOT_RAW
+from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import BankItem, MemoryBank
-from ...views.compressed_bank import KINDS
+from .compressed_bank import KINDS
 
 MAX_IMAGE_BYTES = 4 * 1024 * 1024  # released tool: images <= 4 MB
 _QUESTION_IMAGE_RE = re.compile(r"\(Question image: (.*)\)\s*$", re.DOTALL)

@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from ..core.ledger import count_event
-from ..core.render import human_date
-from ..core.types import Record
-from ..graph.dedup import name_similarity, normalize_name
-from ..llm.metered import MeteredLLM
-from ..llm.parsing import parse_or_count
-from .copies import copies_turns, names_absent_people
+from ...core.ledger import count_event
+from ...core.render import human_date
+from ...core.types import Record
+from ...graph.dedup import name_similarity, normalize_name
+from ...llm.metered import MeteredLLM
+from ...llm.parsing import parse_or_count
+from ...views.copies import copies_turns, names_absent_people
 
 PROMPT_VERSION = "automem-indexer-v4"
 MAX_NOTES = 4

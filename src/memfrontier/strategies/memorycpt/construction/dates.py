@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from ..core.timeutil import parse_instant
+from ....core.timeutil import parse_instant
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few)"
 _DAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"

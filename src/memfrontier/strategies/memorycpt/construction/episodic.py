@@ -7,7 +7,7 @@ Per session of a scope, in time order:
    minimum is one episode without a call.
 2. **EpisodeGenerator** (``episode_generator``): per segment, title + third-person narrative +
    ISO timestamp; relative dates are then resolved against the segment's session time
-   (:func:`memfrontier.views.dates.resolve_relative_dates`), never the wall clock.
+   (:func:`memfrontier.strategies.memorycpt.construction.dates.resolve_relative_dates`), never the wall clock.
 3. **EpisodeMerger** (``episode_merger``): the top-5 stored episodes with cosine > 0.85 are the
    candidates; one call decides merge-or-new and writes the merged episode. The merged episode
    replaces its target in one transaction.
@@ -21,7 +21,7 @@ wrote, so they run in order. Every call is metered under the current ledger stag
 sets ``construction``) and kept as a trace (prompt, rationale, JSON) for SFT export.
 
 Bad output: unparseable JSON, unknown indices or targets, empty or truncated output, or content
-that fails :func:`memfrontier.views.episodic_ops.content_problem` (too short, bare punctuation, an
+that fails :func:`memfrontier.strategies.memorycpt.construction.ops.content_problem` (too short, bare punctuation, an
 instruction echo, a verbatim copy of the source turns; also counted by reason as
 ``memorycpt.content_rejected.<role>.<reason>``) -> the operation (for facts: the single fact) is
 rejected and counted (``memorycpt.op_rejected.<role>``), the call is retried once,
@@ -41,16 +41,16 @@ from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from ..core.ledger import count_event, current_ledger
-from ..core.timeutil import instant_key
-from ..core.types import Record, Scope
-from ..llm.base import LLMError
-from ..llm.metered import MeteredLLM
-from ..llm.parsing import parse_or_count, strip_think
-from ..store.bank import BankItem, MemoryBank, Trace
-from . import episodic_prompts as P
+from ....core.ledger import count_event, current_ledger
+from ....core.timeutil import instant_key
+from ....core.types import Record, Scope
+from ....llm.base import LLMError
+from ....llm.metered import MeteredLLM
+from ....llm.parsing import parse_or_count, strip_think
+from ....store.bank import BankItem, MemoryBank, Trace
+from . import prompts as P
 from .dates import parse_timestamp, resolve_relative_dates
-from .episodic_ops import (
+from .ops import (
     CONTENT_REASONS,
     EpisodeDraft,
     OperationError,

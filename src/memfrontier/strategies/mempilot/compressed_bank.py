@@ -12,7 +12,7 @@ search reads one of them), ``source_ids`` = the raw record ids it came from, ``t
 session time, and ``meta`` = ``{"chunk_id", "source", "image_ids"}`` (``source`` is
 ``compress:<compressor name>`` or ``import:<file name>``; ``chunk_id`` is None for imports;
 ``image_ids`` are the image ids the text mentions). Items come from :func:`build_from_store` (one
-item per raw chunk, compressed with a :class:`~memfrontier.views.compress.Compressor`; idempotent,
+item per raw chunk, compressed with a :class:`~memfrontier.strategies.mempilot.compress.Compressor`; idempotent,
 rebuilt only for changed chunks) or from :func:`import_jsonl` (another memory system's output,
 MemPilot Sec. 4.6 "memory-bank compatibility").
 """
@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..core.jsonio import read_jsonl_objects
-from ..core.types import Scope
-from ..store.bank import BankItem, MemoryBank
+from ...core.jsonio import read_jsonl_objects
+from ...core.types import Scope
+from ...store.bank import BankItem, MemoryBank
 from .compress import Compressor, compressed_views
 
 BANK_NAME = "mempilot"

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.jsonio import write_json_atomic
-from ..core.ledger import current_ledger, sum_usage_records
-from ..core.timeutil import instant_key
-from ..core.types import Record
-from ..graph.backend import GraphBackend, GraphData
-from ..graph.dedup import dedup_names, normalize_name
-from ..graph.schema import SCHEMA_VERSION
-from ..llm.metered import MeteredLLM
+from ...core.jsonio import write_json_atomic
+from ...core.ledger import current_ledger, sum_usage_records
+from ...core.timeutil import instant_key
+from ...core.types import Record
+from ...graph.backend import GraphBackend, GraphData
+from ...graph.dedup import dedup_names, normalize_name
+from ...graph.schema import SCHEMA_VERSION
+from ...llm.metered import MeteredLLM
 from .graph_notes import PROMPT_VERSION, Note, make_windows, summarize_window
 
 NOTES_FILE = "notes.json"

@@ -41,7 +41,7 @@ SEGMENTER_SCHEMA = {
 #: example; without it the 1.5B bench model copied the messages instead of retelling them (accepted
 #: on the first try: 7 of 32 windows of LoCoMo conv-49 without an example, 31 of 32 with one). The
 #: names are unusual on purpose: a memory naming one of them when its source turns do not echoes
-#: the example (:func:`~memfrontier.views.episodic_ops.validate_episode` refuses it).
+#: the example (:func:`~memfrontier.strategies.memorycpt.construction.ops.validate_episode` refuses it).
 #: qad-v4 adds a second example, a user and an AI assistant: under v3 the model echoed the first
 #: example into a LongMemEval chat ("user asked Priyanka ...; Tomasz offered to come over this weekend
 #: to help her fix it") and into LoCoMo episodes ("Evan offered to come over this weekend to help her

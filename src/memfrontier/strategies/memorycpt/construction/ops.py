@@ -17,10 +17,10 @@ import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
-from ..core.timeutil import format_instant
-from . import episodic_prompts as P
-from .copies import copies_turns, names_absent_people
-from .copies import words as _words
+from ....core.timeutil import format_instant
+from . import prompts as P
+from ....views.copies import copies_turns, names_absent_people
+from ....views.copies import words as _words
 from .dates import parse_timestamp
 
 MAX_FACT_CHARS = 300
@@ -35,7 +35,7 @@ _INSTRUCTIONS = (P.SEGMENTER_SYSTEM, P.EPISODE_SYSTEM, P.MERGER_SYSTEM, P.PREDIC
 # the labels of the roles' user prompts (episodic_prompts.*_user): a text holding one is an echo
 _PROMPT_LABELS = re.compile(r"\b(?:JSON|Messages|Episode topic|Original messages|Prediction|Known facts|"
                             r"Stored episodes|New episode|Predicted content|Episode title):")
-# the line every role reads for a turn: "[2023-05-08 13:56] Evan: text" (views.episodic.render_turn)
+# the line every role reads for a turn: "[2023-05-08 13:56] Evan: text" (construction.episodic.render_turn)
 _TURN_LINE = re.compile(r"^\s*(?:\d+\.\s+)?\[(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}|unknown time)\] [^:\n]*: (.*)$", re.MULTILINE)
 
 

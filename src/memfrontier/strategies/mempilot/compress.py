@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from typing import Protocol, runtime_checkable
 
-from ..core.types import Record
+from ...core.types import Record
 
 DEFAULT_RATE = 0.4
 PLACEHOLDER = "[content omitted by compressor]"
