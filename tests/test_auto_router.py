@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from memfrontier.cli import app
 from memfrontier.core.ledger import BudgetExceededError
-from memfrontier.core.types import Budget, Preference, Record, Scope
+from memfrontier.core.types import Budget, Context, Preference, Record, Scope
 from memfrontier.frontier.report import build_report, render_markdown
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
-from memfrontier.strategies.auto import Auto, Router, RouterFileError
+from memfrontier.strategies.auto import Auto, AutoConfig, Router, RouterFileError
 from memfrontier.strategies.auto.decision import Prediction, Scales, decide, utility
 from memfrontier.strategies.auto.features import SCALAR_FEATURES, ScopeStats, feature_vector, question_features
 from memfrontier.train.strategy_router import TestSplitError, train_strategy_router
@@ -180,7 +180,7 @@ def test_auto_routes_by_question_kind_delegates_and_records_the_decision(tmp_pat
     store = evan_store(tmp_path / "store", minilm)
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
     auto = get_strategy("auto", router=str(k1_k4_router(tmp_path / "r.json")))
-    assert set(auto.members) == {"rag-k1", "rag-k4"} and auto.members["rag-k4"].k == 4
+    assert set(auto.members) == {"rag-k1", "rag-k4"} and auto.members["rag-k4"].config.k == 4
     assert auto.recipes == auto.members["rag-k1"].recipes and auto.is_built(env, EVAN)
 
     def ask(text, budget=Budget(), preference=PERF):
@@ -204,7 +204,40 @@ def test_auto_routes_by_question_kind_delegates_and_records_the_decision(tmp_pat
     own = get_strategy("auto", router=str(tmp_path / "r.json"), preference="cost", budget={"max_usd": 2e-5})
     ctx = asyncio.run(own.context(Query(text="What colour is Evan's car?", scope=EVAN), env, PERF, Budget()))
     assert ctx.meta["auto"]["configuration"] == "rag-k1" and ctx.meta["auto"]["budget"]["max_usd"] == 2e-5
-    assert ctx.meta["auto"]["preference"] == COST.model_dump()
+    assert ctx.meta["auto"]["preference"] == COST.model_dump() and ctx.meta["auto"]["preference_source"] == "config"
+    store.close()
+
+
+class _Recorder:
+    """A configuration that records the preference and budget it is asked under."""
+
+    name, prompt_version, recipes = "rag", "x", ()
+
+    def __init__(self):
+        self.asked: list = []
+
+    def is_built(self, env, scope):
+        return True
+
+    async def context(self, query, env, preference, budget):
+        self.asked.append((preference, budget))
+        return Context(text="", meta={})
+
+
+def test_the_chosen_member_runs_under_the_preference_auto_decided_under(tmp_path, minilm):
+    store = evan_store(tmp_path / "store", minilm)
+    env = MemoryEnv(store=store, llm=None, answer_llm=None)
+    path = k1_k4_router(tmp_path / "r.json")
+    q = Query(text="When did Evan buy the car?", scope=EVAN)
+    for configured, caller, decided, source in ((None, None, PERF, "default"), (None, COST, COST, "caller"),
+                                                ("cost", PERF, COST, "config"), ("cost", None, COST, "config")):
+        k1, k4 = _Recorder(), _Recorder()
+        auto = Auto(AutoConfig(router=path, preference=configured, budget=Budget(max_usd=2e-5)),
+                    members={"rag-k1": k1, "rag-k4": k4})
+        ctx = asyncio.run(auto.context(q, env, caller, Budget(max_tokens=500)))
+        assert ctx.meta["auto"]["preference"] == decided.model_dump() and ctx.meta["auto"]["preference_source"] == source
+        # the member is handed the decided preference and the combined budget, not the caller's
+        assert k1.asked == [(decided, Budget(max_usd=2e-5, max_tokens=500))] and k4.asked == []
     store.close()
 
 
@@ -222,13 +255,13 @@ def test_auto_leaves_out_configurations_whose_view_is_not_built(tmp_path, minilm
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
     path = write_router(tmp_path / "r.json", config("rag", "rag", f1=target(0.3)),
                         config("cpt", "memorycpt", f1=target(0.9)))
-    auto = Auto(path, members={"cpt": _Unbuilt()})
+    auto = Auto(AutoConfig(router=path), members={"cpt": _Unbuilt()})
     assert not auto.is_built(env, EVAN)
     ctx = asyncio.run(auto.context(Query(text="What colour is the car?", scope=EVAN), env, PERF, Budget()))
     assert ctx.meta["auto"]["configuration"] == "rag" and ctx.meta["auto"]["unbuilt"] == ["cpt"]
     assert set(ctx.meta["auto"]["predictions"]) == {"rag"}
     with pytest.raises(ValueError, match="not configurations of the router"):
-        Auto(path, members={"nope": _Unbuilt()})
+        Auto(AutoConfig(router=path), members={"nope": _Unbuilt()})
     from memfrontier.strategies import StrategyConfigError
 
     with pytest.raises(StrategyConfigError, match="router: no router file"):
@@ -300,7 +333,7 @@ def test_training_learns_which_configuration_wins_which_kind_of_question(tmp_pat
     from memfrontier.store.sqlite import SQLiteStore
 
     store_env = MemoryEnv(store=SQLiteStore(frontier / "store", minilm), llm=None, answer_llm=None)
-    auto = Auto(router, members={"memorycpt": _Built(), "rag-k4": _Built()})
+    auto = Auto(AutoConfig(router=out), router=router, members={"memorycpt": _Built(), "rag-k4": _Built()})
 
     def choose(text, preference):
         q = Query(text=text, scope=Scope(user_id="conv-1"))

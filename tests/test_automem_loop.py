@@ -24,6 +24,7 @@ from memfrontier.llm.metered import MeteredLLM
 from memfrontier.strategies.automem.actions import Action, parse_action
 from memfrontier.strategies.automem.corpus import ScopedCorpus
 from memfrontier.strategies.automem.loop import AutoMemAgent, parse_verdict
+from memfrontier.strategies import AutoMEMConfig, get_strategy
 from memfrontier.strategies.automem.pipeline import AutoMem
 from memfrontier.strategies.automem.prefix import PrefixMeter
 from memfrontier.strategies.automem.prompts import SYSTEM, key_terms
@@ -218,11 +219,13 @@ def test_strategy_runs_with_per_role_models_and_records_the_trace(store):
 
 
 def test_strategy_options_are_checked():
-    with pytest.raises(ValueError):
-        AutoMem(graph="sqlite")
-    with pytest.raises(ValueError):
-        AutoMem(k_max=0)
-    assert AutoMem(single_pass=True, k_max=5).k_max == 1
+    with pytest.raises(ValueError, match="unknown graph 'sqlite'"):
+        get_strategy("automem", graph="sqlite")
+    with pytest.raises(ValueError, match="k_max=0"):
+        get_strategy("automem", k_max=0)
+    assert get_strategy("automem", single_pass=True, k_max=5).k_max == 1
+    with pytest.raises(ValueError, match="planner_llm: the config names 'local'"):
+        AutoMem(AutoMEMConfig(planner_llm="local"), planner_llm=ScriptedClient([]))
 
 
 # --- end to end with the embedded model -------------------------------------------------------
@@ -263,7 +266,7 @@ def test_real_locomo_question_end_to_end(locomo_memory, single_pass):
     m, conv, _, _ = locomo_memory
     q = next(q for q in conv.questions if q.id == "conv-49:q5")
     assert q.question == "Which country was Evan visiting in May 2023?"
-    ans = m.ask(q.question, user_id="conv-49", strategy=AutoMem(single_pass=single_pass))
+    ans = m.ask(q.question, user_id="conv-49", strategy=AutoMem(AutoMEMConfig(single_pass=single_pass)))
     roles = {r: u.calls for r, u in ans.usage.by_role.items()}
     assert (ans.text.strip() == "") == (ans.usage.events.get("empty_output.answerer") == 1)  # empty iff counted
     assert roles["answerer"] == 1 and 1 <= roles["planner"] <= (1 if single_pass else 3)

@@ -26,6 +26,7 @@ from memfrontier.strategies.budgetmem import (
     EXTRACTORS,
     MODULES,
     BudgetMem,
+    BudgetMemConfig,
     BudgetMemModules,
     CapacityTiering,
     ModuleCache,
@@ -356,8 +357,8 @@ def test_capacity_local_mid_tier_runs_on_the_installed_qwen_0_5b(memory, chunks)
 # --- the strategy end to end --------------------------------------------------------------------
 @pytest.mark.slow
 def test_pipeline_end_to_end_with_one_parallel_extraction_stage(memory):
-    strat = BudgetMem(k=2, module_topk=2, max_relations=4,
-                      tiers={"filter": "mid", "entity": "high", "temporal": "high", "topic": "high", "summary": "high"})
+    strat = BudgetMem(BudgetMemConfig(k=2, module_topk=2, max_relations=4, tiers={
+        "filter": "mid", "entity": "high", "temporal": "high", "topic": "high", "summary": "high"}))
     ans = memory.ask(QUESTION, user_id="conv-49", strategy=strat)
     assert ans.strategy == "budgetmem"
     meta = ans.meta
@@ -377,8 +378,8 @@ def test_pipeline_end_to_end_with_one_parallel_extraction_stage(memory):
 @pytest.mark.slow
 def test_extraction_calls_share_one_parallel_stage(memory):
     ledger = Ledger()
-    strat = BudgetMem(k=2, module_topk=2, max_relations=3,
-                      tiers={"filter": "low", "entity": "high", "temporal": "mid", "topic": "high", "summary": "low"})
+    strat = BudgetMem(BudgetMemConfig(k=2, module_topk=2, max_relations=3, tiers={
+        "filter": "low", "entity": "high", "temporal": "mid", "topic": "high", "summary": "low"}))
     memory.ask(QUESTION, user_id="conv-49", strategy=strat, ledger=ledger)
     stage = {c.role: c.parallel_stage for c in ledger.calls}
     ext = {stage["budgetmem.entity.high"], stage["budgetmem.temporal"], stage["budgetmem.topic.high"]}
@@ -419,7 +420,7 @@ class StubRouter:
 
 def test_router_decides_tiers_from_query_and_input_embeddings(memory):
     router = StubRouter({"filter": "mid", "entity": "low", "temporal": "mid", "topic": "low", "summary": "mid"})
-    strat = BudgetMem(k=3, router=router, lam=0.3, greedy=False)
+    strat = BudgetMem(BudgetMemConfig(k=3, greedy=False), router=router)
     with use_ledger(Ledger()) as ledger:
         ctx = run(strat.context(
             Query(text=QUESTION, scope=SCOPE),
@@ -427,16 +428,16 @@ def test_router_decides_tiers_from_query_and_input_embeddings(memory):
             Budget()))
     assert [s[0] for s in router.seen] == list(MODULES)
     assert all(dim == 384 and greedy is False for _, dim, greedy in router.seen)
-    assert ctx.meta["tiers"] == router.tiers and ctx.meta["lam"] == 0.3
+    assert ctx.meta["tiers"] == router.tiers and ctx.meta["k"] == 3
     assert [d["module"] for d in ctx.meta["decisions"]] == list(MODULES)
     assert len(ctx.meta["query_emb"]) == 384 and len(ctx.meta["decisions"][0]["input_emb"]) == 384
     assert ledger.usage().by_role["budgetmem.router"].calls == 3  # filter, extractors, summary
     with pytest.raises(ValueError):
-        BudgetMem(router=router, tiers="low")
+        BudgetMem(BudgetMemConfig(tiers="low"), router=router)
 
 
 def test_no_retrieved_chunks_gives_an_empty_counted_context(memory):
-    strat = BudgetMem(tiers="low")
+    strat = BudgetMem(BudgetMemConfig(tiers="low"))
     with use_ledger(Ledger()) as ledger:
         ctx = run(strat.context(
             Query(text=QUESTION, scope=Scope(user_id="nobody")),
@@ -447,7 +448,7 @@ def test_no_retrieved_chunks_gives_an_empty_counted_context(memory):
 
 @pytest.mark.slow
 def test_hard_budget_stops_paid_module_calls(memory):
-    strat = BudgetMem(k=1, module_topk=1, tiers="high")
+    strat = BudgetMem(BudgetMemConfig(k=1, module_topk=1, tiers="high"))
     with use_ledger(Ledger()) as ledger:
         ctx = run(strat.context(Query(text=QUESTION, scope=SCOPE), memory.aio.env, Preference(), Budget(max_tokens=10)))
     # no High call fits 10 tokens (prompt + max_tokens): none is made, each module falls back to Mid
@@ -465,7 +466,7 @@ def test_real_tier_router_checkpoint_is_loaded_and_used(memory, tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "router.pt"
     TierRouter.from_embedder(memory.aio.store.embedder.encode).save(path)
-    strat = BudgetMem(k=1, module_topk=1, max_relations=3, router=path, lam=0.1)
+    strat = get_strategy("budgetmem", k=1, module_topk=1, max_relations=3, router=path)
     with use_ledger(Ledger()):
         ctx = run(strat.context(Query(text=QUESTION, scope=SCOPE), memory.aio.env, Preference(), Budget()))
     decisions = ctx.meta["decisions"]

@@ -87,13 +87,13 @@ def test_trained_checkpoint_drives_eval(trained, tmp_path):
     TierRouter.load(best)
     ecfg = EvalConfig(split="train", strategy="budgetmem", limit=1, store=cfg.store_dir, out=tmp_path / "eval",
                       data_root=cfg.data_root,
-                      strategy_options={"router": str(best), "lam": 0.3, "k": 1, "module_topk": 1, "max_relations": 2})
+                      strategy_options={"router": str(best), "k": 1, "module_topk": 1, "max_relations": 2})
     summary = asyncio.run(run_eval(ecfg))
     assert summary["questions"] == 1
     assert set(summary["choices"]["tiers"]) == set(MODULES)
     assert summary["provenance"]["recipes"] == ["hybrid_rrf"]
     (row,) = [json.loads(line) for line in (tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()]
-    assert row["strategy_meta"]["router"] is True and row["strategy_meta"]["lam"] == 0.3
+    assert row["strategy_meta"]["router"] is True
     assert "query_emb" not in row["strategy_meta"]  # greedy at test time: no states recorded
     assert json.loads((tmp_path / "eval" / "run.json").read_text())["strategy_option_sha256"]["router"]
 
@@ -163,7 +163,7 @@ def test_sweep_plan_skips_missing_routers(tmp_path):
     assert [r.name for r in runs] == ["lambda_0.3", "fixed_low", "fixed_mid", "fixed_high", "k_1", "k_5"]
     assert missing == [tmp_path / "lambda_0" / "router_best.pt"]
     by = {r.name: r for r in runs}
-    assert by["lambda_0.3"].options == {"module_topk": 2, "k": 5, "router": str(tmp_path / "lambda_0.3" / "router_best.pt"), "lam": 0.3}
+    assert by["lambda_0.3"].options == {"module_topk": 2, "k": 5, "router": str(tmp_path / "lambda_0.3" / "router_best.pt")}
     assert by["k_5"].options == by["fixed_mid"].options  # run once, shared by both points
 
 
@@ -181,7 +181,7 @@ def test_sweep_report_writes_tables_and_plots(tmp_path):
         return {m: {"low": 1 - high, "high": high} for m in MODULES}
 
     results = [{"name": f"lambda_{lam:g}", "kind": "lambda", "label": f"λ={lam:g}", "lam": lam, "k": 5,
-                "options": {"router": "x.pt", "lam": lam}, "summary": _summary(0.3 - lam / 10, 2e-5 * (1 - lam), ratios(1 - lam), 0.4)}
+                "options": {"router": "x.pt"}, "summary": _summary(0.3 - lam / 10, 2e-5 * (1 - lam), ratios(1 - lam), 0.4)}
                for lam in (0.0, 0.5, 0.9)]
     results += [{"name": f"fixed_{t}", "kind": "fixed", "label": f"all {t}", "lam": None, "k": 5, "options": {"tiers": t},
                  "summary": _summary(0.1 * (i + 1), 1e-5 * (i + 1), {m: {t: 1.0} for m in MODULES})}

@@ -22,7 +22,7 @@ from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
-from memfrontier.strategies import MemoryEnv, Query
+from memfrontier.strategies import MemoryCPTConfig, MemoryEnv, Query, get_strategy
 from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.sft_export import export_sft
@@ -166,8 +166,8 @@ def test_bank_search_fuses_dense_and_bm25_per_kind(bank):
 def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(tmp_path, minilm, bank):
     store = SQLiteStore(tmp_path / "store", minilm)
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
-    strat = MemoryCPT(episodic_k=2, semantic_k=3, ablation="no_fs", construction_llm=MeteredLLM(
-        ScriptedClient(lambda m: ""), PriceBook.load(), allow_unpriced=True))
+    llm = MeteredLLM(ScriptedClient(lambda m: ""), PriceBook.load(), allow_unpriced=True)
+    strat = MemoryCPT(MemoryCPTConfig(episodic_k=2, semantic_k=3, ablation="no_fs"), construction_llm=llm)
     strat.use_bank(env, bank)
     episodes, facts = strat.candidates("Evan's car", SCOPE, env)
     assert (len(episodes), len(facts)) == (2, 3)
@@ -175,8 +175,9 @@ def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(
     lines = ctx.text.splitlines()
     assert len(lines) == 5 and lines[0].startswith("(8 May 2023) title 1:") and lines[2].startswith("- ")
     assert ctx.evidence_ids[0] == "r1"
-    strat.ablation = "no_qar"  # plain dense top-(2+3) over both kinds together
-    e2, f2 = strat.candidates("Evan's car", SCOPE, env)
+    strat = MemoryCPT(strat.config.model_copy(update={"ablation": "no_qar"}), construction_llm=llm)
+    strat.use_bank(env, bank)
+    e2, f2 = strat.candidates("Evan's car", SCOPE, env)  # plain dense top-(2+3) over both kinds together
     assert len(e2) + len(f2) == 5
     store.close()
 
@@ -447,7 +448,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
     records = [r for r in conv.records if r.session_id == "conv-49:session_1"][:10]
     with Memory.open(tmp_path / "mem") as m:
         m.aio.store.add(records)
-        strat = MemoryCPT(episodic_k=4, semantic_k=6)
+        strat = get_strategy("memorycpt", episodic_k=4, semantic_k=6)
         ledger = asyncio.run(m.aio.build(strat, records[0].scope))
         bank = strat.bank(m.aio.env)
         assert bank.path.name == "memorycpt-gemma-3-270m-q4_k_m-qad-v4.db"  # model and QAD prompt version

@@ -14,7 +14,7 @@ from test_memorycpt import SCOPE, ScriptedClient, good_script, records_two_sessi
 from memfrontier.api import Memory
 from memfrontier.core.pricebook import PriceBook, UnpricedModelError
 from memfrontier.llm.metered import MeteredLLM
-from memfrontier.strategies import MemoryEnv
+from memfrontier.strategies import MemoryCPTConfig, MemoryEnv
 from memfrontier.strategies.memorycpt.pipeline import (
     MemoryCPT,
     render_candidates,
@@ -33,7 +33,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("cpt-train")
     m = Memory.open(root / "mem")
     m.aio.store.add(records_two_sessions())
-    strat = MemoryCPT(episodic_k=2, semantic_k=2,
+    strat = MemoryCPT(MemoryCPTConfig(episodic_k=2, semantic_k=2),
                       construction_llm=MeteredLLM(ScriptedClient(good_script), PriceBook.load(), allow_unpriced=True))
     asyncio.run(m.aio.build(strat, SCOPE))
     yield root, m, strat
@@ -49,7 +49,7 @@ def test_qad_sft_on_exported_traces_gives_a_serving_construction_model(built):
                          rank=4, alpha=8, val_fraction=0.25)
     assert res.steps == 1 and res.n_train + res.n_val == sum(counts.values()) - res.n_too_long
     assert res.merged_dir is not None and (res.merged_dir / "config.json").is_file()
-    cpt = MemoryCPT(construction_llm=f"hf:{res.merged_dir}")
+    cpt = MemoryCPT(MemoryCPTConfig(construction_llm=f"hf:{res.merged_dir}"))
     with pytest.raises(UnpricedModelError):  # a local checkpoint is not in the price book: the run must say so
         cpt.construction_model(m.aio.env)
     env = MemoryEnv(store=m.aio.store, answer_llm=m.aio.env.answer_llm,
@@ -82,8 +82,8 @@ def test_qar_grpo_with_the_cost_aware_reward_trains_an_adapter_the_strategy_uses
     log = [json.loads(line) for line in res.train_log.read_text().splitlines()]
     assert any("reward_std" in r for r in log)
     assert res.lora_delta_l2 > 0 and (res.adapter_dir / "adapter_config.json").is_file()
-    served = MemoryCPT(episodic_k=2, semantic_k=2, construction_llm=strat.construction_llm,
-                       summarizer_adapter=str(res.adapter_dir))
+    served = MemoryCPT(MemoryCPTConfig(episodic_k=2, semantic_k=2, summarizer_adapter=str(res.adapter_dir)),
+                       construction_llm=strat.construction_llm)
     served.use_bank(m.aio.env, strat.bank(m.aio.env))  # same store, same construction model: the built bank
     ans = m.ask(question, user_id=SCOPE.user_id, strategy=served)
     summ = ans.usage.by_role["summarizer"]

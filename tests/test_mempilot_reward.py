@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
 import pytest
+from fakes import ScriptedClient
 
+from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Preference
-from memfrontier.strategies.mempilot.accounting import (
-    ExternalCall,
-    PolicySegment,
-    format_gate,
-    kv_prefix_segments,
-    policy_cost_usd,
-    trajectory_cost_usd,
-    trajectory_latency_s,
-)
+from memfrontier.llm.base import Completion
+from memfrontier.llm.metered import MeteredLLM
+from memfrontier.strategies.mempilot.accounting import format_gate
 from memfrontier.strategies.mempilot.protocol import (
     decision_schema,
     parse_turn,
@@ -33,57 +30,103 @@ from memfrontier.train.mempilot_reward import (
 )
 
 BOOK = PriceBook.load()
-POLICY = BOOK.get("qwen3-4b-instruct-2507")  # 0.05 / 0.25 USD per Mtok; (0.332, 3e-6, 6.64e-3)
-L8B = BOOK.get("meta-llama/llama-3.1-8b-instruct")  # 0.05 / 0.08; (0.439, 3.6e-5, 4.99e-3)
-L3B = BOOK.get("meta-llama/llama-3.2-3b-instruct")  # 0.05 / 0.33; (1.231, 4.8e-5, 5.54e-3)
-VL8B = BOOK.get("qwen/qwen3-vl-8b-instruct")  # 0.117 / 0.455; (0.332, 3e-6, 6.64e-3, 0.225)
+POLICY_ID = "qwen3-4b-instruct-2507"  # 0.05 / 0.25 USD per Mtok; (0.332, 3e-6, 6.64e-3)
+L8B_ID = "meta-llama/llama-3.1-8b-instruct"  # 0.05 / 0.08; (0.439, 3.6e-5, 4.99e-3)
+L3B_ID = "meta-llama/llama-3.2-3b-instruct"  # 0.05 / 0.33; (1.231, 4.8e-5, 5.54e-3)
+VL8B_ID = "qwen/qwen3-vl-8b-instruct"  # 0.117 / 0.455; (0.332, 3e-6, 6.64e-3, 0.225)
 MODELS = {"model_5e1c", "model_b791"}
 
 
 # ----------------------------------------------------------------------------- Eq. 14
 
 
+def _metered(model_id: str, reply: Completion) -> MeteredLLM:
+    """``model_id`` (priced by the book) answering ``reply`` with its reported token counts."""
+    return MeteredLLM(ScriptedClient([reply], model_id=model_id), BOOK)
+
+
+def _completion(model_id: str, n_in: int, n_out: int, images: int = 0, exact_usd: float | None = None) -> Completion:
+    return Completion(text="ok", model_id=model_id, input_tokens=n_in, output_tokens=n_out, images=images,
+                      exact_usd=exact_usd)
+
+
+MSG = [{"role": "user", "content": "x"}]
+
+
+def _policy_turns(ledger: Ledger) -> None:
+    """Three policy generations (50, 40, 20 tokens) over a 1000-token prompt with 300 then 200
+    observation tokens appended: prompts of 1000, 1350 and 1590 tokens, of which only the newly
+    appended part is charged (KV-prefix reuse, App. A.1)."""
+    for prompt, new, out in ((1000, None, 50), (1350, 300, 40), (1590, 200, 20)):
+        llm = _metered(POLICY_ID, _completion(POLICY_ID, prompt, out))
+        asyncio.run(llm.complete(MSG, role="policy", new_input_tokens=new))
+
+
 def test_kv_prefix_cost_three_turns():
-    # prompt 1000 tokens; three generations of 50, 40, 20 tokens; 300 then 200 observation tokens appended
-    segs = kv_prefix_segments(1000, [50, 40, 20], [300, 200])
-    assert segs == [PolicySegment(1000, 50), PolicySegment(300, 40), PolicySegment(200, 20)]
+    ledger = Ledger()
+    with use_ledger(ledger, "query"):
+        _policy_turns(ledger)
+    policy = [c for c in ledger.calls if c.role == "policy"]
+    assert [(c.input_tokens, c.cached_tokens, c.output_tokens) for c in policy] == [(1000, 0, 50), (1350, 1050, 40),
+                                                                                    (1590, 1390, 20)]
     # C_pi = 1e-6 * (0.05 * (1000 + 300 + 200) + 0.25 * (50 + 40 + 20)) = 1e-6 * (75 + 27.5)
-    assert policy_cost_usd(segs, POLICY) == pytest.approx(1.025e-4)
+    assert sum(c.usd for c in policy) == pytest.approx(1.025e-4)
     # without prefix reuse the 2nd and 3rd prompts (1350 and 1590 tokens) would be charged in full
     naive = 1e-6 * (0.05 * (1000 + 1350 + 1590) + 0.25 * 110)
-    assert policy_cost_usd(segs, POLICY) < naive
-    calls = [
-        ExternalCall("1", L8B, 800, 100),  # 1e-6 * (0.05 * 800 + 0.08 * 100) = 4.8e-5
-        ExternalCall("2", L3B, 500, 50, exact_usd=1e-3),  # the provider's exact cost wins
-    ]
-    assert trajectory_cost_usd(segs, POLICY, calls) == pytest.approx(1.025e-4 + 4.8e-5 + 1e-3)
+    assert sum(c.usd for c in policy) < naive
+    with use_ledger(ledger, "query"):
+        asyncio.run(_metered(L8B_ID, _completion(L8B_ID, 800, 100)).complete(MSG, role="delegate"))  # 4.8e-5
+        # the provider's exact cost wins over the token estimate
+        asyncio.run(_metered(L3B_ID, _completion(L3B_ID, 500, 50, exact_usd=1e-3)).complete(MSG, role="delegate"))
+    # C(tau) = C_pi + C_ext (Eq. 8 / Eq. 14); 1e-6 * (0.05 * 800 + 0.08 * 100) = 4.8e-5
+    assert ledger.usd() == pytest.approx(1.025e-4 + 4.8e-5 + 1e-3)
 
 
-def test_kv_prefix_segments_rejects_bad_lengths():
-    with pytest.raises(ValueError, match="appended"):
-        kv_prefix_segments(10, [5, 5], [])
-    with pytest.raises(ValueError, match=">= 0"):
-        kv_prefix_segments(10, [5, -1], [3])
-    assert kv_prefix_segments(10, [], []) == []
+def test_kv_prefix_charges_nothing_below_zero_or_above_the_prompt():
+    ledger = Ledger()
+    with use_ledger(ledger, "query"):
+        for new in (-5, 5000):  # clamped to [0, prompt]: 0 then all 1000 prompt tokens charged
+            asyncio.run(_metered(POLICY_ID, _completion(POLICY_ID, 1000, 10)).complete(MSG, role="policy",
+                                                                                        new_input_tokens=new))
+    a, b = ledger.calls
+    assert (a.cached_tokens, b.cached_tokens) == (1000, 0)
+    assert a.usd == pytest.approx(1e-6 * 0.25 * 10) and b.usd == pytest.approx(1e-6 * (0.05 * 1000 + 0.25 * 10))
 
 
 # ----------------------------------------------------------------------------- Eq. 15-19
 
 
+def _delegates(ledger: Ledger, stages: list[list[tuple[str, int, int, int]]]) -> None:
+    """Delegated calls (model, n_in, n_out, images), one parallel stage per inner list."""
+    async def stage(calls):
+        with ledger.parallel():
+            await asyncio.gather(*(_metered(m, _completion(m, i, o, img)).complete(MSG, role="delegate")
+                                   for m, i, o, img in calls))
+
+    for calls in stages:
+        asyncio.run(stage(calls))
+
+
 def test_latency_with_parallel_stage():
-    segs = [PolicySegment(1000, 50), PolicySegment(300, 40), PolicySegment(200, 20)]
-    # policy (Eq. 15-16): 0.332 + 3e-6 n_in + 6.64e-3 n_out
+    # policy (Eq. 15-16): 0.332 + 3e-6 n_in + 6.64e-3 n_out, on the charged (appended) input only
     pol = (0.332 + 0.003 + 0.332) + (0.332 + 0.0009 + 0.2656) + (0.332 + 0.0006 + 0.1328)
     assert pol == pytest.approx(1.7309)
-    calls = [
-        ExternalCall("1", L8B, 800, 100),  # 0.439 + 0.0288 + 0.499 = 0.9668
-        ExternalCall("1", VL8B, 1000, 200, images=2),  # 0.332 + 0.003 + 1.328 + 0.45 = 2.113 (max of stage 1)
-        ExternalCall("2", L3B, 500, 50),  # 1.231 + 0.024 + 0.277 = 1.532
-    ]
-    assert trajectory_latency_s(segs, POLICY.latency, calls) == pytest.approx(1.7309 + 2.113 + 1.532)
+    calls = [(L8B_ID, 800, 100, 0),  # 0.439 + 0.0288 + 0.499 = 0.9668
+             (VL8B_ID, 1000, 200, 2),  # 0.332 + 0.003 + 1.328 + 0.45 = 2.113 (max of stage 1)
+             (L3B_ID, 500, 50, 0)]  # 1.231 + 0.024 + 0.277 = 1.532
+    ledger = Ledger()
+    with use_ledger(ledger, "query"):
+        _policy_turns(ledger)
+        _delegates(ledger, [calls[:2], calls[2:]])
+    assert sorted(round(c.proxy_s, 4) for c in ledger.calls if c.role == "delegate") == [0.9668, 1.532, 2.113]
+    # Eq. 18-19: a stage counts as its slowest call; stages add
+    assert ledger.proxy_s() == pytest.approx(1.7309 + 2.113 + 1.532)
     # sequential (each call its own stage) would add instead of max
-    seq = [ExternalCall(str(i), c.price, c.input_tokens, c.output_tokens, c.images) for i, c in enumerate(calls)]
-    assert trajectory_latency_s(segs, POLICY.latency, seq) == pytest.approx(1.7309 + 0.9668 + 2.113 + 1.532)
+    seq = Ledger()
+    with use_ledger(seq, "query"):
+        _policy_turns(seq)
+        _delegates(seq, [[c] for c in calls])
+    assert seq.proxy_s() == pytest.approx(1.7309 + 0.9668 + 2.113 + 1.532)
 
 
 # ----------------------------------------------------------------------------- Eq. 20

@@ -18,7 +18,7 @@ from memfrontier.llm.base import LLMError
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
-from memfrontier.strategies.mempilot import MemPilot
+from memfrontier.strategies.mempilot import MemPilot, MemPilotConfig
 from memfrontier.strategies.mempilot.pool import ModelPool, PoolProfile, Route
 
 BOOK = PriceBook.load()
@@ -76,8 +76,8 @@ def _env(store, client) -> MemoryEnv:
 def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget=None, **options):
     """Build the bank, run one question; returns (context, ledger, policy, delegate, vision, strategy)."""
     policy, delegate, vision = (ScriptedClient(r, model_id=GEMMA) for r in (policy_replies, delegate_replies, vision_replies))
-    strat = MemPilot(pool=profile(), policy=policy, compressor="offline",
-                     route_backends={"model_txt": delegate, "model_vis": vision}, **options)
+    strat = MemPilot(MemPilotConfig(compressor="offline", **options), profile=profile(), policy=policy,
+                     route_backends={"model_txt": delegate, "model_vis": vision})
     env = _env(store, policy)
     ledger = Ledger()
 
@@ -93,10 +93,24 @@ def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget
 
 def test_registered():
     assert isinstance(get_strategy("mempilot", preference="cost"), MemPilot)
-    with pytest.raises(ValueError):
-        MemPilot(answer_mode="other")
-    with pytest.raises(FileNotFoundError):
-        MemPilot(adapter="/no/such/adapter")
+    with pytest.raises(ValueError, match="unknown answer_mode 'other'"):
+        get_strategy("mempilot", answer_mode="other")
+    with pytest.raises(ValueError, match="adapter: no LoRA adapter directory /no/such/adapter"):
+        get_strategy("mempilot", adapter="/no/such/adapter")
+    with pytest.raises(TypeError):
+        MemPilot(max_rounds=3)  # options live in the config only
+
+
+def test_the_preference_of_the_config_else_the_callers(store):
+    def ask(**options):
+        return run(store, [ret("Lena"), "<answer>red</answer>"], constrained=False, **options)
+
+    ctx, ledger, *_ = ask()  # run() asks with the caller's balanced preference
+    assert ctx.meta["preference"] == Preference.preset("balanced").model_dump()
+    assert ctx.meta["preference_source"] == "caller" and ledger.events["preference.config_over_caller"] == 0
+    ctx, ledger, *_ = ask(preference="cost")
+    assert ctx.meta["preference"] == {"quality": 1.0, "cost": 1.0, "latency": 0.25}
+    assert ctx.meta["preference_source"] == "config" and ledger.events["preference.config_over_caller"] == 1
 
 
 def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
@@ -231,7 +245,8 @@ def test_repeat_then_answer_only_and_budget_stop(store):
     assert ctx.meta["repeated_calls"] == 1 and ctx.meta["retrieve_calls"] == 1 and ctx.meta["format_valid"]
     # a hard USD budget that holds the first turn's worst case (its prompt + 256 output tokens at
     # qwen3-4b's 0.05 / 0.25 USD per 1M, MemPilot Eq. 14) but not the second's: turn 2 is never made
-    strat = MemPilot(pool=profile(), policy=ScriptedClient(model_id=GEMMA), compressor="offline", constrained=False)
+    strat = MemPilot(MemPilotConfig(compressor="offline", constrained=False), profile=profile(),
+                     policy=ScriptedClient(model_id=GEMMA))
     msgs = strat.orchestrator(_env(store, ScriptedClient(model_id=GEMMA)), Preference.preset("balanced"), Budget()).start(QUESTION, "0").messages
     n_in = sum(len(m["content"].split()) + 8 for m in msgs)  # predicted prompt: words + 8 per message
     cap = 1e-6 * (0.05 * n_in + 0.25 * 256) * 1.0001
@@ -248,7 +263,7 @@ def test_repeat_then_answer_only_and_budget_stop(store):
 def test_policy_failure_and_permutation(store):
     ctx, ledger, *_ = run(store, [LLMError("down")], constrained=False)
     assert ledger.events["llm_error.policy"] == 1 and ctx.meta["policy_error"] == "down" and ctx.text == ""
-    strat = MemPilot(pool="local")
+    strat = get_strategy("mempilot", pool="local")
     pool = ModelPool(strat.profile, BOOK)
     from memfrontier.strategies.mempilot.orchestrator import Orchestrator
 
@@ -272,7 +287,7 @@ async def _e2e(tmp_path, records, questions):
     mem = AsyncMemory.open(tmp_path / "store")
     await asyncio.to_thread(mem.store.add, records)
     # smoke sizes: at most 3 policy turns, observations cut to 256 tokens (shorter prompts per turn)
-    strat = MemPilot(pool="local", preference="balanced", max_rounds=3, max_observation_tokens=256)
+    strat = get_strategy("mempilot", pool="local", preference="balanced", max_rounds=3, max_observation_tokens=256)
     scope = records[0].scope
     await mem.build(strat, scope)
     assert strat.bank(mem.env).count(scope, "compressed") == len(mem.store.chunks(scope))
@@ -367,7 +382,7 @@ def test_bench_pool_routes_are_three_real_sizes_each_priced_as_itself(store, tmp
     assert [bench.card(r.id).rsplit(" ", 1)[1] for r in routes] == ["270M", "0.5B", "1.5B"]
     _fake_install(monkeypatch, tmp_path)
     policy = ScriptedClient(model_id="qwen2.5-coder-1.5b-q4_k_m")
-    strat = MemPilot(pool="bench", policy=policy, compressor="offline")
+    strat = MemPilot(MemPilotConfig(pool="bench", compressor="offline"), policy=policy)
     env = _env(store, policy)
     pool = strat.pool(env)
     # one call of 1000 input and 100 output tokens on each route, by hand from core/prices/v1.yaml:
@@ -393,7 +408,7 @@ def test_bench_pool_refuses_a_model_that_is_not_installed(tmp_path, monkeypatch)
     monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "empty"))
     bench = PoolProfile.load("bench")  # the profile itself loads anywhere
     with pytest.raises(ModelNotInstalledError, match=r"'qwen2.5-0.5b' is not installed .*make bench-model"):
-        MemPilot(pool="bench")
+        MemPilot(MemPilotConfig(pool="bench"))
     with pytest.raises(ModelNotInstalledError, match="make bench-model"):
         ModelPool(bench, BOOK)
     with pytest.raises(ValueError, match="unknown local model 'qwen-9b'"):

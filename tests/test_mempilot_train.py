@@ -221,7 +221,7 @@ def test_cli_mempilot_flags_are_checked():
 @pytest.mark.slow
 @pytest.mark.data
 def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
-    from memfrontier.strategies.mempilot import MemPilot
+    from memfrontier.strategies import get_strategy
     from memfrontier.train.mempilot_trainer import (
         OrchestratorTrainConfig,
         train_orchestrator,
@@ -237,7 +237,7 @@ def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
     (row,) = [json.loads(x) for x in (tmp_path / "orch" / "train_log.jsonl").read_text().splitlines()]
     assert row["rollouts"] == 2 and row["sampled_tokens"] > 0 and len(row["advantages"]) == 2
     assert summary["lora_delta_l2"] > 0  # the update moved the LoRA weights
-    strat = MemPilot(adapter=adapter)
+    strat = get_strategy("mempilot", adapter=adapter)
     policy = strat.policy(None)
     assert isinstance(policy, HFPolicy) and policy.model_id.endswith("+orch/adapter")
     out = asyncio.run(policy.complete([{"role": "user", "content": "Question: what colour? Answer in JSON."}],

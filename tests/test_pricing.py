@@ -125,20 +125,21 @@ def pool_profile() -> PoolProfile:
 def strategy(name: str, client: Scripted, env: MemoryEnv):
     """``name`` configured so that its model calls happen, every client made by ``env.model``.
     Runtime clients are constructor arguments, not config values, hence the class itself."""
+    cls = strategy_class(name)
     if name == "budgetmem":  # the capacity tiers on spec-less clients: the path that used to drop price_as
-        return strategy_class(name)(tiering="capacity", tiers="high",
-                                    tiering_options={"models": {t: client for t in ("low", "mid", "high")}})
+        return cls(cls.config_class(tiering="capacity", tiers="high",
+                                    tiering_options={"models": {t: client for t in ("low", "mid", "high")}}))
     if name == "memorycpt":
-        return strategy_class(name)(episodic_k=2, semantic_k=2, summarizer_llm=client)
+        return cls(cls.config_class(episodic_k=2, semantic_k=2), summarizer_llm=client)
     if name == "automem":
-        return strategy_class(name)(graph="none", planner_llm=client, judge_llm=client)
+        return cls(cls.config_class(graph="none"), planner_llm=client, judge_llm=client)
     if name == "mempilot":
-        return strategy_class(name)(pool=pool_profile(), policy=client, compressor="offline", constrained=False,
-                                    route_backends={"model_txt": client})
+        return cls(cls.config_class(compressor="offline", constrained=False), profile=pool_profile(), policy=client,
+                   route_backends={"model_txt": client})
     if name == "auto":  # a router that predicts budgetmem better (F1 0.9 vs 0.1) and free: it routes there
         path = write_router(env.store.view_dir("router") / "router.json",
                             config("budgetmem", "budgetmem", f1=target(0.9)), config("rag", "rag", f1=target(0.1)))
-        return strategy_class(name)(path, members={"budgetmem": strategy("budgetmem", client, env)})
+        return cls(cls.config_class(router=path), members={"budgetmem": strategy("budgetmem", client, env)})
     return get_strategy(name)
 
 

@@ -9,15 +9,20 @@ import pytest
 from typer.testing import CliRunner
 
 from memfrontier.cli import app
+from memfrontier.core.ledger import Ledger, use_ledger
+from memfrontier.core.types import PRESETS, Budget, Preference, Scope
 from memfrontier.eval.runner import EvalConfig, _config_provenance
 from memfrontier.strategies import (
     STRATEGIES,
+    AutoConfig,
     BudgetMemConfig,
     MemoryCPTConfig,
     MemPilotConfig,
     RagConfig,
+    Strategy,
     StrategyConfigError,
     get_strategy,
+    resolve_preference,
     strategy_config,
 )
 from memfrontier.strategies.budgetmem.config import MODULES, TIERINGS, TIERS
@@ -34,10 +39,24 @@ def test_every_strategy_has_a_config_whose_defaults_build_it():
             continue
         s = get_strategy(name)
         assert isinstance(s.config, cls.config_class) and s.config.strategy == name
-    assert get_strategy("rag").k == 8 and get_strategy("budgetmem").k == 5
+    assert get_strategy("rag").config.k == 8 and get_strategy("budgetmem").config.k == 5
     m = get_strategy("memorycpt")
-    assert (m.episodic_k, m.semantic_k, m.ablation) == (20, 50, "none")
+    assert (m.config.episodic_k, m.config.semantic_k, m.config.ablation) == (20, 50, "none")
     assert get_strategy("automem", single_pass=True).k_max == 1
+    # the config is the source: Cls(config); no option is a constructor keyword any more
+    assert STRATEGIES["rag"](RagConfig(k=3)).config.k == 3 and STRATEGIES["rag"]().config == RagConfig()
+    with pytest.raises(TypeError):
+        STRATEGIES["rag"](k=3)
+    with pytest.raises(TypeError, match="Rag takes a RagConfig, got BudgetMemConfig"):
+        STRATEGIES["rag"](BudgetMemConfig())
+
+
+def test_the_protocol_declares_what_the_runner_reads():
+    declared = set(Strategy.__annotations__) | set(vars(Strategy))
+    assert {"config", "config_class", "construction_usage", "is_built", "build", "context"} <= declared
+    for name in ("rag", "longctx", "oracle", "budgetmem"):  # raw views: nothing to build
+        s = get_strategy(name)
+        assert s.is_built(None, Scope(user_id="u")) is True and s.construction_usage(None, Scope(user_id="u")) == {}
 
 
 def test_choice_names_are_defined_once_by_the_configs():
@@ -83,9 +102,58 @@ def test_config_rules_of_the_papers():
         MemPilotConfig.from_options({"pool": "nowhere.yaml"})
     with pytest.raises(StrategyConfigError, match="strategy automem: unknown key 'limits.rg_max_hitz'"):
         strategy_config("automem", limits={"rg_max_hitz": 3})
-    assert get_strategy("automem", limits={"rg_max_hits": 3}).limits.rg_max_hits == 3
+    assert get_strategy("automem", limits={"rg_max_hits": 3}).config.limits.rg_max_hits == 3
     with pytest.raises(StrategyConfigError, match="expected RagConfig"):
         strategy_config("rag", BudgetMemConfig())
+
+
+@pytest.mark.parametrize("field", ["quality", "cost", "latency"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), -0.5])
+def test_preference_weights_are_finite_and_not_negative(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a finite number >= 0"):
+        Preference(**{field: value})
+    with pytest.raises(StrategyConfigError, match=f"preference.{field}=.*{field} must be a finite number >= 0"):
+        MemPilotConfig.from_options({"preference": {field: value}})
+
+
+@pytest.mark.parametrize("field", ["max_usd", "max_tokens", "max_proxy_s"])
+def test_budget_caps_are_finite_and_not_negative(field):
+    bad = [-1] + ([] if field == "max_tokens" else [float("nan"), float("inf")])
+    for value in bad:
+        with pytest.raises(ValueError, match=f"{field} must be a finite number >= 0"):
+            Budget(**{field: value})
+        with pytest.raises(StrategyConfigError, match=f"budget.{field}="):
+            AutoConfig.from_options({"router": __file__, "budget": {field: value}})
+    assert getattr(Budget(**{field: 0}), field) == 0 and getattr(Budget(), field) is None  # None: no cap
+
+
+def test_one_preference_type_for_presets_weights_and_configs():
+    assert PRESETS == ("perf", "balanced", "cost")
+    assert Preference.preset("balanced") == Preference(quality=1.0, cost=0.5, latency=0.5)
+    assert Preference.of("cost") == Preference(quality=1, cost=1, latency=0.25) and Preference.of(None) is None
+    with pytest.raises(ValueError, match="unknown preference preset 'fast'"):
+        Preference.of("fast")
+    with pytest.raises(ValueError, match="Extra inputs"):
+        Preference(speed=1.0)
+    given = Preference(quality=1.0, cost=2.0)
+    assert MemPilotConfig(preference=given).preference is given  # a Preference given by code is the config's value
+    assert MemPilotConfig(preference="cost").preference == "cost"
+    assert AutoConfig(router=__file__, budget=Budget(max_usd=0.01)).budget == Budget(max_usd=0.01)
+
+
+def test_the_config_preference_wins_else_the_caller_else_perf():
+    balanced, cost = Preference.preset("balanced"), Preference.preset("cost")
+    ledger = Ledger()
+    with use_ledger(ledger):
+        assert resolve_preference(None, None) == (Preference.preset("perf"), "default")
+        assert resolve_preference(None, cost) == (cost, "caller")
+        assert resolve_preference("balanced", None) == (balanced, "config")
+        assert ledger.events["preference.config_over_caller"] == 0
+        # both: the configuration's preference, counted so that it is never silent
+        assert resolve_preference("balanced", cost) == (balanced, "config")
+        assert resolve_preference(Preference(cost=2.0), cost) == (Preference(cost=2.0), "config")
+        assert resolve_preference("balanced", balanced) == (balanced, "config")  # the same: nothing to count
+    assert ledger.events["preference.config_over_caller"] == 2
 
 
 def test_config_hash_is_canonical_json_of_every_option():

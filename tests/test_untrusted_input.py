@@ -23,7 +23,7 @@ from memfrontier.store.bank import MemoryBank, Trace
 from memfrontier.store.chunking import chunk_records
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query
-from memfrontier.strategies.longctx import LongContext
+from memfrontier.strategies.longctx import LongContext, LongContextConfig
 from memfrontier.train.sft_export import export_sft
 from memfrontier.strategies.memorycpt.construction.dates import parse_timestamp, resolve_relative_dates
 from memfrontier.strategies.memorycpt.construction.ops import (
@@ -99,7 +99,7 @@ def test_longctx_keeps_the_newest_instant(tmp_path, minilm):
     assert [r.id for r in store.records(SCOPE)] == ["early", "late"]
     answer = priced(ScriptedClient())
     line_tokens = answer.count_tokens('(9 May 2023) Ana said, "late news"') + 1
-    ctx = asyncio.run(LongContext(max_context_tokens=line_tokens).context(
+    ctx = asyncio.run(LongContext(LongContextConfig(max_context_tokens=line_tokens)).context(
         Query(text="news?", scope=SCOPE), MemoryEnv(store=store, llm=answer, answer_llm=answer), None, None))
     assert ctx.evidence_ids == ["late"] and ctx.meta["dropped_records"] == 1
     store.close()

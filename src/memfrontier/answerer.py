@@ -62,10 +62,11 @@ class Answerer:
         ledger = current_ledger()
         if ledger is not None and (budget.max_usd, budget.max_tokens, budget.max_proxy_s) != (None, None, None):
             spent = ledger.usage().query
-            budget = Budget(
-                max_usd=None if budget.max_usd is None else budget.max_usd - spent.usd,
-                max_tokens=None if budget.max_tokens is None else budget.max_tokens - spent.input_tokens - spent.output_tokens,
-                max_proxy_s=None if budget.max_proxy_s is None else budget.max_proxy_s - spent.proxy_s)
+            budget = Budget(  # what is left, 0 once spent (a Budget cap is >= 0)
+                max_usd=None if budget.max_usd is None else max(budget.max_usd - spent.usd, 0.0),
+                max_tokens=None if budget.max_tokens is None else max(
+                    budget.max_tokens - spent.input_tokens - spent.output_tokens, 0),
+                max_proxy_s=None if budget.max_proxy_s is None else max(budget.max_proxy_s - spent.proxy_s, 0.0))
         caps = []
         out = self.max_answer_tokens
         if budget.max_tokens is not None:

@@ -187,7 +187,9 @@ class AsyncMemory:
         """Answer ``question`` from the scope's memory with ``strategy``; usage covers every call made.
 
         ``strategy_options``: the named strategy's config or its options (e.g. ``{"k": 3}``; see
-        ``memfrontier config STRATEGY``); ValueError names a rejected option. ``gold_evidence_ids``
+        ``memfrontier config STRATEGY``); ValueError names a rejected option. ``preference``: a
+        preset name or a Preference; None names none (a strategy that reads one then runs under its
+        config's, else ``perf``: :func:`~memfrontier.strategies.base.resolve_preference`). ``gold_evidence_ids``
         is only read by the ``oracle`` strategy. Raises ValueError without a scope id unless
         ``all_scopes=True`` (the context may then hold every tenant's records).
         """
@@ -195,7 +197,7 @@ class AsyncMemory:
         if strategy_options is not None and not isinstance(strategy, str):
             raise ValueError("strategy_options apply to a strategy given by name")
         strat = get_strategy(strategy, strategy_options) if isinstance(strategy, str) else strategy
-        pref = Preference.preset(preference) if isinstance(preference, str) else (preference or Preference())
+        pref = Preference.of(preference)  # None: the caller names none (strategies.base.resolve_preference)
         budget = budget or Budget()
         ledger = ledger or Ledger()
         query = Query(text=question, scope=scope, question_date=question_date,

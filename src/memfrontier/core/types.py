@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from .text import clean_text
 from .timeutil import canonical_timestamp
@@ -201,20 +202,41 @@ class Context(BaseModel):
     meta: dict = Field(default_factory=dict)
 
 
+#: The named preferences (MemPilot Sec. 4.4): quality only, quality with cost and latency, cost first.
+PresetName = Literal["perf", "balanced", "cost"]
+PRESETS: tuple[str, ...] = get_args(PresetName)
+
+
+def _finite_non_negative(v, info):
+    """``v`` unchanged when it is None or a finite number >= 0; else ValueError naming the field."""
+    if v is not None and (isinstance(v, bool) or not math.isfinite(v) or v < 0):
+        raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v!r}")
+    return v
+
+
 class Preference(BaseModel):
-    """lambda = (lambda_Q, lambda_C, lambda_L), MemPilot's preference weights (Eq. 9-10). Presets:
-    perf, balanced, cost.
+    """lambda = (lambda_Q, lambda_C, lambda_L), MemPilot's preference weights (Eq. 9-10): the
+    weights of quality, cost (USD) and latency (proxy seconds) in a utility. Presets
+    (:meth:`preset`): perf, balanced, cost.
 
     The paper fixes only lambda_Q = 1 and names the three regimes; the cost and latency weights of
     ``balanced`` (0.5, 0.5) and ``cost`` (1.0, 0.25) are this project's choice, not the paper's.
+
+    Each weight is a finite number >= 0 (an int is taken as a float); NaN, infinity, a negative
+    number, a bool or an unknown key raises ValueError naming the field.
     """
 
-    quality: float = 1.0
-    cost: float = 0.0
-    latency: float = 0.0
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quality: StrictFloat = 1.0
+    cost: StrictFloat = 0.0
+    latency: StrictFloat = 0.0
+
+    _finite = field_validator("quality", "cost", "latency")(_finite_non_negative)
 
     @classmethod
     def preset(cls, name: str) -> "Preference":
+        """The preset ``name`` (:data:`PresetName`). Raises ValueError for another name."""
         presets = {
             "perf": cls(quality=1.0, cost=0.0, latency=0.0),
             "balanced": cls(quality=1.0, cost=0.5, latency=0.5),
@@ -224,13 +246,36 @@ class Preference(BaseModel):
             raise ValueError(f"unknown preference preset {name!r}; choose one of {sorted(presets)}")
         return presets[name]
 
+    @classmethod
+    def of(cls, spec: "PreferenceSpec | dict | None") -> "Preference | None":
+        """A Preference from a :data:`PreferenceSpec` (a preset name or a Preference) or a dict of
+        weights; None stays None. Raises ValueError for an unknown preset or invalid weights."""
+        if spec is None or isinstance(spec, Preference):
+            return spec
+        if isinstance(spec, str):
+            return cls.preset(spec)
+        return cls.model_validate(spec)
+
+
+#: A preference as a config gives it: a preset name or explicit weights.
+PreferenceSpec = PresetName | Preference
+
 
 class Budget(BaseModel):
-    """Optional hard caps per query that a strategy must honour (None = no cap)."""
+    """Optional hard caps per query that a strategy must honour (None = no cap): ``max_usd`` (USD),
+    ``max_tokens`` (input + output tokens), ``max_proxy_s`` (latency proxy seconds, MemPilot Eq. 15-19).
 
-    max_usd: float | None = None
-    max_tokens: int | None = None
-    max_proxy_s: float | None = None
+    Each cap is None or a finite number >= 0; NaN, infinity, a negative number, a bool or an
+    unknown key raises ValueError naming the field.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_usd: StrictFloat | None = None
+    max_tokens: StrictInt | None = None
+    max_proxy_s: StrictFloat | None = None
+
+    _finite = field_validator("max_usd", "max_tokens", "max_proxy_s")(_finite_non_negative)
 
     def stricter(self, other: "Budget | None") -> "Budget":
         """The field-wise tighter of this budget and ``other`` (None = no cap; ``other`` None: self)."""

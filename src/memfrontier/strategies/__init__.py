@@ -1,5 +1,6 @@
 """Strategies: f_mem(q, memory) -> m_q. ``get_strategy(name, config=... or **options)`` builds one
-by name from its pydantic config (:mod:`.config`; one ``<Name>Config`` per strategy).
+by name from its pydantic config (:mod:`.config`; one ``<Name>Config`` per strategy): every strategy
+is ``Cls(config, *, runtime objects)`` and reads its options from ``self.config``.
 
 The registry names the strategies without importing them: a strategy's package (and its
 dependencies) is imported the first time its class or config is asked for, so listing the names
@@ -12,7 +13,8 @@ from collections.abc import Iterator, Mapping
 from importlib import import_module
 from typing import Any
 
-from .base import BuildProgress, MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
+from .base import (BuildProgress, MemoryEnv, Query, Strategy, StrategyBase, ViewNotBuiltError, resolve_preference,
+                   view_built)
 from .config import StrategyConfig, StrategyConfigError
 
 #: name -> (module under this package, class); the one list of strategies.
@@ -88,14 +90,11 @@ def strategy_config(name: str, config: StrategyConfig | dict[str, Any] | None = 
 
 
 def get_strategy(name: str, config: StrategyConfig | dict[str, Any] | None = None, /, **options: Any) -> Strategy:
-    """The strategy ``name`` built from its config (see :func:`strategy_config`); the instance
-    carries it as ``.config``. Raises ValueError (unknown name, rejected options)."""
-    cfg = strategy_config(name, config, **options)
-    strategy = strategy_class(name)(**cfg.options())
-    strategy.config = cfg
-    return strategy
+    """The strategy ``name`` built from its config (see :func:`strategy_config`): ``Cls(config)``,
+    which carries it as ``.config``. Raises ValueError (unknown name, rejected options)."""
+    return strategy_class(name)(strategy_config(name, config, **options))
 
 
-__all__ = ["BuildProgress", "MemoryEnv", "Query", "Strategy", "StrategyConfig", "StrategyConfigError", "ViewNotBuiltError",
-           "get_strategy", "strategy_class", "strategy_config", "view_built", "STRATEGIES", "BUILT_VIEWS",
+__all__ = ["BuildProgress", "MemoryEnv", "Query", "Strategy", "StrategyBase", "StrategyConfig", "StrategyConfigError", "ViewNotBuiltError",
+           "get_strategy", "resolve_preference", "strategy_class", "strategy_config", "view_built", "STRATEGIES", "BUILT_VIEWS",
            *_CONFIGS]

@@ -1,7 +1,7 @@
 """The strategy interface: f_mem(q, memory) -> context m_q (MemoryCPT Eq. 1).
 
 A strategy sees the query, the store (through :class:`MemoryEnv`) and the caller's preference
-and budget, and returns a :class:`~memfrontier.core.types.Context`. The answerer then reads it.
+(resolved against its config's by :func:`resolve_preference`) and budget, and returns a :class:`~memfrontier.core.types.Context`. The answerer then reads it.
 Offline construction (episodes, graphs...) happens in ``build``, recorded under stage
 ``construction``; ``context`` runs under stage ``query``.
 """
@@ -14,12 +14,14 @@ from typing import Callable, Protocol, runtime_checkable
 
 from pydantic import BaseModel, field_validator, model_validator
 
+from ..core.ledger import count_event
 from ..core.pricebook import PriceBook
 from ..core.text import clean_text
-from ..core.types import Budget, Context, Preference, Scope
+from ..core.types import Budget, Context, Preference, PreferenceSpec, Scope
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
+from .config import StrategyConfig
 
 
 #: ``progress(done, total, unit)``: an offline construction's progress, called once before the
@@ -151,18 +153,91 @@ class MemoryEnv:
 
 @runtime_checkable
 class Strategy(Protocol):
+    """What the runner, the API and ``auto`` read of a strategy. A strategy is built from its
+    config: ``Cls(config, *, runtime objects)`` (:func:`~memfrontier.strategies.get_strategy` by
+    name), and reads its options from ``self.config`` only."""
+
     name: str
     prompt_version: str
     #: names of the search recipes (:mod:`memfrontier.retrieve.recipes`) the strategy runs; ``()``
     #: for a strategy that searches nothing. Written into ``summary.json`` provenance.
     recipes: tuple[str, ...]
+    #: the pydantic class of its options (``memfrontier config NAME`` lists its fields)
+    config_class: type[StrategyConfig]
+    #: the options it was built with (recorded in ``summary.json`` with its ``config_hash``)
+    config: StrategyConfig
 
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """Offline, query-agnostic construction for ``scope`` (idempotent). No-op for raw views.
         ``progress`` (:data:`BuildProgress`) follows a construction made of steps."""
         ...
 
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context: ...
+    def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        """Whether the offline view of ``scope`` exists (True for strategies over raw records)."""
+        ...
+
+    def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
+        """What building ``scope``'s view cost over every run that built part of it, as a usage
+        record (:func:`~memfrontier.core.ledger.sum_usage_records`); ``{}`` when the view keeps no
+        record of it (or there is nothing to build)."""
+        ...
+
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
+        """m_q for ``query``. ``preference``: the caller's (None: the caller names none; see
+        :func:`resolve_preference`); ``budget``: hard caps the strategy keeps to."""
+        ...
+
+
+class StrategyBase:
+    """The common part of the strategies: construction from the config and the defaults of a
+    strategy over raw records (nothing to build, always built, no construction usage).
+
+    ``config`` None means the config class's defaults; a config of another class raises
+    TypeError. Subclasses set ``name``, ``prompt_version``, ``recipes`` and ``config_class``."""
+
+    config_class: type[StrategyConfig]
+
+    def __init__(self, config: StrategyConfig | None = None):
+        if config is None:
+            config = self.config_class()
+        elif not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}")
+        self.config = config
+
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
+        return None
+
+    def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        return True
+
+    def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
+        return {}
+
+
+def resolve_preference(configured: PreferenceSpec | None, caller: Preference | None) -> tuple[Preference, str]:
+    """The preference a strategy runs under, and where it came from (``"config"``, ``"caller"``
+    or ``"default"``). The one precedence rule of every strategy that reads a preference
+    (``mempilot``, ``auto``):
+
+    1. the strategy's config names one (``configured``): that one. A configuration's preference is
+       part of what the configuration is (its options, its ``config_hash``, the frontier point it
+       was measured as, the predictions a router holds for it), so a caller's preference does not
+       change it; when the caller named a different one, the event
+       ``preference.config_over_caller`` is counted in the current ledger, so it is never silent.
+    2. else the caller's (``caller``, e.g. ``ask(preference=...)``, or the preference ``auto``
+       decided under, handed to the member it chose);
+    3. else ``perf`` (:meth:`Preference.preset`), quality only.
+
+    Raises ValueError for an unknown preset name.
+    """
+    if configured is not None:
+        pref = Preference.of(configured)
+        if caller is not None and caller != pref:
+            count_event("preference.config_over_caller")
+        return pref, "config"
+    if caller is not None:
+        return caller, "caller"
+    return Preference.preset("perf"), "default"
 
 
 class ViewNotBuiltError(RuntimeError):
@@ -174,5 +249,4 @@ class ViewNotBuiltError(RuntimeError):
 def view_built(strategy, env: MemoryEnv, scope: Scope) -> bool:
     """Whether ``strategy``'s offline view exists for ``scope`` (True for strategies over raw
     records, which have nothing to build)."""
-    check = getattr(strategy, "is_built", None)
-    return True if check is None else bool(check(env, scope))
+    return bool(strategy.is_built(env, scope))

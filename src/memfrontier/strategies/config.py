@@ -1,7 +1,9 @@
 """The base of every strategy's config (TRL's pattern: one pydantic ``Config`` per algorithm).
 
 A config holds a strategy's serialisable options, each field documented (type, default, unit, the
-paper's section or equation). Defaults equal the strategy constructor's defaults. Configs are
+paper's section or equation). It is the one source of them: a strategy is built as
+``Cls(config, *, runtime objects)`` and reads ``self.config``; the config validates, the
+strategy does not check again. Configs are
 frozen, reject unknown keys (``extra="forbid"``) and take numbers strictly (:data:`Int` /
 :data:`Float`: ``k=2.5``, ``k="2"`` or ``k=True`` is an error, not 2 or 1); paths and choices may be
 given as strings (JSON, YAML, ``--set``). :meth:`StrategyConfig.from_options` turns a ``ValidationError`` into a
@@ -129,10 +131,6 @@ class StrategyConfig(BaseModel):
                          "default": None if f.is_required() else f.get_default(call_default_factory=True),
                          "doc": f.description or ""})
         return rows
-
-    def options(self) -> dict[str, Any]:
-        """The constructor keyword arguments (Python values; paths as ``str``)."""
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.model_dump().items()}
 
     def as_json(self) -> dict[str, Any]:
         """Every field (defaults included) as JSON values, the form recorded in ``summary.json``."""

@@ -6,8 +6,8 @@ from pydantic import Field
 
 from ..core.render import render_dated
 from ..core.timeutil import instant_key
-from ..core.types import Budget, Context, Preference, Scope
-from .base import BuildProgress, MemoryEnv, Query
+from ..core.types import Budget, Context, Preference
+from .base import MemoryEnv, Query, StrategyBase
 from .config import Int, StrategyConfig
 
 
@@ -21,25 +21,21 @@ class LongContextConfig(StrategyConfig):
     reserve_tokens: Int = Field(512, ge=0, description="Tokens kept free for the question, prompt and answer.")
 
 
-class LongContext:
+class LongContext(StrategyBase):
     """Every record of the scope in chronological order (by instant, whatever the UTC offset); when the history exceeds
     ``max_context_tokens`` (default: the answer model's window minus a reserve), the oldest
-    records are dropped first (newest-first truncation) and ``meta['dropped_records']`` says how many."""
+    records are dropped first (newest-first truncation) and ``meta['dropped_records']`` says how many.
+    Options: :class:`LongContextConfig`."""
 
     name = "longctx"
     prompt_version = "longctx-v1"
     config_class = LongContextConfig
     recipes: tuple[str, ...] = ()  # no search recipe
 
-    def __init__(self, max_context_tokens: int | None = None, reserve_tokens: int = 512):
-        self.max_context_tokens = max_context_tokens
-        self.reserve_tokens = reserve_tokens
+    config: LongContextConfig
 
-    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
-        return None
-
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
-        limit = self.max_context_tokens or (env.answer_llm.context_tokens - self.reserve_tokens)
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
+        limit = self.config.max_context_tokens or (env.answer_llm.context_tokens - self.config.reserve_tokens)
         records = sorted(env.store.records(query.scope), key=lambda r: instant_key(r.timestamp))  # by instant
         kept, used = [], 0
         for rec in reversed(records):  # newest first

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..core.render import render_dated
-from ..core.types import Budget, Context, Preference, Scope
-from .base import BuildProgress, MemoryEnv, Query
+from ..core.types import Budget, Context, Preference
+from .base import MemoryEnv, Query, StrategyBase
 from .config import StrategyConfig
 
 
@@ -14,7 +14,7 @@ class OracleConfig(StrategyConfig):
     strategy = "oracle"
 
 
-class Oracle:
+class Oracle(StrategyBase):
     """Reads the query's gold evidence records from the store, chronologically. An evaluation anchor:
     a query without gold evidence ids (None) raises ValueError; a benchmark question whose gold
     evidence list is empty gets an empty context and ``meta['no_gold_evidence']``."""
@@ -24,10 +24,9 @@ class Oracle:
     config_class = OracleConfig
     recipes: tuple[str, ...] = ()  # no search recipe
 
-    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
-        return None
+    config: OracleConfig
 
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         if query.gold_evidence_ids is None:
             raise ValueError("the oracle strategy reads a question's gold evidence ids and has none here; "
                              "it is an evaluation anchor (memfrontier eval --strategy oracle)")

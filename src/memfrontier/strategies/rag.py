@@ -7,10 +7,10 @@ from typing import Literal
 from pydantic import Field
 
 from ..core.render import render_dated
-from ..core.types import Budget, Context, Preference, Scope
+from ..core.types import Budget, Context, Preference
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import chunk_recipe
-from .base import BuildProgress, MemoryEnv, Query
+from .base import MemoryEnv, Query, StrategyBase
 from .config import Int, StrategyConfig
 
 #: The store's retrievers, fused by RRF (k=60) when more than one is named.
@@ -27,30 +27,27 @@ class RagConfig(StrategyConfig):
                                               description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi).")
 
 
-class Rag:
-    """The top-``k`` chunks by hybrid search, in rank order, each with its session date."""
+class Rag(StrategyBase):
+    """The top-``k`` chunks by hybrid search, in rank order, each with its session date
+    (options: :class:`RagConfig`)."""
 
     name = "rag"
     prompt_version = "rag-v1"
     config_class = RagConfig
 
-    def __init__(self, k: int = 8, retrievers: tuple[str, ...] = ("dense", "bm25")):
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        self.k = k
-        self.retrievers = retrievers
-        self.recipe = chunk_recipe(retrievers)
+    config: RagConfig
+
+    def __init__(self, config: RagConfig | None = None):
+        super().__init__(config)
+        self.recipe = chunk_recipe(self.config.retrievers)
 
     @property
     def recipes(self) -> tuple[str, ...]:
         """Names of the search recipes this strategy runs (provenance)."""
         return (self.recipe.name,)
 
-    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
-        return None
-
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
-        hits = hybrid_search(env.store, query.text, query.scope, self.recipe, k=self.k)
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
+        hits = hybrid_search(env.store, query.text, query.scope, self.recipe, k=self.config.k)
         evidence: list[str] = []
         for h in hits:
             evidence.extend(i for i in h.chunk.record_ids if i not in evidence)

@@ -55,7 +55,7 @@ from ..eval.judge import make_judge
 from ..eval.metrics import choice_ratios
 from ..eval.runner import score_f1, stratified_sample
 from ..strategies.budgetmem import PROMPT_VERSION as BUDGETMEM_PROMPT_VERSION
-from ..strategies.budgetmem import BudgetMem, ModuleCache
+from ..strategies.budgetmem import BudgetMem, BudgetMemConfig, ModuleCache
 from ..strategies.budgetmem.cache import input_hash
 from ..strategies.budgetmem.router import TIERS, TierRouter, router_dir_name
 from .budget_reward import BudgetRewardShaper, budget_reward
@@ -250,10 +250,9 @@ async def _train(cfg: TrainConfig, progress: Callable) -> dict:
         router = TierRouter.from_embedder(mem.store.embedder.encode)
         trainer = PPOTrainer(router, lr=cfg.lr, epochs=cfg.epochs, batch_questions=cfg.batch_questions, seed=cfg.seed)
         shaper = BudgetRewardShaper(cfg.lam, align=cfg.align)
-        common = dict(k=cfg.k, module_topk=cfg.module_topk, tiering=cfg.tiering, router=router, lam=cfg.lam,
-                      cache=cache, max_relations=cfg.max_relations)
-        sampler = BudgetMem(**common, greedy=False, record_states=True)
-        greedy = BudgetMem(**common, greedy=True)
+        options = dict(k=cfg.k, module_topk=cfg.module_topk, tiering=cfg.tiering, max_relations=cfg.max_relations)
+        sampler = BudgetMem(BudgetMemConfig(**options, greedy=False), router=router, cache=cache, record_states=True)
+        greedy = BudgetMem(BudgetMemConfig(**options, greedy=True), router=router, cache=cache)
         rollouts = _Rollouts(cfg, mem, cache, lambda row: progress("question", row=row))
 
         order: list[Question] = []

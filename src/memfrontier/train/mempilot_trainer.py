@@ -21,7 +21,7 @@ has its own small policy-gradient loop over the same PEFT LoRA setup
    with the low-variance k3 estimator (pi_ref = the adapter disabled; beta = 0.001), averaged over
    all sampled tokens of the batch (verl's token-mean); AdamW, lr 1e-6, gradient norm clipped at 1.
 
-Writes ``adapter/`` (PEFT; load with ``MemPilot(adapter=...)`` or ``eval --strategy mempilot
+Writes ``adapter/`` (PEFT; load with ``get_strategy("mempilot", adapter=...)`` or ``eval --strategy mempilot
 --adapter``), ``train_log.jsonl`` (one line per step) and ``train_summary.json``.
 """
 
@@ -161,14 +161,14 @@ async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Calla
     from ..eval import datasets
     from ..eval.runner import score_f1
     from ..llm.hf import load_causal_lm
-    from ..strategies.mempilot import MemPilot, as_preference
+    from ..strategies.mempilot import MemPilot, MemPilotConfig
     from ..strategies.mempilot.policy import HFPolicy
     from .lora_common import lora_config, lora_delta_l2, lora_snapshot
 
     progress = on_progress or (lambda *a, **k: None)
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    pref: Preference = as_preference(cfg.preference)
+    pref: Preference = Preference.of(cfg.preference)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     convs, questions = _pick_questions(datasets.load_dataset(cfg.dataset, cfg.split, data_root=cfg.data_root), cfg)
@@ -180,7 +180,7 @@ async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Calla
     lm, tok = load_causal_lm(None, copy=True)
     model = get_peft_model(lm, lora_config(cfg.rank, cfg.alpha, cfg.dropout))
     policy = HFPolicy(model, tok, seed=cfg.seed)
-    strat = MemPilot(pool=cfg.pool, preference=pref, policy=policy, compressor="offline")
+    strat = MemPilot(MemPilotConfig(pool=cfg.pool, preference=pref, compressor="offline"), policy=policy)
     for c in convs:
         await asyncio.to_thread(mem.store.add, c.records)
         await mem.build(strat, Scope(user_id=c.id))

@@ -19,6 +19,7 @@ from statistics import fmean
 from ..answerer import Answerer
 from ..core.types import Context, Conversation, Question, Record, Scope
 from ..eval.metrics import locomo_f1, token_f1
+from ..strategies.memorycpt.config import MemoryCPTConfig
 from ..strategies.memorycpt.pipeline import (
     MemoryCPT,
     render_candidates,
@@ -143,7 +144,7 @@ def train_qar(mem, *, convs: list[Conversation], out, dataset: str = "locomo", s
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    strategy = MemoryCPT(construction_llm=construction_llm)
+    strategy = MemoryCPT(MemoryCPTConfig(construction_llm=construction_llm))
     pool = asyncio.run(build_qar_pool(mem, strategy, convs, sessions=sessions, max_questions=max_questions,
                                       on_progress=on_progress))
     if not pool:

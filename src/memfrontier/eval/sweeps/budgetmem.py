@@ -36,7 +36,7 @@ def plan_budgetmem_sweep(lambdas: Sequence[float] = LAMBDAS, ks: Sequence[int] =
     for lam in lambdas:
         ckpt = Path(router_dir) / router_dir_name(lam) / "router_best.pt"
         if ckpt.is_file():
-            runs.append(SweepRun(router_dir_name(lam), "lambda", f"λ={lam:g}", {**base, "router": str(ckpt), "lam": lam},
+            runs.append(SweepRun(router_dir_name(lam), "lambda", f"λ={lam:g}", {**base, "router": str(ckpt)},
                                  lam=lam, k=k))
         else:
             missing.append(ckpt)

@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...core.cost import COST_SCALE
-from ...core.types import Preference
-from ...strategies.mempilot.config import PRESETS
+from ...core.types import PRESETS, Preference
 from .. import plots
 from ..reports.mempilot import read_rows, run_stats
 from .base import SweepRun, fmt_cell, markdown_table, write_rows_csv

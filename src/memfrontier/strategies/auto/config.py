@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from ...core.types import Budget, PreferenceSpec
 from ..config import StrategyConfig
-from ..mempilot.config import PreferencePreset, PreferenceWeights, StrategyBudget, as_plain
 
 
 class AutoConfig(StrategyConfig):
@@ -16,16 +16,12 @@ class AutoConfig(StrategyConfig):
     strategy = "auto"
 
     router: Path = Field(description="A router file from `memfrontier train strategy-router` (required).")
-    preference: PreferencePreset | PreferenceWeights | None = Field(
+    preference: PreferenceSpec | None = Field(
         None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} "
-        "the decision maximises (MemPilot Eq. 10 presets); default: the caller's preference (perf in evaluation).")
-    budget: StrategyBudget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per "
-                                          "question, combined with the caller's (the tighter cap wins).")
-
-    @field_validator("preference", "budget", mode="before")
-    @classmethod
-    def _plain(cls, v):
-        return as_plain(v)
+        "the decision maximises (MemPilot Eq. 10 presets); when set it is this configuration's and wins over the "
+        "caller's; default: the caller's preference, else perf (strategies.base.resolve_preference).")
+    budget: Budget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per "
+                                  "question, combined with the caller's (the tighter cap wins).")
 
     @model_validator(mode="after")
     def _router_file(self):

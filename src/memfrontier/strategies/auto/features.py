@@ -76,10 +76,5 @@ def feature_vector(embedding: np.ndarray, text: str, stats: ScopeStats, views_bu
     return np.concatenate([emb, np.asarray(scalars, dtype=np.float64)])
 
 
-def feature_names(embedding_dim: int) -> list[str]:
-    """Names of the vector's entries (``emb_0`` ... then :data:`SCALAR_FEATURES`)."""
-    return [f"emb_{i}" for i in range(embedding_dim)] + list(SCALAR_FEATURES)
-
-
-__all__ = ["CUES", "FEATURE_VERSION", "SCALAR_FEATURES", "ScopeStats", "feature_names", "feature_vector",
+__all__ = ["CUES", "FEATURE_VERSION", "SCALAR_FEATURES", "ScopeStats", "feature_vector",
            "question_features", "scope_stats"]

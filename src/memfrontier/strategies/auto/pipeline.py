@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 from ...core.ledger import sum_usage_records
 from ...core.types import Budget, Context, Preference, Scope
-from ..base import BuildProgress, MemoryEnv, Query, Strategy, ViewNotBuiltError, view_built
-from ..mempilot.pipeline import as_preference
+from ..base import (BuildProgress, MemoryEnv, Query, Strategy, StrategyBase, ViewNotBuiltError, resolve_preference,
+                    view_built)
 from .config import AutoConfig
 from .decision import Decision, Prediction, decide
 from .features import ScopeStats, feature_vector, scope_stats
@@ -27,39 +26,43 @@ from .router import Router, RouterFileError
 PROMPT_VERSION = "auto-v1"
 
 
-class Auto:
+class Auto(StrategyBase):
     """The router across strategy configurations (implements :class:`~memfrontier.strategies.base.Strategy`).
 
     Args:
-        router: a router file path (see :mod:`.router`) or a loaded :class:`Router`.
-        preference: preset name, weights dict or Preference the decision maximises; when None the
-            caller's preference is used (``perf`` in evaluation).
-        budget: hard caps of the strategy (a Budget or dict), combined with the caller's (the
-            tighter cap wins); the decision keeps to it (see :mod:`.decision`) and the chosen
-            strategy and the answerer are held to it as well.
+        config: the options (:class:`~.config.AutoConfig`): ``router`` (a router file, see
+            :mod:`.router`), ``preference`` (this configuration's; the decision maximises the one
+            :func:`~memfrontier.strategies.base.resolve_preference` gives: the config's, else the
+            caller's, else perf) and ``budget`` (hard caps, combined with the caller's, the tighter
+            cap wins; the decision keeps to it, see :mod:`.decision`, and the chosen strategy and
+            the answerer are held to it as well).
+        router: a loaded :class:`Router` used instead of reading ``config.router`` (runtime object).
         members: already built strategies by configuration label (runtime objects, e.g. with
             clients of their own); the router's other configurations are built from their
             strategy name and options. Raises ValueError for a label the router does not know.
 
+    The chosen member answers under the preference the decision was made under (handed to it as
+    the caller's; a member whose own config names a preference keeps its own, by the same rule:
+    that is the configuration the router measured).
+
     ``Context.meta``: the chosen strategy's own meta, plus ``auto`` (``configuration``,
     ``strategy``, ``rule``, per-configuration ``predictions`` with their ``utility`` and whether
-    they fit the budget, ``unbuilt`` configurations left out, ``preference``, ``budget``,
-    ``scales``, ``route_ms`` (features, the query embedding included, and decision, in ms),
-    ``router_sha256``) and ``route`` ({``configuration``: label}, whose
-    shares the evaluation summary reports under ``choices``).
+    they fit the budget, ``unbuilt`` configurations left out, ``preference``,
+    ``preference_source``, ``budget``, ``scales``, ``route_ms`` (features, the query embedding
+    included, and decision, in ms), ``router_sha256``) and ``route`` ({``configuration``: label},
+    whose shares the evaluation summary reports under ``choices``).
     """
 
     name = "auto"
     prompt_version = PROMPT_VERSION
     config_class = AutoConfig
+    config: AutoConfig
 
-    def __init__(self, router: str | Path | Router, preference: Preference | str | dict | None = None,
-                 budget: Budget | dict | None = None, *, members: dict[str, Strategy] | None = None):
+    def __init__(self, config: AutoConfig, *, router: Router | None = None, members: dict[str, Strategy] | None = None):
         from .. import get_strategy  # the registry builds each configuration's strategy
 
-        self.router = router if isinstance(router, Router) else Router.load(router)
-        self.preference = as_preference(preference)
-        self.budget = Budget(**budget) if isinstance(budget, dict) else budget
+        super().__init__(config)
+        self.router = router if router is not None else Router.load(self.config.router)
         given = dict(members or {})
         if unknown := sorted(set(given) - set(self.router.labels)):
             raise ValueError(f"members {', '.join(unknown)} are not configurations of the router "
@@ -100,8 +103,7 @@ class Auto:
         reports the same usage for each and is counted once)."""
         seen: list[dict] = []
         for m in self._distinct():
-            usage = getattr(m, "construction_usage", None)
-            if usage is not None and (u := usage(env, scope)) not in seen:
+            if (u := m.construction_usage(env, scope)) and u not in seen:
                 seen.append(u)
         return sum_usage_records(seen)
 
@@ -145,21 +147,25 @@ class Auto:
         preds = [p for p in self.router.predict(x) if p.label not in unbuilt]
         return decide(preds, preference, budget, self.router.scales), preds, unbuilt
 
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
-        pref = self.preference or preference
-        limit = budget.stricter(self.budget)
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
+        """Decide under the preference :func:`~memfrontier.strategies.base.resolve_preference` gives
+        and the tighter of ``budget`` and the config's, then run the chosen member under that same
+        preference and budget."""
+        pref, source = resolve_preference(self.config.preference, preference)
+        limit = budget.stricter(self.config.budget)
         t0 = time.perf_counter()
         decision, preds, unbuilt = self.route(query, env, pref, limit)
         route_ms = (time.perf_counter() - t0) * 1e3
         member = self.members[decision.label]
-        ctx = await member.context(query, env, preference, limit)
+        ctx = await member.context(query, env, pref, limit)
         routed = {
             "configuration": decision.label, "strategy": member.name, "rule": decision.rule,
             "predictions": {p.label: {"f1": p.f1, "usd": p.usd, "proxy_s": p.proxy_s, "tokens": p.tokens,
                                       "usd_high": p.usd_high, "proxy_s_high": p.proxy_s_high,
                                       "tokens_high": p.tokens_high, "utility": decision.utilities[p.label],
                                       "fits_budget": decision.fits[p.label]} for p in preds},
-            "unbuilt": unbuilt, "preference": pref.model_dump(), "budget": limit.model_dump(),
+            "unbuilt": unbuilt, "preference": pref.model_dump(), "preference_source": source,
+            "budget": limit.model_dump(),
             "scales": self.router.file.scales.model_dump(), "route_ms": route_ms,
             "router_sha256": self.router.sha256,
         }

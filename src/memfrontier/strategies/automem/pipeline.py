@@ -21,7 +21,6 @@ from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
 from ...graph import (
-    BACKENDS,
     GRAPH_VIEW,
     SCHEMA_HINT,
     graph_exists,
@@ -32,71 +31,59 @@ from ...graph.backend import GraphBackend, GraphData
 from ...llm.metered import MeteredLLM
 from .graph_builder import GraphIndexer
 from .graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
-from ..base import BuildProgress, MemoryEnv, Query
+from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
 from . import prompts
 from .config import AutoMEMConfig
 from .corpus import ScopedCorpus
 from .loop import AutoMemAgent
-from .tools import Toolbox, ToolLimits
+from .tools import Toolbox
 
 
-class AutoMem:
+class AutoMem(StrategyBase):
     """The AutoMEM strategy.
 
     Args:
-        single_pass: the single-pass variant (K_max = 1, no dump, no judge, parallel actions).
-        k_max: the loop's step budget K_max (default 3: one plan and up to two re-plans, as in
-            the released code's ``max_agentic_iters = 2``).
-        graph: ``"ladybug"`` (embedded, default), ``"neo4j"`` (server from the environment) or
-            ``"none"`` (no graph index; ``index_query`` answers ``no_index``).
-        window_turns: records per indexer call.
-        planner_llm / judge_llm: per-role model (spec string or ChatClient); None = ``env.llm``.
-        base_url: the OpenAI-compatible server of ``openai:`` role specs.
-        build_concurrency: indexer calls in flight at once.
-        limits: tool caps (:class:`~memfrontier.strategies.automem.tools.ToolLimits` or a dict of its fields).
-    Raises ValueError for an unknown ``graph`` or ``k_max < 1``.
+        config: the options (:class:`~.config.AutoMEMConfig`): ``single_pass`` (K_max = 1, no
+            dump, no judge, parallel actions), ``k_max`` (the loop's step budget, default 3: one
+            plan and up to two re-plans, as in the released code's ``max_agentic_iters = 2``),
+            ``judge_every_round``, ``graph`` (``"ladybug"`` embedded, default; ``"neo4j"``, server
+            from the environment; ``"none"``: no graph index, ``index_query`` answers
+            ``no_index``), ``window_turns`` (records per indexer call), ``planner_llm`` /
+            ``judge_llm`` (per-role model spec; None = ``env.llm``), ``base_url`` (the
+            OpenAI-compatible server of ``openai:`` role specs), ``build_concurrency`` (indexer
+            calls in flight at once), ``limits`` (tool caps).
+        planner_llm / judge_llm: a client (ChatClient or MeteredLLM) serving that role instead of
+            a spec (runtime objects). ValueError when the config also names that role's model.
     """
 
     name = "automem"
     config_class = AutoMEMConfig
+    config: AutoMEMConfig
     prompt_version = f"{prompts.PROMPT_VERSION}+{INDEXER_PROMPT_VERSION}"
     recipes: tuple[str, ...] = ()  # no search recipe
 
-    def __init__(
-        self,
-        single_pass: bool = False,
-        k_max: int = 3,
-        judge_every_round: bool = True,
-        graph: str = "ladybug",
-        window_turns: int = 20,
-        planner_llm: Any = None,
-        judge_llm: Any = None,
-        base_url: str | None = None,
-        build_concurrency: int = 4,
-        limits: ToolLimits | dict | None = None,
-    ):
-        if graph not in (*BACKENDS, "none"):
-            raise ValueError(f"unknown graph backend {graph!r}; choose one of {(*BACKENDS, 'none')}")
-        if k_max < 1:
-            raise ValueError(f"k_max must be >= 1, got {k_max}")
-        self.single_pass = bool(single_pass)
-        self.k_max = 1 if self.single_pass else int(k_max)
-        self.judge_every_round = bool(judge_every_round)
-        self.graph = graph
-        self.window_turns = int(window_turns)
-        self.role_specs = {"planner": planner_llm, "judge": judge_llm}
-        self.base_url = base_url
-        self.build_concurrency = build_concurrency
-        self.limits = limits if isinstance(limits, ToolLimits) else ToolLimits(**(limits or {}))
+    def __init__(self, config: AutoMEMConfig | None = None, *, planner_llm: Any = None, judge_llm: Any = None):
+        super().__init__(config)
+        cfg = self.config
+        for role, given, spec in (("planner_llm", planner_llm, cfg.planner_llm), ("judge_llm", judge_llm, cfg.judge_llm)):
+            if given is not None and spec is not None:
+                raise ValueError(f"{role}: the config names {spec!r} and a client was given as well; give one")
+        self.role_specs = {"planner": planner_llm if planner_llm is not None else cfg.planner_llm,
+                           "judge": judge_llm if judge_llm is not None else cfg.judge_llm}
         self._graphs: dict[str, GraphBackend] = {}
         self._lock = threading.Lock()
+
+    @property
+    def k_max(self) -> int:
+        """The loop's step budget: ``config.k_max``, 1 for the single-pass variant."""
+        return 1 if self.config.single_pass else self.config.k_max
 
     # --- models ----------------------------------------------------------------------------
     def role_llm(self, env: MemoryEnv, role: str) -> MeteredLLM:
         """The metered model of ``role`` (``planner`` / ``judge``), made by :meth:`MemoryEnv.model`
         (the run's price book, ``price_as`` and ``allow_unpriced``); None = ``env.llm``."""
         spec = self.role_specs.get(role)
-        return env.llm if spec is None else env.model(spec, role, base_url=self.base_url)
+        return env.llm if spec is None else env.model(spec, role, base_url=self.config.base_url)
 
     # --- graph -----------------------------------------------------------------------------
     def _graph_for(self, env: MemoryEnv, scope: Scope, *, create: bool) -> GraphBackend | None:
@@ -109,18 +96,18 @@ class AutoMem:
                     return g
                 g.close()  # its files were dropped (records deleted): never read the old graph
                 del self._graphs[key]
-            if self.graph == "none":
+            if self.config.graph == "none":
                 return None
             root = env.store.view_dir(GRAPH_VIEW)
-            if not create and not graph_exists(self.graph, root, scope):
+            if not create and not graph_exists(self.config.graph, root, scope):
                 return None
-            g = open_graph(self.graph, root, scope)
+            g = open_graph(self.config.graph, root, scope)
             self._graphs[key] = g
             return g
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         """Whether the scope's graph index exists (always True without a graph, ``graph="none"``)."""
-        return self.graph == "none" or self._graph_for(env, scope, create=False) is not None
+        return self.config.graph == "none" or self._graph_for(env, scope, create=False) is not None
 
     def graph_index(self, env: MemoryEnv, scope: Scope) -> GraphBackend | None:
         """The scope's graph index in ``env.store``'s directory (read it with Cypher through
@@ -130,7 +117,7 @@ class AutoMem:
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """Build the scope's graph index (idempotent: an up-to-date graph costs no call);
         ``progress(done, total, "windows")`` after each window of turns."""
-        if self.graph == "none":
+        if self.config.graph == "none":
             return
         records = await asyncio.to_thread(env.store.records, scope)
         if not records:  # nothing to index: no graph may outlive the records it came from
@@ -139,8 +126,8 @@ class AutoMem:
         backend = self._graph_for(env, scope, create=True)
         indexer = GraphIndexer(
             env.llm,
-            window_turns=self.window_turns,
-            concurrency=self.build_concurrency,
+            window_turns=self.config.window_turns,
+            concurrency=self.config.build_concurrency,
             embed=env.store.embedder.encode,
         )
         await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope),
@@ -152,10 +139,10 @@ class AutoMem:
         window's notes, summed; ``windows_without_usage`` / ``windows_without_events`` count cached
         windows whose cost / events were not recorded). {} with ``graph="none"`` or a store
         without local view files."""
-        folder = state_dir(env.store.view_dir(GRAPH_VIEW), scope) if self.graph != "none" else None
+        folder = state_dir(env.store.view_dir(GRAPH_VIEW), scope) if self.config.graph != "none" else None
         if folder is None:
             return {}
-        indexer = GraphIndexer(env.llm, window_turns=self.window_turns)
+        indexer = GraphIndexer(env.llm, window_turns=self.config.window_turns)
         return indexer.stored_usage(env.store.records(scope), folder)
 
     def _drop_graph(self, env: MemoryEnv, scope: Scope) -> None:
@@ -166,8 +153,8 @@ class AutoMem:
             g = self._graphs.pop(key, None)
         if g is not None:
             g.close()
-        if self.graph == "neo4j":
-            g = open_graph(self.graph, None, scope)
+        if self.config.graph == "neo4j":
+            g = open_graph(self.config.graph, None, scope)
             try:
                 g.replace(GraphData())
             finally:
@@ -178,11 +165,11 @@ class AutoMem:
             shutil.rmtree(folder)
 
     # --- query -----------------------------------------------------------------------------
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         corpus = await asyncio.to_thread(ScopedCorpus, env.store, query.scope)
         graph = self._graph_for(env, query.scope, create=False)
         toolbox = Toolbox(
-            corpus, graph=graph, dump_llm=None if self.single_pass else env.answer_llm, limits=self.limits,
+            corpus, graph=graph, dump_llm=None if self.config.single_pass else env.answer_llm, limits=self.config.limits,
             budget=budget,
         )
         agent = AutoMemAgent(
@@ -192,9 +179,9 @@ class AutoMem:
             context=prompts.context_block(corpus.catalog(), SCHEMA_HINT if graph else None),
             k_max=self.k_max,
             budget=budget,
-            judge_every_round=self.judge_every_round,
+            judge_every_round=self.config.judge_every_round,
         )
-        run = agent.run_single_pass if self.single_pass else agent.run
+        run = agent.run_single_pass if self.config.single_pass else agent.run
         result = await run(query.text, query.question_date)
         meta = {
             **result.meta(),

@@ -6,6 +6,7 @@ tiering strategies, :mod:`.prompts` the versioned prompts, :mod:`.cache` the mod
 """
 
 from .cache import ModuleCache
+from .config import BudgetMemConfig
 from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
 from .pipeline import BudgetMem
 from .prompts import PROMPT_VERSION
@@ -25,6 +26,7 @@ __all__ = [
     "PROMPT_VERSION",
     "TIERS",
     "BudgetMem",
+    "BudgetMemConfig",
     "BudgetMemModules",
     "CapacityTiering",
     "ImplementationTiering",

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..config import Float, Int, StrategyConfig
+from ..config import Int, StrategyConfig
 
 #: The five extraction modules (Sec. 4.1): filter (Eq. 4), entity / temporal / topic (Eq. 5), summary (Eq. 6).
 Module = Literal["filter", "entity", "temporal", "topic", "summary"]
@@ -34,7 +34,6 @@ class BudgetMemConfig(StrategyConfig):
         None, description="Fixed tiers without a router: one tier for every module or {module: tier}; default mid.")
     router: Path | None = Field(None, description="A trained tier-router checkpoint (router_best.pt from "
                                 "`train router`); it picks each module's tier per question (Sec. 4.3).")
-    lam: Float | None = Field(None, ge=0, description="Cost weight lambda the router was trained with (Eq. 7); recorded only.")
     greedy: bool = Field(True, description="Router: argmax tiers (True) or sample them (training rollouts).")
     max_relations: Int = Field(10, ge=1, description="Relations each extraction module returns at most.")
     retrievers: tuple[Literal["dense", "bm25"], ...] = Field(

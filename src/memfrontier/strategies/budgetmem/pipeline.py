@@ -14,22 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...core.ledger import Ledger, current_ledger
-from ...core.types import Budget, Context, Preference, Scope
+from ...core.types import Budget, Context, Preference
 from ...retrieve.hybrid import hybrid_search
 from ...retrieve.recipes import chunk_recipe
-from ..base import BuildProgress, MemoryEnv, Query
+from ..base import MemoryEnv, Query, StrategyBase
 from .cache import ModuleCache
 from .config import TIERS, BudgetMemConfig
 from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
 from .prompts import PROMPT_VERSION
-from .tiering import Tiering, make_tiering
+from .tiering import make_tiering
 
 
 def _budget_spent(budget: Budget, ledger: Ledger | None) -> bool:
@@ -40,25 +39,20 @@ def _budget_spent(budget: Budget, ledger: Ledger | None) -> bool:
     return ledger.would_exceed(budget, usd=1e-12, tokens=1, proxy_s=1e-9) is not None
 
 
-class BudgetMem:
+class BudgetMem(StrategyBase):
     """The BudgetMem strategy (implements :class:`~memfrontier.strategies.base.Strategy`).
 
     Args:
-        k: chunks retrieved (hybrid dense + BM25 search of the store), default 5.
-        module_topk: chunks the filter keeps, default 5.
-        tiering: ``"implementation"`` (default), ``"reasoning"``, ``"capacity"`` or a Tiering.
-        tiers: fixed tiers, a mapping module -> tier (missing modules: ``"mid"``) or one tier
-            for all modules; default all ``"mid"``. Exclusive with ``router``.
-        router: an object with ``decide(...)`` (see the module doc) or a path to a
-            :class:`~memfrontier.strategies.budgetmem.router.TierRouter` checkpoint.
-        lam: the cost weight lambda the router was trained with (BudgetMem Eq. 7); recorded only.
-        greedy: router argmax (test, default) or sampling (training rollouts).
+        config: the options (:class:`~.config.BudgetMemConfig`: ``k``, ``module_topk``,
+            ``tiering`` and ``tiering_options``, fixed ``tiers`` (one for every module or a
+            mapping module -> tier, missing modules ``"mid"``; default all ``"mid"``) or a
+            ``router`` checkpoint path, ``greedy``, ``max_relations``, ``retrievers``).
+        router: a router object (runtime; e.g. a :class:`~memfrontier.strategies.budgetmem.router.TierRouter`
+            being trained) with ``decide(...)`` (see the module doc), used instead of fixed tiers.
+            ValueError when the config also names ``router`` or ``tiers``.
         cache: a :class:`ModuleCache`, a path for one, ``True`` (in memory) or None (off).
-        max_relations: relations per extraction module, default 10.
         record_states: put the router states (embeddings) in ``meta`` for PPO; default: when
-            sampling (``greedy=False``).
-        tiering_options: keyword arguments of the tiering class (e.g. ``models``, ``base_url``
-            for capacity tiering; ``{"models": "local"}`` = the embedded 270M / 0.5B / 1.5B).
+            sampling (``config.greedy`` False).
 
     ``Context.meta``: ``tiers`` (chosen), ``tiers_used`` (after fallbacks), ``fallbacks``
     (module -> failed tiers), ``cached`` (module -> bool), ``module_usd`` and ``extraction_usd``
@@ -77,26 +71,20 @@ class BudgetMem:
     name = "budgetmem"
     prompt_version = PROMPT_VERSION
     config_class = BudgetMemConfig
+    config: BudgetMemConfig
 
-    def __init__(self, k: int = 5, module_topk: int = 5, tiering: str | Tiering = "implementation",
-                 tiers: Mapping[str, str] | str | None = None, router: Any = None, lam: float | None = None,
-                 *, greedy: bool = True, cache: ModuleCache | str | Path | bool | None = None,
-                 max_relations: int = 10, record_states: bool | None = None,
-                 retrievers: tuple[str, ...] = ("dense", "bm25"), tiering_options: dict | None = None):
-        if k < 1 or module_topk < 1:
-            raise ValueError("k and module_topk must be >= 1")
-        if router is not None and tiers is not None:
-            raise ValueError("give either fixed tiers or a router, not both")
-        self.k, self.module_topk, self.max_relations = k, module_topk, max_relations
-        self.tiering = make_tiering(tiering, **(tiering_options or {}))
-        self.tiers = self._fixed_tiers(tiers)
-        self._router_spec = router
-        self._router = None if isinstance(router, (str, Path)) else router
-        self.lam = lam
-        self.greedy = greedy
-        self.record_states = (not greedy) if record_states is None else record_states
-        self.retrievers = retrievers
-        self.recipe = chunk_recipe(retrievers)
+    def __init__(self, config: BudgetMemConfig | None = None, *, router: Any = None,
+                 cache: ModuleCache | str | Path | bool | None = None, record_states: bool | None = None):
+        super().__init__(config)
+        cfg = self.config
+        if router is not None and (cfg.router is not None or cfg.tiers is not None):
+            raise ValueError("a router object replaces the config's router and tiers: give one of them")
+        self.tiering = make_tiering(cfg.tiering, **(cfg.tiering_options or {}))
+        tiers = cfg.tiers if cfg.tiers is not None else "mid"
+        self.tiers = {m: tiers if isinstance(tiers, str) else tiers.get(m, "mid") for m in MODULES}
+        self._router = router
+        self.record_states = (not cfg.greedy) if record_states is None else record_states
+        self.recipe = chunk_recipe(cfg.retrievers)
         if cache is True:
             cache = ModuleCache()
         elif isinstance(cache, (str, Path)):
@@ -104,36 +92,20 @@ class BudgetMem:
         self.cache: ModuleCache | None = cache if isinstance(cache, ModuleCache) else None  # an empty cache is falsy
         self._runtime: BudgetMemModules | None = None
 
-    @staticmethod
-    def _fixed_tiers(tiers) -> dict[str, str]:
-        if tiers is None:
-            tiers = "mid"
-        if isinstance(tiers, str):
-            tiers = {m: tiers for m in MODULES}
-        unknown = set(tiers) - set(MODULES)
-        bad = {t for t in tiers.values() if t not in TIERS}
-        if unknown or bad:
-            raise ValueError(f"tiers: unknown modules {sorted(unknown)} or tiers {sorted(bad)}; "
-                             f"modules {MODULES}, tiers {TIERS}")
-        return {m: tiers.get(m, "mid") for m in MODULES}
-
     def runtime(self, env: MemoryEnv) -> BudgetMemModules:
         """The modules bound to ``env`` (rebuilt when the env changes)."""
         if self._runtime is None or self._runtime.env is not env:
-            self._runtime = BudgetMemModules(env, self.tiering, module_topk=self.module_topk,
-                                             max_relations=self.max_relations, cache=self.cache)
+            self._runtime = BudgetMemModules(env, self.tiering, module_topk=self.config.module_topk,
+                                             max_relations=self.config.max_relations, cache=self.cache)
         return self._runtime
 
     def router(self, env: MemoryEnv):
-        if self._router is None and self._router_spec is not None:
+        if self._router is None and self.config.router is not None:
             from .router import TierRouter
 
-            self._router = TierRouter.load(self._router_spec, expected_modules=MODULES,
+            self._router = TierRouter.load(self.config.router, expected_modules=MODULES,
                                            expected_emb_dim=int(self.runtime(env).embedder.dim))
         return self._router
-
-    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
-        return None  # raw chunks: nothing to build offline
 
     # --- routing ---------------------------------------------------------------------------------
     def _route(self, rt: BudgetMemModules, modules: tuple[str, ...], q_emb: np.ndarray | None,
@@ -144,9 +116,9 @@ class BudgetMem:
         t0 = time.perf_counter()
         x = rt.embed(input_texts).mean(axis=0) if input_texts else np.zeros_like(q_emb)
         if len(modules) > 1 and hasattr(router, "decide_many"):
-            out = router.decide_many(q_emb, x, list(modules), self.greedy)
+            out = router.decide_many(q_emb, x, list(modules), self.config.greedy)
         else:
-            out = [router.decide(q_emb, x, m, self.greedy) for m in modules]
+            out = [router.decide(q_emb, x, m, self.config.greedy) for m in modules]
         ledger = current_ledger()
         if ledger is not None:  # the router is local compute: $0, its wall time recorded
             ledger.record_local("budgetmem.router", time.perf_counter() - t0, model_id="tier-router")
@@ -167,16 +139,16 @@ class BudgetMem:
         return (self.recipe.name,)
 
     # --- the strategy ------------------------------------------------------------------------------
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         rt = self.runtime(env)
         router = self.router(env)
         ledger = current_ledger()
         q = query.text
-        meta: dict[str, Any] = {"tiering": self.tiering.name, "lam": self.lam, "k": self.k,
-                                "module_topk": self.module_topk, "prompt_version": PROMPT_VERSION,
+        meta: dict[str, Any] = {"tiering": self.tiering.name, "k": self.config.k,
+                                "module_topk": self.config.module_topk, "prompt_version": PROMPT_VERSION,
                                 "tiers": {}, "tiers_used": {}, "fallbacks": {}, "cached": {},
                                 "module_usd": {}, "decisions": [], "router": router is not None}
-        hits = await asyncio.to_thread(hybrid_search, env.store, q, query.scope, self.recipe, self.k)
+        hits = await asyncio.to_thread(hybrid_search, env.store, q, query.scope, self.recipe, self.config.k)
         chunks = [h.chunk for h in hits]
         meta["retrieved_chunks"] = [c.id for c in chunks]
         if not chunks:

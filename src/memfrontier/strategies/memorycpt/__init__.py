@@ -3,6 +3,7 @@ roles (:mod:`memfrontier.strategies.memorycpt.construction.episodic`), online RR
 Summary read by the frozen answerer (:mod:`.pipeline`). Training: :mod:`memfrontier.train.qar`
 (LoRA-B, GRPO) and :mod:`memfrontier.train.lora_sft` (LoRA-A, SFT)."""
 
-from .pipeline import ABLATIONS, MemoryCPT
+from .config import ABLATIONS, MemoryCPTConfig
+from .pipeline import MemoryCPT
 
-__all__ = ["ABLATIONS", "MemoryCPT"]
+__all__ = ["ABLATIONS", "MemoryCPT", "MemoryCPTConfig"]

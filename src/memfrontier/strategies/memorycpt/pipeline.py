@@ -20,6 +20,7 @@ import re
 from ...core.ledger import BudgetExceededError, count_event, sum_usage_records
 from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
+from ...llm.base import ChatClient
 from ...llm.metered import MeteredLLM
 from ...retrieve.hybrid import hybrid_search
 from .recipes import (
@@ -30,8 +31,8 @@ from .recipes import (
 )
 from ...store.bank import BankHit, MemoryBank
 from .construction.episodic import EPISODE, FACT, EpisodicBuilder
-from ..base import BuildProgress, MemoryEnv, Query
-from .config import ABLATIONS, Ablation, MemoryCPTConfig
+from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
+from .config import MemoryCPTConfig
 
 SUMMARY_MAX_TOKENS = 96
 
@@ -63,20 +64,22 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "model"
 
 
-class MemoryCPT:
+class MemoryCPT(StrategyBase):
     """The MemoryCPT strategy.
 
     Args:
-        episodic_k / semantic_k: RRF depth per index (20 / 50, MemoryCPT Sec. 4).
-        ablation: "none", "no_qad", "no_qar" or "no_fs" (see the module docstring).
-        construction_llm: the QAD model: a :func:`~memfrontier.llm.make_llm` spec (e.g.
-            ``"hf:runs/qad/merged"``, the merged LoRA-A checkpoint) or a MeteredLLM; None = the
-            environment's memory model.
-        summarizer_llm: the Fine Summary model (spec or MeteredLLM; e.g. ``"hf"`` or
-            ``"hf:runs/qad/merged"``); None = the environment's memory model.
-        summarizer_adapter: a LoRA-B adapter directory (from ``memfrontier train qar``) applied to
-            ``summarizer_llm`` (default spec ``"hf"``, the packaged base through transformers).
-        concurrency: bound on concurrent construction calls.
+        config: the options (:class:`~.config.MemoryCPTConfig`): ``episodic_k`` / ``semantic_k``
+            (RRF depth per index, 20 / 50, MemoryCPT Sec. 4), ``ablation`` ("none", "no_qad",
+            "no_qar" or "no_fs", see the module docstring), ``construction_llm`` (the QAD model, a
+            :func:`~memfrontier.llm.make_llm` spec such as ``"hf:runs/qad/merged"``, the merged
+            LoRA-A checkpoint; None = the environment's memory model), ``summarizer_llm`` (the
+            Fine Summary model spec; None = the environment's memory model, or ``"hf"``, the
+            packaged base through transformers, when ``summarizer_adapter`` is given),
+            ``summarizer_adapter`` (a LoRA-B adapter directory from ``memfrontier train qar``),
+            ``concurrency`` (sessions built at once).
+        construction_llm / summarizer_llm: a client (MeteredLLM or ChatClient) serving that role
+            instead of a spec (runtime objects, e.g. a test double). ValueError when the config
+            also names that role's model.
 
     Spec-built models are made by :meth:`MemoryEnv.model`, priced like the environment's models:
     the same price book, ``price_as`` and ``allow_unpriced`` (a local checkpoint missing from the
@@ -94,36 +97,36 @@ class MemoryCPT:
 
     name = "memorycpt"
     config_class = MemoryCPTConfig
+    config: MemoryCPTConfig
 
-    def __init__(self, episodic_k: int = 20, semantic_k: int = 50, ablation: Ablation = "none",
-                 construction_llm: str | MeteredLLM | None = None, summarizer_llm: str | MeteredLLM | None = None,
-                 summarizer_adapter: str | None = None, concurrency: int = 4):
-        if episodic_k < 0 or semantic_k < 0 or episodic_k + semantic_k == 0:
-            raise ValueError(f"retrieval depth must be >= 0 and not both 0, got {episodic_k}/{semantic_k}")
-        if ablation not in ABLATIONS:
-            raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
-        self.episodic_k = episodic_k
-        self.semantic_k = semantic_k
-        self.ablation = ablation
-        self.construction_llm = construction_llm
-        self.summarizer_llm = summarizer_llm if summarizer_llm is not None or summarizer_adapter is None else "hf"
-        self.summarizer_adapter = summarizer_adapter
-        self.concurrency = concurrency
+    def __init__(self, config: MemoryCPTConfig | None = None, *, construction_llm: MeteredLLM | ChatClient | None = None,
+                 summarizer_llm: MeteredLLM | ChatClient | None = None):
+        super().__init__(config)
+        cfg = self.config
+        for role, given, spec in (("construction_llm", construction_llm, cfg.construction_llm),
+                                  ("summarizer_llm", summarizer_llm, cfg.summarizer_llm)):
+            if given is not None and spec is not None:
+                raise ValueError(f"{role}: the config names {spec!r} and a client was given as well; give one")
+        #: the model of each role: a client, a spec, or None (the env's memory-side model)
+        self.construction_llm = construction_llm if construction_llm is not None else cfg.construction_llm
+        self.summarizer_llm = (summarizer_llm if summarizer_llm is not None else cfg.summarizer_llm
+                               if cfg.summarizer_llm is not None or cfg.summarizer_adapter is None else "hf")
+        self.summarizer_adapter = None if cfg.summarizer_adapter is None else str(cfg.summarizer_adapter)
         self._banks: dict[tuple[str, str], MemoryBank] = {}
         self.last_build = None
 
     @property
     def prompt_version(self) -> str:
-        return f"{EpisodicBuilder.prompt_version}+qar-v1+{self.ablation}"
+        return f"{EpisodicBuilder.prompt_version}+qar-v1+{self.config.ablation}"
 
-    def _model(self, spec: str | MeteredLLM | None, env: MemoryEnv, adapter: str | None = None,
+    def _model(self, spec: str | MeteredLLM | ChatClient | None, env: MemoryEnv, adapter: str | None = None,
                role: str = "memorycpt") -> MeteredLLM:
         """The metered model of ``spec`` (None = the env's memory-side model), made by
         :meth:`MemoryEnv.model` (the run's pricing; a LoRA adapter priced as its base)."""
         return env.llm if spec is None else env.model(spec, role, adapter)
 
-    def _construction_spec(self) -> str | MeteredLLM | None:
-        return None if self.ablation == "no_qad" else self.construction_llm
+    def _construction_spec(self) -> str | MeteredLLM | ChatClient | None:
+        return None if self.config.ablation == "no_qad" else self.construction_llm
 
     def construction_model(self, env: MemoryEnv) -> MeteredLLM:
         """The metered model that builds this configuration's memories (``env.llm`` when none is
@@ -155,7 +158,7 @@ class MemoryCPT:
         """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable);
         ``progress(done, total, "sessions")`` after each session."""
         builder = EpisodicBuilder(self.construction_model(env), self.bank(env),
-                                  concurrency=self.concurrency)
+                                  concurrency=self.config.concurrency)
         on_session = None if progress is None else (lambda _sid, done, total: progress(done, total, "sessions"))
         self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
 
@@ -176,22 +179,24 @@ class MemoryCPT:
     def candidates(self, query: str, scope: Scope, env: MemoryEnv) -> tuple[list[BankHit], list[BankHit]]:
         """M_q^RRF (Eq. 10, 17): top episodic and semantic items, or plain dense top-k for ``no_qar``."""
         bank = self.bank(env)
-        if self.ablation == "no_qar":
-            k = self.episodic_k + self.semantic_k
+        episodic_k, semantic_k = self.config.episodic_k, self.config.semantic_k
+        if self.config.ablation == "no_qar":
+            k = episodic_k + semantic_k
             pooled = hybrid_search(bank, query, scope, MEMORYCPT_DENSE_EPISODIC, k) + \
                 hybrid_search(bank, query, scope, MEMORYCPT_DENSE_SEMANTIC, k)
             pooled.sort(key=lambda h: -h.score)
             pooled = pooled[:k]
             return [h for h in pooled if h.item.kind == EPISODE], [h for h in pooled if h.item.kind == FACT]
-        return (hybrid_search(bank, query, scope, MEMORYCPT_EPISODIC, self.episodic_k) if self.episodic_k else [],
-                hybrid_search(bank, query, scope, MEMORYCPT_SEMANTIC, self.semantic_k) if self.semantic_k else [])
+        return (hybrid_search(bank, query, scope, MEMORYCPT_EPISODIC, episodic_k) if episodic_k else [],
+                hybrid_search(bank, query, scope, MEMORYCPT_SEMANTIC, semantic_k) if semantic_k else [])
 
     @property
     def recipes(self) -> tuple[str, ...]:
         """Names of the search recipes this configuration runs (provenance)."""
-        if self.ablation == "no_qar":
+        if self.config.ablation == "no_qar":
             return (MEMORYCPT_DENSE_EPISODIC.name, MEMORYCPT_DENSE_SEMANTIC.name)
-        return tuple(r.name for r, k in ((MEMORYCPT_EPISODIC, self.episodic_k), (MEMORYCPT_SEMANTIC, self.semantic_k)) if k)
+        return tuple(r.name for r, k in ((MEMORYCPT_EPISODIC, self.config.episodic_k),
+                                         (MEMORYCPT_SEMANTIC, self.config.semantic_k)) if k)
 
     def _fit(self, llm: MeteredLLM, question: str, text: str) -> str:
         """Candidate lines kept from the top while the summarizer prompt fits its window."""
@@ -206,12 +211,12 @@ class MemoryCPT:
             used += n
         return "\n".join(kept)
 
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         episodes, facts = self.candidates(query.text, query.scope, env)
         evidence = list(dict.fromkeys(i for h in episodes + facts for i in h.item.source_ids))
         text = render_candidates(episodes, facts)
-        meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.ablation}
-        if self.ablation in ("no_qar", "no_fs") or not text:
+        meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.config.ablation}
+        if self.config.ablation in ("no_qar", "no_fs") or not text:
             return Context(text=text, evidence_ids=evidence, meta=meta)
         llm = self._model(self.summarizer_llm, env, self.summarizer_adapter, role="summarizer")
         msgs = summary_messages(query.text, self._fit(llm, query.text, text))

@@ -6,15 +6,13 @@ import typing
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from .compressed_bank import KINDS
+from ...core.types import Budget, PreferenceSpec
 from ..config import Float, Int, StrategyConfig
+from .compressed_bank import KINDS
 from .pool import PROFILES
 
-#: Named preferences lambda = (lambda_Q, lambda_C, lambda_L) (Sec. 4.4; values in core.types.Preference.preset).
-PreferencePreset = Literal["perf", "balanced", "cost"]
-PRESETS: tuple[str, ...] = typing.get_args(PreferencePreset)
 #: decoupled: the answerer reads question + evidence; policy: the policy's own answer first (Sec. 3.3).
 AnswerMode = Literal["decoupled", "policy"]
 ANSWER_MODES: tuple[str, ...] = typing.get_args(AnswerMode)
@@ -25,41 +23,16 @@ BankKind = Literal[KINDS]
 PoolName = Literal[PROFILES]
 
 
-class PreferenceWeights(BaseModel):
-    """Explicit preference weights (MemPilot Eq. 10), each >= 0."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    quality: Float = Field(1.0, ge=0)
-    cost: Float = Field(0.0, ge=0)
-    latency: Float = Field(0.0, ge=0)
-
-
-class StrategyBudget(BaseModel):
-    """Hard per-question caps of the strategy (None = no cap), combined with the caller's budget."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_usd: Float | None = Field(None, ge=0, description="USD per question.")
-    max_tokens: Int | None = Field(None, ge=1, description="Tokens per question.")
-    max_proxy_s: Float | None = Field(None, ge=0, description="Latency proxy per question (s, Eq. 15-19).")
-
-
-def as_plain(v):
-    """A :class:`~memfrontier.core.types.Preference` / ``Budget`` given by code, as the dict that
-    :class:`PreferenceWeights` / :class:`StrategyBudget` validate; anything else unchanged."""
-    return v.model_dump() if isinstance(v, BaseModel) and not isinstance(v, (PreferenceWeights, StrategyBudget)) else v
-
-
 class MemPilotConfig(StrategyConfig):
     """Options of ``mempilot`` (defaults: MemPilot Sec. 4 and Table 5)."""
 
     strategy = "mempilot"
 
     pool: PoolName | Path = Field("local", description="Model pool: local | table3 | bench | a pool YAML (Sec. 3.2, Table 3).")
-    preference: PreferencePreset | PreferenceWeights | None = Field(
+    preference: PreferenceSpec | None = Field(
         None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
-        "default: the caller's preference (perf in evaluation).")
+        "when set it is this configuration's and wins over the caller's; default: the caller's preference, else perf "
+        "(strategies.base.resolve_preference).")
     answer_mode: AnswerMode = Field("decoupled", description="Who answers (Sec. 3.3).")
     bank: BankKind = Field("compressed", description="Which memory bank the Retrieve tool reads (Sec. 3.1); "
                            "imported when bank_file is given.")
@@ -76,13 +49,9 @@ class MemPilotConfig(StrategyConfig):
     max_observation_tokens: Int = Field(1024, ge=16, description="Tokens of one tool observation at most.")
     delegate_timeout_s: Float | None = Field(None, gt=0, description="Timeout of one delegate call (s).")
     rollout_key: str = Field("0", description="Mixed into the per-rollout permutation of tools and model cards.")
-    budget: StrategyBudget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per question.")
+    budget: Budget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per question "
+                                  "(USD, tokens, proxy seconds of Eq. 15-19), combined with the caller's (the tighter cap wins).")
     bank_file: Path | None = Field(None, description="A JSONL imported as the memory bank (implies bank=imported).")
-
-    @field_validator("preference", "budget", mode="before")
-    @classmethod
-    def _plain(cls, v):
-        return as_plain(v)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,62 +12,50 @@ this library ends with the same answerer call).
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
 from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import MemoryBank
 from .compress import Compressor, make_compressor
-from .compressed_bank import KINDS, build_from_store, import_jsonl, open_bank
-from ..base import BuildProgress, MemoryEnv, Query
+from .compressed_bank import build_from_store, import_jsonl, open_bank
+from ..base import BuildProgress, MemoryEnv, Query, StrategyBase, resolve_preference
 from .accounting import format_gate
 from .config import ANSWER_MODES, MemPilotConfig
 from .orchestrator import Orchestrator, Trajectory
 from .pool import ModelPool, PoolProfile
 from .prompts import PROMPT_VERSION
-from .protocol import MAX_ROUNDS
 
 
-def as_preference(p: Preference | str | dict | None) -> Preference | None:
-    """A :class:`Preference` from a preset name (``perf``, ``balanced``, ``cost``), a dict of weights
-    or a Preference; None stays None. Raises ValueError for an unknown preset."""
-    if p is None or isinstance(p, Preference):
-        return p
-    if isinstance(p, str):
-        return Preference.preset(p)
-    if isinstance(p, dict):
-        return Preference(**p)
-    raise ValueError(f"preference must be a preset name, a dict or a Preference, not {type(p).__name__}")
-
-
-class MemPilot:
+class MemPilot(StrategyBase):
     """The MemPilot strategy (implements :class:`~memfrontier.strategies.base.Strategy`).
 
     Args:
-        pool: pool profile name (``local``: every route served by the embedded model, a labelled
-            stand-in; ``table3``: MemPilot's OpenRouter pool; ``bench``: three embedded models of
-            270M / 0.5B / 1.5B parameters, each priced as itself) or a YAML path, or a PoolProfile.
-            A route's embedded model that is not installed raises
-            :class:`~memfrontier.llm.local_models.ModelNotInstalledError` here.
-        preference: preset name, weights dict or Preference. When set it overrides the caller's
-            (evaluation runs pass none); otherwise the caller's preference is used.
-        answer_mode: ``decoupled`` (default; the answerer reads question + evidence) or ``policy``.
-        bank: ``compressed`` (built by :meth:`build`) or ``imported`` (a JSONL imported with
-            :func:`~memfrontier.strategies.mempilot.compressed_bank.import_jsonl`; :meth:`build` then builds nothing).
-        compressor: ``auto`` | ``offline`` | ``llmlingua2`` or a Compressor (see :mod:`memfrontier.strategies.mempilot.compress`).
-        adapter: a LoRA adapter directory saved by ``memfrontier train orchestrator``: the policy is
-            then the packaged GGUF model in transformers with that adapter
-            (:class:`memfrontier.strategies.mempilot.policy.HFPolicy`). Default: the memory-side model.
-        policy: an explicit policy ChatClient (overrides ``adapter``).
-        max_rounds, temperature, constrained, first_turn_tools, answer_after_repeat, policy_max_tokens,
-        max_observation_tokens, delegate_timeout_s: see :class:`Orchestrator`.
-        rollout_key: mixed into the per-rollout permutation of tools and model cards.
-        budget: a hard :class:`Budget` (or dict) of the strategy, combined with the caller's (the
-            tighter cap wins); no call whose worst case could cross it is made, and curation ends
-            once a cap is reached (see :mod:`.orchestrator`).
-        bank_file: with ``bank="imported"``, a JSONL (see :func:`~memfrontier.strategies.mempilot.compressed_bank.import_jsonl`) whose
-            items of each scope are imported by :meth:`build`.
+        config: the options (:class:`~.config.MemPilotConfig`): ``pool`` (profile name:
+            ``local``, every route served by the embedded model, a labelled stand-in; ``table3``,
+            MemPilot's OpenRouter pool; ``bench``, three embedded models of 270M / 0.5B / 1.5B
+            parameters, each priced as itself; or a YAML path), ``preference`` (this
+            configuration's; see :func:`~memfrontier.strategies.base.resolve_preference`),
+            ``answer_mode`` (``decoupled``: the answerer reads question + evidence; ``policy``),
+            ``bank`` (``compressed``, built by :meth:`build`, or ``imported`` from ``bank_file``,
+            a JSONL, see :func:`~memfrontier.strategies.mempilot.compressed_bank.import_jsonl`),
+            ``compressor`` (see :mod:`memfrontier.strategies.mempilot.compress`), ``adapter`` (a
+            LoRA adapter directory saved by ``memfrontier train orchestrator``: the policy is then
+            the packaged GGUF model in transformers with that adapter,
+            :class:`memfrontier.strategies.mempilot.policy.HFPolicy`; default the memory-side
+            model), the :class:`Orchestrator` options (``max_rounds``, ``temperature``,
+            ``constrained``, ``first_turn_tools``, ``answer_after_repeat``, ``policy_max_tokens``,
+            ``max_observation_tokens``, ``delegate_timeout_s``), ``rollout_key`` (mixed into the
+            per-rollout permutation of tools and model cards) and ``budget`` (hard caps of the
+            strategy, combined with the caller's, the tighter cap wins; no call whose worst case
+            could cross it is made, and curation ends once a cap is reached, see :mod:`.orchestrator`).
+        profile: a loaded :class:`PoolProfile` used instead of ``config.pool`` (runtime object).
+        policy: an explicit policy ChatClient (overrides ``config.adapter``).
+        route_backends: route id -> a ChatClient serving that route instead of its endpoint (a
+            local server, a test double).
+
+    A route's embedded model that is not installed raises
+    :class:`~memfrontier.llm.local_models.ModelNotInstalledError` here.
 
     ``Context.meta``: ``policy_answer``, ``answer_mode``, ``format_valid`` / ``gate_reasons``
     (Eq. 20), ``rounds``, ``retrieve_calls`` / ``curate_calls`` (valid calls run, repeats excluded),
@@ -75,52 +63,36 @@ class MemPilot:
     calls, N_ext of Eq. 22), ``image_requests`` / ``image_accesses`` (images asked for / sent),
     ``routes`` (route id per delegate call), ``route_models``, ``tool_errors``, ``trajectory_usd`` and
     ``trajectory_proxy_s`` (Eq. 14 / Eq. 19, the policy and delegates, without the answerer),
-    ``stopped_by_budget``, ``preference``, ``pool``.
+    ``stopped_by_budget``, ``preference`` and ``preference_source`` (config, caller or default), ``pool``.
     """
 
     name = "mempilot"
     prompt_version = PROMPT_VERSION
     config_class = MemPilotConfig
+    config: MemPilotConfig
     recipes = (MEMPILOT_BANK.name, MEMPILOT_RAW.name)  # RETRIEVE over the bank, CURATE's raw chunks
 
-    def __init__(self, pool: str | Path | PoolProfile = "local", preference: Preference | str | dict | None = None, *,
-                 answer_mode: str = "decoupled", bank: str = "compressed", compressor: str | Compressor = "auto",
-                 adapter: str | Path | None = None, policy: ChatClient | None = None, max_rounds: int = MAX_ROUNDS,
-                 temperature: float = 0.0, constrained: bool = True, first_turn_tools: bool = True,
-                 answer_after_repeat: bool = True, policy_max_tokens: int = 256, max_observation_tokens: int = 1024,
-                 delegate_timeout_s: float | None = None, rollout_key: str = "0",
-                 budget: Budget | dict | None = None, bank_file: str | Path | None = None,
-                 route_backends: dict[str, ChatClient] | None = None):
-        if answer_mode not in ANSWER_MODES:
-            raise ValueError(f"unknown answer_mode {answer_mode!r}; choose {' or '.join(ANSWER_MODES)}")
-        if bank not in KINDS:
-            raise ValueError(f"unknown bank {bank!r}; choose {' or '.join(KINDS)}")
-        if adapter is not None and not Path(adapter).is_dir():
-            raise FileNotFoundError(f"no LoRA adapter directory {adapter}")
-        self.profile = pool if isinstance(pool, PoolProfile) else PoolProfile.load(pool)
+    def __init__(self, config: MemPilotConfig | None = None, *, profile: PoolProfile | None = None,
+                 policy: ChatClient | None = None, route_backends: dict[str, ChatClient] | None = None):
+        super().__init__(config)
+        cfg = self.config
+        self.profile = profile if profile is not None else PoolProfile.load(cfg.pool)
         self.profile.require_models()
-        self.preference = as_preference(preference)
-        self.answer_mode = answer_mode
-        self.bank_kind = bank
-        self.compressor = make_compressor(compressor) if isinstance(compressor, str) else compressor
-        self.adapter = None if adapter is None else str(adapter)
+        self.compressor: Compressor = make_compressor(cfg.compressor)
+        self.adapter = None if cfg.adapter is None else str(cfg.adapter)
         self._policy = policy
-        self.options = dict(max_rounds=max_rounds, temperature=temperature, constrained=constrained,
-                            first_turn_tools=first_turn_tools, answer_after_repeat=answer_after_repeat,
-                            policy_max_tokens=policy_max_tokens,
-                            max_observation_tokens=max_observation_tokens, delegate_timeout_s=delegate_timeout_s)
-        self.rollout_key = rollout_key
-        self.budget = Budget(**budget) if isinstance(budget, dict) else budget
-        if bank_file is not None and not Path(bank_file).is_file():
-            raise FileNotFoundError(f"no bank file {bank_file}")
-        if bank_file is not None and bank != "imported":
-            raise ValueError("bank_file needs bank='imported'")
-        self.bank_file = None if bank_file is None else str(bank_file)
         self._pool: ModelPool | None = None
-        #: route id -> a ChatClient serving that route instead of its endpoint (a local server, a
-        #: test double); a runtime object, so a constructor argument and not a config value
         self.route_backends = dict(route_backends or {})
         self._bank: MemoryBank | None = None
+
+    @property
+    def options(self) -> dict:
+        """The :class:`Orchestrator` options of the config."""
+        c = self.config
+        return dict(max_rounds=c.max_rounds, temperature=c.temperature, constrained=c.constrained,
+                    first_turn_tools=c.first_turn_tools, answer_after_repeat=c.answer_after_repeat,
+                    policy_max_tokens=c.policy_max_tokens, max_observation_tokens=c.max_observation_tokens,
+                    delegate_timeout_s=c.delegate_timeout_s)
 
     # -- wiring ----------------------------------------------------------------------------
     def bank(self, env: MemoryEnv) -> MemoryBank:
@@ -154,27 +126,31 @@ class MemPilot:
         opts = {**self.options, **overrides}
         # priced as the pool's policy_price_as, else as the model running it (a LoRA policy: its base)
         policy = env.model(self.policy(env), "policy", self.adapter, stands_for=self.profile.policy_price_as)
-        return Orchestrator(pool=self.pool(env), views=DualView(env.store, self.bank(env), self.bank_kind),
+        return Orchestrator(pool=self.pool(env), views=DualView(env.store, self.bank(env), self.config.bank),
                             policy=policy, env=env, preference=preference, budget=budget, **opts)
 
     # -- Strategy protocol -----------------------------------------------------------------
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """Compress every raw chunk of ``scope`` into the bank (idempotent), or, with ``bank_file``,
         import that file's items of ``scope`` as the imported bank."""
-        if self.bank_kind == "compressed":
+        if self.config.bank == "compressed":
             await asyncio.to_thread(build_from_store, self.bank(env), env.store, scope, self.compressor)
-        elif self.bank_file is not None:
-            await asyncio.to_thread(import_jsonl, self.bank(env), self.bank_file, scope, only_scope=True)
+        elif self.config.bank_file is not None:
+            await asyncio.to_thread(import_jsonl, self.bank(env), str(self.config.bank_file), scope, only_scope=True)
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
-        """Whether the scope's bank (``bank_kind``) holds any item."""
-        return self.bank(env).count(scope, self.bank_kind) > 0
+        """Whether the scope's bank (``config.bank``) holds any item."""
+        return self.bank(env).count(scope, self.config.bank) > 0
 
-    async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
-        pref = self.preference or preference
-        orch = self.orchestrator(env, pref, budget.stricter(self.budget))
-        traj = await orch.run(query.text, query.scope, self.rollout_key)
-        return self.to_context(traj, orch, pref)
+    async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
+        """One trajectory under the preference :func:`~memfrontier.strategies.base.resolve_preference`
+        gives (the config's, else the caller's, else perf) and the tighter of ``budget`` and the config's."""
+        pref, source = resolve_preference(self.config.preference, preference)
+        orch = self.orchestrator(env, pref, budget.stricter(self.config.budget))
+        traj = await orch.run(query.text, query.scope, self.config.rollout_key)
+        ctx = self.to_context(traj, orch, pref)
+        ctx.meta["preference_source"] = source
+        return ctx
 
     def to_context(self, traj: Trajectory, orch: Orchestrator, preference: Preference) -> Context:
         """The answerer's context and the trajectory's report (see the class docstring)."""
@@ -184,12 +160,12 @@ class MemPilot:
         blocks = traj.evidence()
         evidence_ids = list(dict.fromkeys(rid for _, ids in blocks for rid in ids))
         text = "\n\n".join(b for b, _ in blocks)
-        if self.answer_mode == "policy" and traj.answer:
+        if self.config.answer_mode == "policy" and traj.answer:
             text = f"Answer found by the memory agent: {traj.answer}\n\n{text}".strip()
         calls = traj.calls
         delegated = [c for c in calls if c.delegated]
         meta = {
-            "policy_answer": traj.answer, "answer_mode": self.answer_mode, "format_valid": gate.valid,
+            "policy_answer": traj.answer, "answer_mode": self.config.answer_mode, "format_valid": gate.valid,
             "gate_reasons": gate.reasons, "rounds": len(traj.turns),
             "retrieve_calls": sum(1 for c in calls if c.tool == "retrieve_memory" and c.error is None and not c.repeated),
             "curate_calls": sum(1 for c in calls if c.tool == "runtime_memory" and c.error is None and not c.repeated),
@@ -205,4 +181,4 @@ class MemPilot:
         return Context(text=text, evidence_ids=evidence_ids, meta=meta)
 
 
-__all__ = ["ANSWER_MODES", "MemPilot", "as_preference"]
+__all__ = ["ANSWER_MODES", "MemPilot"]
