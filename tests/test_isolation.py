@@ -38,7 +38,7 @@ from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
 from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
-from memfrontier.store.base import RecordConflictError
+from memfrontier.core.errors import RecordConflictError
 from memfrontier.store.open import open_store
 from memfrontier.store.postgres import PostgresStore, columns_holding
 from memfrontier.store.purge import covering_scopes, view_root_id

@@ -20,7 +20,8 @@ from memfrontier.embed.minilm import MINILM_MODEL_ID, MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import chunk_recipe
 from memfrontier.retrieve.rrf import rrf_fuse
-from memfrontier.store.base import EmbeddingMismatchError, MemoryStore, StoreError
+from memfrontier.core.errors import EmbeddingMismatchError, StoreError
+from memfrontier.store.base import MemoryStore
 from memfrontier.store.bm25 import bm25_split
 from memfrontier.store.postgres import PostgresStore
 from memfrontier.store.records import encode

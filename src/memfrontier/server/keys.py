@@ -65,7 +65,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ..core.ledger import Usage
-from ..store.base import StoreError
+from ..core.errors import StoreError
 from ..store.purge import with_placeholder
 from ..store.postgres import apply_migrations, is_postgres_url, redact_url, schema_version
 from .tenants import check_tenant
@@ -115,7 +115,7 @@ class KeyStore(ABC):
     SQL is written once, with ``?`` placeholders; a backend supplies the connection (``_tx``,
     ``_read``) and the slot lock (``_try_slot``, ``_free_slot``). Every method is thread-safe.
 
-    Raises ValueError for an invalid tenant name, :class:`~memfrontier.store.base.StoreError` when
+    Raises ValueError for an invalid tenant name, :class:`~memfrontier.core.errors.StoreError` when
     the database cannot be read or written; :meth:`authenticate` returns None (never raises on the
     key itself) for a missing, malformed, unknown or revoked key.
     """

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 
 from ..embed.query import encode_query
 from ..core.types import Scope
-from .base import StoreError
+from ..core.errors import StoreError
 from .bm25 import BM25Index, TermCache
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()

@@ -93,7 +93,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, Record, Scope
-from .base import AddProgress, AddResult, StoreError
+from ..core.errors import StoreError
+from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .purge import LOG_TABLES
 from .records import add_result, encode, encode_chunks, purge_intent, row_to_record

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.types import Chunk, Record, Scope
 from ..embed.query import encode_query
-from .base import EmbeddingMismatchError
+from ..core.errors import EmbeddingMismatchError
 from .purge import apply_pending, purges_due
 from .records import check_conflicts, checked_batch, count_tokens_many, embedding_mismatch, row_to_record, view_folder
 
@@ -160,7 +160,7 @@ class StoreSeam:
 
     def _unstored(self, c, uniq: dict[tuple[str, str], Record]) -> list[tuple[tuple[str, str], Record]]:
         """The ``(key, record)`` pairs of ``uniq`` ((scope key, id) -> record) not stored yet, read
-        in transaction ``c``. Raises :class:`~memfrontier.store.base.RecordConflictError` when one
+        in transaction ``c``. Raises :class:`~memfrontier.core.errors.RecordConflictError` when one
         is stored with other content."""
         present = self._existing(c, list(uniq))
         check_conflicts(uniq, present)

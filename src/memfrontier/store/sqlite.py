@@ -68,7 +68,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, Record, Scope
-from .base import AddProgress, AddResult, StoreError
+from ..core.errors import StoreError
+from .base import AddProgress, AddResult
 from .bm25 import BM25Index, TermCache
 from .chunking import chunk_records
 from .purge import LOG_TABLES
