@@ -38,8 +38,9 @@ from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
 from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
-from memfrontier.core.errors import RecordConflictError, StoreError
+from memfrontier.core.errors import RecordConflictError
 from memfrontier.store.open import open_store
+from memfrontier.store.pg_audit import columns_holding
 from memfrontier.store.postgres import PostgresStore
 from memfrontier.store.purge import covering_scopes, view_root_id
 from memfrontier.core.purgers import (Purge, register_view_purger, require_view_purger, unregister_view_purger,
@@ -93,46 +94,11 @@ def files_containing(root: Path, needle: bytes) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes())
 
 
-def columns_holding(dsn: str, needle: str) -> list[str]:
-    """An erasure audit: ``<schema>.<table>.<column>`` of every column, in every table of the
-    database outside the system catalogs (the store's, and the service's keys and usage), that has
-    a live row whose value cast to text contains ``needle`` (text, JSON, ``text[]`` record ids,
-    ``tsvector`` lexemes alike); sorted. A full scan of every column: for audits and tests, not
-    for a request path.
-
-    What it cannot see: row versions already deleted but not yet reclaimed by VACUUM, and the
-    write-ahead log; those belong to the server's data directory (shared by all its databases),
-    erased by the operator's VACUUM FULL and WAL retention, not by the store.
-
-    Raises:
-        StoreError: the database cannot be reached or read (the message names it without password).
-    """
-    import psycopg
-    from psycopg import sql
-
-    found = []
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            cols = conn.execute(
-                "SELECT c.table_schema, c.table_name, c.column_name FROM information_schema.columns c "
-                "JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
-                "WHERE t.table_type = 'BASE TABLE' AND c.table_schema NOT IN ('pg_catalog', 'information_schema') "
-                "ORDER BY 1, 2, 3").fetchall()
-            for schema, table, column in cols:
-                q = sql.SQL("SELECT EXISTS (SELECT 1 FROM {}.{} WHERE strpos({}::text, %s) > 0)").format(
-                    sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column))
-                if conn.execute(q, (needle,)).fetchone()[0]:
-                    found.append(f"{schema}.{table}.{column}")
-    except psycopg.Error as e:
-        raise StoreError(f"store database: {e}") from e
-    return found
-
-
 def leftovers(store, needle: bytes) -> list[str]:
     """Where ``needle`` is still stored: the files under the store's directory (SQLite: the database,
     its WAL, the view files; PostgreSQL: the view files), and for a PostgreSQL store
     ``db:<schema>.<table>.<column>`` for each column of any table of its database with a live row
-    holding it (:func:`columns_holding`: text, JSON, record id arrays,
+    holding it (:func:`~memfrontier.store.pg_audit.columns_holding`: text, JSON, record id arrays,
     full-text lexemes).
 
     For PostgreSQL the bytes of the server's own files are out of scope: a deleted row stays in

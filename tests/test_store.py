@@ -591,7 +591,7 @@ def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_misse
 def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_path, minilm):
     import psycopg
 
-    from memfrontier.store.postgres import MIGRATIONS, SCHEMA_VERSION
+    from memfrontier.store.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 
     dsn = pg_database("v")
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v")
@@ -676,7 +676,7 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
     scope keeps no row; a schema-1 database gets the table filled from its chunks on open."""
     import psycopg
 
-    from memfrontier.store.postgres import SCHEMA_VERSION
+    from memfrontier.store.postgres_schema import SCHEMA_VERSION
 
     dsn = pg_database("stats")
     ax = Scope(user_id="alice", agent_id="x")
@@ -793,7 +793,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
     as schema 4's statement did on the same rows (exact and partial scopes)."""
     import psycopg
 
-    from memfrontier.store.postgres import SCHEMA_VERSION
+    from memfrontier.store.postgres_schema import SCHEMA_VERSION
     from memfrontier.store.seam import scope_where
 
     ax = Scope(user_id="alice", agent_id="x")

@@ -67,7 +67,8 @@ from pydantic import BaseModel
 from ..core.ledger import Usage
 from ..core.errors import StoreError
 from ..store.purge import with_placeholder
-from ..store.postgres import apply_migrations, is_postgres_url, redact_url, schema_version
+from ..store.postgres import is_postgres_url, redact_url
+from ..store.postgres_schema import apply_migrations, schema_version
 from .tenants import check_tenant
 
 log = logging.getLogger(__name__)

@@ -61,7 +61,7 @@ from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
 from .scope_index import Partition, Patch, ScopeIndex
-from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, chunk_order, scope_where
+from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
 from .sqlite_schema import DB_NAME, SCHEMA_VERSION, create_tables, migrate_v1, migrate_v1_files
 
 log = logging.getLogger(__name__)
