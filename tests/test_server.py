@@ -37,7 +37,8 @@ from memfrontier.core.ledger import StageUsage, Usage
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.data import service_data
-from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, Slot, open_key_store
+from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, open_key_store
+from memfrontier.server.slots import Slot
 from memfrontier.server.rest import ServeSettings, create_app
 from memfrontier.server.tenants import client_scope, tenant_scope
 from memfrontier.core.errors import StoreError
