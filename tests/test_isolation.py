@@ -530,6 +530,37 @@ def test_the_graph_package_registers_its_purger(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [Scope(user_id="v").slug()]
 
 
+def test_a_neo4j_graph_opened_through_a_view_folder_is_purged_on_its_server(tmp_path, monkeypatch):
+    """Opening a Neo4j graph through the graph view folder declares the graph purger there; the
+    purger then empties the namespaces of the covering scopes on the server (a fake driver here:
+    no Neo4j server in the tests)."""
+    from memfrontier.core.purgers import required_purgers
+    from memfrontier.graph import NEO4J_MARK, neo4j_store
+
+    replaced = []
+
+    class FakeNeo4j:
+        kind = "neo4j"
+
+        def __init__(self, ns):
+            self.ns = ns
+
+        def replace(self, data):
+            replaced.append((self.ns, data.counts()))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(neo4j_store, "Neo4jGraph", FakeNeo4j)
+    ur = Scope(user_id="u", run_id="r")
+    open_graph("neo4j", tmp_path, ur).close()
+    assert required_purgers(tmp_path) == {GRAPH_VIEW} and (tmp_path / NEO4J_MARK).exists()
+    purge = Purge(deleted=((ur, ("r-1",)),), whole=None, covering={g.key(): g for g in covering_scopes(ur)})
+    assert purge_graph_view(tmp_path, purge) == 3
+    empty = {"Memory": 0, "Speaker": 0, "Topic": 0, "SAID_BY": 0, "OF_TOPIC": 0, "FOLLOWS": 0}
+    assert sorted(replaced) == sorted((g.key(), empty) for g in covering_scopes(ur))
+
+
 def test_covering_scopes():
     assert covering_scopes(Scope(user_id="u", run_id="r")) == [
         Scope(user_id="u"), Scope(run_id="r"), Scope(user_id="u", run_id="r")]
