@@ -48,8 +48,10 @@ class MemoryStore(Protocol):
 
     def view_dir(self, name: str) -> Path:
         """The local folder holding view ``name``'s files (memory banks, graph index), created if
-        missing; per-scope files inside it are named :meth:`Scope.slug`. Deletes made through
-        another view folder of the same database are applied to these files first
+        missing. An entry inside it named :meth:`Scope.slug` belongs to that scope and goes when a
+        record of a scope it covers is deleted; a view that keeps anything else registers (and,
+        outside the store, declares) its purger (:mod:`memfrontier.core.purgers`). Deletes made
+        through another view folder of the same database are applied to these files first
         (:mod:`memfrontier.store.purge`). Raises ValueError for a name outside ``[A-Za-z0-9_-]+``."""
         ...
 

@@ -124,7 +124,8 @@ class StoreSeam:
 
     def view_dir(self, name: str) -> Path:
         """The folder that holds view ``name``'s files (``<directory>/<name>``), created if missing.
-        Views that keep one folder per scope name it :meth:`Scope.slug` inside this one. A delete
+        Views that keep one folder per scope name it :meth:`Scope.slug` inside this one (the
+        store removes it with the scope's deleted records, :mod:`memfrontier.store.purge`). A delete
         made through another store object or another view directory of the same database reaches
         these files first (:func:`memfrontier.store.purge.purges_due`).
 
@@ -138,8 +139,8 @@ class StoreSeam:
 
     def complete_purges(self) -> int:
         """Finish the pending purge intents on this store's view directory: remove what the
-        deleted records left in the derived views (bank items and traces, graph folders, see
-        :func:`memfrontier.store.purge.purge_views`), record it and drop the intents every view
+        deleted records left in the derived views (per-scope folders, and what the registered view
+        purgers remove: bank items and traces, graphs; see :func:`memfrontier.store.purge.purge_views`), record it and drop the intents every view
         root applied (:func:`memfrontier.store.purge.apply_pending`); then :meth:`_purged`.
         Idempotent; run on open, after every delete and when a view is reached while an intent
         waits. Returns the intents carried out here.
