@@ -6,7 +6,7 @@
 store, its view files (banks, graph index) under ``MEMFRONTIER_HOME`` (a temp directory, the same
 for every child process). Where SQLite checks bytes of files, PostgreSQL checks the view files and
 every column of every table of the database (live rows:
-:func:`memfrontier.store.postgres.columns_holding`; dead row versions and the server's WAL are
+:func:`memfrontier.store.pg_audit.columns_holding`; dead row versions and the server's WAL are
 the server's storage, out of the store's reach).
 
 Prints three tables of counts, in one run:
@@ -115,7 +115,8 @@ class Stores:
     def holders(self, location: str, needle: bytes) -> list[str]:
         """Where ``needle`` is still stored: files under :meth:`view_root`, and for PostgreSQL
         ``db:<column>`` for each column of the database with a live row holding it."""
-        from memfrontier.store.postgres import columns_holding, is_postgres_url
+        from memfrontier.store.pg_audit import columns_holding
+        from memfrontier.store.postgres import is_postgres_url
 
         root = self.view_root(location)
         found = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes())

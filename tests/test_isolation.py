@@ -38,10 +38,14 @@ from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
 from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
-from memfrontier.store.base import RecordConflictError
+from memfrontier.core.errors import RecordConflictError
 from memfrontier.store.open import open_store
-from memfrontier.store.postgres import PostgresStore, columns_holding
+from memfrontier.store.pg_audit import columns_holding
+from memfrontier.store.postgres import PostgresStore
 from memfrontier.store.purge import covering_scopes, view_root_id
+from memfrontier.core.purgers import (Purge, register_view_purger, require_view_purger, unregister_view_purger,
+                                      view_purgers)
+from memfrontier.graph import purge_graph_view
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import Query, get_strategy, strategy_class
 from memfrontier.strategies.automem.corpus import ScopedCorpus
@@ -94,7 +98,7 @@ def leftovers(store, needle: bytes) -> list[str]:
     """Where ``needle`` is still stored: the files under the store's directory (SQLite: the database,
     its WAL, the view files; PostgreSQL: the view files), and for a PostgreSQL store
     ``db:<schema>.<table>.<column>`` for each column of any table of its database with a live row
-    holding it (:func:`~memfrontier.store.postgres.columns_holding`: text, JSON, record id arrays,
+    holding it (:func:`~memfrontier.store.pg_audit.columns_holding`: text, JSON, record id arrays,
     full-text lexemes).
 
     For PostgreSQL the bytes of the server's own files are out of scope: a deleted row stays in
@@ -427,6 +431,134 @@ def test_building_a_graph_for_a_scope_without_records_drops_the_old_one(mem):
     asyncio.run(strat.build(mem.aio.env, frank))  # no records: no model call, and no graph left
     assert not state_dir(store.view_dir(GRAPH_VIEW), frank).exists()
     strat.close()
+
+
+def _one_record_store(root: Path, embedder) -> Path:
+    """A SQLite store at ``root`` holding record ``r-1`` of (u, r) and a graph folder for its scope
+    and for the covering scope (u); returns the graph view folder."""
+    with open_store(root, embedder) as s:
+        s.add([Record(id="r-1", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user",
+                      text=f"Remember this: {SECRET}.")])
+        graphs = s.view_dir(GRAPH_VIEW)
+    for sc in (Scope(user_id="u", run_id="r"), Scope(user_id="u")):
+        state_dir(graphs, sc).mkdir(parents=True)
+        (state_dir(graphs, sc) / "notes.json").write_text(SECRET)
+    state_dir(graphs, Scope(user_id="v")).mkdir()  # another user's graph stays
+    return graphs
+
+
+def test_a_delete_in_a_process_that_never_imported_the_graph_package_removes_its_graphs(tmp_path, embedder):
+    """A CLI-like process (a fresh interpreter that imports the store only) deletes a record: the
+    graph folders of the scopes covering it go, though no graph purger is registered there."""
+    import subprocess
+    import sys
+
+    graphs = _one_record_store(tmp_path / "store", embedder)
+    code = (
+        "import sys\n"
+        "from memfrontier.core.types import Scope\n"
+        "from memfrontier.store.sqlite import SQLiteStore\n"
+        "class E:\n"
+        f"    model_id, dim = {embedder.model_id!r}, {embedder.dim}\n"
+        "    def count_tokens(self, text): return len(text.split())\n"
+        "s = SQLiteStore(sys.argv[1], E())\n"
+        "assert s.delete('r-1', Scope(user_id='u', run_id='r'))\n"
+        "s.close()\n"
+        "assert 'memfrontier.graph' not in sys.modules, 'the graph package was imported'\n"
+        "print('deleted')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "deleted"
+    assert sorted(p.name for p in graphs.iterdir()) == [state_dir(graphs, Scope(user_id="v")).name]
+    assert files_containing(tmp_path / "store", NONCE) == []
+    assert pending_intents(tmp_path / "store") == []
+
+
+def test_a_registered_purger_for_a_server_side_view_is_called_on_delete(tmp_path, embedder):
+    """A view kept on a server (a Neo4j graph) registers a purger: every delete calls it with its
+    folder and the deleted records, the whole-scope delete and the covering scopes."""
+    calls = []
+    register_view_purger("fake-server", lambda folder, purge: calls.append((folder, purge)) or 3)
+    try:
+        with open_store(tmp_path / "store", embedder) as s:
+            s.add([Record(id="r-1", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user", text="a"),
+                   Record(id="r-2", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user", text="b")])
+            assert s.delete("r-1", Scope(user_id="u", run_id="r"))
+            assert s.delete_all(Scope(user_id="u")) == 1
+    finally:
+        unregister_view_purger("fake-server")
+    u, r, ur = Scope(user_id="u"), Scope(run_id="r"), Scope(user_id="u", run_id="r")
+    covering = {g.key(): g for g in (u, r, ur)}
+    assert [c[0] for c in calls] == [tmp_path / "store" / "fake-server"] * 2
+    assert [c[1] for c in calls] == [Purge(deleted=((ur, ("r-1",)),), whole=None, covering=covering),
+                                     Purge(deleted=((ur, ("r-2",)),), whole=u, covering=covering)]
+    assert "fake-server" not in view_purgers()
+
+
+def test_a_view_needing_an_unregistered_purger_holds_the_delete_until_a_process_has_it(tmp_path, embedder):
+    """A view folder that declared its purger (``require_view_purger``) is never skipped: without the
+    purger the intent stays pending for the root (its per-scope entries are removed already), and the
+    first use of the views in a process with the purger finishes it."""
+    ur = Scope(user_id="u", run_id="r")
+    calls = []
+    with open_store(tmp_path / "store", embedder) as s:
+        s.add([Record(id="r-1", scope=ur, session_id="s1", speaker="user", text="a")])
+        remote = s.view_dir("remote")
+        require_view_purger(remote, "remote")
+        (remote / ur.slug()).mkdir()
+        assert s.delete("r-1", ur)
+        assert not (remote / ur.slug()).exists()
+        assert len(pending_intents(tmp_path / "store")) == 1
+        register_view_purger("remote", lambda folder, purge: calls.append(sorted(purge.covering)) or 0)
+        try:
+            assert s.view_dir("remote") == remote
+        finally:
+            unregister_view_purger("remote")
+    assert calls == [sorted(g.key() for g in covering_scopes(ur))]
+    assert pending_intents(tmp_path / "store") == []
+
+
+def test_the_graph_package_registers_its_purger(tmp_path):
+    assert view_purgers()[GRAPH_VIEW] is purge_graph_view
+    ur = Scope(user_id="u", run_id="r")
+    for sc in (ur, Scope(user_id="v")):
+        (tmp_path / sc.slug()).mkdir()
+    purge = Purge(deleted=((ur, ("r-1",)),), whole=None, covering={g.key(): g for g in covering_scopes(ur)})
+    assert purge_graph_view(tmp_path, purge) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Scope(user_id="v").slug()]
+
+
+def test_a_neo4j_graph_opened_through_a_view_folder_is_purged_on_its_server(tmp_path, monkeypatch):
+    """Opening a Neo4j graph through the graph view folder declares the graph purger there; the
+    purger then empties the namespaces of the covering scopes on the server (a fake driver here:
+    no Neo4j server in the tests)."""
+    from memfrontier.core.purgers import required_purgers
+    from memfrontier.graph import NEO4J_MARK, neo4j_store
+
+    replaced = []
+
+    class FakeNeo4j:
+        kind = "neo4j"
+
+        def __init__(self, ns):
+            self.ns = ns
+
+        def replace(self, data):
+            replaced.append((self.ns, data.counts()))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(neo4j_store, "Neo4jGraph", FakeNeo4j)
+    ur = Scope(user_id="u", run_id="r")
+    open_graph("neo4j", tmp_path, ur).close()
+    assert required_purgers(tmp_path) == {GRAPH_VIEW} and (tmp_path / NEO4J_MARK).exists()
+    purge = Purge(deleted=((ur, ("r-1",)),), whole=None, covering={g.key(): g for g in covering_scopes(ur)})
+    assert purge_graph_view(tmp_path, purge) == 3
+    empty = {"Memory": 0, "Speaker": 0, "Topic": 0, "SAID_BY": 0, "OF_TOPIC": 0, "FOLLOWS": 0}
+    assert sorted(replaced) == sorted((g.key(), empty) for g in covering_scopes(ur))
 
 
 def test_covering_scopes():

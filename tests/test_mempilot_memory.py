@@ -12,7 +12,7 @@ from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.store.bank import MemoryBank
-from memfrontier.store.base import StoreError
+from memfrontier.core.errors import StoreError
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.mempilot.views import DualView
 from memfrontier.strategies.mempilot.compress import (

@@ -37,10 +37,11 @@ from memfrontier.core.ledger import StageUsage, Usage
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.data import service_data
-from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, Slot, open_key_store
+from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, open_key_store
+from memfrontier.server.slots import Slot
 from memfrontier.server.rest import ServeSettings, create_app
 from memfrontier.server.tenants import client_scope, tenant_scope
-from memfrontier.store.base import StoreError
+from memfrontier.core.errors import StoreError
 
 SECRET = "My locker code is 4417."
 MODEL = "gemma-3-270m-q4_k_m"  # priced in the packaged book: 0.01 / 0.02 USD per 1M tokens

@@ -5,6 +5,7 @@ mechanics (SQLite's in-memory partitions and bm25s tokenisation, PostgreSQL's sc
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -15,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memfrontier.core.types import ImageRef, Record, Scope
+from memfrontier.core.types import Chunk, ImageRef, Record, Scope
 from memfrontier.embed.minilm import MINILM_MODEL_ID, MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import chunk_recipe
 from memfrontier.retrieve.rrf import rrf_fuse
-from memfrontier.store.base import EmbeddingMismatchError, MemoryStore, StoreError
+from memfrontier.core.errors import EmbeddingMismatchError, StoreError
+from memfrontier.store.base import MemoryStore
 from memfrontier.store.bm25 import bm25_split
 from memfrontier.store.postgres import PostgresStore
 from memfrontier.store.records import encode
@@ -590,7 +592,7 @@ def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_misse
 def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_path, minilm):
     import psycopg
 
-    from memfrontier.store.postgres import MIGRATIONS, SCHEMA_VERSION
+    from memfrontier.store.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 
     dsn = pg_database("v")
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v")
@@ -675,7 +677,7 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
     scope keeps no row; a schema-1 database gets the table filled from its chunks on open."""
     import psycopg
 
-    from memfrontier.store.postgres import SCHEMA_VERSION
+    from memfrontier.store.postgres_schema import SCHEMA_VERSION
 
     dsn = pg_database("stats")
     ax = Scope(user_id="alice", agent_id="x")
@@ -792,7 +794,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
     as schema 4's statement did on the same rows (exact and partial scopes)."""
     import psycopg
 
-    from memfrontier.store.postgres import SCHEMA_VERSION
+    from memfrontier.store.postgres_schema import SCHEMA_VERSION
     from memfrontier.store.seam import scope_where
 
     ax = Scope(user_id="alice", agent_id="x")
@@ -1104,3 +1106,47 @@ def test_embedded_server_is_shared_stopped_by_its_last_user_and_restarts_after_k
         assert c.start() == url and c.stop() is True and not (root / "pg" / "postmaster.pid").exists()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the in-memory per-scope index, without SQLite -------------------------------------------------
+
+
+def _chunk(cid: str, scope: Scope, text: str) -> Chunk:
+    return Chunk(id=cid, scope=scope, session_id="s1", timestamp=None, text=text, record_ids=[cid], n_tokens=2)
+
+
+def test_scope_index_searches_a_scope_and_the_union_of_a_partial_one():
+    """Hand-computed: dense scores are dot products of the given unit vectors; BM25 (Lucene IDF,
+    k1=1.5, b=0.75) of a term once in 1 of 3 documents, every document 2 terms long (dl = avgdl,
+    so the tf part is tf / (tf + k1) = 1 / 2.5 = 0.4): ln(1 + 2.5 / 1.5) * 0.4 = ln(8/3) * 0.4;
+    after a patch, a term in 2 of 2 documents: ln(1 + 0.5 / 2.5) * 0.4 = ln(1.2) * 0.4."""
+    from memfrontier.store.scope_index import Partition, Patch, ScopeIndex, top
+
+    r1, r2 = Scope(user_id="u1", run_id="r1"), Scope(user_id="u1", run_id="r2")
+    c1, c2 = _chunk("c1", r1, "apple banana"), _chunk("c2", r1, "banana cherry")
+    c3, c4 = _chunk("c3", r2, "apple apple"), _chunk("c4", r1, "cherry pie")
+    v = {"c1": [1.0, 0.0], "c2": [0.0, 1.0], "c3": [0.6, 0.8], "c4": [0.8, 0.6]}
+    rows = lambda *cs: [(c, int(c.id[1]), np.array(v[c.id], dtype=np.float32)) for c in cs]  # noqa: E731
+    stats = {"bm25_builds": 0}
+    index = ScopeIndex(2, stats)
+    index.reset({r1.key(): Partition.of(rows(c2, c1), 2), r2.key(): Partition.of(rows(c3), 2)})
+    u1 = Scope(user_id="u1")
+
+    dense = index.search_dense(u1, np.array([1.0, 0.0], dtype=np.float32), None)
+    assert [(c.id, round(s, 6)) for c, s in dense] == [("c1", 1.0), ("c3", 0.6), ("c2", 0.0)]
+    assert [c.id for c, _ in index.search_dense(u1, np.array([1.0, 0.0]), 2)] == ["c1", "c3"]
+    assert [(c.id, round(s, 6)) for c, s in index.search_dense(r2, np.array([1.0, 0.0]), 10)] == [("c3", 0.6)]
+    assert index.search_dense(Scope(user_id="u2"), np.array([1.0, 0.0]), 10) == []
+
+    hits = index.search_bm25(u1, "cherry", 10)
+    assert [c.id for c, _ in hits] == ["c2"] and hits[0][1] == pytest.approx(math.log(8 / 3) * 0.4)
+    assert index.search_bm25(r2, "cherry", 10) == []  # r2's own statistics and chunks only
+    assert stats["bm25_builds"] == 2  # the union of u1 and r2's partition
+
+    index.apply({r1.key(): Patch(gone={"c1"}, new=rows(c4))})
+    hits = index.search_bm25(r1, "cherry", 10)
+    assert [c.id for c, _ in hits] == ["c2", "c4"]  # a tie: store order (first_seq 2, then 4)
+    assert [s for _, s in hits] == pytest.approx([math.log(1.2) * 0.4] * 2)
+    assert [c.id for c, _ in index.search_dense(u1, np.array([1.0, 0.0]), None)] == ["c4", "c3", "c2"]
+    assert top(np.array([0.5, 2.0, 0.5, -1.0]), None, positive_only=True) == [(1, 2.0), (0, 0.5), (2, 0.5)]
+    assert top(np.array([0.5, 2.0]), 0, positive_only=False) == []

@@ -102,7 +102,7 @@ def _known_errors():
     from .eval.ray_pool import RayUnavailableError
     from .eval.runner import RunMismatchError
     from .llm.base import LLMError
-    from .store.base import StoreError
+    from .core.errors import StoreError
     from .strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,

@@ -25,7 +25,8 @@ import httpx2 as httpx
 
 from .api import Answer
 from .core.types import Budget, Hit, Preference, Record
-from .store.base import AddResult, RecordConflictError
+from .core.errors import RecordConflictError
+from .store.base import AddResult
 
 
 class ServiceError(RuntimeError):

@@ -1,9 +1,24 @@
-"""Errors as one line for a person: what crosses the CLI or MCP boundary names each field, what was
-given and what is wanted, without pydantic's multi-line layout and documentation links."""
+"""The errors every floor raises and reports: the store's (:class:`StoreError` and its kinds, raised
+by the stores, the memory banks and the graph index), and :func:`explain_validation`, a pydantic
+error as one line for a person (what crosses the CLI or MCP boundary names each field, what was
+given and what is wanted, without pydantic's multi-line layout and documentation links)."""
 
 from __future__ import annotations
 
 from pydantic import ValidationError
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or written (corrupt files, locked beyond the timeout...)."""
+
+
+class RecordConflictError(ValueError):
+    """A record id already stored in the same scope (or repeated in one batch) with other content.
+    Ids are unique per scope; a stored record is never overwritten nor skipped silently."""
+
+
+class EmbeddingMismatchError(StoreError):
+    """The store was built with another embedding model or dimension than the one now configured."""
 
 
 def explain_validation(what: str, e: ValidationError, unknown: str = "unknown field") -> str:

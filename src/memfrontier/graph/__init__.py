@@ -3,12 +3,20 @@ OF_TOPIC and FOLLOWS edges, built from write-time summary notes and queried with
 
 :func:`open_graph` opens one scope's graph on a backend: ``"ladybug"`` (embedded, files in the
 store's ``graph`` view folder, one per scope) or ``"neo4j"`` (a server, see :mod:`.neo4j_store`).
+
+Deletes: importing the package registers :func:`purge_graph_view` as the ``graph`` view purger
+(:mod:`memfrontier.core.purgers`). A scope's local folder (``state_dir``) is named
+:meth:`Scope.slug`, so the store removes it in any process; a view folder through which a Neo4j
+graph was opened requires this purger, so a delete made by a process that never imported the
+package is finished, on the server too, by the next process that reaches the graph's views.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from ..core.purgers import Purge, register_view_purger, require_view_purger
 from ..core.types import Scope
 from .backend import GraphBackend, GraphData, GraphError, GraphQueryError, QueryRows
 from .guard import CypherRejected, check_read_only
@@ -16,6 +24,8 @@ from .schema import SCHEMA_HINT
 
 BACKENDS = ("ladybug", "neo4j")
 GRAPH_VIEW = "graph"  # the store view folder of the embedded backend
+#: The file in the graph view folder saying a Neo4j graph was opened through it.
+NEO4J_MARK = ".neo4j"
 
 
 def state_dir(root: str | Path | None, scope: Scope) -> Path | None:
@@ -41,7 +51,11 @@ def open_graph(kind: str, root: str | Path | None, scope: Scope, *, read_only: b
     if kind == "neo4j":
         from .neo4j_store import Neo4jGraph
 
-        return Neo4jGraph(scope.key())
+        g = Neo4jGraph(scope.key())
+        if root is not None:  # deletes through this view folder must reach the server
+            require_view_purger(root, GRAPH_VIEW)
+            (Path(root) / NEO4J_MARK).touch()
+        return g
     raise ValueError(f"unknown graph backend {kind!r}; choose one of {BACKENDS}")
 
 
@@ -56,6 +70,33 @@ def graph_exists(kind: str, root: str | Path | None, scope: Scope) -> bool:
         g.close()
 
 
+def purge_graph_view(folder: Path, purge: Purge) -> int:
+    """The graph index's view purger: remove the local folder (database, notes cache, build meta)
+    of every scope in ``purge.covering`` from the graph view folder ``folder``, and, when a Neo4j
+    graph was opened through ``folder`` (:data:`NEO4J_MARK`), those scopes' nodes on the server.
+    Returns the graphs removed. Raises GraphError when the Neo4j server cannot be reached."""
+    removed = 0
+    for scope in purge.covering.values():
+        local = state_dir(folder, scope)
+        if local is not None and local.exists():
+            shutil.rmtree(local)
+            removed += 1
+    if (Path(folder) / NEO4J_MARK).exists():
+        from .neo4j_store import Neo4jGraph
+
+        for key in purge.covering:
+            g = Neo4jGraph(key)
+            try:
+                g.replace(GraphData())
+            finally:
+                g.close()
+            removed += 1
+    return removed
+
+
+register_view_purger(GRAPH_VIEW, purge_graph_view)
+
+
 __all__ = [
     "BACKENDS",
     "GRAPH_VIEW",
@@ -64,10 +105,12 @@ __all__ = [
     "GraphData",
     "GraphError",
     "GraphQueryError",
+    "NEO4J_MARK",
     "QueryRows",
     "SCHEMA_HINT",
     "check_read_only",
     "graph_exists",
     "open_graph",
+    "purge_graph_view",
     "state_dir",
 ]

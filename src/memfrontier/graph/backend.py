@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..store.base import StoreError
+from ..core.errors import StoreError
 
 
 class GraphError(StoreError):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..store.embedded_pg import EmbeddedPostgres
 from ..store.postgres import is_postgres_url, redact_url
-from ..store.sqlite import DB_NAME
+from ..store.sqlite_schema import DB_NAME
 
 
 @dataclass(frozen=True)

@@ -15,38 +15,19 @@ secret needs none, and the lookup stays one indexed read. Verification compares 
 constant time (``hmac.compare_digest``). A revoked key is refused by every server process on its
 next request (each request reads the key row).
 
-In-flight slots (:meth:`KeyStore.acquire` / :meth:`KeyStore.release`). A tenant has ``limit``
-numbered slots, shared by every process that opens the same key store; a request holds one while
-it runs, and a request finding none free gets 429. A slot is a lock that the operating system or
-the database drops by itself when its holder dies, so a killed worker's slots are free at once,
-with no lease to expire and no clock involved:
-
-- PostgreSQL: a session-level advisory lock ``pg_try_advisory_lock(tenant id, slot)`` taken on the
-  key store's connection (the tenant id is the tenant's row in ``tenants``). PostgreSQL releases a
-  session's advisory locks when its connection ends, including when the process is killed.
-- SQLite: an exclusive ``flock`` on the file ``<key file>.slots/<tenant>.<slot>`` (one open file
-  per held slot); the kernel releases it when the file is closed or the process dies. A tenant's
-  slot files are deleted when its last active key is revoked (:meth:`KeyStore.revoke`), under one
-  rule that keeps a slot held by one holder at a time: a file is unlinked only by a process that
-  holds its lock, so a file some request holds (in any process) is never deleted (it stays until a
-  later revocation finds it free); and a lock taken counts only when the path still names the
-  locked file (same inode) after locking, so an acquirer that opened a file just unlinked drops it
-  and opens the path again.
+In-flight slots (:meth:`KeyStore.acquire` / :meth:`KeyStore.release`): every key store is also
+the tenants' in-flight slots, locks that die with their holder (:mod:`memfrontier.server.slots`:
+advisory locks on the PostgreSQL key store's session, ``flock`` files beside the SQLite key file).
 
 The PostgreSQL key store survives a dropped connection (a restarted server, an administrator's
 ``pg_terminate_backend``): a statement or transaction that finds its session dead reconnects
 once and runs again, and the slots the dead session held (its advisory locks died with it) are
 dropped from this object's held slots; a transaction already under way when the session dies is
 not replayed (its error is reported; the next call reconnects).
-
-Both locks are re-entrant for their holder (one connection, resp. nothing stops a process from
-opening the file twice), so each :class:`KeyStore` also keeps the slots it holds and never asks
-for them again.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import logging
@@ -59,15 +40,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from ..core.ledger import Usage
-from ..store.base import StoreError
+from ..core.errors import StoreError
 from ..store.purge import with_placeholder
-from ..store.postgres import apply_migrations, is_postgres_url, redact_url, schema_version
+from ..store.postgres import is_postgres_url, redact_url
+from ..store.postgres_schema import apply_migrations, schema_version
+from .slots import InFlightSlots, SlotFiles, free_advisory_slot, try_advisory_slot
 from .tenants import check_tenant
 
 log = logging.getLogger(__name__)
@@ -101,21 +83,14 @@ class KeyInfo(BaseModel):
     revoked_s: float | None = None
 
 
-@dataclass(frozen=True)
-class Slot:
-    """One in-flight slot held by this process: ``index`` in ``0 .. limit-1`` of ``tenant``."""
-
-    tenant: str
-    index: int
-
-
-class KeyStore(ABC):
+class KeyStore(InFlightSlots, ABC):
     """API keys, per-tenant usage totals and in-flight slots (see the module docstring).
 
     SQL is written once, with ``?`` placeholders; a backend supplies the connection (``_tx``,
-    ``_read``) and the slot lock (``_try_slot``, ``_free_slot``). Every method is thread-safe.
+    ``_read``) and the slot lock (``_try_slot``, ``_free_slot``, :class:`~memfrontier.server.slots.InFlightSlots`).
+    Every method is thread-safe.
 
-    Raises ValueError for an invalid tenant name, :class:`~memfrontier.store.base.StoreError` when
+    Raises ValueError for an invalid tenant name, :class:`~memfrontier.core.errors.StoreError` when
     the database cannot be read or written; :meth:`authenticate` returns None (never raises on the
     key itself) for a missing, malformed, unknown or revoked key.
     """
@@ -123,10 +98,6 @@ class KeyStore(ABC):
     #: Where the keys live (a file path, or the database URL without its password).
     location: str
     _placeholder = "?"
-
-    def __init__(self) -> None:
-        self._slot_lock = threading.Lock()
-        self._held: dict[tuple[str, int], object] = {}
 
     # -- what a backend supplies ------------------------------------------------------------
     @abstractmethod
@@ -136,14 +107,6 @@ class KeyStore(ABC):
     @abstractmethod
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
         """The rows of one read statement."""
-
-    @abstractmethod
-    def _try_slot(self, tenant: str, index: int) -> object | None:
-        """Take slot ``index`` of ``tenant`` without waiting: a handle, or None when another holds it."""
-
-    @abstractmethod
-    def _free_slot(self, tenant: str, index: int, handle: object) -> None:
-        """Release a slot taken by :meth:`_try_slot`."""
 
     @abstractmethod
     def _close(self) -> None:
@@ -217,69 +180,12 @@ class KeyStore(ABC):
         return {stage: {f: (v if f in ("usd", "proxy_s", "wall_s") else int(v)) for f, v in zip(USAGE_FIELDS, vals)}
                 for stage, *vals in rows}
 
-    # -- in-flight slots ----------------------------------------------------------------------
-    def acquire(self, tenant: str, limit: int) -> Slot | None:
-        """Take a free one of ``tenant``'s ``limit`` in-flight slots (shared with every process that
-        opened this key store), or None when all are held. Release it with :meth:`release`."""
-        check_tenant(tenant)
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
-        with self._slot_lock:
-            for index in range(limit):
-                if (tenant, index) in self._held:
-                    continue
-                handle = self._try_slot(tenant, index)
-                if handle is not None:
-                    self._held[(tenant, index)] = handle
-                    return Slot(tenant, index)
-        return None
-
-    def release(self, slot: Slot) -> None:
-        """Free a slot taken by :meth:`acquire` (nothing when it is not held)."""
-        with self._slot_lock:
-            handle = self._held.pop((slot.tenant, slot.index), None)
-            if handle is not None:
-                self._free_slot(slot.tenant, slot.index, handle)
-
-    def held(self) -> list[Slot]:
-        """The slots this object holds now."""
-        with self._slot_lock:
-            return [Slot(t, i) for t, i in sorted(self._held)]
-
+    # -- in-flight slots: acquire / release / held (InFlightSlots) ----------------------------
     def close(self) -> None:
         """Release every slot and close the connections (the key store is not used afterwards)."""
         with self._slot_lock:
             self._close()
             self._held.clear()
-
-
-_UNLINKED = object()  # _lock_file: the file was unlinked (or replaced) while it was being locked
-
-
-def _lock_file(path: Path, *, create: bool):
-    """Take the exclusive ``flock`` of the file at ``path`` without waiting: its open descriptor;
-    None when another holds it (or, without ``create``, when no file is there); :data:`_UNLINKED`
-    when the locked file is no longer the one ``path`` names (a holder unlinked it meanwhile: open
-    the path again)."""
-    try:
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
-    except FileNotFoundError:
-        if create:
-            raise
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    try:
-        same = os.stat(path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        same = False
-    if not same:
-        os.close(fd)
-        return _UNLINKED
-    return fd
 
 
 class SQLiteKeyStore(KeyStore):
@@ -296,7 +202,7 @@ class SQLiteKeyStore(KeyStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []  # every thread's connection, closed by close()
         self._all_lock = threading.Lock()
-        self._slot_files: list[int] = []
+        self._slot_files = SlotFiles(self.slot_dir)
         with self._tx() as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -346,35 +252,19 @@ class SQLiteKeyStore(KeyStore):
             raise StoreError(f"key store {self.path}: {e}") from e
 
     def _try_slot(self, tenant: str, index: int) -> int | None:
-        self.slot_dir.mkdir(exist_ok=True)
-        path = self.slot_dir / f"{tenant}.{index}"
-        while True:
-            fd = _lock_file(path, create=True)
-            if fd is not _UNLINKED:
-                return fd  # the locked descriptor, or None: another holds the slot
+        return self._slot_files.take(tenant, index)
 
     def _free_slot(self, tenant: str, index: int, handle: int) -> None:
-        os.close(handle)  # drops the flock
+        self._slot_files.free(handle)
 
     def _retire_slots(self, active: set[str]) -> None:
-        """Delete the slot files of tenants outside ``active``, each only while holding its lock
-        (see the module docstring); a file held now stays for a later revocation."""
-        if not self.slot_dir.is_dir():
-            return
-        for path in sorted(self.slot_dir.iterdir()):
-            if path.name.rpartition(".")[0] in active:
-                continue
-            fd = _lock_file(path, create=False)
-            if fd is None or fd is _UNLINKED:
-                continue
-            try:
-                path.unlink()
-            finally:
-                os.close(fd)
+        """Delete the slot files of tenants outside ``active`` (:meth:`SlotFiles.retire`: a file
+        held now stays for a later revocation)."""
+        self._slot_files.retire(active)
 
     def _close(self) -> None:
         for fd in self._held.values():
-            os.close(fd)
+            self._slot_files.free(fd)
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:
@@ -444,9 +334,7 @@ class PostgresKeyStore(KeyStore):
             raise StoreError(f"key store {self.location} is closed")
         self._conn.close()
         self._conn = self._connect()
-        for key, session in list(self._held.items()):
-            if session != self._session:
-                self._held.pop(key, None)
+        self._forget_slots(lambda session: session != self._session)
 
     def _retrying(self, step):
         """``step(connection)``; when it finds the session dead, once more on a new one."""
@@ -503,13 +391,12 @@ class PostgresKeyStore(KeyStore):
     def _try_slot(self, tenant: str, index: int) -> int | None:
         tid = self._tenant_id(tenant)
         with self._lock:  # the session that answers is the one holding the lock
-            taken = self._read("SELECT pg_try_advisory_lock(%s::int4, %s::int4)", (tid, index))[0][0]
-            return self._session if taken else None
+            return self._session if try_advisory_slot(self._read, tid, index) else None
 
     def _free_slot(self, tenant: str, index: int, handle: int) -> None:
         with self._lock:
             if handle == self._session:  # a lock of a dead session died with it
-                self._read("SELECT pg_advisory_unlock(%s::int4, %s::int4)", (self._tenant_id(tenant), index))
+                free_advisory_slot(self._read, self._tenant_id(tenant), index)
 
     def _close(self) -> None:
         with self._lock:
@@ -530,4 +417,4 @@ def open_key_store(location: str | os.PathLike) -> KeyStore:
 
 
 __all__ = ["KEY_RE", "KeyInfo", "KeyStore", "PG_MIGRATIONS", "PG_SCHEMA", "PostgresKeyStore", "SQLiteKeyStore",
-           "Slot", "USAGE_FIELDS", "open_key_store"]
+           "USAGE_FIELDS", "open_key_store"]

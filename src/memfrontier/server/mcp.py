@@ -200,7 +200,7 @@ def _tool_errors() -> tuple[type[BaseException], ...]:
     from ..answerer import BudgetExceededError
     from ..core.pricebook import UnpricedModelError
     from ..llm.base import LLMError
-    from ..store.base import StoreError
+    from ..core.errors import StoreError
     from ..strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, LLMError, StoreError, ViewNotBuiltError, ValueError)

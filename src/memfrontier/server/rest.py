@@ -68,7 +68,8 @@ from ..core.ledger import BudgetExceededError, Ledger
 from ..core.pricebook import UnpricedModelError
 from ..core.types import Budget, Hit, Preference, Record
 from ..llm.base import LLMError
-from ..store.base import AddResult, RecordConflictError, StoreError
+from ..core.errors import RecordConflictError, StoreError
+from ..store.base import AddResult
 from ..strategies import (
     STRATEGIES,
     ViewNotBuiltError,

@@ -14,6 +14,8 @@ mix. Every item keeps the ids of the records it came from (``source_ids``).
   :func:`memfrontier.retrieve.hybrid.hybrid_search` (RRF k=60; MemoryCPT Eq. 10). The in-memory
   index of a (scope, kind) is rebuilt only after a write changed an item inside that scope.
 - Traces: every construction call's prompt, rationale and JSON output, for SFT export.
+- Deletes: :func:`purge_banks`, registered as the ``banks`` view purger
+  (:mod:`memfrontier.store.purge`), removes what deleted records left in every bank file.
 
 Rows are keyed by :meth:`~memfrontier.core.types.Scope.key` (injective). A bank written with the
 old ``|``-joined keys is migrated when opened: item keys recomputed from each item's scope; done
@@ -35,8 +37,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..embed.query import encode_query
+from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
-from .base import StoreError
+from ..core.errors import StoreError
 from .bm25 import BM25Index, TermCache
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
@@ -159,6 +162,22 @@ def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: 
         conn.close()
 
 
+#: The view folder of the memory banks (``store.view_dir(BANK_VIEW) / <name>.db``).
+BANK_VIEW = "banks"
+
+
+def purge_banks(folder: Path, purge: Purge) -> int:
+    """The banks' view purger: :func:`purge_bank` on every bank file (``*.db``) in ``folder``,
+    resetting the scopes in ``purge.covering``; returns the items removed (0 without the folder)."""
+    if not folder.is_dir():
+        return 0
+    deleted = [(scope, list(ids)) for scope, ids in purge.deleted]
+    return sum(purge_bank(f, deleted, purge.whole, set(purge.covering)) for f in sorted(folder.glob("*.db")))
+
+
+register_view_purger(BANK_VIEW, purge_banks)
+
+
 class MemoryBank:
     """Derived memories of one view builder, stored in ``path`` (a SQLite file).
 
@@ -222,10 +241,10 @@ class MemoryBank:
 
     @classmethod
     def for_store(cls, store, name: str) -> "MemoryBank":
-        """The bank ``name`` among ``store``'s views: ``store.view_dir("banks") / <name>.db``
+        """The bank ``name`` among ``store``'s views: ``store.view_dir(BANK_VIEW) / <name>.db``
         (characters outside ``[A-Za-z0-9._-]`` in ``name`` become ``_``)."""
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-        return cls(store.view_dir("banks") / f"{safe}.db", store.embedder)
+        return cls(store.view_dir(BANK_VIEW) / f"{safe}.db", store.embedder)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -30,19 +30,6 @@ class AddResult(BaseModel):
     chunks_embedded: int = 0
 
 
-class StoreError(RuntimeError):
-    """The store cannot be opened or written (corrupt files, locked beyond the timeout...)."""
-
-
-class RecordConflictError(ValueError):
-    """A record id already stored in the same scope (or repeated in one batch) with other content.
-    Ids are unique per scope; a stored record is never overwritten nor skipped silently."""
-
-
-class EmbeddingMismatchError(StoreError):
-    """The store was built with another embedding model or dimension than the one now configured."""
-
-
 @runtime_checkable
 class MemoryStore(Protocol):
     """Records of record, turn-atomic chunks and their vectors, all scoped; the seam every other
@@ -51,7 +38,7 @@ class MemoryStore(Protocol):
 
     Every read takes a :class:`Scope`; a ``None`` field in it matches any value. Record ids are
     unique per scope. Ingest is idempotent (a record already present with the same content is
-    skipped; other content raises :class:`RecordConflictError`), and delete reaches every index
+    skipped; other content raises :class:`~memfrontier.core.errors.RecordConflictError`), and delete reaches every index
     and every view derived from the deleted records. Search is two primitives confined to a scope;
     fusion and recipes are :func:`memfrontier.retrieve.hybrid.hybrid_search`'s.
     """
@@ -61,8 +48,10 @@ class MemoryStore(Protocol):
 
     def view_dir(self, name: str) -> Path:
         """The local folder holding view ``name``'s files (memory banks, graph index), created if
-        missing; per-scope files inside it are named :meth:`Scope.slug`. Deletes made through
-        another view folder of the same database are applied to these files first
+        missing. An entry inside it named :meth:`Scope.slug` belongs to that scope and goes when a
+        record of a scope it covers is deleted; a view that keeps anything else registers (and,
+        outside the store, declares) its purger (:mod:`memfrontier.core.purgers`). Deletes made
+        through another view folder of the same database are applied to these files first
         (:mod:`memfrontier.store.purge`). Raises ValueError for a name outside ``[A-Za-z0-9_-]+``."""
         ...
 

@@ -36,7 +36,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .base import StoreError
+from ..core.errors import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -1,77 +1,14 @@
 """The scale-out store: PostgreSQL + pgvector through ``psycopg`` 3.
 
 The same :class:`~memfrontier.store.base.MemoryStore` members as
-:class:`~memfrontier.store.sqlite.SQLiteStore`; the data live in one PostgreSQL database:
-
-    schema_version  one row per applied migration (version, applied_at)
-    meta            embedding model id and dim, chunk_tokens
-    records         the store of record, ``UNIQUE (scope_key, id)``: record ids are unique per scope
-    chunks          turn-atomic chunks of each (scope, session) with their record ids (``text[]``),
-                    their vector (``vector(dim)``, HNSW index, cosine) and a generated ``tsvector``
-                    (``to_tsvector('english', text)``) with its length (``tsv_len``, distinct lexemes)
-    postings        BM25 postings: one row per (chunk, lexeme of its tsvector of at most 256 bytes,
-                    :data:`MAX_LEXEME_BYTES`) with the chunk's scope columns, tf (the lexeme's number
-                    of positions) and the chunk's length; a covering btree ``(lexeme, user_id,
-                    agent_id, run_id) INCLUDE (chunk_id, tf, dl)`` and a unique one on ``(chunk_id,
-                    lexeme)``. A longer token (e.g. a 2,000-letter "word") has no posting: it is
-                    not BM25-searchable in this store (the SQLite store has no such limit), though
-                    it counts in its chunk's length
-    bm25_scope_stats  per exact scope: its number of chunks and the sum of their lengths (distinct
-                    lexemes), BM25's N and average length
-    Both BM25 tables are kept by the database: statement-level triggers on ``chunks`` (AFTER INSERT
-    / AFTER DELETE) change them in the statement that changes the chunks, whichever client runs it.
-    pending_purges  delete intents whose derived-view cleanup (bank files, graph folders) is not done
-    view_roots, purges_applied  the view roots (local view folders of the processes using the
-                    database) and the intents each has applied (:mod:`memfrontier.store.purge`)
-
-View files (memory banks, the embedded graph index) are local files, as with SQLite: they live in
-``directory`` (default ``$MEMFRONTIER_HOME/postgres/<database slug>``, ``MEMFRONTIER_HOME``
-defaulting to ``~/.cache/memfrontier``), one folder per view (:meth:`PostgresStore.view_dir`).
-Processes sharing the database may keep their view files in different directories: a delete
-reaches each of them (on its next open, or when its views are next reached), and its intent is
-dropped once every directory applied it (:mod:`memfrontier.store.purge`).
-
-Writes. ``add``, ``delete`` and ``delete_all`` each run in one transaction that holds a
-transaction-level advisory lock per scope it changes (``pg_advisory_xact_lock`` on a hash of the
-scope key, taken in sorted order): writers of different scopes proceed in parallel, writers of one
-scope serialise (the re-chunking of a session reads then rewrites its chunks). A killed client
-leaves nothing: PostgreSQL rolls the open transaction back. Chunk ids hash (scope key, session,
-record ids, text), so an unchanged chunk keeps its row and its vector; only new chunks are embedded.
-
-Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`):
-
-- :meth:`PostgresStore.search_dense`: cosine through pgvector's ``<=>`` (cosine distance,
-  similarity = 1 - distance). With a ``k`` the HNSW index may be used (approximate,
-  ``hnsw.iterative_scan = strict_order`` so a scope filter still yields ``k`` rows,
-  ``hnsw.ef_search = max(40, k)``); the planner scans exactly when the scope's rows are few.
-- :meth:`PostgresStore.search_bm25`: Okapi BM25 (k1=1.5, b=0.75, Lucene IDF, as bm25s) computed
-  in SQL over PostgreSQL's full-text lexemes: the query's lexemes (``to_tsvector('english', query)``,
-  Snowball English stemmer and stopwords) are looked up in ``postings`` (an index-only scan per
-  lexeme, always filtered by the scope columns); the chunks of the scope holding any of them are
-  scored with N, df and the average length of the searched scope's own chunks (no other tenant's
-  text enters the statistics). How it differs from the SQLite store's
-  bm25s: the tokenizer (PostgreSQL's default parser and Snowball stemmer, not ours: accents are
-  not folded, unspaced CJK text is one token, not bigrams), tf counts a lexeme's positions (capped
-  at 256 by PostgreSQL), a chunk's length is its number of distinct lexemes, and a lexeme over
-  :data:`MAX_LEXEME_BYTES` (256 bytes) has no posting, so such a token is not searchable. N and the average
-  length come from ``bm25_scope_stats`` (one row per exact scope, summed over the scopes a partial scope
-  covers), so a search costs O(postings of the query's lexemes in the scope), not O(chunks in
-  scope); the postings are read from one btree in lexeme order (a few pages per thousand matches),
-  not one ``chunks`` heap page per matching chunk as before schema 5, and only the top ``k`` rows
-  (with their score ties) are joined back for their text. The recall difference is measured in
-  ``benchmarks/bench_pg_recall.py`` (evidence recall of ``rag`` on the LoCoMo test split against
-  the SQLite store).
-
-  Latency in one scope of 100,000 chunks (1 user x 1,000,000 synthetic records, embedded server
-  with 128 MB shared_buffers, 2 cores; ``benchmarks/bench_pg_store.py --records 1000000 --users 1
-  --keep DIR --stores postgres``, three runs): hybrid search right after an add p50 15.5-19.1 ms,
-  p95 166-170 ms, warm p50 10-13 ms, BM25 alone 9 ms (schema 4, reading each match's tsvector:
-  77-87 ms, 437-505 ms, 37 ms, 37 ms).
-
-Schema migrations are versioned (:data:`MIGRATIONS`): opening a database applies the missing
-versions in order in one transaction under an advisory lock; a database written by a newer
-memfrontier is refused with :class:`StoreError`. The ``vector`` extension is created when absent
-(that needs a role allowed to create it; otherwise create it once as a superuser).
+:class:`~memfrontier.store.sqlite.SQLiteStore`, the data in one PostgreSQL database (schema and
+migrations: :mod:`memfrontier.store.postgres_schema`), the view files (memory banks, the embedded
+graph index) in a local ``directory`` (:func:`default_directory`). Writes hold a
+transaction-level advisory lock per scope they change. :meth:`PostgresStore.search_dense` is
+cosine through pgvector (HNSW with a ``k``); :meth:`PostgresStore.search_bm25` is Okapi BM25
+(k1=1.5, b=0.75, Lucene IDF) computed in SQL over PostgreSQL's English full-text lexemes, with the
+searched scope's own statistics. Tables, tokenizer differences from the SQLite store, latency and
+operations: ``docs/service-postgres.md``.
 
 Errors: :class:`StoreError` when the server cannot be reached or a statement fails (the message
 names the database, never the password), :class:`EmbeddingMismatchError` when the store was built
@@ -93,9 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, Record, Scope
-from .base import AddProgress, AddResult, StoreError
+from ..core.errors import StoreError
+from .base import AddProgress, AddResult
 from .chunking import chunk_records
-from .purge import LOG_TABLES
+from .postgres_schema import MIGRATIONS, apply_migrations, schema_version
 from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
 from .seam import ORDER_CHUNKS, ORDER_RECORDS, RECORD_COLS, StoreSeam, chunk_order
 
@@ -115,207 +53,6 @@ def redact_url(dsn: str) -> str:
     """The URL without its password (for messages)."""
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
 
-
-# ---------------------------------------------------------------------------------------------
-# Schema migrations: version -> statements (``{dim}`` is the embedding dimension)
-# ---------------------------------------------------------------------------------------------
-
-_V1 = [
-    "CREATE EXTENSION IF NOT EXISTS vector",
-    "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
-    """CREATE TABLE records (
-        seq bigserial PRIMARY KEY,
-        id text COLLATE "C" NOT NULL,
-        kind text NOT NULL,
-        scope_key text COLLATE "C" NOT NULL,
-        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
-        scope_json text NOT NULL,
-        session_id text COLLATE "C" NOT NULL,
-        speaker text NOT NULL,
-        role text NOT NULL,
-        timestamp text COLLATE "C",
-        text text NOT NULL,
-        images_json text NOT NULL,
-        step_index integer,
-        action text,
-        observation text,
-        meta_json text NOT NULL,
-        n_tokens integer NOT NULL,
-        UNIQUE (scope_key, id))""",
-    "CREATE INDEX records_session ON records (scope_key, session_id)",
-    "CREATE INDEX records_user ON records (user_id)",
-    "CREATE INDEX records_agent ON records (agent_id)",
-    "CREATE INDEX records_run ON records (run_id)",
-    """CREATE TABLE chunks (
-        id text COLLATE "C" PRIMARY KEY,
-        scope_key text COLLATE "C" NOT NULL,
-        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
-        scope_json text NOT NULL,
-        session_id text COLLATE "C" NOT NULL,
-        timestamp text COLLATE "C",
-        text text NOT NULL,
-        n_tokens integer NOT NULL,
-        first_seq bigint NOT NULL,
-        record_ids text[] NOT NULL,
-        embedding vector({dim}) NOT NULL,
-        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
-        tsv_len integer GENERATED ALWAYS AS (length(to_tsvector('english', text))) STORED)""",
-    "CREATE INDEX chunks_session ON chunks (scope_key, session_id)",
-    "CREATE INDEX chunks_user ON chunks (user_id)",
-    "CREATE INDEX chunks_agent ON chunks (agent_id)",
-    "CREATE INDEX chunks_run ON chunks (run_id)",
-    "CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops)",
-    "CREATE INDEX chunks_tsv ON chunks USING gin (tsv)",
-    "CREATE TABLE pending_purges (seq bigserial PRIMARY KEY, intent_json text NOT NULL)",
-]
-
-def _scope_stats_table(name: str) -> list[str]:
-    """Statements creating the per-scope BM25 statistics table ``name`` (N and summed length of each
-    exact scope's chunks) and filling it from the chunks present."""
-    return [f"""CREATE TABLE {name} (
-        scope_key text COLLATE "C" PRIMARY KEY,
-        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
-        n_chunks bigint NOT NULL,
-        sum_len bigint NOT NULL)""",
-            f"CREATE INDEX {name}_user ON {name} (user_id)",
-            (f"INSERT INTO {name} SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
-             "GROUP BY scope_key, user_id, agent_id, run_id")]
-
-
-# v3: the BM25 statistics of each exact scope, kept by the writes (a search read them from the
-# scope's chunk rows before: O(chunks in scope) per search), filled from the chunks present.
-_V3 = _scope_stats_table("scope_stats")
-
-# v4: the full-text index without GIN's pending list ("fastupdate"). With it, new entries wait in an
-# unsorted list (up to gin_pending_list_limit, 4 MB) that every search scans whole, and the add
-# that fills it merges it into the index. In one scope of 100,000 chunks a full list made the index
-# scan of each BM25 search read 499 pages instead of 11 (4.0 ms instead of 0.6 ms); entries now go
-# into the index as each chunk is written. The list left by older versions is merged here.
-_V4 = [
-    "ALTER INDEX chunks_tsv SET (fastupdate = off)",
-    "SELECT gin_clean_pending_list('chunks_tsv'::regclass)",
-]
-
-#: Longest lexeme (bytes, ``octet_length``) given a posting. The btree entry of ``postings_lexeme``
-#: (lexeme, scope columns, chunk id, tf, dl) must stay under PostgreSQL's 2704 bytes: with scope
-#: keys of at most :data:`~memfrontier.store.records.MAX_KEY_BYTES` bytes the scope columns take at
-#: most about that much, so 256 bytes of lexeme always fit. Longer tokens (a 300-letter "word", a
-#: base64 blob) are not BM25-searchable in this store; they still count in the chunk's length.
-MAX_LEXEME_BYTES = 256
-
-# One posting per (chunk, lexeme of at most MAX_LEXEME_BYTES) of the chunk rows ``{src}``.
-_POSTINGS_SELECT = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-                    "FROM {src} c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= " + str(MAX_LEXEME_BYTES))
-
-# v5: BM25 postings, one row per (chunk, lexeme of its tsvector) with the lexeme's tf (number of
-# positions) and the chunk's length, kept by the writes in the chunks' transaction and filled here
-# from the chunks present. A search reads, per query lexeme, the scope's postings from one btree
-# (an index-only scan: lexeme, then the scope columns, carrying chunk id, tf and length) instead of
-# one heap page of ``chunks`` per matching chunk (to unnest its tsvector): in one scope of 100,000
-# chunks that was ~38 ms of every search and, with the HNSW index, more than 128 MB of
-# shared_buffers to keep cached. No statement uses the GIN index on ``tsv`` any more: it goes (each
-# chunk insert paid for it).
-_V5 = [
-    """CREATE TABLE postings (
-        lexeme text COLLATE "C" NOT NULL,
-        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
-        chunk_id text COLLATE "C" NOT NULL,
-        tf smallint NOT NULL,
-        dl integer NOT NULL)""",
-    "INSERT INTO postings " + _POSTINGS_SELECT.format(src="chunks") + " ORDER BY 1, 2, 3, 4",
-    "CREATE INDEX postings_lexeme ON postings (lexeme, user_id, agent_id, run_id) INCLUDE (chunk_id, tf, dl)",
-    "CREATE INDEX postings_chunk ON postings (chunk_id)",
-    "DROP INDEX chunks_tsv",
-    "ANALYZE postings",
-]
-
-# The trigger bodies' statements on the postings: those of the statement's new chunks, and the
-# removal of those of its old ones.
-_POSTINGS_ADD = ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
-                 + _POSTINGS_SELECT.format(src="new_chunks"))
-_POSTINGS_DROP = "DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks))"
-
-
-def _chunk_triggers(name: str, on_insert: list[str], on_delete: list[str]) -> list[str]:
-    """Statements (re)creating the plpgsql functions ``{name}_insert()`` / ``{name}_delete()``, which
-    run the statements ``on_insert`` / ``on_delete``, and the statement-level triggers
-    ``chunks_{name}_insert`` (AFTER INSERT, the statement's rows as ``new_chunks``) and
-    ``chunks_{name}_delete`` (AFTER DELETE, ``old_chunks``) on ``chunks`` that call them."""
-    out = []
-    for event, rows, body in (("insert", "NEW TABLE AS new_chunks", on_insert),
-                              ("delete", "OLD TABLE AS old_chunks", on_delete)):
-        statements = "".join(stmt + ";\n" for stmt in body)
-        out += [f"CREATE OR REPLACE FUNCTION {name}_{event}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
-                f"BEGIN\n{statements}RETURN NULL;\nEND $$",
-                f"DROP TRIGGER IF EXISTS chunks_{name}_{event} ON chunks",
-                (f"CREATE TRIGGER chunks_{name}_{event} AFTER {event.upper()} ON chunks REFERENCING {rows} "
-                 f"FOR EACH STATEMENT EXECUTE FUNCTION {name}_{event}()")]
-    return out
-
-
-# v6: the postings are kept by the database itself: statement-level triggers on ``chunks`` (AFTER
-# INSERT / AFTER DELETE, with the statement's new / old rows as a transition table) insert the
-# postings of the chunks a statement inserts and delete those of the chunks it deletes, so every
-# writer (one running older code included, or a hand-written statement) keeps them exact. Before,
-# only the store's own re-chunk wrote them: a writer unaware of them left chunks without postings,
-# or postings of deleted chunks (their lexemes surviving the erasure of the text; stale rows inflate
-# df). Lexemes over MAX_LEXEME_BYTES get no posting (see there). The migration resyncs the table
-# with the chunks (postings of vanished chunks or of too long lexemes go, chunks without postings
-# get theirs) and makes (chunk_id, lexeme) unique, so a process still running schema 5's code, which
-# inserts postings itself after the trigger did, fails its add instead of doubling them. Creating
-# the triggers locks ``chunks`` against writes until the migration commits, so the resync is exact.
-# (A chunk's text and scope are never updated in place, its id hashes them: no UPDATE trigger.)
-_V6 = [
-    *_chunk_triggers("postings", [_POSTINGS_ADD], [_POSTINGS_DROP]),
-    (f"DELETE FROM postings p WHERE octet_length(p.lexeme) > {MAX_LEXEME_BYTES} "
-     "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)"),
-    ("DELETE FROM postings p USING (SELECT ctid, row_number() OVER (PARTITION BY chunk_id, lexeme) AS n "
-     "FROM postings) d WHERE p.ctid = d.ctid AND d.n > 1"),
-    ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
-     + _POSTINGS_SELECT.format(src="chunks") + " AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.id)"),
-    "CREATE UNIQUE INDEX postings_chunk_lexeme ON postings (chunk_id, lexeme)",
-    "DROP INDEX IF EXISTS postings_chunk",
-    "ANALYZE postings",
-]
-
-# v7: the scope statistics are kept by the same triggers as the postings (before, by the store's own
-# re-chunk in Python, so a writer unaware of them, e.g. a hand-written statement, let N and the
-# average length drift). One function per event keeps both BM25 tables: the postings of the
-# statement's chunks and, per scope, their count and summed length (added on insert; subtracted on
-# delete, a scope left without chunks losing its row). ``scope_stats`` is replaced by
-# ``bm25_scope_stats``, filled from the chunks present (a resync), so a process still running schema
-# 6's code, which adds its own counts after the trigger did, fails its add (no table
-# ``scope_stats``) instead of doubling them. Creating the triggers first locks ``chunks`` against writes until the migration commits.
-_V7 = [
-    "DROP TRIGGER IF EXISTS chunks_postings_insert ON chunks",
-    "DROP TRIGGER IF EXISTS chunks_postings_delete ON chunks",
-    "DROP FUNCTION IF EXISTS postings_insert()",
-    "DROP FUNCTION IF EXISTS postings_delete()",
-    *_chunk_triggers("bm25", [
-        _POSTINGS_ADD,
-        "INSERT INTO bm25_scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len) "
-        "SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM new_chunks "
-        "GROUP BY scope_key, user_id, agent_id, run_id ORDER BY scope_key "
-        "ON CONFLICT (scope_key) DO UPDATE "
-        "SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len",
-    ], [
-        _POSTINGS_DROP,
-        "UPDATE bm25_scope_stats s SET n_chunks = s.n_chunks - d.n, sum_len = s.sum_len - d.len "
-        "FROM (SELECT scope_key, count(*) AS n, sum(tsv_len) AS len FROM old_chunks GROUP BY scope_key) d "
-        "WHERE s.scope_key = d.scope_key",
-        "DELETE FROM bm25_scope_stats WHERE n_chunks <= 0 AND scope_key = ANY(ARRAY(SELECT scope_key FROM old_chunks))",
-    ]),
-    "DROP TABLE IF EXISTS scope_stats",
-    *_scope_stats_table("bm25_scope_stats"),
-]
-
-#: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
-# 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
-# 5: BM25 postings (the full-text index dropped); 6: the postings kept by triggers on ``chunks``
-# (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme);
-# 7: the scope statistics kept by the same triggers (renamed bm25_scope_stats, resynced)
-SCHEMA_VERSION = max(MIGRATIONS)
 
 _CHUNK_COLS = "id, scope_json, session_id, timestamp, text, n_tokens, record_ids"
 
@@ -356,78 +93,6 @@ def _lock_id(scope_key: str) -> int:
     return int.from_bytes(hashlib.sha256(scope_key.encode("ascii")).digest()[:8], "big", signed=True)
 
 
-
-
-def schema_version(c) -> int:
-    """The version recorded in the ``schema_version`` table that ``c``'s ``search_path`` reaches
-    (0 when there is none yet)."""
-    if c.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:
-        return 0
-    return int(c.execute("SELECT COALESCE(max(version), 0) FROM schema_version").fetchone()[0])
-
-
-def apply_migrations(c, migrations: dict[int, list[str]], *, lock: int, what: str, **fmt) -> int:
-    """Inside a transaction on ``c``: bring the table set to ``max(migrations)``.
-
-    Takes the transaction-level advisory lock ``lock`` (so concurrent openers migrate once), reads
-    the ``schema_version`` table (created when absent, in the first schema of ``search_path``),
-    runs each missing version's statements in order (``str.format(**fmt)`` applied) and records
-    each version. Returns the version found before migrating.
-
-    Raises:
-        StoreError: the recorded version is newer than ``max(migrations)`` (``what`` names the
-            database in the message).
-    """
-    target = max(migrations)
-    c.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
-    current = schema_version(c)
-    if current > target:
-        raise StoreError(f"{what} has schema version {current}, newer than this memfrontier's {target}; "
-                         f"upgrade memfrontier to open it")
-    if current == 0:
-        c.execute("CREATE TABLE schema_version (version integer PRIMARY KEY, "
-                  "applied_at timestamptz NOT NULL DEFAULT now())")
-    for version in range(current + 1, target + 1):
-        for stmt in migrations[version]:
-            c.execute(stmt.format(**fmt) if fmt else stmt)
-        c.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-        log.info("%s migrated to schema version %d", what, version)
-    return current
-
-
-def columns_holding(dsn: str, needle: str) -> list[str]:
-    """An erasure audit: ``<schema>.<table>.<column>`` of every column, in every table of the
-    database outside the system catalogs (the store's, and the service's keys and usage), that has
-    a live row whose value cast to text contains ``needle`` (text, JSON, ``text[]`` record ids,
-    ``tsvector`` lexemes alike); sorted. A full scan of every column: for audits and tests, not
-    for a request path.
-
-    What it cannot see: row versions already deleted but not yet reclaimed by VACUUM, and the
-    write-ahead log; those belong to the server's data directory (shared by all its databases),
-    erased by the operator's VACUUM FULL and WAL retention, not by the store.
-
-    Raises:
-        StoreError: the database cannot be reached or read (the message names it without password).
-    """
-    import psycopg
-    from psycopg import sql
-
-    found = []
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            cols = conn.execute(
-                "SELECT c.table_schema, c.table_name, c.column_name FROM information_schema.columns c "
-                "JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
-                "WHERE t.table_type = 'BASE TABLE' AND c.table_schema NOT IN ('pg_catalog', 'information_schema') "
-                "ORDER BY 1, 2, 3").fetchall()
-            for schema, table, column in cols:
-                q = sql.SQL("SELECT EXISTS (SELECT 1 FROM {}.{} WHERE strpos({}::text, %s) > 0)").format(
-                    sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column))
-                if conn.execute(q, (needle,)).fetchone()[0]:
-                    found.append(f"{schema}.{table}.{column}")
-    except psycopg.Error as e:
-        raise StoreError(f"store database {redact_url(dsn)}: {e}") from e
-    return found
 
 
 def default_directory(dsn: str) -> Path:
@@ -506,8 +171,8 @@ class PostgresStore(StoreSeam):
             return schema_version(c)
 
     def _migrate(self) -> None:
-        """Apply the missing :data:`MIGRATIONS` in order (one transaction, advisory lock); refuse a
-        schema newer than :data:`SCHEMA_VERSION`."""
+        """Apply the missing :data:`~memfrontier.store.postgres_schema.MIGRATIONS` in order (one transaction, advisory lock); refuse a
+        schema newer than :data:`~memfrontier.store.postgres_schema.SCHEMA_VERSION`."""
         with self._tx() as c:
             apply_migrations(c, MIGRATIONS, lock=_MIGRATION_LOCK, what=f"store database {self.name}",
                              dim=int(self.embedder.dim))
@@ -777,4 +442,4 @@ class PostgresStore(StoreSeam):
         return f"PostgresStore({self.name!r}, embedder={getattr(self.embedder, 'model_id', '?')!r}, chunk_tokens={self.chunk_tokens})"
 
 
-__all__ = ["MIGRATIONS", "PostgresStore", "SCHEMA_VERSION", "columns_holding", "default_directory", "is_postgres_url"]
+__all__ = ["PostgresStore", "default_directory", "is_postgres_url", "redact_url"]

@@ -1,22 +1,30 @@
 """Deleting records reaches every view derived from them.
 
 A delete in the store (:meth:`~memfrontier.store.sqlite.SQLiteStore.delete` /
-``delete_all``) commits, in the same SQLite transaction as the records' removal, a *purge intent*:
+``delete_all``) commits, in the same transaction as the records' removal, a *purge intent*:
 ``{"scope": <delete_all scope or null>, "records": [[<record scope>, [ids...]], ...]}``.
-:func:`purge_views` carries it out on the files of the store directory:
+:func:`purge_views` carries it out on a view root (the folder holding the view folders) as a
+:class:`~memfrontier.core.purgers.Purge`, in three steps that hold in any process:
 
-* banks (``banks/*.db``): items built from a deleted record, items inside a deleted scope, and
-  the done marks and traces of every scope that covers a deleted record (see
-  :func:`~memfrontier.store.bank.purge_bank`);
-* graph indexes (``graph/<scope>/``): the whole folder (database, notes cache, build meta) of
-  every scope that covers a deleted record, so the next build starts from the remaining records.
+1. every view folder of the root loses its entries named :meth:`Scope.slug` of a scope covering a
+   deleted record (the view-folder contract of :meth:`MemoryStore.view_dir`; e.g. the graph
+   index's per-scope folders, whose database, notes cache and build meta go together);
+2. every purger registered with :func:`~memfrontier.core.purgers.register_view_purger` runs on its
+   folder: the memory banks' (:mod:`memfrontier.store.bank`, imported here so that every store
+   process has it) and those of the view packages the process imported (``memfrontier.graph``:
+   a graph kept on a Neo4j server);
+3. a view folder that declared a purger this process has not registered
+   (:func:`~memfrontier.core.purgers.require_view_purger`) defers the intent for this root
+   (:class:`~memfrontier.core.purgers.PurgeDeferred`): it stays pending, and a process with the
+   purger carries it out when it next reaches the root's views (``view_dir``), before reading them.
+
+The store never imports a view package: views register into the ground-floor registry, and what a
+process without them must know to purge (step 1, step 3) is data the views leave in their folders.
 
 A scope G *covers* a record scope R when every id G sets equals R's (the records a search or a
 build for G reads include R's). The scopes covering R are the non-empty subsets of R's set ids:
 at most 7, enumerated by :func:`covering_scopes`. Everything here is idempotent: an intent
 interrupted half way is simply run again.
-
-Views kept on a server (the Neo4j graph backend) are not reached from here.
 
 View roots. View files are local: every store object has a *view root* (the SQLite store's
 directory; a PostgreSQL store's ``directory``, which differs between processes sharing one
@@ -36,6 +44,7 @@ process next reaches its views through the store.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import socket
 from collections.abc import Callable
@@ -43,8 +52,11 @@ from contextlib import AbstractContextManager
 from itertools import combinations
 from pathlib import Path
 
+from ..core.purgers import Purge, PurgeDeferred, required_purgers, view_purgers
 from ..core.types import Scope
-from .bank import purge_bank
+from . import bank  # noqa: F401  (registers the memory banks' purger in every store process)
+
+log = logging.getLogger(__name__)
 
 _FIELDS = ("user_id", "agent_id", "run_id")
 
@@ -66,28 +78,55 @@ def covering_scopes(scope: Scope) -> list[Scope]:
             for n in range(1, len(set_fields) + 1) for combo in combinations(set_fields, n)]
 
 
-def purge_views(root: str | Path, intent: dict) -> dict[str, int]:
-    """Carry out one purge intent on the store directory ``root``; returns what was removed
-    (``bank_items``, ``graphs``). Raises StoreError when a bank file cannot be written."""
-    # the graph folders' layout belongs to the graph package (same floor; lazy: graph imports store)
-    from ..graph import GRAPH_VIEW, state_dir
-
-    root = Path(root)
-    whole = Scope(**intent["scope"]) if intent.get("scope") else None
-    deleted = [(Scope(**sc), list(ids)) for sc, ids in intent.get("records", [])]
+def purge_of(intent: dict) -> Purge:
+    """The :class:`~memfrontier.core.purgers.Purge` of a purge intent (see the module docstring)."""
+    deleted = tuple((Scope(**sc), tuple(ids)) for sc, ids in intent.get("records", []))
     covering = {g.key(): g for sc, _ in deleted for g in covering_scopes(sc)}
-    keys = set(covering)
-    out = {"bank_items": 0, "graphs": 0}
-    banks = root / "banks"
-    if banks.is_dir():
-        for f in sorted(banks.glob("*.db")):
-            out["bank_items"] += purge_bank(f, deleted, whole, keys)
-    for key in sorted(keys):
-        folder = state_dir(root / GRAPH_VIEW, covering[key])
-        if folder is not None and folder.exists():
-            shutil.rmtree(folder)
-            out["graphs"] += 1
+    whole = Scope(**intent["scope"]) if intent.get("scope") else None
+    return Purge(deleted=deleted, whole=whole, covering=dict(sorted(covering.items())))
+
+
+def remove_scope_entries(folder: Path, purge: Purge) -> int:
+    """Remove from the view folder ``folder`` the entries (files or folders) named
+    :meth:`Scope.slug` of a scope in ``purge.covering``; returns how many."""
+    removed = 0
+    for scope in purge.covering.values():
+        entry = folder / scope.slug()
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+        else:
+            continue
+        removed += 1
+    return removed
+
+
+def purge_views(root: str | Path, intent: dict) -> dict[str, int]:
+    """Carry out one purge intent on the view root ``root`` (the three steps of the module
+    docstring); returns what was removed, by view name.
+
+    Raises:
+        PurgeDeferred: a view folder of ``root`` requires a purger not registered in this process
+            (after everything else was done).
+        StoreError: a view cannot be written (e.g. a bank file), as a purger raises it.
+    """
+    root = Path(root)
+    purge = purge_of(intent)
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
+    out: dict[str, int] = {}
+    for folder in folders:
+        out[folder.name] = remove_scope_entries(folder, purge)
+    purgers = view_purgers()
+    for name, purger in sorted(purgers.items()):
+        out[name] = out.get(name, 0) + purger(root / name, purge)
+    missing = sorted({n for folder in folders for n in required_purgers(folder)} - set(purgers))
+    if missing:
+        raise PurgeDeferred(missing)
     return out
+
+
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def view_root_id(folder: str | Path) -> str:
@@ -117,7 +156,9 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
     first, :func:`purge_views`), registering the root first when its folder exists, and record each
     one; then drop the registered roots of this host whose folder is gone and the intents that
     every registered root has applied. Idempotent (an interruption leaves the intent to be carried
-    out again). Returns the intents carried out here.
+    out again). An intent deferred here (:class:`~memfrontier.core.purgers.PurgeDeferred`) is not
+    recorded: it stays pending for this root, with a warning once per process. Returns the intents
+    carried out here.
 
     Raises StoreError when a bank file cannot be written, or as ``tx`` raises."""
     root, applied = view_root_id(folder), 0
@@ -127,7 +168,14 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
             pending = c.execute(with_placeholder(f"SELECT seq, intent_json FROM pending_purges WHERE {_NOT_APPLIED} ORDER BY seq",
                                      ph), (root,)).fetchall()
         for seq, intent_json in pending:
-            purge_views(folder, json.loads(intent_json))
+            try:
+                purge_views(folder, json.loads(intent_json))
+            except PurgeDeferred as e:  # left pending here until a process with the purgers runs it
+                if (root, tuple(e.missing)) not in _WARNED:
+                    _WARNED.add((root, tuple(e.missing)))
+                    log.warning("deleted records are not yet purged from the views of %s: they need %s; a "
+                                "process that has them finishes the purge when it reaches these views", root, e)
+                continue
             with tx() as c:
                 c.execute(with_placeholder("INSERT INTO purges_applied (seq, root) VALUES (?, ?) ON CONFLICT (seq, root) DO NOTHING",
                                ph), (seq, root))
@@ -145,4 +193,4 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
     return applied
 
 
-__all__ = ["LOG_TABLES", "apply_pending", "covering_scopes", "purge_views", "purges_due", "view_root_id", "with_placeholder"]
+__all__ = ["LOG_TABLES", "apply_pending", "covering_scopes", "purge_of", "purge_views", "remove_scope_entries", "purges_due", "view_root_id", "with_placeholder"]

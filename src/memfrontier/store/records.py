@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.types import Chunk, ImageRef, Record, Scope
-from .base import AddProgress, AddResult, RecordConflictError, StoreError
+from ..core.errors import RecordConflictError, StoreError
+from .base import AddProgress, AddResult
 
 
 def row_to_record(row) -> Record:

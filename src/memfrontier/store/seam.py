@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.types import Chunk, Record, Scope
 from ..embed.query import encode_query
-from .base import EmbeddingMismatchError
+from ..core.errors import EmbeddingMismatchError
 from .purge import apply_pending, purges_due
 from .records import check_conflicts, checked_batch, count_tokens_many, embedding_mismatch, row_to_record, view_folder
 
@@ -124,7 +124,8 @@ class StoreSeam:
 
     def view_dir(self, name: str) -> Path:
         """The folder that holds view ``name``'s files (``<directory>/<name>``), created if missing.
-        Views that keep one folder per scope name it :meth:`Scope.slug` inside this one. A delete
+        Views that keep one folder per scope name it :meth:`Scope.slug` inside this one (the
+        store removes it with the scope's deleted records, :mod:`memfrontier.store.purge`). A delete
         made through another store object or another view directory of the same database reaches
         these files first (:func:`memfrontier.store.purge.purges_due`).
 
@@ -138,8 +139,8 @@ class StoreSeam:
 
     def complete_purges(self) -> int:
         """Finish the pending purge intents on this store's view directory: remove what the
-        deleted records left in the derived views (bank items and traces, graph folders, see
-        :func:`memfrontier.store.purge.purge_views`), record it and drop the intents every view
+        deleted records left in the derived views (per-scope folders, and what the registered view
+        purgers remove: bank items and traces, graphs; see :func:`memfrontier.store.purge.purge_views`), record it and drop the intents every view
         root applied (:func:`memfrontier.store.purge.apply_pending`); then :meth:`_purged`.
         Idempotent; run on open, after every delete and when a view is reached while an intent
         waits. Returns the intents carried out here.
@@ -160,7 +161,7 @@ class StoreSeam:
 
     def _unstored(self, c, uniq: dict[tuple[str, str], Record]) -> list[tuple[tuple[str, str], Record]]:
         """The ``(key, record)`` pairs of ``uniq`` ((scope key, id) -> record) not stored yet, read
-        in transaction ``c``. Raises :class:`~memfrontier.store.base.RecordConflictError` when one
+        in transaction ``c``. Raises :class:`~memfrontier.core.errors.RecordConflictError` when one
         is stored with other content."""
         present = self._existing(c, list(uniq))
         check_conflicts(uniq, present)

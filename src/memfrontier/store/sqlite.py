@@ -27,23 +27,13 @@ write lock, re-plans from the now-current state and embeds only what the first p
 concurrent writer changed the same session). Chunk ids hash (scope key, session, record ids,
 text), so an unchanged chunk keeps its id and its vector is reused.
 
-Scopes: a row's ``scope_key`` is :meth:`~memfrontier.core.types.Scope.key` (injective), and the
-in-memory search state is partitioned by it: one partition per exact scope holds its chunks, their
-vectors and (lazily) its BM25 index. A write patches only the partitions of the scopes it changed
-(rows appended / dropped in memory, that scope's BM25 index rebuilt on its next BM25 search);
-another process's write is detected through ``scope_gen`` and reloads only the scopes it changed.
-
-Search primitives (fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`):
-- :meth:`SQLiteStore.search_dense`: exact cosine (dot product of L2-normalised float32 vectors);
-- :meth:`SQLiteStore.search_bm25`: :mod:`memfrontier.store.bm25` (bm25s, Okapi k1=1.5, b=0.75,
-  Lucene IDF) with the statistics of the searched scope's own chunks; a partial scope (e.g.
-  ``user_id`` only) searches the union of the matching scopes, with the union's statistics.
-
-Schema version 2 (this one) replaced version 1's scope key (ids joined with ``|``, which let two
-scopes share rows and chunks). A version-1 store is migrated when opened: keys recomputed from each
-record's ids (``""`` read as absent, as version 1 did), every session re-chunked (vectors reused
-for unchanged chunk texts), graph folders renamed to the new per-scope names (a folder two scopes
-shared is removed: it is rebuilt on the next build) and the obsolete ``bm25/`` folder removed.
+Scopes: a row's ``scope_key`` is :meth:`~memfrontier.core.types.Scope.key` (injective). Searches
+run on the in-memory :class:`~memfrontier.store.scope_index.ScopeIndex` (one partition per exact
+scope: chunks, vectors, BM25; exact cosine and bm25s with the searched scope's own statistics;
+fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`). A write patches only the
+partitions of the scopes it changed; another process's write is detected through ``scope_gen``
+and reloads only the scopes it changed. The schema and the migration of a version-1 store are
+:mod:`memfrontier.store.sqlite_schema`.
 
 Errors: :class:`StoreError` when the database cannot be opened or written (corrupt file,
 locked beyond the timeout), :class:`EmbeddingMismatchError` when the store was built with another
@@ -53,11 +43,9 @@ scope in ``delete_all``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -67,82 +55,18 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import StoreError
 from ..core.types import Chunk, Record, Scope
-from .base import AddProgress, AddResult, StoreError
-from .bm25 import BM25Index, TermCache
+from .base import AddProgress, AddResult
 from .chunking import chunk_records
-from .purge import LOG_TABLES
 from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
-from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, chunk_order, scope_where
+from .scope_index import Partition, Patch, ScopeIndex
+from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
+from .sqlite_schema import DB_NAME, SCHEMA_VERSION, create_tables, migrate_v1, migrate_v1_files
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: injective scope keys, record ids unique per scope (UNIQUE(scope_key, id)), scope_gen, pending_purges
-# (view_roots and purges_applied are additive, created when missing: an older reader ignores them safely)
-DB_NAME = "store.db"
 _SQL_BATCH = 500  # ids per IN (...) clause
-
-# ---------------------------------------------------------------------------------------------
-# SQL
-# ---------------------------------------------------------------------------------------------
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    scope_key TEXT NOT NULL,
-    user_id TEXT, agent_id TEXT, run_id TEXT,
-    scope_json TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    speaker TEXT NOT NULL,
-    role TEXT NOT NULL,
-    timestamp TEXT,
-    text TEXT NOT NULL,
-    images_json TEXT NOT NULL,
-    step_index INTEGER,
-    action TEXT,
-    observation TEXT,
-    meta_json TEXT NOT NULL,
-    n_tokens INTEGER NOT NULL,
-    UNIQUE (scope_key, id)
-);
-CREATE INDEX IF NOT EXISTS records_id ON records(id);
-CREATE INDEX IF NOT EXISTS records_session ON records(scope_key, session_id);
-CREATE INDEX IF NOT EXISTS records_user ON records(user_id);
-CREATE INDEX IF NOT EXISTS records_agent ON records(agent_id);
-CREATE INDEX IF NOT EXISTS records_run ON records(run_id);
-CREATE TABLE IF NOT EXISTS chunks (
-    id TEXT PRIMARY KEY,
-    scope_key TEXT NOT NULL,
-    user_id TEXT, agent_id TEXT, run_id TEXT,
-    scope_json TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    timestamp TEXT,
-    text TEXT NOT NULL,
-    n_tokens INTEGER NOT NULL,
-    first_seq INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_session ON chunks(scope_key, session_id);
-CREATE TABLE IF NOT EXISTS chunk_records (
-    chunk_id TEXT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    record_id TEXT NOT NULL,
-    PRIMARY KEY (chunk_id, position)
-);
-CREATE INDEX IF NOT EXISTS chunk_records_record ON chunk_records(record_id);
-CREATE TABLE IF NOT EXISTS chunk_vectors (
-    chunk_id TEXT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
-    vector BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pending_purges (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    intent_json TEXT NOT NULL
-);
-
-CREATE TABLE IF NOT EXISTS scope_gen (scope_key TEXT PRIMARY KEY, generation INTEGER NOT NULL);
-""" + "".join(f"{stmt};\n" for stmt in LOG_TABLES)  # the view roots' purge log (memfrontier.store.purge)
 
 
 def _batched(seq: list, n: int = _SQL_BATCH) -> Iterator[list]:
@@ -155,78 +79,6 @@ def _order_key(seq: int, ts: str | None) -> tuple:
     return (ts is not None, ts or "", seq)
 
 
-
-
-# ---------------------------------------------------------------------------------------------
-# The store
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Patch:
-    """What one committed write changed in one scope's chunks."""
-
-    gone: set[str] = field(default_factory=set)  # chunk ids removed
-    kept: dict[str, tuple[str | None, int]] = field(default_factory=dict)  # id -> (timestamp, first_seq)
-    new: list[tuple[Chunk, int, np.ndarray]] = field(default_factory=list)  # (chunk, first_seq, vector)
-
-
-@dataclass
-class _Partition:
-    """The searchable chunks of one exact scope (or a union of scopes), in store order."""
-
-    chunks: list[Chunk]
-    seqs: list[int]  # first_seq of each chunk
-    vectors: np.ndarray  # float32 (n_chunks, dim), row i = chunks[i]
-    scope: Scope | None = None
-    bm25: BM25Index | None = None  # built on the first BM25 search, then kept up to date by patches
-    version: int = 0
-    _pos: dict[str, int] | None = None
-
-    def positions(self) -> dict[str, int]:
-        """Chunk id -> position (built once per partition object)."""
-        if self._pos is None:
-            self._pos = {c.id: i for i, c in enumerate(self.chunks)}
-        return self._pos
-
-    @classmethod
-    def of(cls, rows: list[tuple[Chunk, int, np.ndarray]], dim: int) -> "_Partition":
-        rows = sorted(rows, key=lambda r: chunk_order(r[0], r[1]))
-        vecs = np.vstack([r[2] for r in rows]).astype(np.float32, copy=False) if rows else np.zeros((0, dim), np.float32)
-        return cls([r[0] for r in rows], [r[1] for r in rows], vecs, rows[0][0].scope if rows else None)
-
-    @classmethod
-    def union(cls, parts: list["_Partition"], dim: int) -> "_Partition":
-        order = sorted(((chunk_order(ch, seq), p, i) for p, part in enumerate(parts)
-                        for i, (ch, seq) in enumerate(zip(part.chunks, part.seqs))), key=lambda t: t[0])
-        offsets = np.cumsum([0] + [len(part.chunks) for part in parts])
-        stacked = np.vstack([part.vectors for part in parts]) if parts else np.zeros((0, dim), np.float32)
-        rows = np.array([offsets[p] + i for _, p, i in order], dtype=np.int64)
-        return cls([parts[p].chunks[i] for _, p, i in order], [parts[p].seqs[i] for _, p, i in order],
-                   stacked[rows] if rows.size else np.zeros((0, dim), np.float32))
-
-    def patched(self, patch: _Patch) -> "_Partition":
-        """A new partition with ``patch`` applied (this one is left as is for concurrent readers)."""
-        entries = []  # (order key, chunk, first_seq, row in the stacked matrix)
-        for i, (ch, seq) in enumerate(zip(self.chunks, self.seqs)):
-            if ch.id in patch.gone:
-                continue
-            ts, new_seq = patch.kept.get(ch.id, (ch.timestamp, seq))
-            if ts != ch.timestamp:
-                ch = ch.model_copy(update={"timestamp": ts})
-            entries.append((chunk_order(ch, new_seq), ch, new_seq, i))
-        n = len(self.chunks)
-        for j, (ch, seq, _vec) in enumerate(patch.new):
-            entries.append((chunk_order(ch, seq), ch, seq, n + j))
-        entries.sort(key=lambda e: e[0])
-        stacked = np.vstack([self.vectors] + [v[None, :] for _, _, v in patch.new]) if patch.new else self.vectors
-        rows = np.array([e[3] for e in entries], dtype=np.int64)
-        vecs = stacked[rows] if rows.size else stacked[:0]
-        scope = self.scope if self.scope is not None else (entries[0][1].scope if entries else None)
-        part = _Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32),
-                          scope, bm25=self.bm25)
-        part.positions()  # built in the write, which walks every chunk anyway, not in the first search after it
-        return part
 
 
 @dataclass
@@ -272,17 +124,12 @@ class SQLiteStore(StoreSeam):
         self.chunk_tokens = int(chunk_tokens)
         self.busy_timeout_s = float(busy_timeout_s)
         self._lock = threading.RLock()
-        self._parts: dict[str, _Partition] = {}  # scope key -> partition
-        self._by_user: dict[str | None, set[str]] = {}  # user_id -> keys of its partitions
-        self._members: dict[str, list[str]] = {}  # search scope key -> keys of the partitions it covers
-        self._unions: dict[str, tuple[tuple, _Partition]] = {}  # partial-scope key -> (member versions, union)
-        self._synced: int | None = None  # store generation the partitions reflect (None: not loaded)
-        self._version = 0
-        self._terms = TermCache()
         self._closed = False
         #: counters for tests and benchmarks: encode calls / texts, BM25 index builds (one per scope
         #: rebuilt), partition loads from SQLite (one per scope read)
         self.stats = {"encode_calls": 0, "chunks_encoded": 0, "bm25_builds": 0, "partition_loads": 0}
+        self._index = ScopeIndex(int(embedder.dim), self.stats)  # the in-memory search state
+        self._synced: int | None = None  # store generation the index reflects (None: not loaded)
         self._conn = self._connect()
         self._open_steps(self._init_schema, lambda: self._check_embedding(reembed), self._migrate)
 
@@ -351,9 +198,7 @@ class SQLiteStore(StoreSeam):
 
     def _init_schema(self) -> None:
         with self._write_tx() as c:
-            for stmt in _SCHEMA.split(";"):  # not executescript(): it would COMMIT our transaction
-                if stmt.strip():
-                    c.execute(stmt)
+            create_tables(c)
             meta = self._meta(c)
             if "schema_version" not in meta:
                 c.executemany(
@@ -373,58 +218,23 @@ class SQLiteStore(StoreSeam):
                     f"chunk_tokens={recorded} (got {self.chunk_tokens})"
                 )
 
-    @staticmethod
-    def _records_unique_per_scope(conn: sqlite3.Connection) -> None:
-        """Part of schema 1 -> 2: record ids become unique per scope (``UNIQUE(scope_key, id)``
-        instead of a global ``UNIQUE(id)``). Schema 1 ids were globally unique, so every row is kept
-        as is; :meth:`_migrate` recomputes the scope keys afterwards."""
-        conn.execute("ALTER TABLE records RENAME TO records_v1")
-        for name in ("records_session", "records_user", "records_agent", "records_run", "records_id"):
-            conn.execute(f"DROP INDEX IF EXISTS {name}")
-        for stmt in _SCHEMA.split(";"):
-            if "records" in stmt and "chunk_records" not in stmt:
-                conn.execute(stmt)
-        cols = ("seq, id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, "
-                "timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens")
-        conn.execute(f"INSERT INTO records({cols}) SELECT {cols} FROM records_v1")
-        conn.execute("DROP TABLE records_v1")
-
     def _migrate(self) -> None:
-        """Schema 1 -> 2 (see the module docstring); a no-op on a current store."""
+        """Schema 1 -> 2 (:mod:`memfrontier.store.sqlite_schema`); a no-op on a current store."""
         with self._read_tx() as c:
             if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
                 return
-        shared: dict[str, dict[str, Scope]] = {}  # version-1 key -> the scopes that had it
         with self._write_tx() as c:
             if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
                 return
-            self._records_unique_per_scope(c)
-            updates = []
-            for seq, u, a, r, old in c.execute("SELECT seq, user_id, agent_id, run_id, scope_key FROM records").fetchall():
-                sc = Scope(user_id=u or None, agent_id=a or None, run_id=r or None)
-                shared.setdefault(old, {})[sc.key()] = sc
-                updates.append((sc.key(), sc.user_id, sc.agent_id, sc.run_id, sc.model_dump_json(), seq))
-            c.executemany("UPDATE records SET scope_key = ?, user_id = ?, agent_id = ?, run_id = ?, scope_json = ? "
-                          "WHERE seq = ?", updates)
-            by_text = {t: np.frombuffer(v, dtype="<f4") for t, v in
-                       c.execute("SELECT c.text, v.vector FROM chunks c JOIN chunk_vectors v ON v.chunk_id = c.id")}
-            c.execute("DELETE FROM chunks")  # cascades to chunk_records and chunk_vectors
-            sessions = dict.fromkeys(tuple(r) for r in c.execute("SELECT DISTINCT scope_key, session_id FROM records"))
-            plans = self._plan(c, [], set(), sessions)
-            cache = {ch.id: by_text[ch.text] for p in plans.values() for ch in p.chunks if ch.text in by_text}
-            self._apply(c, [], set(), sessions, cache)
-            c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-        shutil.rmtree(self.path / "bm25", ignore_errors=True)
-        graph = self.path / "graph"
-        for old, scopes in shared.items():
-            folder = graph / hashlib.sha256(old.encode("utf-8")).hexdigest()[:16]
-            if not folder.is_dir():
-                continue
-            if len(scopes) == 1:
-                os.replace(folder, graph / next(iter(scopes.values())).slug())
-            else:
-                shutil.rmtree(folder, ignore_errors=True)
+            shared = migrate_v1(c, self._rechunk)
+        migrate_v1_files(self.path, shared)
         log.warning("store %s migrated to schema version %d (injective scope keys)", self.path, SCHEMA_VERSION)
+
+    def _rechunk(self, c: sqlite3.Connection, sessions: dict, by_text: dict[str, np.ndarray]) -> None:
+        """Re-chunk ``sessions`` in transaction ``c``, reusing the vectors of known chunk texts."""
+        plans = self._plan(c, [], set(), sessions)
+        cache = {ch.id: by_text[ch.text] for p in plans.values() for ch in p.chunks if ch.text in by_text}
+        self._apply(c, [], set(), sessions, cache)
 
     def _store_name(self) -> str:
         return str(self.path)
@@ -474,7 +284,7 @@ class SQLiteStore(StoreSeam):
                 [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim)))],
             )
             self._bump(c, [r[0] for r in c.execute("SELECT DISTINCT scope_key FROM chunks")])
-            self._reset_parts({})  # every vector changed
+            self._index.reset({})  # every vector changed
             self._synced = None
         return len(rows)
 
@@ -576,7 +386,7 @@ class SQLiteStore(StoreSeam):
         delete_ids: set[tuple[str, str]],
         sessions: dict[tuple[str, str], None],
         cache: dict[str, np.ndarray],
-    ) -> tuple[int, int, dict[str, _Patch], int]:
+    ) -> tuple[int, int, dict[str, Patch], int]:
         """Inside the write transaction: write records, rebuild touched sessions' chunks, vectors.
         Returns (chunks built, vectors written, per-scope patches, generation before the write)."""
         if insert:
@@ -597,10 +407,10 @@ class SQLiteStore(StoreSeam):
         conn.executemany("DELETE FROM records WHERE scope_key = ? AND id = ?", sorted(delete_ids))
 
         built, need = 0, []
-        patches: dict[str, _Patch] = {}
+        patches: dict[str, Patch] = {}
         first_seq: dict[str, int] = {}
         for key in sessions:
-            patch = patches.setdefault(key[0], _Patch())
+            patch = patches.setdefault(key[0], Patch())
             plan = self._plan_session(self._session_rows(conn, *key))
             first_seq.update(plan.first_seq)
             old = {r[0] for r in conn.execute("SELECT id FROM chunks WHERE scope_key = ? AND session_id = ?", key)}
@@ -796,15 +606,13 @@ class SQLiteStore(StoreSeam):
 
     # -- search primitives ----------------------------------------------------------------
     #
-    # In memory, the searchable state is one _Partition per exact scope (chunks.scope_key): its
-    # chunks in store order, their vectors and, built on its first BM25 search, its BM25 postings.
-    # ``self._synced`` is the store generation the partitions reflect. A write through this object
-    # patches the partitions it touched once committed (rows appended / dropped, postings of the
-    # changed chunks added / removed); a write by another process or object is found through
-    # ``scope_gen`` (the generation at which each scope last changed) and only those scopes are
-    # reloaded from SQLite (their BM25 postings rebuilt on their next BM25 search).
+    # In memory, the searchable state is a ScopeIndex (memfrontier.store.scope_index): one
+    # partition per exact scope (chunks.scope_key). ``self._synced`` is the store generation it
+    # reflects. A write through this object patches the partitions it touched once committed; a
+    # write by another process or object is found through ``scope_gen`` (the generation at which
+    # each scope last changed) and only those scopes are reloaded from SQLite.
 
-    def _load_partitions(self, conn: sqlite3.Connection, keys: list[str] | None) -> dict[str, _Partition]:
+    def _load_partitions(self, conn: sqlite3.Connection, keys: list[str] | None) -> dict[str, Partition]:
         """Partitions for ``keys`` (None: every scope) read from SQLite; a key without chunks is absent."""
         dim = int(self.embedder.dim)
         if keys is None:
@@ -826,109 +634,30 @@ class SQLiteStore(StoreSeam):
                 raise StoreError(f"store {self.path}: chunk {ch.id} has no vector of dim {dim}; reopen with reembed=True")
             grouped.setdefault(ch.scope.key(), []).append((ch, seqs[ch.id], np.frombuffer(blob, dtype="<f4")))
         self.stats["partition_loads"] += len(grouped)
-        return {key: _Partition.of(rows, dim) for key, rows in grouped.items()}
+        return {key: Partition.of(rows, dim) for key, rows in grouped.items()}
 
     def _sync(self) -> None:
-        """Bring the partitions to the store's current generation (caller holds the lock)."""
+        """Bring the index to the store's current generation (caller holds the lock)."""
         with self._read_tx() as c:
             gen = int(c.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
             if self._synced == gen:
                 return
             if self._synced is None:
-                self._reset_parts(self._load_partitions(c, None))
+                self._index.reset(self._load_partitions(c, None))
             else:
                 changed = [r[0] for r in c.execute("SELECT scope_key FROM scope_gen WHERE generation > ?", (self._synced,))]
                 fresh = self._load_partitions(c, changed)
                 for key in changed:
-                    self._set_part(key, fresh.get(key))
+                    self._index.set(key, fresh.get(key))
         self._synced = gen
 
-    def _reset_parts(self, parts: dict[str, _Partition]) -> None:
-        self._parts, self._unions, self._members, self._by_user = {}, {}, {}, {}
-        for key, part in parts.items():
-            self._set_part(key, part)
-
-    def _set_part(self, key: str, part: _Partition | None) -> None:
-        """Put (or with None / no chunks, remove) the partition of scope ``key``, keeping the
-        user index and the cached member lists of partial scopes right."""
-        if part is not None and part.chunks:
-            if key not in self._parts:
-                self._members.clear()
-                self._by_user.setdefault(part.scope.user_id, set()).add(key)
-            part.version = self._next_version()
-            self._parts[key] = part
-        elif key in self._parts:
-            self._members.clear()
-            self._by_user.get(self._parts.pop(key).scope.user_id, set()).discard(key)
-
-    def _next_version(self) -> int:
-        self._version += 1
-        return self._version
-
-    def _patch(self, patches: dict[str, _Patch], gen_before: int) -> None:
-        """Apply a committed write's changes to the in-memory partitions (caller holds the lock);
-        when they were not at ``gen_before`` (another writer came first) leave them to :meth:`_sync`."""
+    def _patch(self, patches: dict[str, Patch], gen_before: int) -> None:
+        """Apply a committed write's changes to the index (caller holds the lock); when it was not
+        at ``gen_before`` (another writer came first) leave them to :meth:`_sync`."""
         if self._synced != gen_before:
             return
-        dim = int(self.embedder.dim)
-        for key, patch in patches.items():
-            part = self._parts.get(key, _Partition.of([], dim)).patched(patch)
-            if part.bm25 is not None:  # the scope's BM25 index follows the write: O(changed chunks)
-                for cid in patch.gone:
-                    part.bm25.remove(cid)
-                for ch, _seq, _vec in patch.new:
-                    part.bm25.add(ch.id, self._terms.get([ch.id], [ch.text])[0])
-            self._terms.discard(patch.gone)
-            self._set_part(key, part)
+        self._index.apply(patches)
         self._synced = gen_before + 1
-
-    def _view(self, scope: Scope) -> _Partition | None:
-        """The partition of the chunks in ``scope`` (caller holds the lock; synced): the scope's own
-        partition, or for a partial scope (e.g. user only) the union of the matching partitions in
-        store order, cached until one of them changes. None when nothing matches."""
-        self._sync()
-        key = scope.key()
-        members = self._members.get(key)
-        if members is None:  # scanned once per partition layout (a scope appearing or going)
-            pool = self._by_user.get(scope.user_id, ()) if scope.user_id is not None else self._parts
-            members = self._members[key] = sorted(k for k in pool if scope.matches(self._parts[k].scope))
-            if len(self._members) > 4096:
-                self._members.pop(next(iter(self._members)))
-        if not members:
-            return None
-        if len(members) == 1:
-            return self._parts[members[0]]
-        stamp = tuple(sorted((k, self._parts[k].version) for k in members))
-        cached = self._unions.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        union = _Partition.union([self._parts[k] for k in members], int(self.embedder.dim))
-        self._unions[key] = (stamp, union)
-        if len(self._unions) > 64:  # bound the cache of partial-scope views (oldest out)
-            self._unions.pop(next(iter(self._unions)))
-        return union
-
-    def _bm25_of(self, part: _Partition) -> BM25Index:
-        if part.bm25 is None:
-            ids = [c.id for c in part.chunks]
-            part.bm25 = BM25Index.build(ids, self._terms.get(ids, [c.text for c in part.chunks]))
-            self.stats["bm25_builds"] += 1
-        return part.bm25
-
-    @staticmethod
-    def _top(scores: np.ndarray, n: int | None, positive_only: bool) -> list[tuple[int, float]]:
-        """Best ``n`` positions by score (all when ``n`` is None); ties: earlier position first."""
-        idx = np.arange(scores.shape[0])
-        if positive_only:
-            idx = idx[scores > 0]
-        if idx.size == 0 or (n is not None and n <= 0):
-            return []
-        sub = scores[idx]
-        if n is not None and idx.size > n:
-            part = np.argpartition(-sub, n - 1)[:n]
-            idx, sub = idx[part], sub[part]
-        order = np.lexsort((idx, -sub))  # score desc, then position asc: deterministic
-        return [(int(idx[o]), float(sub[o])) for o in order]
 
     def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
                      query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
@@ -940,11 +669,8 @@ class SQLiteStore(StoreSeam):
                 return []
             query_vector = self.encode_query(query)
         with self._lock:
-            part = self._view(scope)
-            if part is None:
-                return []
-            top = self._top(part.vectors @ np.asarray(query_vector, dtype=np.float32), k, positive_only=False)
-            return [(part.chunks[i], s) for i, s in top]
+            self._sync()
+            return self._index.search_dense(scope, query_vector, k)
 
     def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by BM25 score (> 0 only; ``k=None``: all that match).
@@ -957,25 +683,15 @@ class SQLiteStore(StoreSeam):
         if not query.strip():
             return []
         with self._lock:
-            part = self._view(scope)
-            if part is None:
-                return []
-            found = self._bm25_of(part).match(query)
-            if found is None:
-                return []
-            pos = part.positions()
-            scores = np.zeros(len(part.chunks), dtype=np.float64)
-            scores[np.fromiter((pos[i] for i in found[0]), dtype=np.int64, count=len(found[0]))] = found[1]
-            top = self._top(scores, k, positive_only=True)
-            return [(part.chunks[i], s) for i, s in top]
+            self._sync()
+            return self._index.search_bm25(scope, query, k)
 
     def drop_caches(self) -> None:
         """Forget the in-memory partitions and BM25 indexes (memory back; the next search reloads
         from SQLite what it needs). The store's content is unchanged."""
         with self._lock:
-            self._reset_parts({})
+            self._index.clear()
             self._synced = None
-            self._terms = TermCache()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -984,7 +700,7 @@ class SQLiteStore(StoreSeam):
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._reset_parts({})
+                self._index.clear()
                 self._synced = None
                 try:
                     self._conn.close()
