@@ -177,7 +177,7 @@ def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path)
 
 def test_sessions_whose_date_cannot_be_read_are_named():
     from memfrontier.eval.datasets.locomo import _convert_sample
-    from memfrontier.eval.runner import undated_sessions
+    from memfrontier.eval.summary import undated_sessions
 
     conv = {"speaker_a": "Ann", "speaker_b": "Bob",
             "session_1_date_time": "1:56 pm on 8 May, 2023", "session_2_date_time": "garbage",
@@ -498,7 +498,8 @@ def test_eval_ingest_of_a_data_file_reports_turns_embedded(tmp_path):
     ``build``; ingesting the same file again adds and embeds nothing, with no ``embed`` event."""
     import asyncio
 
-    from memfrontier.eval.runner import EvalConfig, construct, open_run
+    from memfrontier.eval.config import EvalConfig
+    from memfrontier.eval.tasks import construct, open_run
 
     cfg = EvalConfig(dataset="longmemeval", split="all", data_file=_lme_file(tmp_path), strategy="rag",
                      store=tmp_path / "store", out=tmp_path / "out")

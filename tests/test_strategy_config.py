@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from memfrontier.cli import app
-from memfrontier.eval.runner import EvalConfig, _config_provenance
+from memfrontier.eval.config import EvalConfig
+from memfrontier.eval.summary import _config_provenance
 from memfrontier.strategies import (
     STRATEGIES,
     BudgetMemConfig,
