@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from ...core.fit import fit_lines
 from ...core.ledger import BudgetExceededError, count_event, sum_usage_records
 from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
@@ -196,14 +197,10 @@ class MemoryCPT:
     def _fit(self, llm: MeteredLLM, question: str, text: str) -> str:
         """Candidate lines kept from the top while the summarizer prompt fits its window."""
         room = llm.context_tokens - SUMMARY_MAX_TOKENS - llm.count_tokens(str(summary_messages(question, ""))) - 16
-        kept, used = [], 0
-        for line in text.splitlines():
-            n = llm.count_tokens(line) + 1
-            if used + n > room:
-                count_event("memorycpt.candidates_truncated")
-                break
-            kept.append(line)
-            used += n
+        lines = text.splitlines()
+        kept, _ = fit_lines(lines, room, llm.count_tokens)
+        if len(kept) < len(lines):
+            count_event("memorycpt.candidates_truncated")
         return "\n".join(kept)
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
