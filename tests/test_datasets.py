@@ -67,6 +67,16 @@ def test_parse_lme_datetime():
     assert parse_lme_datetime("2023/05/23 (Tue) 19:11") == "2023-05-23T19:11:00"
     assert parse_lme_datetime("2023/01/02 (Mon) 00:05") == "2023-01-02T00:05:00"
     assert parse_lme_datetime(None) is None
+    # never completed from the wall clock, never a swapped month/day
+    assert parse_lme_datetime("(Mon) 17:50") is None
+    assert parse_lme_datetime("2023/13/01 (Mon) 10:00") is None
+    assert parse_lme_datetime("23 May 2023, 19:11") == "2023-05-23T19:11:00"  # another complete spelling
+
+
+def test_parse_locomo_datetime_fallback_reads_only_complete_dates():
+    assert parse_locomo_datetime("1:56 pm on Monday") is None  # no day, month or year: not today's date
+    assert parse_locomo_datetime("May, 2023") is None
+    assert parse_locomo_datetime("8 May 2023 13:56") == "2023-05-08T13:56:00"
 
 
 # --- LoCoMo ------------------------------------------------------------------------------
