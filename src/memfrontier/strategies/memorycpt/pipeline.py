@@ -15,6 +15,7 @@ over the whole memory (no RRF, no summary); ``no_fs`` hands it M_q^RRF (no summa
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from ...core.fit import fit_lines
@@ -204,7 +205,9 @@ class MemoryCPT:
         return "\n".join(kept)
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget) -> Context:
-        episodes, facts = self.candidates(query.text, query.scope, env)
+        self.bank(env)  # opened here, on the loop: concurrent questions share one bank
+        # the searches embed the query and scan the bank (CPU-bound): off the event loop
+        episodes, facts = await asyncio.to_thread(self.candidates, query.text, query.scope, env)
         evidence = list(dict.fromkeys(i for h in episodes + facts for i in h.item.source_ids))
         text = render_candidates(episodes, facts)
         meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.ablation}
