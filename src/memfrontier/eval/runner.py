@@ -105,7 +105,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
     """Run the protocol; returns the summary dict (also written to ``cfg.out/summary.json``).
 
     ``on_progress(event, **info)`` is called with ``start``, then per conversation ``embed`` (during
-    its ingest, see :func:`construct`; not under Ray), ``build`` and ``ingest`` (done), then
+    its ingest, see :func:`~memfrontier.eval.tasks.construct`; not under Ray), ``build`` and ``ingest`` (done), then
     ``question`` events.
     Raises DatasetError for missing data, RunMismatchError when ``cfg.out`` holds another run,
     FallbackError (summary written) when a role's error or fallback share is above

@@ -46,7 +46,7 @@ async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_ab
     for it (records added, chunks embedded, construction usage in tokens/USD/seconds, events,
     calls by role, first call errors).
 
-    ``progress(event, **info)`` (optional, :func:`run_eval`'s callback) gets ``embed`` events while
+    ``progress(event, **info)`` (optional, :func:`~memfrontier.eval.runner.run_eval`'s callback) gets ``embed`` events while
     the records are embedded (``conversation``, ``sessions``, ``done`` and ``total``: records
     whose chunks are embedded so far / to embed; from the ingest's worker thread; none when
     every record is already stored), then ``build`` (``conversation``) before the strategy's
