@@ -221,7 +221,7 @@ def test_rag_searches_off_the_event_loop(tmp_path, minilm):
     # worker thread. Run on the loop, the 0.3 s sleep would stop the ticker (at most 1 tick).
     store = SlowStore(tmp_path / "m", minilm)
     store.threads = []
-    store.add([rec(1, "Alice plays the cello every Sunday."), rec(2, "Bob drinks green tea.")])
+    store.add([rec(1, "Alice plays the cello every Sunday."), rec(2, "Bob drinks green tea.", session="s2")])
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
 
     async def go():
