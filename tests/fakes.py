@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 
 from memfrontier.llm.base import Completion
-from memfrontier.llm.embedded import render_prompt
+from memfrontier.llm.prompt_format import render_prompt
 
 
 def message_text(content) -> str:

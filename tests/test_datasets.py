@@ -67,6 +67,16 @@ def test_parse_lme_datetime():
     assert parse_lme_datetime("2023/05/23 (Tue) 19:11") == "2023-05-23T19:11:00"
     assert parse_lme_datetime("2023/01/02 (Mon) 00:05") == "2023-01-02T00:05:00"
     assert parse_lme_datetime(None) is None
+    # never completed from the wall clock, never a swapped month/day
+    assert parse_lme_datetime("(Mon) 17:50") is None
+    assert parse_lme_datetime("2023/13/01 (Mon) 10:00") is None
+    assert parse_lme_datetime("23 May 2023, 19:11") == "2023-05-23T19:11:00"  # another complete spelling
+
+
+def test_parse_locomo_datetime_fallback_reads_only_complete_dates():
+    assert parse_locomo_datetime("1:56 pm on Monday") is None  # no day, month or year: not today's date
+    assert parse_locomo_datetime("May, 2023") is None
+    assert parse_locomo_datetime("8 May 2023 13:56") == "2023-05-08T13:56:00"
 
 
 # --- LoCoMo ------------------------------------------------------------------------------
@@ -177,7 +187,7 @@ def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path)
 
 def test_sessions_whose_date_cannot_be_read_are_named():
     from memfrontier.eval.datasets.locomo import _convert_sample
-    from memfrontier.eval.runner import undated_sessions
+    from memfrontier.eval.summary import undated_sessions
 
     conv = {"speaker_a": "Ann", "speaker_b": "Bob",
             "session_1_date_time": "1:56 pm on 8 May, 2023", "session_2_date_time": "garbage",
@@ -498,7 +508,8 @@ def test_eval_ingest_of_a_data_file_reports_turns_embedded(tmp_path):
     ``build``; ingesting the same file again adds and embeds nothing, with no ``embed`` event."""
     import asyncio
 
-    from memfrontier.eval.runner import EvalConfig, construct, open_run
+    from memfrontier.eval.config import EvalConfig
+    from memfrontier.eval.tasks import construct, open_run
 
     cfg = EvalConfig(dataset="longmemeval", split="all", data_file=_lme_file(tmp_path), strategy="rag",
                      store=tmp_path / "store", out=tmp_path / "out")

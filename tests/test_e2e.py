@@ -83,7 +83,7 @@ def test_scope_isolation_in_answers(memory):
 def test_questions_run_in_the_order_given_under_a_semaphore_of_one():
     """asyncio.as_completed schedules a set (hash order); the runner schedules its questions in
     dataset order, so a local model reuses a conversation's shared prompt prefix."""
-    from memfrontier.eval.runner import _as_completed
+    from memfrontier.eval.executor import as_completed_in_order as _as_completed
 
     started: list[int] = []
 
@@ -106,7 +106,7 @@ def test_closing_the_questions_early_cancels_the_unfinished_ones():
     cancelled and awaited there, before the store closes (none is left to fail against it)."""
     import contextlib
 
-    from memfrontier.eval.runner import _as_completed
+    from memfrontier.eval.executor import as_completed_in_order as _as_completed
 
     finished: list[int] = []
 

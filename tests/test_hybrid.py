@@ -3,7 +3,10 @@ follow writes (real SQLite, bm25s and MiniLM)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -22,7 +25,7 @@ from memfrontier.retrieve.recipes import (
 from memfrontier.store.bank import MemoryBank
 from memfrontier.store.bm25 import BM25Index, bm25_terms
 from memfrontier.store.sqlite import SQLiteStore
-from memfrontier.strategies import get_strategy
+from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.strategies.memorycpt.recipes import RECIPES as MEMORYCPT_RECIPES
 from memfrontier.strategies.mempilot.recipes import RECIPES as MEMPILOT_RECIPES
@@ -199,3 +202,49 @@ def test_every_strategy_names_its_recipes(name, kw, want):
     strat = get_strategy(name, **kw)
     assert tuple(strat.recipes) == want
     assert all(r in {**RECIPES, **MEMORYCPT_RECIPES, **MEMPILOT_RECIPES} for r in strat.recipes)
+
+
+class SlowStore(SQLiteStore):
+    """A real store whose dense search first sleeps 0.3 s (a search that takes long), noting the
+    thread it ran on."""
+
+    threads: list[int]
+
+    def search_dense(self, *args, **kwargs):
+        self.threads.append(threading.get_ident())
+        time.sleep(0.3)
+        return super().search_dense(*args, **kwargs)
+
+
+def test_rag_searches_off_the_event_loop(tmp_path, minilm):
+    # A coroutine that ticks every 10 ms keeps ticking while rag's search runs: the search is on a
+    # worker thread. Run on the loop, the 0.3 s sleep would stop the ticker (at most 1 tick).
+    store = SlowStore(tmp_path / "m", minilm)
+    store.threads = []
+    store.add([rec(1, "Alice plays the cello every Sunday."), rec(2, "Bob drinks green tea.", session="s2")])
+    env = MemoryEnv(store=store, llm=None, answer_llm=None)
+
+    async def go():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)  # the ticker starts
+        before = ticks
+        ctx = await get_strategy("rag", k=1).context(Query(text="Who plays the cello?", scope=A), env, None, None)
+        during = ticks - before
+        task.cancel()
+        return ctx, during, threading.get_ident()
+
+    try:
+        ctx, during, loop_thread = asyncio.run(go())
+    finally:
+        store.close()
+    assert ctx.evidence_ids == [rec(1, "").id]  # the real search's answer
+    assert len(store.threads) == 1 and store.threads[0] != loop_thread
+    assert during >= 5, f"the event loop ticked {during} times during a 0.3 s search"

@@ -10,9 +10,10 @@ import pytest
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.llm import ChatClient, make_llm
-from memfrontier.llm.embedded import MODEL_ID, EmbeddedLLM, render_prompt
+from memfrontier.llm.embedded import MODEL_ID, EmbeddedLLM
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.llm.parsing import parse_json
+from memfrontier.llm.prompt_format import render_prompt
 
 
 def run(coro):
@@ -30,6 +31,22 @@ def test_render_prompt_layout():
     assert render_prompt(msgs[:2]) == "You extract facts.\n\nAlice likes tea.\n\n"
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
     assert render_prompt([{"role": "user", "content": parts}]) == "look\n\n"
+
+
+def test_prompt_users_do_not_load_the_llama_backend():
+    # render_prompt's users import it from llm.prompt_format: the llama.cpp backend (and its
+    # OMP_WAIT_POLICY side effect) stays unloaded
+    import os
+    import subprocess
+    import sys
+
+    mods = ["memfrontier.llm.hf", "memfrontier.strategies.mempilot.policy", "memfrontier.strategies.automem.prefix",
+            "memfrontier.train.grpo", "memfrontier.train.lora_sft"]
+    code = (f"import importlib, os, sys; [importlib.import_module(m) for m in {mods!r}]; "
+            "print('memfrontier.llm.embedded' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "None"], out.stderr
 
 
 def test_make_llm_local_is_embedded_and_lazy():

@@ -517,7 +517,7 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
     from memfrontier.api import AsyncMemory
     from memfrontier.core.types import Conversation
     from memfrontier.eval.fallbacks import fallback_report
-    from memfrontier.eval.runner import build_counts, construct
+    from memfrontier.eval.tasks import build_counts, construct
 
     replies = ["{not json", "[1, 2]"]
     stop = {"armed": True}
@@ -572,7 +572,7 @@ def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_pat
     from memfrontier.api import AsyncMemory
     from memfrontier.core.types import Conversation
     from memfrontier.eval.fallbacks import FallbackError
-    from memfrontier.eval.runner import construct
+    from memfrontier.eval.tasks import construct
 
     replies = ["{not json", "[1, 2]"]
 

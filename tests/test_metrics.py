@@ -227,7 +227,8 @@ def test_summary_spreads_the_whole_stores_construction_over_every_question(tmp_p
     # (Per-conversation construction would give C(314) = 3.063694e-3.)
     from types import SimpleNamespace
 
-    from memfrontier.eval.runner import EvalConfig, build_summary
+    from memfrontier.eval.config import EvalConfig
+    from memfrontier.eval.summary import build_summary
 
     data = tmp_path / "data.json"
     data.write_text("[]")

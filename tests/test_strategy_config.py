@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from memfrontier.cli import app
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.types import PRESETS, Budget, Preference, Scope
-from memfrontier.eval.runner import EvalConfig, _config_provenance
+from memfrontier.eval.config import EvalConfig
+from memfrontier.eval.summary import _config_provenance
 from memfrontier.strategies import (
     STRATEGIES,
     AutoConfig,

@@ -21,8 +21,9 @@ import torch
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.eval.metrics import token_f1
 from memfrontier.llm import ChatClient, make_llm
-from memfrontier.llm.embedded import MODEL_ID, render_prompt
 from memfrontier.llm.hf import HFLLM, default_model_id, load_causal_lm
+from memfrontier.llm.local_models import MODEL_ID
+from memfrontier.llm.prompt_format import render_prompt
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.grpo import make_reward_func, prompt_text, train_grpo
 from memfrontier.train.lora_common import lora_config, lora_delta_l2, lora_snapshot

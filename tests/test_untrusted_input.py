@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from fakes import ScriptedClient
@@ -14,7 +15,7 @@ from memfrontier.answerer import Answerer
 from memfrontier.core.messages import messages_to_records
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.text import clean_text
-from memfrontier.core.timeutil import canonical_timestamp, instant_key, parse_instant
+from memfrontier.core.timeutil import canonical_timestamp, instant_key, parse_instant, read_date
 from memfrontier.core.types import Context, ImageRef, Question, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.llm.metered import MeteredLLM
@@ -84,6 +85,29 @@ def test_timestamps_are_normalised_to_utc_and_order_by_instant():
     assert sorted(["2023-05-10", "2023-5-9"], key=instant_key) == ["2023-5-9", "2023-05-10"]
     assert canonical_timestamp("2023-5-9") < canonical_timestamp("2023-05-10")  # canonical strings sort as instants
     assert parse_instant("2023-13-45") is None
+
+
+def test_one_date_reader_never_reads_the_wall_clock():
+    utc = timezone.utc
+    # without a reference: complete absolute dates only
+    assert read_date("1:56 pm 8 May, 2023") == (datetime(2023, 5, 8, 13, 56, tzinfo=utc), "day")
+    assert read_date("2023/05/23 19:11") == (datetime(2023, 5, 23, 19, 11, tzinfo=utc), "day")
+    for partial in ("(Mon) 17:50", "Tuesday", "May 2023", "yesterday", "", "N/A"):
+        assert read_date(partial) is None, partial
+    # an impossible month is no date, with or without a reference (not 13 January, month and day swapped)
+    for impossible in ("2023/13/01", "2023/13/01 10:00", "2023-02-30"):
+        assert read_date(impossible) is None and read_date(impossible, datetime(2023, 5, 8)) is None
+        with pytest.raises(ValueError, match="not a complete date"):
+            canonical_timestamp(impossible)
+    # with a reference (Monday 8 May 2023 13:56), relative phrases and missing parts come from it
+    ref = datetime(2023, 5, 8, 13, 56)
+    assert read_date("(Mon) 17:50", ref) == (datetime(2023, 5, 1, 17, 50, tzinfo=utc), "day")  # the Monday before
+    assert read_date("yesterday", ref) == (datetime(2023, 5, 7, 13, 56, tzinfo=utc), "day")
+    assert read_date("last month", ref) == (datetime(2023, 4, 8, 13, 56, tzinfo=utc), "month")
+    assert read_date("next saturday", ref, prefer="future")[0].date() == date(2023, 5, 13)
+    # an aware reference is read in UTC: 8 May 23:30 at -05:00 is 9 May 04:30 UTC, so "yesterday" is 8 May
+    late = datetime(2023, 5, 8, 23, 30, tzinfo=timezone(timedelta(hours=-5)))
+    assert read_date("yesterday", late)[0] == datetime(2023, 5, 8, 4, 30, tzinfo=utc)
 
 
 @pytest.mark.parametrize("bad", ["N/A", "2023-13-45", "2023-13-45T10:00:00+00:00", "Tuesday", "today"])

@@ -8,6 +8,7 @@ call's predicted tokens, USD and proxy seconds fit; the cut is counted in the le
 
 from __future__ import annotations
 
+from .core.fit import fit_lines, shrink_to_fit
 from .core.ledger import BudgetExceededError, count_event, current_ledger
 from .core.text import clean_text
 from .core.types import Budget, Context
@@ -97,23 +98,12 @@ class Answerer:
         text = context.text
         if self.llm.count_tokens(text) <= room:
             return text
-        kept, used = [], 0
-        for line in text.splitlines():  # keep whole lines from the top while they fit
-            n = self.llm.count_tokens(line) + 1
-            if used + n > room:
-                if not kept:  # one line larger than the room (a huge record): cut it
-                    kept.append(self._cut(line, room))
-                break
-            kept.append(line)
-            used += n
+        lines = text.splitlines()
+        kept, _ = fit_lines(lines, room, self.llm.count_tokens)  # whole lines from the top while they fit
+        if not kept and lines:  # one line larger than the room (a huge record): cut it
+            kept = [shrink_to_fit(lines[0], room, self.llm.count_tokens, 0.9)]
         count_event("budget.context_truncated")
         return "\n".join(kept)
-
-    def _cut(self, line: str, room: int) -> str:
-        """The longest prefix of ``line`` (found by shrinking) that fits in ``room`` tokens."""
-        while line and self.llm.count_tokens(line) > room:
-            line = line[: int(len(line) * 0.9)]
-        return line
 
     async def answer(self, question: str, context: Context, budget: Budget | None = None) -> str:
         question = clean_text(question)  # lone surrogates -> U+FFFD (the tokenizer cannot encode them)

@@ -402,7 +402,7 @@ def _question_bar():
 
 class IngestRow:
     """A conversation's ingest as its own row of a progress ``bar``: turns embedded out of the
-    turns to embed (:func:`memfrontier.eval.runner.construct`'s ``embed`` events, or a store
+    turns to embed (:func:`memfrontier.eval.tasks.construct`'s ``embed`` events, or a store
     ``add``'s ``progress(done, total)``), so a conversation of hundreds of sessions shows it is
     moving; then the steps of its offline construction (``construct`` events: sessions, windows),
     with the model calls made and how many failed or fell back, so an hours-long build shows both

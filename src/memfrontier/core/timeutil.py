@@ -6,30 +6,35 @@ Every timestamp a record, chunk or memory carries is ISO-8601 in UTC with an exp
 canonical strings compares the instants, so stores may order by the column; code that must also
 accept other spellings (``2023-5-9``, ``-05:00`` offsets) orders with :func:`instant_key`.
 
-A date that lacks a day, month or year ("Tuesday", "(Mon) 17:50", "May 2023") or is relative
-("today", "yesterday") is *unreadable* here: the parsers return None (or raise, for the strict
-validator) instead of completing it from today's date. Relative phrases are resolved only
-against an explicit reference (:mod:`memfrontier.strategies.memorycpt.construction.dates`).
+:func:`read_date` is the one reader of written dates (every other parser of the package calls
+it). Without a reference, a date that lacks a day, month or year ("Tuesday", "(Mon) 17:50",
+"May 2023") or is relative ("today", "yesterday") is *unreadable*: the parsers return None (or
+raise, for the strict validator) instead of completing it from today's date. With an explicit
+reference (a session's time) relative phrases and missing parts are taken from that reference,
+never from the wall clock. A numeric date written year first (``2023/05/23``) is always read
+year-month-day: ``2023/13/01`` is unreadable, not 13 January.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import date, datetime, timezone
+from functools import lru_cache
+from typing import Literal
 
 DEFAULT_ZONE = timezone.utc
 """The zone of a naive timestamp (one written without an offset): UTC."""
 
 _CANONICAL_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?\+00:00")
 _LOOSE_DATE_RE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?=$|[T ])")
-_DATEPARSER_SETTINGS = {
+_YEAR_FIRST_RE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+#: What every reading assumes: English, and a date without an offset is UTC.
+_BASE_SETTINGS = {"RETURN_AS_TIMEZONE_AWARE": True, "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC"}
+_ABSOLUTE_SETTINGS = {
     # every part of the date must be written: nothing is taken from the wall clock
     "REQUIRE_PARTS": ["day", "month", "year"],
-    # absolute dates only: "today" / "2 days ago" need a reference this function does not have
+    # absolute dates only: "today" / "2 days ago" need a reference
     "PARSERS": ["custom-formats", "absolute-time"],
-    "RETURN_AS_TIMEZONE_AWARE": True,
-    "TIMEZONE": "UTC",
-    "TO_TIMEZONE": "UTC",
 }
 
 
@@ -60,11 +65,65 @@ def parse_iso(value: str) -> datetime | None:
     return _aware_utc(dt)
 
 
+@lru_cache(maxsize=256)
+def _date_parser(reference: datetime | None, prefer: str, year_first: bool):
+    """A ``dateparser`` reader for one (naive UTC reference or None, preference, order); building
+    one costs more than reading a date, so they are kept."""
+    from dateparser.date import DateDataParser
+
+    settings = {**_BASE_SETTINGS, "PREFER_DATES_FROM": prefer}
+    if reference is None:
+        settings.update(_ABSOLUTE_SETTINGS)
+    else:
+        settings["RELATIVE_BASE"] = reference
+    if year_first:
+        settings["DATE_ORDER"] = "YMD"
+    return DateDataParser(languages=["en"], settings=settings)
+
+
+def read_date(text: str, reference: datetime | None = None, *,
+              prefer: Literal["past", "future"] = "past") -> tuple[datetime, str] | None:
+    """A written date or time phrase -> ``(instant, period)``; None when it cannot be read.
+
+    ``instant``: aware UTC datetime. ``period``: the precision the text gives, ``"day"``,
+    ``"week"``, ``"month"`` or ``"year"`` (``"last year"`` -> ``"year"``; a full date -> ``"day"``).
+
+    ``reference`` None: only complete absolute dates are read (day, month and year written;
+    ``"(Mon) 17:50"``, ``"May 2023"``, ``"yesterday"`` -> None). ``reference`` given (aware, or
+    naive = :data:`DEFAULT_ZONE`): relative phrases and missing parts are resolved against it, an
+    ambiguous one (``"Friday"``) towards ``prefer``. The wall clock is never read. A numeric date
+    written year first is read year-month-day, and an impossible one (``"2023/13/01"``) is None.
+
+    >>> read_date("last Friday", datetime(2023, 5, 8, 13, 56))[0].date().isoformat()
+    '2023-05-05'
+    >>> read_date("last month", datetime(2023, 5, 8))[1], read_date("(Mon) 17:50"), read_date("2023/13/01")
+    ('month', None, None)
+    """
+    text = text.strip()
+    if not text:
+        return None
+    ymd = _YEAR_FIRST_RE.match(text)
+    if ymd:
+        try:
+            date(*(int(g) for g in ymd.groups()))
+        except ValueError:  # month 13, 30 February...: not a date (dateparser would swap the fields)
+            return None
+    ref = None if reference is None else _aware_utc(reference).replace(tzinfo=None)
+    try:
+        data = _date_parser(ref, prefer, bool(ymd)).get_date_data(text)
+    except Exception:  # noqa: BLE001 - dateparser raises assorted errors on odd input: unreadable
+        return None
+    if data is None or data.date_obj is None:
+        return None
+    period = data.period if data.period in ("week", "month", "year") else "day"
+    return _aware_utc(data.date_obj), period
+
+
 def parse_instant(value: str | datetime | date | None) -> datetime | None:
     """A timestamp in any complete, absolute spelling -> aware UTC datetime; None if unreadable.
 
-    ISO-8601 first (:func:`parse_iso`), then ``dateparser`` for written dates such as
-    ``"1:56 pm on 8 May, 2023"``, with day, month and year required and relative phrases
+    ISO-8601 first (:func:`parse_iso`), then :func:`read_date` without a reference for written
+    dates such as ``"1:56 pm on 8 May, 2023"``: day, month and year required and relative phrases
     refused, so a partial or relative date gives None instead of borrowing today's date.
     A ``datetime`` is converted (naive = :data:`DEFAULT_ZONE`); a ``date`` is its midnight.
     """
@@ -79,13 +138,8 @@ def parse_instant(value: str | datetime | date | None) -> datetime | None:
     parsed = parse_iso(value)
     if parsed is not None:
         return parsed
-    import dateparser
-
-    try:
-        parsed = dateparser.parse(value.strip(), languages=["en"], settings=_DATEPARSER_SETTINGS)
-    except Exception:  # noqa: BLE001 - dateparser raises assorted errors on odd input: unreadable
-        return None
-    return _aware_utc(parsed) if parsed is not None else None
+    read = read_date(value)
+    return read[0] if read is not None else None
 
 
 def format_instant(dt: datetime) -> str:

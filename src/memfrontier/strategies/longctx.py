@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from ..core.fit import fit_lines
 from ..core.render import render_dated
 from ..core.timeutil import instant_key
 from ..core.types import Budget, Context, Preference
@@ -37,15 +38,10 @@ class LongContext(StrategyBase):
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         limit = self.config.max_context_tokens or (env.answer_llm.context_tokens - self.config.reserve_tokens)
         records = sorted(env.store.records(query.scope), key=lambda r: instant_key(r.timestamp))  # by instant
-        kept, used = [], 0
-        for rec in reversed(records):  # newest first
-            line = render_dated([(rec.timestamp, rec.render())])
-            n = env.answer_llm.count_tokens(line) + 1
-            if used + n > limit:
-                break
-            kept.append(rec)
-            used += n
-        kept.reverse()
+        newest_first = records[::-1]
+        lines, used = fit_lines((render_dated([(r.timestamp, r.render())]) for r in newest_first), limit,
+                                env.answer_llm.count_tokens)
+        kept = newest_first[: len(lines)][::-1]
         text = render_dated([(r.timestamp, r.render()) for r in kept])
         return Context(text=text, evidence_ids=[r.id for r in kept],
                        meta={"records": len(records), "dropped_records": len(records) - len(kept), "context_tokens": used})

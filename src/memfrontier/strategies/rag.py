@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal
 
 from pydantic import Field
@@ -47,7 +48,8 @@ class Rag(StrategyBase):
         return (self.recipe.name,)
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
-        hits = hybrid_search(env.store, query.text, query.scope, self.recipe, k=self.config.k)
+        # the search embeds the query and scans the store (CPU-bound): off the event loop
+        hits = await asyncio.to_thread(hybrid_search, env.store, query.text, query.scope, self.recipe, k=self.config.k)
         evidence: list[str] = []
         for h in hits:
             evidence.extend(i for i in h.chunk.record_ids if i not in evidence)

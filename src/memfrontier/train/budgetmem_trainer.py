@@ -53,7 +53,8 @@ from ..eval import datasets
 from ..eval.judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
 from ..eval.judge import make_judge
 from ..eval.metrics import choice_ratios
-from ..eval.runner import score_f1, stratified_sample
+from ..eval.runner import stratified_sample
+from ..eval.tasks import score_f1
 from ..strategies.budgetmem import PROMPT_VERSION as BUDGETMEM_PROMPT_VERSION
 from ..strategies.budgetmem import BudgetMem, BudgetMemConfig, ModuleCache
 from ..strategies.budgetmem.cache import input_hash

@@ -11,7 +11,7 @@ The wiring, kept in small reusable pieces (MemPilot's orchestrator reuses them w
 rollouts and advantages):
 
 * :func:`prompt_text` renders a state's ``prompt`` (chat messages or a string) with
-  :func:`memfrontier.llm.embedded.render_prompt` -- the template :class:`~memfrontier.llm.hf.HFLLM`
+  :func:`memfrontier.llm.prompt_format.render_prompt` -- the template :class:`~memfrontier.llm.hf.HFLLM`
   serves the trained adapter with; TRL tokenizes it with BOS, as HFLLM does;
 * :func:`make_reward_func` adapts ``reward_fn(completions, rows) -> rewards`` to TRL's
   ``reward_funcs`` signature (each completion gets its own state dict, extra keys included);
@@ -34,8 +34,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..core.jsonio import write_json_atomic
-from ..llm.embedded import render_prompt
 from ..llm.hf import load_causal_lm
+from ..llm.prompt_format import render_prompt
 from .lora_common import (
     JsonlLogCallback,
     device_args,

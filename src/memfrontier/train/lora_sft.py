@@ -16,7 +16,7 @@ Data: per-role ShareGPT JSONL (:mod:`memfrontier.train.sft_export`), one object 
 
 The system turn is optional; the last turn must be ``gpt`` (the target); every earlier turn is
 part of the prompt (system -> system, human -> user, gpt -> assistant), rendered with
-:func:`memfrontier.llm.embedded.render_prompt`, the template the backends use at inference.
+:func:`memfrontier.llm.prompt_format.render_prompt`, the template the backends use at inference.
 Validation is strict: a malformed line raises :class:`SFTDataError` naming ``file:line`` (the
 files are produced by our own exporter, so a bad line is a bug to fix, not noise to skip). Blank
 lines are ignored. Samples longer than ``cutoff_tokens`` are dropped and counted (truncating
@@ -40,8 +40,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
-from ..llm.embedded import render_prompt
 from ..llm.hf import load_causal_lm
+from ..llm.prompt_format import render_prompt
 from .lora_common import JsonlLogCallback, device_args, lora_config, noop_progress
 
 __all__ = [

@@ -159,7 +159,7 @@ async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Calla
 
     from ..api import AsyncMemory
     from ..eval import datasets
-    from ..eval.runner import score_f1
+    from ..eval.tasks import score_f1
     from ..llm.hf import load_causal_lm
     from ..strategies.mempilot import MemPilot, MemPilotConfig
     from ..strategies.mempilot.policy import HFPolicy

@@ -17,6 +17,7 @@ import os
 import re
 from datetime import datetime
 
+from ...core.timeutil import parse_instant
 from ...core.types import Conversation, ImageRef, Question, Record, Scope
 from . import load_conversations
 
@@ -48,7 +49,9 @@ _EVIDENCE_SPLIT_RE = re.compile(r"[;,\s]+")
 def parse_locomo_datetime(text: str) -> str | None:
     """``"1:56 pm on 8 May, 2023"`` -> ``"2023-05-08T13:56:00"``; None if unparseable.
 
-    A strict regex first (every date in locomo10.json matches), then ``dateparser`` as fallback.
+    A strict regex first (every date in locomo10.json matches), then
+    :func:`~memfrontier.core.timeutil.parse_instant` (a complete date in another spelling, read in
+    UTC; a partial one such as ``"1:56 pm on Monday"`` is None, never completed from today).
     """
     m = _DATE_RE.match(text or "")
     if m:
@@ -63,11 +66,7 @@ def parse_locomo_datetime(text: str) -> str | None:
                 pass
     if not text or not text.strip():
         return None
-    try:
-        import dateparser
-    except ImportError:  # pragma: no cover - dateparser is a declared dependency
-        return None
-    dt = dateparser.parse(text.replace(" on ", " "), languages=["en"], settings={"PREFER_DAY_OF_MONTH": "first"})
+    dt = parse_instant(text.replace(" on ", " "))
     return dt.replace(tzinfo=None, microsecond=0).isoformat() if dt else None
 
 

@@ -15,6 +15,7 @@ import os
 import re
 from datetime import datetime
 
+from ...core.timeutil import parse_instant
 from ...core.types import Conversation, Question, Record, Scope
 from . import load_conversations
 
@@ -31,7 +32,11 @@ _DATE_RE = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})\s*(?:\([A-Za-z]+\))?\s*(
 
 
 def parse_lme_datetime(text: str | None) -> str | None:
-    """``"2023/05/23 (Tue) 19:11"`` -> ``"2023-05-23T19:11:00"``; None if absent or unparseable."""
+    """``"2023/05/23 (Tue) 19:11"`` -> ``"2023-05-23T19:11:00"``; None if absent or unparseable.
+
+    A strict regex first, then :func:`~memfrontier.core.timeutil.parse_instant` (a complete date in
+    another spelling, read in UTC). None for a partial date (``"(Mon) 17:50"``: never completed
+    from today) and an impossible one (``"2023/13/01 10:00"``: not 13 January)."""
     if not text:
         return None
     m = _DATE_RE.match(text)
@@ -41,11 +46,7 @@ def parse_lme_datetime(text: str | None) -> str | None:
             return datetime(y, mo, d, h, mi).isoformat()
         except ValueError:
             pass
-    try:
-        import dateparser
-    except ImportError:  # pragma: no cover
-        return None
-    dt = dateparser.parse(re.sub(r"\([^)]*\)", " ", text), languages=["en"])
+    dt = parse_instant(re.sub(r"\([^)]*\)", " ", text))
     return dt.replace(tzinfo=None, microsecond=0).isoformat() if dt else None
 
 

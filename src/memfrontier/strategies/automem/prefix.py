@@ -2,7 +2,7 @@
 "KV-cache-friendly chat layout": the in-run prefix-cache hit rate).
 
 For every call, the prompt is rendered as one string (the messages' contents joined by a blank
-line, exactly what the embedded backend decodes, :func:`~memfrontier.llm.embedded.render_prompt`);
+line, exactly what the embedded backend decodes, :func:`~memfrontier.llm.prompt_format.render_prompt`);
 its *stable prefix* is the longest common prefix, in characters, with the previous call's prompt
 of the same question, and its size in tokens is the token count of that prefix string (one token
 more or less at the cut where two tokenizations diverge). The fraction of a call is
@@ -16,7 +16,7 @@ import os
 
 from pydantic import BaseModel
 
-from ...llm.embedded import render_prompt
+from ...llm.prompt_format import render_prompt
 
 
 class CallPrefix(BaseModel):

@@ -25,8 +25,9 @@ from ...retrieve.hybrid import hybrid_search
 from ...retrieve.recipes import chunk_recipe
 from ..base import MemoryEnv, Query, StrategyBase
 from .cache import ModuleCache
-from .config import TIERS, BudgetMemConfig
-from .modules import EXTRACTORS, MODULES, BudgetMemModules, ModuleResult, SummaryInput
+from .config import MODULES, TIERS, BudgetMemConfig
+from .engine import BudgetMemModules
+from .modules import EXTRACTORS, ModuleResult, SummaryInput
 from .prompts import PROMPT_VERSION
 from .tiering import make_tiering
 

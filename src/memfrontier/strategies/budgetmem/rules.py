@@ -3,7 +3,7 @@
 
 Pure text processing, no model: keyword sets (stop words dropped, Porter stems), the turns
 ("units") of a chunk, temporal cues found by regex and resolved against the chunk's session
-date with ``dateparser``, pattern-based entity relations and topic keywords.
+date (:func:`memfrontier.core.timeutil.read_date`), pattern-based entity relations and topic keywords.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
 
+from ...core.timeutil import read_date
 from ...core.types import Chunk
 
 
@@ -165,13 +166,6 @@ def temporal_cues(text: str) -> list[str]:
     return [m.group(0).strip() for m in TEMPORAL_RE.finditer(text)]
 
 
-@lru_cache(maxsize=256)
-def _date_parser(base: datetime):
-    from dateparser.date import DateDataParser
-
-    return DateDataParser(languages=["en"], settings={"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past"})
-
-
 def _saturday_on_or_before(d: date) -> date:
     return d - timedelta(days=(d.weekday() - 5) % 7)
 
@@ -181,7 +175,7 @@ def resolve_temporal(cue: str, base: datetime | None) -> str | None:
 
     Day precision -> ``YYYY-MM-DD``; week -> ``week of YYYY-MM-DD``; weekend -> ``weekend of
     YYYY-MM-DD`` (its Saturday); month -> ``YYYY-MM``; year -> ``YYYY``. None when ``base`` is
-    None or ``dateparser`` cannot resolve the expression ("recently", "the other day").
+    None or the expression cannot be resolved ("recently", "the other day").
     """
     if base is None:
         return None
@@ -200,13 +194,10 @@ def resolve_temporal(cue: str, base: datetime | None) -> str | None:
     c = re.sub(r"^past (week|month|year)$", r"last \1", c)
     c = re.sub(r"\b(a couple of|couple of)\b", "two", c)
     c = re.sub(r"\b(\d{1,2})(st|nd|rd|th)\b", r"\1", c)
-    try:
-        data = _date_parser(base).get_date_data(c)
-    except Exception:  # noqa: BLE001 - dateparser raises assorted errors on odd input: unresolved
+    read = read_date(c, base)
+    if read is None:
         return None
-    if data is None or data.date_obj is None:
-        return None
-    d, period = data.date_obj, data.period or "day"
+    d, period = read
     if period == "year":
         return f"{d.year:04d}"
     if period == "month":

@@ -15,8 +15,10 @@ over the whole memory (no RRF, no summary); ``no_fs`` hands it M_q^RRF (no summa
 
 from __future__ import annotations
 
+import asyncio
 import re
 
+from ...core.fit import fit_lines
 from ...core.ledger import BudgetExceededError, count_event, sum_usage_records
 from ...core.render import human_date
 from ...core.types import Budget, Context, Preference, Scope
@@ -201,18 +203,16 @@ class MemoryCPT(StrategyBase):
     def _fit(self, llm: MeteredLLM, question: str, text: str) -> str:
         """Candidate lines kept from the top while the summarizer prompt fits its window."""
         room = llm.context_tokens - SUMMARY_MAX_TOKENS - llm.count_tokens(str(summary_messages(question, ""))) - 16
-        kept, used = [], 0
-        for line in text.splitlines():
-            n = llm.count_tokens(line) + 1
-            if used + n > room:
-                count_event("memorycpt.candidates_truncated")
-                break
-            kept.append(line)
-            used += n
+        lines = text.splitlines()
+        kept, _ = fit_lines(lines, room, llm.count_tokens)
+        if len(kept) < len(lines):
+            count_event("memorycpt.candidates_truncated")
         return "\n".join(kept)
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
-        episodes, facts = self.candidates(query.text, query.scope, env)
+        self.bank(env)  # opened here, on the loop: concurrent questions share one bank
+        # the searches embed the query and scan the bank (CPU-bound): off the event loop
+        episodes, facts = await asyncio.to_thread(self.candidates, query.text, query.scope, env)
         evidence = list(dict.fromkeys(i for h in episodes + facts for i in h.item.source_ids))
         text = render_candidates(episodes, facts)
         meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.config.ablation}

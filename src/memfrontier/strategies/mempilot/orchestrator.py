@@ -39,6 +39,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from ...core.fit import shrink_to_fit
 from ...core.ledger import (
     BudgetExceededError,
     Ledger,
@@ -420,9 +421,7 @@ class Orchestrator:
         if self.policy.count_tokens(text) <= self.max_observation_tokens:
             return text
         count_event(f"{EVENT}.observation_truncated")
-        while text and self.policy.count_tokens(text) > self.max_observation_tokens:
-            text = text[: int(len(text) * 0.85)]
-        return text + " [...]"
+        return shrink_to_fit(text, self.max_observation_tokens, self.policy.count_tokens, 0.85) + " [...]"
 
     # -- probes (training only) ------------------------------------------------------------
     async def probe(self, traj: Trajectory, t: int, max_tokens: int = 48) -> str | None:

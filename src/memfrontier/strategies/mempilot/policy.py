@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 from ...core.ledger import current_ledger
 from ...llm.base import Completion, LLMError, Message
-from ...llm.embedded import MODEL_ID, render_prompt
+from ...llm.local_models import MODEL_ID
+from ...llm.prompt_format import render_prompt
 
 _FORBIDDEN = set('<>"\\\n\r\t')
 _MIN_PROMPT_TOKENS = 64

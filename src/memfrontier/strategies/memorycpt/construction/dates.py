@@ -2,17 +2,17 @@
 
 Episodic memories must carry absolute time (Nemori's EpisodeGenerator, distilled by MemoryCPT's
 QAD): "yesterday" said in a session on 8 May 2023 means 7 May 2023, whatever the wall clock says.
-Phrases are found with a regular expression and resolved with ``dateparser`` using the session
-time as ``RELATIVE_BASE``; the absolute date is appended in parentheses at the granularity of the
+Phrases are found with a regular expression and resolved against the session time
+(:func:`memfrontier.core.timeutil.read_date`); the absolute date is appended in parentheses at the granularity of the
 phrase ("last year" -> "(2022)", "last month" -> "(April 2023)", "last Friday" -> "(5 May 2023)").
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 
-from ....core.timeutil import parse_instant
+from ....core.timeutil import parse_instant, read_date
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few)"
 _DAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
@@ -54,20 +54,15 @@ def resolve_phrase(phrase: str, reference: datetime) -> str | None:
     >>> resolve_phrase("last Friday", datetime(2023, 5, 8, 13, 56))
     '5 May 2023'
     """
-    import dateparser
-
     text = phrase.lower()
     for k, v in _FUZZY.items():
         text = text.replace(k, v)
     text = text.replace("this past ", "last ").replace("this coming ", "next ").replace("weekend", "saturday")
     prefer = "future" if text.startswith(("next", "in ", "tomorrow", "the day after")) else "past"
-    if reference.tzinfo is not None:  # dateparser's RELATIVE_BASE is naive; dates are read in UTC
-        reference = reference.astimezone(timezone.utc).replace(tzinfo=None)
-    when = dateparser.parse(text, languages=["en"],
-                            settings={"RELATIVE_BASE": reference, "PREFER_DATES_FROM": prefer,
-                                      "RETURN_AS_TIMEZONE_AWARE": False})
-    if when is None:
+    read = read_date(text, reference, prefer=prefer)
+    if read is None:
         return None
+    when = read[0]
     gran = _granularity(text)
     if gran == "year":
         return f"{when:%Y}"
