@@ -73,12 +73,13 @@ class MemPilot(StrategyBase):
     recipes = (MEMPILOT_BANK.name, MEMPILOT_RAW.name)  # RETRIEVE over the bank, CURATE's raw chunks
 
     def __init__(self, config: MemPilotConfig | None = None, *, profile: PoolProfile | None = None,
-                 policy: ChatClient | None = None, route_backends: dict[str, ChatClient] | None = None):
+                 policy: ChatClient | None = None, route_backends: dict[str, ChatClient] | None = None,
+                 compressor: Compressor | None = None):
         super().__init__(config)
         cfg = self.config
         self.profile = profile if profile is not None else PoolProfile.load(cfg.pool)
         self.profile.require_models()
-        self.compressor: Compressor = make_compressor(cfg.compressor)
+        self.compressor: Compressor = compressor if compressor is not None else make_compressor(cfg.compressor)
         self.adapter = None if cfg.adapter is None else str(cfg.adapter)
         self._policy = policy
         self._pool: ModelPool | None = None
