@@ -20,11 +20,12 @@ from .app import (
     err,
     known_errors,
 )
+from .fields import block, with_blocks
 from .options import (
-    RunOptions,
+    STRATEGY_BLOCK,
+    run_block,
+    run_options,
     strategy_options,
-    with_run_options,
-    with_strategy_options,
 )
 from .progress import IngestRow, _question_bar
 from .tables import frontier_table, route_table, tier_table
@@ -57,10 +58,9 @@ def config_cmd(
         console.print(t)
 
 
-@app.command("eval")
-@with_strategy_options(aliases=True)
-@with_run_options(Path("runs/latest"), "Output directory: predictions.jsonl, summary.json, store/.")
-def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: dict):
+@app.command("eval", cls=with_blocks(run=run_block(Path("runs/latest"), "Output directory: predictions.jsonl, summary.json, store/."),
+                                     strategy_args=STRATEGY_BLOCK))
+def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT.
 
     Strategy options come from the strategy's config: --set KEY=VALUE (repeatable) and/or
@@ -70,6 +70,7 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
     from ..eval.reports.summary import construction_table, fallback_table, summary_table
     from ..eval.runner import run_eval
 
+    run, strategy_args = run_options(ctx), block(ctx, "strategy_args")
     with known_errors():
         cfg = run.eval_config(strategy, strategy_options(strategy, strategy_args))
     out = run.out
@@ -133,15 +134,14 @@ def eval_cmd(strategy: str = OPT_STRATEGY, *, run: RunOptions, strategy_args: di
         _fail(f"too many model calls failed or fell back: {refused}", code=3)
 
 
-@app.command("frontier")
-@with_run_options(Path("runs/frontier"), "Output directory: configs/LABEL/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")
+@app.command("frontier", cls=with_blocks(run=run_block(Path("runs/frontier"), "Output directory: configs/LABEL/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")))
 def frontier_cmd(
+    ctx: typer.Context,
     spec: Optional[Path] = typer.Option(None, help="YAML file: `name:` and `configurations:`, a list of {label, strategy, options, requires} (see `src/memfrontier/frontier/default.yaml`); default: that shipped spec, every strategy family."),
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
     reference: Optional[str] = typer.Option(None, help="The configuration every other one is compared with (paired bootstrap); default rag."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
     export: Optional[Path] = typer.Option(None, "--export", metavar="DIR", help="Also write DIR (a folder outside OUT): each finished configuration's run.json, summary.json and predictions without the questions', gold answers' or retrieved text, and a report over every configuration DIR holds (publishable; --report-only --out DIR rebuilds it; DIR/configs/LABEL copied into another --out counts there as finished)."),
-    *, run: RunOptions,
 ):
     """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
 
@@ -156,6 +156,7 @@ def frontier_cmd(
     from ..frontier.run import run_frontier
     from ..frontier.spec import load_spec
 
+    run = run_options(ctx)
     with known_errors():
         fspec = load_spec(spec)
         labels = [x.strip() for x in only.split(",") if x.strip()] if only is not None else None

@@ -20,7 +20,12 @@ from .app import (
     err,
     known_errors,
 )
-from .options import _existing_store, strategy_options, with_strategy_options
+from .fields import block, with_blocks
+from .options import (
+    STRATEGY_BLOCK,
+    _existing_store,
+    strategy_options,
+)
 from .progress import IngestRow, _question_bar
 
 
@@ -126,9 +131,9 @@ def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: 
               .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
               .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id"))
 
-@app.command()
-@with_strategy_options()
+@app.command(cls=with_blocks(strategy_args=STRATEGY_BLOCK))
 def ask(
+    ctx: typer.Context,
     question: str = typer.Argument(...),
     store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
     user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory answers (one scope id is required)."),
@@ -150,7 +155,6 @@ def ask(
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = typer.Option(None, help="Price the calls as this price-book model."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole Answer as JSON."),
-    *, strategy_args: dict,
 ):
     """Answer one question from a store and print the answer with its cost."""
     from ..api import AsyncMemory
@@ -159,6 +163,7 @@ def ask(
 
     if router is not None and strategy not in ("auto", "budgetmem"):
         _fail("--router applies to --strategy auto or budgetmem only")
+    strategy_args = block(ctx, "strategy_args")
     _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
     options = strategy_options(strategy, strategy_args, router=None if router is None else str(router))
     scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)

@@ -17,14 +17,14 @@ from .app import (
     known_errors,
     sweep_app,
 )
+from .fields import block, with_blocks
 from .options import (
-    RunOptions,
+    STRATEGY_BLOCK,
     _check_router,
     _float_list,
-    _parse_preference,
+    run_block,
+    run_options,
     strategy_options,
-    with_run_options,
-    with_strategy_options,
 )
 from .progress import IngestRow, _question_bar
 
@@ -70,10 +70,10 @@ def _print_sweep(title: str, rows: list[dict], cols: tuple[str, ...], written: d
     console.print("wrote " + ", ".join(str(p) for p in written.values()))
 
 
-@sweep_app.command("budgetmem")
-@with_strategy_options()
-@with_run_options(Path("runs/budgetmem/sweep"), "Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png.")
+@sweep_app.command("budgetmem", cls=with_blocks(run=run_block(Path("runs/budgetmem/sweep"), "Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png."),
+                                               strategy_args=STRATEGY_BLOCK))
 def sweep_budgetmem(
+    ctx: typer.Context,
     lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_L/router_best.pt (skipped, and reported, when missing)."),
     ks: str = typer.Option("1,3,5,8,10", help="Comma-separated retrieval sizes K for the K sweep (empty: no K sweep)."),
     router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_L/ per lambda)."),
@@ -81,10 +81,10 @@ def sweep_budgetmem(
     k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
     module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5; same as --set module_topk=N)."),
     tiering: Optional[str] = typer.Option(None, help="implementation (default) | reasoning | capacity; must match the routers' training (same as --set tiering=...)."),
-    *, run: RunOptions, strategy_args: dict,
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable.
     --set / --strategy-config options apply to every run."""
+    run, strategy_args = run_options(ctx), block(ctx, "strategy_args")
     from ..eval.sweeps.budgetmem import (
         plan_budgetmem_sweep,
         table_row,
@@ -109,17 +109,18 @@ def sweep_budgetmem(
     _print_sweep(f"BudgetMem sweep ({len(results)} runs)", [table_row(r) for r in results],
                  ("run", "n", "f1", "judge", "usd_x1e4", "qpc"), written)
 
-@sweep_app.command("mempilot")
-@with_strategy_options()
-@with_run_options(Path("runs/mempilot/sweep"), "Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png.")
+
+@sweep_app.command("mempilot", cls=with_blocks(run=run_block(Path("runs/mempilot/sweep"), "Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png."),
+                                               strategy_args=STRATEGY_BLOCK))
 def sweep_mempilot(
-    preferences: str = typer.Option("perf,balanced,cost", help="Presets and/or weights 'Q:C:L' (e.g. 'perf,balanced,cost,1:2:1'), comma-separated."),
+    ctx: typer.Context,
+    preferences: str = typer.Option("perf,balanced,cost", help="Preference presets, comma-separated: perf | balanced | cost. (One run with weights of your own: `eval --strategy mempilot --set preference.quality=1 --set preference.cost=0.5 ...`.)"),
     adapters: Optional[Path] = typer.Option(None, help="Folder with PREFERENCE/adapter from `train orchestrator` (missing: the untrained policy)."),
     pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | bench (embedded 270M/0.5B/1.5B routes, each priced as itself; make bench-model) | a YAML (same as --set pool=...)."),
-    *, run: RunOptions, strategy_args: dict,
 ):
     """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable.
     --set / --strategy-config options apply to every run."""
+    run, strategy_args = run_options(ctx), block(ctx, "strategy_args")
     from ..eval.sweeps.mempilot import (
         plan_mempilot_sweep,
         table_row,
@@ -127,12 +128,10 @@ def sweep_mempilot(
     )
     from ..strategies import strategy_config
 
-    prefs = []
-    for item in (x.strip() for x in preferences.split(",") if x.strip()):
-        parsed = _parse_preference(item.replace(":", ",")) if ":" in item else item
+    prefs = [x.strip() for x in preferences.split(",") if x.strip()]
+    for pref in prefs:
         with known_errors():
-            strategy_config("mempilot", preference=parsed)
-        prefs.append(parsed)
+            strategy_config("mempilot", preference=pref)
     if not prefs:
         _fail("--preferences is empty")
     runs = plan_mempilot_sweep(prefs, adapters=adapters, options=strategy_options("mempilot", strategy_args, pool=pool))
@@ -143,18 +142,18 @@ def sweep_mempilot(
                   "retrieve_calls", "curate_calls"), written)
 
 
-@sweep_app.command("memorycpt")
-@with_strategy_options()
-@with_run_options(Path("runs/sweep-memorycpt"), "Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png.")
+@sweep_app.command("memorycpt", cls=with_blocks(run=run_block(Path("runs/sweep-memorycpt"), "Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png."),
+                                               strategy_args=STRATEGY_BLOCK))
 def sweep_memorycpt(
+    ctx: typer.Context,
     what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
     alphas: str = typer.Option("0.2,0.4,0.6,0.8,1.0", help="alpha values whose LoRA-B adapters to compare."),
     adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_A/adapter from `train qar --alpha A --out runs/qar/alpha_A`."),
     construction_llm: Optional[str] = typer.Option(None, help="The QAD model for every run (e.g. 'hf:runs/qad/merged'); default --llm (same as --set construction_llm=...)."),
-    *, run: RunOptions, strategy_args: dict,
 ):
     """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable.
     --set / --strategy-config options apply to every run."""
+    run, strategy_args = run_options(ctx), block(ctx, "strategy_args")
     from ..eval.sweeps.memorycpt import (
         ABLATIONS,
         DEPTHS,
