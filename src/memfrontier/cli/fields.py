@@ -1,20 +1,19 @@
-"""Command-line options as data: a command's blocks of click options (the run block, the strategy
-options, a trainer config's fields), added to a typer command through the command class it is
-declared with (``@app.command(cls=with_blocks(...))``), their values handed to the command as dicts.
+"""Command-line options as data: blocks of parameters (the run block, the strategy options, a
+trainer config's fields) that typer builds from a signature (:func:`params_of`), added to a command
+by the command class it is declared with (``@app.command(cls=with_blocks(...))``); the command reads
+each block's values from its context (:func:`block`, :func:`given`).
 
 :func:`model_options` generates the options of a pydantic model, one per field, in the style of
 TRL's ``HfArgumentParser``: the flag is the field's name (``--batch-questions``; a field may name
-another with ``json_schema_extra={"flag": "--lambda"}``), the help is the field's description (and
-its default), the type and bounds come from the annotation and ``ge``/``gt``/``le``/``lt``:
+another with ``json_schema_extra={"flag": "--lambda"}``), the help is the field's description and
+its default. ``bool``: a flag ``--x`` when the default is False, ``--x/--no-x`` when it is True;
+``int``, ``float``, ``str``, ``Path``, ``Literal`` (as text), optional or not: one value;
+``list[scalar]``: the flag repeated; anything else (a mapping, a preset name or weights): one value
+read as YAML. Types and bounds are checked by the model itself.
 
-* ``bool``: a flag ``--x`` when the default is False, ``--x/--no-x`` when it is True;
-* ``int``, ``float``, ``str``, ``Path``, ``Literal[...]`` (a choice), optional or not: one value;
-* ``list[scalar]``: the flag repeated;
-* anything else (a mapping, a union of a name and weights): one value read as YAML.
-
-:func:`model_config` builds the model from (in increasing precedence) its defaults, a ``--config``
-file, the options given on the command line and ``--set KEY=VALUE`` (nested keys with dots), so a
-default lives only on the model and a field is declared once.
+:func:`model_values` gathers the model's input from (in increasing precedence) a ``--config`` file,
+the options given on the command line and ``--set KEY=VALUE`` (nested keys with dots); fields given
+nowhere keep the model's default, so a default lives only on the model and a field is declared once.
 """
 
 from __future__ import annotations
