@@ -20,6 +20,7 @@ from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.auto import Auto, AutoConfig, Router, RouterFileError
 from memfrontier.strategies.auto.decision import Prediction, Scales, decide, utility
 from memfrontier.strategies.auto.features import SCALAR_FEATURES, ScopeStats, feature_vector, question_features
+from memfrontier.train.configs import StrategyRouterConfig
 from memfrontier.train.strategy_router import TestSplitError, train_strategy_router
 
 run = CliRunner().invoke
@@ -142,7 +143,7 @@ def test_router_file_of_another_version_or_format_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="train strategy-router"):
         Router.load(tmp_path / "none.json")
     # the CLI refuses it before any work
-    res = run(app, ["eval", "--strategy", "auto", "--router", str(tmp_path / "v2.json"), "--out", str(tmp_path / "o")])
+    res = run(app, ["eval", "--strategy", "auto", "--set", f"router={tmp_path / 'v2.json'}", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "version 2" in res.output
 
 
@@ -356,16 +357,16 @@ class _Built:
 
 def test_training_refuses_the_test_split(tmp_path, minilm):
     with pytest.raises(TestSplitError, match="conv-49.*never trained on the test split"):
-        train_strategy_router(scripted_frontier(tmp_path / "a", minilm, conversations=("conv-1", "conv-49")),
-                              tmp_path / "r.json", embedder=minilm)
+        train_strategy_router(StrategyRouterConfig(frontier_dir=scripted_frontier(
+            tmp_path / "a", minilm, conversations=("conv-1", "conv-49")), out=tmp_path / "r.json"), embedder=minilm)
     with pytest.raises(TestSplitError, match="split 'test'"):
-        train_strategy_router(scripted_frontier(tmp_path / "b", minilm, split="test"), tmp_path / "r.json",
-                              embedder=minilm)
+        train_strategy_router(StrategyRouterConfig(frontier_dir=scripted_frontier(tmp_path / "b", minilm, split="test"),
+                                                   out=tmp_path / "r.json"), embedder=minilm)
     res = run(app, ["train", "strategy-router", "--from", str(tmp_path / "b"), "--out", str(tmp_path / "r.json")])
     assert res.exit_code == 2 and "never trained on the test split" in res.output
     with pytest.raises(ValueError, match="oracle cannot train a router: oracle reads the gold evidence"):
-        train_strategy_router(scripted_frontier(tmp_path / "c", minilm), tmp_path / "r.json",
-                              labels=["oracle", "rag-k4"], embedder=minilm)
+        train_strategy_router(StrategyRouterConfig(frontier_dir=scripted_frontier(tmp_path / "c", minilm),
+                                                   out=tmp_path / "r.json", only=["oracle", "rag-k4"]), embedder=minilm)
     assert not (tmp_path / "r.json").exists()
 
 
@@ -482,7 +483,7 @@ def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     assert res.exit_code == 0, res.output
     assert Router.load(router).labels == ["rag-k1", "rag-k3"]
     out = tmp_path / "auto"
-    res = run(app, ["eval", "--strategy", "auto", "--router", str(router), "--preference", "balanced", "--split", "test",
+    res = run(app, ["eval", "--strategy", "auto", "--set", f"router={router}", "--set", "preference=balanced", "--split", "test",
                     "--limit", "2", "--out", str(out), "--store", str(frontier / "store"), "--data-root", str(data)])
     assert res.exit_code == 0, res.output
     assert "configuration chosen by the router" in res.output
@@ -498,7 +499,7 @@ def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     assert summary["provenance"]["prompt_versions"]["strategy"] == "auto-v1"
     # interrupted after one answer: the rerun says it resumes and answers only the other question
     (out / "predictions.jsonl").write_text(json.dumps(rows[0]) + "\n")
-    res = run(app, ["eval", "--strategy", "auto", "--router", str(router), "--preference", "balanced", "--split", "test",
+    res = run(app, ["eval", "--strategy", "auto", "--set", f"router={router}", "--set", "preference=balanced", "--split", "test",
                     "--limit", "2", "--out", str(out), "--store", str(frontier / "store"), "--data-root", str(data)])
     assert res.exit_code == 0, res.output
     assert f"resuming {out}: 1 of 2 questions already answered" in " ".join(res.output.split())

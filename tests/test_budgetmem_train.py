@@ -11,6 +11,7 @@ import asyncio
 import csv
 import json
 import math
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -21,7 +22,7 @@ from memfrontier.eval.runner import EvalConfig, run_eval
 from memfrontier.eval.sweeps.budgetmem import plan_budgetmem_sweep, write_sweep_report
 from memfrontier.strategies.budgetmem.router import MODULES, TIERS, TierRouter
 from memfrontier.train.budgetmem_trainer import (
-    TrainConfig,
+    RouterPPOConfig,
     failure_counts,
     router_dir_name,
     split_questions,
@@ -36,7 +37,7 @@ SMALL = dict(conversations=["conv-41"], k=1, module_topk=1, max_relations=2)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, locomo_slice):
     root = tmp_path_factory.mktemp("bm-train")
-    cfg = TrainConfig(lam=0.3, updates=2, batch_questions=2, val_questions=1, train_questions=4,
+    cfg = RouterPPOConfig(lam=0.3, updates=2, batch_questions=2, val_questions=1, train_questions=4,
                       out=root / "routers" / router_dir_name(0.3), data_root=locomo_slice("conv-41"), **SMALL)
     return cfg, asyncio.run(train_router(cfg))
 
@@ -141,18 +142,18 @@ def test_cli_rejects_bad_router_and_misplaced_flags(tmp_path):
     run = CliRunner().invoke
     bogus = tmp_path / "bogus.pt"
     bogus.write_text("not a checkpoint")
-    res = run(app, ["eval", "--strategy", "budgetmem", "--router", str(bogus), "--out", str(tmp_path / "o")])
+    res = run(app, ["eval", "--strategy", "budgetmem", "--set", f"router={bogus}", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "not a readable router checkpoint" in res.output
     small = tmp_path / "small.pt"
     TierRouter(emb_dim=8, hidden=4).save(small)
-    res = run(app, ["eval", "--strategy", "budgetmem", "--router", str(small), "--out", str(tmp_path / "o")])
+    res = run(app, ["eval", "--strategy", "budgetmem", "--set", f"router={small}", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "8-d embeddings" in res.output
-    res = run(app, ["eval", "--strategy", "rag", "--tiers", "low", "--out", str(tmp_path / "o")])
-    assert res.exit_code == 2 and "budgetmem only" in res.output
-    res = run(app, ["eval", "--strategy", "budgetmem", "--tiers", "max", "--out", str(tmp_path / "o")])
-    assert res.exit_code == 2 and "unknown --tiers" in res.output
+    res = run(app, ["eval", "--strategy", "rag", "--set", "tiers=low", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "unknown key 'tiers'; keys: k, retrievers" in res.output
+    res = run(app, ["eval", "--strategy", "budgetmem", "--set", "tiers=max", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "unknown tiers 'max'" in res.output
     res = run(app, ["train", "router", "--reward", "bleu"])
-    assert res.exit_code == 2 and "unknown --reward" in res.output
+    assert res.exit_code == 2 and "reward: Input should be 'f1' or 'judge' (got 'bleu')" in " ".join(res.output.split())
     assert not (tmp_path / "o").exists()  # nothing ran
 
 
@@ -198,3 +199,32 @@ def test_sweep_report_writes_tables_and_plots(tmp_path):
     assert rows[-1]["tier_filter_high"] == ""  # no tier ratios in that summary
     md = (tmp_path / "sweep.md").read_text()
     assert "| 0.9 | summary | 0.90 | 0.00 | 0.10 |" in md and "lambda_0.1" in md
+
+
+def test_train_router_options_are_the_config_fields(tmp_path, monkeypatch):
+    from memfrontier.train import budgetmem_trainer
+    from memfrontier.train.configs import RouterPPOConfig
+
+    res = CliRunner().invoke(app, ["train", "router", "--help"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0
+    flags = {"lam": "--lambda", "conversations": "--conversation"}
+    for name, field in RouterPPOConfig.model_fields.items():
+        assert flags.get(name, "--" + name.replace("_", "-")) in res.output, name
+        assert field.description.split(" (")[0][:30] in " ".join(res.output.split()), name
+    got = []
+
+    async def fake_train(cfg, on_progress=None):
+        got.append(cfg)
+        raise ValueError("stopped before training")
+
+    monkeypatch.setattr(budgetmem_trainer, "train_router", fake_train)
+    cfg_file = tmp_path / "router.yaml"
+    cfg_file.write_text("updates: 7\nk: 9\n")
+    res = CliRunner().invoke(app, ["train", "router", "--lambda", "0.5", "--no-align", "--conversation", "conv-1",
+                                   "--conversation", "conv-2", "--config", str(cfg_file), "--set", "k=3"])
+    assert res.exit_code == 2 and "stopped before training" in res.output
+    (cfg,) = got
+    assert (cfg.lam, cfg.align, cfg.conversations, cfg.updates, cfg.k) == (0.5, False, ["conv-1", "conv-2"], 7, 3)
+    assert cfg.out == Path("runs/budgetmem/routers/lambda_0.5") and cfg.batch_questions == 32
+    res = CliRunner().invoke(app, ["train", "router", "--set", "lr=-1"])
+    assert res.exit_code == 2 and "lr: Input should be greater than 0 (got -1)" in " ".join(res.output.split())

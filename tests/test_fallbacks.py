@@ -142,7 +142,7 @@ def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkey
         raise FallbackError(exceeded_message(summary["fallbacks"]), summary)
 
     monkeypatch.setattr(runner, "run_eval", degraded)
-    args = ["eval", "--strategy", "budgetmem", "--tiers", "high", "--out", str(tmp_path / "run")]
+    args = ["eval", "--strategy", "budgetmem", "--set", "tiers=high", "--out", str(tmp_path / "run")]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 3, res.output
     out = " ".join(res.output.split())

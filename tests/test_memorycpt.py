@@ -472,11 +472,11 @@ def test_cli_rejects_memorycpt_flags_elsewhere_and_bad_values(tmp_path):
     from memfrontier.cli import app
 
     run = CliRunner().invoke
-    res = run(app, ["eval", "--strategy", "rag", "--episodic-k", "3", "--out", str(tmp_path / "a")])
-    assert res.exit_code == 2 and "--episodic-k applies to --strategy memorycpt only" in res.output
-    res = run(app, ["eval", "--strategy", "memorycpt", "--ablation", "no-magic", "--out", str(tmp_path / "b")])
-    assert res.exit_code == 2 and "unknown --ablation" in res.output
-    res = run(app, ["eval", "--strategy", "memorycpt", "--summarizer-adapter", str(tmp_path), "--out", str(tmp_path / "c")])
+    res = run(app, ["eval", "--strategy", "rag", "--set", "episodic_k=3", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 2 and "unknown key 'episodic_k'; keys: k, retrievers" in res.output
+    res = run(app, ["eval", "--strategy", "memorycpt", "--set", "ablation=no-magic", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "unknown ablation 'no_magic'; choose one of: none, no_qad" in " ".join(res.output.split())
+    res = run(app, ["eval", "--strategy", "memorycpt", "--set", f"summarizer_adapter={tmp_path}", "--out", str(tmp_path / "c")])
     assert res.exit_code == 2 and "not a LoRA adapter directory" in " ".join(res.output.split())
     res = run(app, ["export", "sft", "--store", str(tmp_path / "nowhere")])
     assert res.exit_code == 2

@@ -20,6 +20,7 @@ from memfrontier.strategies.memorycpt.pipeline import (
     render_candidates,
     summary_messages,
 )
+from memfrontier.train.configs import QADConfig
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.grpo import train_grpo
 from memfrontier.train.lora_sft import train_lora_sft
@@ -45,8 +46,8 @@ def test_qad_sft_on_exported_traces_gives_a_serving_construction_model(built):
     root, m, strat = built
     counts = export_sft([strat.bank(m.aio.env).path], root / "sft", m.aio.store.embedder)
     assert counts["segmenter"] == 2 and counts["semantic_extractor"] >= 2
-    res = train_lora_sft(sorted((root / "sft").glob("*.jsonl")), root / "qad", max_steps=1, cutoff_tokens=1024,
-                         rank=4, alpha=8, val_fraction=0.25)
+    res = train_lora_sft(QADConfig(data=[root / "sft"], out=root / "qad", max_steps=1, cutoff_tokens=1024,
+                                   rank=4, lora_alpha=8, val_fraction=0.25))
     assert res.steps == 1 and res.n_train + res.n_val == sum(counts.values()) - res.n_too_long
     assert res.merged_dir is not None and (res.merged_dir / "config.json").is_file()
     cpt = MemoryCPT(MemoryCPTConfig(construction_llm=f"hf:{res.merged_dir}"))

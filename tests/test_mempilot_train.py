@@ -203,14 +203,14 @@ def test_sweep_report_tables_and_pareto(tmp_path):
 
 
 def test_cli_mempilot_flags_are_checked():
-    r = CliRunner().invoke(app, ["eval", "--strategy", "rag", "--preference", "cost"])
-    assert r.exit_code == 2 and "--preference applies to --strategy auto or mempilot only" in r.output
-    r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--preference", "fast"])
+    r = CliRunner().invoke(app, ["eval", "--strategy", "rag", "--set", "preference=cost"])
+    assert r.exit_code == 2 and "unknown key 'preference'; keys: k, retrievers" in r.output
+    r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--set", "preference=fast"])
     assert r.exit_code == 2 and "unknown preference preset" in r.output
-    r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--preference", "1,2"])
-    assert r.exit_code == 2 and "three numbers" in r.output
-    r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--answer-mode", "x"])
-    assert r.exit_code == 2 and "unknown --answer-mode" in r.output
+    r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--set", "preference.quality=x"])
+    assert r.exit_code == 2 and "preference" in r.output and "'x'" in r.output
+    r = CliRunner().invoke(app, ["eval", "--strategy", "mempilot", "--set", "answer_mode=x"])
+    assert r.exit_code == 2 and "unknown answer_mode 'x'" in r.output
     r = CliRunner().invoke(app, ["train", "orchestrator", "--preference", "fast"])
     assert r.exit_code == 2 and "unknown preference preset" in r.output
 
@@ -223,13 +223,13 @@ def test_cli_mempilot_flags_are_checked():
 def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
     from memfrontier.strategies import get_strategy
     from memfrontier.train.mempilot_trainer import (
-        OrchestratorTrainConfig,
+        OrchestratorGRPOConfig,
         train_orchestrator,
     )
 
     torch.set_num_threads(2)
     # smoke sizes: short observations and probes keep the prompts (and so every forward) short
-    cfg = OrchestratorTrainConfig(steps=1, group_size=2, max_rounds=2, sessions=1, policy_max_tokens=64,
+    cfg = OrchestratorGRPOConfig(steps=1, group_size=2, max_rounds=2, sessions=1, policy_max_tokens=64,
                                   max_observation_tokens=64, probe_max_tokens=8, out=tmp_path / "orch", lr=1e-4)
     summary = asyncio.run(train_orchestrator(cfg))
     adapter = tmp_path / "orch" / "adapter"

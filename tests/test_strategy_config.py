@@ -202,9 +202,9 @@ def captured(monkeypatch):
     return got
 
 
-def test_set_file_and_deprecated_flags_give_the_same_options(tmp_path, captured):
+def test_set_and_file_give_the_same_options(tmp_path, captured):
     out = ["--out", str(tmp_path / "o")]
-    res = run(app, ["eval", "--strategy", "memorycpt", "--episodic-k", "4", "--ablation", "no-fs", *out])
+    res = run(app, ["eval", "--strategy", "memorycpt", "--set", "episodic_k=4", "--set", "ablation=no-fs", *out])
     assert res.exit_code == 2 and "stopped before running" in res.output
     res = run(app, ["eval", "--strategy", "memorycpt", "--set", "episodic_k=4", "--set", "ablation=no_fs", *out])
     f = tmp_path / "cpt.yaml"
@@ -212,7 +212,8 @@ def test_set_file_and_deprecated_flags_give_the_same_options(tmp_path, captured)
     res = run(app, ["eval", "--strategy", "memorycpt", "--strategy-config", str(f), "--set", "semantic_k=50", *out])
     assert [c.strategy_options for c in captured] == [{"episodic_k": 4, "ablation": "no_fs"}] * 2 + [
         {"episodic_k": 4, "ablation": "no_fs", "semantic_k": 50}]
-    res = run(app, ["eval", "--strategy", "mempilot", "--max-usd", "0.01", "--preference", "1,2,0", *out])
+    res = run(app, ["eval", "--strategy", "mempilot", "--set", "budget.max_usd=0.01", "--set", "preference.quality=1",
+                    "--set", "preference.cost=2", "--set", "preference.latency=0", *out])
     assert captured[-1].strategy_options == {"budget": {"max_usd": 0.01, "max_tokens": None, "max_proxy_s": None},
                                              "preference": {"quality": 1.0, "cost": 2.0, "latency": 0.0}}
     assert captured[-1].dataset == "locomo" and captured[-1].seed == 42 and captured[-1].out == tmp_path / "o"
@@ -226,14 +227,14 @@ def test_cli_option_errors_name_the_key_and_run_nothing(tmp_path, captured):
     assert res.exit_code == 2 and "unknown tiers 'top'; choose one of: low, mid, high" in res.output
     res = run(app, ["eval", "--strategy", "rag", "--set", "depth=2", *out])
     assert res.exit_code == 2 and "unknown key 'depth'; keys: k, retrievers" in res.output
-    res = run(app, ["eval", "--strategy", "budgetmem", "--tiers", "max", *out])
-    assert res.exit_code == 2 and "unknown --tiers 'max'" in res.output
+    res = run(app, ["eval", "--strategy", "budgetmem", "--tiers", "max", *out])  # the retired flag
+    assert res.exit_code == 2 and "No such option: --tiers" in res.output
     f = tmp_path / "other.json"
     f.write_text(json.dumps({"strategy": "budgetmem", "k": 3}))
     res = run(app, ["eval", "--strategy", "rag", "--strategy-config", str(f), *out])
     assert res.exit_code == 2 and "is for strategy 'budgetmem', not 'rag'" in " ".join(res.output.split())
-    res = run(app, ["eval", "--strategy", "auto", *out])  # a required option is named by its flag
-    assert res.exit_code == 2 and "strategy auto: --router: Field required" in res.output
+    res = run(app, ["eval", "--strategy", "auto", *out])  # a required option is named by its key
+    assert res.exit_code == 2 and "strategy auto: router: Field required" in res.output
     res = run(app, ["eval", "--strategy", "magic", *out])
     assert res.exit_code == 2 and "unknown strategy 'magic'" in res.output
     assert captured == [] and not (tmp_path / "o").exists()

@@ -24,6 +24,7 @@ from memfrontier.llm import ChatClient, make_llm
 from memfrontier.llm.hf import HFLLM, default_model_id, load_causal_lm
 from memfrontier.llm.local_models import MODEL_ID
 from memfrontier.llm.prompt_format import render_prompt
+from memfrontier.train.configs import QADConfig
 from memfrontier.train.cost_reward import SummaryCostModel
 from memfrontier.train.grpo import make_reward_func, prompt_text, train_grpo
 from memfrontier.train.lora_common import lora_config, lora_delta_l2, lora_snapshot
@@ -271,8 +272,9 @@ def test_sft_smoke_trains_merges_and_serves(base, tmp_path):
                                                      seg_sample(6, words=600)])]  # the last is > 512 tokens
     events = []
     t0 = time.perf_counter()
-    res = train_lora_sft(data, tmp_path / "qad", max_steps=2, cutoff_tokens=512, rank=4, alpha=8,
-                         eval_steps=1, on_progress=lambda ev, **kw: events.append((ev, kw)))
+    res = train_lora_sft(QADConfig(data=data, out=tmp_path / "qad", max_steps=2, cutoff_tokens=512, rank=4,
+                                   lora_alpha=8, eval_steps=1, seed=13),
+                         on_progress=lambda ev, **kw: events.append((ev, kw)))
     print(f"\nSFT: {res.seconds:.1f}s total ({time.perf_counter() - t0:.1f}s), {res.steps} steps")
     assert (res.n_train, res.n_val, res.n_too_long, res.steps) == (5, 1, 1, 2)
     log = [json.loads(line) for line in res.train_log.read_text().splitlines()]

@@ -38,11 +38,9 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.jsonio import json_safe, write_json_atomic
@@ -60,47 +58,10 @@ from ..strategies.budgetmem import BudgetMem, BudgetMemConfig, ModuleCache
 from ..strategies.budgetmem.cache import input_hash
 from ..strategies.budgetmem.router import TIERS, TierRouter, router_dir_name
 from .budget_reward import BudgetRewardShaper, budget_reward
+from .configs import RouterPPOConfig
 from .ppo import Decision, Episode, PPOTrainer
 
 LOCAL_MODEL_IDS = frozenset({"rules", "minilm", "tier-router"})  # ledger calls that are not model calls
-
-
-class TrainConfig(BaseModel):
-    """One router training run. ``store`` and ``cache`` default to siblings of ``out`` (``store/``,
-    ``module_cache.json``) so that routers trained at several lambdas share them."""
-
-    tiering: Literal["implementation", "reasoning", "capacity"] = "implementation"
-    lam: float = Field(0.3, ge=0, description="cost weight lambda (Eq. 7)")
-    reward: Literal["f1", "judge"] = "f1"
-    align: bool = True
-    updates: int = Field(20, ge=1)
-    batch_questions: int = Field(32, ge=1)
-    epochs: int = Field(4, ge=1)
-    lr: float = Field(3e-4, gt=0)
-    train_questions: int | None = Field(None, ge=1, description="None: every pool question not held out")
-    val_questions: int = Field(32, ge=1)
-    conversations: list[str] | None = None  # restrict the pool (tests, quick runs)
-    k: int = Field(5, ge=1)
-    module_topk: int = Field(5, ge=1)
-    max_relations: int = Field(10, ge=1)
-    seed: int = 42
-    out: Path = Path("runs/budgetmem/routers") / router_dir_name(0.3)
-    store: Path | None = None
-    cache: Path | None = None
-    llm: str = "local"
-    base_url: str | None = None
-    judge_llm: str | None = None
-    data_root: Path | None = None
-    price_book: Path | None = None
-    allow_unpriced: bool = False
-
-    @property
-    def store_dir(self) -> Path:
-        return self.store or self.out.parent / "store"
-
-    @property
-    def cache_file(self) -> Path:
-        return self.cache or self.out.parent / "module_cache.json"
 
 
 def split_questions(questions: list[Question], n_val: int, n_train: int | None, seed: int) -> tuple[list, list]:
@@ -142,7 +103,7 @@ async def cached(cache: ModuleCache, question: str, kind: str, salt: dict, compu
 class _Rollouts:
     """Runs questions through ``mem.ask`` with a BudgetMem strategy and scores them."""
 
-    def __init__(self, cfg: TrainConfig, mem, cache: ModuleCache, on_question: Callable[[dict], None]):
+    def __init__(self, cfg: RouterPPOConfig, mem, cache: ModuleCache, on_question: Callable[[dict], None]):
         self.cfg, self.mem, self.cache, self.on_question = cfg, mem, cache, on_question
         self.judge = make_judge(mem, cfg.judge_llm, cfg.base_url) if cfg.reward == "judge" else None
 
@@ -204,7 +165,7 @@ def _mean(xs) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
-async def train_router(cfg: TrainConfig, on_progress: Callable | None = None) -> dict:
+async def train_router(cfg: RouterPPOConfig, on_progress: Callable | None = None) -> dict:
     """Train a router; returns the summary written to ``cfg.out/train_summary.json``.
 
     ``on_progress(event, **info)``: ``start`` (updates, train, val, questions_per_update),
@@ -219,7 +180,7 @@ async def train_router(cfg: TrainConfig, on_progress: Callable | None = None) ->
         torch.set_num_threads(threads)
 
 
-async def _train(cfg: TrainConfig, progress: Callable) -> dict:
+async def _train(cfg: RouterPPOConfig, progress: Callable) -> dict:
     from ..api import AsyncMemory
     from ..eval.plots import plot_reward_curve
 
@@ -338,7 +299,7 @@ async def _train(cfg: TrainConfig, progress: Callable) -> dict:
         mem.close()
 
 
-def _provenance(cfg: TrainConfig, mem) -> dict:
+def _provenance(cfg: RouterPPOConfig, mem) -> dict:
     data_file = datasets.dataset_path("locomo", cfg.data_root)
     return provenance(
         data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
@@ -351,4 +312,4 @@ def _provenance(cfg: TrainConfig, mem) -> dict:
     )
 
 
-__all__ = ["TrainConfig", "train_router", "split_questions", "router_dir_name", "CachedAnswerer", "failure_counts"]
+__all__ = ["RouterPPOConfig", "train_router", "split_questions", "router_dir_name", "CachedAnswerer", "failure_counts"]

@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..llm.hf import load_causal_lm
 from ..llm.prompt_format import render_prompt
+from .configs import QADConfig
 from .lora_common import JsonlLogCallback, device_args, lora_config, noop_progress
 
 __all__ = [
@@ -173,36 +174,29 @@ def _tokenized(tokenizer, samples: list[dict], cutoff_tokens: int) -> tuple[list
     return rows, too_long
 
 
-def train_lora_sft(
-    data: list[Path],
-    out_dir: Path,
-    *,
-    base: str | None = None,
-    rank: int = 16,
-    alpha: float = 32,
-    dropout: float = 0.05,
-    lr: float = 1e-4,
-    cutoff_tokens: int = 8192,
-    epochs: float = 1.0,
-    max_steps: int | None = None,
-    val_fraction: float = 0.1,
-    eval_steps: int | None = None,
-    batch_size: int = 1,
-    grad_accum_steps: int = 1,
-    seed: int = 13,
-    merge: bool = True,
-    on_progress: Callable[..., None] | None = None,
-) -> SFTResult:
+def sft_files(data: list[Path]) -> list[Path]:
+    """The JSONL files of ``data``: each folder's ``*.jsonl`` (sorted), each file itself.
+    Raises :class:`SFTDataError` when there is none or a path does not exist."""
+    files: list[Path] = []
+    for d in map(Path, data):
+        files.extend(sorted(d.glob("*.jsonl")) if d.is_dir() else [d])
+    if not files or not all(f.is_file() for f in files):
+        raise SFTDataError(f"no SFT data at {', '.join(map(str, data))}; write it with "
+                           "`memfrontier export sft --store STORE --out DIR`")
+    return files
+
+
+def train_lora_sft(config: QADConfig, *, on_progress: Callable[..., None] | None = None) -> SFTResult:
     """Train LoRA-A on ShareGPT role data (MemoryCPT Eq. 9) and save it (merged when ``merge``).
 
-    Args:
-        data: ShareGPT JSONL files (see the module docstring), e.g. ``export/*.jsonl``.
-        out_dir: receives ``adapter/`` (PEFT adapter), ``merged/`` (base + LoRA-A merged, with the
+    ``config`` (:class:`~memfrontier.train.configs.QADConfig`):
+        data: ShareGPT JSONL files or folders of them (see the module docstring, :func:`sft_files`).
+        out: receives ``adapter/`` (PEFT adapter), ``merged/`` (base + LoRA-A merged, with the
             tokenizer: ``HFLLM(model=str(out_dir / "merged"))``), ``train_log.jsonl`` (one line
             per log event: ``step`` and ``loss`` / ``eval_loss`` / ``learning_rate`` ...) and
             ``train_summary.json``. Intermediate checkpoints are deleted at the end.
         base: the base model (:func:`memfrontier.llm.hf.load_causal_lm`; None = packaged Gemma).
-        rank, alpha, dropout: LoRA (:func:`~memfrontier.train.lora_common.lora_config`).
+        rank, lora_alpha, dropout: LoRA (:func:`~memfrontier.train.lora_common.lora_config`).
         lr: AdamW learning rate (cosine decay, no warm-up).
         cutoff_tokens: longer samples (prompt + target + EOS) are dropped and counted.
         epochs / max_steps: training length; ``max_steps`` (optimizer steps) wins when given.
@@ -222,10 +216,16 @@ def train_lora_sft(
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    c = config
+    base, rank, alpha, dropout, lr, cutoff_tokens = c.base, c.rank, c.lora_alpha, c.dropout, c.lr, c.cutoff_tokens
+    epochs, max_steps, val_fraction, eval_steps, seed, merge = (c.epochs, c.max_steps, c.val_fraction, c.eval_steps,
+                                                                c.seed, c.merge)
+    batch_size, grad_accum_steps = c.batch_size, c.grad_accum_steps
     progress = on_progress or noop_progress
     t0 = time.perf_counter()
-    out_dir = Path(out_dir)
-    samples = load_sharegpt(list(data))
+    out_dir = Path(c.out)
+    data = sft_files(c.data)
+    samples = load_sharegpt(data)
     if not samples:
         raise SFTDataError(f"no samples in {[str(p) for p in data]}")
     lm, tok = load_causal_lm(base, copy=True)

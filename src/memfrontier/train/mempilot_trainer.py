@@ -35,45 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from ..core.jsonio import write_json_atomic
 from ..core.ledger import Ledger, use_ledger
 from ..core.types import Budget, Preference, Question, Scope
 from ..strategies.mempilot.accounting import format_gate
 from ..strategies.mempilot.policy import Generation
-from .mempilot_reward import ETA, Rewards, decoupled_advantages, marginal_credit
-
-
-class OrchestratorTrainConfig(BaseModel):
-    """One training run (defaults: MemPilot Table 5 where it applies; smoke-scale sizes)."""
-
-    dataset: str = "locomo"
-    split: str = "train"
-    preference: str | dict = "balanced"
-    group_size: int = Field(4, ge=2)  # G
-    temperature: float = Field(1.0, gt=0)
-    lr: float = Field(1e-6, ge=0)
-    beta: float = Field(0.001, ge=0)  # KL-loss coefficient
-    clip: float = Field(0.2, gt=0)  # epsilon_clip
-    eta: float = Field(ETA, ge=0)  # marginal-utility weight
-    steps: int = Field(1, ge=1)
-    questions_per_step: int = Field(1, ge=1)
-    epochs: int = Field(1, ge=1)  # gradient passes over each batch
-    max_rounds: int = Field(3, ge=1)  # Table 5: 6; smoke: 3
-    policy_max_tokens: int = Field(96, ge=16)
-    max_observation_tokens: int = Field(384, ge=32)
-    probe_max_tokens: int = Field(32, ge=4)
-    conversations: list[str] | None = None  # default: the split's first conversation
-    sessions: int | None = Field(2, ge=1)  # ingest only the first N sessions of each conversation (smoke)
-    rank: int = 16
-    alpha: float = 32
-    dropout: float = 0.0  # 0: rollout and update see the same network (exact importance ratios)
-    seed: int = 13
-    pool: str = "local"
-    out: Path = Path("runs/mempilot/orchestrator")
-    store: Path | None = None
-    data_root: Path | None = None
+from .configs import OrchestratorGRPOConfig
+from .mempilot_reward import Rewards, decoupled_advantages, marginal_credit
 
 
 @dataclass
@@ -130,7 +98,7 @@ def _completion_logp(model, g: Generation):
     return torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(g.prompt_ids):, None])[:, 0]
 
 
-def _pick_questions(convs, cfg: OrchestratorTrainConfig) -> tuple[list, list[Question]]:
+def _pick_questions(convs, cfg: OrchestratorGRPOConfig) -> tuple[list, list[Question]]:
     """Conversations (cut to ``sessions``) and the scored questions whose evidence they contain."""
     chosen = [c for c in convs if cfg.conversations is None or c.id in set(cfg.conversations)]
     if cfg.conversations is None:
@@ -151,7 +119,7 @@ def _pick_questions(convs, cfg: OrchestratorTrainConfig) -> tuple[list, list[Que
     return out_convs, qs
 
 
-async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Callable | None = None) -> dict:
+async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callable | None = None) -> dict:
     """Run the training loop of the module docstring; returns the summary (also ``train_summary.json``).
     Raises ValueError for an empty selection, DatasetError for missing data, LLMError when a model fails to load."""
     import torch
@@ -290,4 +258,4 @@ async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Calla
     return summary
 
 
-__all__ = ["OrchestratorTrainConfig", "Rollout", "pg_token_loss", "token_advantages", "train_orchestrator"]
+__all__ = ["OrchestratorGRPOConfig", "Rollout", "pg_token_loss", "token_advantages", "train_orchestrator"]

@@ -25,6 +25,7 @@ from ..strategies.memorycpt.pipeline import (
     render_candidates,
     summary_messages,
 )
+from .configs import QARConfig
 from .cost_reward import DEFAULT_ALPHA, SummaryCostModel
 
 
@@ -119,15 +120,12 @@ class SummaryReward:
         self._loop.close()
 
 
-def train_qar(mem, *, convs: list[Conversation], out, dataset: str = "locomo", sessions: int | None = 2,
-              max_questions: int | None = 16, alpha: float = DEFAULT_ALPHA, base: str | None = None,
-              construction_llm: str | None = None, max_steps: int = 4, num_generations: int = 4, beta: float = 0.04,
-              lr: float = 1e-5, max_completion_tokens: int = 64, temperature: float = 1.0, seed: int = 13,
-              on_progress: Callable | None = None) -> dict:
+def train_qar(config: QARConfig, *, mem, convs: list[Conversation], on_progress: Callable | None = None) -> dict:
     """LoRA-B for the Fine Summary (MemoryCPT Sec. 3.3, Eq. 11-16), end to end.
 
-    Builds the training pool (:func:`build_qar_pool`) in ``mem``'s store, then GRPO-trains a new
-    LoRA adapter on ``base`` (None = the packaged base; the merged LoRA-A checkpoint otherwise)
+    ``config``: :class:`~memfrontier.train.configs.QARConfig` (its ``store``, ``llm``, ``dataset`` and
+    ``split`` name what the caller opens as ``mem`` and loads as ``convs``). Builds the training
+    pool (:func:`build_qar_pool`) in ``mem``'s store, then GRPO-trains a new LoRA adapter on ``base`` (None = the packaged base; the merged LoRA-A checkpoint otherwise)
     with :class:`SummaryReward` (frozen answerer = ``mem``'s answer model). Writes into ``out``:
     ``adapter/``, ``train_log.jsonl``, ``reward_curve.png`` and ``qar_summary.json`` (settings,
     pool size, reward/F1/summary-length per step, provenance). Returns the summary dict.
@@ -142,7 +140,11 @@ def train_qar(mem, *, convs: list[Conversation], out, dataset: str = "locomo", s
     from ..eval import plots
     from .grpo import train_grpo
 
-    out = Path(out)
+    c = config
+    out, dataset, alpha, base, construction_llm, seed = Path(c.out), c.dataset, c.alpha, c.base, c.construction_llm, c.seed
+    sessions, max_questions = c.sessions, c.questions
+    num_generations, beta, lr, max_steps = c.num_generations, c.beta, c.lr, c.max_steps
+    max_completion_tokens, temperature = c.max_summary_tokens, c.temperature
     out.mkdir(parents=True, exist_ok=True)
     strategy = MemoryCPT(MemoryCPTConfig(construction_llm=construction_llm))
     pool = asyncio.run(build_qar_pool(mem, strategy, convs, sessions=sessions, max_questions=max_questions,

@@ -49,7 +49,13 @@ from ..eval.datasets.locomo import TEST_CONVERSATIONS
 from ..eval.metrics import LOCOMO_EXCLUDED
 from ..eval.runner import stratified_sample
 from ..strategies.auto.decision import decide, utility
-from ..strategies.auto.features import FEATURE_VERSION, SCALAR_FEATURES, ScopeStats, feature_vector, scope_stats
+from ..strategies.auto.features import (
+    FEATURE_VERSION,
+    SCALAR_FEATURES,
+    ScopeStats,
+    feature_vector,
+    scope_stats,
+)
 from ..strategies.auto.router import (
     TARGETS,
     Calibration,
@@ -62,9 +68,8 @@ from ..strategies.auto.router import (
     as_predictions,
     write_router_file,
 )
+from .configs import StrategyRouterConfig
 
-DEFAULT_OUT = Path("runs/auto/router.json")
-VAL_SHARE = 0.2
 #: Ridge penalties RidgeCV chooses among (leave-one-out).
 ALPHAS = tuple(float(a) for a in np.logspace(-2, 4, 13))
 #: Fewer training questions than this: no penalty search, ``FALLBACK_ALPHA``.
@@ -312,19 +317,21 @@ def _argmax_cheapest(u: np.ndarray, usd: np.ndarray, proxy_s: np.ndarray) -> np.
     return np.array(out, dtype=int)
 
 
-def train_strategy_router(frontier_dir: str | Path, out: str | Path = DEFAULT_OUT, *, val_share: float = VAL_SHARE,
-                          seed: int = 42, labels: list[str] | None = None, store: str | Path | None = None,
-                          embedder=None) -> dict:
-    """Fit, validate and write a router from ``frontier_dir`` (see the module docstring).
+def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dict:
+    """Fit, validate and write a router from ``config.frontier_dir`` to ``config.out`` (see the module
+    docstring; :class:`~memfrontier.train.configs.StrategyRouterConfig`).
 
-    ``store``: the store the frontier ran on (default: the one its runs recorded, else
+    ``config.only``: the labels to route among (an item may list several, comma-separated);
+    ``config.store``: the store the frontier ran on (default: the one its runs recorded, else
     ``FRONTIER_DIR/store``); ``embedder``: the query embedder (default MiniLM, as the store's).
     Returns ``{"router": path, "validation_json": path, "validation_md": path, "report": ...}``.
 
     Raises FileNotFoundError (no frontier / store), :class:`TestSplitError`, ValueError (too few
     configurations or questions).
     """
-    frontier_dir, out = Path(frontier_dir), Path(out)
+    frontier_dir, out, val_share, seed = Path(config.frontier_dir), Path(config.out), config.val_share, config.seed
+    labels = [x.strip() for item in config.only for x in item.split(",") if x.strip()] if config.only else None
+    store = config.store
     configs, notes = read_frontier(frontier_dir, labels)
     dataset = configs[0].summary.get("config", {}).get("dataset", "locomo")
     shared = set.intersection(*(set(c.rows) for c in configs))
@@ -397,5 +404,5 @@ def render_validation(report: dict, router_path: Path | str = "router") -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["ANCHORS", "DEFAULT_OUT", "ConfigRecords", "TestSplitError", "fit_target", "read_frontier",
+__all__ = ["ANCHORS", "ConfigRecords", "TestSplitError", "fit_target", "read_frontier",
            "render_validation", "split_questions", "targets", "train_strategy_router", "validate"]

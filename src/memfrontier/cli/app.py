@@ -1,0 +1,134 @@
+"""The typer applications of the ``memfrontier`` command line, their consoles, the options shared by
+several commands (one definition, one help text) and the one error handler every command uses."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+
+from ..core.version import __version__
+from ..strategies import STRATEGIES
+
+# Help texts are Markdown: paragraphs reflow to the terminal's width, `code` is highlighted
+# (placeholders are written in capitals, as <x> would be read as an HTML tag).
+HELP_MARKUP = "markdown"
+app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
+                  no_args_is_help=True, add_completion=False)
+# Logs and CI are not terminals: render tables wide there rather than cutting numbers.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
+            "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
+
+train_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
+sweep_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
+
+
+export_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
+keys_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
+                            "and --store as to serve; with the embedded default, a running server is joined, else "
+                            "started for the command and stopped after it.", no_args_is_help=True)
+app.add_typer(train_app, name="train")
+app.add_typer(sweep_app, name="sweep")
+app.add_typer(export_app, name="export")
+app.add_typer(keys_app, name="keys")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"memfrontier {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print memfrontier's version and exit.")) -> None:
+    """memfrontier: long-term memory for LLM agents with measured quality, cost and latency."""
+
+
+# Options shared by several commands (one definition, one help text).
+OPT_LLM = typer.Option("local", help=LLM_HELP)
+OPT_BASE_URL = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL).")
+OPT_JUDGE_LLM = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP)
+OPT_DATA_ROOT = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data).")
+OPT_SEED = typer.Option(42, help="Seed for the question slice.")
+OPT_CONCURRENCY = typer.Option(1, min=1, metavar="N", help="Questions in flight at once (the embedded model runs one at a time).")
+OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packaged one).")
+OPT_ALLOW_UNPRICED = typer.Option(False, "--allow-unpriced", help="Record calls to models missing from the price book as unpriced instead of failing.")
+OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
+OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
+OPT_SPLIT = typer.Option(None, help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all. Default: test where the dataset has one, else all.")
+STRATEGY_HELP = " | ".join(STRATEGIES)
+
+
+def _strategy_name(value: str) -> str:
+    if value not in STRATEGIES:
+        raise typer.BadParameter(f"unknown strategy {value!r}; choose one of: {', '.join(STRATEGIES)}")
+    return value
+
+
+OPT_STRATEGY = typer.Option("rag", parser=_strategy_name, metavar="STRATEGY",
+                            help=f"{STRATEGY_HELP}. Options of each: `memfrontier config STRATEGY`.")
+OPT_SET = typer.Option(None, "--set", metavar="KEY=VALUE",
+                       help="A strategy-config option (repeatable; value read as YAML, nested keys with dots: "
+                            "--set k=3 --set budget.max_usd=0.001). `memfrontier config STRATEGY` lists the keys.")
+OPT_STRATEGY_CONFIG = typer.Option(None, "--strategy-config", metavar="FILE",
+                                   help="A YAML or JSON file of strategy-config options (--set overrides it).")
+
+
+def _fail(msg: str, code: int = 2):
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/red] {escape(msg)}")  # a message's own brackets are text, not markup
+    raise typer.Exit(code)
+
+
+def _known_errors():
+    from ..answerer import BudgetExceededError
+    from ..core.pricebook import UnpricedModelError
+    from ..eval.datasets import DatasetError
+    from ..eval.fallbacks import FallbackError
+    from ..eval.ray_pool import RayUnavailableError
+    from ..eval.runner import RunMismatchError
+    from ..llm.base import LLMError
+    from ..core.errors import StoreError
+    from ..strategies import ViewNotBuiltError
+
+    return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
+            StoreError, ViewNotBuiltError, RayUnavailableError, FileNotFoundError, ValueError)
+
+
+#: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.
+RESUME_HINT = ("interrupted; what was built and the questions answered so far are kept: "
+               "run the same command again to resume")
+
+
+@contextmanager
+def known_errors(bar=None, extra: tuple[type[BaseException], ...] = (), interrupted: str = "interrupted"):
+    """The one error handler of every command: a known error (budget, unpriced model, store, data,
+    model, unbuilt view, bad value) becomes ``error: <message>`` on stderr and exit code 2 (3 for
+    a run refused for its fallbacks); Ctrl-C prints ``interrupted`` and exits 130. The progress
+    ``bar`` (if any) is stopped first. Anything else is a bug and keeps its traceback."""
+    from pydantic import ValidationError
+
+    from ..core.errors import explain_validation
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.stop()
+        err.print(interrupted)
+        raise typer.Exit(130) from None
+    except (*_known_errors(), *extra) as e:
+        if bar is not None:
+            bar.stop()
+        text = explain_validation("the options", e) if isinstance(e, ValidationError) else str(e)
+        _fail(text, code=3 if type(e).__name__ == "FallbackError" else 2)
+

@@ -1,0 +1,246 @@
+"""Commands on one memory store: ``ingest``, ``ask`` and ``search``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import (
+    OPT_ALLOW_UNPRICED,
+    OPT_LLM,
+    OPT_PRICE_BOOK,
+    OPT_STRATEGY,
+    _fail,
+    app,
+    console,
+    err,
+    known_errors,
+)
+from .fields import block, with_blocks
+from .options import (
+    STRATEGY_BLOCK,
+    _existing_store,
+    strategy_options,
+)
+from .progress import IngestRow, _question_bar
+
+
+@app.command()
+def ingest(
+    store: str = typer.Option(..., help="Store directory (created if missing) or postgresql:// URL."),
+    dataset: Optional[str] = typer.Option(None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa | mem_gallery."),
+    conversation: Optional[list[str]] = typer.Option(None, help="Only these conversation ids (repeatable)."),
+    file: Optional[Path] = typer.Option(None, help="A JSONL of messages ({role, content, speaker?, timestamp?, session_id?})."),
+    user_id: Optional[str] = typer.Option(None, help="Scope for --file: the user the messages belong to."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope for --file: the agent (with or without --user-id)."),
+    run_id: Optional[str] = typer.Option(None, help="Scope for --file: the run (with or without the others)."),
+    session_id: str = typer.Option("default", help="Session for --file lines without one."),
+    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="The benchmark data folder (default ../shared/data)."),
+    data_file: Optional[Path] = typer.Option(None, help="With --dataset: read this file (in the dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file."),
+):
+    """Add records to a store. Idempotent: ingesting the same data again adds nothing.
+
+    A progress bar on stderr follows each conversation's turns as they are embedded (--dataset)
+    or the sessions of --file."""
+    from ..api import Memory
+
+    if (dataset is None) == (file is None):
+        _fail("give exactly one of --dataset or --file")
+    if data_file is not None and dataset is None:
+        _fail("--data-file goes with --dataset")
+    if file is not None and (user_id, agent_id, run_id) == (None, None, None):
+        _fail("--file needs a scope: give --user-id, --agent-id or --run-id (whose memory the messages are)")
+    if dataset is not None and (user_id, agent_id, run_id) != (None, None, None):
+        _fail("--user-id/--agent-id/--run-id go with --file (a --dataset's conversations are scoped by their ids)")
+    by_session = _read_messages(file, session_id) if file is not None else {}  # checked whole before a store is opened
+    if file is not None and not by_session:
+        _fail(f"{file} holds no messages; nothing was written")
+    with known_errors(), Memory.open(store) as mem:
+        if dataset:
+            from ..eval.datasets import load_dataset
+
+            convs = load_dataset(dataset, "all", data_root=data_root, data_file=data_file)
+            if conversation:
+                convs = [c for c in convs if c.id in set(conversation)]
+                if not convs:
+                    _fail(f"no conversation named {conversation} in {dataset}")
+            with _question_bar() as bar:  # a row per conversation while its turns are embedded
+                task = bar.add_task("conversations", total=len(convs))
+                row = IngestRow(bar)
+                for c in convs:
+                    n = len({r.session_id for r in c.records})
+                    res = mem.aio.store.add(c.records, progress=lambda done, total: row.show(c.id, n, done, total))
+                    row.close()
+                    bar.advance(task)
+                    console.print(f"{c.id}: +{len(res.added)} records, {len(res.skipped)} already present")
+        else:
+            with _question_bar() as bar:
+                task = bar.add_task("sessions", total=len(by_session))
+                for sid, msgs in by_session.items():
+                    res = mem.add(msgs, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=sid)
+                    bar.advance(task)
+                    console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
+
+
+def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
+    """Messages of a JSONL file grouped by session; any bad line fails with file:line, nothing written."""
+    from ..core.messages import messages_to_records
+    from ..core.types import Scope
+
+    if not file.is_file():
+        _fail(f"no such file: {file}")
+    try:
+        text = file.read_text("utf-8-sig")  # a byte-order mark (some editors write one) is not content
+    except UnicodeDecodeError as e:
+        _fail(f"{file}: not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8; nothing was written")
+    by_session: dict[str, list[dict]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError as e:
+            _fail(f"{file}:{n}: not JSON ({e}); nothing was written")
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'; nothing was written")
+        if not m["content"].strip():
+            _fail(f"{file}:{n}: 'content' is empty or whitespace; nothing was written")
+        try:  # the same checks as Memory.add (field types, timestamp...), here so no session is written first
+            messages_to_records([m], scope=Scope(), session_id="-", timestamp=None)
+        except ValueError as e:  # "message 0.timestamp ..." names the one message checked: the line says which
+            _fail(f"{file}:{n}: {str(e).removeprefix('message 0.')}; nothing was written")
+        by_session.setdefault(str(m.pop("session_id", default_session)), []).append(m)
+    return by_session
+
+
+def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: str | Path) -> None:
+    """Fail (before any model is loaded) when ``store`` is not a store, or unless one scope id or
+    --all-scopes is given."""
+    from ..api import scope_for_read
+
+    _existing_store(store)
+
+    try:
+        scope_for_read(what, user_id, agent_id, run_id, all_scopes)
+    except ValueError as e:
+        _fail(str(e).replace("all_scopes=True", "--all-scopes")
+              .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
+              .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id"))
+
+@app.command(cls=with_blocks(strategy_args=STRATEGY_BLOCK))
+def ask(
+    ctx: typer.Context,
+    question: str = typer.Argument(...),
+    store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory answers (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    all_scopes: bool = typer.Option(False, "--all-scopes", help="Answer from every tenant's records (no scope id)."),
+    strategy: str = OPT_STRATEGY,
+    router: Optional[Path] = typer.Option(None, help="auto: a router file from `train strategy-router`; budgetmem: a "
+                                          "tier-router checkpoint (same as --set router=FILE)."),
+    build: bool = typer.Option(False, "--build", help="Build the strategy's memory view (memorycpt, mempilot, automem; auto: those of its configurations) "
+                               "for this scope first when it is missing, and report what building cost. Without it, "
+                               "asking a strategy whose view was never built is refused."),
+    llm: str = OPT_LLM,
+    base_url: Optional[str] = typer.Option(None),
+    preference: Optional[str] = typer.Option(None, help="perf | balanced | cost (default: the strategy config's, else perf)"),
+    max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
+    max_tokens: Optional[int] = typer.Option(None, help="Hard cap on the answer call's prompt+output tokens."),
+    price_book: Optional[Path] = OPT_PRICE_BOOK,
+    allow_unpriced: bool = OPT_ALLOW_UNPRICED,
+    price_as: Optional[str] = typer.Option(None, help="Price the calls as this price-book model."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole Answer as JSON."),
+):
+    """Answer one question from a store and print the answer with its cost."""
+    from ..api import AsyncMemory
+    from ..core.types import Budget, Scope
+    from ..strategies import BUILT_VIEWS, ViewNotBuiltError, get_strategy, view_built
+
+    if router is not None and strategy not in ("auto", "budgetmem"):
+        _fail("--router applies to --strategy auto or budgetmem only")
+    strategy_args = block(ctx, "strategy_args")
+    _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
+    options = strategy_options(strategy, strategy_args, router=None if router is None else str(router))
+    scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+    async def answer(mem):
+        if not all_scopes and mem.store.count(scope)["records"] == 0:
+            who = ", ".join(f"{k} {v!r}" for k, v in (("user", user_id), ("agent", agent_id), ("run", run_id)) if v)
+            _fail(f"no records for {who} in {store}: the answer would come from no memory; "
+                  "add some with `memfrontier ingest` (or check the scope ids)")
+        strat = get_strategy(strategy, options)
+        built = None
+        if strategy in BUILT_VIEWS and not all_scopes and not await asyncio.to_thread(view_built, strat, mem.env, scope):
+            if not build:
+                who = "".join(f" --{k.replace('_', '-')} {v}" for k, v in
+                              (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v)
+                raise ViewNotBuiltError(
+                    f"the {strategy} memory view of this scope was never built, so the answer would come from no "
+                    f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
+                    f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
+            task = bar.add_task(f"building the {strategy} view", total=None)
+            try:
+                built = (await mem.build(strat, scope, progress=lambda done, total, unit: bar.update(
+                    task, description=f"building the {strategy} view: {unit}", completed=done, total=total))
+                         ).usage().construction
+            finally:
+                bar.remove_task(task)
+        ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
+                            strategy=strat, preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
+        return ans, built
+
+    with known_errors():
+        mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
+                               allow_unpriced=allow_unpriced, price_as=price_as)
+        try:
+            with _question_bar() as bar:
+                ans, built = asyncio.run(answer(mem))
+        finally:
+            mem.close()
+    if built is not None:
+        err.print(f"built the {strategy} view: {built.calls} calls · {built.input_tokens} in / {built.output_tokens} out "
+                  f"tokens · ${built.usd:.8f} (USD, construction) · latency proxy {built.proxy_s:.2f}s")
+    if as_json:
+        console.print_json(ans.model_dump_json())
+        return
+    q = ans.usage.query
+    console.print(f"[bold]{ans.text or '(empty answer)'}[/bold]")
+    if routed := ans.meta.get("auto"):
+        p = routed["predictions"][routed["configuration"]]
+        console.print(f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
+                      f"${p['usd']:.8f}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
+    console.print(f"{q.calls} calls · {q.input_tokens} in / {q.output_tokens} out tokens · "
+                  f"${q.usd:.8f} (USD) · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
+                  f"evidence {len(ans.evidence_ids)} records")
+    if ans.usage.events:
+        console.print(f"events: {ans.usage.events}")
+
+
+@app.command()
+def search(
+    query: str = typer.Argument(...),
+    store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory is searched (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
+    k: int = typer.Option(5, min=1),
+):
+    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks."""
+    from ..api import Memory
+
+    _check_scope("search", user_id, agent_id, run_id, all_scopes, store)
+    with known_errors():
+        with Memory.open(_existing_store(store)) as mem:
+            hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+    if not hits:
+        console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
+    for i, h in enumerate(hits, 1):
+        ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
+        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
+                      f"{h.chunk.text[:400]}\n")
