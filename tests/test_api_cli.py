@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memfrontier import Memory
-from memfrontier.api import messages_to_records
+from memfrontier.core.messages import messages_to_records
 from memfrontier.cli import app
 from memfrontier.core.types import Scope
 from memfrontier.eval.judge import Judge

@@ -183,7 +183,7 @@ async def train_orchestrator(cfg: OrchestratorTrainConfig, *, on_progress: Calla
     strat = MemPilot(pool=cfg.pool, preference=pref, policy=policy, compressor="offline")
     for c in convs:
         await asyncio.to_thread(mem.store.add, c.records)
-        await mem.build(strat, Scope(user_id=c.id))
+        await mem.construct(strat, Scope(user_id=c.id))
         progress("ingest", conversation=c.id, records=len(c.records))
     orch = strat.orchestrator(mem.env, pref, Budget(), temperature=cfg.temperature, max_rounds=cfg.max_rounds,
                               policy_max_tokens=cfg.policy_max_tokens, max_observation_tokens=cfg.max_observation_tokens)
