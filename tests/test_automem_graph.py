@@ -435,7 +435,8 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     assert steps == [(0, 3, "windows"), (1, 3, "windows"), (2, 3, "windows"), (3, 3, "windows")]  # the step's window too
     # window 1: one model note; window 2: garbage -> one fallback note per record; the step: one note
     assert rep.counts["Memory"] == 1 + 2 + 1 and rep.counts["FOLLOWS"] == 3
-    assert ledger.events["parse_error.indexer"] == 1 and ledger.events["indexer.fallback"] == 1
+    assert ledger.events["parse_error.indexer"] == 1
+    assert [(f.role, f.reason) for f in ledger.fallbacks] == [("indexer", "unparsable")]
     assert [c.role for c in ledger.calls] == ["indexer", "indexer"] and {c.stage for c in ledger.calls} == {
         "construction"
     }
@@ -458,7 +459,8 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     assert stored["calls"] == 3 and stored["windows_without_usage"] == stored["windows_without_events"] == 0
     # ... with its calls by role and events: the garbage window's fallback stays counted in later runs
     assert stored["calls_by_role"] == {"indexer": 3}
-    assert stored["events"] == {"parse_error.indexer": 1, "indexer.fallback": 1}
+    assert stored["events"] == {"parse_error.indexer": 1}
+    assert [(f["role"], f["reason"]) for f in stored["fallbacks"]] == [("indexer", "unparsable")]
     assert stored["input_tokens"] == sum(u.input_tokens for u in built) > 0
     assert stored["output_tokens"] == sum(u.output_tokens for u in built)
     # a cache written before costs were recorded (bare lists of notes): its windows are counted as
