@@ -227,5 +227,5 @@ def test_a_strategy_whose_build_takes_no_progress_still_builds(tmp_path):
             calls.append(scope.user_id)
 
     with Memory.open(tmp_path / "s") as m:
-        ledger = asyncio.run(m.aio.build(Old(), Scope(user_id="ana")))
+        ledger = asyncio.run(m.aio.construct(Old(), Scope(user_id="ana")))
     assert calls == ["ana"] and ledger.calls == []

@@ -161,7 +161,8 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
         from mcp.server.mcpserver.exceptions import ToolError
 
         with pytest.raises(ToolError, match="no records in this scope"):
-            await server.call_tool("ask", {"question": "Where?", "user_id": "bob"})
+            await server.call_tool("ask", {"question": "Where?", "user_id": "ana"})
+        await mem.add(["I moved to Lisbon in May."], user_id="ana")  # MCP scopes carry no tenant prefix
         with pytest.raises(ToolError) as e:
             await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem"})
         assert unbuilt_view_message("scripted_view") in str(e.value)

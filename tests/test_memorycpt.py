@@ -448,7 +448,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
     with Memory.open(tmp_path / "mem") as m:
         m.aio.store.add(records)
         strat = MemoryCPT(episodic_k=4, semantic_k=6)
-        ledger = asyncio.run(m.aio.build(strat, records[0].scope))
+        ledger = asyncio.run(m.aio.construct(strat, records[0].scope))
         bank = strat.bank(m.aio.env)
         assert bank.path.name == "memorycpt-gemma-3-270m-q4_k_m-qad-v4.db"  # model and QAD prompt version
         eps = bank.items(records[0].scope, "episode")
@@ -460,7 +460,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
         assert ans.usage.by_role["summarizer"].calls == 1 and ans.usage.by_role["answerer"].calls == 1
         assert ans.evidence_ids and set(ans.evidence_ids) <= ids
         assert ans.usage.query.usd > 0 and not math.isnan(ans.usage.query.usd)
-        again = asyncio.run(m.aio.build(strat, records[0].scope))
+        again = asyncio.run(m.aio.construct(strat, records[0].scope))
         assert again.calls == []  # idempotent
 
 

@@ -221,7 +221,8 @@ class AsyncMemory:
         scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
         ledger = ledger if ledger is not None else Ledger()
         with use_ledger(ledger, "construction"):
-            await strategy.build(self.env, scope, progress)
+            # a strategy written before progress existed takes (env, scope): only pass it when asked for
+            await (strategy.build(self.env, scope) if progress is None else strategy.build(self.env, scope, progress))
         return ledger
 
     async def build(self, strategy: str | Strategy = "rag", *, user_id=None, agent_id=None, run_id=None,
@@ -288,6 +289,8 @@ class AsyncMemory:
         """
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
         strat = self._strategy(strategy, strategy_options)
+        if isinstance(preference, str):  # a bad argument is named before the scope is read
+            preference = Preference.preset(preference)
         ledger = Ledger()
         report = None
         try:

@@ -96,6 +96,7 @@ def _fail(msg: str, code: int = 2):
 
 def _known_errors():
     from .answerer import BudgetExceededError
+    from .core.errors import EmptyScopeError
     from .core.pricebook import UnpricedModelError
     from .eval.datasets import DatasetError
     from .eval.fallbacks import FallbackError
@@ -106,7 +107,7 @@ def _known_errors():
     from .strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
-            StoreError, ViewNotBuiltError, RayUnavailableError, FileNotFoundError, ValueError)
+            StoreError, ViewNotBuiltError, EmptyScopeError, RayUnavailableError, FileNotFoundError, ValueError)
 
 
 #: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.
@@ -1316,39 +1317,19 @@ def ask(
 ):
     """Answer one question from a store and print the answer with its cost."""
     from .api import AsyncMemory
-    from .core.types import Budget, Scope
-    from .strategies import BUILT_VIEWS, ViewNotBuiltError, get_strategy, view_built
+    from .core.types import Budget
+    from .strategies import get_strategy
 
     if router is not None and strategy not in ("auto", "budgetmem"):
         _fail("--router applies to --strategy auto or budgetmem only")
     _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
     options = strategy_options(strategy, strategy_args, router=None if router is None else str(router))
-    scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     async def answer(mem):
-        if not all_scopes and mem.store.count(scope)["records"] == 0:
-            who = ", ".join(f"{k} {v!r}" for k, v in (("user", user_id), ("agent", agent_id), ("run", run_id)) if v)
-            _fail(f"no records for {who} in {store}: the answer would come from no memory; "
-                  "add some with `memfrontier ingest` (or check the scope ids)")
-        strat = get_strategy(strategy, options)
-        built = None
-        if strategy in BUILT_VIEWS and not all_scopes and not await asyncio.to_thread(view_built, strat, mem.env, scope):
-            if not build:
-                who = "".join(f" --{k.replace('_', '-')} {v}" for k, v in
-                              (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v)
-                raise ViewNotBuiltError(
-                    f"the {strategy} memory view of this scope was never built, so the answer would come from no "
-                    f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
-                    f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
-            task = bar.add_task(f"building the {strategy} view", total=None)
-            try:
-                built = (await mem.build(strat, scope, progress=lambda done, total, unit: bar.update(
-                    task, description=f"building the {strategy} view: {unit}", completed=done, total=total))
-                         ).usage().construction
-            finally:
-                bar.remove_task(task)
         ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
-                            strategy=strat, preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
+                            strategy=get_strategy(strategy, options), preference=preference,
+                            budget=Budget(max_usd=max_usd, max_tokens=max_tokens), build=build)
+        built = ans.build.usage if ans.build is not None else None
         return ans, built
 
     with known_errors():
