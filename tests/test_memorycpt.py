@@ -599,6 +599,22 @@ def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_pat
     assert [f["role"] for f in entry["fallbacks"]] == ["segmenter"]  # session 1's, from the bank's record
 
 
+def test_a_session_stored_before_fallbacks_were_records_still_counts_them():
+    """A bank session stored when fallbacks were ``memorycpt.fallback.ROLE`` events keeps counting
+    them (one step-0 record each); a session with records, or without events, is read as stored."""
+    from memfrontier.core.fallbacks import fallback_report
+    from memfrontier.strategies.memorycpt.pipeline import _with_fallback_records
+
+    old = {"calls": 4, "calls_by_role": {"segmenter": 2, "episode_generator": 2},
+           "events": {"memorycpt.fallback.segmenter": 1, "memorycpt.op_rejected.segmenter": 2}}
+    assert _with_fallback_records(old)["fallbacks"] == [
+        {"role": "segmenter", "module": "segmenter", "tier": None, "reason": None, "step": 0}]
+    seg = fallback_report([], construction=[_with_fallback_records(old)])["by_role"]["segmenter"]
+    assert (seg["calls"], seg["fallbacks"], seg["fallback_share"]) == (2, 1, 0.5)
+    recorded = {**old, "fallbacks": []}
+    assert _with_fallback_records(recorded) is recorded and _with_fallback_records({"calls": 3}) == {"calls": 3}
+
+
 def test_doomed_build_projects_the_calls_left_hand_computed():
     from memfrontier.eval.fallbacks import doomed_build
 
