@@ -11,7 +11,7 @@ import httpx2 as httpx
 import pytest
 from fakes import ScriptedClient
 
-from memfrontier.api import AsyncMemory, Memory, unbuilt_view_message
+from memfrontier.api import BUILD_ADVICE, AsyncMemory, Memory, unbuilt_view_message
 from memfrontier.client import AsyncMemoryClient, MemoryClient
 from memfrontier.core.errors import EmptyScopeError, empty_scope_message
 from memfrontier.core.fallbacks import FallbackError
@@ -105,7 +105,8 @@ def test_a_build_above_the_threshold_is_refused_with_evals_message(memory):
     with pytest.raises(FallbackError) as e:
         memory.ask("Where does Ana live?", user_id="ana", strategy=view, build=True)
     assert str(e.value).startswith("role 'segmenter': 0 of 10 calls failed (0%), 1 fell back (10%); threshold 5%")
-    assert "most often unparsable (1)" in str(e.value)
+    assert "most often unparsable (1)" in str(e.value) and str(e.value).endswith(BUILD_ADVICE)
+    assert "--allow-fallbacks" not in str(e.value)  # eval's advice: no such flag here
     assert e.value.report["exceeded"] == ["segmenter"]
     ok = ScriptedView(fallbacks=0)
     report = memory.build(ok, user_id="ana")
@@ -121,6 +122,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
     from memfrontier.server.mcp import MemoryService, build_server
 
     views = {"ok": ScriptedView(fallbacks=0), "bad": ScriptedView(fallbacks=1)}
+    said = {}  # where -> the refused build's message
     monkeypatch.setattr(rest, "STRATEGIES", {**rest.STRATEGIES, "scripted_view": object})
     monkeypatch.setattr(rest, "check_remote_options", lambda name, options: None)
     monkeypatch.setattr(rest, "get_strategy", lambda name, options: views[(options or {}).get("v", "ok")])
@@ -144,6 +146,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
             with pytest.raises(RefusedBuildError) as e:
                 await client.build("scripted_view", user_id="ana", strategy_options={"v": "bad"})
             assert e.value.status == 422 and e.value.message.startswith("role 'segmenter': 0 of 10 calls failed")
+            said["rest"] = e.value.message
             report = await client.build("scripted_view", user_id="ana")
             assert report.usage.calls == 10
             ans = await client.ask("Where?", user_id="ana", strategy="scripted_view")
@@ -166,10 +169,15 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
         with pytest.raises(ToolError) as e:
             await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem"})
         assert unbuilt_view_message("scripted_view") in str(e.value)
-        with pytest.raises(ToolError, match="role 'segmenter': 0 of 10 calls failed"):
+        with pytest.raises(ToolError, match="role 'segmenter': 0 of 10 calls failed") as e:
             await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem",
                                            "options": {"v": 1}, "build": True})
+        said["mcp"] = str(e.value).removeprefix("Error executing tool ask: ")
+        with pytest.raises(FallbackError) as e:
+            await mem.build(ScriptedView(fallbacks=1), user_id="ana")
+        said["python"] = str(e.value)
 
     asyncio.run(over_mcp())
+    assert said["rest"] == said["mcp"] == said["python"]  # one message, wherever the build was refused
     mem.close()
     keys.close()

@@ -79,6 +79,12 @@ class Answer(BaseModel):
     build: BuildReport | None = None  # the view's build, when ``ask(build=True)`` built it first
 
 
+#: What a refused build tells its caller (Python, CLI, REST or MCP) to do: there is no per-call
+#: override, as ``eval --allow-fallbacks`` is for a run.
+BUILD_ADVICE = ("What was built is kept; build it with a stronger model, or open the memory with a higher "
+                "fallback_threshold to accept it.")
+
+
 def unbuilt_view_message(strategy: str) -> str:
     """The one message of a question refused because ``strategy``'s view of the scope was never built."""
     return (f"the {strategy} memory view of this scope was never built, so the answer would come from no "
@@ -254,7 +260,7 @@ class AsyncMemory:
             entry = {**entry, **{k: recorded[k] for k in ("calls_by_role", "events", "fallbacks") if k in recorded}}
         report = fallback_report([], self.fallback_threshold, construction=[entry])
         if report["exceeded"]:
-            raise FallbackError(exceeded_message(report), None, report=report, usage=ledger.usage())
+            raise FallbackError(exceeded_message(report, BUILD_ADVICE), None, report=report, usage=ledger.usage())
         return BuildReport(strategy=strat.name, usage=ledger.usage().construction, fallbacks=report)
 
     async def _require_records(self, scope: Scope) -> None:

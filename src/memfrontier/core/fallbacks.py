@@ -116,9 +116,13 @@ def why(v: dict) -> str | None:
     return v.get("first_error") or (f"outputs refused, most often {v['top_rejection']}" if v.get("top_rejection") else None)
 
 
-def exceeded_message(report: dict) -> str | None:
-    """One line naming the worst role above the threshold, its shares and first error; None when
-    no role is above it."""
+#: What a refused eval run tells its caller to do (the end of :func:`exceeded_message`).
+EVAL_ADVICE = "Pass --allow-fallbacks to keep such a run."
+
+
+def exceeded_message(report: dict, advice: str = EVAL_ADVICE) -> str | None:
+    """One line naming the worst role above the threshold, its shares and first error, ending with
+    ``advice`` (what the refused caller can do); None when no role is above it."""
     if not report.get("exceeded"):
         return None
     role = report["exceeded"][0]
@@ -128,4 +132,4 @@ def exceeded_message(report: dict) -> str | None:
     return (f"role {role!r}: {v['errors']} of {v['calls']} calls failed ({v['error_share']:.0%}), "
             f"{v['fallbacks']} fell back ({v['fallback_share']:.0%}); threshold {report['threshold']:.0%}"
             + (f"; {others} more role(s) above it" if others else "")
-            + f". First error: {first}. Pass --allow-fallbacks to keep such a run.")
+            + f". First error: {first}. {advice}")
