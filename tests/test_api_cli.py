@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from memfrontier import Memory
 from memfrontier.core.messages import messages_to_records
 from memfrontier.cli import app
+from memfrontier.core.errors import empty_scope_message
 from memfrontier.core.types import Scope
 from memfrontier.eval.judge import Judge
 
@@ -81,7 +82,7 @@ def test_cli_ingest_ask_search(tmp_path):
                     "--base-url", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "not in price book" in res.output
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "bob"])  # nobody's memory: no call
-    assert res.exit_code == 2 and "no records for user 'bob'" in " ".join(res.output.split()), res.output
+    assert res.exit_code == 2 and f"error: {empty_scope_message()}" in " ".join(res.output.split()), res.output
 
 
 def test_a_record_far_larger_than_the_context_is_cut_visibly(tmp_path):
