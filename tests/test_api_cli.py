@@ -6,8 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from memfrontier import Memory
-from memfrontier.api import messages_to_records
+from memfrontier.core.messages import messages_to_records
 from memfrontier.cli import app
+from memfrontier.core.errors import empty_scope_message
 from memfrontier.core.types import Scope
 from memfrontier.eval.judge import Judge
 
@@ -81,7 +82,7 @@ def test_cli_ingest_ask_search(tmp_path):
                     "--base-url", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "not in price book" in res.output
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "bob"])  # nobody's memory: no call
-    assert res.exit_code == 2 and "no records for user 'bob'" in " ".join(res.output.split()), res.output
+    assert res.exit_code == 2 and f"error: {empty_scope_message()}" in " ".join(res.output.split()), res.output
 
 
 def test_a_record_far_larger_than_the_context_is_cut_visibly(tmp_path):
@@ -211,21 +212,3 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
                               "or fell back\n"
                               "memorycpt: resuming the build of conv-26's memory view: 5 of 19 sessions built by an "
                               "earlier run\n")
-
-
-def test_a_strategy_whose_build_takes_no_progress_still_builds(tmp_path):
-    """Strategies written before ``progress`` existed (``build(env, scope)``) are built as before
-    when no progress is asked for."""
-    import asyncio
-
-    calls = []
-
-    class Old:
-        name, prompt_version, recipes = "old", "v1", ()
-
-        async def build(self, env, scope):
-            calls.append(scope.user_id)
-
-    with Memory.open(tmp_path / "s") as m:
-        ledger = asyncio.run(m.aio.build(Old(), Scope(user_id="ana")))
-    assert calls == ["ana"] and ledger.calls == []

@@ -8,6 +8,7 @@ import os
 import pytest
 from fakes import ScriptedClient
 
+from memfrontier.core.fallbacks import fallback_report
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
@@ -435,7 +436,8 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     assert steps == [(0, 3, "windows"), (1, 3, "windows"), (2, 3, "windows"), (3, 3, "windows")]  # the step's window too
     # window 1: one model note; window 2: garbage -> one fallback note per record; the step: one note
     assert rep.counts["Memory"] == 1 + 2 + 1 and rep.counts["FOLLOWS"] == 3
-    assert ledger.events["parse_error.indexer"] == 1 and ledger.events["indexer.fallback"] == 1
+    assert ledger.events["parse_error.indexer"] == 1
+    assert [(f.role, f.reason) for f in ledger.fallbacks] == [("indexer", "unparsable")]
     assert [c.role for c in ledger.calls] == ["indexer", "indexer"] and {c.stage for c in ledger.calls} == {
         "construction"
     }
@@ -458,15 +460,27 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     assert stored["calls"] == 3 and stored["windows_without_usage"] == stored["windows_without_events"] == 0
     # ... with its calls by role and events: the garbage window's fallback stays counted in later runs
     assert stored["calls_by_role"] == {"indexer": 3}
-    assert stored["events"] == {"parse_error.indexer": 1, "indexer.fallback": 1}
+    assert stored["events"] == {"parse_error.indexer": 1}
+    assert [(f["role"], f["reason"]) for f in stored["fallbacks"]] == [("indexer", "unparsable")]
     assert stored["input_tokens"] == sum(u.input_tokens for u in built) > 0
     assert stored["output_tokens"] == sum(u.output_tokens for u in built)
+    # a cache written before fallbacks were records counted them as events: still one fallback
+    path = state_dir(tmp_path, U) / "notes.json"
+    cache = json.loads(path.read_text())
+    for v in cache.values():
+        v["usage"].pop("fallbacks")
+    garbage = next(v for v in cache.values() if v["usage"]["events"])
+    garbage["usage"]["events"]["indexer.fallback"] = 1
+    path.write_text(json.dumps(cache))
+    legacy = GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U))
+    assert [(f["role"], f["step"]) for f in legacy["fallbacks"]] == [("indexer", 0)]
+    assert fallback_report([], construction=[legacy])["by_role"]["indexer"]["fallbacks"] == 1
     # a cache written before costs were recorded (bare lists of notes): its windows are counted as
     # unknown, never guessed, and their notes are still served
     path = state_dir(tmp_path, U) / "notes.json"
     path.write_text(json.dumps({k: v["notes"] for k, v in json.loads(path.read_text()).items()}))
     assert GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U)) == {
-        "windows_without_usage": 3, "windows_without_events": 3}
+        "windows_without_usage": 3, "windows_without_events": 3, "fallbacks": []}
     (state_dir(tmp_path, U) / "meta.json").unlink()
     rep4 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
     assert (rep4.calls, rep4.cached_windows) == (0, 4) and client.n_calls == 3

@@ -239,7 +239,7 @@ def locomo_memory(tmp_path_factory):
     m = Memory.open(tmp_path_factory.mktemp("locomo") / "store")
     m.aio.store.add([r for r in conv.records if r.session_id in ("conv-49:session_1", "conv-49:session_2")])
     strat = AutoMem()
-    ledger = asyncio.run(m.aio.build(strat, Scope(user_id="conv-49")))
+    ledger = asyncio.run(m.aio.construct(strat, Scope(user_id="conv-49")))
     yield m, conv, strat, ledger
     strat.close()
     m.close()
@@ -255,7 +255,7 @@ def test_graph_is_built_with_one_indexer_call_per_window(locomo_memory):
     counts = g.counts()
     assert counts["Memory"] >= 3 and counts["FOLLOWS"] == counts["Memory"] - 1
     assert {n for [n] in g.query("MATCH (s:Speaker) RETURN s.name").rows} <= {"Evan", "Sam"}
-    again = asyncio.run(m.aio.build(strat, Scope(user_id="conv-49")))
+    again = asyncio.run(m.aio.construct(strat, Scope(user_id="conv-49")))
     assert again.calls == []  # idempotent
 
 

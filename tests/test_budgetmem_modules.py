@@ -380,7 +380,7 @@ def test_extraction_calls_share_one_parallel_stage(memory):
     ledger = Ledger()
     strat = BudgetMem(BudgetMemConfig(k=2, module_topk=2, max_relations=3, tiers={
         "filter": "low", "entity": "high", "temporal": "mid", "topic": "high", "summary": "low"}))
-    memory.ask(QUESTION, user_id="conv-49", strategy=strat, ledger=ledger)
+    memory._run(memory.aio.answer(QUESTION, Scope(user_id="conv-49"), strat, ledger=ledger))
     stage = {c.role: c.parallel_stage for c in ledger.calls}
     ext = {stage["budgetmem.entity.high"], stage["budgetmem.temporal"], stage["budgetmem.topic.high"]}
     assert len(ext) == 1

@@ -8,14 +8,22 @@ import socket
 import pytest
 from rich.console import Console
 
-from memfrontier.eval.fallbacks import FallbackError, exceeded_message, fallback_report
+from memfrontier.core.fallbacks import FallbackError, exceeded_message, fallback_report
+from memfrontier.core.ledger import FallbackRecord, Ledger, use_ledger
 from memfrontier.eval.metrics import summarize
 from memfrontier.eval.reports.summary import fallback_table, summary_table
 
 
-def row(by_role=None, events=None, call_errors=(), meta=None, **kw):
-    return {"usage": {"by_role": {r: {"calls": n} for r, n in (by_role or {}).items()}, "events": events or {}},
+def row(by_role=None, events=None, call_errors=(), meta=None, fallbacks=(), **kw):
+    return {"usage": {"by_role": {r: {"calls": n} for r, n in (by_role or {}).items()}, "events": events or {},
+                      "fallbacks": [fb(*f) if isinstance(f, tuple) else f for f in fallbacks]},
             "call_errors": list(call_errors), "strategy_meta": meta or {}, **kw}
+
+
+def fb(role, reason=None, step=0, module=None, tier=None):
+    """A fallback record as a row stores it (FallbackRecord.model_dump())."""
+    return FallbackRecord(role=role, module=module or role.split(".")[-2 if tier else -1], tier=tier, reason=reason,
+                          step=step).model_dump()
 
 
 def render(table) -> str:
@@ -25,15 +33,15 @@ def render(table) -> str:
 
 
 def test_shares_by_role_hand_computed():
-    # 3 questions. budgetmem.filter.high: 3 calls, 2 failed (llm_error) and fell back (fallback.filter.high).
-    # answerer: 3 calls, none failed. indexer: 4 calls, 1 fell back ("indexer.fallback").
+    # 3 questions. budgetmem.filter.high: 3 calls, 2 failed (llm_error) and fell back (a record each).
+    # answerer: 3 calls, none failed. indexer: 4 calls, 1 fell back (one record).
+    high = fb("budgetmem.filter.high", "llm_error", tier="high")
     rows = [
-        row({"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2},
-            {"llm_error.budgetmem.filter.high": 1, "fallback.filter.high": 1, "indexer.fallback": 1},
-            [{"role": "budgetmem.filter.high", "error": "m: connection failed after 1 attempt(s)"}]),
-        row({"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2},
-            {"llm_error.budgetmem.filter.high": 1, "fallback.filter.high": 1},
-            [{"role": "budgetmem.filter.high", "error": "second"}]),
+        row({"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2}, {"llm_error.budgetmem.filter.high": 1},
+            [{"role": "budgetmem.filter.high", "error": "m: connection failed after 1 attempt(s)"}],
+            fallbacks=[high, fb("indexer", "unparsable")]),
+        row({"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2}, {"llm_error.budgetmem.filter.high": 1},
+            [{"role": "budgetmem.filter.high", "error": "second"}], fallbacks=[high]),
         row({"budgetmem.filter.high": 1, "answerer": 1}),
     ]
     rep = fallback_report(rows)
@@ -126,8 +134,9 @@ def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkey
     import memfrontier.eval.runner as runner
     from memfrontier.cli import app
 
-    rows = [row({"budgetmem.filter.high": 1, "answerer": 1}, {"llm_error.budgetmem.filter.high": 1,
-                "fallback.filter.high": 1}, [{"role": "budgetmem.filter.high", "error": "connection refused"}])]
+    rows = [row({"budgetmem.filter.high": 1, "answerer": 1}, {"llm_error.budgetmem.filter.high": 1},
+                [{"role": "budgetmem.filter.high", "error": "connection refused"}],
+                fallbacks=[fb("budgetmem.filter.high", "llm_error", tier="high")])]
     summary = {"config": {"dataset": "locomo", "split": "test", "strategy": "budgetmem"}, "questions": 1,
                "metrics": summarize([{"category": "1", "f1": 0.5, "em": False, "usd": 1e-5, "proxy_s": 1.0,
                                       "wall_s": 1.0}], dataset="locomo"),
@@ -156,68 +165,83 @@ def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkey
 
 
 def test_construction_failures_count_with_the_query_ones():
-    # AutoMEM's indexer runs offline: 10 calls, 3 fell back ("indexer.fallback"), one of them an error.
-    construction = [{"calls_by_role": {"indexer": 10}, "events": {"indexer.fallback": 3, "llm_error.indexer": 1},
+    # AutoMEM's indexer runs offline: 10 calls, 3 fell back (3 records), one of them an error.
+    construction = [{"calls_by_role": {"indexer": 10}, "events": {"llm_error.indexer": 1},
+                     "fallbacks": [fb("indexer", "unparsable")] * 3,
                      "call_errors": [{"role": "indexer", "error": "HTTP 500: response_format"}]},
                     {"calls": 0, "events": {}}]  # a store built by an earlier run: nothing ran here
     rep = fallback_report([row({"answerer": 2})], construction=construction)
     assert rep["by_role"]["indexer"] == {"calls": 10, "errors": 1, "fallbacks": 3, "error_share": 0.1,
                                          "fallback_share": 0.3, "first_error": "HTTP 500: response_format",
-                                         "top_rejection": None}
+                                         "top_rejection": "unparsable (3)"}
     assert rep["exceeded"] == ["indexer"] and rep["by_role"]["answerer"]["calls"] == 2
 
 
-def test_a_strategys_namespaced_fallbacks_count_for_its_role():
-    # MemoryCPT's construction counts its own events: "memorycpt.fallback.ROLE" (no output of the
-    # role was accepted after the retry: the turns themselves stand in), "memorycpt.llm_error.ROLE"
-    # beside the metered "llm_error.ROLE" (counted once), "memorycpt.op_rejected.ROLE" (a refused
-    # try, retried: not a fallback).
+def test_a_strategys_fallbacks_count_for_their_own_role_only():
+    # MemoryCPT's construction: the segmenter fell back twice (its reasons: one unparsable reply, one
+    # model error), the episode generator once; "memorycpt.*" events are counters, not fallbacks.
     construction = [{"calls_by_role": {"segmenter": 20, "episode_generator": 40},
-                     "events": {"memorycpt.fallback.segmenter": 2, "memorycpt.llm_error.segmenter": 1,
-                                "llm_error.segmenter": 1, "memorycpt.op_rejected.segmenter": 5,
-                                "memorycpt.fallback.episode_generator": 1}}]
+                     "events": {"memorycpt.llm_error.segmenter": 1, "llm_error.segmenter": 1,
+                                "memorycpt.op_rejected.segmenter": 5},
+                     "fallbacks": [fb("segmenter", "unparsable"), fb("segmenter", "llm_error"),
+                                   fb("episode_generator", "instruction_echo")]}]
     rep = fallback_report([], construction=construction)
     seg, ep = rep["by_role"]["segmenter"], rep["by_role"]["episode_generator"]
-    assert (seg["errors"], seg["fallbacks"], seg["fallback_share"]) == (1, 2, 0.1)
-    assert (ep["errors"], ep["fallbacks"], ep["fallback_share"]) == (0, 1, 0.025)
+    assert (seg["errors"], seg["fallbacks"], seg["fallback_share"]) == (1, 2, 0.1)  # 2 / 20
+    assert (ep["errors"], ep["fallbacks"], ep["fallback_share"]) == (0, 1, 0.025)  # 1 / 40
     assert rep["exceeded"] == ["segmenter"] and set(rep["by_role"]) == {"segmenter", "episode_generator"}
-    assert seg["top_rejection"] == "memorycpt.op_rejected.segmenter (5)"
+    assert seg["top_rejection"] == "unparsable (1)"  # equal counts: the later name, deterministically
+
+
+def test_a_chain_that_fell_two_steps_counts_once():
+    # BudgetMem: one filter execution asked for High fell to Mid and then to the rules floor (two
+    # records: step 0 at high, step 1 at mid); another asked for Mid ran. 2 High calls, 2 Mid calls
+    # in all. High: 1 fallback of 2 calls (50%); Mid: the step-1 record is the same execution, not a
+    # fallback of its own, so 0 of 2.
+    ledger = Ledger()
+    with use_ledger(ledger):
+        from memfrontier.core.ledger import record_fallback
+        record_fallback(role="budgetmem.filter.high", module="filter", tier="high", reason="wrong_count", step=0)
+        record_fallback(role="budgetmem.filter.mid", module="filter", tier="mid", reason="empty", step=1)
+    usage = ledger.usage().model_dump()
+    assert [(f["role"], f["step"]) for f in usage["fallbacks"]] == [("budgetmem.filter.high", 0), ("budgetmem.filter.mid", 1)]
+    rows = [{"usage": {**usage, "by_role": {"budgetmem.filter.high": {"calls": 2}, "budgetmem.filter.mid": {"calls": 2}}}}]
+    rep = fallback_report(rows)
+    high, mid = rep["by_role"]["budgetmem.filter.high"], rep["by_role"]["budgetmem.filter.mid"]
+    assert (high["fallbacks"], high["fallback_share"], high["top_rejection"]) == (1, 0.5, "wrong_count (1)")
+    assert (mid["fallbacks"], mid["fallback_share"], mid["top_rejection"]) == (0, 0.0, None)
+    assert rep["exceeded"] == ["budgetmem.filter.high"]
 
 
 def test_a_role_refused_without_a_call_error_is_refused_for_its_reason():
-    # The 270M model's episodes echo the instructions: 9 calls, 4 fell back after their retry, each
-    # try refused as instruction_echo (8) beside the generic op_rejected count (8): the message names
-    # the reason (the more specific event of the two equal counts), not "no message recorded".
+    # The 270M model's episodes echo the instructions: 9 calls, 4 fell back after their retry, 3 of
+    # them last refused as instruction_echo, 1 as unparsable: the message names the reason, not
+    # "no message recorded".
     construction = [{"calls_by_role": {"episode_generator": 9},
-                     "events": {"memorycpt.fallback.episode_generator": 4,
-                                "memorycpt.op_rejected.episode_generator": 8,
-                                "memorycpt.content_rejected.episode_generator.instruction_echo": 8,
-                                "memorycpt.content_rejected.semantic_extractor.bare_punctuation": 20}}]
+                     "events": {"memorycpt.op_rejected.episode_generator": 8},
+                     "fallbacks": [fb("episode_generator", "instruction_echo")] * 3 + [fb("episode_generator", "unparsable")]}]
     rep = fallback_report([], construction=construction)
     ep = rep["by_role"]["episode_generator"]
     assert ep["first_error"] is None
-    assert ep["top_rejection"] == "memorycpt.content_rejected.episode_generator.instruction_echo (8)"
+    assert ep["top_rejection"] == "instruction_echo (3)"
     msg = exceeded_message(rep)
     assert "4 fell back (44%)" in msg
-    assert "First error: outputs refused, most often memorycpt.content_rejected.episode_generator.instruction_echo (8)" in msg
+    assert "First error: outputs refused, most often instruction_echo (3)" in msg
     assert "instruction_echo" in render(fallback_table({"fallbacks": rep}))
 
 
 def test_a_budgetmem_tier_refused_for_its_output_names_its_own_module_and_tier():
     # BudgetMem capacity tiering, Low tier (the 270M model) on 30 questions: its summary module
-    # came back empty twice (2 of 30 = 6.7%, above 5%) while the filter at the same tier came back
-    # with the wrong number of scores 5 times but fell back only once. The summary's reason is its
-    # own ("summary.low"), not the more frequent one of another module at the same tier.
+    # came back empty twice (2 of 30 = 6.7%, above 5%) while the filter at the same tier fell back
+    # once (wrong_count). Each role's reason is its own records', not another module's.
     rows = [{"usage": {"by_role": {"budgetmem.summary.low": {"calls": 15}, "budgetmem.filter.low": {"calls": 15}},
-                       "events": ev}}
-            for ev in ({"output_rejected.summary.low.empty": 2, "fallback.summary.low": 2,
-                        "output_rejected.filter.low.wrong_count": 3, "fallback.filter.low": 1},
-                       {"output_rejected.filter.low.wrong_count": 2})]
+                       "events": {}, "fallbacks": f}}
+            for f in ([fb("budgetmem.summary.low", "empty", tier="low")] * 2
+                      + [fb("budgetmem.filter.low", "wrong_count", tier="low")], [])]
     rep = fallback_report(rows)
     summ, filt = rep["by_role"]["budgetmem.summary.low"], rep["by_role"]["budgetmem.filter.low"]
     assert (summ["calls"], summ["fallbacks"], filt["fallbacks"]) == (30, 2, 1)
     assert rep["exceeded"] == ["budgetmem.summary.low"]
-    assert summ["top_rejection"] == "output_rejected.summary.low.empty (2)"
-    assert filt["top_rejection"] == "output_rejected.filter.low.wrong_count (5)"
-    assert ("2 fell back (7%); threshold 5%. First error: outputs refused, most often "
-            "output_rejected.summary.low.empty (2)") in exceeded_message(rep)
+    assert summ["top_rejection"] == "empty (2)"
+    assert filt["top_rejection"] == "wrong_count (1)"
+    assert "2 fell back (7%); threshold 5%. First error: outputs refused, most often empty (2)" in exceeded_message(rep)

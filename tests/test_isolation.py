@@ -217,7 +217,9 @@ def test_search_and_ask_need_a_scope_or_an_explicit_all_scopes(mem):
     with pytest.raises(ValueError, match="add needs a scope"):  # its owner could never reach it again
         mem.add(["Nobody's note."])
     with pytest.raises(ValueError, match="build needs"):  # no view over every tenant's records
-        asyncio.run(mem.aio.build(get_strategy("mempilot"), Scope()))
+        mem.build("mempilot")
+    with pytest.raises(ValueError, match="build needs"):  # nor through the unchecked step
+        asyncio.run(mem.aio.construct(get_strategy("mempilot"), Scope()))
     # strategies' own corpora: a query and a corpus without a scope are refused
     with pytest.raises(ValueError, match="a query needs a scope"):
         Query(text="What is the PIN?", scope=Scope())
@@ -643,12 +645,12 @@ def test_a_strategy_built_bank_forgets_a_deleted_user(mem):
     _populate(mem)
     strat = strategy_class("mempilot")(compressor=OfflineCompressor(rate=1.0))  # a runtime object: the constructor
     env = mem.aio.env
-    asyncio.run(mem.aio.build(strat, DANA))
+    asyncio.run(mem.aio.construct(strat, DANA))
     bank = strat.bank(env)
     assert "quokka7731" in hybrid_search(bank, "secret code", DANA, MEMPILOT_BANK, 1)[0].item.text
     mem.delete_all(user_id="dana")
     assert hybrid_search(bank, "secret code", DANA, MEMPILOT_BANK, 5) == []  # the strategy's cached bank too
-    asyncio.run(mem.aio.build(strat, DANA))  # a rebuild has nothing to bring back
+    asyncio.run(mem.aio.construct(strat, DANA))  # a rebuild has nothing to bring back
     assert bank.items(DANA, "compressed") == []
     assert leftovers(mem.aio.store, NONCE) == []
 
@@ -666,12 +668,12 @@ def test_an_automem_graph_built_by_the_model_is_dropped_with_its_records(mem):
     mem.add([f"Remember this: {SECRET}.", "I keep it in the blue notebook."], user_id="dana", session_id="s1",
             timestamp="2024-05-01T10:00:00")
     strat = AutoMem()
-    ledger = asyncio.run(mem.aio.build(strat, DANA))
+    ledger = asyncio.run(mem.aio.construct(strat, DANA))
     assert [c.role for c in ledger.calls] == ["indexer"]
     root = mem.aio.store.path
     assert (state_dir(root / GRAPH_VIEW, DANA) / "graph.lbug").exists()
     mem.delete_all(user_id="dana")
     assert not state_dir(root / GRAPH_VIEW, DANA).exists()
-    assert asyncio.run(mem.aio.build(strat, DANA, Ledger())).calls == []
+    assert asyncio.run(mem.aio.construct(strat, DANA, Ledger())).calls == []
     assert files_containing(root, NONCE) == []
     strat.close()

@@ -92,7 +92,7 @@ def test_tool_schemas_are_unchanged_by_the_argument_models(store_path):
     assert (k["type"], k["minimum"], k["maximum"], k["default"]) == ("integer", 1, 50, 5)
     assert schemas["search"]["required"] == ["query"]
     assert schemas["rg"]["properties"]["patterns"]["maxItems"] == 4
-    assert set(schemas["ask"]["properties"]) == {"question", "strategy", "single_pass", "max_usd", "options",
+    assert set(schemas["ask"]["properties"]) == {"question", "strategy", "max_usd", "options", "build",
                                                   "user_id", "agent_id", "run_id"}
 
 

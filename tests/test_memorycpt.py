@@ -263,8 +263,8 @@ def test_bad_json_is_rejected_counted_and_retried_once(store):
 
     bank, report, ledger = _build(ScriptedClient(script), store)
     ev = ledger.events
-    assert ev["memorycpt.op_rejected.segmenter"] == 2 and ev["memorycpt.fallback.segmenter"] == 1
-    assert ev["memorycpt.op_rejected.episode_generator"] == 1 and "memorycpt.fallback.episode_generator" not in ev
+    assert ev["memorycpt.op_rejected.segmenter"] == 2 and ev["memorycpt.op_rejected.episode_generator"] == 1
+    assert [(f.role, f.module, f.step) for f in ledger.fallbacks] == [("segmenter", "segmenter", 0)]  # the episode retried
     eps = bank.items(SCOPE, "episode")
     assert len(eps) == 2 and all(len(e.source_ids) == 4 for e in eps)  # fallback: the window is one segment
     rejected = [t for t in bank.traces() if not t.accepted]
@@ -449,7 +449,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
     with Memory.open(tmp_path / "mem") as m:
         m.aio.store.add(records)
         strat = get_strategy("memorycpt", episodic_k=4, semantic_k=6)
-        ledger = asyncio.run(m.aio.build(strat, records[0].scope))
+        ledger = asyncio.run(m.aio.construct(strat, records[0].scope))
         bank = strat.bank(m.aio.env)
         assert bank.path.name == "memorycpt-gemma-3-270m-q4_k_m-qad-v4.db"  # model and QAD prompt version
         eps = bank.items(records[0].scope, "episode")
@@ -461,7 +461,7 @@ def test_memorycpt_builds_and_answers_a_real_locomo_slice(tmp_path):
         assert ans.usage.by_role["summarizer"].calls == 1 and ans.usage.by_role["answerer"].calls == 1
         assert ans.evidence_ids and set(ans.evidence_ids) <= ids
         assert ans.usage.query.usd > 0 and not math.isnan(ans.usage.query.usd)
-        again = asyncio.run(m.aio.build(strat, records[0].scope))
+        again = asyncio.run(m.aio.construct(strat, records[0].scope))
         assert again.calls == []  # idempotent
 
 
@@ -553,7 +553,7 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
     assert steps == [(0, 2, "sessions", 0, 0), (1, 2, "sessions", 0, 0), (2, 2, "sessions", 5, 0)]
     assert entry["calls_by_role"] == {"segmenter": 3, "episode_generator": 2, "semantic_extractor": 2,
                                       "episode_merger": 1, "semantic_predictor": 1}
-    assert entry["events"]["memorycpt.fallback.segmenter"] == 1 and entry["sessions_without_events"] == 0
+    assert [f["role"] for f in entry["fallbacks"]] == ["segmenter"] and entry["sessions_without_events"] == 0
     seg = fallback_report([], construction=[entry])["by_role"]["segmenter"]
     assert (seg["calls"], seg["fallbacks"]) == (3, 1)
     assert build_counts(entry) == {"calls": 9, "failed": 1, "built_calls": 5}
@@ -597,7 +597,23 @@ def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_pat
     finally:
         mem.close()
     assert [role_of(m) for m, _ in client.seen[4:]] == ["segmenter", "episode", "merger", "predict", "extract"]
-    assert entry["events"]["memorycpt.fallback.segmenter"] == 1  # session 1's, from the bank's record
+    assert [f["role"] for f in entry["fallbacks"]] == ["segmenter"]  # session 1's, from the bank's record
+
+
+def test_a_session_stored_before_fallbacks_were_records_still_counts_them():
+    """A bank session stored when fallbacks were ``memorycpt.fallback.ROLE`` events keeps counting
+    them (one step-0 record each); a session with records, or without events, is read as stored."""
+    from memfrontier.core.fallbacks import fallback_report
+    from memfrontier.strategies.memorycpt.pipeline import _with_fallback_records
+
+    old = {"calls": 4, "calls_by_role": {"segmenter": 2, "episode_generator": 2},
+           "events": {"memorycpt.fallback.segmenter": 1, "memorycpt.op_rejected.segmenter": 2}}
+    assert _with_fallback_records(old)["fallbacks"] == [
+        {"role": "segmenter", "module": "segmenter", "tier": None, "reason": None, "step": 0}]
+    seg = fallback_report([], construction=[_with_fallback_records(old)])["by_role"]["segmenter"]
+    assert (seg["calls"], seg["fallbacks"], seg["fallback_share"]) == (2, 1, 0.5)
+    recorded = {**old, "fallbacks": []}
+    assert _with_fallback_records(recorded) is recorded and _with_fallback_records({"calls": 3}) == {"calls": 3}
 
 
 def test_doomed_build_projects_the_calls_left_hand_computed():
@@ -605,16 +621,18 @@ def test_doomed_build_projects_the_calls_left_hand_computed():
 
     # 3 of 25 sessions built, 4 of 9 calls fell back: growth 1 + 22/3 -> ~75 calls in all;
     # 4 <= 0.05 x 1.5 x 75 = 5.625: go on
-    entry = {"calls_by_role": {"episode_generator": 9}, "events": {"memorycpt.fallback.episode_generator": 4}}
+    def fell(n, reason=None):
+        return [{"role": "episode_generator", "module": "episode_generator", "reason": reason, "step": 0}] * n
+
+    entry = {"calls_by_role": {"episode_generator": 9}, "fallbacks": fell(4)}
     assert doomed_build(entry, growth=1 + 22 / 3) is None
     # 5 of 25: 7 of 15 fell back, growth 5 -> ~75: 7 > 5.625, stop
     entry = {"calls_by_role": {"episode_generator": 15, "segmenter": 5},
-             "events": {"memorycpt.fallback.episode_generator": 7,
-                        "memorycpt.content_rejected.episode_generator.instruction_echo": 12}}
+             "fallbacks": fell(7, "instruction_echo")}
     assert doomed_build(entry, growth=5) == (
         "role 'episode_generator': 7 of its 15 calls so far fell back, already 9% of the ~75 calls the run's "
         "memory construction would make; threshold 5%. First error: outputs refused, most often "
-        "memorycpt.content_rejected.episode_generator.instruction_echo (12)")
+        "instruction_echo (7)")
     assert doomed_build(entry, 0.1, growth=5) is None  # 7 <= 0.1 x 1.5 x 75 = 11.25
     # a second conversation as long as this one is still to build: ~150 calls, 7 <= 11.25
     assert doomed_build(entry, growth=5, future=2.0) is None
@@ -622,7 +640,7 @@ def test_doomed_build_projects_the_calls_left_hand_computed():
     clean = {"calls_by_role": {"episode_generator": 100}, "events": {}}
     assert doomed_build(entry, growth=5, settled=[clean]) is None
     # ... with 8 fallbacks there: 15 of 115 calls so far, 15 > 0.075 x 175 = 13.125: stop
-    dirty = {"calls_by_role": {"episode_generator": 100}, "events": {"memorycpt.fallback.episode_generator": 8}}
+    dirty = {"calls_by_role": {"episode_generator": 100}, "fallbacks": fell(8)}
     assert doomed_build(entry, growth=5, settled=[dirty]).startswith(
         "role 'episode_generator': 15 of its 115 calls so far fell back, already 9% of the ~175 calls")
     # errors count as failures too

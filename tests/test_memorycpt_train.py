@@ -36,7 +36,7 @@ def built(tmp_path_factory):
     m.aio.store.add(records_two_sessions())
     strat = MemoryCPT(MemoryCPTConfig(episodic_k=2, semantic_k=2),
                       construction_llm=MeteredLLM(ScriptedClient(good_script), PriceBook.load(), allow_unpriced=True))
-    asyncio.run(m.aio.build(strat, SCOPE))
+    asyncio.run(m.aio.construct(strat, SCOPE))
     yield root, m, strat
     m.close()
 

@@ -289,7 +289,7 @@ async def _e2e(tmp_path, records, questions):
     # smoke sizes: at most 3 policy turns, observations cut to 256 tokens (shorter prompts per turn)
     strat = get_strategy("mempilot", pool="local", preference="balanced", max_rounds=3, max_observation_tokens=256)
     scope = records[0].scope
-    await mem.build(strat, scope)
+    await mem.construct(strat, scope)
     assert strat.bank(mem.env).count(scope, "compressed") == len(mem.store.chunks(scope))
     out = []
     for q in questions:

@@ -154,10 +154,10 @@ def ask(tmp_path, minilm, name: str, *, price_as: str | None = M, budget: Budget
 
     async def go():
         await asyncio.to_thread(store.add, records())
-        await mem.build(strat, SCOPE, ledger)
+        await mem.construct(strat, SCOPE, ledger)
         try:
-            return await mem.ask(QUESTION, user_id="evan", strategy=strat, budget=budget, ledger=ledger,
-                                 gold_evidence_ids=["evan:D1:3"])
+            return await mem.answer(QUESTION, SCOPE, strat, budget=budget, ledger=ledger,
+                                    gold_evidence_ids=["evan:D1:3"])
         except BudgetExceededError as e:
             return e
 
@@ -436,12 +436,12 @@ def test_memorycpt_construction_usage_is_the_ledgers_view_of_the_build(tmp_path,
                       prices=BOOK, price_as=M)
     strat = get_strategy("memorycpt")
     store.add(records())
-    ledger = asyncio.run(mem.build(strat, SCOPE))
+    ledger = asyncio.run(mem.construct(strat, SCOPE))
     built = strat.construction_usage(mem.env, SCOPE)
     u = ledger.usage().construction
     assert u.calls == client.n_calls >= 2
     assert (built["calls"], built["input_tokens"], built["output_tokens"]) == (u.calls, u.input_tokens, u.output_tokens)
     assert built["usd"] == pytest.approx(u.usd, rel=1e-12) and u.usd == pytest.approx(
         sum(1e-6 * (0.10 * c.input_tokens + 0.24 * c.output_tokens) for c in ledger.calls), rel=1e-12)
-    assert asyncio.run(mem.build(strat, SCOPE)).calls == []  # built once: the view keeps its cost, no new call
+    assert asyncio.run(mem.construct(strat, SCOPE)).calls == []  # built once: the view keeps its cost, no new call
     store.close()

@@ -263,7 +263,7 @@ def test_ask_refuses_a_view_that_was_never_built(tmp_path):
         text = " ".join(res.output.split())
         assert res.exit_code == 2, (strategy, res.output)
         assert f"the {strategy} memory view of this scope was never built" in text
-        assert f"memfrontier ask --build --strategy {strategy} --store {store} --user-id ana" in text
+        assert "ask again with build=True (REST \"build\": true, MCP build: true, CLI --build)" in text
 
 
 @pytest.mark.slow

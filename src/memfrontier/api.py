@@ -18,15 +18,20 @@ are unique per scope: ``delete(record_id, user_id=...)`` can only reach the call
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from .answerer import Answerer
-from .core.ledger import Ledger, Usage, use_ledger
-from .core.messages import messages_to_records as core_messages_to_records
+from .core.errors import EmptyScopeError, empty_scope_message
+from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
+from .core.ledger import Ledger, StageUsage, Usage, use_ledger
+from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
 from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import make_llm
@@ -35,7 +40,32 @@ from .llm.metered import MeteredLLM
 from .retrieve.hybrid import hybrid_search
 from .retrieve.recipes import HYBRID_RRF
 from .store.base import AddResult, MemoryStore
-from .strategies import BuildProgress, MemoryEnv, Query, Strategy, StrategyConfig, get_strategy
+from .strategies import (
+    BuildProgress,
+    MemoryEnv,
+    Query,
+    Strategy,
+    StrategyConfig,
+    ViewNotBuiltError,
+    get_strategy,
+    view_built,
+)
+
+#: The usage totals :meth:`AsyncMemory.usage` keeps by stage (as the service's key store does).
+USAGE_TOTALS = ("calls", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "usd",
+                "unpriced_calls", "proxy_s", "wall_s")
+
+
+class BuildReport(BaseModel):
+    """What building a strategy's view of a scope did: its construction ``usage`` (calls, tokens,
+    USD, latency proxy and wall seconds of this build) and its ``fallbacks``: the error and
+    fallback shares per role of the view's construction
+    (:func:`~memfrontier.core.fallbacks.fallback_report`; over every build of the view when the
+    view records its construction, else this build's)."""
+
+    strategy: str
+    usage: StageUsage
+    fallbacks: dict
 
 
 class Answer(BaseModel):
@@ -49,6 +79,20 @@ class Answer(BaseModel):
     usage: Usage
     wall_s: float
     meta: dict = Field(default_factory=dict)
+    build: BuildReport | None = None  # the view's build, when ``ask(build=True)`` built it first
+
+
+#: What a refused build tells its caller (Python, CLI, REST or MCP) to do: there is no per-call
+#: override, as ``eval --allow-fallbacks`` is for a run.
+BUILD_ADVICE = ("What was built is kept; build it with a stronger model, or open the memory with a higher "
+                "fallback_threshold to accept it.")
+
+
+def unbuilt_view_message(strategy: str) -> str:
+    """The one message of a question refused because ``strategy``'s view of the scope was never built."""
+    return (f"the {strategy} memory view of this scope was never built, so the answer would come from no "
+            f"evidence; ask again with build=True (REST \"build\": true, MCP build: true, CLI --build) to "
+            f"build it first")
 
 
 def _scope(user_id, agent_id, run_id) -> Scope:
@@ -84,22 +128,47 @@ def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
     return scope
 
 
-def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp: str | None) -> list[Record]:
-    """``Memory.add``'s input -> validated records; see :func:`memfrontier.core.messages.messages_to_records`
-    (one string or dict is one message; OpenAI content parts; timestamps normalised to aware UTC;
-    ValueError naming the message and field for anything malformed)."""
-    return core_messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
+_BUILD_PROGRESS: contextvars.ContextVar[BuildProgress | None] = contextvars.ContextVar("build_progress", default=None)
+
+
+@contextmanager
+def build_progress(callback: BuildProgress | None) -> Iterator[None]:
+    """Within this block (this thread or task and what it starts), every build the facade runs
+    (:meth:`AsyncMemory.build`, ``ask(build=True)``) reports ``callback(done, total, unit)`` after
+    each step of a construction made of steps. Progress is a concern of the caller's display,
+    not an argument of the memory's methods, so :class:`Memory`, :class:`AsyncMemory` and the
+    REST clients keep the same signatures."""
+    token = _BUILD_PROGRESS.set(callback)
+    try:
+        yield
+    finally:
+        _BUILD_PROGRESS.reset(token)
 
 
 class AsyncMemory:
-    """The async core. Construct with :meth:`open`."""
+    """The async core. Construct with :meth:`open`.
+
+    Its verbs (``add``, ``search``, ``ask``, ``build``, ``get``, ``delete``, ``delete_all``,
+    ``usage``) are mirrored exactly by :class:`Memory` and the service's clients. Rules it owns: a
+    question is refused on a scope with no records (:class:`~memfrontier.core.errors.EmptyScopeError`)
+    and on a strategy view never built for the scope (:class:`~memfrontier.strategies.ViewNotBuiltError`)
+    unless ``build=True``; a build whose construction's error or fallback share of some role is
+    above ``fallback_threshold`` is refused (:class:`~memfrontier.core.fallbacks.FallbackError`,
+    as ``eval`` refuses a run). :meth:`construct` and :meth:`answer` are the unchecked steps under
+    them, for in-process engines (``eval`` gates its runs itself).
+    """
 
     def __init__(self, store: MemoryStore, llm: MeteredLLM, answer_llm: MeteredLLM, *,
-                 prices: PriceBook | None = None, allow_unpriced: bool | None = None, price_as: str | None = None):
+                 prices: PriceBook | None = None, allow_unpriced: bool | None = None, price_as: str | None = None,
+                 fallback_threshold: float = DEFAULT_THRESHOLD):
+        if not 0.0 <= fallback_threshold <= 1.0:
+            raise ValueError(f"fallback_threshold must be in [0, 1], not {fallback_threshold}")
         self.store = store
         self.env = MemoryEnv(store=store, llm=llm, answer_llm=answer_llm, prices=prices,
                              allow_unpriced=allow_unpriced, price_as=price_as)
         self.answerer = Answerer(answer_llm)
+        self.fallback_threshold = fallback_threshold
+        self._totals: dict[str, dict[str, float]] = {}
 
     @classmethod
     def open(
@@ -115,6 +184,7 @@ class AsyncMemory:
         embedder=None,
         reembed: bool = False,
         view_dir: str | Path | None = None,
+        fallback_threshold: float = DEFAULT_THRESHOLD,
     ) -> "AsyncMemory":
         """Open (or create) the store at ``path``: a directory (SQLite) or a ``postgres://`` /
         ``postgresql://`` URL (PostgreSQL + pgvector, see :func:`~memfrontier.store.open.open_store`).
@@ -125,6 +195,8 @@ class AsyncMemory:
         store was built with another embedding model (pass ``reembed=True`` to rebuild vectors).
         ``price_as`` prices every call as that price-book model (see :class:`MeteredLLM`).
         ``view_dir``: a PostgreSQL store's local folder for view files (banks, graph index).
+        ``fallback_threshold``: the share of a role's construction calls that may fail or fall back
+        before a build is refused (as ``eval --fallback-threshold``).
         """
         from .embed.minilm import MiniLMEmbedder
         from .store.open import open_store
@@ -140,7 +212,7 @@ class AsyncMemory:
             store,
             MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
             MeteredLLM(ans_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
-            prices=prices, allow_unpriced=allow_unpriced, price_as=price_as,
+            prices=prices, allow_unpriced=allow_unpriced, price_as=price_as, fallback_threshold=fallback_threshold,
         )
 
     async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
@@ -165,48 +237,128 @@ class AsyncMemory:
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
-    async def build(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None,
-                    progress: BuildProgress | None = None) -> Ledger:
+    async def construct(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None,
+                        progress: BuildProgress | None = None) -> Ledger:
         """Run a strategy's offline construction for ``scope`` under stage ``construction``, its
         calls recorded in ``ledger`` (a new one when None; returned); ``progress(done, total, unit)``
-        after each step of a construction made of steps (:data:`~memfrontier.strategies.base.BuildProgress`).
-        Raises ValueError for a scope without any id (a view over every tenant's records)."""
+        after each step of a construction made of steps (:data:`~memfrontier.strategies.base.BuildProgress`;
+        default: the one :func:`build_progress` set for this context).
+        Unchecked: no fallback gate (see :meth:`build`). Raises ValueError for a scope without any id
+        (a view over every tenant's records)."""
         scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
         ledger = ledger if ledger is not None else Ledger()
         with use_ledger(ledger, "construction"):
-            # a strategy written before progress existed takes (env, scope): only pass it when asked for
-            await (strategy.build(self.env, scope) if progress is None else strategy.build(self.env, scope, progress))
+            await strategy.build(self.env, scope, progress if progress is not None else _BUILD_PROGRESS.get())
         return ledger
+
+    async def build(self, strategy: str | Strategy = "rag", *, user_id=None, agent_id=None, run_id=None,
+                    strategy_options: StrategyConfig | dict | None = None) -> BuildReport:
+        """Build ``strategy``'s memory view of the scope (resuming what earlier builds left) and
+        report its construction usage and fallback shares (:class:`BuildReport`). Raises
+        EmptyScopeError for a scope with no records, FallbackError (``report`` = the shares) when
+        some role's error or fallback share is above ``fallback_threshold`` (the view built so far
+        is kept), ValueError without a scope id or for a rejected option."""
+        scope = scope_for_write("build", user_id, agent_id, run_id)
+        strat = self._strategy(strategy, strategy_options)
+        await self._require_records(scope)
+        ledger = Ledger()
+        try:
+            return await self._gated_build(strat, scope, ledger)
+        finally:
+            self._add_totals(ledger.usage())
+
+    async def _gated_build(self, strat: Strategy, scope: Scope, ledger: Ledger,
+                           progress: BuildProgress | None = None) -> BuildReport:
+        """:meth:`construct`, then the fallback gate over the view's construction."""
+        await self.construct(strat, scope, ledger, progress)
+        entry = {"calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items() if st.calls},
+                 "events": dict(ledger.events), "fallbacks": [f.model_dump() for f in ledger.fallbacks],
+                 "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5]}
+        report = await self._gate(strat, scope, entry)
+        if report["exceeded"]:
+            raise FallbackError(exceeded_message(report, BUILD_ADVICE), None, report=report, usage=ledger.usage())
+        return BuildReport(strategy=strat.name, usage=ledger.usage().construction, fallbacks=report)
+
+    async def _gate(self, strat: Strategy, scope: Scope, entry: dict | None = None) -> dict:
+        """The fallback report of ``strat``'s view of ``scope``: the construction record the view
+        keeps over every build (MemoryCPT's sessions, AutoMEM's windows) when it keeps one, else
+        ``entry`` (this build's counts; None: nothing to judge)."""
+        recorded = await asyncio.to_thread(strat.construction_usage, self.env, scope)
+        if recorded.get("calls_by_role"):  # the view keeps its construction's record over every build
+            entry = {**(entry or {}), **{k: recorded[k] for k in ("calls_by_role", "events", "fallbacks") if k in recorded}}
+        return fallback_report([], self.fallback_threshold, construction=[entry] if entry else [])
+
+    async def _require_records(self, scope: Scope) -> None:
+        if (await asyncio.to_thread(self.store.count, scope))["records"] == 0:
+            raise EmptyScopeError(empty_scope_message())
+
+    def _strategy(self, strategy: str | Strategy, options: StrategyConfig | dict | None) -> Strategy:
+        if options is not None and not isinstance(strategy, str):
+            raise ValueError("strategy_options apply to a strategy given by name")
+        return get_strategy(strategy, options) if isinstance(strategy, str) else strategy
+
+    def _add_totals(self, usage: Usage) -> None:
+        for stage, u in usage.by_stage.items():
+            acc = self._totals.setdefault(stage, dict.fromkeys(USAGE_TOTALS, 0))
+            for f in USAGE_TOTALS:
+                acc[f] += getattr(u, f)
 
     async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,
                   strategy: str | Strategy = "rag", strategy_options: StrategyConfig | dict | None = None,
-                  preference: Preference | str | None = None,
-                  budget: Budget | None = None, question_date: str | None = None,
-                  gold_evidence_ids: list[str] | None = None, ledger: Ledger | None = None,
-                  all_scopes: bool = False) -> Answer:
-        """Answer ``question`` from the scope's memory with ``strategy``; usage covers every call made.
+                  preference: Preference | str | None = None, budget: Budget | None = None,
+                  question_date: str | None = None, build: bool = False, all_scopes: bool = False) -> Answer:
+        """Answer ``question`` from the scope's memory with ``strategy``; usage covers every call made
+        (a build's too, under stage ``construction``).
 
         ``strategy_options``: the named strategy's config or its options (e.g. ``{"k": 3}``; see
         ``memfrontier config STRATEGY``); ValueError names a rejected option. ``preference``: a
         preset name or a Preference; None names none (a strategy that reads one then runs under its
-        config's, else ``perf``: :func:`~memfrontier.strategies.base.resolve_preference`). ``gold_evidence_ids``
-        is only read by the ``oracle`` strategy. Raises ValueError without a scope id unless
-        ``all_scopes=True`` (the context may then hold every tenant's records).
+        config's, else ``perf``: :func:`~memfrontier.strategies.base.resolve_preference`). Refused with
+        EmptyScopeError when the scope has no records and ViewNotBuiltError when the strategy's view
+        of the scope was never built; ``build=True`` builds it first (gated as :meth:`build`:
+        FallbackError above the threshold; the report is ``Answer.build``); a view built earlier whose
+        construction record is above the threshold is refused too (FallbackError). Raises ValueError without
+        a scope id unless ``all_scopes=True`` (the context may then hold every tenant's records;
+        neither rule is checked then, and nothing is built).
         """
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
-        if strategy_options is not None and not isinstance(strategy, str):
-            raise ValueError("strategy_options apply to a strategy given by name")
-        strat = get_strategy(strategy, strategy_options) if isinstance(strategy, str) else strategy
+        strat = self._strategy(strategy, strategy_options)
+        if isinstance(preference, str):  # a bad argument is named before the scope is read
+            preference = Preference.preset(preference)
+        ledger = Ledger()
+        report = None
+        try:
+            if not all_scopes:
+                await self._require_records(scope)
+                if not await asyncio.to_thread(view_built, strat, self.env, scope):
+                    if not build:
+                        raise ViewNotBuiltError(unbuilt_view_message(strat.name))
+                    report = await self._gated_build(strat, scope, ledger)
+                elif (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
+                    raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())
+            ans = await self.answer(question, scope, strat, preference=preference, budget=budget,
+                                    question_date=question_date, all_scopes=all_scopes, ledger=ledger)
+        finally:
+            self._add_totals(ledger.usage())
+        return ans.model_copy(update={"build": report})
+
+    async def answer(self, question: str, scope: Scope, strategy: Strategy, *,
+                     preference: Preference | str | None = None, budget: Budget | None = None,
+                     question_date: str | None = None, gold_evidence_ids: list[str] | None = None,
+                     all_scopes: bool = False, ledger: Ledger | None = None) -> Answer:
+        """The unchecked answer step of :meth:`ask`: ``strategy``'s context for ``question`` in
+        ``scope`` and the answerer's reply, every call recorded in ``ledger`` (a new one when None).
+        ``gold_evidence_ids`` is only read by the ``oracle`` strategy."""
         pref = Preference.of(preference)  # None: the caller names none (strategies.base.resolve_preference)
         budget = budget or Budget()
-        ledger = ledger or Ledger()
+        ledger = ledger if ledger is not None else Ledger()
         query = Query(text=question, scope=scope, question_date=question_date,
                       gold_evidence_ids=gold_evidence_ids, all_scopes=all_scopes)
         t0 = time.perf_counter()
         with use_ledger(ledger, "query"):
-            ctx = await strat.context(query, self.env, pref, budget)
+            ctx = await strategy.context(query, self.env, pref, budget)
             text = await self.answerer.answer(question, ctx, budget)
-        return Answer(text=text, evidence_ids=ctx.evidence_ids, context=ctx.text, strategy=strat.name,
+        return Answer(text=text, evidence_ids=ctx.evidence_ids, context=ctx.text, strategy=strategy.name,
                       usage=ledger.usage(), wall_s=time.perf_counter() - t0, meta=ctx.meta)
 
     async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
@@ -229,6 +381,11 @@ class AsyncMemory:
         scope = scope_for_write("delete_all", user_id, agent_id, run_id)
         return await asyncio.to_thread(self.store.delete_all, scope)
 
+    async def usage(self) -> dict[str, dict[str, float]]:
+        """Totals by stage of every ``ask`` and ``build`` of this memory since it was opened:
+        ``{stage: {calls, input_tokens, ..., usd, proxy_s, wall_s}}`` (USD in dollars, seconds)."""
+        return {stage: dict(v) for stage, v in sorted(self._totals.items())}
+
     def close(self) -> None:
         self.store.close()
 
@@ -242,7 +399,8 @@ async def _drain() -> None:
 
 
 class Memory:
-    """Synchronous facade: the same methods as :class:`AsyncMemory`.
+    """Synchronous facade: the same methods, parameters and defaults as :class:`AsyncMemory`'s verbs
+    (see its docstrings).
 
     Safe to share across threads: every call is submitted to one private event loop that runs in
     a daemon thread (``asyncio.run_coroutine_threadsafe``) and the calling thread waits for its
@@ -279,23 +437,40 @@ class Memory:
             fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result()
 
-    def add(self, messages, **kw) -> AddResult:
-        return self._run(self._inner.add(messages, **kw))
+    def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
+            timestamp: str | None = None) -> AddResult:
+        return self._run(self._inner.add(messages, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                                         session_id=session_id, timestamp=timestamp))
 
-    def search(self, query: str, **kw) -> list[Hit]:
-        return self._run(self._inner.search(query, **kw))
+    def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
+               all_scopes: bool = False) -> list[Hit]:
+        return self._run(self._inner.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k,
+                                            all_scopes=all_scopes))
 
-    def ask(self, question: str, **kw) -> Answer:
-        return self._run(self._inner.ask(question, **kw))
+    def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,
+            strategy: str | Strategy = "rag", strategy_options: StrategyConfig | dict | None = None,
+            preference: Preference | str | None = None, budget: Budget | None = None,
+            question_date: str | None = None, build: bool = False, all_scopes: bool = False) -> Answer:
+        return self._run(self._inner.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy=strategy,
+                                         strategy_options=strategy_options, preference=preference, budget=budget,
+                                         question_date=question_date, build=build, all_scopes=all_scopes))
 
-    def get(self, record_id: str, **kw) -> Record | None:
-        return self._run(self._inner.get(record_id, **kw))
+    def build(self, strategy: str | Strategy = "rag", *, user_id=None, agent_id=None, run_id=None,
+              strategy_options: StrategyConfig | dict | None = None) -> BuildReport:
+        return self._run(self._inner.build(strategy, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                                           strategy_options=strategy_options))
 
-    def delete(self, record_id: str, **kw) -> bool:
-        return self._run(self._inner.delete(record_id, **kw))
+    def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
+        return self._run(self._inner.get(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
 
-    def delete_all(self, **kw) -> int:
-        return self._run(self._inner.delete_all(**kw))
+    def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
+        return self._run(self._inner.delete(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
+
+    def delete_all(self, *, user_id=None, agent_id=None, run_id=None) -> int:
+        return self._run(self._inner.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id))
+
+    def usage(self) -> dict[str, dict[str, float]]:
+        return self._run(self._inner.usage())
 
     def close(self) -> None:
         """Finish the calls in flight, stop the loop, join its thread, close the store. Idempotent."""

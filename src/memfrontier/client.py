@@ -11,7 +11,10 @@ agents and runs; the server confines them to the key's tenant.
 
 Errors: a 422 raises :class:`InvalidRequestError` (a ``ValueError``, as ``Memory`` raises), a 409
 for a record id stored with other content raises :class:`ConflictError` (a
-:class:`~memfrontier.store.base.RecordConflictError`); every other non-2xx raises
+:class:`~memfrontier.store.base.RecordConflictError`); the facade's refusals raise errors that are
+also ``Memory``'s, with its messages: :class:`UnbuiltViewError` (a ``ViewNotBuiltError``),
+:class:`ServiceEmptyScopeError` (an ``EmptyScopeError``), :class:`RefusedBuildError` (a
+``FallbackError``); every other non-2xx raises
 :class:`ServiceError` with ``status``, ``kind`` and the server's message. ``get`` returns None and
 ``delete`` False for an absent record (404), as ``Memory`` does.
 """
@@ -23,10 +26,13 @@ from typing import Any
 
 import httpx2 as httpx
 
-from .api import Answer
+from .api import Answer, BuildReport
+from .core.errors import EmptyScopeError
+from .core.fallbacks import FallbackError
 from .core.types import Budget, Hit, Preference, Record
 from .core.errors import RecordConflictError
 from .store.base import AddResult
+from .strategies import ViewNotBuiltError
 
 
 class ServiceError(RuntimeError):
@@ -42,7 +48,29 @@ class InvalidRequestError(ServiceError, ValueError):
 
 
 class ConflictError(ServiceError, RecordConflictError):
-    """409: a record id already stored in the scope with other content, or a view never built."""
+    """409: a record id already stored in the scope with other content."""
+
+
+class UnbuiltViewError(ConflictError, ViewNotBuiltError):
+    """409 ``view_not_built``: the strategy's view of the scope was never built (``Memory`` raises
+    :class:`~memfrontier.strategies.ViewNotBuiltError` with the same message)."""
+
+
+class ServiceEmptyScopeError(InvalidRequestError, EmptyScopeError):
+    """422 ``empty_scope``: the scope holds no records (``Memory`` raises
+    :class:`~memfrontier.core.errors.EmptyScopeError` with the same message)."""
+
+
+class RefusedBuildError(ServiceError, FallbackError):
+    """422 ``fallbacks``: a build's error or fallback share of some role was above the server's
+    threshold (``Memory`` raises :class:`~memfrontier.core.fallbacks.FallbackError` with the same
+    message)."""
+
+    summary = report = usage = None
+
+
+#: error kind -> the typed error of that refusal (else by status).
+_KINDS = {"view_not_built": UnbuiltViewError, "empty_scope": ServiceEmptyScopeError, "fallbacks": RefusedBuildError}
 
 
 @dataclass(frozen=True)
@@ -64,7 +92,8 @@ def _raise_for(resp: httpx.Response) -> None:
         kind, message = body.get("error", "error"), body.get("message", resp.text)
     except ValueError:
         kind, message = "error", resp.text
-    cls = InvalidRequestError if resp.status_code == 422 else ConflictError if resp.status_code == 409 else ServiceError
+    cls = _KINDS.get(kind) or (InvalidRequestError if resp.status_code == 422 else ConflictError
+                               if resp.status_code == 409 else ServiceError)
     raise cls(resp.status_code, kind, message)
 
 
@@ -93,18 +122,26 @@ class _Calls:
                                               **_scope(user_id, agent_id, run_id)})
 
     @staticmethod
-    def search(query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10) -> _Call:
-        return _Call("POST", "/v1/search", {"query": query, "k": k, **_scope(user_id, agent_id, run_id)})
+    def search(query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False) -> _Call:
+        return _Call("POST", "/v1/search", {"query": query, "k": k, "all_scopes": all_scopes,
+                                            **_scope(user_id, agent_id, run_id)})
 
     @staticmethod
     def ask(question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
             strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
-            budget: Budget | None = None, question_date: str | None = None, build: bool = False) -> _Call:
+            budget: Budget | None = None, question_date: str | None = None, build: bool = False,
+            all_scopes: bool = False) -> _Call:
         return _Call("POST", "/v1/ask", {
             "question": question, "strategy": strategy, "strategy_options": strategy_options,
             "preference": preference.model_dump() if isinstance(preference, Preference) else preference,
             "budget": budget.model_dump() if budget is not None else None, "question_date": question_date,
-            "build": build, **_scope(user_id, agent_id, run_id)})
+            "build": build, "all_scopes": all_scopes, **_scope(user_id, agent_id, run_id)})
+
+    @staticmethod
+    def build(strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
+              strategy_options: dict[str, Any] | None = None) -> _Call:
+        return _Call("POST", "/v1/build", {"strategy": strategy, "strategy_options": strategy_options,
+                                           **_scope(user_id, agent_id, run_id)})
 
     @staticmethod
     def get(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
@@ -137,6 +174,7 @@ _PARSE = {
     "add": AddResult.model_validate,
     "search": lambda b: [Hit.model_validate(h) for h in b["hits"]],
     "ask": Answer.model_validate,
+    "build": BuildReport.model_validate,
     "get": lambda b: None if b is None else Record.model_validate(b),
     "delete": lambda b: b is not None,
     "delete_all": lambda b: b["deleted"],
@@ -149,8 +187,9 @@ def _headers(api_key: str) -> dict:
 
 
 class MemoryClient:
-    """Synchronous client: ``add``, ``search``, ``ask``, ``get``, ``delete``, ``delete_all`` as on
-    :class:`memfrontier.Memory`, plus ``usage()`` (the tenant's totals by stage).
+    """Synchronous client: ``add``, ``search``, ``ask``, ``build``, ``get``, ``delete``,
+    ``delete_all`` and ``usage`` (the tenant's totals by stage) with the parameters and defaults of
+    :class:`memfrontier.Memory` (the service refuses ``all_scopes=True``).
 
     ``timeout_s`` bounds each request (``ask`` with a local model can take tens of seconds);
     ``transport`` is an ``httpx2`` transport (e.g. ``ASGITransport`` in tests).
@@ -164,23 +203,36 @@ class MemoryClient:
         resp = self._http.request(call.method, call.path, json=call.json, params=call.params)
         return _PARSE[verb](_body(resp, call))
 
-    def add(self, messages, **kw) -> AddResult:
-        return self._do("add", messages, **kw)
+    def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
+            timestamp: str | None = None) -> AddResult:
+        return self._do("add", messages, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id,
+                        timestamp=timestamp)
 
-    def search(self, query: str, **kw) -> list[Hit]:
-        return self._do("search", query, **kw)
+    def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
+               all_scopes: bool = False) -> list[Hit]:
+        return self._do("search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
 
-    def ask(self, question: str, **kw) -> Answer:
-        return self._do("ask", question, **kw)
+    def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
+            strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
+            budget: Budget | None = None, question_date: str | None = None, build: bool = False,
+            all_scopes: bool = False) -> Answer:
+        return self._do("ask", question, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy=strategy,
+                        strategy_options=strategy_options, preference=preference, budget=budget,
+                        question_date=question_date, build=build, all_scopes=all_scopes)
 
-    def get(self, record_id: str, **kw) -> Record | None:
-        return self._do("get", record_id, **kw)
+    def build(self, strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
+              strategy_options: dict[str, Any] | None = None) -> BuildReport:
+        return self._do("build", strategy, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                        strategy_options=strategy_options)
 
-    def delete(self, record_id: str, **kw) -> bool:
-        return self._do("delete", record_id, **kw)
+    def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
+        return self._do("get", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
 
-    def delete_all(self, **kw) -> int:
-        return self._do("delete_all", **kw)
+    def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
+        return self._do("delete", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+    def delete_all(self, *, user_id=None, agent_id=None, run_id=None) -> int:
+        return self._do("delete_all", user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     def usage(self) -> dict[str, dict[str, float]]:
         return self._do("usage")
@@ -207,23 +259,36 @@ class AsyncMemoryClient:
         resp = await self._http.request(call.method, call.path, json=call.json, params=call.params)
         return _PARSE[verb](_body(resp, call))
 
-    async def add(self, messages, **kw) -> AddResult:
-        return await self._do("add", messages, **kw)
+    async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
+            timestamp: str | None = None) -> AddResult:
+        return await self._do("add", messages, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id,
+                        timestamp=timestamp)
 
-    async def search(self, query: str, **kw) -> list[Hit]:
-        return await self._do("search", query, **kw)
+    async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
+               all_scopes: bool = False) -> list[Hit]:
+        return await self._do("search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
 
-    async def ask(self, question: str, **kw) -> Answer:
-        return await self._do("ask", question, **kw)
+    async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
+            strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
+            budget: Budget | None = None, question_date: str | None = None, build: bool = False,
+            all_scopes: bool = False) -> Answer:
+        return await self._do("ask", question, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy=strategy,
+                        strategy_options=strategy_options, preference=preference, budget=budget,
+                        question_date=question_date, build=build, all_scopes=all_scopes)
 
-    async def get(self, record_id: str, **kw) -> Record | None:
-        return await self._do("get", record_id, **kw)
+    async def build(self, strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
+              strategy_options: dict[str, Any] | None = None) -> BuildReport:
+        return await self._do("build", strategy, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                        strategy_options=strategy_options)
 
-    async def delete(self, record_id: str, **kw) -> bool:
-        return await self._do("delete", record_id, **kw)
+    async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
+        return await self._do("get", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
 
-    async def delete_all(self, **kw) -> int:
-        return await self._do("delete_all", **kw)
+    async def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
+        return await self._do("delete", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+    async def delete_all(self, *, user_id=None, agent_id=None, run_id=None) -> int:
+        return await self._do("delete_all", user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     async def usage(self) -> dict[str, dict[str, float]]:
         return await self._do("usage")

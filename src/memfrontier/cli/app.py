@@ -89,17 +89,17 @@ def _fail(msg: str, code: int = 2):
 
 def _known_errors():
     from ..answerer import BudgetExceededError
+    from ..core.errors import EmptyScopeError, StoreError
     from ..core.pricebook import UnpricedModelError
     from ..eval.datasets import DatasetError
     from ..eval.fallbacks import FallbackError
     from ..eval.ray_pool import RayUnavailableError
     from ..eval.runner import RunMismatchError
     from ..llm.base import LLMError
-    from ..core.errors import StoreError
     from ..strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
-            StoreError, ViewNotBuiltError, RayUnavailableError, FileNotFoundError, ValueError)
+            StoreError, ViewNotBuiltError, EmptyScopeError, RayUnavailableError, FileNotFoundError, ValueError)
 
 
 #: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.

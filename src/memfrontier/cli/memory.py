@@ -157,42 +157,35 @@ def ask(
     as_json: bool = typer.Option(False, "--json", help="Print the whole Answer as JSON."),
 ):
     """Answer one question from a store and print the answer with its cost."""
-    from ..api import AsyncMemory
-    from ..core.types import Budget, Scope
-    from ..strategies import BUILT_VIEWS, ViewNotBuiltError, get_strategy, view_built
+    from ..api import AsyncMemory, build_progress
+    from ..core.types import Budget
+    from ..strategies import get_strategy
 
     if router is not None and strategy not in ("auto", "budgetmem"):
         _fail("--router applies to --strategy auto or budgetmem only")
     strategy_args = block(ctx, "strategy_args")
     _check_scope("ask", user_id, agent_id, run_id, all_scopes, store)
     options = strategy_options(strategy, strategy_args, router=None if router is None else str(router))
-    scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     async def answer(mem):
-        if not all_scopes and mem.store.count(scope)["records"] == 0:
-            who = ", ".join(f"{k} {v!r}" for k, v in (("user", user_id), ("agent", agent_id), ("run", run_id)) if v)
-            _fail(f"no records for {who} in {store}: the answer would come from no memory; "
-                  "add some with `memfrontier ingest` (or check the scope ids)")
-        strat = get_strategy(strategy, options)
-        built = None
-        if strategy in BUILT_VIEWS and not all_scopes and not await asyncio.to_thread(view_built, strat, mem.env, scope):
-            if not build:
-                who = "".join(f" --{k.replace('_', '-')} {v}" for k, v in
-                              (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v)
-                raise ViewNotBuiltError(
-                    f"the {strategy} memory view of this scope was never built, so the answer would come from no "
-                    f"evidence; build it with `memfrontier ask --build --strategy {strategy} --store {store}{who} ...` "
-                    f"(or `memfrontier eval --strategy {strategy} --store {store}` for a benchmark)")
-            task = bar.add_task(f"building the {strategy} view", total=None)
-            try:
-                built = (await mem.build(strat, scope, progress=lambda done, total, unit: bar.update(
-                    task, description=f"building the {strategy} view: {unit}", completed=done, total=total))
-                         ).usage().construction
-            finally:
+        task = None
+
+        def step(done: int, total: int, unit: str) -> None:  # a build's steps, when --build builds
+            nonlocal task
+            if task is None:
+                task = bar.add_task(f"building the {strategy} view", total=total)
+            bar.update(task, description=f"building the {strategy} view: {unit}", completed=done, total=total)
+
+        try:
+            with build_progress(step):
+                ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                                    all_scopes=all_scopes, strategy=get_strategy(strategy, options),
+                                    preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens),
+                                    build=build)
+        finally:
+            if task is not None:
                 bar.remove_task(task)
-        ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, all_scopes=all_scopes,
-                            strategy=strat, preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens))
-        return ans, built
+        return ans, (ans.build.usage if ans.build is not None else None)
 
     with known_errors():
         mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,

@@ -39,3 +39,15 @@ def explain_validation(what: str, e: ValidationError, unknown: str = "unknown fi
             parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
     n = len(parts)
     return f"{n} validation error{'s' if n > 1 else ''} for {what}: " + "; ".join(parts)
+
+
+class EmptyScopeError(ValueError):
+    """A question asked of a scope that holds no records: the answer would come from no memory (a
+    confident invented answer, billed to the caller). Add records first, or check the scope ids."""
+
+
+def empty_scope_message() -> str:
+    """The one message of :class:`EmptyScopeError` (it names no id: a service's scopes carry its
+    tenant's prefix, which its callers do not write)."""
+    return ("no records in this scope: the answer would come from no memory; add some first "
+            "(Memory.add, POST /v1/memories, `memfrontier ingest`) or check the scope ids")

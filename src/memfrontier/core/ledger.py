@@ -3,8 +3,10 @@
 One :class:`Ledger` per question (or per construction job). Model clients never write it
 directly: :class:`memfrontier.llm.metered.MeteredLLM` records each call into the ledger that is
 current in the calling context (:func:`use_ledger`); local compute (rules, routers, small
-encoders) is recorded with :meth:`Ledger.record_local` and notable events with
-:func:`count_event`. Calls made inside ``with ledger.parallel():`` share one parallel stage and
+encoders) is recorded with :meth:`Ledger.record_local`, notable events with
+:func:`count_event`, and each output of a role that was not used and replaced by something cheaper
+with :func:`record_fallback` (a typed :class:`FallbackRecord`, read by the fallback gate,
+:mod:`memfrontier.core.fallbacks`). Calls made inside ``with ledger.parallel():`` share one parallel stage and
 count as their maximum in the latency proxy (MemPilot Eq. 18). ``with ledger.span(name) as s:``
 gives a view ``s`` of the calls recorded inside the block (in this task and the tasks it starts),
 so a module's or a trajectory's cost is read from the one account, never recomputed.
@@ -63,6 +65,23 @@ class Call(BaseModel):
     flags: list[str] = Field(default_factory=list)  # e.g. ``provider_cost_rejected``, ``cached_tokens_clamped``
 
 
+class FallbackRecord(BaseModel):
+    """One step of a fallback chain: ``role``'s output (a model call's, e.g. ``budgetmem.filter.high``,
+    ``segmenter``, ``indexer``) was not used and the work fell to the next step of its chain.
+    ``module``: the module or construction step whose execution fell back (``filter``, ``segmenter``);
+    ``tier``: the tier that fell back (BudgetMem's ``low``/``mid``/``high``; None where there are no
+    tiers); ``reason``: why its output was refused (e.g. ``empty``, ``wrong_count``,
+    ``instruction_echo``, ``unparsable``, ``llm_error``; None when unknown); ``step``: 0 for the
+    role the execution started at, 1 for the next one it fell to, and so on. One module execution
+    counts as one fallback however many steps it recorded (the gate counts step 0)."""
+
+    role: str
+    module: str
+    tier: str | None = None
+    reason: str | None = None
+    step: int = Field(default=0, ge=0)
+
+
 class StageUsage(BaseModel):
     """Totals of one stage. Units in the names; ``proxy_s`` follows MemPilot Eq. 18-19."""
 
@@ -80,11 +99,13 @@ class StageUsage(BaseModel):
 
 
 class Usage(BaseModel):
-    """Usage of one answer by stage (``construction`` / ``query``) plus counted events (parse failures...)."""
+    """Usage of one answer by stage (``construction`` / ``query``), counted events (parse
+    failures...) and the fallback records of its calls (:class:`FallbackRecord`, in order)."""
 
     by_stage: dict[str, StageUsage] = Field(default_factory=dict)
     by_role: dict[str, StageUsage] = Field(default_factory=dict)
     events: dict[str, int] = Field(default_factory=dict)
+    fallbacks: list[FallbackRecord] = Field(default_factory=list)
 
     @property
     def query(self) -> StageUsage:
@@ -128,6 +149,7 @@ class LedgerSpan:
         self.name = name
         self.calls: list[Call] = []
         self.events: Counter[str] = Counter()
+        self.fallbacks: list[FallbackRecord] = []
 
     def usage(self) -> StageUsage:
         return stage_totals(self.calls)
@@ -135,9 +157,10 @@ class LedgerSpan:
     def record_json(self) -> dict:
         """What a view stores with a unit it built (a MemoryCPT session, an AutoMEM window), so a
         build resumed over several runs still reports every unit: :meth:`usage`'s fields plus
-        ``calls_by_role`` and ``events`` (JSON-ready; summed over units with :func:`sum_usage_records`)."""
+        ``calls_by_role``, ``events`` and ``fallbacks`` (record dicts) (JSON-ready; summed over
+        units with :func:`sum_usage_records`)."""
         return {**self.usage().model_dump(), "calls_by_role": dict(Counter(c.role for c in self.calls)),
-                "events": dict(self.events)}
+                "events": dict(self.events), "fallbacks": [f.model_dump() for f in self.fallbacks]}
 
     def usd(self) -> float:
         """USD of the span's calls (unpriced calls count 0 and are flagged in :meth:`usage`)."""
@@ -149,11 +172,13 @@ class LedgerSpan:
 
 
 class Ledger:
-    """An append-only list of :class:`Call` plus a counter of notable events."""
+    """An append-only list of :class:`Call`, a counter of notable events and the
+    :class:`FallbackRecord` s of the calls' outputs that were replaced."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.events: Counter[str] = Counter()
+        self.fallbacks: list[FallbackRecord] = []
         self._reserved: list[tuple[float, int, float]] = []  # worst cases of the calls in flight
 
     # --- context -------------------------------------------------------------------------
@@ -201,6 +226,17 @@ class Ledger:
             if view.ledger is self:
                 view.events[event] += n
 
+    def fallback(self, *, role: str, module: str, tier: str | None = None, reason: str | None = None,
+                 step: int = 0) -> FallbackRecord:
+        """Record that ``role``'s output was replaced at ``step`` of its module's fallback chain
+        (:class:`FallbackRecord`), in this ledger and in each of its open spans."""
+        rec = FallbackRecord(role=role, module=module, tier=tier, reason=reason, step=step)
+        self.fallbacks.append(rec)
+        for view in _spans.get():
+            if view.ledger is self:
+                view.fallbacks.append(rec)
+        return rec
+
     # --- hard budgets ----------------------------------------------------------------------
     def would_exceed(self, budget: Budget, *, usd: float | None = 0.0, tokens: int = 0, proxy_s: float = 0.0,
                      stage: Stage = "query") -> str | None:
@@ -245,6 +281,7 @@ class Ledger:
             by_stage={k: stage_totals(v) for k, v in stages.items()},
             by_role={k: stage_totals(v) for k, v in roles.items()},
             events=dict(self.events),
+            fallbacks=list(self.fallbacks),
         )
 
     def usd(self, stage: Stage | None = None) -> float:
@@ -256,6 +293,7 @@ class Ledger:
     def extend(self, other: "Ledger") -> None:
         self.calls.extend(other.calls)
         self.events.update(other.events)
+        self.fallbacks.extend(other.fallbacks)
 
 
 def current_ledger() -> Ledger | None:
@@ -284,14 +322,25 @@ def count_event(event: str, n: int = 1) -> None:
         ledger.count(event, n)
 
 
+def record_fallback(*, role: str, module: str, tier: str | None = None, reason: str | None = None,
+                    step: int = 0) -> None:
+    """:meth:`Ledger.fallback` on the current ledger; a no-op outside :func:`use_ledger`."""
+    ledger = _current.get()
+    if ledger is not None:
+        ledger.fallback(role=role, module=module, tier=tier, reason=reason, step=step)
+
+
 def sum_usage_records(records) -> dict:
     """Key-wise sum of stored usage records (dicts such as :meth:`StageUsage.model_dump` plus
     counters): numbers are added (booleans skipped), dict values (``calls_by_role``, ``events``)
-    are added key by key, anything else is dropped. Returns a new dict; ``{}`` for no records."""
+    are added key by key, the ``fallbacks`` record lists are concatenated, anything else is
+    dropped. Returns a new dict; ``{}`` for no records."""
     total: dict = {}
     for rec in records:
         for key, v in rec.items():
-            if isinstance(v, dict):
+            if key == "fallbacks" and isinstance(v, list):
+                total.setdefault(key, []).extend(v)
+            elif isinstance(v, dict):
                 acc = total.setdefault(key, {})
                 for k, n in v.items():
                     acc[k] = acc.get(k, 0) + n

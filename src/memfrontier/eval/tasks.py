@@ -101,7 +101,7 @@ async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_ab
                 raise FallbackError(f"stopped building {conv.id}'s memory after {done} of {total} {unit}: {doomed}. "
                                     f"What was built is kept; --allow-fallbacks builds on", None)
 
-    await mem.build(strategy, scope, ledger, progress=step)
+    await mem.construct(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
     ran = _calls_and_failures(ledger)
     if stored is not None:  # the view records its own cost, so a reused store still reports it
@@ -110,6 +110,7 @@ async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_ab
         for key in ("calls_by_role", "events"):  # over every run that built the view: earlier runs' + this one's
             if isinstance(before.get(key), dict):
                 ran[key] = dict(Counter(ran[key]) + Counter(before[key]))
+        ran["fallbacks"] = [*(before.get("fallbacks") or []), *ran["fallbacks"]]
     return {"records": len(conv.records), "records_added": len(added.added),
             "chunks_embedded": added.chunks_embedded, **usage, **ran}
 
@@ -129,7 +130,7 @@ def build_counts(entry: dict) -> dict[str, int]:
 def _calls_and_failures(ledger: Ledger) -> dict:
     """A construction ledger's events, calls by role and first five call errors (the summary's
     construction fields that :func:`~memfrontier.eval.fallbacks.fallback_report` reads)."""
-    return {"events": dict(ledger.events),
+    return {"events": dict(ledger.events), "fallbacks": [f.model_dump() for f in ledger.fallbacks],
             "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
             "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
 
@@ -145,8 +146,8 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
     """Ask ``q`` in its conversation's scope, score it (and judge it when ``judge``); the
     ``predictions.jsonl`` row (prediction, F1, EM, evidence recall, USD, usage by stage...)."""
     ledger = Ledger()
-    ans = await mem.ask(q.question, user_id=q.conversation_id, strategy=strategy,
-                        question_date=q.question_date, gold_evidence_ids=q.evidence_ids, ledger=ledger)
+    ans = await mem.answer(q.question, Scope(user_id=q.conversation_id), strategy,
+                           question_date=q.question_date, gold_evidence_ids=q.evidence_ids, ledger=ledger)
     gold = q.answer
     row = {
         "id": q.id, "conversation_id": q.conversation_id, "category": q.category,

@@ -7,8 +7,12 @@ Tools (AutoMEM's memory tools, arXiv 2606.04315, Sec. 5, plus hybrid search and 
 * ``rg(patterns, ignore_case)`` - regular expressions over the scope's raw records.
 * ``read(ids)`` - full records by id.
 * ``index_query(cypher)`` - one read-only Cypher query on the scope's graph index.
-* ``ask(question, strategy, single_pass, max_usd, options)`` - an answer with its usage (tokens,
-  USD); ``options`` are the strategy config's (``memfrontier config STRATEGY``).
+* ``ask(question, strategy, max_usd, options, build)`` - an answer with its usage (tokens, USD);
+  ``options`` are the strategy config's values (``memfrontier config STRATEGY``) under the
+  service's option policy (:func:`~memfrontier.server.options.check_remote_options`, as REST);
+  ``build`` builds the strategy's missing view first. Refusals are the facade's
+  (:meth:`memfrontier.api.AsyncMemory.ask`): an empty scope, an unbuilt view, a build above the
+  fallback threshold, with its messages.
 
 Every tool takes the caller's scope (``user_id`` / ``agent_id`` / ``run_id``, at least one) and
 sees only that scope's records. A server started with a pinned scope (``--user-id`` ...) refuses
@@ -137,9 +141,12 @@ class MemoryService:
 
     def strategy(self, name: str, options: dict[str, Any] | None = None):
         """The strategy ``name`` built from its config with ``options`` (cached per config;
-        raises ValueError naming a rejected option)."""
+        raises ValueError naming a rejected option, or one the service's option policy refuses,
+        :func:`~memfrontier.server.options.check_remote_options`)."""
         from ..strategies import get_strategy, strategy_config
+        from .options import check_remote_options
 
+        check_remote_options(name, options)
         cfg = strategy_config(name, options or {})
         key = (name, cfg.config_hash())
         if key not in self._strategies:
@@ -189,21 +196,23 @@ class IndexQueryArgs(ScopeArgs):
 class AskArgs(ScopeArgs):
     question: Annotated[str, Field(min_length=1, max_length=2000)]
     strategy: AskStrategy = "rag"
-    single_pass: bool = False
     max_usd: Annotated[float | None, Field(gt=0, description="Hard USD cap of this question.")] = None
     options: Annotated[dict[str, Any] | None, Field(description="Options of the strategy's config "
                                                     "(see `memfrontier config STRATEGY`), e.g. {\"k\": 3}.")] = None
+    build: Annotated[bool, Field(description="Build the strategy's memory view of the scope first when it "
+                                             "was never built (its cost is reported).")] = False
 
 
 def _tool_errors() -> tuple[type[BaseException], ...]:
     """Errors a tool reports with their own message (the caller can act on them)."""
     from ..answerer import BudgetExceededError
+    from ..core.fallbacks import FallbackError
     from ..core.pricebook import UnpricedModelError
     from ..llm.base import LLMError
     from ..core.errors import StoreError
     from ..strategies import ViewNotBuiltError
 
-    return (BudgetExceededError, UnpricedModelError, LLMError, StoreError, ViewNotBuiltError, ValueError)
+    return (BudgetExceededError, UnpricedModelError, LLMError, StoreError, ViewNotBuiltError, FallbackError, ValueError)
 
 
 def build_server(service: MemoryService):
@@ -311,17 +320,11 @@ def build_server(service: MemoryService):
                 graph.close()
 
     @scoped_tool(AskArgs, "Answer a question from the scope's memory; returns the answer, its evidence ids "
-                 "and usage (calls, tokens, USD). A strategy whose view was never built is refused.")
+                 "and usage (calls, tokens, USD). A strategy whose view was never built is refused unless build "
+                 "is true; a scope with no records is refused.")
     async def ask(args: AskArgs, scope: Scope) -> dict[str, Any]:
-        from ..strategies import ViewNotBuiltError, view_built
-
-        if args.single_pass and args.strategy != "automem":
-            raise ToolError("single_pass applies to strategy 'automem' only")
         mem = await service.memory()
-        strategy = service.strategy(args.strategy, {**(args.options or {}), **({"single_pass": True} if args.single_pass else {})})
-        if not await asyncio.to_thread(view_built, strategy, mem.env, scope):
-            raise ViewNotBuiltError(f"the {args.strategy} memory view of this scope was never built; build it with "
-                                    f"`memfrontier ask --build --strategy {args.strategy} ...` before asking here")
+        strategy = service.strategy(args.strategy, args.options)
         ans = await mem.ask(
             args.question,
             user_id=scope.user_id,
@@ -329,6 +332,7 @@ def build_server(service: MemoryService):
             run_id=scope.run_id,
             strategy=strategy,
             budget=Budget(max_usd=args.max_usd),
+            build=args.build,
         )
         q = ans.usage.query
         return {
@@ -344,6 +348,7 @@ def build_server(service: MemoryService):
                 "wall_s": ans.wall_s,
                 "events": ans.usage.events,
             },
+            **({"build": {"usage": ans.build.usage.model_dump(), "fallbacks": ans.build.fallbacks}} if ans.build else {}),
         }
 
     return server

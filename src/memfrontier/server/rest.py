@@ -9,6 +9,8 @@ Endpoints (JSON; every one but ``/healthz`` needs ``Authorization: Bearer <key>`
 ``POST   /v1/ask``                          strategy, preference, budget -> ``Answer`` (text,
                                             evidence ids, usage by stage); ``build: true`` builds
                                             a strategy's missing view first (else 409)
+``POST   /v1/build``                        build a strategy's view of a scope -> ``BuildReport``
+                                            (construction usage, fallback shares per role)
 ``GET    /v1/records/{id}?user_id=..``      one record (404 when the scope has none)
 ``DELETE /v1/records/{id}?user_id=..``      delete it and what derives from it (404 when absent)
 ``GET    /v1/usage``                        the tenant's usage totals by stage
@@ -25,13 +27,17 @@ every scope is not offered over HTTP.
 
 ``strategy_options`` over HTTP hold values only (numbers, flags, choices): an option naming a
 file, a model or an endpoint (``router``, ``adapter``, ``pool``, ``*_llm``, ``base_url``...) is
-refused with 422 (:func:`check_remote_options`); the operator sets those. Strategy ``auto`` routes
+refused with 422 (:func:`~memfrontier.server.options.check_remote_options`, the policy MCP uses
+too); the operator sets those. Strategy ``auto`` routes
 with the router file the operator starts the service with (``memfrontier serve --router FILE``;
 422 without one); a tenant may set its ``preference`` and ``budget`` options.
 
 Errors are JSON ``{"error": <kind>, "message": <text>}``: 401 without a valid key (nothing is
 read or written), 404 for an absent record, 409 for a record id already stored in the scope with
-other content and for a strategy whose view was never built, 413 for a body over
+other content and for a strategy whose view was never built (``view_not_built``), 422
+``empty_scope`` for a question to a scope with no records and 422 ``fallbacks`` for a build whose
+error or fallback share of some role is above the threshold (the messages are
+:class:`~memfrontier.api.AsyncMemory`'s), 413 for a body over
 ``max_body_bytes`` (checked on ``Content-Length`` and while streaming), 422 for invalid input
 (including a hard budget that cannot be met), 429 when the tenant already has
 ``max_in_flight`` requests running, counted across every worker that shares the key store, 502
@@ -54,8 +60,7 @@ import signal
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -63,22 +68,19 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..api import Answer, AsyncMemory
-from ..core.ledger import BudgetExceededError, Ledger
+from ..api import Answer, AsyncMemory, BuildReport
+from ..core.errors import EmptyScopeError
+from ..core.fallbacks import FallbackError
+from ..core.ledger import BudgetExceededError, Usage
 from ..core.pricebook import UnpricedModelError
 from ..core.types import Budget, Hit, Preference, Record
 from ..llm.base import LLMError
 from ..core.errors import RecordConflictError, StoreError
 from ..store.base import AddResult
-from ..strategies import (
-    STRATEGIES,
-    ViewNotBuiltError,
-    get_strategy,
-    strategy_class,
-    view_built,
-)
+from ..strategies import STRATEGIES, ViewNotBuiltError, get_strategy
 from ..store.postgres import is_postgres_url
 from .keys import KeyStore, open_key_store
+from .options import check_remote_options
 from .tenants import client_scope, tenant_scope
 
 SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
@@ -140,16 +142,21 @@ class AddBody(ScopeBody):
 class SearchBody(ScopeBody):
     query: str = Field(min_length=1)
     k: int = Field(default=10, ge=1, le=200)
+    all_scopes: bool = False  # the clients mirror Memory; every scope is not offered over HTTP (422)
 
 
-class AskBody(ScopeBody):
-    question: str = Field(min_length=1)
+class BuildBody(ScopeBody):
     strategy: str = "rag"
     strategy_options: dict[str, Any] | None = None
+
+
+class AskBody(BuildBody):
+    question: str = Field(min_length=1)
     preference: str | Preference | None = None
     budget: Budget | None = None
     question_date: str | None = None
     build: bool = False  # build a strategy's missing view first (MemoryCPT, MemPilot, AutoMEM)
+    all_scopes: bool = False  # refused (422), as for search
 
 
 class SearchResult(BaseModel):
@@ -204,34 +211,6 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
-
-
-def _value_only(tp) -> bool:
-    """Whether an option's type holds values only (numbers, flags, choices, and models and
-    containers of them), never a free string: no path, model spec, URL or free-form dict."""
-    origin = get_origin(tp)
-    if tp in (int, float, bool, type(None)) or origin is Literal:
-        return True
-    if origin is Annotated:
-        return _value_only(get_args(tp)[0])
-    if origin in (Union, UnionType, tuple, list, dict):
-        return all(_value_only(a) for a in get_args(tp) if a is not Ellipsis)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return all(_value_only(f.annotation) for f in tp.model_fields.values())
-    return False
-
-
-def check_remote_options(strategy: str, options: dict[str, Any] | None) -> None:
-    """Refuse (ValueError naming the option) a strategy option a remote caller may not set: one
-    that names a file (a router, an adapter, a pool or bank file), a model or an endpoint
-    (``*_llm``, ``base_url``), or free-form settings. Those choose what the server reads, runs or
-    calls, so they belong to the operator (``memfrontier serve`` flags), not to a tenant."""
-    fields = strategy_class(strategy).config_class.model_fields
-    for key in options or {}:
-        field = fields.get(key)
-        if field is not None and not _value_only(field.annotation):
-            raise ValueError(f"strategy_options.{key}: not settable over the service (it names a file, a model or "
-                             f"an endpoint, which only the server's operator chooses)")
 
 
 def _error(status: int, kind: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -315,11 +294,28 @@ def _scope_kw(name: str, user_id, agent_id, run_id) -> dict:
     return {"user_id": s.user_id, "agent_id": s.agent_id, "run_id": s.run_id}
 
 
+def _one_scope(all_scopes: bool) -> None:
+    if all_scopes:
+        raise ValueError("all_scopes: reading every scope is not offered over HTTP; name a user_id, agent_id or run_id")
+
+
+async def _bill(request: Request, name: str, e: FallbackError) -> None:
+    """Add a refused build's construction usage (``e.usage``, when known) to the tenant's totals."""
+    usage = getattr(e, "usage", None)
+    if usage is not None:
+        await _in_thread(request.app.state.tenants.keys.record_usage, name, usage)
+
+
 def _strategy(request: Request, name: str, options: dict[str, Any] | None):
-    """The request's strategy. ``auto`` routes with the operator's router file (``ServeSettings.router``;
+    """The request's strategy under the service's option policy
+    (:func:`~memfrontier.server.options.check_remote_options`: 422 for an unknown strategy or an
+    option naming a file, a model or an endpoint). ``auto`` routes with the operator's router file (``ServeSettings.router``;
     ValueError, 422, when the server has none) and is built once per set of options, the latest
     :data:`AUTO_CACHE_SIZE` kept (loading the router and building its configurations' strategies
     is not per-request work)."""
+    if name not in STRATEGIES:
+        raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    check_remote_options(name, options)
     if name != "auto":
         return get_strategy(name, options)
     settings: ServeSettings = request.app.state.settings
@@ -377,6 +373,8 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         (TooManyInFlight, lambda e: _error(429, "too_many_requests", str(e), {"Retry-After": "1"})),
         (RecordConflictError, lambda e: _error(409, "conflict", str(e))),
         (ViewNotBuiltError, lambda e: _error(409, "view_not_built", str(e))),
+        (EmptyScopeError, lambda e: _error(422, "empty_scope", str(e))),
+        (FallbackError, lambda e: _error(422, "fallbacks", str(e))),
         (BudgetExceededError, lambda e: _error(422, "budget", str(e))),
         (UnpricedModelError, lambda e: _error(500, "unpriced_model", str(e.args[0] if e.args else e))),
         (LLMError, lambda e: _error(502, "model_error", str(e))),
@@ -416,29 +414,36 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
 
     @app.post("/v1/search", response_model=SearchResult)
     async def search(body: SearchBody, name: Tenant, request: Request) -> SearchResult:
+        _one_scope(body.all_scopes)
         hits = await _memory(request).search(body.query, k=body.k, **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
         return SearchResult(hits=[_out_hit(name, h) for h in hits])
 
     @app.post("/v1/ask", response_model=Answer, responses={409: {"model": ErrorBody}, 502: {"model": ErrorBody}})
     async def ask(body: AskBody, name: Tenant, request: Request) -> Answer:
-        if body.strategy not in STRATEGIES:
-            raise ValueError(f"strategy: unknown strategy {body.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        mem = _memory(request)
-        scope = tenant_scope(name, body.user_id, body.agent_id, body.run_id)
-        check_remote_options(body.strategy, body.strategy_options)
+        _one_scope(body.all_scopes)
         strat = _strategy(request, body.strategy, body.strategy_options)
-        ledger = Ledger()
-        if not await asyncio.to_thread(view_built, strat, mem.env, scope):
-            if not body.build:
-                raise ViewNotBuiltError(f"the {body.strategy} memory view of this scope was never built, so the answer "
-                                        f"would come from no evidence; ask again with \"build\": true to build it "
-                                        f"first (its cost is reported under usage.by_stage.construction)")
-            await mem.build(strat, scope, ledger)
-        ans = await mem.ask(body.question, strategy=strat, preference=body.preference, budget=body.budget,
-                            question_date=body.question_date, ledger=ledger,
-                            user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id)
+        mem = _memory(request)
+        try:
+            ans = await mem.ask(body.question, strategy=strat, preference=body.preference, budget=body.budget,
+                                question_date=body.question_date, build=body.build,
+                                **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+        except FallbackError as e:  # the refused build's calls were made: they are billed
+            await _bill(request, name, e)
+            raise
         await _in_thread(request.app.state.tenants.keys.record_usage, name, ans.usage)
         return ans
+
+    @app.post("/v1/build", response_model=BuildReport, responses={422: {"model": ErrorBody}, 502: {"model": ErrorBody}})
+    async def build(body: BuildBody, name: Tenant, request: Request) -> BuildReport:
+        strat = _strategy(request, body.strategy, body.strategy_options)
+        try:
+            report = await _memory(request).build(strat, **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+        except FallbackError as e:
+            await _bill(request, name, e)
+            raise
+        await _in_thread(request.app.state.tenants.keys.record_usage, name,
+                         Usage(by_stage={"construction": report.usage}))
+        return report
 
     @app.get("/v1/records/{record_id:path}", response_model=Record, responses={404: {"model": ErrorBody}})
     async def get(record_id: str, name: Tenant, request: Request, user_id: ScopeIdQ = None,

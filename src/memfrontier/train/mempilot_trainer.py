@@ -151,7 +151,7 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
     strat = MemPilot(MemPilotConfig(pool=cfg.pool, preference=pref, compressor="offline"), policy=policy)
     for c in convs:
         await asyncio.to_thread(mem.store.add, c.records)
-        await mem.build(strat, Scope(user_id=c.id))
+        await mem.construct(strat, Scope(user_id=c.id))
         progress("ingest", conversation=c.id, records=len(c.records))
     orch = strat.orchestrator(mem.env, pref, Budget(), temperature=cfg.temperature, max_rounds=cfg.max_rounds,
                               policy_max_tokens=cfg.policy_max_tokens, max_observation_tokens=cfg.max_observation_tokens)

@@ -64,7 +64,7 @@ async def build_qar_pool(mem, strategy: MemoryCPT, convs: list[Conversation], *,
         scope = Scope(user_id=conv.id)
         await asyncio.to_thread(mem.store.add, records)
         progress("build", conversation=conv.id)
-        await mem.build(strategy, scope)
+        await mem.construct(strategy, scope)
         for q in answerable(conv.questions, {r.id for r in records}):
             if max_questions is not None and len(pool) >= max_questions:
                 break

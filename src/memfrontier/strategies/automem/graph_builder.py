@@ -236,7 +236,8 @@ class GraphIndexer:
         """What the indexer calls of ``records``' windows cost, over every run that built them: the
         usage recorded with each window in the notes cache (calls, tokens, USD, proxy and wall
         seconds; summed, as if the windows ran one after another; ``calls_by_role`` and ``events``
-        such as ``indexer.fallback`` added up), plus ``windows_without_usage``, the windows whose
+        added up, ``fallbacks`` records concatenated: a window stored before fallbacks were records
+        gives one per ``indexer.fallback`` event it counted), plus ``windows_without_usage``, the windows whose
         notes are cached without their cost (built before costs were recorded; their cost is missing
         from the sums), and ``windows_without_events``, those cached without their events (built
         before events were recorded; their fallbacks are missing). Steps make no call and cost nothing."""
@@ -248,7 +249,23 @@ class GraphIndexer:
                 usages.append(entry.get("usage") if isinstance(entry, dict) else None)
         return {"windows_without_usage": usages.count(None),
                 "windows_without_events": sum(1 for u in usages if not isinstance((u or {}).get("events"), dict)),
-                **sum_usage_records(u for u in usages if isinstance(u, dict))}
+                "fallbacks": [], **sum_usage_records(_with_fallback_records(u) for u in usages if isinstance(u, dict))}
+
+
+#: The event a window stored before fallbacks were typed records counted when its reply was unusable.
+_LEGACY_FALLBACK = "indexer.fallback"
+
+
+def _with_fallback_records(usage: dict) -> dict:
+    """A window's stored usage with its ``fallbacks`` records: as stored, or, for a window stored
+    before they were records, one per ``indexer.fallback`` event it counted (as
+    :func:`~.graph_notes.summarize_window` records them now)."""
+    events = usage.get("events")
+    if isinstance(usage.get("fallbacks"), list) or not isinstance(events, dict):
+        return usage
+    n = int(events.get(_LEGACY_FALLBACK, 0))
+    return {**usage, "fallbacks": [{"role": "indexer", "module": "indexer", "tier": None, "reason": "unparsable",
+                                    "step": 0}] * n}
 
 
 def _read_cache(state: Path | None) -> dict:

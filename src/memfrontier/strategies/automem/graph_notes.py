@@ -9,7 +9,7 @@ record ids come from the records, never from the model. The reply is validated (
 a note that reaches the schema's :data:`NOTE_MAX_CHARS` was cut there by the grammar, often
 mid-word and with a stray token, so its last word is dropped); a reply that does not parse or
 validate is counted (``parse_error.indexer``) and the window falls back to one note per record
-(``source="fallback"``, counted as ``indexer.fallback``), so nothing in the history is lost from
+(``source="fallback"``, recorded as a fallback of role ``indexer``), so nothing in the history is lost from
 the index.
 
 A note must be grounded in its window: it has at least :data:`MIN_CONTENT_WORDS` content words
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from ...core.ledger import count_event
+from ...core.ledger import count_event, record_fallback
 from ...core.render import human_date
 from ...core.types import Record
 from ...graph.dedup import name_similarity, normalize_name
@@ -364,6 +364,6 @@ async def summarize_window(llm: MeteredLLM, w: Window) -> list[Note]:
     )
     notes = notes_from_reply(out.text, w)
     if notes is None:
-        count_event("indexer.fallback")
+        record_fallback(role="indexer", module="indexer", reason="unparsable")
         return fallback_notes(w)
     return notes

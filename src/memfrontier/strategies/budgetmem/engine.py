@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.ledger import BudgetExceededError, count_event, current_ledger
+from ...core.ledger import BudgetExceededError, count_event, current_ledger, record_fallback
 from ...core.types import Budget
 from . import prompts
 from .cache import ModuleCache, input_hash
@@ -115,6 +115,7 @@ class BudgetMemModules:
                     ledger.count(f"cache_hit.{module.name}")
                     for ev in entry["events"]:
                         ledger.count(ev)
+                    _record_chain(module.name, entry["fallbacks"], entry["events"])
                 return ModuleResult(module.name, tier, entry["tier_used"], module.decode(entry["output"], module_input),
                                     list(entry["fallbacks"]), list(entry["events"]), True, entry["usd"],
                                     entry["calls"], entry["input_tokens"], entry["output_tokens"], entry["wall_s"])
@@ -124,6 +125,7 @@ class BudgetMemModules:
                                                                                  rules_only, budget)
         for ev in events:
             count_event(ev)
+        _record_chain(module.name, fallbacks, events)
         res = ModuleResult(module.name, tier, current, out, fallbacks, events, wall_s=time.perf_counter() - t0)
         if span is not None:
             u = span.usage()
@@ -163,3 +165,14 @@ class BudgetMemModules:
                 refused = refused or isinstance(e.__cause__, BudgetExceededError)
                 current = lower_tier(current) or FLOOR
         return out, current, fallbacks, events, t0, refused
+
+
+def _record_chain(module: str, fallbacks: list[str], events: list[str]) -> None:
+    """Record one module execution's fallback chain on the current ledger: one
+    :class:`~memfrontier.core.ledger.FallbackRecord` per tier that fell back (``fallbacks``, in
+    order; step 0 is the tier asked for), its reason read from the execution's
+    ``output_rejected.MODULE.TIER.REASON`` event."""
+    for step, tier in enumerate(fallbacks):
+        prefix = f"output_rejected.{module}.{tier}."
+        reason = next((ev[len(prefix):] for ev in events if ev.startswith(prefix)), None)
+        record_fallback(role=f"budgetmem.{module}.{tier}", module=module, tier=tier, reason=reason, step=step)

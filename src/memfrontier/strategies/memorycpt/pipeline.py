@@ -172,10 +172,12 @@ class MemoryCPT(StrategyBase):
         """What building ``scope``'s memories cost over every run that built part of it (calls,
         tokens, USD, proxy seconds; summed over sessions, which are built one after another), with
         ``calls_by_role`` and the ``memorycpt.*`` ``events`` (rejections, fallbacks) summed over the
-        sessions that recorded them, and ``sessions_without_events``: sessions built before
+        sessions that recorded them, their ``fallbacks`` records (a session stored before fallbacks
+        were records: one per ``memorycpt.fallback.ROLE`` event it counted), and
+        ``sessions_without_events``: sessions built before
         sessions recorded their events (their failures are unknown here; the bank's traces keep them)."""
-        done = self.bank(env).done_usage(scope)
-        return {"calls_by_role": {}, "events": {}, **sum_usage_records(done),
+        done = [_with_fallback_records(u) for u in self.bank(env).done_usage(scope)]
+        return {"calls_by_role": {}, "events": {}, "fallbacks": [], **sum_usage_records(done),
                 "sessions_without_events": sum(1 for u in done if not isinstance(u.get("events"), dict))}
 
     def candidates(self, query: str, scope: Scope, env: MemoryEnv) -> tuple[list[BankHit], list[BankHit]]:
@@ -231,3 +233,20 @@ class MemoryCPT(StrategyBase):
         if not summary:
             count_event("empty_output.summarizer")
         return Context(text=summary, evidence_ids=evidence, meta=meta)
+
+
+#: The event a session stored before fallbacks were typed records counted for each fallback of ROLE.
+_LEGACY_FALLBACK = "memorycpt.fallback."
+
+
+def _with_fallback_records(usage: dict) -> dict:
+    """A session's stored usage with its ``fallbacks`` records: as stored, or, for a session stored
+    before they were records, one step-0 record per ``memorycpt.fallback.ROLE`` event (reason
+    unknown); a session without events is left as it is (counted in ``sessions_without_events``)."""
+    events = usage.get("events")
+    if isinstance(usage.get("fallbacks"), list) or not isinstance(events, dict):
+        return usage
+    records = [{"role": ev[len(_LEGACY_FALLBACK):], "module": ev[len(_LEGACY_FALLBACK):], "tier": None,
+                "reason": None, "step": 0}
+               for ev, n in events.items() if ev.startswith(_LEGACY_FALLBACK) for _ in range(int(n))]
+    return {**usage, "fallbacks": records}

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from ....core.ledger import count_event, current_ledger
+from ....core.ledger import count_event, current_ledger, record_fallback
 from ....core.timeutil import instant_key
 from ....core.types import Record, Scope
 from ....llm.base import LLMError
@@ -188,7 +188,7 @@ class EpisodicBuilder:
                 continue
             self._trace(scope, role, messages, rationale, obj, True)
             return value
-        _event(f"fallback.{role}")
+        record_fallback(role=role, module=role, reason=refused or "llm_error")
         return None
 
     def _trace(self, scope: Scope, role: str, messages: list[dict], rationale: str, output, accepted: bool) -> None:

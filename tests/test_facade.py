@@ -1,0 +1,193 @@
+"""The facade owns its rules: the four facades mirror each other, and a question to an empty scope or
+an unbuilt view, and a build that falls back above the threshold, are refused in Python, REST and
+MCP with one message each (a scripted model and a scripted view: control flow only)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import httpx2 as httpx
+import pytest
+from fakes import ScriptedClient
+
+from memfrontier.api import BUILD_ADVICE, AsyncMemory, Memory, unbuilt_view_message
+from memfrontier.client import AsyncMemoryClient, MemoryClient
+from memfrontier.core.errors import EmptyScopeError, empty_scope_message
+from memfrontier.core.fallbacks import FallbackError
+from memfrontier.core.ledger import Call, current_ledger, record_fallback
+from memfrontier.core.types import Context
+from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.strategies import ViewNotBuiltError
+
+VERBS = ("add", "search", "ask", "build", "get", "delete", "delete_all", "usage")
+MODEL = "gemma-3-270m-q4_k_m"
+
+
+def _shape(fn) -> list[tuple]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+
+
+def test_the_four_facades_mirror_each_other():
+    classes = (Memory, AsyncMemory, MemoryClient, AsyncMemoryClient)
+    for verb in VERBS:
+        shapes = {cls.__name__: _shape(getattr(cls, verb)) for cls in classes}
+        assert len({repr(s) for s in shapes.values()}) == 1, (verb, shapes)
+        assert inspect.iscoroutinefunction(getattr(AsyncMemory, verb)) and inspect.iscoroutinefunction(
+            getattr(AsyncMemoryClient, verb)), verb
+        assert not inspect.iscoroutinefunction(getattr(Memory, verb)) and not inspect.iscoroutinefunction(
+            getattr(MemoryClient, verb)), verb
+    ask = dict((n, d) for n, _, d in _shape(Memory.ask))
+    assert ask["build"] is False and ask["all_scopes"] is False and ask["strategy"] == "rag"
+
+
+class ScriptedView:
+    """A strategy with a view to build: its build makes 10 ``segmenter`` calls of which
+    ``fallbacks`` fall back (the records a real construction writes), and the view keeps its
+    construction's record per scope, as MemoryCPT's bank and AutoMEM's windows do."""
+
+    name = "scripted_view"
+    prompt_version = "v1"
+    recipes = ()
+
+    def __init__(self, fallbacks: int):
+        self.fallbacks = fallbacks
+        self.built: set = set()
+        self.record: dict = {}
+
+    def is_built(self, env, scope) -> bool:
+        return scope in self.built
+
+    async def build(self, env, scope, progress=None) -> None:
+        ledger = current_ledger()
+        for _ in range(10):
+            ledger.record(Call(stage="construction", role="segmenter", model_id="scripted", usd=0.0))
+        for _ in range(self.fallbacks):
+            record_fallback(role="segmenter", module="segmenter", reason="unparsable")
+        self.built.add(scope)
+        self.record[scope] = {"calls_by_role": {"segmenter": 10}, "fallbacks": [
+            {"role": "segmenter", "module": "segmenter", "tier": None, "reason": "unparsable", "step": 0}] * self.fallbacks}
+
+    def construction_usage(self, env, scope) -> dict:
+        return self.record.get(scope, {})
+
+    async def context(self, query, env, pref, budget) -> Context:
+        return Context(text="Ana moved to Lisbon in May.", evidence_ids=["r1"])
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return MiniLMEmbedder(num_threads=1)
+
+
+@pytest.fixture()
+def memory(tmp_path, minilm):
+    m = Memory(AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL),
+                                embedder=minilm))
+    yield m
+    m.close()
+
+
+def test_python_refuses_an_empty_scope_and_an_unbuilt_view_and_builds_when_asked(memory):
+    with pytest.raises(EmptyScopeError) as e:
+        memory.ask("Where does Ana live?", user_id="ana")
+    assert str(e.value) == empty_scope_message()
+    memory.add(["I moved to Lisbon in May."], user_id="ana")
+    view = ScriptedView(fallbacks=0)
+    with pytest.raises(ViewNotBuiltError) as e:
+        memory.ask("Where does Ana live?", user_id="ana", strategy=view)
+    assert str(e.value) == unbuilt_view_message("scripted_view")
+    ans = memory.ask("Where does Ana live?", user_id="ana", strategy=view, build=True)
+    assert ans.text == "Lisbon" and ans.build is not None
+    assert ans.build.usage.calls == 10 and ans.usage.construction.calls == 10  # the build's calls are billed
+    assert ans.build.fallbacks["by_role"]["segmenter"]["fallback_share"] == 0.0
+    again = memory.ask("Where does Ana live?", user_id="ana", strategy=view)  # built: no build, no refusal
+    assert again.build is None and again.usage.construction.calls == 0
+    assert memory.usage()["construction"]["calls"] == 10
+
+
+def test_a_build_above_the_threshold_is_refused_with_evals_message(memory):
+    memory.add(["I moved to Lisbon in May."], user_id="ana")
+    view = ScriptedView(fallbacks=1)  # 1 of 10 segmenter calls fell back: 10% > 5%
+    with pytest.raises(FallbackError) as e:
+        memory.ask("Where does Ana live?", user_id="ana", strategy=view, build=True)
+    assert str(e.value).startswith("role 'segmenter': 0 of 10 calls failed (0%), 1 fell back (10%); threshold 5%")
+    assert "most often unparsable (1)" in str(e.value) and str(e.value).endswith(BUILD_ADVICE)
+    assert "--allow-fallbacks" not in str(e.value)  # eval's advice: no such flag here
+    assert e.value.report["exceeded"] == ["segmenter"]
+    with pytest.raises(FallbackError) as again:  # the refused view is kept, and stays refused
+        memory.ask("Where does Ana live?", user_id="ana", strategy=view)
+    assert str(again.value) == str(e.value)
+    ok = ScriptedView(fallbacks=0)
+    report = memory.build(ok, user_id="ana")
+    assert report.usage.calls == 10 and report.fallbacks["exceeded"] == []
+    with pytest.raises(FallbackError):
+        memory.build(ScriptedView(fallbacks=1), user_id="ana")
+
+
+def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeypatch):
+    from memfrontier.client import RefusedBuildError, ServiceEmptyScopeError, UnbuiltViewError
+    from memfrontier.server import rest
+    from memfrontier.server.keys import SQLiteKeyStore
+    from memfrontier.server.mcp import MemoryService, build_server
+
+    views = {"ok": ScriptedView(fallbacks=0), "bad": ScriptedView(fallbacks=1)}
+    said = {}  # where -> the refused build's message
+    monkeypatch.setattr(rest, "STRATEGIES", {**rest.STRATEGIES, "scripted_view": object})
+    monkeypatch.setattr(rest, "check_remote_options", lambda name, options: None)
+    monkeypatch.setattr(rest, "get_strategy", lambda name, options: views[(options or {}).get("v", "ok")])
+    mem = AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL),
+                           embedder=minilm)
+    keys = SQLiteKeyStore(tmp_path / "keys.db")
+    key = keys.create("t")[1]
+    app = rest.create_app(rest.ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db")),
+                          memory=mem, keys=keys)
+
+    async def over_http():
+        async with app.router.lifespan_context(app):
+            client = AsyncMemoryClient("http://t", key, transport=httpx.ASGITransport(app=app))
+            with pytest.raises(ServiceEmptyScopeError) as e:
+                await client.ask("Where?", user_id="ana", strategy="scripted_view")
+            assert e.value.message == empty_scope_message() and e.value.status == 422
+            await client.add(["I moved to Lisbon in May."], user_id="ana")
+            with pytest.raises(UnbuiltViewError) as e:
+                await client.ask("Where?", user_id="ana", strategy="scripted_view")
+            assert e.value.message == unbuilt_view_message("scripted_view") and e.value.status == 409
+            with pytest.raises(RefusedBuildError) as e:
+                await client.build("scripted_view", user_id="ana", strategy_options={"v": "bad"})
+            assert e.value.status == 422 and e.value.message.startswith("role 'segmenter': 0 of 10 calls failed")
+            said["rest"] = e.value.message
+            report = await client.build("scripted_view", user_id="ana")
+            assert report.usage.calls == 10
+            ans = await client.ask("Where?", user_id="ana", strategy="scripted_view")
+            assert ans.text == "Lisbon"
+            await client.aclose()
+
+    asyncio.run(over_http())
+
+    service = MemoryService(tmp_path / "store")
+    service._mem = mem
+    service.strategy = lambda name, options=None: views["bad"] if (options or {}).get("v") else ScriptedView(0)
+    server = build_server(service)
+
+    async def over_mcp():
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        with pytest.raises(ToolError, match="no records in this scope"):
+            await server.call_tool("ask", {"question": "Where?", "user_id": "ana"})
+        await mem.add(["I moved to Lisbon in May."], user_id="ana")  # MCP scopes carry no tenant prefix
+        with pytest.raises(ToolError) as e:
+            await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem"})
+        assert unbuilt_view_message("scripted_view") in str(e.value)
+        with pytest.raises(ToolError, match="role 'segmenter': 0 of 10 calls failed") as e:
+            await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem",
+                                           "options": {"v": 1}, "build": True})
+        said["mcp"] = str(e.value).removeprefix("Error executing tool ask: ")
+        with pytest.raises(FallbackError) as e:
+            await mem.build(ScriptedView(fallbacks=1), user_id="ana")
+        said["python"] = str(e.value)
+
+    asyncio.run(over_mcp())
+    assert said["rest"] == said["mcp"] == said["python"]  # one message, wherever the build was refused
+    mem.close()
+    keys.close()
