@@ -25,7 +25,7 @@ Prints three tables of counts, in one run:
     left (on disk; PostgreSQL: or in a row) (must be 0), whether the delete in flight happened,
     and users whose records are gone but whose text is still stored (must be 0).
 (b) concurrent writers: ``--threads`` threads sharing one ``Memory`` (``--thread-adds`` adds
-    each; 10 x 50 by default, the issue's case) and ``--processes`` processes sharing one store
+    each; 10 x 50 by default) and ``--processes`` processes sharing one store
     (``--adds`` adds each): records expected, stored, calls that raised, wall seconds.
 (c) scope probes: users alice and bob hold records with the same client ids; every read path is
     asked, as bob, for alice's secret, and without any scope: search, ask's context (``rag``,

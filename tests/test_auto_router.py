@@ -1,4 +1,4 @@
-"""``auto``, the router across strategy configurations (issue 10): the decision against hand-computed
+"""``auto``, the router across strategy configurations: the decision against hand-computed
 values, the router file (predictions, version refusal), the strategy on a real store with MiniLM,
 training on a scripted frontier folder (and the test-split refusal), the frontier's regret column,
 and one end-to-end run with the embedded model."""

@@ -102,7 +102,7 @@ def _closed_port() -> int:
 @pytest.mark.slow
 @pytest.mark.data
 def test_budgetmem_high_against_a_dead_server_is_refused_then_kept_when_allowed(tmp_path, locomo_slice):
-    # The case: every High-tier call fails and falls back. The run still writes its
+    # Every High-tier call fails and falls back. The run still writes its
     # results, but ends in FallbackError naming the role and the error; the tier table counts
     # what ran (mid), and --allow-fallbacks keeps the same run (resumed, nothing recomputed).
     from memfrontier.eval.runner import EvalConfig, run_eval

@@ -1,4 +1,4 @@
-"""Tenant isolation (issue 14, items 2-5) on both stores: SQLite in a temp directory and PostgreSQL +
+"""Tenant isolation on both stores: SQLite in a temp directory and PostgreSQL +
 pgvector on the session's embedded server (``pg_server`` in conftest.py, one fresh database per
 test), with real bm25s / full-text search, MiniLM and Ladybug. Tests that take ``mem`` or
 ``location`` run once per backend. No model call is made (except in the one slow AutoMEM test):
@@ -576,7 +576,7 @@ def test_covering_scopes():
 @pytest.mark.parametrize(("backend", "per_thread"), [("sqlite", 5), ("postgres", 5),
                                                     pytest.param("sqlite", 50, marks=pytest.mark.slow)])
 def test_ten_threads_adding_on_one_memory_store_everything(mem, per_thread):
-    """10 threads on one ``Memory``; the issue's 10 x 50 on SQLite only (slow): the facade's event
+    """10 threads on one ``Memory``; 10 x 50 on SQLite only (slow): the facade's event
     loop under load is the same for both stores, whose own locking the 10 x 5 case reaches."""
     errors: list[BaseException] = []
 

@@ -243,7 +243,7 @@ def test_env_model_pricing_rules(tmp_path, minilm):
     store.close()
 
 
-# --- hard budgets (issue 14 item 10) -----------------------------------------------------------------
+# --- hard budgets -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_every_strategy_honours_a_hard_budget(tmp_path, minilm, name):
     free, free_ledger, _ = ask(tmp_path, minilm, name)
@@ -313,7 +313,7 @@ def test_concurrent_calls_reserve_their_worst_case():
     assert sum(isinstance(o, BudgetExceededError) for o in out) == 1 and len(ledger.calls) == 1
 
 
-# --- provider figures (issue 14 item 8) -------------------------------------------------------------
+# --- provider figures --------------------------------------------------------------------------------------------
 def _one(**fields) -> Call:
     ledger = Ledger()
     with use_ledger(ledger):

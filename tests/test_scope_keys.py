@@ -1,4 +1,4 @@
-"""Scopes become keys, partitions, bank rows and graph folders injectively (issue 14, item 1)."""
+"""Scopes become keys, partitions, bank rows and graph folders injectively."""
 
 from __future__ import annotations
 

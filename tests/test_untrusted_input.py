@@ -1,4 +1,4 @@
-"""Untrusted input (issue 14 items 6, 7, 9, 12): unreadable dates, timestamps with offsets,
+"""Untrusted input: unreadable dates, timestamps with offsets,
 text that is not valid Unicode, malformed messages, and model output that is JSON but garbage."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from memfrontier.strategies.automem.graph_notes import Note
 
 SCOPE = Scope(user_id="u")
 SESSION = "2023-05-08T13:56"
-# the two instants of issue 14 item 7: written later as text, the first is the later instant
+# two instants: written later as text, the first is the later instant
 LATE_LOCAL, EARLY_UTC = "2023-05-08T23:30:00-05:00", "2023-05-09T01:00:00+00:00"
 
 

@@ -79,11 +79,9 @@ def sweep_budgetmem(
     router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_L/ per lambda)."),
     k_router: Optional[Path] = typer.Option(None, help="K sweep with this router checkpoint instead of all-Mid fixed tiers."),
     k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
-    module_topk: Optional[int] = typer.Option(None, min=1, help="Chunks the filter module keeps (default 5; same as --set module_topk=N)."),
-    tiering: Optional[str] = typer.Option(None, help="implementation (default) | reasoning | capacity; must match the routers' training (same as --set tiering=...)."),
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable.
-    --set / --strategy-config options apply to every run."""
+    --set / --strategy-config options apply to every run (e.g. `--set tiering=reasoning`, which must match the routers' training)."""
     run, strategy_args = run_options(ctx), block(ctx, "strategy_args")
     from ..eval.sweeps.budgetmem import (
         plan_budgetmem_sweep,
@@ -95,7 +93,7 @@ def sweep_budgetmem(
     kvals = [int(v) for v in _float_list("--ks", ks)] if ks.strip() else []
     if any(v < 1 for v in kvals):
         _fail(f"--ks must be positive integers, got {ks!r}")
-    options = strategy_options("budgetmem", strategy_args, module_topk=module_topk, tiering=tiering)
+    options = strategy_options("budgetmem", strategy_args)
     if k_router is not None:
         _check_router(k_router)
     runs, missing = plan_budgetmem_sweep(lams, kvals, router_dir=router_dir, k=k, k_router=k_router, options=options)
@@ -116,7 +114,6 @@ def sweep_mempilot(
     ctx: typer.Context,
     preferences: str = typer.Option("perf,balanced,cost", help="Preference presets, comma-separated: perf | balanced | cost. (One run with weights of your own: `eval --strategy mempilot --set preference.quality=1 --set preference.cost=0.5 ...`.)"),
     adapters: Optional[Path] = typer.Option(None, help="Folder with PREFERENCE/adapter from `train orchestrator` (missing: the untrained policy)."),
-    pool: Optional[str] = typer.Option(None, help="Model pool: local (default; every route served by the embedded model, a stand-in) | table3 | bench (embedded 270M/0.5B/1.5B routes, each priced as itself; make bench-model) | a YAML (same as --set pool=...)."),
 ):
     """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable.
     --set / --strategy-config options apply to every run."""
@@ -134,7 +131,7 @@ def sweep_mempilot(
             strategy_config("mempilot", preference=pref)
     if not prefs:
         _fail("--preferences is empty")
-    runs = plan_mempilot_sweep(prefs, adapters=adapters, options=strategy_options("mempilot", strategy_args, pool=pool))
+    runs = plan_mempilot_sweep(prefs, adapters=adapters, options=strategy_options("mempilot", strategy_args))
     results = _run_sweep_with_progress(run.eval_config("mempilot"), runs)
     written = write_mempilot_report(results, run.out, run.dataset)
     _print_sweep(f"MemPilot preference sweep ({len(results)} runs, {run.dataset})", [table_row(r) for r in results],
@@ -149,7 +146,6 @@ def sweep_memorycpt(
     what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
     alphas: str = typer.Option("0.2,0.4,0.6,0.8,1.0", help="alpha values whose LoRA-B adapters to compare."),
     adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_A/adapter from `train qar --alpha A --out runs/qar/alpha_A`."),
-    construction_llm: Optional[str] = typer.Option(None, help="The QAD model for every run (e.g. 'hf:runs/qad/merged'); default --llm (same as --set construction_llm=...)."),
 ):
     """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable.
     --set / --strategy-config options apply to every run."""
@@ -165,7 +161,7 @@ def sweep_memorycpt(
     chosen = {w.strip() for w in what.split(",") if w.strip()}
     if not chosen or chosen - {"depth", "ablation", "alpha"}:
         _fail(f"--what takes depth, ablation and/or alpha; got {what!r}")
-    options = strategy_options("memorycpt", strategy_args, construction_llm=construction_llm)
+    options = strategy_options("memorycpt", strategy_args)
     runs, missing = plan(_float_list("--alphas", alphas) if "alpha" in chosen else [],
                          DEPTHS if "depth" in chosen else [], ABLATIONS if "ablation" in chosen else [],
                          adapters=adapters, options=options)

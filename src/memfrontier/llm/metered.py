@@ -70,7 +70,7 @@ class MeteredLLM:
     def count_tokens(self, text: str) -> int:
         return self.client.count_tokens(text)
 
-    # --- prediction (hard budgets, issue "budgets that are not hard") ------------------------
+    # --- prediction: what a call will cost before it is made (hard budgets) ----------------------
     def prompt_tokens(self, messages: list[Message]) -> tuple[int, int]:
         """(input tokens, images) of ``messages`` as predicted before the call: each message's text
         in this model's tokenizer plus :data:`MESSAGE_OVERHEAD_TOKENS` for its template."""

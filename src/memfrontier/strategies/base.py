@@ -99,7 +99,7 @@ class MemoryEnv:
     def model(self, spec: str | ChatClient | MeteredLLM | None, role: str, adapter: str | None = None, *,
               stands_for: str | None = None, base_url: str | None = None, **client_kw) -> MeteredLLM:
         """The metered client of ``role`` on ``spec``, priced by the run's rules. The one way a
-        priced model is made (issue 12 step 3).
+        priced model is made.
 
         Args:
             spec: ``None`` (the env's answer model for the roles in :data:`ANSWER_SIDE_ROLES`, else

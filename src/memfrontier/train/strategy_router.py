@@ -1,4 +1,4 @@
-"""Train the ``auto`` strategy's router from a frontier run's per-question records (issue 10).
+"""Train the ``auto`` strategy's router from a frontier run's per-question records.
 
 Protocol (``memfrontier train strategy-router --from FRONTIER_DIR``):
 
@@ -78,7 +78,7 @@ FALLBACK_ALPHA = 10.0
 #: Quantile of the out-of-fold residuals added to a resource prediction for its upper bound.
 UPPER_QUANTILE = 0.9
 FOLDS = 5
-#: The issue's minimum for a measurement; fewer is trained, with a note.
+#: The fewest questions a configuration needs for a measurement; fewer is trained, with a note.
 MIN_QUESTIONS = 150
 #: Strategies that read gold information: never a configuration to route to.
 ANCHORS = frozenset({"oracle"})

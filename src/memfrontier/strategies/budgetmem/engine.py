@@ -94,7 +94,7 @@ class BudgetMemModules:
                          *, rules_only: bool = False, budget: Budget | None = None) -> ModuleResult:
         """Run ``module`` at ``tier``: cache, tiering, fallback chain, contract, cost attribution.
 
-        Fallback (BudgetMem issue "bad input"): an unusable output at a tier counts
+        Fallback: an unusable output at a tier counts
         ``fallback.<module>.<tier>`` and runs the next lower tier; below Low, the rules
         (``tier_used="rules"``), which always produce a valid output. ``rules_only`` runs the
         rules directly (a hard budget already spent). An LLM call whose worst case could cross the
