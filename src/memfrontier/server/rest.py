@@ -19,36 +19,8 @@ Endpoints (JSON; every one but ``/healthz`` needs ``Authorization: Bearer <key>`
 
 The OpenAPI schema is at ``/openapi.json`` (docs at ``/docs``).
 
-Tenancy: the key's tenant confines the request server-side. Every ``user_id`` / ``agent_id`` /
-``run_id`` the request names is stored and searched as ``<tenant>/<id>``
-(:func:`~memfrontier.server.tenants.tenant_scope`), so a forged id still names only the caller's
-own tenant; ids are returned without the prefix. A request names at least one scope id; reading
-every scope is not offered over HTTP.
-
-``strategy_options`` over HTTP hold values only (numbers, flags, choices): an option naming a
-file, a model or an endpoint (``router``, ``adapter``, ``pool``, ``*_llm``, ``base_url``...) is
-refused with 422 (:func:`~memfrontier.server.options.check_remote_options`, the policy MCP uses
-too); the operator sets those. Strategy ``auto`` routes
-with the router file the operator starts the service with (``memfrontier serve --router FILE``;
-422 without one); a tenant may set its ``preference`` and ``budget`` options.
-
-Errors are JSON ``{"error": <kind>, "message": <text>}``: 401 without a valid key (nothing is
-read or written), 404 for an absent record, 409 for a record id already stored in the scope with
-other content and for a strategy whose view was never built (``view_not_built``), 422
-``empty_scope`` for a question to a scope with no records and 422 ``fallbacks`` for a build whose
-error or fallback share of some role is above the threshold (the messages are
-:class:`~memfrontier.api.AsyncMemory`'s), 413 for a body over
-``max_body_bytes`` (checked on ``Content-Length`` and while streaming), 422 for invalid input
-(including a hard budget that cannot be met), 429 when the tenant already has
-``max_in_flight`` requests running, counted across every worker that shares the key store, 502
-when a model call fails, 503 when the store (or the key store) cannot be read or written.
-
-Several uvicorn workers serve one store: the PostgreSQL store serialises writers of a scope on an
-advisory lock, the SQLite store on the database's write lock (readers reload on a generation
-change). Keys, usage totals and in-flight slots are in one :class:`~memfrontier.server.keys.KeyStore`
-that every worker opens: in the store's PostgreSQL database, or a SQLite file beside a SQLite
-store. A request holds one of its tenant's ``max_in_flight`` slots while it runs (an advisory lock,
-or a ``flock``), which the database or the kernel frees when the worker holding it dies.
+Tenancy, the option policy, error codes and running several workers: ``docs/service.md``
+("The REST contract").
 """
 
 from __future__ import annotations
