@@ -1,6 +1,7 @@
 """The frontier report: one row per configuration from its ``eval`` output (``summary.json`` +
 ``predictions.jsonl``), on the questions every configuration answered, with intervals and the
-Pareto set; written as ``frontier.csv``, ``frontier.json``, ``frontier.md`` and two plots.
+Pareto set; written as ``frontier.csv``, ``frontier.json``, ``frontier.md``, two plots and a page
+(``frontier.html``, :mod:`memfrontier.frontier.page`).
 
 Columns (units in the names): ``f1`` overall and per category with its 95% bootstrap interval,
 ``evidence_recall``, ``judge_accuracy`` (when judged), ``usd_x1e4_online`` (query-time USD per question
@@ -19,7 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.cost import COST_SCALE
@@ -323,57 +324,82 @@ def pareto_cell(x: dict, anchor: str = "anchor") -> str:
     return f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}"
 
 
+def table_header(reference: str) -> list[str]:
+    """The 15 column names of the frontier table (``frontier.md`` and ``frontier.html``)."""
+    return ["configuration", "n", "F1 [95% CI]", f"ΔF1 vs {reference} [95% CI]", "USD×1e4/q online", "C(n)×1e4/q",
+            "QPC", "QPC online", "proxy s/q", "wall s/q", "calls/q", "evidence recall", "judge accuracy",
+            "Pareto (cost / latency)", "regret vs per-question oracle (utility / F1)"]
+
+
+def table_cells(x: dict, reference: str) -> list[str]:
+    """The cells of report row ``x`` under :func:`table_header`: 15 strings for a finished
+    configuration; for one that did not finish, its label and why (``["rag", "not run: ..."]``)."""
+    if x["status"] != "ok":
+        why = x["status"] if x["status"].startswith(("not run", "started")) else f"not run: {x['status']}"
+        return [x["label"], why]
+    unpriced = x.get("unpriced_calls")
+    return [
+        x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
+        delta_cell(x, reference),
+        "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
+        "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
+        "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
+        fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
+        "-" if x.get("judge_accuracy") is None else fmt_cell(x["judge_accuracy"], 3),
+        pareto_cell(x, anchor="anchor (gold evidence)"),
+        _regret_cell(x),
+    ]
+
+
+def table_note(report: dict) -> str:
+    """The paragraph under the frontier table: the question set, C(n), QPC, intervals, Pareto sets."""
+    return (f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
+            "LoCoMo category 5 is scored apart, as abstention). "
+            "C(n) spreads each configuration's construction cost over the questions answered from its stores "
+            "(MemoryCPT Eq. 3); QPC = F1 / (C(n)×1e4) (Eq. 5-6); QPC online ignores construction. "
+            "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
+            "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
+            "and is shown as the upper bound only.")
+
+
 def render_markdown(report: dict, title: str = "frontier") -> str:
     """The report as a Markdown table (one line per configuration) plus notes."""
-    head = ("| configuration | n | F1 [95% CI] | ΔF1 vs {ref} [95% CI] | USD×1e4/q online | C(n)×1e4/q | QPC | QPC online "
-            "| proxy s/q | wall s/q | calls/q | evidence recall | judge accuracy | Pareto (cost / latency) "
-            "| regret vs per-question oracle (utility / F1) |").format(ref=report["reference"])
-    lines = [f"# {title}", "", head, "|" + "---|" * 15]
+    lines = [f"# {title}", "", "| " + " | ".join(table_header(report["reference"])) + " |", "|" + "---|" * 15]
     for x in report["rows"]:
+        cells = table_cells(x, report["reference"])
         if x["status"] != "ok":
-            why = x["status"] if x["status"].startswith(("not run", "started")) else f"not run: {x['status']}"
-            lines.append(f"| {x['label']} | - | {why} |" + " |" * 12)
+            lines.append(f"| {cells[0]} | - | {cells[1]} |" + " |" * 12)
             continue
-        unpriced = x.get("unpriced_calls")
-        lines.append("| " + " | ".join([
-            x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
-            delta_cell(x, report["reference"]),
-            "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
-            "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
-            "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
-            fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
-            "-" if x.get("judge_accuracy") is None else fmt_cell(x["judge_accuracy"], 3),
-            pareto_cell(x, anchor="anchor (gold evidence)"),
-            _regret_cell(x),
-        ]) + " |")
-    lines += ["", f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
-              "LoCoMo category 5 is scored apart, as abstention). "
-              "C(n) spreads each configuration's construction cost over the questions answered from its stores "
-              "(MemoryCPT Eq. 3); QPC = F1 / (C(n)×1e4) (Eq. 5-6); QPC online ignores construction. "
-              "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
-              "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
-              "and is shown as the upper bound only."]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", table_note(report)]
     return "\n".join(lines + summary_lines(report) + category_lines(report)) + "\n"
 
 
-def category_lines(report: dict) -> list[str]:
-    """F1 per question category (LoCoMo's named) with its 95% interval, one row per finished
-    configuration, as a Markdown table under a heading; nothing when no row has categories."""
+def category_table(report: dict) -> tuple[list[str], list[list[str]]] | None:
+    """F1 per question category (LoCoMo's named) with its 95% interval: ``(header, rows)``, one row
+    per finished configuration (its label, then one cell per category); None when no row has
+    categories."""
     ok = [x for x in report["rows"] if x["status"] == "ok" and x.get("per_category")]
     if not ok:
-        return []
+        return None
     cats = sorted({c for x in ok for c in x["per_category"]}, key=lambda c: (not c.isdigit(), c.zfill(8)))
     names = LOCOMO_CATEGORY_NAMES if report.get("run_options", {}).get("dataset") == "locomo" else {}
     n = {c: next(x["per_category"][c]["n"] for x in ok if c in x["per_category"]) for c in cats}
-    lines = ["", "## F1 by category", "",
-             "| configuration | " + " | ".join(f"{c} {names[c]} (n={n[c]})" if c in names else f"{c} (n={n[c]})"
-                                          for c in cats) + " |",
-             "|---|" + "---|" * len(cats)]
-    for x in ok:
-        cells = [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")), n=x["per_category"][c]["n"])
-                 if c in x["per_category"] else "-" for c in cats]
-        lines.append(f"| {x['label']} | " + " | ".join(cells) + " |")
-    return lines
+    header = ["configuration"] + [f"{c} {names[c]} (n={n[c]})" if c in names else f"{c} (n={n[c]})" for c in cats]
+    rows = [[x["label"]] + [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")),
+                                     n=x["per_category"][c]["n"]) if c in x["per_category"] else "-" for c in cats]
+            for x in ok]
+    return header, rows
+
+
+def category_lines(report: dict) -> list[str]:
+    """:func:`category_table` as a Markdown table under a heading; nothing when no row has categories."""
+    table = category_table(report)
+    if table is None:
+        return []
+    header, rows = table
+    lines = ["", "## F1 by category", "", "| " + " | ".join(header) + " |", "|---|" + "---|" * (len(header) - 1)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -402,8 +428,13 @@ def _regret_cell(x: dict) -> str:
     return f"{x['regret_utility']:.3f} / {x['regret_f1']:.3f} (oracle F1 {x['oracle_f1']:.3f})"
 
 
-def write_report(report: dict, out: Path, title: str = "frontier") -> dict[str, Path]:
-    """Write ``frontier.{json,csv,md}`` and the two plots into ``out``; returns their paths."""
+def write_report(report: dict, out: Path, title: str = "frontier",
+                 run_dirs: Mapping[str, Path] | None = None) -> dict[str, Path]:
+    """Write ``frontier.{json,csv,md}``, the two plots and ``frontier.html`` (the page, with each
+    finished configuration's answers read from ``run_dirs[label]``, default ``out/configs/<label>``)
+    into ``out``; returns their paths (keys ``json``, ``csv``, ``md``, ``plot_cost``,
+    ``plot_latency``, ``html``)."""
+    from .page import write_page
     from .plots import plot_frontier
 
     out.mkdir(parents=True, exist_ok=True)
@@ -418,4 +449,5 @@ def write_report(report: dict, out: Path, title: str = "frontier") -> dict[str, 
     ok = [x for x in report["rows"] if x["status"] == "ok" and x.get("f1") is not None]
     if ok:
         paths.update(plot_frontier(ok, out, title))
+    paths["html"] = write_page(report, out, run_dirs, title)
     return paths
