@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..core.cost import COST_SCALE
 from ..core.jsonio import write_text_atomic
-from .report import category_table, load_run, summary_lines, table_cells, table_header, table_note
+from .tables import category_table, summary_lines, table_cells, table_header, table_note
 
 
 def _finite(v):
@@ -42,28 +42,12 @@ def _text(v) -> str | None:
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
-def load_predictions(report: dict, run_dirs: Mapping[str, Path]) -> dict[str, list[dict]]:
-    """The prediction rows of each finished configuration of ``report`` (label -> rows, read by
-    :func:`~memfrontier.frontier.report.load_run` from ``run_dirs[label]``); a configuration whose
-    folder is not given or cannot be read is left out."""
-    out = {}
-    for x in report["rows"]:
-        d = run_dirs.get(x["label"])
-        if x.get("status") != "ok" or d is None:
-            continue
-        try:
-            out[x["label"]] = load_run(Path(d))[1]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
     """What the page's script draws, JSON-ready: ``reference``, ``configs`` (one per finished
     configuration: ``label``, ``strategy``, ``f1``/``f1_low``/``f1_high``, ``usd_x1e4_amortized``,
     ``usd_x1e4_online``, ``proxy_s``, ``pareto_cost``, ``pareto_latency``, ``anchor``, ``unpriced``)
-    and ``questions``: one per question of the report (``question_ids``), in the order of the first
-    configuration's ``predictions.jsonl``, each ``{"id", "category", "question", "gold", "spread",
+    and ``questions``: one per question of the report (``question_ids``) that some configuration's
+    rows hold, in the order of the first configuration's ``predictions.jsonl``, each ``{"id", "category", "question", "gold", "spread",
     "answers"}`` where ``answers`` holds per configuration (``configs`` order) ``[prediction, f1,
     USD×1e4, proxy s]`` or None when it has no row there, and ``spread`` is the largest minus the
     smallest F1 (0 with fewer than two). ``question``/``gold`` are None when the rows lack them
@@ -79,7 +63,6 @@ def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
     shared = set(report.get("question_ids", []))
     order = list(dict.fromkeys(r.get("id") for c in configs for r in predictions.get(c["label"], [])
                                if isinstance(r, dict) and r.get("id") in shared))
-    order += sorted(shared - set(order))
     questions = []
     for qid in order:
         rows = [by_label[c["label"]].get(qid) for c in configs]
@@ -125,15 +108,22 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
 
 def render_page(report: dict, predictions: Mapping[str, list[dict]], title: str = "frontier") -> str:
     """The whole page (a string of HTML) for ``report`` (:func:`~memfrontier.frontier.report.build_report`)
-    with the prediction rows of its configurations (label -> rows; see :func:`load_predictions`)."""
+    with the prediction rows of its configurations (label -> rows; see
+    :func:`~memfrontier.frontier.report.load_predictions`)."""
     esc = html.escape
     ref = report.get("reference", "")
     main = _table(table_header(ref), [table_cells(x, ref) for x in report["rows"]], "frontier-table")
     cats = category_table(report)
     cat_html = "" if cats is None else "<h2>F1 by category</h2>" + _table(cats[0], cats[1], "category-table")
-    notes = "".join(f"<li>{esc(line[2:] if line.startswith('- ') else line)}</li>" for line in summary_lines(report))
+    notes = "".join(f"<li>{esc(line.removeprefix('- '))}</li>" for line in summary_lines(report))
     data = page_data(report, predictions)
-    no_text = bool(data["questions"]) and all(q["question"] is None for q in data["questions"])
+    if not data["questions"]:
+        hint = "No answers were found (the configurations' predictions.jsonl): nothing to show per question."
+    elif all(q["question"] is None for q in data["questions"]):
+        hint = ("This export holds no benchmark text (questions and gold answers stay with the dataset): "
+                "questions are shown by id.")
+    else:
+        hint = ""
     script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode("utf-8")).digest()).decode("ascii")
     csp = (f"default-src 'none'; script-src 'sha256-{script_hash}'; style-src 'unsafe-inline'; "
            "img-src 'none'; connect-src 'none'; font-src 'none'; form-action 'none'; base-uri 'none'")
@@ -141,7 +131,7 @@ def render_page(report: dict, predictions: Mapping[str, list[dict]], title: str 
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">
+<meta http-equiv="Content-Security-Policy" content="{esc(csp, quote=False)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)}</title>
 <style>{_STYLE}</style>
@@ -169,7 +159,7 @@ def render_page(report: dict, predictions: Mapping[str, list[dict]], title: str 
 </section>
 <section id="questions">
 <h2>Per question</h2>
-{'<p class="hint">This export holds no benchmark text (questions and gold answers stay with the dataset): questions are shown by id.</p>' if no_text else ''}
+<p class="hint">{esc(hint)}</p>
 <div class="controls">
 <input id="q-filter" type="search" placeholder="filter: id, question, gold or answer text" aria-label="filter questions">
 <label><input id="q-differ" type="checkbox"> only questions where configurations differ (F1 spread &gt; 0)</label>
@@ -185,16 +175,12 @@ def render_page(report: dict, predictions: Mapping[str, list[dict]], title: str 
 """
 
 
-def write_page(report: dict, out: Path, run_dirs: Mapping[str, Path] | None = None, title: str = "frontier") -> Path:
-    """Write ``out/frontier.html`` (:func:`render_page`) for ``report``, reading each finished
-    configuration's predictions from ``run_dirs[label]`` (default ``out/configs/<label>``, the frontier
-    folder's layout); returns its path."""
+def write_page(report: dict, predictions: Mapping[str, list[dict]], out: Path, title: str = "frontier") -> Path:
+    """Write ``out/frontier.html`` (:func:`render_page`); returns its path."""
     out = Path(out)
-    if run_dirs is None:
-        run_dirs = {x["label"]: out / "configs" / x["label"] for x in report["rows"]}
     out.mkdir(parents=True, exist_ok=True)
     path = out / "frontier.html"
-    write_text_atomic(path, render_page(report, load_predictions(report, run_dirs), title))
+    write_text_atomic(path, render_page(report, predictions, title))
     return path
 
 
@@ -255,14 +241,13 @@ function niceTicks(lo, hi, n) {
   for (var t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(+t.toFixed(12));
   return out;
 }
-function logTicks(lo, hi) {
+function logTicks(lo, hi, mults) {  // the powers of ten in [lo, hi]; with 2 and 5 times them when under 3
   var out = [], a = Math.floor(Math.log10(lo)), b = Math.ceil(Math.log10(hi));
-  var mults = (b - a) <= 2 ? [1, 2, 5] : [1];
-  for (var e = a; e <= b; e++) mults.forEach(function (m) {
-    var t = m * Math.pow(10, e);
+  for (var e = a; e <= b; e++) (mults || [1]).forEach(function (m) {
+    var t = +(m * Math.pow(10, e)).toPrecision(12);
     if (t >= lo && t <= hi) out.push(t);
   });
-  return out;
+  return out.length < 3 && !mults ? logTicks(lo, hi, [1, 2, 5]) : out;
 }
 function tickText(t) { return t !== 0 && (t >= 1e5 || t < 1e-3) ? t.toExponential(0) : String(+t.toPrecision(6)); }
 
@@ -343,6 +328,7 @@ function plot(svgId, xkey, paretoKey, xname, wantLog, xlabel) {
       el("path", {d: "M" + x + "," + ty(c.f1_low) + "V" + ty(c.f1_high) + "M" + (x - 3) + "," + ty(c.f1_low) + "h6M"
         + (x - 3) + "," + ty(c.f1_high) + "h6", stroke: col, "stroke-opacity": 0.45, fill: "none"}, g);
     }
+    el("circle", {cx: x, cy: y, r: 11, fill: "transparent"}, g);  // a larger target under the mark
     var shape;
     if (c.anchor) {
       var s = "";
@@ -357,7 +343,6 @@ function plot(svgId, xkey, paretoKey, xname, wantLog, xlabel) {
       shape = el("rect", {x: x - 4.5, y: y - 4.5, width: 9, height: 9, fill: "#fff", stroke: col, "stroke-width": 1.6}, g);
     }
     shape.setAttribute("class", "shape");
-    el("circle", {cx: x, cy: y, r: 11, fill: "transparent"}, g);
     g.addEventListener("mouseenter", function (e) { showTip(e, c, paretoKey, xname); });
     g.addEventListener("mousemove", moveTip);
     g.addEventListener("mouseleave", hideTip);
@@ -399,14 +384,16 @@ Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), functi
       Array.prototype.forEach.call(ths, function (o) { o.classList.remove("asc", "desc"); });
       th.classList.add(asc ? "asc" : "desc");
       var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
-      function key(r) {
-        var c = r.cells[col], t = c && c.colSpan === 1 ? c.textContent.trim() : "";
-        var v = parseFloat(t);
+      function key(r) {  // a number when the cell starts with one; null for no cell (a run that did not finish)
+        var c = r.cells[col], t = c && c.colSpan === 1 ? c.textContent.trim() : null;
+        var v = t === null ? NaN : parseFloat(t);
         return isNaN(v) ? t : v;
       }
-      rows.sort(function (a, b) {
-        var x = key(a), y = key(b), nx = typeof x === "number", ny = typeof y === "number";
-        var d = nx && ny ? x - y : nx ? -1 : ny ? 1 : String(x).localeCompare(String(y));
+      rows.sort(function (a, b) {  // empty cells last either way
+        var x = key(a), y = key(b);
+        if (x === null || y === null) return (x === null) - (y === null);
+        var nx = typeof x === "number", ny = typeof y === "number";
+        var d = nx && ny ? x - y : nx ? -1 : ny ? 1 : x.localeCompare(y);
         return asc ? d : -d;
       });
       rows.forEach(function (r) { body.appendChild(r); });
@@ -463,4 +450,4 @@ update();
 """
 
 
-__all__ = ["load_predictions", "page_data", "render_page", "write_page"]
+__all__ = ["page_data", "render_page", "write_page"]
