@@ -8,7 +8,7 @@ import json
 import pytest
 
 from memfrontier.frontier.plots import point_labels
-from memfrontier.frontier.report import build_report, category_lines, render_markdown, write_report
+from memfrontier.frontier.report import build_report, write_report
 from memfrontier.frontier.spec import FrontierSpec, load_spec
 from memfrontier.frontier.stats import (
     amortized_qpc,
@@ -18,6 +18,7 @@ from memfrontier.frontier.stats import (
     paired_diff_ci,
     pareto_front,
 )
+from memfrontier.frontier.tables import category_lines, render_markdown
 
 
 def test_amortized_qpc_is_memorycpt_eq_5_6():
@@ -124,7 +125,7 @@ def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_p
     assert "not run: missing router.pt" in md and "0.700 [0.700, 0.700]" in md
     assert "| rag | 3 | 0.500 [0.500, 0.500] | reference |" in md  # no 0 [0, 0] against itself
     paths = write_report(rep, tmp_path / "out")
-    for key in ("json", "csv", "md", "plot_cost", "plot_latency"):
+    for key in ("json", "csv", "md", "plot_cost", "plot_latency", "html"):
         assert paths[key].is_file() and paths[key].stat().st_size > 0
     header = paths["csv"].read_text().splitlines()[0].split(",")
     assert header[:5] == ["label", "strategy", "status", "n", "f1"]

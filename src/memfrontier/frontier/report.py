@@ -1,6 +1,7 @@
 """The frontier report: one row per configuration from its ``eval`` output (``summary.json`` +
 ``predictions.jsonl``), on the questions every configuration answered, with intervals and the
-Pareto set; written as ``frontier.csv``, ``frontier.json``, ``frontier.md`` and two plots.
+Pareto set; written as ``frontier.csv``, ``frontier.json``, ``frontier.md``, two plots and a page
+(``frontier.html``, :mod:`memfrontier.frontier.page`).
 
 Columns (units in the names): ``f1`` overall and per category with its 95% bootstrap interval,
 ``evidence_recall``, ``judge_accuracy`` (when judged), ``usd_x1e4_online`` (query-time USD per question
@@ -19,16 +20,30 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.cost import COST_SCALE
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
-from ..eval.datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
 from ..eval.fallbacks import unrecorded_units
 from ..eval.metrics import LOCOMO_EXCLUDED
-from ..eval.sweeps.base import fmt_cell
-from .stats import amortized_qpc, bootstrap_ci, frontier_at, mixture_at, paired_diff_ci, pareto_front
+from .page import write_page
+from .stats import (
+    amortized_qpc,
+    bootstrap_ci,
+    frontier_at,
+    mixture_at,
+    paired_diff_ci,
+    pareto_front,
+)
+from .tables import (  # noqa: F401  (the table cells are also read from here)
+    category_lines,
+    delta_cell,
+    interval,
+    pareto_cell,
+    render_markdown,
+    summary_lines,
+)
 
 #: Strategies that read gold information (the upper anchor): reported, never in the Pareto set.
 ANCHOR_STRATEGIES = frozenset({"oracle"})
@@ -57,6 +72,22 @@ def load_run(run_dir: Path) -> tuple[dict, list[dict]]:
     summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
     rows = [obj for _, obj in read_jsonl_objects(run_dir / "predictions.jsonl")]
     return summary, rows
+
+
+def load_predictions(report: dict, run_dirs: Mapping[str, Path]) -> dict[str, list[dict]]:
+    """The prediction rows of each finished configuration of ``report`` (label -> rows, read by
+    :func:`load_run` from ``run_dirs[label]``, for the page's per-question view); a configuration
+    whose folder is not given or cannot be read is left out."""
+    out = {}
+    for x in report["rows"]:
+        d = run_dirs.get(x["label"])
+        if x.get("status") != "ok" or d is None:
+            continue
+        try:
+            out[x["label"]] = load_run(Path(d))[1]
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: Sequence[str], *, seed: int = 0) -> dict:
@@ -274,136 +305,12 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
             "qpc_at_least_best": None if best is None or auto.get("qpc") is None else auto["qpc"] >= qpcs[best]}
 
 
-def _versus_frontier_line(x: dict) -> str:
-    """One sentence on a router row against the fixed frontier (:func:`versus_fixed_frontier`)."""
-    if x.get("unpriced_calls"):
-        return f"{x['label']}: unpriced model calls, so no place against the fixed frontier's cost"
-    if not x.get("frontier_ref"):
-        return f"{x['label']}: no priced fixed configuration to compare with"
-    where = ("the fixed frontier at its cost is" if x["frontier_ref_within"]
-             else "it costs less than every fixed configuration; the cheapest is")
-    measured = ("the interval excludes 0" if (x["d_f1_frontier_low"] > 0 or x["d_f1_frontier_high"] < 0)
-                else "the interval includes 0")
-    verdict = "above the fixed frontier" if x["above_frontier"] else "not above the fixed frontier"
-    line = (f"{x['label']} ({x['usd_x1e4_amortized']:.4f} USD×1e4/q): {where} {x['frontier_ref']}; "
-            f"ΔF1 {interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
-            f"{verdict} ({measured})")
-    if x.get("mix"):
-        mix = " + ".join(f"{w:.2f} {label}" for label, w in x["mix"])
-        line += (f"; against a random mix of fixed configurations at the same cost ({mix}, F1 {x['mix_f1']:.3f}): "
-                 f"ΔF1 {interval(x['d_f1_mix'], x['d_f1_mix_low'], x['d_f1_mix_high'])}")
-    if x.get("qpc_at_least_best") is not None:
-        line += (f"; QPC {x['qpc']:.3f} vs the best fixed {x['best_fixed_qpc']:.3f} ({x['best_fixed_qpc_label']}): "
-                 + ("not worse" if x["qpc_at_least_best"] else "worse"))
-    return line
-
-
-def interval(v, lo, hi, digits: int = 3, n: int | None = None) -> str:
-    """``"0.370 [0.262, 0.480]"``; ``"0.048 (n=1)"`` when ``n`` < 2 (one value has no interval); ``"-"``
-    when the value is missing."""
-    if v is None:
-        return "-"
-    if n is not None and n < 2:
-        return f"{v:.{digits}f} (n={n})"
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def delta_cell(x: dict, reference: str) -> str:
-    """The ΔF1 cell of row ``x``: its paired interval against ``reference``, or ``"reference"`` on the
-    reference's own row (its difference with itself is 0 by construction, not a measurement)."""
-    if x["label"] == reference:
-        return "reference"
-    return interval(x.get("d_f1"), x.get("d_f1_low"), x.get("d_f1_high"))
-
-
-def pareto_cell(x: dict, anchor: str = "anchor") -> str:
-    """A row's place on the cost and latency fronts, "● / ○" (on / off), or ``anchor`` for the oracle."""
-    if x.get("anchor"):
-        return anchor
-    return f"{'●' if x.get('pareto_cost') else '○'} / {'●' if x.get('pareto_latency') else '○'}"
-
-
-def render_markdown(report: dict, title: str = "frontier") -> str:
-    """The report as a Markdown table (one line per configuration) plus notes."""
-    head = ("| configuration | n | F1 [95% CI] | ΔF1 vs {ref} [95% CI] | USD×1e4/q online | C(n)×1e4/q | QPC | QPC online "
-            "| proxy s/q | wall s/q | calls/q | evidence recall | judge accuracy | Pareto (cost / latency) "
-            "| regret vs per-question oracle (utility / F1) |").format(ref=report["reference"])
-    lines = [f"# {title}", "", head, "|" + "---|" * 15]
-    for x in report["rows"]:
-        if x["status"] != "ok":
-            why = x["status"] if x["status"].startswith(("not run", "started")) else f"not run: {x['status']}"
-            lines.append(f"| {x['label']} | - | {why} |" + " |" * 12)
-            continue
-        unpriced = x.get("unpriced_calls")
-        lines.append("| " + " | ".join([
-            x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
-            delta_cell(x, report["reference"]),
-            "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
-            "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
-            "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
-            fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
-            "-" if x.get("judge_accuracy") is None else fmt_cell(x["judge_accuracy"], 3),
-            pareto_cell(x, anchor="anchor (gold evidence)"),
-            _regret_cell(x),
-        ]) + " |")
-    lines += ["", f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
-              "LoCoMo category 5 is scored apart, as abstention). "
-              "C(n) spreads each configuration's construction cost over the questions answered from its stores "
-              "(MemoryCPT Eq. 3); QPC = F1 / (C(n)×1e4) (Eq. 5-6); QPC online ignores construction. "
-              "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
-              "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
-              "and is shown as the upper bound only."]
-    return "\n".join(lines + summary_lines(report) + category_lines(report)) + "\n"
-
-
-def category_lines(report: dict) -> list[str]:
-    """F1 per question category (LoCoMo's named) with its 95% interval, one row per finished
-    configuration, as a Markdown table under a heading; nothing when no row has categories."""
-    ok = [x for x in report["rows"] if x["status"] == "ok" and x.get("per_category")]
-    if not ok:
-        return []
-    cats = sorted({c for x in ok for c in x["per_category"]}, key=lambda c: (not c.isdigit(), c.zfill(8)))
-    names = LOCOMO_CATEGORY_NAMES if report.get("run_options", {}).get("dataset") == "locomo" else {}
-    n = {c: next(x["per_category"][c]["n"] for x in ok if c in x["per_category"]) for c in cats}
-    lines = ["", "## F1 by category", "",
-             "| configuration | " + " | ".join(f"{c} {names[c]} (n={n[c]})" if c in names else f"{c} (n={n[c]})"
-                                          for c in cats) + " |",
-             "|---|" + "---|" * len(cats)]
-    for x in ok:
-        cells = [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")), n=x["per_category"][c]["n"])
-                 if c in x["per_category"] else "-" for c in cats]
-        lines.append(f"| {x['label']} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def summary_lines(report: dict) -> list[str]:
-    """The lines under the table (Markdown; items start with "- "): what a router's regret means and
-    how each ``auto`` point compares with the fixed frontier, the runs kept despite fallbacks, and
-    the report's notes."""
-    lines: list[str] = []
-    if any(x.get("strategy") == "auto" and x.get("status") == "ok" for x in report["rows"]):
-        lines.append("Regret of a router (auto): per question, the realised utility (its preference, λ_Q·F1/s_F1 − "
-                     "λ_C·USD/s_USD − λ_L·s/s_L, scales from its training records) and F1 of the best of its fixed "
-                     "configurations in hindsight minus its own, averaged.")
-        lines += [f"- {_versus_frontier_line(x)}" for x in report["rows"]
-                  if x.get("strategy") == "auto" and x.get("status") == "ok"]
-    fallbacks = [x for x in report["rows"] if x.get("fallbacks")]
-    if fallbacks:
-        lines.append("Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "
-                     + "; ".join(f"{x['label']} ({x['fallbacks']})" for x in fallbacks))
-    return lines + [f"- {n}" for n in report["notes"]]
-
-
-def _regret_cell(x: dict) -> str:
-    if x.get("strategy") != "auto":
-        return "-"
-    if x.get("regret_utility") is None:
-        return f"not computed: {x.get('regret_status', 'no rows')}"
-    return f"{x['regret_utility']:.3f} / {x['regret_f1']:.3f} (oracle F1 {x['oracle_f1']:.3f})"
-
-
-def write_report(report: dict, out: Path, title: str = "frontier") -> dict[str, Path]:
-    """Write ``frontier.{json,csv,md}`` and the two plots into ``out``; returns their paths."""
+def write_report(report: dict, out: Path, title: str = "frontier",
+                 run_dirs: Mapping[str, Path] | None = None) -> dict[str, Path]:
+    """Write ``frontier.{json,csv,md}``, the two plots and ``frontier.html`` (the page, with each
+    finished configuration's answers read from ``run_dirs[label]``, default ``out/configs/<label>``)
+    into ``out``; returns their paths (keys ``json``, ``csv``, ``md``, ``plot_cost``,
+    ``plot_latency``, ``html``)."""
     from .plots import plot_frontier
 
     out.mkdir(parents=True, exist_ok=True)
@@ -418,4 +325,7 @@ def write_report(report: dict, out: Path, title: str = "frontier") -> dict[str, 
     ok = [x for x in report["rows"] if x["status"] == "ok" and x.get("f1") is not None]
     if ok:
         paths.update(plot_frontier(ok, out, title))
+    if run_dirs is None:
+        run_dirs = {x["label"]: out / "configs" / x["label"] for x in report["rows"]}
+    paths["html"] = write_page(report, load_predictions(report, run_dirs), out, title)
     return paths

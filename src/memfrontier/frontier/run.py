@@ -8,7 +8,7 @@ identity unchanged) is not rerun, and an interrupted one resumes from its ``pred
 
     store/                 the shared store (raw chunks, banks, graph index), unless --store names one
     configs/<label>/       one eval run per configuration (predictions.jsonl, summary.json, run.json)
-    frontier.{json,csv,md} frontier_cost.png frontier_latency.png
+    frontier.{json,csv,md,html} frontier_cost.png frontier_latency.png
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
                        f"limit {options.get('limit')}, {options.get('llm')}")
     report["files"] = {}
     if any(x["status"] == "ok" for x in report["rows"]):
-        report["files"] = write_report(report, out, title=report["title"])
+        report["files"] = write_report(report, out, title=report["title"],
+                                       run_dirs={r["label"]: r["dir"] for r in runs if r.get("dir") is not None})
     return report
 
 
