@@ -51,7 +51,7 @@ def tables(text: str) -> list[tuple[str, list[list[str]]]]:
 
 def section(text: str, title: str) -> str:
     """The text of the ``## title`` section (up to the next ``## ``)."""
-    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
     assert m, f"no section '## {title}'"
     return m.group(1)
 
@@ -86,8 +86,13 @@ def unmatched(text: str, found: dict) -> list[str]:
                 bench = table_bench
                 for part in cell.split(";"):
                     bench = benchmark_of(part) or bench
-                    values = [v for k, r in found.items() if k in keys and (bench is None or bench in k[0])
-                              for v in r.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                    values = [
+                        v
+                        for k, r in found.items()
+                        if k in keys and (bench is None or bench in k[0])
+                        for v in r.values()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    ]
                     for printed in NUMBER.findall(part.replace("\u2212", "-")):
                         decimals = len(printed.split(".")[1])
                         if not any(f"{v:.{decimals}f}" == printed for v in values):
