@@ -15,8 +15,10 @@ Markers (HTML comments, invisible on the rendered page; the reader still sees th
   ``<!-- example: skip (REASON) -->`` on the lines just before a block: the block is not run.
   ``<!-- example: skip-line TEXT (REASON) -->`` (as many as needed) just before a block: the
   lines of that block containing TEXT are not run.
-  A reason is required; a marker that matches no block or no line fails, and so does any
-  unmarked block that does not run: nothing is skipped silently.
+  Only ``python`` and ``bash`` blocks are examples (``json``, ``text``, plain blocks are not run).
+  A reason is required; a misspelt marker, one that is not followed by an example block (blank
+  lines aside) or whose TEXT matches no line fails, and so does any unmarked block that does not
+  run: nothing is skipped silently.
 
 What this module changes in a command, explicitly
   ``SUBSTITUTIONS``: (page, the line's text, old, new, why); each one must apply to some line.
@@ -134,16 +136,19 @@ def parse_marker(arg: str) -> tuple[str, str]:
     return m.group(1).strip(), m.group(2).strip()
 
 
-def blocks_of(page: str) -> list[Block]:
-    """The fenced ``python``/``bash`` blocks of ``page`` with their markers. A marker not followed
-    (blank lines and other markers aside) by a python/bash block raises ValueError."""
-    lines = (ROOT / page).read_text("utf-8").splitlines()
+def blocks_of(page: str, text: str | None = None) -> list[Block]:
+    """The fenced ``python``/``bash`` blocks of ``page`` (its file, or ``text``) with their markers.
+    A marker not followed (blank lines and other markers aside) by a python/bash block, or
+    without a reason, raises ValueError."""
+    lines = (text if text is not None else (ROOT / page).read_text("utf-8")).splitlines()
     out: list[Block] = []
     pending: list[tuple[int, str, str]] = []  # (line, kind, arg)
     i = 0
     while i < len(lines):
         text = lines[i]
-        if m := MARKER.match(text.strip()):
+        if text.strip().startswith("<!-- example:"):
+            if not (m := MARKER.match(text.strip())):
+                raise ValueError(f"{page}:{i + 1}: not an example marker: {text.strip()!r}")
             pending.append((i + 1, m.group(1), m.group(2)))
             i += 1
             continue
@@ -331,3 +336,31 @@ def test_example_runs(block: Block, page_runs):
         for page, where, files in WRITES:
             if page == block.page and where in line:
                 assert [f for f in files if not (run.cwd / f).is_file()] == [], f"{line!r} did not write them"
+
+
+def test_markers_and_lines_are_read_as_documented():
+    page = (
+        "<!-- example: skip (needs a GPU) -->\n```bash\nmake gpu\n```\n\n"
+        "<!-- example: skip-line serve (runs until ctrl-c) -->\n\n"
+        "```bash\na --x \\\n  --y   # joined\n# a comment\nserve --port 1\n```\n"
+        "```python\nprint(1)\n```\n```json\n{}\n```\n"
+    )
+    gpu, shell, py = blocks_of("p.md", page)
+    assert (gpu.skip, gpu.line, shell.skip, shell.skip_lines, py.lang, py.line) == (
+        "needs a GPU",
+        2,
+        None,
+        [("serve", "runs until ctrl-c")],
+        "python",
+        14,
+    )
+    assert shell_lines(shell.code) == ["a --x    --y   # joined", "serve --port 1"]
+    for bad in (
+        "<!-- example: skip -->\n```bash\nx\n```",  # no reason
+        "<!-- example: skip (why) -->\n```json\n{}\n```",  # not an example block
+        "<!-- example: skip (why) -->\ntext\n```bash\nx\n```",  # not just before the block
+        "<!-- example: skip (why) -->\n",  # at the end
+        "<!-- example: skipp (why) -->\n```bash\nx\n```",  # a misspelt marker
+    ):
+        with pytest.raises(ValueError):
+            blocks_of("p.md", bad)
