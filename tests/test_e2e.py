@@ -8,11 +8,13 @@ import json
 import pytest
 
 from memfrontier import Memory
+from memfrontier.core.errors import EmptyScopeError
 from memfrontier.core.provenance import sha256_file
 from memfrontier.core.types import Budget, Scope
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.eval.metrics import locomo_f1
 from memfrontier.eval.runner import EvalConfig, RunMismatchError, run_eval
+from memfrontier.strategies import get_strategy
 
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
@@ -32,11 +34,17 @@ def memory(tmp_path_factory, conv49):
     m.close()
 
 
+def _oracle(memory, q):
+    """The oracle's answer to ``q``: the facade's unchecked answer step, which takes the gold evidence."""
+    return memory._run(memory.aio.answer(q.question, Scope(user_id="conv-49"), get_strategy("oracle"),
+                                         gold_evidence_ids=q.evidence_ids))
+
+
 def test_oracle_context_real_answer_scores(memory, conv49):
     # greedy decoding is deterministic: with its gold evidence the 270M model answers this one
     q = next(q for q in conv49.questions if q.id == "conv-49:q5")
     assert (q.question, q.answer) == ("Which country was Evan visiting in May 2023?", "Canada")
-    ans = memory.ask(q.question, user_id="conv-49", strategy="oracle", gold_evidence_ids=q.evidence_ids)
+    ans = _oracle(memory, q)
     assert locomo_f1(ans.text, q.answer, 4) > 0, ans.text
 
 
@@ -56,7 +64,7 @@ def test_rag_runs_the_real_pipeline_and_meters_it(memory, conv49):
 
 def test_oracle_reads_only_gold_evidence(memory, conv49):
     q = next(q for q in conv49.questions if q.evidence_ids and q.evidence_ids[0].startswith("conv-49:D2:"))
-    ans = memory.ask(q.question, user_id="conv-49", strategy="oracle", gold_evidence_ids=q.evidence_ids)
+    ans = _oracle(memory, q)
     stored = {r.id for r in memory.aio.store.get(q.evidence_ids, Scope(user_id="conv-49"))}  # sessions 1-3 ingested
     order = [r.id for r in conv49.records]
     assert stored and ans.evidence_ids == sorted(stored, key=order.index)
@@ -76,7 +84,11 @@ def test_longctx_truncates_newest_first_and_budget_cuts_context(memory):
 
 
 def test_scope_isolation_in_answers(memory):
-    ans = memory.ask("What did Evan say?", user_id="nobody", strategy="rag")
+    """A scope with no records is refused before any model call; its unchecked answer reads nothing of
+    another scope's records."""
+    with pytest.raises(EmptyScopeError):
+        memory.ask("What did Evan say?", user_id="nobody", strategy="rag")
+    ans = memory._run(memory.aio.answer("What did Evan say?", Scope(user_id="nobody"), get_strategy("rag")))
     assert ans.evidence_ids == [] and ans.context == ""
 
 

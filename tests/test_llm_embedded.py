@@ -223,7 +223,9 @@ def test_an_answer_does_not_depend_on_the_call_before_it(llm):
         return alone, after
 
     alone, after = asyncio.run(go())
-    assert alone == after == "Answer: 10/23/2023\n\nQuestion from"
+    # the exact words depend on the llama.cpp build (CPU features); that they do not depend on the
+    # call before is what is tested
+    assert alone == after and alone.startswith("Answer:")
 
 
 @pytest.mark.slow

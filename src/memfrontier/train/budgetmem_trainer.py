@@ -46,7 +46,7 @@ from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.jsonio import json_safe, write_json_atomic
 from ..core.ledger import Ledger, count_event, use_ledger
 from ..core.provenance import provenance, sha256_file
-from ..core.types import Question
+from ..core.types import Question, Scope
 from ..eval import datasets
 from ..eval.judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
 from ..eval.judge import make_judge
@@ -101,7 +101,7 @@ async def cached(cache: ModuleCache, question: str, kind: str, salt: dict, compu
 
 
 class _Rollouts:
-    """Runs questions through ``mem.ask`` with a BudgetMem strategy and scores them."""
+    """Runs questions through ``mem.answer`` (the facade's unchecked answer step) with a BudgetMem strategy and scores them."""
 
     def __init__(self, cfg: RouterPPOConfig, mem, cache: ModuleCache, on_question: Callable[[dict], None]):
         self.cfg, self.mem, self.cache, self.on_question = cfg, mem, cache, on_question
@@ -109,8 +109,8 @@ class _Rollouts:
 
     async def run(self, q: Question, strategy: BudgetMem) -> dict:
         ledger = Ledger()
-        ans = await self.mem.ask(q.question, user_id=q.conversation_id, strategy=strategy,
-                                 question_date=q.question_date, ledger=ledger)
+        ans = await self.mem.answer(q.question, Scope(user_id=q.conversation_id), strategy,
+                                    question_date=q.question_date, ledger=ledger)
         f1 = score_f1("locomo", ans.text, q)
         r_task, judge_error = f1, False
         if self.judge is not None:
