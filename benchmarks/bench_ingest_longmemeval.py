@@ -54,7 +54,8 @@ from memfrontier.core.types import Scope  # noqa: E402
 from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
 from memfrontier.eval import datasets  # noqa: E402
 from memfrontier.eval.datasets.longmemeval import parse_lme_datetime  # noqa: E402
-from memfrontier.eval.runner import EvalConfig, construct, open_run  # noqa: E402
+from memfrontier.eval.config import EvalConfig  # noqa: E402
+from memfrontier.eval.tasks import construct, open_run  # noqa: E402
 
 
 def default_data_root() -> Path:

@@ -22,7 +22,7 @@ has its own small policy-gradient loop over the same PEFT LoRA setup
    all sampled tokens of the batch (verl's token-mean); AdamW, lr 1e-6, gradient norm clipped at 1.
 
 Writes ``adapter/`` (PEFT; load with ``get_strategy("mempilot", adapter=...)`` or ``eval --strategy mempilot
---adapter``), ``train_log.jsonl`` (one line per step) and ``train_summary.json``.
+--set adapter=DIR``), ``train_log.jsonl`` (one line per step) and ``train_summary.json``.
 """
 
 from __future__ import annotations
