@@ -53,6 +53,21 @@ def test_score_cli(tmp_path):
     assert res.exit_code == 2 and "no such predictions file" in res.output
 
 
+def test_score_accepts_evals_own_predictions_file(tmp_path):
+    """``eval`` writes the gold answer as ``gold`` (and its own f1); ``score`` reads it as the answer."""
+    rows = [{"id": r["id"], "conversation_id": "conv-1", "category": str(r["category"]), "question": "q?",
+             "gold": r.get("answer"), "prediction": r["prediction"], "f1": 0.123, "em": False} for r in ROWS]
+    f = tmp_path / "predictions.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(app, ["score", "--dataset", "locomo", str(f), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    scored = [json.loads(l) for l in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
+    assert [round(r["f1"], 4) for r in scored] == [0.6667, 0.5, 1.0, 0.0, 1.0]
+    assert [r["em"] for r in scored] == [False, False, False, False, False]
+    f.write_text(json.dumps({"category": 4, "answer": "Paris", "gold": "Rome", "prediction": "Paris"}) + "\n")
+    assert score_file(f, dataset="locomo", out=tmp_path / "o2")["metrics"]["all (1-4)"]["f1"] == 1.0  # answer first
+
+
 @pytest.mark.data
 def test_slice_is_seeded_and_covers_every_category():
     convs = load_dataset("locomo", "test")

@@ -230,7 +230,7 @@ def frontier_cmd(
 
 @app.command()
 def score(
-    file: Path = typer.Argument(..., help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line."),
+    file: Path = typer.Argument(..., help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line; `eval`'s own predictions.jsonl (gold answer in 'gold') scores as it is."),
     dataset: str = typer.Option("locomo", help="Scoring protocol: locomo (official per-category F1, category 5 as abstention); longmemeval or hotpotqa (plain token F1)."),
     out: Path = typer.Option(Path("runs/scored"), help="Output directory: scored.jsonl and summary.json."),
 ):
