@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..core.words import plural
 from .app import (
     OPT_ALLOW_UNPRICED,
     OPT_LLM,
@@ -26,6 +27,7 @@ from .options import (
     _existing_store,
     strategy_options,
 )
+from .pricing import usd_label
 from .progress import IngestRow, _question_bar
 
 
@@ -76,14 +78,14 @@ def ingest(
                     res = mem.aio.store.add(c.records, progress=lambda done, total: row.show(c.id, n, done, total))
                     row.close()
                     bar.advance(task)
-                    console.print(f"{c.id}: +{len(res.added)} records, {len(res.skipped)} already present")
+                    console.print(f"{c.id}: +{plural(len(res.added), 'record')}, {len(res.skipped)} already present")
         else:
             with _question_bar() as bar:
                 task = bar.add_task("sessions", total=len(by_session))
                 for sid, msgs in by_session.items():
                     res = mem.add(msgs, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=sid)
                     bar.advance(task)
-                    console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
+                    console.print(f"session {sid}: +{plural(len(res.added), 'record')}, {len(res.skipped)} already present")
 
 
 def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
@@ -190,14 +192,16 @@ def ask(
     with known_errors():
         mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
                                allow_unpriced=allow_unpriced, price_as=price_as)
+        usd = usd_label((mem.env.answer_llm.model_id, mem.env.llm.model_id), priced_as=price_as, price_book=price_book)
         try:
             with _question_bar() as bar:
                 ans, built = asyncio.run(answer(mem))
         finally:
             mem.close()
     if built is not None:
-        err.print(f"built the {strategy} view: {built.calls} calls · {built.input_tokens} in / {built.output_tokens} out "
-                  f"tokens · ${built.usd:.8f} (USD, construction) · latency proxy {built.proxy_s:.2f}s")
+        err.print(f"built the {strategy} view: {plural(built.calls, 'call')} · {built.input_tokens} in / "
+                  f"{plural(built.output_tokens, 'out token')} · ${built.usd:.8f} {usd} for construction · "
+                  f"latency proxy {built.proxy_s:.2f}s")
     if as_json:
         console.print_json(ans.model_dump_json())
         return
@@ -206,10 +210,10 @@ def ask(
     if routed := ans.meta.get("auto"):
         p = routed["predictions"][routed["configuration"]]
         console.print(f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
-                      f"${p['usd']:.8f}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
-    console.print(f"{q.calls} calls · {q.input_tokens} in / {q.output_tokens} out tokens · "
-                  f"${q.usd:.8f} (USD) · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
-                  f"evidence {len(ans.evidence_ids)} records")
+                      f"${p['usd']:.8f} {usd}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
+    console.print(f"{plural(q.calls, 'call')} · {q.input_tokens} in / {plural(q.output_tokens, 'out token')} · "
+                  f"${q.usd:.8f} {usd} · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
+                  f"evidence {plural(len(ans.evidence_ids), 'record')}")
     if ans.usage.events:
         console.print(f"events: {ans.usage.events}")
 
