@@ -60,3 +60,12 @@ def test_no_runtime_dir_warning_on_stderr():
         res = subprocess.run([sys.executable, "-W", "default", "-c", code], env=env, capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
         assert "XDG_RUNTIME_DIR" not in res.stderr and "Warning" not in res.stderr, res.stderr
+
+
+def test_search_text_is_cut_only_at_a_word_and_says_so():
+    from memfrontier.cli.memory import cut_text
+
+    text = "Ana moved to Lisbon in May and started learning fado."
+    assert cut_text(text, 0) == text and cut_text(text, 200) == text
+    assert cut_text(text, 22) == "Ana moved to Lisbon in …\n[cut at 22 of 53 characters; --max-chars 0 prints the whole text]"
+    assert cut_text(text, 21).startswith("Ana moved to Lisbon …")  # "in" would end past 21: cut before it

@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 from ..core.version import __version__
 from ..strategies import STRATEGIES
 
+
 def plain_flags(command, ctx):
     """``command`` with its flags (``--x``, ``--x/--no-x``, ``--help``) shown without a type:
     typer's help prints an option's type (``<bool>``) unless it has a metavar, and a flag takes no

@@ -226,18 +226,40 @@ def search(
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
     all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
-    k: int = typer.Option(5, min=1),
+    k: int = typer.Option(5, min=1, help="How many hits to print."),
+    max_chars: int = typer.Option(0, min=0, metavar="N", help="Cut each hit's text at a word boundary near N characters, saying so (0: the whole text)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON: id, score, ranks, text, session, timestamp, record ids."),
 ):
-    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks."""
+    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks, whole, wrapped to the terminal."""
+    from rich.markup import escape
+
     from ..api import Memory
 
     _check_scope("search", user_id, agent_id, run_id, all_scopes, store)
     with known_errors():
         with Memory.open(_existing_store(store)) as mem:
             hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+    if as_json:
+        console.print_json(data=[{"id": h.chunk.id, "score": h.score, "ranks": h.ranks, "text": h.chunk.text,
+                                  "session_id": h.chunk.session_id, "timestamp": h.chunk.timestamp,
+                                  "record_ids": h.chunk.record_ids} for h in hits])
+        return
     if not hits:
         console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
     for i, h in enumerate(hits, 1):
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
-        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
-                      f"{h.chunk.text[:400]}\n")
+        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {escape(h.chunk.session_id)}, "
+                      f"{h.chunk.timestamp}, {plural(len(h.chunk.record_ids), 'record')}[/dim]")
+        console.print(cut_text(h.chunk.text, max_chars), markup=False, highlight=False)
+        console.print()
+
+
+def cut_text(text: str, max_chars: int) -> str:
+    """``text`` whole when ``max_chars`` is 0 or it fits; else cut at the last space at or before
+    ``max_chars`` (at ``max_chars`` when there is none) and followed by a line saying how much was
+    cut."""
+    if not max_chars or len(text) <= max_chars:
+        return text
+    cut = text.rfind(" ", 0, max_chars + 1)
+    head = text[:cut if cut > 0 else max_chars].rstrip()
+    return f"{head} …\n[cut at {len(head)} of {len(text)} characters; --max-chars 0 prints the whole text]"
