@@ -74,10 +74,17 @@ def test_cli_ingest_ask_search(tmp_path):
     assert "+0 records, 3 already present" in res.output
     res = run(app, ["search", "fado", "--store", store, "--user-id", "ana", "--k", "1"])
     assert res.exit_code == 0 and "fado" in res.output
+    res = run(app, ["search", "sushi", "--store", store, "--user-id", "ana", "--k", "1", "--json"])
+    hits = json.loads(res.stdout)  # the session whole (3 messages, one chunk), with its ids
+    assert res.exit_code == 0 and len(hits) == 1 and hits[0]["session_id"] == "s1" and len(hits[0]["record_ids"]) == 3
+    assert "寿司" in hits[0]["text"] and "fado" in hits[0]["text"] and hits[0]["id"].startswith("c-")
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--json"])
     assert res.exit_code == 0, res.output
     ans = json.loads(res.stdout)  # stderr may carry the model runtime's log lines
     assert ans["usage"]["by_stage"]["query"]["calls"] == 1 and ans["usage"]["by_stage"]["query"]["usd"] > 0
+    res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana"])
+    line = " ".join(res.stdout.split())  # one answer call, priced at the embedded model's proxy price
+    assert res.exit_code == 0 and "1 call ·" in line and "(proxy USD: a nominal price" in line, line
     res = run(app, ["ask", "x", "--store", store, "--user-id", "ana", "--llm", "openai:acme/mystery",
                     "--base-url", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "not in price book" in res.output

@@ -149,12 +149,14 @@ def test_the_terminal_table_keeps_whole_names_and_only_finished_rows(tmp_path):
         console.print(frontier_table(rep))
         return console.export_text()
 
-    narrow = printed(80)  # cells wrap, the name does not
+    narrow = printed(80)  # cells wrap, the name does not, nor any header word
     assert "budgetmem-capacity-high" in narrow and "budgetmem-router-0.5" not in narrow
+    assert "…" not in narrow and max(map(len, narrow.splitlines())) <= 80
+    assert "frontier (2 questions)" in narrow  # every row answered both: the title says n, no n column
     # F1 mean(0.4, 0.6) = 0.5; C(n) = 1e-4 USD/q -> 1.0000 USD×1e4/q; QPC 0.5 / 1.0; ΔF1 vs rag 0.0
     row = next(line for line in printed(160).splitlines() if "budgetmem-capacity-high" in line)
     cells = [c.strip() for c in row.strip("│ ").split("│")]
-    assert cells[:6] == ["budgetmem-capacity-high", "2", "0.500 [0.400, 0.600]", "0.000 [-0.100, 0.100]",
+    assert cells[:5] == ["budgetmem-capacity-high", "0.500 [0.400, 0.600]", "0.000 [-0.100, 0.100]",
                          "1.0000", "0.500"]
 
 

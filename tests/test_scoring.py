@@ -53,6 +53,21 @@ def test_score_cli(tmp_path):
     assert res.exit_code == 2 and "no such predictions file" in res.output
 
 
+def test_score_accepts_evals_own_predictions_file(tmp_path):
+    """``eval`` writes the gold answer as ``gold`` (and its own f1); ``score`` reads it as the answer."""
+    rows = [{"id": r["id"], "conversation_id": "conv-1", "category": str(r["category"]), "question": "q?",
+             "gold": r.get("answer"), "prediction": r["prediction"], "f1": 0.123, "em": False} for r in ROWS]
+    f = tmp_path / "predictions.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(app, ["score", "--dataset", "locomo", str(f), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    scored = [json.loads(l) for l in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
+    assert [round(r["f1"], 4) for r in scored] == [0.6667, 0.5, 1.0, 0.0, 1.0]
+    assert [r["em"] for r in scored] == [False, False, False, False, False]
+    f.write_text(json.dumps({"category": 4, "answer": "Paris", "gold": "Rome", "prediction": "Paris"}) + "\n")
+    assert score_file(f, dataset="locomo", out=tmp_path / "o2")["metrics"]["all (1-4)"]["f1"] == 1.0  # answer first
+
+
 @pytest.mark.data
 def test_slice_is_seeded_and_covers_every_category():
     convs = load_dataset("locomo", "test")
@@ -63,3 +78,28 @@ def test_slice_is_seeded_and_covers_every_category():
     assert [q.id for q in qs] == [q.id for q in select_questions(convs, 40, seed=42)]
     assert [q.id for q in qs] != [q.id for q in select_questions(convs, 40, seed=7)]
     assert len(select_questions(convs, None, seed=42)) == 314
+
+
+def test_the_run_tables_fit_80_columns_without_cutting_a_header():
+    """The eval summary, construction and fallback tables at 80 columns: no '…', no line over 80."""
+    from rich.console import Console
+
+    from memfrontier.eval.reports.summary import construction_table, fallback_table, summary_table
+
+    g = {"n_questions": 4, "f1": 0.5, "em": 0.25, "judge_accuracy": 0.75, "evidence_recall": 0.75,
+         "usd_per_question": 1.23e-6, "proxy_s_mean": 1.5, "wall_s_mean": 2.5, "qpc": 406504.07}
+    summary = {"config": {"dataset": "locomo", "split": "test", "strategy": "rag"}, "questions": 1,
+               "metrics": {"1": g, "5": g, "all (1-4)": g},
+               "construction": {"conv-1": {"calls": 3, "input_tokens": 1000, "output_tokens": 200, "usd": 1e-5,
+                                           "proxy_s": 3.2}},
+               "amortized_usd_per_question": {"1": 1e-5, "10": 2e-6},
+               "fallbacks": {"threshold": 0.05, "by_role": {"answerer": {
+                   "calls": 4, "errors": 1, "fallbacks": 0, "error_share": 0.25, "fallback_share": 0.0}}}}
+    console = Console(width=80, record=True)
+    for table in (summary_table(summary), construction_table(summary), fallback_table(summary)):
+        console.print(table)
+    text = console.export_text()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+    for header in ("category", "judge", "recall", "×1e4/q", "QPC", "conversation", "fallback", "· 1 question"):
+        assert header in text
+    assert "1 questions" not in text and "1 conversation above" in text

@@ -8,14 +8,40 @@ from contextlib import contextmanager
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from ..core.version import __version__
 from ..strategies import STRATEGIES
 
+
+def plain_flags(command, ctx):
+    """``command`` with its flags (``--x``, ``--x/--no-x``, ``--help``) shown without a type:
+    typer's help prints an option's type (``<bool>``) unless it has a metavar, and a flag takes no
+    value, so its metavar is made empty."""
+    command.get_help_option(ctx)  # created on first use and cached into the parameters
+    for param in [*command.params, getattr(command, "_help_option", None)]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return command
+
+
+class Group(TyperGroup):
+    """The group class of every ``memfrontier`` typer app: its commands' flags show as flags
+    (:func:`plain_flags`)."""
+
+    def get_params(self, ctx) -> list:
+        plain_flags(self, ctx)
+        return super().get_params(ctx)
+
+    def get_command(self, ctx, cmd_name: str):
+        command = super().get_command(ctx, cmd_name)
+        return plain_flags(command, ctx) if command is not None else None
+
+
 # Help texts are Markdown: paragraphs reflow to the terminal's width, `code` is highlighted
 # (placeholders are written in capitals, as <x> would be read as an HTML tag).
 HELP_MARKUP = "markdown"
-app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
+app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
                   no_args_is_help=True, add_completion=False)
 # Logs and CI are not terminals: render tables wide there rather than cutting numbers.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -24,12 +50,12 @@ err = Console(stderr=True)
 LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
             "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
 
-train_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
-sweep_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
+train_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
+sweep_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
 
 
-export_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
-keys_app = typer.Typer(rich_markup_mode=HELP_MARKUP, help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
+export_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
+keys_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
                             "and --store as to serve; with the embedded default, a running server is joined, else "
                             "started for the command and stopped after it.", no_args_is_help=True)
 app.add_typer(train_app, name="train")
@@ -61,7 +87,7 @@ OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packag
 OPT_ALLOW_UNPRICED = typer.Option(False, "--allow-unpriced", help="Record calls to models missing from the price book as unpriced instead of failing.")
 OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
 OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
-OPT_SPLIT = typer.Option(None, help="locomo: test (conv-49, conv-50, cat 1-4) | train | all; mem_gallery: test | train | val (70/10/20 by conversation, seed 13, no answer-refusal) | all; others: all. Default: test where the dataset has one, else all.")
+OPT_SPLIT = typer.Option(None, help="test | train | val | all (default: test where the dataset has one; locomo test: conv-49/50, categories 1-4).")
 STRATEGY_HELP = " | ".join(STRATEGIES)
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..core.words import plural
 from ..strategies import STRATEGIES
 from .app import (
     OPT_STRATEGY,
@@ -27,8 +28,9 @@ from .options import (
     run_options,
     strategy_options,
 )
+from .pricing import run_proxy_caption
 from .progress import IngestRow, _question_bar
-from .tables import frontier_table, route_table, tier_table
+from .tables import frontier_table, route_table, tier_table, with_caption
 
 
 @app.command("config")
@@ -84,14 +86,14 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"], description="ingesting")
                 if cfg.limit is not None and info["total"] < cfg.limit:
-                    err.print(f"note: the split holds {info['total']} question(s), fewer than --limit {cfg.limit}: "
+                    err.print(f"note: the split holds {plural(info['total'], 'question')}, fewer than --limit {cfg.limit}: "
                               "all of them are answered")
                 if info["done"]:
-                    err.print(f"resuming {out}: {info['done']} of {info['total']} questions already answered")
+                    err.print(f"resuming {out}: {info['done']} of {plural(info['total'], 'question')} already answered")
             elif event == "build":
                 bar.update(task, description=f"building memories of {info['conversation']} (offline, once per store)")
             elif event == "ingest":
-                bar.update(task, description=f"ingested {info['conversation']} (+{info['added']} records)")
+                bar.update(task, description=f"ingested {info['conversation']} (+{plural(info['added'], 'record')})")
             elif event == "question":
                 f1s.append(info["row"]["f1"])
                 bar.update(task, advance=1, description=f"answering · mean F1 {sum(f1s) / len(f1s):.3f}")
@@ -104,10 +106,11 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
                 if e.summary is None:  # stopped while building: there is nothing to show
                     raise
                 summary, refused = e.summary, str(e)
-    console.print(summary_table(summary))
+    proxy = run_proxy_caption([summary])
+    console.print(with_caption(summary_table(summary), proxy))
     console.print(fallback_table(summary))
     if any(c.get("calls") for c in summary.get("construction", {}).values()):
-        console.print(construction_table(summary))
+        console.print(with_caption(construction_table(summary), proxy))
     choices = summary.get("choices", {})
     if choices.get("tiers_used"):  # what ran; what was planned only where it differs
         console.print(tier_table(choices["tiers_used"], "tier that ran per module (after fallbacks)"))
@@ -126,7 +129,7 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
     if choices.get("route"):
         console.print(route_table(choices["route"]["configuration"]))
     if undated := summary.get("undated_sessions"):
-        err.print(f"note: {len(undated)} session(s) have no date the data file's date field could be read as "
+        err.print(f"note: {plural(len(undated), 'session')} {'has' if len(undated) == 1 else 'have'} no date the data file's date field could be read as "
                   f"(first: {undated[0]}): their turns are stored undated, so temporal questions about them "
                   "cannot be dated", markup=False, highlight=False)
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
@@ -190,7 +193,7 @@ def frontier_cmd(
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"])
                 if info["done"]:
-                    err.print(f"{current['label']}: resuming, {info['done']} of {info['total']} questions already answered")
+                    err.print(f"{current['label']}: resuming, {info['done']} of {plural(info['total'], 'question')} already answered")
             elif event == "question":
                 bar.update(task, advance=1)
 
@@ -201,13 +204,13 @@ def frontier_cmd(
     if not report["files"]:
         _fail(f"no configuration has finished in {run.out} with these options; no report written "
               "(an earlier one there is unchanged)", code=1)
-    console.print(frontier_table(report))
+    console.print(with_caption(frontier_table(report), run_proxy_caption(x for x in report["rows"] if x["status"] == "ok")))
     for line in summary_lines(report):
         console.print(line, markup=False)
     ok = sum(1 for x in report["rows"] if x["status"] == "ok")
     files = report["files"]
     plots = [p.name for k, p in files.items() if k.startswith("plot")]
-    console.print(f"{ok}/{len(report['rows'])} configurations on {len(report['question_ids'])} questions; "
+    console.print(f"{ok}/{plural(len(report['rows']), 'configuration')} on {plural(len(report['question_ids']), 'question')}; "
                   f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
                   + (f", {' and '.join(plots)}" if plots else ""))
     if export is not None:
@@ -218,19 +221,19 @@ def frontier_cmd(
             exported = export_results(run.out, export, finished)
             published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
         held = sum(1 for x in published["rows"] if x["status"] == "ok")
-        console.print(f"exported {len(exported)} configurations to {export}; its report covers the {held} "
-                      f"finished configurations it holds ({published['files'].get('md', 'none written')})")
+        console.print(f"exported {plural(len(exported), 'configuration')} to {export}; its report covers the "
+                      f"{plural(held, 'finished configuration')} it holds ({published['files'].get('md', 'none written')})")
     if report_only:
         return
     missing = [label for label in report["selected"] if rows[label]["status"] != "ok"]
     if missing:
         refused = [label for label in missing if rows[label]["status"].startswith("refused")]
-        _fail(f"{len(missing)} of {len(report['selected'])} configurations did not finish: {', '.join(missing)}",
+        _fail(f"{len(missing)} of {plural(len(report['selected']), 'configuration')} did not finish: {', '.join(missing)}",
               code=3 if refused else 1)
 
 @app.command()
 def score(
-    file: Path = typer.Argument(..., help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line."),
+    file: Path = typer.Argument(..., help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line; `eval`'s own predictions.jsonl (gold answer in 'gold') scores as it is."),
     dataset: str = typer.Option("locomo", help="Scoring protocol: locomo (official per-category F1, category 5 as abstention); longmemeval or hotpotqa (plain token F1)."),
     out: Path = typer.Option(Path("runs/scored"), help="Output directory: scored.jsonl and summary.json."),
 ):

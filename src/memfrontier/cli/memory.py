@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..core.words import plural
 from .app import (
     OPT_ALLOW_UNPRICED,
     OPT_LLM,
@@ -26,6 +27,7 @@ from .options import (
     _existing_store,
     strategy_options,
 )
+from .pricing import usd_label
 from .progress import IngestRow, _question_bar
 
 
@@ -76,14 +78,14 @@ def ingest(
                     res = mem.aio.store.add(c.records, progress=lambda done, total: row.show(c.id, n, done, total))
                     row.close()
                     bar.advance(task)
-                    console.print(f"{c.id}: +{len(res.added)} records, {len(res.skipped)} already present")
+                    console.print(f"{c.id}: +{plural(len(res.added), 'record')}, {len(res.skipped)} already present")
         else:
             with _question_bar() as bar:
                 task = bar.add_task("sessions", total=len(by_session))
                 for sid, msgs in by_session.items():
                     res = mem.add(msgs, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=sid)
                     bar.advance(task)
-                    console.print(f"session {sid}: +{len(res.added)} records, {len(res.skipped)} already present")
+                    console.print(f"session {sid}: +{plural(len(res.added), 'record')}, {len(res.skipped)} already present")
 
 
 def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
@@ -190,14 +192,16 @@ def ask(
     with known_errors():
         mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
                                allow_unpriced=allow_unpriced, price_as=price_as)
+        usd = usd_label((mem.env.answer_llm.model_id, mem.env.llm.model_id), priced_as=price_as, price_book=price_book)
         try:
             with _question_bar() as bar:
                 ans, built = asyncio.run(answer(mem))
         finally:
             mem.close()
     if built is not None:
-        err.print(f"built the {strategy} view: {built.calls} calls · {built.input_tokens} in / {built.output_tokens} out "
-                  f"tokens · ${built.usd:.8f} (USD, construction) · latency proxy {built.proxy_s:.2f}s")
+        err.print(f"built the {strategy} view: {plural(built.calls, 'call')} · {built.input_tokens} in / "
+                  f"{plural(built.output_tokens, 'out token')} · ${built.usd:.8f} {usd} for construction · "
+                  f"latency proxy {built.proxy_s:.2f}s")
     if as_json:
         console.print_json(ans.model_dump_json())
         return
@@ -206,10 +210,10 @@ def ask(
     if routed := ans.meta.get("auto"):
         p = routed["predictions"][routed["configuration"]]
         console.print(f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
-                      f"${p['usd']:.8f}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
-    console.print(f"{q.calls} calls · {q.input_tokens} in / {q.output_tokens} out tokens · "
-                  f"${q.usd:.8f} (USD) · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
-                  f"evidence {len(ans.evidence_ids)} records")
+                      f"${p['usd']:.8f} {usd}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
+    console.print(f"{plural(q.calls, 'call')} · {q.input_tokens} in / {plural(q.output_tokens, 'out token')} · "
+                  f"${q.usd:.8f} {usd} · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
+                  f"evidence {plural(len(ans.evidence_ids), 'record')}")
     if ans.usage.events:
         console.print(f"events: {ans.usage.events}")
 
@@ -222,18 +226,40 @@ def search(
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
     all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
-    k: int = typer.Option(5, min=1),
+    k: int = typer.Option(5, min=1, help="How many hits to print."),
+    max_chars: int = typer.Option(0, min=0, metavar="N", help="Cut each hit's text at a word boundary near N characters, saying so (0: the whole text)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON: id, score, ranks, text, session, timestamp, record ids."),
 ):
-    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks."""
+    """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks, whole, wrapped to the terminal."""
+    from rich.markup import escape
+
     from ..api import Memory
 
     _check_scope("search", user_id, agent_id, run_id, all_scopes, store)
     with known_errors():
         with Memory.open(_existing_store(store)) as mem:
             hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+    if as_json:
+        console.print_json(data=[{"id": h.chunk.id, "score": h.score, "ranks": h.ranks, "text": h.chunk.text,
+                                  "session_id": h.chunk.session_id, "timestamp": h.chunk.timestamp,
+                                  "record_ids": h.chunk.record_ids} for h in hits])
+        return
     if not hits:
         console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
     for i, h in enumerate(hits, 1):
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
-        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {h.chunk.session_id}, {h.chunk.timestamp}[/dim]\n"
-                      f"{h.chunk.text[:400]}\n")
+        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {escape(h.chunk.session_id)}, "
+                      f"{h.chunk.timestamp}, {plural(len(h.chunk.record_ids), 'record')}[/dim]")
+        console.print(cut_text(h.chunk.text, max_chars), markup=False, highlight=False)
+        console.print()
+
+
+def cut_text(text: str, max_chars: int) -> str:
+    """``text`` whole when ``max_chars`` is 0 or it fits; else cut at the last space at or before
+    ``max_chars`` (at ``max_chars`` when there is none) and followed by a line saying how much was
+    cut."""
+    if not max_chars or len(text) <= max_chars:
+        return text
+    cut = text.rfind(" ", 0, max_chars + 1)
+    head = text[:cut if cut > 0 else max_chars].rstrip()
+    return f"{head} …\n[cut at {len(head)} of {len(text)} characters; --max-chars 0 prints the whole text]"

@@ -49,16 +49,28 @@ def run_block(out: Path, out_help: str) -> list:
         data_file: Optional[Path] = typer.Option(None, help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file."),
         seed: int = OPT_SEED,
         concurrency: int = OPT_CONCURRENCY,
-        ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run conversations and questions as Ray tasks (optional extra memfrontier\\[ray]): 'local' starts Ray on this machine, 'auto' joins the running cluster, or a cluster address (ray://head:10001). --concurrency is then the number of Ray workers. Same results as without."),
+        ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run on Ray (extra memfrontier\\[ray]): 'local', 'auto' (join the cluster) or ray://HEAD:PORT; --concurrency workers."),
         price_book: Optional[Path] = OPT_PRICE_BOOK,
         allow_unpriced: bool = OPT_ALLOW_UNPRICED,
         price_as: Optional[str] = OPT_PRICE_AS,
-        allow_fallbacks: bool = typer.Option(False, "--allow-fallbacks", help="Keep a run in which more than --fallback-threshold of some role's model calls failed or fell back (default: exit 3 naming the role), and build on a memory whose construction is bound to exceed it (default: stopped early, what was built kept)."),
+        allow_fallbacks: bool = typer.Option(False, "--allow-fallbacks", help="Keep a run (and a build) whose model calls failed or fell back above --fallback-threshold (default: exit 3)."),
         fallback_threshold: float = typer.Option(0.05, min=0.0, max=1.0, metavar="SHARE", help="Largest share of a role's calls that may fail or fall back (0-1)."),
     ):
         pass
 
-    return params_of(run)
+    params = params_of(run)
+    for param in params:
+        param.rich_help_panel = next(panel for panel, names in RUN_PANELS.items() if param.name in names)
+    return params
+
+
+#: The help panels of the run block: what is asked, of which models, at what price, how strict.
+RUN_PANELS = {
+    "Run: questions and output": ("dataset", "split", "limit", "seed", "out", "store", "data_root", "data_file"),
+    "Run: models": ("llm", "base_url", "judge", "judge_llm", "concurrency", "ray"),
+    "Run: pricing": ("price_book", "allow_unpriced", "price_as"),
+    "Run: fallbacks": ("allow_fallbacks", "fallback_threshold"),
+}
 
 
 #: Run-block values that are paths (typer hands them over as given).
@@ -96,6 +108,8 @@ def _strategy_args(set_options: Optional[list[str]] = OPT_SET, strategy_config_f
 
 
 STRATEGY_BLOCK = params_of(_strategy_args)
+for _param in STRATEGY_BLOCK:
+    _param.rich_help_panel = "Strategy options"
 
 
 def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:

@@ -11,6 +11,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..core.words import plural
 from .app import (
     err,
 )
@@ -50,7 +51,7 @@ class IngestRow:
             self.bar.update(self.task, description=desc, total=total, completed=done)
 
     def show(self, conversation: str, sessions: int, done: int, total: int) -> None:
-        self._set(f"{self.prefix}ingesting {conversation} ({sessions} sessions): turns embedded", done, total)
+        self._set(f"{self.prefix}ingesting {conversation} ({plural(sessions, 'session')}): turns embedded", done, total)
 
     def close(self) -> None:
         if self.task is not None:
@@ -75,10 +76,10 @@ class IngestRow:
                 self.skipped = None
             failed = f", {info['failed']} failed or fell back" if info["failed"] else ""
             self._set(f"{self.prefix}building {info['conversation']}: {info['unit']} "
-                      f"({info['calls']} model calls this run{failed})", info["done"], info["total"])
+                      f"({plural(info['calls'], 'model call')} this run{failed})", info["done"], info["total"])
         elif event == "ingest":
             self.close()
             self.building = None
             if info.get("built_calls"):
-                self._say(f"built {info['conversation']}'s memory view: {info['built_calls']} model calls this run; "
+                self._say(f"built {info['conversation']}'s memory view: {plural(info['built_calls'], 'model call')} this run; "
                           f"{info['calls']} in all, {info['failed']} failed or fell back")

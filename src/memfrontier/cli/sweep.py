@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..core.words import plural
 from .app import (
     RESUME_HINT,
     _fail,
@@ -104,7 +105,7 @@ def sweep_budgetmem(
             _check_router(Path(r.options["router"]))
     results = _run_sweep_with_progress(run.eval_config("budgetmem"), runs)
     written = write_sweep_report(results, run.out, missing)
-    _print_sweep(f"BudgetMem sweep ({len(results)} runs)", [table_row(r) for r in results],
+    _print_sweep(f"BudgetMem sweep ({plural(len(results), 'run')})", [table_row(r) for r in results],
                  ("run", "n", "f1", "judge", "usd_x1e4", "qpc"), written)
 
 
@@ -134,7 +135,7 @@ def sweep_mempilot(
     runs = plan_mempilot_sweep(prefs, adapters=adapters, options=strategy_options("mempilot", strategy_args))
     results = _run_sweep_with_progress(run.eval_config("mempilot"), runs)
     written = write_mempilot_report(results, run.out, run.dataset)
-    _print_sweep(f"MemPilot preference sweep ({len(results)} runs, {run.dataset})", [table_row(r) for r in results],
+    _print_sweep(f"MemPilot preference sweep ({plural(len(results), 'run')}, {run.dataset})", [table_row(r) for r in results],
                  ("label", "policy", "n", "f1", "usd_x1e4", "proxy_s", "delegate_calls", "image_accesses",
                   "retrieve_calls", "curate_calls"), written)
 
@@ -171,5 +172,5 @@ def sweep_memorycpt(
         _fail("nothing to run")
     results = _run_sweep_with_progress(run.eval_config("memorycpt"), runs)
     written = write_memorycpt_report(results, run.out, missing)
-    _print_sweep(f"MemoryCPT sweep ({len(results)} runs)", [table_row(r) for r in results],
+    _print_sweep(f"MemoryCPT sweep ({plural(len(results), 'run')})", [table_row(r) for r in results],
                  ("kind", "label", "n", "f1", "usd_x1e4", "amortized_314_x1e4", "qpc"), written)

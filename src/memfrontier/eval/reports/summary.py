@@ -7,9 +7,10 @@ import math
 from rich.table import Table
 
 from ...core.cost import COST_SCALE
+from ...core.words import plural
 from ..datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
 from ..fallbacks import unrecorded_units, why
-
+from .layout import fit_columns
 
 
 def _fmt(v, digits=3) -> str:
@@ -28,26 +29,32 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
     """One row per category (LoCoMo ids printed with their names) and the overall row last."""
     cfg = summary.get("config", {})
     dataset = cfg.get("dataset", "")
-    t = Table(title=title or f"{dataset} {cfg.get('split', '')} · strategy={cfg.get('strategy', '')} · {summary.get('questions', 0)} questions")
-    for col in ("category", "n", "F1", "EM", "judge", "ev.recall", "USD×1e4/q", "proxy s/q", "wall s/q", "QPC online"):
+    t = Table(title=title or f"{dataset} {cfg.get('split', '')} · strategy={cfg.get('strategy', '')} · {plural(summary.get('questions', 0), 'question')}")
+    judged = any(g.get("judge_accuracy") is not None for g in summary["metrics"].values())
+    cols = ("category", "n", "F1", "EM", *(("judge",) if judged else ()), "recall", "USD ×1e4/q", "proxy s/q",
+            "wall s/q", "QPC")
+    for col in cols:
         t.add_column(col, justify="left" if col == "category" else "right")
     for name, g in summary["metrics"].items():
         label = f"{name} {LOCOMO_CATEGORY_NAMES[name]}" if dataset == "locomo" and name in LOCOMO_CATEGORY_NAMES else name
         unpriced = bool(g.get("unpriced_questions"))  # cost unknown: say so, never "inf"
         t.add_row(
-            label, str(g.get("n_questions", 0)), _fmt(g.get("f1")), _fmt(g.get("em")), _fmt(g.get("judge_accuracy")),
+            label, str(g.get("n_questions", 0)), _fmt(g.get("f1")), _fmt(g.get("em")),
+            *((_fmt(g.get("judge_accuracy")),) if judged else ()),
             _fmt(g.get("evidence_recall")), "unpriced" if unpriced else _fmt(_scaled(g.get("usd_per_question")), 4),
             _fmt(g.get("proxy_s_mean"), 2), _fmt(g.get("wall_s_mean"), 2), "unpriced" if unpriced else _fmt(g.get("qpc"), 2),
             style="bold" if name.startswith("all") else None,
         )
-    return t
+    t.caption = ("recall: evidence recall; QPC: online quality per cost"
+                 + ("" if judged else "; no judge column: run with --judge"))
+    return fit_columns(t)
 
 
 def construction_table(summary: dict) -> Table:
     """Offline construction per conversation (calls, tokens, USD) and the amortized cost per
     question C(n) = C_construction / n + C_online for the run's n values (MemoryCPT Eq. 20, App. C)."""
     t = Table(title="offline construction per conversation (USD×1e4 for the whole build) and amortized cost C(n)")
-    for col in ("conversation", "calls", "input tok", "output tok", "USD×1e4", "proxy s", "rejected ops"):
+    for col in ("conversation", "calls", "in tok", "out tok", "USD ×1e4", "proxy s", "rejected ops"):
         t.add_column(col, justify="left" if col == "conversation" else "right")
     for conv, c in summary.get("construction", {}).items():
         rejected = sum(v for k, v in c.get("events", {}).items() if ".op_rejected." in f".{k}")
@@ -58,13 +65,13 @@ def construction_table(summary: dict) -> Table:
     if amortized:
         n_run = summary.get("questions")
         built = len(summary.get("construction") or {})
-        t.caption = (f"C(n), USD×1e4 per question = the construction of the {built} conversation(s) above / n "
+        t.caption = (f"C(n), USD×1e4 per question = the construction of the {plural(built, 'conversation')} above / n "
                      f"+ online, n questions asked of them in all: "
                      + " · ".join(f"n={n}{' (this run)' if n == str(n_run) else ''}: {_fmt(_scaled(v), 4)}"
                                   for n, v in amortized.items())
                      + (f"; QPC at n={n_run}: {_fmt(summary['qpc_amortized'], 3)}"
                         if summary.get("qpc_amortized") is not None else ""))
-    return t
+    return fit_columns(t)
 
 
 def fallback_table(summary: dict) -> Table:
@@ -86,4 +93,4 @@ def fallback_table(summary: dict) -> Table:
         over = role in rep.get("exceeded", ())
         t.add_row(role, str(v["calls"]), str(v["errors"]), f"{v['error_share']:.0%}", str(v["fallbacks"]),
                   f"{v['fallback_share']:.0%}", (why(v) or "-")[:120], style="bold red" if over else None)
-    return t
+    return fit_columns(t)
