@@ -16,6 +16,7 @@ VENV := .venv
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	./scripts/install.sh
 
+# .venv with every extra and the dev tools (.[all,dev]); `pip install .` alone is the light core.
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed

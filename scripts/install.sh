@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv and installs memfrontier with everything it needs (no step outside this script).
+# Creates .venv and installs memfrontier with all its extras and the dev tools (no step outside this
+# script).
 # llama-cpp-python compiles from source (minutes on two cores): its wheel is cached in
 # $MEMFRONTIER_WHEELS (default ~/.cache/memfrontier/wheels) so later installs take seconds.
 set -euo pipefail
@@ -11,13 +12,16 @@ WHEELS=${MEMFRONTIER_WHEELS:-$HOME/.cache/memfrontier/wheels}
 mkdir -p "$WHEELS"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip wheel
-# The CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
+# The CPU build of torch, installed first so that pyproject.toml's torch range is already met (left
+# to the resolver, the range would pull a multi-GB CUDA build).
 .venv/bin/python -m pip install -q "torch==2.13.0"
 if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $LLAMA_VERSION (one time, a few minutes)..."
   .venv/bin/python -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
 fi
-.venv/bin/python -m pip install -q --find-links "$WHEELS" -e ".[dev,ray]"
+# Every extra (serve, postgres, mcp, graph, train, ray, neo4j) and the dev tools: the demo, the
+# benchmarks and the whole test suite. `pip install .` alone is the light core (see pyproject.toml).
+.venv/bin/python -m pip install -q --find-links "$WHEELS" -e ".[all,dev]"
 # The browser of frontier.html's test (tests/test_frontier_html.py): Debian's chromium, driven by the
 # dev extra's Playwright (never `playwright install`, which downloads a browser of its own). Only
 # when it is missing, apt-get exists and we are root; without it the test skips (fails under CI=true).

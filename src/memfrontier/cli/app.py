@@ -116,6 +116,7 @@ def _fail(msg: str, code: int = 2):
 def _known_errors():
     from ..answerer import BudgetExceededError
     from ..core.errors import EmptyScopeError, StoreError
+    from ..core.extras import MissingExtraError
     from ..core.pricebook import UnpricedModelError
     from ..eval.datasets import DatasetError
     from ..eval.fallbacks import FallbackError
@@ -125,7 +126,8 @@ def _known_errors():
     from ..strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
-            StoreError, ViewNotBuiltError, EmptyScopeError, RayUnavailableError, FileNotFoundError, ValueError)
+            StoreError, ViewNotBuiltError, EmptyScopeError, RayUnavailableError, MissingExtraError, FileNotFoundError,
+            ValueError)
 
 
 #: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.

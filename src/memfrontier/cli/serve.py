@@ -63,7 +63,9 @@ def mcp_cmd(
 ):
     """Serve the memory over MCP: tools search, rg, read, index_query, ask (each scoped)."""
     from ..core.types import Scope
-    from ..server.mcp import is_loopback, serve
+
+    with known_errors():  # names the 'mcp' extra when it is missing
+        from ..server.mcp import is_loopback, serve
 
     if transport not in ("stdio", "http"):
         _fail(f"unknown --transport {transport!r}; choose stdio or http")
@@ -96,7 +98,9 @@ def serve_cmd(
     from contextlib import ExitStack
 
     from ..server.data import service_data
-    from ..server.rest import ServeSettings, exit_on_signals, serve
+
+    with known_errors():  # names the 'serve' extra when it is missing
+        from ..server.rest import ServeSettings, exit_on_signals, serve
 
     if router is not None:
         _check_router(router, "auto")

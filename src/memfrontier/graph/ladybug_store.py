@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..core.extras import require_extra
 from .backend import GraphData, GraphError, GraphQueryError, QueryRows
 from .guard import check_read_only
 from .schema import EDGES, NODE_PROPERTIES, ladybug_ddl
@@ -68,6 +69,7 @@ class LadybugGraph:
     def _open(self):
         if self._conn is not None:
             return self._conn
+        require_extra("graph", "ladybug", feature="AutoMEM's graph index")
         import ladybug
 
         if self.read_only and not self.exists():

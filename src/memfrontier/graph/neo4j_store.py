@@ -73,7 +73,7 @@ class Neo4jGraph:
         try:
             import neo4j
         except ImportError as e:
-            raise GraphError("the neo4j backend needs the neo4j driver (pip install neo4j)") from e
+            raise GraphError("the neo4j backend needs the 'neo4j' extra: pip install 'memfrontier[neo4j]'") from e
         url = url or os.environ.get(URL_ENV)
         if not url:
             raise GraphError(f"no Neo4j server configured: set {URL_ENV} (e.g. bolt://127.0.0.1:7687)")

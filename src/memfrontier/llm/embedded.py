@@ -36,6 +36,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..core.extras import require_extra
 from ..core.ledger import current_ledger
 from . import llama_sampling
 from .base import Completion, LLMError, Message
@@ -478,6 +479,9 @@ def serve(argv: list[str] | None = None) -> None:
     import runpy
     import sys
 
+    # llama_cpp.server's own dependencies (llama-cpp-python[server])
+    require_extra("serve", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings",
+                  feature="memfrontier serve-model")
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     with _patch_model_params(cpu_extra_buffers_ok()):

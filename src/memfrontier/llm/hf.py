@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.extras import require_extra
 from ..core.ledger import current_ledger
 from .base import Completion, LLMError, Message
 from .local_models import MODEL_ID, default_model_path
@@ -146,6 +147,7 @@ def _load_entry(model: str | os.PathLike | None, device: str) -> _Loaded:
         folder, gguf = _source(model)
         kwargs: dict[str, Any] = {}
         if gguf:
+            require_extra("train", "gguf", feature="the 'hf' model backend on a GGUF file")
             from transformers import GgufConfig
 
             # dequantize=True: a plain dense fp32 model (trainable, serialisable), never GGUF blocks
@@ -174,6 +176,7 @@ def _load_adapter_entry(model: str | os.PathLike | None, adapter: str | os.PathL
         if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
             raise LLMError(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
         base, tok = load_causal_lm(model, device=device, copy=True)
+        require_extra("train", "peft", feature="a PEFT adapter")
         from peft import PeftModel
 
         try:

@@ -46,6 +46,7 @@ from pydantic import BaseModel
 
 from ..core.ledger import Usage
 from ..core.errors import StoreError
+from ..core.extras import require_extra
 from ..store.purge import with_placeholder
 from ..store.postgres import is_postgres_url, redact_url
 from ..store.postgres_schema import apply_migrations, schema_version
@@ -286,6 +287,7 @@ class PostgresKeyStore(KeyStore):
     _placeholder = "%s"
 
     def __init__(self, dsn: str, connect_timeout_s: float = 10.0):
+        require_extra("postgres", "psycopg", feature="a PostgreSQL key store")
         import psycopg
 
         super().__init__()

@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import explain_validation
+from ..core.extras import require_extra
 from ..core.types import Budget, Scope
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import HYBRID_RRF
@@ -45,6 +46,8 @@ from ..strategies.automem.actions import (
 )
 from ..strategies.automem.corpus import ScopedCorpus
 from ..strategies.automem.tools import ToolLimits, index_query, read, rg
+
+require_extra("mcp", "mcp", feature="memfrontier mcp")  # imported by the tools' server below
 
 LOOPBACK_NAMES = ("localhost",)
 #: Strategies the MCP ``ask`` tool answers with.

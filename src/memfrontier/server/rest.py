@@ -34,11 +34,17 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..core.extras import MissingExtraError, require_extra
+
+try:  # the 'serve' extra
+    from fastapi import Depends, FastAPI, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+except ModuleNotFoundError as e:
+    raise MissingExtraError("memfrontier serve", "serve", [e.name or "fastapi"]) from e
 
 from ..api import Answer, AsyncMemory, BuildReport
 from ..core.errors import EmptyScopeError
@@ -470,6 +476,7 @@ def serve(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
     """Run the service under uvicorn (``workers`` processes sharing the store and the key store;
     each worker reads ``settings`` from ``$MEMFRONTIER_SERVE_SETTINGS``, so a database started by
     the caller, e.g. the embedded PostgreSQL server, is reached by every worker at the same URL)."""
+    require_extra("serve", "uvicorn", feature="memfrontier serve")
     import uvicorn
 
     if not is_postgres_url(settings.keys):

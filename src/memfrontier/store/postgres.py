@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.types import Chunk, Record, Scope
 from ..core.errors import StoreError
+from ..core.extras import require_extra
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .postgres_schema import MIGRATIONS, apply_migrations, schema_version
@@ -123,6 +124,7 @@ class PostgresStore(StoreSeam):
 
     def __init__(self, dsn: str, embedder, *, chunk_tokens: int = 256, reembed: bool = False,
                  directory: str | os.PathLike | None = None, connect_timeout_s: float = 10.0):
+        require_extra("postgres", "psycopg", "pgvector", feature="a postgresql:// store")
         import psycopg
 
         self._psycopg = psycopg

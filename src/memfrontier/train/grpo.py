@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..core.extras import require_extra
 from ..core.jsonio import write_json_atomic
 from ..llm.hf import load_causal_lm
 from ..llm.prompt_format import render_prompt
@@ -119,6 +120,7 @@ def grpo_config(out_dir: Path, *, num_generations: int, prompts_per_step: int, b
     scaled by the group std, a constant learning rate, logging every step, no checkpoints.
     ``loss_type="grpo"`` averages the token losses per sequence, then over sequences (Shao et
     al.); ``"dapo"`` averages over all tokens of the batch (verl's token-mean)."""
+    require_extra("train", "trl", "peft", "accelerate", "datasets", feature="GRPO training")
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -199,6 +201,7 @@ def train_grpo(
     ``max_steps < 1`` or a bad reward; :class:`~memfrontier.llm.base.LLMError` when the base
     cannot be loaded.
     """
+    require_extra("train", "trl", "peft", "accelerate", "datasets", feature="GRPO training")
     from datasets import Dataset
     from trl import GRPOTrainer
 

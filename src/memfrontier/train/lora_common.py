@@ -13,6 +13,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..core.extras import require_extra
 from ..core.jsonio import json_safe
 
 __all__ = ["JsonlLogCallback", "device_args", "lora_config", "lora_delta_l2", "lora_snapshot", "noop_progress"]
@@ -27,6 +28,7 @@ def lora_config(rank: int, alpha: float, dropout: float):
     MLP gate/up/down; the output head excluded). Update: W + (alpha / rank) B A with A random and
     B zero at initialisation, so the adapter starts as the identity. Raises ValueError for
     rank < 1, alpha <= 0 or dropout outside [0, 1)."""
+    require_extra("train", "peft", "accelerate", feature="LoRA training")
     from peft import LoraConfig, TaskType
 
     if int(rank) < 1:

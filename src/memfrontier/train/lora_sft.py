@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..core.extras import require_extra
 from ..core.jsonio import read_jsonl_objects, write_json_atomic
 from ..llm.hf import load_causal_lm
 from ..llm.prompt_format import render_prompt
@@ -213,6 +214,7 @@ def train_lora_sft(config: QADConfig, *, on_progress: Callable[..., None] | None
     :class:`SFTDataError` for malformed input, ValueError when no sample fits ``cutoff_tokens``
     or the split is impossible, :class:`~memfrontier.llm.base.LLMError` when the base cannot load.
     """
+    require_extra("train", "trl", "peft", "accelerate", "datasets", feature="LoRA fine-tuning")
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.extras import require_extra
 from ..core.jsonio import write_json_atomic
 from ..core.ledger import Ledger, use_ledger
 from ..core.types import Budget, Preference, Question, Scope
@@ -122,6 +123,7 @@ def _pick_questions(convs, cfg: OrchestratorGRPOConfig) -> tuple[list, list[Ques
 async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callable | None = None) -> dict:
     """Run the training loop of the module docstring; returns the summary (also ``train_summary.json``).
     Raises ValueError for an empty selection, DatasetError for missing data, LLMError when a model fails to load."""
+    require_extra("train", "peft", "accelerate", feature="MemPilot's orchestrator training")
     import torch
     from peft import get_peft_model
 

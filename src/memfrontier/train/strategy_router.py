@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.extras import require_extra
 from ..core.jsonio import read_jsonl_objects, write_json_atomic, write_text_atomic
 from ..core.provenance import provenance
 from ..core.types import Preference, Question, Scope
@@ -203,6 +204,7 @@ def split_questions(rows: dict[str, dict], val_share: float, seed: int) -> tuple
 
 
 def _regressor(n: int):
+    require_extra("train", "sklearn", feature="train strategy-router")
     from sklearn.linear_model import Ridge, RidgeCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler

@@ -33,6 +33,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from ...core.extras import require_extra
 from ...core.ledger import current_ledger
 from ...llm.base import Completion, LLMError, Message
 from ...llm.local_models import MODEL_ID
@@ -267,6 +268,7 @@ class HFPolicy:
         if adapter is not None:
             if not os.path.isfile(os.path.join(os.fspath(adapter), "adapter_config.json")):
                 raise LLMError(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
+            require_extra("train", "peft", feature="MemPilot's trained orchestrator")
             from peft import PeftModel
 
             try:
