@@ -105,3 +105,31 @@ def test_memory_search_checks_k(store_path, tmp_path):
                 mem.search("Lisbon", user_id="ana", k=bad)
         with pytest.raises(ValueError, match=r"strategy rag: k=2.5: Input should be a valid integer"):
             mem.ask("Where?", user_id="ana", strategy="rag", strategy_options={"k": 2.5})
+
+
+def test_options_selecting_what_the_operator_did_not_configure_are_tool_errors(store_path):
+    """The REST policy (memfrontier.server.options), with the same messages, as tool errors; a
+    value-only option still answers."""
+    prefix = "Error executing tool ask: "
+    neo4j, planner, url, ok = calls(store_path, [
+        ("ask", {"question": "hi", "strategy": "automem", "options": {"graph": "neo4j"}, "user_id": "alice"}),
+        ("ask", {"question": "hi", "strategy": "automem", "options": {"planner_llm": "openai:gpt-4o"}, "user_id": "alice"}),
+        ("ask", {"question": "hi", "strategy": "automem", "options": {"base_url": "http://169.254.169.254"},
+                 "user_id": "alice"}),
+        ("ask", {"question": "What is the dog called?", "options": {"k": 1}, "user_id": "alice"}),
+    ])
+    assert neo4j.is_error and text(neo4j) == prefix + (
+        "strategy_options.graph='neo4j': not settable over the service (this value selects a model, an endpoint, a "
+        "file or a cache the server's operator did not configure); choose one of: ladybug, none")
+    for res, name in ((planner, "planner_llm"), (url, "base_url")):
+        assert res.is_error and text(res) == prefix + (
+            f"strategy_options.{name}: not settable over the service (it names a file, a model, an endpoint or a "
+            f"cache, which only the server's operator chooses)")
+    assert not ok.is_error and ok.structured_content["evidence_ids"]
+    service = MemoryService(store_path)  # the strategies the ask tool does not offer go through the same check
+    for name, options, message in (("budgetmem", {"tiering": "capacity"}, "strategy_options.tiering='capacity'"),
+                                   ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2'")):
+        with pytest.raises(ValueError, match=f"^{message}: not settable over the service"):
+            service.strategy(name, options)
+    assert service.strategy("budgetmem", {"tiering": "reasoning"}).config.tiering == "reasoning"
+    service.close()

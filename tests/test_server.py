@@ -568,6 +568,79 @@ def test_options_naming_files_models_or_endpoints_are_refused(service, key_a, st
             m.ask("q?", user_id="ivy", strategy="rag", strategy_options={"nope": 1})
 
 
+@pytest.fixture
+def no_model_clients(monkeypatch):
+    """Fails a test that builds a client for a model the operator did not configure: every OpenAI
+    SDK client (and every OpenAI-compatible model client of ours) constructed is recorded and refused."""
+    import openai
+
+    from memfrontier.llm import openai_compat
+
+    built = []
+
+    def refuse(what):
+        def construct(*args, **kwargs):
+            built.append((what, kwargs.get("base_url"), kwargs.get("model")))
+            raise AssertionError(f"a {what} was built for a tenant")
+        return construct
+
+    monkeypatch.setattr(openai, "OpenAI", refuse("openai.OpenAI"))
+    monkeypatch.setattr(openai, "AsyncOpenAI", refuse("openai.AsyncOpenAI"))
+    monkeypatch.setattr(openai_compat.OpenAICompatLLM, "__init__", refuse("OpenAICompatLLM"))
+    return built
+
+
+@pytest.mark.parametrize("strategy, options, message", [
+    ("budgetmem", {"tiering": "capacity"}, "strategy_options.tiering='capacity': not settable over the service "
+     "(this value selects a model, an endpoint, a file or a cache the server's operator did not configure); "
+     "choose one of: implementation, reasoning"),
+    ("budgetmem", {"tiering": "capacity", "tiering_options": {"models": "hosted"}}, "strategy_options.tiering="),
+    ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2': not settable over the "
+     "service (this value selects a model, an endpoint, a file or a cache the server's operator did not configure); "
+     "choose one of: offline"),
+    ("mempilot", {"compressor": "auto"}, "strategy_options.compressor='auto': not settable"),
+    ("mempilot", {"pool": "table3"}, "strategy_options.pool: not settable over the service"),
+    ("automem", {"graph": "neo4j"}, "strategy_options.graph='neo4j': not settable"),
+])
+def test_options_selecting_models_the_operator_did_not_configure_are_422(service, key_a, no_model_clients,
+                                                                           strategy, options, message):
+    """The scope has records, so without the policy the ask (and its build) would run and reach the
+    model (BudgetMem's capacity tiering builds clients for its hosted preset with no base URL)."""
+    with _raw(service, key_a) as h:
+        assert h.post("/v1/memories", json={"messages": "I moved to Lisbon in May.", "user_id": "pat"}).status_code == 200
+        for path in ("/v1/ask", "/v1/build"):
+            body = {"user_id": "pat", "strategy": strategy, "strategy_options": options}
+            r = h.post(path, json={**body, "question": "Where do I live?", "build": True} if path == "/v1/ask" else body)
+            assert r.status_code == 422 and r.json()["error"] == "invalid", r.text
+            assert r.json()["message"].startswith(message)
+        r = h.post("/v1/ask", json={"question": "Where do I live?", "user_id": "pat", "strategy": "rag",
+                                    "strategy_options": {"k": 1}})  # a value-only option
+        assert r.status_code == 200 and r.json()["text"] == "Lisbon", r.text
+        assert h.delete("/v1/memories", params={"user_id": "pat"}).json() == {"deleted": 1}
+    assert no_model_clients == []
+
+
+def test_images_from_the_network_are_urls_not_server_paths(service, key_a):
+    def add(h, url, text="my passport scan"):
+        return h.post("/v1/memories", json={"user_id": "uma", "messages": [
+            {"content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]})
+
+    with _raw(service, key_a) as h:
+        for url in ("/etc/passwd", "file:///etc/passwd", "../keys.db"):
+            r = add(h, url)
+            assert r.status_code == 422 and r.json()["error"] == "invalid"
+            assert r.json()["message"] == (f"message 0.content[1].image_url.url: {url!r} is not an http(s): or data: "
+                                           f"URL (a local path or another scheme is not accepted over the service)")
+        assert h.post("/v1/search", json={"query": "passport scan", "user_id": "uma"}).json() == {"hits": []}
+        r = add(h, "https://example.org/passport.png")
+        assert r.status_code == 200, r.text
+        (rid,) = r.json()["added"]
+        images = h.get(f"/v1/records/{rid}", params={"user_id": "uma"}).json()["images"]
+        assert [i["path"] for i in images] == ["https://example.org/passport.png"]
+        assert add(h, "data:image/png;base64,iVBORw0KGgo=", "my visa scan").status_code == 200
+        assert h.delete("/v1/memories", params={"user_id": "uma"}).json() == {"deleted": 2}
+
+
 def test_auto_routes_with_the_operators_router_file_only(service, key_a, tmp_path, minilm):
     from memfrontier.core.types import Preference
 

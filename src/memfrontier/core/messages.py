@@ -12,6 +12,11 @@ What ``Memory.add`` accepts as ``messages``:
 
 Anything else (``None``, bytes, a number, a dict as content, an unknown part type, a non-string
 role) raises ValueError naming the message's position and the field, before any record exists.
+
+An image's url is kept as the record's image path (a ``data:`` URL is not kept): a local path is
+read later (MemPilot shows the image to a model). Messages from the network (the REST service)
+are first checked by :func:`check_network_images`: there, only ``http(s):`` and ``data:`` URLs
+are accepted, so a caller never makes the server read its own files.
 Timestamps are validated and normalised to aware UTC (:func:`~memfrontier.core.timeutil.canonical_timestamp`);
 text is made valid Unicode (:func:`~memfrontier.core.text.clean_text`).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from .text import clean_text
 from .timeutil import canonical_timestamp
@@ -32,16 +38,24 @@ def _field_text(value, where: str) -> str:
     return clean_text(value)
 
 
-def _image(part: Mapping, where: str) -> ImageRef:
+#: The URL schemes an image from the network may have (:func:`check_network_images`).
+NETWORK_IMAGE_SCHEMES = ("http", "https", "data")
+
+
+def _image_url(part: Mapping, where: str) -> str:
     ref = part.get("image_url")
     url = ref.get("url") if isinstance(ref, Mapping) else ref
     if not isinstance(url, str) or not url.strip():
         raise ValueError(f"{where}: an image_url part needs a non-empty url")
-    url = clean_text(url.strip())
+    return clean_text(url.strip())
+
+
+def _image(part: Mapping, where: str) -> ImageRef:
+    url = _image_url(part, where)
     image_id = "img-" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     caption = part.get("caption", "")
     return ImageRef(id=image_id, caption=_field_text(caption, f"{where}.caption"),
-                    path=None if url.startswith("data:") else url)
+                    path=None if url[:5].lower() == "data:" else url)
 
 
 def content_to_text(content, where: str = "content") -> tuple[str, list[ImageRef]]:
@@ -70,6 +84,35 @@ def content_to_text(content, where: str = "content") -> tuple[str, list[ImageRef
     if isinstance(content, (bytes, bytearray)):
         raise ValueError(f"{where} is bytes: decode it to str first")
     raise ValueError(f"{where} must be a string or a list of content parts, got {type(content).__name__}")
+
+
+def check_network_images(messages) -> None:
+    """Refuse an image of ``messages`` (what :func:`messages_to_records` takes) that is not an
+    ``http://`` / ``https://`` URL with a host or a ``data:`` URL: a local path (``/etc/passwd``),
+    a ``file:`` URL or any other scheme, which would make the server read its own disk. Raises
+    ValueError naming the field (``message 0.content[1].image_url.url``); malformed messages are
+    left to :func:`messages_to_records`. Used where messages come from the network (REST)."""
+    try:
+        listed = as_message_list(messages)
+    except ValueError:
+        return
+    for i, m in enumerate(listed):
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if not isinstance(content, (list, tuple)):
+            continue
+        for j, part in enumerate(content):
+            if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
+                continue
+            where = f"message {i}.content[{j}].image_url" + (".url" if isinstance(part.get("image_url"), Mapping) else "")
+            url = _image_url(part, f"message {i}.content[{j}]")
+            try:
+                parts = urlsplit(url)
+            except ValueError:
+                parts = None
+            scheme = parts.scheme.lower() if parts else ""
+            if scheme not in NETWORK_IMAGE_SCHEMES or (scheme != "data" and not parts.netloc):
+                raise ValueError(f"{where}: {url[:80]!r} is not an http(s): or data: URL (a local path or another "
+                                 f"scheme is not accepted over the service)")
 
 
 def as_message_list(messages) -> list:

@@ -48,6 +48,7 @@ except ModuleNotFoundError as e:
 
 from ..api import Answer, AsyncMemory, BuildReport
 from ..core.errors import EmptyScopeError
+from ..core.messages import check_network_images
 from ..core.fallbacks import FallbackError
 from ..core.ledger import BudgetExceededError, Usage
 from ..core.pricebook import UnpricedModelError
@@ -110,7 +111,9 @@ class ScopeBody(_Body):
 
 
 class AddBody(ScopeBody):
-    """``messages``: a string, a chat dict or a list of them (see ``Memory.add``)."""
+    """``messages``: a string, a chat dict or a list of them (see ``Memory.add``); an image part's
+    url is an ``http(s):`` or ``data:`` URL (a local path is refused with 422,
+    :func:`~memfrontier.core.messages.check_network_images`)."""
 
     messages: str | dict[str, Any] | list[Any]
     session_id: str = Field(default="default", min_length=1, max_length=200)
@@ -286,8 +289,8 @@ async def _bill(request: Request, name: str, e: FallbackError) -> None:
 
 def _strategy(request: Request, name: str, options: dict[str, Any] | None):
     """The request's strategy under the service's option policy
-    (:func:`~memfrontier.server.options.check_remote_options`: 422 for an unknown strategy or an
-    option naming a file, a model or an endpoint). ``auto`` routes with the operator's router file (``ServeSettings.router``;
+    (:func:`~memfrontier.server.options.check_remote_options`: 422 for an unknown strategy, an
+    option naming a file, a model or an endpoint, or a value selecting one the operator did not configure). ``auto`` routes with the operator's router file (``ServeSettings.router``;
     ValueError, 422, when the server has none) and is built once per set of options, the latest
     :data:`AUTO_CACHE_SIZE` kept (loading the router and building its configurations' strategies
     is not per-request work)."""
@@ -381,6 +384,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
 
     @app.post("/v1/memories", response_model=AddResult, responses={409: {"model": ErrorBody}})
     async def add(body: AddBody, name: Tenant, request: Request) -> AddResult:
+        check_network_images(body.messages)  # 422 for a local image path: the server reads no file for a tenant
         return await _memory(request).add(body.messages, session_id=body.session_id, timestamp=body.timestamp,
                                           **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
 

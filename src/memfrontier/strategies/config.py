@@ -11,6 +11,12 @@ given as strings (JSON, YAML, ``--set``). :meth:`StrategyConfig.from_options` tu
 
 ``memfrontier eval --set key=value`` / ``--strategy-config FILE`` and ``memfrontier config NAME``
 read these classes; ``summary.json`` records the config and its :meth:`~StrategyConfig.config_hash`.
+
+A field that selects a model, an endpoint, a file or a cache carries the service's mark in its
+metadata (``json_schema_extra``): :func:`operator_only` for the whole field, :func:`operator_values`
+for the values of a choice that do. The service (``memfrontier serve`` / ``mcp``) reads the marks
+(:func:`memfrontier.server.options.check_remote_options`): a remote caller sets values only, and
+never reaches a model, endpoint, file or cache its operator did not configure.
 """
 
 from __future__ import annotations
@@ -27,6 +33,23 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationEr
 #: Field types for numbers: a bool, a string or (for Int) a fractional float is rejected.
 Int = StrictInt
 Float = StrictFloat
+
+
+#: The metadata keys of the service's option policy (see the module docstring).
+REMOTE_KEY = "remote"
+REMOTE_REFUSED_KEY = "remote_refused"
+
+
+def operator_only() -> dict[str, Any]:
+    """``json_schema_extra`` of a field only the service's operator sets (it names or selects a
+    model, an endpoint, a file or a cache): a remote caller giving it is refused."""
+    return {REMOTE_KEY: False}
+
+
+def operator_values(*values: Any) -> dict[str, Any]:
+    """``json_schema_extra`` of a choice some of whose ``values`` select a model, an endpoint, a
+    file or a cache the operator did not configure: a remote caller may choose the others only."""
+    return {REMOTE_REFUSED_KEY: list(values)}
 
 
 class StrategyConfigError(ValueError):

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from ...core.types import Budget, PreferenceSpec
-from ..config import StrategyConfig
+from ..config import StrategyConfig, operator_only
 
 
 class AutoConfig(StrategyConfig):
@@ -15,7 +15,8 @@ class AutoConfig(StrategyConfig):
 
     strategy = "auto"
 
-    router: Path = Field(description="A router file from `memfrontier train strategy-router` (required).")
+    router: Path = Field(json_schema_extra=operator_only(),
+                         description="A router file from `memfrontier train strategy-router` (required).")
     preference: PreferenceSpec | None = Field(
         None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} "
         "the decision maximises (MemPilot Eq. 10 presets); when set it is this configuration's and wins over the "

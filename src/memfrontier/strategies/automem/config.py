@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from ...graph import BACKENDS
-from ..config import Int, StrategyConfig
+from ..config import Int, StrategyConfig, operator_only, operator_values
 from .tools.limits import ToolLimits
 
 
@@ -23,10 +23,14 @@ class AutoMEMConfig(StrategyConfig):
                                     "False (our lean variant, a departure from the paper): skip it after the last "
                                     "round and after a failed tool call, one call fewer where it cannot change the end.")
     graph: Literal[(*BACKENDS, "none")] = Field(
-        "ladybug", description="Graph index backend queried with Cypher (none: no index_query tool).")
+        "ladybug", json_schema_extra=operator_values("neo4j"),  # neo4j: the server of the environment
+        description="Graph index backend queried with Cypher (none: no index_query tool).")
     window_turns: Int = Field(20, ge=1, description="Turns per note window when building the graph index (Sec. 5).")
-    planner_llm: str | None = Field(None, description="The planner model; default the run's --llm.")
-    judge_llm: str | None = Field(None, description="The sufficiency judge model; default the run's --llm.")
-    base_url: str | None = Field(None, description="Base URL for planner_llm / judge_llm given as 'openai:MODEL'.")
+    planner_llm: str | None = Field(None, json_schema_extra=operator_only(),
+                                    description="The planner model; default the run's --llm.")
+    judge_llm: str | None = Field(None, json_schema_extra=operator_only(),
+                                  description="The sufficiency judge model; default the run's --llm.")
+    base_url: str | None = Field(None, json_schema_extra=operator_only(),
+                                 description="Base URL for planner_llm / judge_llm given as 'openai:MODEL'.")
     build_concurrency: Int = Field(4, ge=1, description="Note windows built at once.")
     limits: ToolLimits = Field(default_factory=ToolLimits, description="Per-call caps of rg / read / dump / index_query.")

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..config import Int, StrategyConfig
+from ..config import Int, StrategyConfig, operator_only
 
 #: MemoryCPT Table 3: ``no_qad`` builds with the untrained base model, ``no_qar`` reads a plain
 #: dense top-(k_e+k_s) (no RRF, no summary), ``no_fs`` reads the RRF candidates (no summary).
@@ -24,11 +24,14 @@ class MemoryCPTConfig(StrategyConfig):
     episodic_k: Int = Field(20, ge=0, description="Episodes RRF keeps (Eq. 10; k_e).")
     semantic_k: Int = Field(50, ge=0, description="Facts RRF keeps (Eq. 10; k_s).")
     ablation: Ablation = Field("none", description="Table 3 ablation (none | no_qad | no_qar | no_fs; '-' may replace '_').")
-    construction_llm: str | None = Field(None, description="The QAD model of the four construction roles "
+    construction_llm: str | None = Field(None, json_schema_extra=operator_only(),
+                                         description="The QAD model of the four construction roles "
                                          "(Sec. 3.1), e.g. 'hf:runs/qad/merged' (merged LoRA-A); default the run's --llm.")
-    summarizer_llm: str | None = Field(None, description="The Fine Summary model (Eq. 12), e.g. 'hf'; default "
+    summarizer_llm: str | None = Field(None, json_schema_extra=operator_only(),
+                                       description="The Fine Summary model (Eq. 12), e.g. 'hf'; default "
                                        "the run's --llm ('hf' with summarizer_adapter).")
-    summarizer_adapter: Path | None = Field(None, description="A LoRA-B adapter directory from `train qar` (Eq. 16-17).")
+    summarizer_adapter: Path | None = Field(None, json_schema_extra=operator_only(),
+                                            description="A LoRA-B adapter directory from `train qar` (Eq. 16-17).")
     concurrency: Int = Field(4, ge=1, description="Sessions built at once during construction.")
 
     @field_validator("ablation", mode="before")

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ...core.types import Budget, PreferenceSpec
-from ..config import Float, Int, StrategyConfig
+from ..config import Float, Int, StrategyConfig, operator_only, operator_values
 from .compressed_bank import KINDS
 from .pool import PROFILES
 
@@ -28,7 +28,8 @@ class MemPilotConfig(StrategyConfig):
 
     strategy = "mempilot"
 
-    pool: PoolName | Path = Field("local", description="Model pool: local | table3 | bench | a pool YAML (Sec. 3.2, Table 3).")
+    pool: PoolName | Path = Field("local", json_schema_extra=operator_only(),
+                                  description="Model pool: local | table3 | bench | a pool YAML (Sec. 3.2, Table 3).")
     preference: PreferenceSpec | None = Field(
         None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
         "when set it is this configuration's and wins over the caller's; default: the caller's preference, else perf "
@@ -37,8 +38,10 @@ class MemPilotConfig(StrategyConfig):
     bank: BankKind = Field("compressed", description="Which memory bank the Retrieve tool reads (Sec. 3.1); "
                            "imported when bank_file is given.")
     compressor: Literal["auto", "offline", "llmlingua2"] = Field(
-        "auto", description="Bank compressor (auto: LLMLingua-2 when installed, else offline).")
-    adapter: Path | None = Field(None, description="A LoRA adapter directory from `train orchestrator` "
+        "auto", json_schema_extra=operator_values("auto", "llmlingua2"),  # LLMLingua-2 loads a model
+        description="Bank compressor (auto: LLMLingua-2 when installed, else offline).")
+    adapter: Path | None = Field(None, json_schema_extra=operator_only(),
+                                 description="A LoRA adapter directory from `train orchestrator` "
                                  "(the policy then runs in transformers).")
     max_rounds: Int = Field(6, ge=1, description="Policy turns per trajectory (Table 5: 6).")
     temperature: Float = Field(0.0, ge=0, description="Policy sampling temperature (0: greedy).")
@@ -51,7 +54,8 @@ class MemPilotConfig(StrategyConfig):
     rollout_key: str = Field("0", description="Mixed into the per-rollout permutation of tools and model cards.")
     budget: Budget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per question "
                                   "(USD, tokens, proxy seconds of Eq. 15-19), combined with the caller's (the tighter cap wins).")
-    bank_file: Path | None = Field(None, description="A JSONL imported as the memory bank (implies bank=imported).")
+    bank_file: Path | None = Field(None, json_schema_extra=operator_only(),
+                                   description="A JSONL imported as the memory bank (implies bank=imported).")
 
     @model_validator(mode="before")
     @classmethod
