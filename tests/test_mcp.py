@@ -194,3 +194,47 @@ def test_http_refuses_non_loopback_hosts(store_path):
     assert out.returncode == 2 and "not a loopback address" in out.stderr
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+
+
+def test_http_checks_host_and_origin_for_every_loopback_address():
+    """DNS rebinding: the SDK checks Host/Origin only for 127.0.0.1 and localhost; the server checks
+    them for whatever loopback address it binds (127.0.0.2 here), plus the names it is given."""
+    from memfrontier.server.mcp import transport_security
+
+    t = transport_security("127.0.0.2", 8765)
+    assert t.enable_dns_rebinding_protection and t.allowed_hosts == ["127.0.0.2:8765", "localhost:8765"]
+    assert t.allowed_origins == ["http://127.0.0.2:8765", "http://localhost:8765"]
+    assert transport_security("::1", 9, ("proxy.lan:443",)).allowed_hosts == ["[::1]:9", "localhost:9", "proxy.lan:443"]
+
+
+def test_http_refuses_a_forged_host_or_origin_on_another_loopback_address(store_path):
+    import httpx2 as httpx
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memfrontier.cli", "mcp", "--store", str(store_path), "--transport", "http",
+         "--host", "127.0.0.2", "--port", str(port)],
+        env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            try:
+                socket.create_connection(("127.0.0.2", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        url = f"http://127.0.0.2:{port}/mcp"
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        head = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        forged = httpx.post(url, json=init, headers={**head, "Host": f"attacker.example:{port}"}, timeout=30)
+        assert forged.status_code == 421
+        page = httpx.post(url, json=init, headers={**head, "Origin": "http://attacker.example"}, timeout=30)
+        assert page.status_code == 403
+        ok = httpx.post(url, json=init, headers=head, timeout=30)
+        assert ok.status_code == 200, ok.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

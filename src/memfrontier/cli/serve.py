@@ -52,6 +52,7 @@ def mcp_cmd(
     transport: str = typer.Option("stdio", help="stdio | http (streamable HTTP, loopback only)."),
     host: str = typer.Option("127.0.0.1", help="HTTP: a loopback address to bind."),
     port: int = typer.Option(8765, min=1, max=65535, help="HTTP: port."),
+    allowed_host: Optional[list[str]] = typer.Option(None, "--allowed-host", help="HTTP: another Host name requests may carry (repeatable; e.g. a proxy's name:port). Requests naming any other host or origin are refused."),
     user_id: Optional[str] = typer.Option(None, help="Pin every call to this user (calls naming another are refused)."),
     agent_id: Optional[str] = typer.Option(None, help="Pin every call to this agent."),
     run_id: Optional[str] = typer.Option(None, help="Pin every call to this run."),
@@ -71,7 +72,7 @@ def mcp_cmd(
         _fail(f"unknown --transport {transport!r}; choose stdio or http")
     if transport == "http" and not is_loopback(host):
         _fail(f"--host {host!r} is not a loopback address")
-    serve(_existing_store(store), transport=transport, host=host, port=port,
+    serve(_existing_store(store), transport=transport, host=host, port=port, allowed_hosts=tuple(allowed_host or ()),
           pinned=Scope(user_id=user_id, agent_id=agent_id, run_id=run_id), llm=llm, base_url=base_url,
           price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -361,10 +362,44 @@ def build_server(service: MemoryService):
 _rg, _read, _index_query = rg, read, index_query
 
 
+def transport_security(host: str, port: int, allowed_hosts: Sequence[str] = ()):
+    """The HTTP transport's DNS-rebinding protection for a server bound to ``host:port``: a request
+    is served only when its ``Host`` header names the bound address (or ``localhost`` for a
+    loopback bind) or one of ``allowed_hosts`` (``name`` or ``name:port``), and its ``Origin``, when
+    present, is ``http://`` one of those. Without it, a web page whose name resolves to the bound
+    address (DNS rebinding) could call the tools from a browser; the SDK checks only 127.0.0.1 and
+    localhost by itself."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = [host, *(("localhost",) if is_loopback(host) and host != "localhost" else ()), *allowed_hosts]
+    bracketed = [f"[{n}]" if ":" in n and not n.startswith("[") and _is_ip(n) else n for n in names]
+    hosts = sorted({h if _has_port(h) else f"{h}:{port}" for h in bracketed})
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                     allowed_origins=[f"http://{h}" for h in hosts])
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def _has_port(name: str) -> bool:
+    """``name:port`` or ``[v6]:port`` (a bare IPv6 literal has colons but no port)."""
+    if name.startswith("["):
+        return "]:" in name
+    return ":" in name and not _is_ip(name)
+
+
 def serve(
-    store: str | Path, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765, **service_kwargs
+    store: str | Path, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
+    allowed_hosts: Sequence[str] = (), **service_kwargs
 ) -> None:
-    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP).
+    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP). Over
+    HTTP, requests must name the bound address (:func:`transport_security`; ``allowed_hosts`` adds
+    names, e.g. a reverse proxy's).
 
     Raises ValueError for an unknown transport or a host that is not a loopback address.
     """
@@ -378,6 +413,7 @@ def serve(
         if transport == "stdio":
             server.run("stdio")
         else:
-            server.run("streamable-http", host=host, port=port)
+            server.run("streamable-http", host=host, port=port,
+                       transport_security=transport_security(host, port, allowed_hosts))
     finally:
         service.close()
