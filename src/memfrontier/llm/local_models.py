@@ -343,7 +343,7 @@ def install(model: LocalModel, directory: Path | None = None, *, download: Downl
     except Exception as e:
         raise ModelFetchError(
             f"could not download {model.hub.file} from the Hugging Face Hub ({model.hub.repo_id}): "
-            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Without the Hub: "
+            f"{type(e).__name__}: {(str(e).splitlines() or [''])[0].rstrip('.')}. Without the Hub: "
             f"{OFFLINE_HINT.replace('NAME', model.name)}; or copy the file to {dest} and run this again "
             "to verify it"
         ) from e
