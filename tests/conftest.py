@@ -8,9 +8,9 @@ import os
 
 os.environ["MEMFRONTIER_LLM"] = "local"  # before anything reads a default
 
-import pytest  # noqa: E402
+import pytest
 
-from memfrontier.eval.datasets import data_root  # noqa: E402
+from memfrontier.eval.datasets import data_root
 
 
 def pytest_configure(config):

