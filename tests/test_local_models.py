@@ -317,3 +317,22 @@ def test_serve_model_answers_openai_compatibly_and_is_priced():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_commands_that_call_no_model_work_before_the_default_model_is_installed(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "empty"))
+    monkeypatch.delenv("MEMFRONTIER_LLM")  # the users' default: the 1.5B, not installed here
+    (tmp_path / "chat.jsonl").write_text(json.dumps({"content": "I teach biology now.", "speaker": "Ana"}) + "\n")
+    store = str(tmp_path / "store")
+    runner = CliRunner()
+    r = runner.invoke(app, ["ingest", "--store", store, "--file", str(tmp_path / "chat.jsonl"), "--user-id", "ana"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["search", "--store", store, "--user-id", "ana", "biology"])
+    assert r.exit_code == 0 and "I teach biology now." in r.output, r.output
+    r = runner.invoke(app, ["ask", "--store", store, "--user-id", "ana", "What does Ana teach?"])
+    assert r.exit_code == 2
+    assert ("local model 'qwen2.5-1.5b' is not installed" in " ".join(r.output.split())), r.output
