@@ -1,7 +1,12 @@
-"""Shared test set-up. Tests marked ``data`` read the real benchmark files: without them they
-are skipped locally (with the reason) but fail under CI (``CI`` set), where the data must exist."""
+"""Shared test set-up. The whole suite runs on the small packaged model: ``MEMFRONTIER_LLM=local``
+(Gemma 3 270M) replaces the users' default (:data:`memfrontier.llm.DEFAULT_LLM`, the 1.5B model)
+for every default of the library, the CLI and the service, in this process and the subprocesses it
+starts. Tests marked ``data`` read the real benchmark files: without them they are skipped
+locally (with the reason) but fail under CI (``CI`` set), where the data must exist."""
 
 import os
+
+os.environ["MEMFRONTIER_LLM"] = "local"  # before anything reads a default
 
 import pytest
 

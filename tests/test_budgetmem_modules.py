@@ -296,7 +296,7 @@ def test_capacity_local_preset_is_three_embedded_models_priced_as_themselves(mem
     from memfrontier.llm import local_models
 
     # the registry's installed check passes for the split models (nothing of theirs is loaded here)
-    monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.split.file)
+    monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.hub.file)
     strat = get_strategy("budgetmem", tiering="capacity", tiering_options={"models": "local"}, tiers="low")
     assert strat.tiering.specs == LOCAL_TIERS
     # an env of its own: the clients it caches point at the stand-in files and must not reach other tests

@@ -368,7 +368,7 @@ def _fake_install(monkeypatch, tmp_path):
     """Make the registry's installed check pass for the split models (nothing is loaded here)."""
     from memfrontier.llm import local_models
 
-    monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.split.file)
+    monkeypatch.setattr(local_models, "model_file", lambda m, directory=None: tmp_path / m.hub.file)
 
 
 def test_bench_pool_routes_are_three_real_sizes_each_priced_as_itself(store, tmp_path, monkeypatch):

