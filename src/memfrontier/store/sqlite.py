@@ -226,8 +226,8 @@ class SQLiteStore(StoreSeam):
         with self._write_tx() as c:
             if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
                 return
-            shared = migrate_v1(c, self._rechunk)
-        migrate_v1_files(self.path, shared)
+            shared, renamed = migrate_v1(c, self._rechunk)
+        migrate_v1_files(self.path, shared, renamed)
         log.warning("store %s migrated to schema version %d (injective scope keys)", self.path, SCHEMA_VERSION)
 
     def _rechunk(self, c: sqlite3.Connection, sessions: dict, by_text: dict[str, np.ndarray]) -> None:
