@@ -41,6 +41,7 @@ from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
 from ..core.errors import StoreError
 from .bm25 import BM25Index, TermCache
+from .records import Presence
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
 
@@ -203,6 +204,8 @@ class MemoryBank:
             self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA secure_delete = ON")
+            self._file = Presence(self.path, "memory bank")
+            self._file.remember()
             with self._tx() as c:
                 for stmt in _SCHEMA.split(";"):
                     if stmt.strip():
@@ -248,7 +251,10 @@ class MemoryBank:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; StoreError when the bank file was removed or replaced since
+        the open (its store directory deleted, say): the write would be lost with it."""
         with self._lock:
+            self._file.check()
             c = self._conn
             c.execute("BEGIN IMMEDIATE")
             try:

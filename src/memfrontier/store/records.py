@@ -6,6 +6,7 @@ writes (:mod:`.purge` carries it out)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,6 +176,42 @@ def embedding_mismatch(store_name: str, meta: dict[str, str], embedder) -> str |
     return (f"store {store_name} was built with embedding model {mid!r} (dim {dim}), but the configured "
             f"embedder is {embedder.model_id!r} (dim {embedder.dim}); open it with the same "
             f"model, or with reembed=True to re-embed every chunk")
+
+
+class Presence:
+    """Whether a file or folder a handle opened is still the one at its path: its (device, inode)
+    is remembered (:meth:`remember`) and compared before each write (:meth:`check`), so a write
+    through a handle whose store directory was removed (or replaced) fails instead of being
+    acknowledged and lost."""
+
+    def __init__(self, path: Path, what: str):
+        self.path, self.what = Path(path), what
+        self._id: tuple[int, int] | None = None
+
+    def remember(self) -> None:
+        """Record the identity of what is at the path now (nothing when absent)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        self._id = (st.st_dev, st.st_ino)
+
+    @property
+    def known(self) -> bool:
+        return self._id is not None
+
+    def check(self) -> None:
+        """Raises StoreError when the remembered file is no longer at the path (removed, or
+        replaced by another); nothing when none was remembered."""
+        if self._id is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreError(f"{self.what} {self.path} is gone (removed since it was opened); "
+                             f"nothing was written") from None
+        if (st.st_dev, st.st_ino) != self._id:
+            raise StoreError(f"{self.what} {self.path} was replaced since it was opened; nothing was written")
 
 
 def view_folder(directory: Path, name: str) -> Path:
