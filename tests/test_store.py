@@ -1196,3 +1196,27 @@ def test_memory_add_after_the_store_directory_was_removed_fails(tmp_path, minilm
         shutil.rmtree(tmp_path / "mem")
         with pytest.raises(StoreError, match="is gone"):
             mem.add(["My sister lives in Quito."], user_id="alice")
+
+
+def test_store_files_are_private_under_umask_022(tmp_path, minilm):
+    """Store directory and view folders 0700; store.db, its -wal / -shm and bank files 0600."""
+    from memfrontier.store.bank import MemoryBank
+
+    old = os.umask(0o022)
+    try:
+        s = SQLiteStore(tmp_path / "mem", minilm)
+        s.add(ALICE[:1])
+        bank = MemoryBank.for_store(s, "facts")
+        graph = s.view_dir("graph")
+        modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+                 for p in [tmp_path / "mem", *(tmp_path / "mem").rglob("*")]}
+        bank.close()
+        s.close()
+    finally:
+        os.umask(old)
+    assert graph.is_dir()
+    assert {k: v for k, v in modes.items() if (tmp_path / k).is_dir()} == {
+        "mem": "0o700", "mem/banks": "0o700", "mem/graph": "0o700"}
+    files = {k: v for k, v in modes.items() if not (tmp_path / k).is_dir()}
+    assert {"mem/store.db", "mem/store.db-wal", "mem/store.db-shm", "mem/banks/facts.db"} <= set(files)
+    assert set(files.values()) == {"0o600"}, files

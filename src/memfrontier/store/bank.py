@@ -41,7 +41,7 @@ from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
 from ..core.errors import StoreError
 from .bm25 import BM25Index, TermCache
-from .records import Presence
+from .records import Presence, private_dir, private_file
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
 
@@ -193,7 +193,7 @@ class MemoryBank:
 
     def __init__(self, path: str | Path, embedder):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(private_dir(self.path.parent) / self.path.name)  # 0700 folder, 0600 file
         self.embedder = embedder
         self._lock = threading.RLock()
         # (scope key, kind) -> (scope, items, matrix, BM25 index or None until a BM25 search)

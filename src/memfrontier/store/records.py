@@ -214,13 +214,32 @@ class Presence:
             raise StoreError(f"{self.what} {self.path} was replaced since it was opened; nothing was written")
 
 
+def private_dir(path: Path) -> Path:
+    """Create the folder ``path`` (and missing parents) readable by its owner only (0700,
+    whatever the umask); an existing folder is left as it is."""
+    path = Path(path)
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create the empty file ``path`` readable by its owner only (0600) if it is missing, so a
+    database SQLite then opens there (and the ``-wal`` / ``-shm`` files it gives the same mode)
+    holds user text under 0600, whatever the umask."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return Path(path)
+
+
 def view_folder(directory: Path, name: str) -> Path:
-    """``directory / name``, created if missing. Raises ValueError unless ``name`` is ``[A-Za-z0-9_-]+``."""
+    """``directory / name``, created if missing (0700, :func:`private_dir`). Raises ValueError unless ``name`` is ``[A-Za-z0-9_-]+``."""
     if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
         raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
-    folder = Path(directory) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return private_dir(Path(directory) / name)
 
 
 def purge_intent(rows, whole: Scope | None) -> str:

@@ -60,7 +60,7 @@ from ..core.errors import StoreError
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
-from .records import Presence, add_result, encode, encode_chunks, purge_intent, row_to_record
+from .records import Presence, private_dir, private_file, add_result, encode, encode_chunks, purge_intent, row_to_record
 from .scope_index import Partition, Patch, ScopeIndex
 from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
 from .sqlite_schema import DB_NAME, SCHEMA_VERSION, create_tables, migrate_v1, migrate_v1_files
@@ -92,7 +92,7 @@ class SQLiteStore(StoreSeam):
     """Embedded :class:`~memfrontier.store.base.MemoryStore`: SQLite + bm25s + numpy, one directory.
 
     Args:
-        path: the store directory (created if missing).
+        path: the store directory (created if missing, 0700; ``store.db`` 0600).
         embedder: an :class:`~memfrontier.embed.minilm.Embedder` (``model_id``, ``dim``,
             ``encode``, ``count_tokens``); its id and dim are recorded in the store.
         chunk_tokens: chunk budget in retriever tokens (recorded; reopening with another value
@@ -119,8 +119,8 @@ class SQLiteStore(StoreSeam):
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store path {self.path} exists and is not a directory")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.db_path = self.path / DB_NAME
+        private_dir(self.path)  # 0700; store.db and its -wal / -shm 0600
+        self.db_path = private_file(self.path / DB_NAME)
         self.embedder = embedder
         self.chunk_tokens = int(chunk_tokens)
         self.busy_timeout_s = float(busy_timeout_s)
