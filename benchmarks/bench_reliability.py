@@ -36,10 +36,18 @@ Prints three tables of counts, in one run:
     grep of every file under the store directory (PostgreSQL: the view files) for her secret,
     plus for PostgreSQL the columns of the database holding it.
 
+(u) ``--upgrade`` (SQLite; the PostgreSQL store has no earlier schema to migrate from): a store is
+    written as the earlier release wrote it (schema 1: one global ``UNIQUE(id)``, scope keys joined
+    with ``|``, content ids hashed on that key, timestamps in the caller's spelling), ``--messages``
+    messages over sessions of 10, then opened (migrated) and the same history re-added. Prints
+    records, added (must be 0), timestamps not canonical (must be 0) and records whose timestamp
+    column orders them otherwise than their instants (must be 0). Only this check runs.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_reliability.py [--store sqlite|postgres] [--trials 3]
         [--messages 120] [--threads 10] [--thread-adds 50] [--processes 3] [--adds 20] [--seed 0]
+    .venv/bin/python benchmarks/bench_reliability.py --upgrade [--messages 120]
 
 No model call is made (bank items come from the offline compressor, graph notes are written
 directly); MiniLM is loaded in every process. Only CPU is used.
@@ -520,6 +528,81 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
 # -- report ---------------------------------------------------------------------------------------
 
 
+_V1_RECORDS = """CREATE TABLE records (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL, scope_key TEXT NOT NULL, user_id TEXT, agent_id TEXT, run_id TEXT, scope_json TEXT NOT NULL,
+    session_id TEXT NOT NULL, speaker TEXT NOT NULL, role TEXT NOT NULL, timestamp TEXT, text TEXT NOT NULL,
+    images_json TEXT NOT NULL, step_index INTEGER, action TEXT, observation TEXT, meta_json TEXT NOT NULL,
+    n_tokens INTEGER NOT NULL)"""
+_V1_CHUNKS = [
+    "CREATE TABLE chunks (id TEXT PRIMARY KEY, scope_key TEXT NOT NULL, user_id TEXT, agent_id TEXT, run_id TEXT, "
+    "scope_json TEXT NOT NULL, session_id TEXT NOT NULL, timestamp TEXT, text TEXT NOT NULL, n_tokens INTEGER NOT NULL, "
+    "first_seq INTEGER NOT NULL)",
+    "CREATE TABLE chunk_records (chunk_id TEXT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE, "
+    "position INTEGER NOT NULL, record_id TEXT NOT NULL, PRIMARY KEY (chunk_id, position))",
+    "CREATE TABLE chunk_vectors (chunk_id TEXT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE, vector BLOB NOT NULL)",
+]
+
+
+def _upgrade_history(n: int) -> list[tuple[str, list[dict]]]:
+    """``n`` messages in sessions of 10, timestamps spelled three ways (a ``-05:00`` offset, ``Z``, an
+    unpadded date), so that their text order is not their instant order."""
+    spell = ["2023-05-{d:02d} 23:30:00-05:00", "2023-05-{e:02d}T01:00:00Z", "2023-5-{e}"]
+    out = []
+    for s in range(0, n, 10):
+        day = 1 + (s // 10) % 25
+        msgs = [{"role": "user", "content": f"upgrade message {i}: note {i * 7919 % 1000}",
+                 "timestamp": spell[i % 3].format(d=day, e=day + 1)} for i in range(s, min(n, s + 10))]
+        out.append((f"s{s // 10}", msgs))
+    return out
+
+
+def upgrade_check(messages: int) -> dict:
+    """(u): write a schema-1 store, migrate it by opening it, re-add the same history."""
+    import hashlib
+    import json
+
+    from memfrontier import Memory
+    from memfrontier.core.timeutil import instant_key
+    from memfrontier.embed.minilm import MiniLMEmbedder
+
+    root = Path(tempfile.mkdtemp(prefix="mf-upgrade-"))
+    try:
+        path = root / "mem"
+        path.mkdir()
+        emb = MiniLMEmbedder(num_threads=2)
+        history = _upgrade_history(messages)
+        db = sqlite3.connect(path / "store.db")
+        for stmt in ["CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", _V1_RECORDS, *_V1_CHUNKS]:
+            db.execute(stmt)
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [
+            ("schema_version", "1"), ("generation", "1"), ("chunk_tokens", "256"),
+            ("embedding_model_id", emb.model_id), ("embedding_dim", str(emb.dim))])
+        for sid, msgs in history:
+            for i, m in enumerate(msgs):
+                key = "\x1f".join(["alice||", sid, str(i), m["role"], m["timestamp"], m["content"]])
+                rid = "r-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
+                db.execute("INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, "
+                           "session_id, speaker, role, timestamp, text, images_json, meta_json, n_tokens) "
+                           "VALUES (?, 'turn', 'alice||', 'alice', '', '', ?, ?, ?, ?, ?, ?, '[]', '{}', 12)",
+                           (rid, json.dumps({"user_id": "alice", "agent_id": None, "run_id": None}), sid,
+                            m["role"], m["role"], m["timestamp"], m["content"]))
+        db.commit()
+        db.close()
+        t0 = time.perf_counter()
+        with Memory.open(path, embedder=emb) as m:
+            migrate_s = time.perf_counter() - t0
+            added = sum(len(m.add(msgs, user_id="alice", session_id=sid).added) for sid, msgs in history)
+        db = sqlite3.connect(path / "store.db")
+        ts = [t for (t,) in db.execute("SELECT timestamp FROM records ORDER BY timestamp, seq")]
+        db.close()
+        canonical = [t for t in ts if t is not None and t.endswith("+00:00") and "T" in t]
+        misordered = sum(1 for a, b in zip(ts, ts[1:]) if instant_key(a) > instant_key(b))
+        return {"records": len(ts), "added": added, "not_canonical": len(ts) - len(canonical),
+                "misordered": misordered, "migrate_s": round(migrate_s, 2)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
     if not rows:
@@ -549,8 +632,14 @@ def main() -> None:
     ap.add_argument("--thread-adds", type=int, default=50, help="adds per thread")
     ap.add_argument("--adds", type=int, default=20, help="adds per process")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--upgrade", action="store_true",
+                    help="only (u): a schema-1 store migrated and the same history re-added (SQLite)")
     args = ap.parse_args()
     os.environ.update({k: ENV[k] for k in ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")})
+    if args.upgrade:
+        table("(u) upgrade from schema 1: the same history again (added, not_canonical, misordered must be 0)",
+              [upgrade_check(args.messages)])
+        return
     t0 = time.perf_counter()
     rng = random.Random(args.seed)
     stores = Stores(args.store)

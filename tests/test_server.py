@@ -884,3 +884,17 @@ def test_serve_command_default_embedded_postgres_with_two_workers():
             pg.start()
             pg.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def test_a_key_in_a_query_string_stays_out_of_the_access_log(caplog):
+    """uvicorn logs ``client - "METHOD path HTTP/x" status``; the app strips the query string."""
+    import logging
+
+    from memfrontier.server.rest import keep_queries_out_of_access_log
+
+    keep_queries_out_of_access_log()
+    with caplog.at_level(logging.INFO, logger="uvicorn.access"):
+        logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET",
+                                                 "/v1/search?api_key=mf-secret-123&q=x", "1.1", 401)
+    assert caplog.messages == ['127.0.0.1:5000 - "GET /v1/search HTTP/1.1" 401']
+    assert "mf-secret-123" not in caplog.text

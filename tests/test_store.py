@@ -1150,3 +1150,73 @@ def test_scope_index_searches_a_scope_and_the_union_of_a_partial_one():
     assert [c.id for c, _ in index.search_dense(u1, np.array([1.0, 0.0]), None)] == ["c4", "c3", "c2"]
     assert top(np.array([0.5, 2.0, 0.5, -1.0]), None, positive_only=True) == [(1, 2.0), (0, 0.5), (2, 0.5)]
     assert top(np.array([0.5, 2.0]), 0, positive_only=False) == []
+
+
+def test_a_write_through_a_handle_whose_directory_vanished_fails(store, open_store, emb, backend, tmp_path):
+    """``rm -rf`` of an open store's directory: a write that would be acknowledged and lost fails
+    with StoreError (SQLite: every write; PostgreSQL, whose records live in the database: the view
+    files, banks included); a directory replaced by another store is refused the same way."""
+    import shutil
+
+    from memfrontier.store.bank import BankItem, MemoryBank
+
+    assert store.add(ALICE[:1]).added == [ALICE[0].id]
+    bank = MemoryBank.for_store(store, "facts")
+    fact = BankItem(id="f1", kind="fact", scope=A, text="Alice has a puppy.", source_ids=[ALICE[0].id])
+    bank.apply([fact])
+    shutil.rmtree(tmp_path / "mem")
+    with pytest.raises(StoreError, match="memory bank .*facts.db is gone"):
+        bank.apply([fact.model_copy(update={"id": "f2"})])
+    with pytest.raises(StoreError, match="store directory .*mem is gone"):
+        store.view_dir("banks")
+    assert not (tmp_path / "mem").exists()  # not recreated by the refused calls
+    if backend == "sqlite":
+        with pytest.raises(StoreError, match="store directory .*mem is gone.*nothing was written"):
+            store.add(ALICE[1:2])
+        with pytest.raises(StoreError, match="is gone"):
+            store.delete(ALICE[0].id, A)
+        assert not (tmp_path / "mem").exists()
+        fresh = open_store("mem", emb)  # another store now at the same path
+        assert fresh.count()["records"] == 0
+        with pytest.raises(StoreError, match="was replaced since it was opened"):
+            store.add(ALICE[1:2])
+        assert fresh.count()["records"] == 0
+    else:  # the records are in the database: durable where they are said to be
+        assert store.add(ALICE[1:2]).added == [ALICE[1].id]
+    bank.close()
+
+
+def test_memory_add_after_the_store_directory_was_removed_fails(tmp_path, minilm):
+    import shutil
+
+    from memfrontier.api import Memory
+
+    with Memory.open(tmp_path / "mem", embedder=minilm) as mem:
+        mem.add(["I adopted a beagle."], user_id="alice")
+        shutil.rmtree(tmp_path / "mem")
+        with pytest.raises(StoreError, match="is gone"):
+            mem.add(["My sister lives in Quito."], user_id="alice")
+
+
+def test_store_files_are_private_under_umask_022(tmp_path, minilm):
+    """Store directory and view folders 0700; store.db, its -wal / -shm and bank files 0600."""
+    from memfrontier.store.bank import MemoryBank
+
+    old = os.umask(0o022)
+    try:
+        s = SQLiteStore(tmp_path / "mem", minilm)
+        s.add(ALICE[:1])
+        bank = MemoryBank.for_store(s, "facts")
+        graph = s.view_dir("graph")
+        modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+                 for p in [tmp_path / "mem", *(tmp_path / "mem").rglob("*")]}
+        bank.close()
+        s.close()
+    finally:
+        os.umask(old)
+    assert graph.is_dir()
+    assert {k: v for k, v in modes.items() if (tmp_path / k).is_dir()} == {
+        "mem": "0o700", "mem/banks": "0o700", "mem/graph": "0o700"}
+    files = {k: v for k, v in modes.items() if not (tmp_path / k).is_dir()}
+    assert {"mem/store.db", "mem/store.db-wal", "mem/store.db-shm", "mem/banks/facts.db"} <= set(files)
+    assert set(files.values()) == {"0o600"}, files

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 from collections.abc import Iterator
@@ -315,9 +316,29 @@ def _strategy(request: Request, name: str, options: dict[str, Any] | None):
     return cache[key]
 
 
+class NoQueryInAccessLog(logging.Filter):
+    """Drops the query string from uvicorn's access-log lines (``client - "GET /path?q HTTP/1.1"
+    200``): a key sent as ``?api_key=...`` (refused, but a permanent secret) never reaches a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+        return True
+
+
+def keep_queries_out_of_access_log() -> None:
+    """Install :class:`NoQueryInAccessLog` on the ``uvicorn.access`` logger (once per process)."""
+    logger = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, NoQueryInAccessLog) for f in logger.filters):
+        logger.addFilter(NoQueryInAccessLog())
+
+
 def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, keys: KeyStore | None = None) -> FastAPI:
     """The FastAPI application. ``memory`` / ``keys`` are opened from ``settings`` at start-up
-    when not given (and then closed at shutdown)."""
+    when not given (and then closed at shutdown). Query strings are kept out of the access log
+    (:func:`keep_queries_out_of_access_log`)."""
+    keep_queries_out_of_access_log()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -41,6 +41,7 @@ from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
 from ..core.errors import StoreError
 from .bm25 import BM25Index, TermCache
+from .records import Presence, private_dir, private_file
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
 
@@ -192,7 +193,7 @@ class MemoryBank:
 
     def __init__(self, path: str | Path, embedder):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(private_dir(self.path.parent) / self.path.name)  # 0700 folder, 0600 file
         self.embedder = embedder
         self._lock = threading.RLock()
         # (scope key, kind) -> (scope, items, matrix, BM25 index or None until a BM25 search)
@@ -203,6 +204,8 @@ class MemoryBank:
             self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA secure_delete = ON")
+            self._file = Presence(self.path, "memory bank")
+            self._file.remember()
             with self._tx() as c:
                 for stmt in _SCHEMA.split(";"):
                     if stmt.strip():
@@ -248,7 +251,10 @@ class MemoryBank:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; StoreError when the bank file was removed or replaced since
+        the open (its store directory deleted, say): the write would be lost with it."""
         with self._lock:
+            self._file.check()
             c = self._conn
             c.execute("BEGIN IMMEDIATE")
             try:

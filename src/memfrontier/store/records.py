@@ -6,6 +6,7 @@ writes (:mod:`.purge` carries it out)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -177,13 +178,68 @@ def embedding_mismatch(store_name: str, meta: dict[str, str], embedder) -> str |
             f"model, or with reembed=True to re-embed every chunk")
 
 
+class Presence:
+    """Whether a file or folder a handle opened is still the one at its path: its (device, inode)
+    is remembered (:meth:`remember`) and compared before each write (:meth:`check`), so a write
+    through a handle whose store directory was removed (or replaced) fails instead of being
+    acknowledged and lost."""
+
+    def __init__(self, path: Path, what: str):
+        self.path, self.what = Path(path), what
+        self._id: tuple[int, int] | None = None
+
+    def remember(self) -> None:
+        """Record the identity of what is at the path now (nothing when absent)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        self._id = (st.st_dev, st.st_ino)
+
+    @property
+    def known(self) -> bool:
+        return self._id is not None
+
+    def check(self) -> None:
+        """Raises StoreError when the remembered file is no longer at the path (removed, or
+        replaced by another); nothing when none was remembered."""
+        if self._id is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreError(f"{self.what} {self.path} is gone (removed since it was opened); "
+                             f"nothing was written") from None
+        if (st.st_dev, st.st_ino) != self._id:
+            raise StoreError(f"{self.what} {self.path} was replaced since it was opened; nothing was written")
+
+
+def private_dir(path: Path) -> Path:
+    """Create the folder ``path`` (and missing parents) readable by its owner only (0700,
+    whatever the umask); an existing folder is left as it is."""
+    path = Path(path)
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create the empty file ``path`` readable by its owner only (0600) if it is missing, so a
+    database SQLite then opens there (and the ``-wal`` / ``-shm`` files it gives the same mode)
+    holds user text under 0600, whatever the umask."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return Path(path)
+
+
 def view_folder(directory: Path, name: str) -> Path:
-    """``directory / name``, created if missing. Raises ValueError unless ``name`` is ``[A-Za-z0-9_-]+``."""
+    """``directory / name``, created if missing (0700, :func:`private_dir`). Raises ValueError unless ``name`` is ``[A-Za-z0-9_-]+``."""
     if not name or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in name):
         raise ValueError(f"view name must match [A-Za-z0-9_-]+, got {name!r}")
-    folder = Path(directory) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return private_dir(Path(directory) / name)
 
 
 def purge_intent(rows, whole: Scope | None) -> str:

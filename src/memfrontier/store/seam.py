@@ -32,7 +32,7 @@ from ..core.types import Chunk, Record, Scope
 from ..embed.query import encode_query
 from ..core.errors import EmbeddingMismatchError
 from .purge import apply_pending, purges_due
-from .records import check_conflicts, checked_batch, count_tokens_many, embedding_mismatch, row_to_record, view_folder
+from .records import check_conflicts, checked_batch, count_tokens_many, embedding_mismatch, row_to_record, view_folder, Presence
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +131,14 @@ class StoreSeam:
 
         Raises:
             ValueError: ``name`` is not a plain folder name (``[A-Za-z0-9_-]+``).
+            StoreError: the view folder root (:attr:`directory`) was removed or replaced since this
+                store first used it (files written there would be lost with it).
         """
+        root = self.__dict__.setdefault("_root", Presence(self.path, "store directory"))
+        root.check()
         folder = view_folder(self.path, name)
+        if not root.known:
+            root.remember()
         if purges_due(self.path, self._read_tx, self._PH):
             self.complete_purges()
         return folder

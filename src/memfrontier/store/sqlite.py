@@ -36,7 +36,8 @@ and reloads only the scopes it changed. The schema and the migration of a versio
 :mod:`memfrontier.store.sqlite_schema`.
 
 Errors: :class:`StoreError` when the database cannot be opened or written (corrupt file,
-locked beyond the timeout), :class:`EmbeddingMismatchError` when the store was built with another
+locked beyond the timeout, the directory or ``store.db`` removed or replaced since the open: a
+write checks the file's device and inode first, so it fails instead of being acknowledged and lost), :class:`EmbeddingMismatchError` when the store was built with another
 embedding model id or dimension, ``ValueError`` for invalid input (empty record, all-``None``
 scope in ``delete_all``).
 """
@@ -59,7 +60,7 @@ from ..core.errors import StoreError
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
-from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
+from .records import Presence, private_dir, private_file, add_result, encode, encode_chunks, purge_intent, row_to_record
 from .scope_index import Partition, Patch, ScopeIndex
 from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
 from .sqlite_schema import DB_NAME, SCHEMA_VERSION, create_tables, migrate_v1, migrate_v1_files
@@ -91,7 +92,7 @@ class SQLiteStore(StoreSeam):
     """Embedded :class:`~memfrontier.store.base.MemoryStore`: SQLite + bm25s + numpy, one directory.
 
     Args:
-        path: the store directory (created if missing).
+        path: the store directory (created if missing, 0700; ``store.db`` 0600).
         embedder: an :class:`~memfrontier.embed.minilm.Embedder` (``model_id``, ``dim``,
             ``encode``, ``count_tokens``); its id and dim are recorded in the store.
         chunk_tokens: chunk budget in retriever tokens (recorded; reopening with another value
@@ -118,8 +119,8 @@ class SQLiteStore(StoreSeam):
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"store path {self.path} exists and is not a directory")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.db_path = self.path / DB_NAME
+        private_dir(self.path)  # 0700; store.db and its -wal / -shm 0600
+        self.db_path = private_file(self.path / DB_NAME)
         self.embedder = embedder
         self.chunk_tokens = int(chunk_tokens)
         self.busy_timeout_s = float(busy_timeout_s)
@@ -131,6 +132,11 @@ class SQLiteStore(StoreSeam):
         self._index = ScopeIndex(int(embedder.dim), self.stats)  # the in-memory search state
         self._synced: int | None = None  # store generation the index reflects (None: not loaded)
         self._conn = self._connect()
+        #: the database file this handle opened: a write checks it is still the one at db_path
+        self._db_file = Presence(self.db_path, "store database")
+        self._db_file.remember()
+        self._root = Presence(self.path, "store directory")
+        self._root.remember()
         self._open_steps(self._init_schema, lambda: self._check_embedding(reembed), self._migrate)
 
     # -- connection / schema --------------------------------------------------------------
@@ -157,9 +163,13 @@ class SQLiteStore(StoreSeam):
 
     @contextmanager
     def _write_tx(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the thread lock; rollback on any error."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the thread lock; rollback on any error.
+        Raises StoreError when the store's directory or database file was removed or replaced
+        since the open (a commit there would be acknowledged and lost)."""
         with self._lock:
             self._check_open()
+            self._root.check()
+            self._db_file.check()
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -226,8 +236,8 @@ class SQLiteStore(StoreSeam):
         with self._write_tx() as c:
             if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
                 return
-            shared = migrate_v1(c, self._rechunk)
-        migrate_v1_files(self.path, shared)
+            shared, renamed = migrate_v1(c, self._rechunk)
+        migrate_v1_files(self.path, shared, renamed)
         log.warning("store %s migrated to schema version %d (injective scope keys)", self.path, SCHEMA_VERSION)
 
     def _rechunk(self, c: sqlite3.Connection, sessions: dict, by_text: dict[str, np.ndarray]) -> None:

@@ -17,14 +17,18 @@ scopes shared is removed: it is rebuilt on the next build) and removes the obsol
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from ..core.types import Scope
+from ..core.timeutil import canonical_timestamp
+from ..core.types import Scope, record_id
 from .purge import LOG_TABLES
 
 #: 2: injective scope keys, record ids unique per scope (UNIQUE(scope_key, id)), scope_gen,
@@ -122,41 +126,121 @@ def records_unique_per_scope(c) -> None:
 Rechunk = Callable[[object, dict, dict[str, np.ndarray]], None]
 
 
-def migrate_v1(c, rechunk: Rechunk) -> dict[str, dict[str, Scope]]:
-    """Rewrite a version-1 database to version 2 in transaction ``c``; returns, for each
-    version-1 scope key, the version-2 scopes that had it (by key), for :func:`migrate_v1_files`."""
+#: What :func:`~memfrontier.core.types.record_id` gives: ``r-`` and 20 hex digits.
+_CONTENT_ID_RE = re.compile(r"r-[0-9a-f]{20}")
+
+
+def _v1_content_id(key: str, session_id: str, position: int, speaker: str, text: str, timestamp: str | None) -> str:
+    """:func:`~memfrontier.core.types.record_id` as version 1 computed it: on the raw scope key
+    string ``key`` (version 1's ``|``-joined ids) and the timestamp as it was stored."""
+    h = hashlib.sha256("\x1f".join([key, session_id, str(position), speaker, timestamp or "", text]).encode("utf-8"))
+    return "r-" + h.hexdigest()[:20]
+
+
+def _v1_position(key: str, session_id: str, speaker: str, text: str, ts: str | None, rid: str,
+                 guesses: list[int], upto: int) -> int | None:
+    """The position in its ``add`` call at which a version-1 content id ``rid`` was derived (tried:
+    ``guesses`` first, then ``0..upto``), or None when ``rid`` is not such an id (a caller's id)."""
+    for p in [*guesses, *range(upto + 1)]:
+        if p >= 0 and _v1_content_id(key, session_id, p, speaker, text, ts) == rid:
+            return p
+    return None
+
+
+def _v1_timestamp(raw: str | None, meta_json: str) -> tuple[str | None, str]:
+    """A version-1 timestamp in the canonical form, and the record's meta JSON. Version 1 stored
+    the caller's spelling; one that is no complete date becomes None, the original kept in the
+    meta under ``timestamp_v1`` (a new store refuses such a value)."""
+    try:
+        return canonical_timestamp(raw), meta_json
+    except ValueError:
+        meta = json.loads(meta_json)
+        meta["timestamp_v1"] = raw
+        return None, json.dumps(meta, ensure_ascii=False)
+
+
+def migrate_v1(c, rechunk: Rechunk) -> tuple[dict[str, dict[str, Scope]], dict[str, str]]:
+    """Rewrite a version-1 database to version 2 in transaction ``c``. Returns, for each version-1
+    scope key, the version-2 scopes that had it (by key), and the record ids that changed (old id
+    -> new id; version-1 ids were globally unique), for :func:`migrate_v1_files`.
+
+    A record id that :func:`~memfrontier.core.types.record_id` derived from the content (found by
+    recomputing it with the version-1 key and stored timestamp) is derived again from the new key
+    and the canonical timestamp, as an ``add`` of the same message computes it now; other ids are
+    kept. Timestamps are rewritten in the canonical form (:func:`_v1_timestamp`)."""
     records_unique_per_scope(c)
     shared: dict[str, dict[str, Scope]] = {}
-    updates = []
-    for seq, u, a, r, old in c.execute("SELECT seq, user_id, agent_id, run_id, scope_key FROM records").fetchall():
+    rows = c.execute("SELECT seq, id, user_id, agent_id, run_id, scope_key, session_id, speaker, text, timestamp, "
+                     "meta_json FROM records ORDER BY seq").fetchall()
+    updates, renamed = [], {}
+    taken = set()
+    seen: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}  # session -> (count, last k, last p)
+    for seq, rid, u, a, r, old, sid, speaker, text, ts, meta_json in rows:
         sc = Scope(user_id=u or None, agent_id=a or None, run_id=r or None)
-        shared.setdefault(old, {})[sc.key()] = sc
-        updates.append((sc.key(), sc.user_id, sc.agent_id, sc.run_id, sc.model_dump_json(), seq))
-    c.executemany("UPDATE records SET scope_key = ?, user_id = ?, agent_id = ?, run_id = ?, scope_json = ? "
-                  "WHERE seq = ?", updates)
+        key = sc.key()
+        shared.setdefault(old, {})[key] = sc
+        new_ts, meta_json = _v1_timestamp(ts, meta_json)
+        k, last_k, last_p = seen.get((old, sid), (0, None, None))
+        new_id = rid
+        if _CONTENT_ID_RE.fullmatch(rid):
+            guesses = [last_p + (k - last_k)] if last_p is not None else []
+            p = _v1_position(old, sid, speaker, text, ts, rid, guesses, k)
+            if p is not None:
+                last_k, last_p = k, p
+                new_id = record_id(sc, sid, p, speaker, text, new_ts)
+        seen[(old, sid)] = (k + 1, last_k, last_p)
+        if (key, new_id) in taken:  # two version-1 records now the same: keep the later one's id
+            new_id = rid
+        taken.add((key, new_id))
+        if new_id != rid:
+            renamed[rid] = new_id
+        updates.append((new_id, key, sc.user_id, sc.agent_id, sc.run_id, sc.model_dump_json(), new_ts, meta_json, seq))
+    c.executemany("UPDATE records SET id = ?, scope_key = ?, user_id = ?, agent_id = ?, run_id = ?, scope_json = ?, "
+                  "timestamp = ?, meta_json = ? WHERE seq = ?", updates)
     by_text = {t: np.frombuffer(v, dtype="<f4") for t, v in
                c.execute("SELECT c.text, v.vector FROM chunks c JOIN chunk_vectors v ON v.chunk_id = c.id")}
     c.execute("DELETE FROM chunks")  # cascades to chunk_records and chunk_vectors
     sessions = dict.fromkeys(tuple(r) for r in c.execute("SELECT DISTINCT scope_key, session_id FROM records"))
     rechunk(c, sessions, by_text)
     c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-    return shared
+    return shared, renamed
 
 
-def migrate_v1_files(path: Path, shared: dict[str, dict[str, Scope]]) -> None:
-    """After :func:`migrate_v1` committed: in the store directory ``path``, remove ``bm25/`` and
-    move each version-1 graph folder (``graph/<sha256(old key)[:16]>``) to its scope's
-    :meth:`Scope.slug` (removed when two scopes shared the old key)."""
+def migrate_v1_files(path: Path, shared: dict[str, dict[str, Scope]], renamed: dict[str, str] | None = None) -> None:
+    """After :func:`migrate_v1` committed: in the store directory ``path``, remove ``bm25/``, move
+    each version-1 graph folder (``graph/<sha256(old key)[:16]>``) to its scope's
+    :meth:`Scope.slug` (removed when two scopes shared the old key, or when records of the scope got
+    new ids: it is rebuilt on the next build), and rewrite the ``source_ids`` of every bank item
+    (``banks/*.db``) with ``renamed`` (old record id -> new)."""
+    renamed = renamed or {}
     shutil.rmtree(path / "bm25", ignore_errors=True)
     graph = path / "graph"
     for old, scopes in shared.items():
         folder = graph / hashlib.sha256(old.encode("utf-8")).hexdigest()[:16]
         if not folder.is_dir():
             continue
-        if len(scopes) == 1:
+        if len(scopes) == 1 and not renamed:
             os.replace(folder, graph / next(iter(scopes.values())).slug())
         else:
             shutil.rmtree(folder, ignore_errors=True)
+    if renamed:
+        for bank in sorted((path / "banks").glob("*.db")):
+            _rename_sources(bank, renamed)
+
+
+def _rename_sources(bank: Path, renamed: dict[str, str]) -> None:
+    """Rewrite the ``source_ids`` of the items of the bank file ``bank`` (one transaction)."""
+    conn = sqlite3.connect(str(bank), isolation_level=None, timeout=30)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'items'").fetchone():
+            rows = conn.execute("SELECT id, source_ids FROM items").fetchall()
+            conn.executemany("UPDATE items SET source_ids = ? WHERE id = ?",
+                             [(json.dumps([renamed.get(i, i) for i in json.loads(src)]), iid) for iid, src in rows
+                              if any(i in renamed for i in json.loads(src))])
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 __all__ = ["DB_NAME", "SCHEMA", "SCHEMA_VERSION", "create_tables", "migrate_v1", "migrate_v1_files",
