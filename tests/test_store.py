@@ -1033,7 +1033,7 @@ def test_cli_store_option_takes_a_postgres_url(pg_database, tmp_path, monkeypatc
                              "timestamp": "2023-05-08T13:56:00"}) + "\n")
     run = CliRunner().invoke
     res = run(app, ["ingest", "--store", url, "--file", str(f), "--user-id", "ana"])
-    assert res.exit_code == 0 and "+1 records" in res.output, res.output
+    assert res.exit_code == 0 and "+1 record," in res.output, res.output
     res = run(app, ["search", "kayak", "--store", url, "--user-id", "ana", "--k", "1"])
     assert res.exit_code == 0 and "Lake Tahoe" in res.output, res.output
     assert not (Path.cwd() / "postgresql:").exists()
