@@ -126,7 +126,7 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     bom = tmp_path / "bom.jsonl"  # a byte-order mark, as some editors write, is no content
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"content": "Bruno likes jazz."}).encode() + b"\n")
     res = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "bom-store"), "--file", str(bom), "--user-id", "u"])
-    assert res.exit_code == 0 and "+1 records" in res.output, res.output
+    assert res.exit_code == 0 and "+1 record," in res.output, res.output
     res = CliRunner().invoke(app, ["search", "jazz", "--store", str(tmp_path / "nowhere")])
     assert res.exit_code == 2 and "no memory store" in res.output
     # --file needs a scope, said in the command line's terms; --agent-id / --run-id are scopes too
@@ -134,7 +134,7 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f)])
     assert res.exit_code == 2 and "--file needs a scope: give --user-id, --agent-id or --run-id" in res.output
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--agent-id", "bot", "--run-id", "r1"])
-    assert res.exit_code == 0 and "+1 records" in res.output, res.output
+    assert res.exit_code == 0 and "+1 record," in res.output, res.output
     with Memory.open(store) as m:
         assert [r.text for r in m.aio.store.records(Scope(agent_id="bot", run_id="r1"))] == ["Bruno likes jazz."]
         assert m.aio.store.records(Scope(user_id="u")) == []
