@@ -33,6 +33,7 @@ from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, 
 from .core.ledger import Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
+from .core.text import clean_text
 from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import make_llm
 from .llm.base import ChatClient
@@ -234,6 +235,7 @@ class AsyncMemory:
         that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
         ``all_scopes=True`` (every tenant's records)."""
         k = _positive_int("k", k)
+        query = clean_text(query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 

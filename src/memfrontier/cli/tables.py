@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.jsonio import jsonl_lines
+
 
 def frontier_table(report: dict):
     """The finished configurations of a frontier report, the columns that fit a terminal
@@ -66,7 +68,7 @@ def _train_table(log_path: Path):
     t = Table(title=f"router training ({log_path})")
     for name, _key, _d in cols:
         t.add_column(name, justify="right")
-    for line in log_path.read_text("utf-8").splitlines():
+    for line in jsonl_lines(log_path.read_text("utf-8")):
         r = json.loads(line)
         cells = []
         for _name, key, d in cols:

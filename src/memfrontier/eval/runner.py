@@ -16,7 +16,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from ..core.jsonio import write_json_atomic
+from ..core.jsonio import jsonl_lines, write_json_atomic
 from ..core.types import Conversation, Question
 from . import datasets
 from .config import EvalConfig
@@ -56,7 +56,7 @@ def _read_done(path: Path) -> dict[str, dict]:
     if not path.exists():
         return done
     good_lines = []
-    for line in path.read_text("utf-8").splitlines():
+    for line in jsonl_lines(path.read_text("utf-8")):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
