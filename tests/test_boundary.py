@@ -77,3 +77,35 @@ def test_clients_replace_lone_surrogates_in_text_and_refuse_them_in_ids(service)
                 await m.search("x", user_id="\udc00")
 
     asyncio.run(go())
+
+
+OUT_OF_RANGE = ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+05:00"]
+
+
+@pytest.mark.parametrize("ts", OUT_OF_RANGE)
+def test_a_timestamp_outside_years_1_to_9999_in_utc_is_a_value_error_naming_the_field(ts):
+    from memfrontier.core.messages import messages_to_records
+    from memfrontier.core.timeutil import canonical_timestamp, parse_instant
+    from memfrontier.core.types import Record, Scope
+
+    assert parse_instant(ts) is None  # not an instant Python can hold
+    with pytest.raises(ValueError, match=r"timestamp '.*' falls outside years 1-9999 in UTC"):
+        canonical_timestamp(ts)
+    with pytest.raises(ValueError, match=r"message 0\.timestamp '.*' falls outside years 1-9999"):
+        messages_to_records([{"content": "x", "timestamp": ts}], scope=Scope(user_id="u"), session_id="s")
+    with pytest.raises(ValueError, match="falls outside years 1-9999"):
+        Record(id="r", text="x", timestamp=ts)
+
+
+@pytest.mark.parametrize("ts", OUT_OF_RANGE)
+def test_rest_answers_422_for_an_out_of_range_timestamp(service, ts):
+    import httpx2 as httpx
+
+    with httpx.Client(base_url=service["url"], headers={"Authorization": f"Bearer {service['key']}"}) as h:
+        for body in ({"messages": "x", "user_id": "u", "timestamp": ts},
+                     {"messages": [{"content": "x", "timestamp": ts}], "user_id": "u"}):
+            r = h.post("/v1/memories", json=body)
+            assert r.status_code == 422 and "falls outside years 1-9999" in r.text, r.text
+        assert h.post("/v1/memories", json={"messages": "a note", "user_id": "u"}).status_code == 200
+        r = h.post("/v1/ask", json={"question": "when?", "user_id": "u", "question_date": ts})
+        assert r.status_code == 422 and "question_date" in r.text and "1-9999" in r.text, r.text
