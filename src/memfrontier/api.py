@@ -33,6 +33,8 @@ from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, 
 from .core.ledger import Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
+from .core.text import clean_text
+from .core.timeutil import canonical_timestamp
 from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import default_llm, make_llm
 from .llm.base import ChatClient
@@ -240,6 +242,7 @@ class AsyncMemory:
         that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
         ``all_scopes=True`` (every tenant's records)."""
         k = _positive_int("k", k)
+        query = clean_text(query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
@@ -325,9 +328,12 @@ class AsyncMemory:
         FallbackError above the threshold; the report is ``Answer.build``); a view built earlier whose
         construction record is above the threshold is refused too (FallbackError). Raises ValueError without
         a scope id unless ``all_scopes=True`` (the context may then hold every tenant's records;
-        neither rule is checked then, and nothing is built).
+        neither rule is checked then, and nothing is built), and for a ``question_date`` that is not a
+        complete date in years 1-9999 (UTC).
         """
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
+        if question_date is not None:  # a date that is not one (or not one in years 1-9999) is named now
+            canonical_timestamp(question_date, what="question_date")
         strat = self._strategy(strategy, strategy_options)
         if isinstance(preference, str):  # a bad argument is named before the scope is read
             preference = Preference.preset(preference)

@@ -29,6 +29,7 @@ import httpx2 as httpx
 from .api import Answer, BuildReport
 from .core.errors import EmptyScopeError
 from .core.fallbacks import FallbackError
+from .core.text import clean_json, clean_text
 from .core.types import Budget, Hit, Preference, Record
 from .core.errors import RecordConflictError
 from .store.base import AddResult
@@ -83,7 +84,31 @@ class _Call:
 
 
 def _scope(user_id, agent_id, run_id) -> dict:
-    return {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v is not None}
+    """The scope ids given; ValueError naming the id when one holds a lone surrogate (``Memory`` refuses it)."""
+    out = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v is not None}
+    for k, v in out.items():
+        if isinstance(v, str) and clean_text(v) != v:
+            raise ValueError(f"{k} holds a lone surrogate (not valid Unicode)")
+    return out
+
+
+#: request fields holding free text: lone surrogates in them become U+FFFD, as ``Memory`` does
+#: (:func:`~memfrontier.core.text.clean_text`).
+_TEXT_FIELDS = ("messages", "query", "question")
+
+
+def _json(body: dict) -> dict:
+    """``body`` ready for the wire: the text fields (:data:`_TEXT_FIELDS`) cleaned of lone surrogates;
+    a lone surrogate anywhere else (a scope or session id, a timestamp, an option) raises ValueError
+    naming the field, as ``Memory`` refuses it, instead of a UnicodeEncodeError from the encoder."""
+    out = {}
+    for key, value in body.items():
+        if key in _TEXT_FIELDS:
+            value = clean_json(value)
+        elif clean_json(value) != value:
+            raise ValueError(f"{key} holds a lone surrogate (not valid Unicode)")
+        out[key] = value
+    return out
 
 
 def _raise_for(resp: httpx.Response) -> None:
@@ -118,30 +143,30 @@ class _Calls:
     @staticmethod
     def add(messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
             timestamp: str | None = None) -> _Call:
-        return _Call("POST", "/v1/memories", {"messages": messages, "session_id": session_id, "timestamp": timestamp,
-                                              **_scope(user_id, agent_id, run_id)})
+        return _Call("POST", "/v1/memories", _json({"messages": messages, "session_id": session_id, "timestamp": timestamp,
+                                              **_scope(user_id, agent_id, run_id)}))
 
     @staticmethod
     def search(query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False) -> _Call:
-        return _Call("POST", "/v1/search", {"query": query, "k": k, "all_scopes": all_scopes,
-                                            **_scope(user_id, agent_id, run_id)})
+        return _Call("POST", "/v1/search", _json({"query": query, "k": k, "all_scopes": all_scopes,
+                                                  **_scope(user_id, agent_id, run_id)}))
 
     @staticmethod
     def ask(question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
             strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
             budget: Budget | None = None, question_date: str | None = None, build: bool = False,
             all_scopes: bool = False) -> _Call:
-        return _Call("POST", "/v1/ask", {
+        return _Call("POST", "/v1/ask", _json({
             "question": question, "strategy": strategy, "strategy_options": strategy_options,
             "preference": preference.model_dump() if isinstance(preference, Preference) else preference,
             "budget": budget.model_dump() if budget is not None else None, "question_date": question_date,
-            "build": build, "all_scopes": all_scopes, **_scope(user_id, agent_id, run_id)})
+            "build": build, "all_scopes": all_scopes, **_scope(user_id, agent_id, run_id)}))
 
     @staticmethod
     def build(strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
               strategy_options: dict[str, Any] | None = None) -> _Call:
-        return _Call("POST", "/v1/build", {"strategy": strategy, "strategy_options": strategy_options,
-                                           **_scope(user_id, agent_id, run_id)})
+        return _Call("POST", "/v1/build", _json({"strategy": strategy, "strategy_options": strategy_options,
+                                                 **_scope(user_id, agent_id, run_id)}))
 
     @staticmethod
     def get(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
@@ -162,11 +187,15 @@ class _Calls:
 
 
 def _segment(record_id: str) -> str:
-    if not isinstance(record_id, str) or not record_id:
+    """``record_id`` as one URL path segment that reaches the server unchanged: every character but
+    ASCII letters, digits, ``-``, ``_`` and ``~`` percent-encoded (UTF-8), ``.`` too, so that
+    ``"."`` and ``".."`` (``%2E``, ``%2E%2E``) are never read as dot segments and removed. Raises
+    ValueError for an empty or blank id (as the service does)."""
+    if not isinstance(record_id, str) or not record_id.strip():
         raise ValueError(f"record_id must be a non-empty string, got {record_id!r}")
     from urllib.parse import quote
 
-    return quote(record_id, safe="")
+    return quote(clean_text(record_id), safe="").replace(".", "%2E")
 
 
 #: verb -> how its JSON answer becomes the value ``Memory`` returns.

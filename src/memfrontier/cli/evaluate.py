@@ -88,6 +88,9 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
                 if cfg.limit is not None and info["total"] < cfg.limit:
                     err.print(f"note: the split holds {plural(info['total'], 'question')}, fewer than --limit {cfg.limit}: "
                               "all of them are answered")
+                if info.get("empty_turns_skipped"):
+                    err.print(f"note: skipped {info['empty_turns_skipped']} empty turn(s) of the data file (no text, "
+                              "image, action or observation; listed in summary.json)")
                 if info["done"]:
                     err.print(f"resuming {out}: {info['done']} of {plural(info['total'], 'question')} already answered")
             elif event == "build":

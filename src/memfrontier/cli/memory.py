@@ -94,6 +94,7 @@ def ingest(
 
 def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     """Messages of a JSONL file grouped by session; any bad line fails with file:line, nothing written."""
+    from ..core.jsonio import jsonl_lines
     from ..core.messages import messages_to_records
     from ..core.types import Scope
 
@@ -104,7 +105,7 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     except UnicodeDecodeError as e:
         _fail(f"{file}: not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8; nothing was written")
     by_session: dict[str, list[dict]] = {}
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(jsonl_lines(text), 1):
         if not line.strip():
             continue
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.jsonio import jsonl_lines
 from ..core.words import plural
 from ..eval.reports.layout import fit_columns
 
@@ -77,7 +78,7 @@ def _train_table(log_path: Path):
     t = Table(title=f"router training ({log_path})")
     for name, _key, _d in cols:
         t.add_column(name, justify="right")
-    for line in log_path.read_text("utf-8").splitlines():
+    for line in jsonl_lines(log_path.read_text("utf-8")):
         r = json.loads(line)
         cells = []
         for _name, key, d in cols:

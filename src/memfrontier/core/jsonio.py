@@ -35,6 +35,17 @@ def write_json_atomic(path: Path, obj) -> None:
     write_text_atomic(path, json.dumps(json_safe(obj), indent=2, ensure_ascii=False, default=str, allow_nan=False))
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL text: split on ``"\\n"`` only (a ``"\\r"`` before it dropped), never on the
+    other characters :meth:`str.splitlines` breaks at (U+2028, U+2029, U+0085, ``\\x1c``-``\\x1e``...),
+    which JSON strings may hold unescaped. The one line reading of every JSONL file memfrontier reads.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def read_jsonl_objects(path: Path, error: type[Exception] = ValueError) -> list[tuple[int, dict]]:
     """``(line number, object)`` for every non-blank line of a JSONL file (1-based numbers).
 
@@ -45,7 +56,7 @@ def read_jsonl_objects(path: Path, error: type[Exception] = ValueError) -> list[
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     try:
-        lines = path.read_text("utf-8").splitlines()
+        lines = jsonl_lines(path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"cannot read {path}: {e}") from e
     out = []

@@ -6,19 +6,25 @@ line. They cannot be encoded as UTF-8, so SQLite, tokenizers and JSON writers fa
 inside. :func:`clean_text` joins a high+low surrogate pair into the character it encodes and
 replaces each lone one with U+FFFD (the replacement character), as a UTF-8 decoder with
 ``errors="replace"`` does for invalid bytes.
+
+One normalization rule: text that crosses a boundary is put in Unicode NFC (canonical composition:
+``"e\u0301"`` -> ``"\u00e9"``), so stored text (a :class:`~memfrontier.core.types.Record`'s
+fields) and queries (``Memory.search``, a strategy's query, an ``rg`` pattern) are compared in one
+form by every retriever on every store.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 REPLACEMENT = "\ufffd"
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(text: str) -> str:
-    """``text`` with surrogate pairs joined and every lone surrogate replaced by U+FFFD; valid
-    text is returned unchanged.
+    """``text`` with surrogate pairs joined, every lone surrogate replaced by U+FFFD, and put in
+    Unicode NFC; ASCII text is returned unchanged.
 
     Raises ValueError when ``text`` is not a ``str`` (bytes must be decoded by the caller, who
     knows their encoding).
@@ -28,9 +34,11 @@ def clean_text(text: str) -> str:
     """
     if not isinstance(text, str):
         raise ValueError(f"expected text (str), got {type(text).__name__}")
-    if text.isascii() or _SURROGATE_RE.search(text) is None:
+    if text.isascii():
         return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if _SURROGATE_RE.search(text) is not None:
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
 def clean_json(value):

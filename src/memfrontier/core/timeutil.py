@@ -38,10 +38,19 @@ _ABSOLUTE_SETTINGS = {
 }
 
 
+class OutOfRangeError(ValueError):
+    """A date whose UTC instant falls outside years 1-9999 (``9999-12-31T23:59:59-01:00``)."""
+
+
 def _aware_utc(dt: datetime) -> datetime:
+    """``dt`` as aware UTC (naive = :data:`DEFAULT_ZONE`); OutOfRangeError when that instant is
+    outside years 1-9999 (Python's datetime range)."""
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=DEFAULT_ZONE)
-    return dt.astimezone(timezone.utc)
+    try:
+        return dt.astimezone(timezone.utc)
+    except OverflowError:
+        raise OutOfRangeError(f"{dt.isoformat()} falls outside years 1-9999 in UTC") from None
 
 
 def parse_iso(value: str) -> datetime | None:
@@ -120,6 +129,15 @@ def read_date(text: str, reference: datetime | None = None, *,
 
 
 def parse_instant(value: str | datetime | date | None) -> datetime | None:
+    """A timestamp in any complete, absolute spelling -> aware UTC datetime; None if unreadable or
+    outside years 1-9999 in UTC (see :func:`_instant`)."""
+    try:
+        return _instant(value)
+    except OutOfRangeError:
+        return None
+
+
+def _instant(value: str | datetime | date | None) -> datetime | None:
     """A timestamp in any complete, absolute spelling -> aware UTC datetime; None if unreadable.
 
     ISO-8601 first (:func:`parse_iso`), then :func:`read_date` without a reference for written
@@ -165,7 +183,10 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
             pass
     if not isinstance(value, (str, datetime, date)):
         raise ValueError(f"{what} must be an ISO-8601 string or a datetime, got {type(value).__name__} {value!r}")
-    parsed = parse_instant(value)
+    try:
+        parsed = _instant(value)
+    except OutOfRangeError:
+        raise ValueError(f"{what} {value!r} falls outside years 1-9999 in UTC") from None
     if parsed is None:
         raise ValueError(f"{what} {value!r} is not a complete date (expected ISO-8601, e.g. 2023-05-08T13:56:00Z)")
     return format_instant(parsed)

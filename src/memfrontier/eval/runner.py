@@ -16,7 +16,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from ..core.jsonio import write_json_atomic
+from ..core.jsonio import jsonl_lines, write_json_atomic
 from ..core.types import Conversation, Question
 from . import datasets
 from .config import EvalConfig
@@ -56,7 +56,7 @@ def _read_done(path: Path) -> dict[str, dict]:
     if not path.exists():
         return done
     good_lines = []
-    for line in path.read_text("utf-8").splitlines():
+    for line in jsonl_lines(path.read_text("utf-8")):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -87,14 +87,38 @@ def check_run(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]:
     loads and holds questions of the split (:func:`load_questions`, whose result is returned), and
     its LLM specs (answerer, memory side, judge) parse and name installed embedded models. Loads no
     model; :func:`run_eval` checks this first, a frontier once for all its configurations. Raises
-    DatasetError, ValueError or :class:`~memfrontier.llm.local_models.ModelNotInstalledError`."""
+    DatasetError, ValueError or :class:`~memfrontier.llm.local_models.ModelNotInstalledError`.
+
+    The records are checked as the store's ``add`` will check them (:func:`check_records`), so a
+    file the store would refuse is refused here, not after minutes of embedding."""
     from ..llm import check_llm_spec, served_base_url
 
     loaded = load_questions(cfg)
+    check_records(loaded[0], cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root))
     check_llm_spec(cfg.llm, cfg.base_url)
     if cfg.judge and cfg.judge_llm:  # the judge gets --base-url only when it is a server's model, as in MemoryEnv.model
         check_llm_spec(cfg.judge_llm, served_base_url(cfg.judge_llm, cfg.base_url))
     return loaded
+
+
+def check_records(convs: list[Conversation], where) -> None:
+    """Run the store's batch checks (:func:`~memfrontier.store.records.checked_batch`: empty
+    records, id and scope sizes, one id twice with other content) on each conversation's records,
+    the batch :func:`~memfrontier.eval.tasks.construct` adds; raises DatasetError naming ``where``
+    (the data file) and the record. Writes nothing."""
+    from ..store.records import checked_batch
+
+    for c in convs:
+        try:
+            checked_batch(c.records)
+        except ValueError as e:  # RecordConflictError is a ValueError too
+            why = str(e).replace(" (nothing of this batch was written)", "").replace("; nothing of this batch was written", "")
+            raise datasets.DatasetError(f"data file {where}: conversation {c.id!r}: {why}; nothing was written") from e
+
+
+def empty_turns_skipped(convs: list[Conversation]) -> list[str]:
+    """The ids of the turns the loader skipped for being empty (``meta["empty_turns_skipped"]``), in order."""
+    return [rid for c in convs for rid in c.meta.get("empty_turns_skipped", ())]
 
 
 class RunMismatchError(RuntimeError):
@@ -147,7 +171,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             f"{out} holds {len(other)} answer{'s' if len(other) != 1 else ''} made with other prompt versions "
             f"({other[0]}; this memfrontier: {current}); choose another --out or delete {out}")
     pending = [q for q in questions if q.id not in done]
-    progress("start", total=len(questions), done=len(done), conversations=len(convs))
+    progress("start", total=len(questions), done=len(done), conversations=len(convs),
+             empty_turns_skipped=len(empty_turns_skipped(convs)))
 
     executor = open_executor(cfg, mem, strategy, judge, progress, items=max(len(convs), len(pending)))
     try:
@@ -176,7 +201,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
     rows = [done[q.id] for q in questions if q.id in done]
     summary = build_summary(cfg, rows, construction, data_file, mem, strategy, structured_output=modes,
-                            undated=undated_sessions(convs))
+                            undated=undated_sessions(convs), skipped=empty_turns_skipped(convs))
     write_json_atomic(out / "summary.json", summary)
     if summary["fallbacks"]["exceeded"] and not cfg.allow_fallbacks:
         raise FallbackError(exceeded_message(summary["fallbacks"]), summary)

@@ -39,7 +39,8 @@ def undated_sessions(convs: list[Conversation]) -> list[str]:
 
 
 def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy,
-                  structured_output: dict[str, str] | None = None, undated: Sequence[str] = ()) -> dict:
+                  structured_output: dict[str, str] | None = None, undated: Sequence[str] = (),
+                  skipped: Sequence[str] = ()) -> dict:
     """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3 / Eq. 20) and provenance.
 
     ``amortized_usd_per_question``: USD per question, ``{str(n): C(n)}`` for n in
@@ -49,7 +50,8 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
     n = 314 is LoCoMo's whole test split), the frontier's convention; None when a call was unpriced. ``qpc_amortized``: overall F1 / (C(n_run) x 1e4) (MemoryCPT Eq. 5-6;
     the metrics' ``qpc`` is online-only). ``structured_output``: the endpoints' structured-output
     modes (default: this process's). ``undated``: :func:`undated_sessions` of the run's
-    conversations (``undated_sessions`` in the summary)."""
+    conversations (``undated_sessions`` in the summary). ``skipped``: the ids of the empty turns the
+    loader skipped (``empty_turns_skipped``: their count; ``empty_turns_skipped_ids``: the ids)."""
     groups = summarize(rows, by="category", dataset=cfg.dataset)
     n = len(rows)
     scored = overall_metrics(groups)  # the questions F1 is over (LoCoMo: categories 1-4), as the frontier's row
@@ -69,6 +71,8 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "qpc_amortized": qpc(f1_all, c_run) if f1_all is not None and c_run else None,
         "judge_errors": sum(1 for r in rows if r.get("judge_error")),
         "undated_sessions": list(undated),
+        "empty_turns_skipped": len(skipped),
+        "empty_turns_skipped_ids": list(skipped),
         "events": _sum_events(rows),
         "fallbacks": fallback_report(rows, cfg.fallback_threshold, construction=construction.values()),
         **_choices(rows),

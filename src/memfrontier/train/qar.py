@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 
 from ..answerer import Answerer
+from ..core.jsonio import jsonl_lines
 from ..core.types import Context, Conversation, Question, Record, Scope
 from ..eval.metrics import locomo_f1, token_f1
 from ..strategies.memorycpt.config import MemoryCPTConfig
@@ -164,7 +165,7 @@ def train_qar(config: QARConfig, *, mem, convs: list[Conversation], on_progress:
     step_stats = [{"step": n + 1, "f1_mean": fmean([h["f1"] for h in s]),
                    "summary_tokens_mean": fmean([h["summary_tokens"] for h in s]),
                    "reward_mean": fmean([h["reward"] for h in s])} for n, s in enumerate(steps)]
-    log = [json.loads(line) for line in result.train_log.read_text().splitlines() if line.strip()]
+    log = [json.loads(line) for line in jsonl_lines(result.train_log.read_text("utf-8")) if line.strip()]
     curve = [{"update": r["step"], "mean_reward": r["reward_mean"], "std_reward": r.get("reward_std")}
              for r in log if r.get("reward_mean") is not None]
     if curve:

@@ -3,6 +3,11 @@
 Data lives outside the repo (``../shared/data``, see its README). :func:`data_root` finds it;
 every loader also takes an explicit file path. A missing, unreadable or malformed file raises
 :class:`DatasetError` naming the path and how to point memfrontier at the data.
+
+A turn with nothing a reader could see (blank text, no image, action or observation; LongMemEval S's
+ShareGPT distractor sessions hold some) is skipped as the file is read, and its id listed in the
+conversation's ``meta["empty_turns_skipped"]`` (and dropped from the questions' evidence): the
+store refuses empty records, a benchmark file is read as its authors publish it.
 """
 
 from __future__ import annotations
@@ -131,7 +136,25 @@ def load_conversations(name: str, path: str | os.PathLike | None, convert) -> li
         raise schema_error(p, name, exc) from exc
     for c in convs:
         c.meta["source"] = str(p)
+        skip_empty_turns(c)
     return convs
+
+
+def skip_empty_turns(conv) -> list[str]:
+    """Drop ``conv``'s records with nothing to see (:func:`~memfrontier.store.records.is_empty`) in
+    place, and their ids from its questions' ``evidence_ids``; returns the dropped ids, also set as
+    ``conv.meta["empty_turns_skipped"]``."""
+    from ...store.records import is_empty
+
+    skipped = [r.id for r in conv.records if is_empty(r)]
+    conv.meta["empty_turns_skipped"] = skipped
+    if skipped:
+        gone = set(skipped)
+        conv.records = [r for r in conv.records if r.id not in gone]
+        for q in conv.questions:
+            if gone.intersection(q.evidence_ids):
+                q.evidence_ids = [e for e in q.evidence_ids if e not in gone]
+    return skipped
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -201,4 +224,5 @@ __all__ = [
     "load_mem_gallery",
     "mem_gallery_split",
     "locomo_split",
+    "skip_empty_turns",
 ]

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from ...core.types import Conversation, ImageRef, Question, Record, Scope
-from . import DatasetError, data_root, read_json, schema_error
+from . import DatasetError, data_root, read_json, schema_error, skip_empty_turns
 
 SPLIT_SEED = 13
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test
@@ -132,6 +132,7 @@ def load_mem_gallery(path: str | os.PathLike | None = None) -> list[Conversation
             convs.append(convert_file(f, data))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise schema_error(f, "mem_gallery", exc) from exc
+        skip_empty_turns(convs[-1])
     return convs
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...core.jsonio import jsonl_lines
+
 
 def _stats(rows: list[dict]) -> dict:
     n = len(rows)
@@ -51,7 +53,7 @@ def automem_report(predictions: str | Path) -> dict[str, dict]:
     """``{category: stats, "all": stats}`` from an eval's ``predictions.jsonl`` (see module doc).
     Raises FileNotFoundError when the file is missing; unreadable lines are skipped."""
     rows = []
-    for line in Path(predictions).read_text("utf-8").splitlines():
+    for line in jsonl_lines(Path(predictions).read_text("utf-8")):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from ...core.jsonio import jsonl_lines
 from ..metrics import token_f1
 
 STAT_KEYS = ("delegate_calls", "image_accesses", "image_requests", "retrieve_calls", "curate_calls", "rounds")
@@ -26,7 +27,7 @@ def read_rows(path: str | Path) -> list[dict]:
     if not p.is_file():
         raise FileNotFoundError(f"no predictions file {p}")
     rows = []
-    for line in p.read_text("utf-8").splitlines():
+    for line in jsonl_lines(p.read_text("utf-8")):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

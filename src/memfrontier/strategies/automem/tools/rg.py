@@ -25,6 +25,7 @@ import time
 
 import regex
 
+from ....core.text import clean_text
 from ..corpus import ScopedCorpus
 from ..observation import Observation
 from .limits import ToolLimits
@@ -50,6 +51,7 @@ def rg(
             "rg", "bad_args", f"pattern longer than {lim.rg_pattern_chars} characters: {long[0][:40]!r}..."
         )
     flags = regex.IGNORECASE if ignore_case else 0
+    patterns = [clean_text(p) for p in patterns]  # one Unicode form (NFC) for patterns and text
     compiled = []
     for p in patterns:
         try:
@@ -60,7 +62,7 @@ def rg(
     matched: list[tuple[int, str, str, list]] = []  # (position, id, text, [(pattern index, match)])
     df = [0] * len(compiled)
     for pos, r in enumerate(corpus.records):
-        text = corpus.body(r)
+        text = clean_text(corpus.body(r))
         found = []
         for i, p in enumerate(compiled):
             left = deadline - time.monotonic()
