@@ -1,7 +1,7 @@
 # `make demo`: set up, install the default model (Qwen2.5-Coder-1.5B-Instruct, 1.1 GB) and run the
 #   main job: `rag` on a 20-question LoCoMo test slice (~10 min on two cores), then what its F1 means
 #   next to the README's figure (results/frontier-locomo-1.5b).
-# `make test`: set up and run the test suite (on the small packaged model), then build the docs
+# `make test`: set up, lint (ruff check and format --check), run the test suite (on the small packaged model), then build the docs
 #   (strict: a broken link fails). Needs no model download.
 # `make docs`: serve the docs locally.
 # `make model`: install the default model; `make bench-model`: the Qwen2.5-Coder 1.5B and 0.5B GGUFs
@@ -17,6 +17,7 @@ DEMO_OUT ?= runs/demo
 DEMO_ARGS ?= --limit 20 --out $(DEMO_OUT)
 endif
 VENV := .venv
+LINTED := src tests benchmarks scripts docs/hooks
 
 .PHONY: demo test docs install bench model bench-model clean
 
@@ -31,6 +32,8 @@ demo: model
 	$(VENV)/bin/python scripts/demo_report.py $(DEMO_OUT)
 
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/python -m pytest -q
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 

@@ -57,10 +57,20 @@ def history(data_root: str | None) -> tuple[list[Record], list[str], str]:
     except Exception as e:  # no data root: generated history of the same size
         print(f"(LoCoMo not readable: {e}; generated history)")
     scope = Scope(user_id="bench")
-    recs = [Record(id=f"bench:D{i // 30}:{i % 30}", scope=scope, session_id=f"s{i // 30}", speaker="Ana",
-                   timestamp=f"2023-{1 + i // 60:02d}-01T10:00:00", text=f"Turn {i}: I went to place {i % 17} with friend {i % 11}.")
-             for i in range(600)]
-    qs = [f"When did Ana go to place {i % 17}?" if i % 2 else f"Who did Ana meet at place {i % 17}?" for i in range(300)]
+    recs = [
+        Record(
+            id=f"bench:D{i // 30}:{i % 30}",
+            scope=scope,
+            session_id=f"s{i // 30}",
+            speaker="Ana",
+            timestamp=f"2023-{1 + i // 60:02d}-01T10:00:00",
+            text=f"Turn {i}: I went to place {i % 17} with friend {i % 11}.",
+        )
+        for i in range(600)
+    ]
+    qs = [
+        f"When did Ana go to place {i % 17}?" if i % 2 else f"Who did Ana meet at place {i % 17}?" for i in range(300)
+    ]
     return recs, qs, "generated"
 
 
@@ -70,16 +80,29 @@ def random_router(path: Path, k: int, dim: int, model_id: str) -> Path:
 
     def model(calibrated: bool) -> TargetModel:
         xs = np.sort(rng.normal(size=50))
-        return TargetModel(coef=(rng.normal(size=d) * 0.1).tolist(), intercept=float(rng.uniform(0, 1)),
-                           upper_margin=float(rng.uniform(0, 0.1)),
-                           calibration=Calibration(x=xs.tolist(), y=np.sort(rng.uniform(0, 1, 50)).tolist())
-                           if calibrated else None)
+        return TargetModel(
+            coef=(rng.normal(size=d) * 0.1).tolist(),
+            intercept=float(rng.uniform(0, 1)),
+            upper_margin=float(rng.uniform(0, 0.1)),
+            calibration=Calibration(x=xs.tolist(), y=np.sort(rng.uniform(0, 1, 50)).tolist()) if calibrated else None,
+        )
 
-    configs = [RouterConfiguration(label=f"config-{j}", strategy="rag", options={"k": 1 + j % 16},
-                                   models={t: model(t == "f1") for t in TARGETS}) for j in range(k)]
-    rf = RouterFile(features=FeatureSpec(version=FEATURE_VERSION, embedding_model=model_id, embedding_dim=dim,
-                                         scalars=list(SCALAR_FEATURES)),
-                    scales=ScaleSpec(f1=0.4, usd=1e-4, proxy_s=1.0), configurations=configs)
+    configs = [
+        RouterConfiguration(
+            label=f"config-{j}",
+            strategy="rag",
+            options={"k": 1 + j % 16},
+            models={t: model(t == "f1") for t in TARGETS},
+        )
+        for j in range(k)
+    ]
+    rf = RouterFile(
+        features=FeatureSpec(
+            version=FEATURE_VERSION, embedding_model=model_id, embedding_dim=dim, scalars=list(SCALAR_FEATURES)
+        ),
+        scales=ScaleSpec(f1=0.4, usd=1e-4, proxy_s=1.0),
+        configurations=configs,
+    )
     return write_router_file(rf, path)
 
 
@@ -101,7 +124,9 @@ def main() -> None:
         store = SQLiteStore(Path(tmp) / "store", emb)
         t0 = time.perf_counter()
         store.add(records)
-        print(f"{source}: {len(records)} records ingested in {time.perf_counter() - t0:.1f}s; {len(questions)} questions")
+        print(
+            f"{source}: {len(records)} records ingested in {time.perf_counter() - t0:.1f}s; {len(questions)} questions"
+        )
         scope = records[0].scope
         router = random_router(Path(tmp) / "router.json", args.configurations, emb.dim, emb.model_id)
         auto = get_strategy("auto", router=str(router), preference="balanced")
@@ -126,15 +151,19 @@ def main() -> None:
             chosen[decision.label] = chosen.get(decision.label, 0) + 1
         store.close()
 
-    print(f"python {platform.python_version()} | numpy {np.__version__} | cpus {os.cpu_count()} | "
-          f"load average {os.getloadavg()[0]:.2f} | {args.configurations} configurations x {len(TARGETS)} targets, "
-          f"{emb.dim + len(SCALAR_FEATURES)} features")
+    print(
+        f"python {platform.python_version()} | numpy {np.__version__} | cpus {os.cpu_count()} | "
+        f"load average {os.getloadavg()[0]:.2f} | {args.configurations} configurations x {len(TARGETS)} targets, "
+        f"{emb.dim + len(SCALAR_FEATURES)} features"
+    )
     print(f"{'ms per question':<34} {'p50':>8} {'p95':>8} {'mean':>8}")
     for name, xs in (("baseline: MiniLM query encode", encode_ms), ("decision (auto.route, embedded)", decide_ms)):
         print(f"{name:<34} {pct(xs, 50):8.3f} {pct(xs, 95):8.3f} {statistics.mean(xs):8.3f}")
-    print(f"decision / encode (p50): {pct(decide_ms, 50) / pct(encode_ms, 50):.3f}; "
-          f"decisions under 5 ms: {sum(x < 5 for x in decide_ms) / len(decide_ms):.1%}; "
-          f"first question of the scope (uncached scope read): {first_ms:.1f} ms")
+    print(
+        f"decision / encode (p50): {pct(decide_ms, 50) / pct(encode_ms, 50):.3f}; "
+        f"decisions under 5 ms: {sum(x < 5 for x in decide_ms) / len(decide_ms):.1%}; "
+        f"first question of the scope (uncached scope read): {first_ms:.1f} ms"
+    )
     print(f"configurations chosen: {len(chosen)} distinct")
 
 

@@ -33,8 +33,17 @@ async def main(args) -> None:
         base = EvalConfig(limit=args.limit, data_root=args.data_root, seed=7)
         # warm both paths' stores (ingest + MiniLM) with a one-question run, so timing is answering + reporting
         for c in CONFIGS:
-            await run_eval(base.model_copy(update={"strategy": c["strategy"], "strategy_options": c.get("options", {}),
-                                                   "limit": 1, "out": tmp / "warm" / c["label"], "store": tmp / "store-e"}))
+            await run_eval(
+                base.model_copy(
+                    update={
+                        "strategy": c["strategy"],
+                        "strategy_options": c.get("options", {}),
+                        "limit": 1,
+                        "out": tmp / "warm" / c["label"],
+                        "store": tmp / "store-e",
+                    }
+                )
+            )
         await run_frontier(spec, base.model_copy(update={"limit": 1, "store": tmp / "store-f"}), tmp / "fwarm")
 
         evals, fronts = [], []
@@ -44,13 +53,21 @@ async def main(args) -> None:
                 t0 = time.perf_counter()
                 if which == "evals":
                     for c in CONFIGS:
-                        await run_eval(base.model_copy(update={
-                            "strategy": c["strategy"], "strategy_options": c.get("options", {}),
-                            "out": tmp / f"evals{r}" / c["label"], "store": tmp / "store-e"}))
+                        await run_eval(
+                            base.model_copy(
+                                update={
+                                    "strategy": c["strategy"],
+                                    "strategy_options": c.get("options", {}),
+                                    "out": tmp / f"evals{r}" / c["label"],
+                                    "store": tmp / "store-e",
+                                }
+                            )
+                        )
                     evals.append(time.perf_counter() - t0)
                 else:
-                    report = await run_frontier(spec, base.model_copy(update={"store": tmp / "store-f"}),
-                                                tmp / f"front{r}")
+                    report = await run_frontier(
+                        spec, base.model_copy(update={"store": tmp / "store-f"}), tmp / f"front{r}"
+                    )
                     fronts.append(time.perf_counter() - t0)
     n = len(report["question_ids"])
     ratios = [f / e for f, e in zip(fronts, evals)]

@@ -26,18 +26,51 @@ from memfrontier.llm.embedded import (
 )
 from memfrontier.llm.llama_sampling import GreedyGrammarSampler
 
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "array", "maxItems": 4, "items": {
-    "type": "object", "properties": {"subject": {"type": "string"}, "relation": {"type": "string"},
-                                     "object": {"type": "string"}},
-    "required": ["subject", "relation", "object"]}}}, "required": ["answer"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "answer": {
+            "type": "array",
+            "maxItems": 4,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "subject": {"type": "string"},
+                    "relation": {"type": "string"},
+                    "object": {"type": "string"},
+                },
+                "required": ["subject", "relation", "object"],
+            },
+        }
+    },
+    "required": ["answer"],
+}
 PROMPTS = [
-    ("relations", [{"role": "system", "content": "Extract (subject, relation, object) triples as JSON."},
-                   {"role": "user", "content": "Evan bought a blue Prius in May 2023. Sam adopted a beagle named "
-                                               "Max. Evan drove to Canada with his family."}], SCHEMA),
-    ("ints", [{"role": "user", "content": "Count from one to twenty as a JSON array of integers."}],
-     {"type": "array", "items": {"type": "integer"}, "maxItems": 8}),
-    ("line", [{"role": "user", "content": "Evan: I bought a blue Prius.\n\nQuestion: What car did Evan buy?"},
-              {"role": "assistant", "content": "Answer:"}], None),
+    (
+        "relations",
+        [
+            {"role": "system", "content": "Extract (subject, relation, object) triples as JSON."},
+            {
+                "role": "user",
+                "content": "Evan bought a blue Prius in May 2023. Sam adopted a beagle named "
+                "Max. Evan drove to Canada with his family.",
+            },
+        ],
+        SCHEMA,
+    ),
+    (
+        "ints",
+        [{"role": "user", "content": "Count from one to twenty as a JSON array of integers."}],
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 8},
+    ),
+    (
+        "line",
+        [
+            {"role": "user", "content": "Evan: I bought a blue Prius.\n\nQuestion: What car did Evan buy?"},
+            {"role": "assistant", "content": "Answer:"},
+        ],
+        None,
+    ),
 ]
 
 
@@ -45,8 +78,9 @@ def decode(llm, prompt: str, grammar, max_tokens: int) -> tuple[str, int, float]
     tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True)
     llm.reset()  # an empty cache for both samplers
     t0 = time.perf_counter()
-    out = llm.create_completion(tokens, max_tokens=max_tokens, temperature=0.0, top_k=1, top_p=1.0,
-                                repeat_penalty=1.15, grammar=grammar)
+    out = llm.create_completion(
+        tokens, max_tokens=max_tokens, temperature=0.0, top_k=1, top_p=1.0, repeat_penalty=1.15, grammar=grammar
+    )
     return out["choices"][0]["text"], int(out["usage"]["completion_tokens"]), time.perf_counter() - t0
 
 
@@ -81,8 +115,10 @@ def main() -> None:
         for k in totals:
             totals[k][0] += min(runs[k][2])
             totals[k][1] += n
-        print(f"{name:>10} {n:>6} {ms['chain']:>13.1f} {ms['checked']:>15.1f} {ms['chain'] / ms['checked']:>5.2f}x "
-              f"{runs['checked'][3]:>7}")
+        print(
+            f"{name:>10} {n:>6} {ms['chain']:>13.1f} {ms['checked']:>15.1f} {ms['chain'] / ms['checked']:>5.2f}x "
+            f"{runs['checked'][3]:>7}"
+        )
     c, k = (1000 * t / max(n, 1) for t, n in totals.values())
     print(f"{'all':>10} {totals['chain'][1]:>6} {c:>13.1f} {k:>15.1f} {c / k:>5.2f}x   (same tokens in every case)")
 

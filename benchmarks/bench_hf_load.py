@@ -58,8 +58,10 @@ def main() -> None:
     if (a["checksum"], a["ids"]) != (b["checksum"], b["ids"]):
         raise SystemExit(f"different models: {a['checksum']} / {b['checksum']}, {a['ids']} / {b['ids']}")
     print(f"plain transformers calls: {a['seconds']:.1f} s")
-    print(f"load_causal_lm:           {b['seconds']:.1f} s  ({a['seconds'] / b['seconds']:.2f}x faster; "
-          f"same weights, checksum {b['checksum']:.6g}, same token ids)")
+    print(
+        f"load_causal_lm:           {b['seconds']:.1f} s  ({a['seconds'] / b['seconds']:.2f}x faster; "
+        f"same weights, checksum {b['checksum']:.6g}, same token ids)"
+    )
 
 
 if __name__ == "__main__":

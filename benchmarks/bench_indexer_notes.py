@@ -22,9 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from prompt_bench import conversation_turns, parse_args
+from pydantic import ValidationError
 
 from memfrontier.api import AsyncMemory
 from memfrontier.llm.parsing import parse_json
@@ -56,7 +55,7 @@ def classify(text: str, w: G.Window) -> collections.Counter:
     c = collections.Counter()
     parsed = parse_json(text, expect="object")
     try:
-        notes = G.NotesOut.model_validate(parsed.value).notes[:G.MAX_NOTES] if parsed.ok else None
+        notes = G.NotesOut.model_validate(parsed.value).notes[: G.MAX_NOTES] if parsed.ok else None
     except ValidationError:
         notes = None
     if not notes:
@@ -89,9 +88,13 @@ async def main(args) -> None:
             row = []
             for name, instruction in PROMPTS.items():
                 t0 = time.perf_counter()
-                out = await mem.env.llm.complete([{"role": "system", "content": instruction}, messages[1]],
-                                                 role="indexer", max_tokens=G.MAX_TOKENS, temperature=0.0,
-                                                 json_schema=G.NOTES_SCHEMA)
+                out = await mem.env.llm.complete(
+                    [{"role": "system", "content": instruction}, messages[1]],
+                    role="indexer",
+                    max_tokens=G.MAX_TOKENS,
+                    temperature=0.0,
+                    json_schema=G.NOTES_SCHEMA,
+                )
                 seconds[name] += time.perf_counter() - t0
                 c = classify(out.text, w)
                 totals[name] += c
@@ -100,11 +103,15 @@ async def main(args) -> None:
             print(f"window {i}/{len(windows)} ({len(w.records)} turns): " + "; ".join(row), flush=True)
         mem.close()
     print()
-    print(f"{'prompt':<22}{'notes':>7}{'copies':>8}{'echoes':>8}{'ungrounded':>12}{'unparsable':>12}"
-          f"{'windows falling back':>22}{'s/call':>8}")
+    print(
+        f"{'prompt':<22}{'notes':>7}{'copies':>8}{'echoes':>8}{'ungrounded':>12}{'unparsable':>12}"
+        f"{'windows falling back':>22}{'s/call':>8}"
+    )
     for name, c in totals.items():
-        print(f"{name:<22}{c['note']:>7}{c['copy']:>8}{c['example echo']:>8}{c['ungrounded']:>12}{c['unparsable']:>12}"
-              f"{fallback[name]:>16}/{len(windows):<5}{seconds[name] / len(windows):>8.1f}")
+        print(
+            f"{name:<22}{c['note']:>7}{c['copy']:>8}{c['example echo']:>8}{c['ungrounded']:>12}{c['unparsable']:>12}"
+            f"{fallback[name]:>16}/{len(windows):<5}{seconds[name] / len(windows):>8.1f}"
+        )
 
 
 if __name__ == "__main__":

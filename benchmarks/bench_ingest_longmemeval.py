@@ -53,8 +53,8 @@ sys.path.insert(0, str(HERE.parent / "src"))  # runnable from a checkout without
 from memfrontier.core.types import Scope  # noqa: E402
 from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
 from memfrontier.eval import datasets  # noqa: E402
-from memfrontier.eval.datasets.longmemeval import parse_lme_datetime  # noqa: E402
 from memfrontier.eval.config import EvalConfig  # noqa: E402
+from memfrontier.eval.datasets.longmemeval import parse_lme_datetime  # noqa: E402
 from memfrontier.eval.tasks import construct, open_run  # noqa: E402
 
 
@@ -69,9 +69,13 @@ def s_shaped_question(oracle: list[dict], sessions: int, seed: int) -> dict:
     rng = random.Random(seed)
     target = rng.choice(oracle)
     own = set(target["haystack_session_ids"])
-    pool = [(sid, date, turns) for item in oracle if item is not target
-            for sid, date, turns in zip(item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"])
-            if sid not in own]
+    pool = [
+        (sid, date, turns)
+        for item in oracle
+        if item is not target
+        for sid, date, turns in zip(item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"])
+        if sid not in own
+    ]
     rng.shuffle(pool)
     picked, seen = [], set()
     for sid, date, turns in pool:  # a session shared by several oracle questions is drawn once
@@ -82,8 +86,12 @@ def s_shaped_question(oracle: list[dict], sessions: int, seed: int) -> dict:
             picked.append((sid, date, [{"role": t["role"], "content": t["content"]} for t in turns]))
     haystack = list(zip(target["haystack_session_ids"], target["haystack_dates"], target["haystack_sessions"])) + picked
     haystack.sort(key=lambda s: parse_lme_datetime(s[1]) or "")
-    return {**target, "haystack_dates": [s[1] for s in haystack], "haystack_session_ids": [s[0] for s in haystack],
-            "haystack_sessions": [s[2] for s in haystack]}
+    return {
+        **target,
+        "haystack_dates": [s[1] for s in haystack],
+        "haystack_session_ids": [s[0] for s in haystack],
+        "haystack_sessions": [s[2] for s in haystack],
+    }
 
 
 def ingest_once(data_file: Path, store: Path, out: Path) -> tuple[float, dict, int]:
@@ -125,12 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         load = "load avg %.2f %.2f %.2f" % os.getloadavg()
     except OSError:
         load = ""
-    print(f"# LongMemEval-S-shaped ingest benchmark ({platform.machine()}, {os.cpu_count()} cpus, "
-          f"torch threads {torch.get_num_threads()}, {load})")
-    print(f"question {item['question_id']} ({item['question_type']}) from {path.name}, seed {args.seed}: "
-          f"{len(item['answer_session_ids'])} evidence session(s) + {len(item['haystack_sessions']) - len(item['answer_session_ids'])} "
-          f"sessions drawn from other oracle questions = {len(item['haystack_sessions'])} sessions, {n_turns} turns "
-          f"(S-shaped, built from the oracle file: the S file is not available offline)")
+    print(
+        f"# LongMemEval-S-shaped ingest benchmark ({platform.machine()}, {os.cpu_count()} cpus, "
+        f"torch threads {torch.get_num_threads()}, {load})"
+    )
+    print(
+        f"question {item['question_id']} ({item['question_type']}) from {path.name}, seed {args.seed}: "
+        f"{len(item['answer_session_ids'])} evidence session(s) + {len(item['haystack_sessions']) - len(item['answer_session_ids'])} "
+        f"sessions drawn from other oracle questions = {len(item['haystack_sessions'])} sessions, {n_turns} turns "
+        f"(S-shaped, built from the oracle file: the S file is not available offline)"
+    )
 
     emb = MiniLMEmbedder()
     model = emb.model
@@ -158,13 +170,20 @@ def main(argv: list[str] | None = None) -> int:
         texts = [c.text for c in chunks]
         assert first["chunks_embedded"] == len(texts), (first["chunks_embedded"], len(texts))
         toks = [c.n_tokens for c in chunks]
-        print(f"records {first['records']}, chunks {len(texts)} (tokens/chunk mean {statistics.fmean(toks):.0f}, "
-              f"max {max(toks)}; {sum(t > 254 for t in toks)} over the encoder's 254-token window, truncated by it)")
+        print(
+            f"records {first['records']}, chunks {len(texts)} (tokens/chunk mean {statistics.fmean(toks):.0f}, "
+            f"max {max(toks)}; {sum(t > 254 for t in toks)} over the encoder's 254-token window, truncated by it)"
+        )
 
         def raw() -> None:
             c0, t0 = time.process_time(), time.perf_counter()
-            st_encode(texts, batch_size=emb.batch_size, convert_to_numpy=True, normalize_embeddings=True,
-                      show_progress_bar=False)
+            st_encode(
+                texts,
+                batch_size=emb.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
             raw_s.append(time.perf_counter() - t0)
             raw_cpu.append(time.process_time() - c0)
 
@@ -182,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
             if rep % 2 == 1:
                 raw()
             assert entry["records_added"] == first["records"] and entry["chunks_embedded"] == len(texts), entry
-            print(f"round {rep + 1}: raw encode {raw_s[-1]:.2f} s (CPU {raw_cpu[-1]:.1f} s), ingest {ing_s[-1]:.2f} s "
-                  f"(CPU {ing_cpu[-1]:.1f} s; {reports} progress reports; {rest_s[-1]:.2f} s outside the encoder), "
-                  f"ratio {ing_s[-1] / raw_s[-1]:.3f}", flush=True)
+            print(
+                f"round {rep + 1}: raw encode {raw_s[-1]:.2f} s (CPU {raw_cpu[-1]:.1f} s), ingest {ing_s[-1]:.2f} s "
+                f"(CPU {ing_cpu[-1]:.1f} s; {reports} progress reports; {rest_s[-1]:.2f} s outside the encoder), "
+                f"ratio {ing_s[-1] / raw_s[-1]:.3f}",
+                flush=True,
+            )
 
         again_s, again, _ = ingest_once(data_file, tmp / f"store{args.repeats - 1}", tmp / "out")
 
@@ -192,18 +214,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'path':<44}{'median s':>10}{'turns/s':>10}{'chunks/s':>10}")
     print(f"{'raw encode (SentenceTransformer.encode)':<44}{r:>10.2f}{n_turns / r:>10.1f}{len(texts) / r:>10.1f}")
     print(f"{'ingest (load + open_run + construct, rag)':<44}{i:>10.2f}{n_turns / i:>10.1f}{len(texts) / i:>10.1f}")
-    print(f"ingest time outside SentenceTransformer.encode (file load, records, token counts, chunking, SQLite): "
-          f"median {statistics.median(rest_s):.2f} s = {statistics.median(rest_s) / r:.3f}x the raw encode")
+    print(
+        f"ingest time outside SentenceTransformer.encode (file load, records, token counts, chunking, SQLite): "
+        f"median {statistics.median(rest_s):.2f} s = {statistics.median(rest_s) / r:.3f}x the raw encode"
+    )
     ratios = [a / b for a, b in zip(ing_s, raw_s)]
-    print(f"ratio ingest / raw encode: {i / r:.3f}x of medians, {statistics.median(ratios):.3f}x median of rounds "
-          f"(goal <= 1.15x); rounds {', '.join(f'{x:.3f}' for x in ratios)}")
-    print(f"CPU seconds of this process (all threads; less sensitive to other jobs than wall time): raw "
-          f"{statistics.median(raw_cpu):.1f}, ingest {statistics.median(ing_cpu):.1f}, ratio of medians "
-          f"{statistics.median(ing_cpu) / statistics.median(raw_cpu):.3f}x")
+    print(
+        f"ratio ingest / raw encode: {i / r:.3f}x of medians, {statistics.median(ratios):.3f}x median of rounds "
+        f"(goal <= 1.15x); rounds {', '.join(f'{x:.3f}' for x in ratios)}"
+    )
+    print(
+        f"CPU seconds of this process (all threads; less sensitive to other jobs than wall time): raw "
+        f"{statistics.median(raw_cpu):.1f}, ingest {statistics.median(ing_cpu):.1f}, ratio of medians "
+        f"{statistics.median(ing_cpu) / statistics.median(raw_cpu):.3f}x"
+    )
     ok = again["records_added"] == 0 and again["chunks_embedded"] == 0
-    print(f"re-ingest of the same file into the same store: +{again['records_added']} records, "
-          f"{again['chunks_embedded']} chunks embedded, {again_s:.2f} s ({again_s / r:.3f}x raw encode) "
-          f"-> {'adds nothing' if ok else 'NOT IDEMPOTENT'}")
+    print(
+        f"re-ingest of the same file into the same store: +{again['records_added']} records, "
+        f"{again['chunks_embedded']} chunks embedded, {again_s:.2f} s ({again_s / r:.3f}x raw encode) "
+        f"-> {'adds nothing' if ok else 'NOT IDEMPOTENT'}"
+    )
     return 0 if ok else 1
 
 

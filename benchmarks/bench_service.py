@@ -46,8 +46,10 @@ from memfrontier.client import AsyncMemoryClient
 from memfrontier.server.data import service_data
 from memfrontier.server.keys import open_key_store
 
-WORDS = ("garden lemon basil Lisbon Quito guitar marathon salsa violin kitten hiking chess novel "
-         "pottery cycling sushi harbour museum tram ferry").split()
+WORDS = (
+    "garden lemon basil Lisbon Quito guitar marathon salsa violin kitten hiking chess novel "
+    "pottery cycling sushi harbour museum tram ferry"
+).split()
 
 
 def free_port() -> int:
@@ -57,8 +59,20 @@ def free_port() -> int:
 
 
 def start(data_dir: Path, port: int, workers: int, store: str | None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "memfrontier.cli", "serve", "--data-dir", str(data_dir), "--port", str(port),
-            "--workers", str(workers), "--max-in-flight", "64"] + (["--store", store] if store else [])
+    argv = [
+        sys.executable,
+        "-m",
+        "memfrontier.cli",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--max-in-flight",
+        "64",
+    ] + (["--store", store] if store else [])
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -89,8 +103,16 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-async def load(url: str, key: str, n_clients: int, seconds: float, add_share: float, tag: str, seed: int,
-               stop: asyncio.Event | None = None):
+async def load(
+    url: str,
+    key: str,
+    n_clients: int,
+    seconds: float,
+    add_share: float,
+    tag: str,
+    seed: int,
+    stop: asyncio.Event | None = None,
+):
     """Run the mix for ``seconds`` (or until ``stop`` is set); returns (acknowledged {(user, id): text},
     latencies by verb (s), errors, wall s)."""
     acked: dict[tuple[str, str], str] = {}
@@ -130,6 +152,7 @@ async def verify(url: str, key: str, acked: dict[tuple[str, str], str], tag: str
     sem = asyncio.Semaphore(16)
     missing = readded = 0
     async with AsyncMemoryClient(url, key, timeout_s=120) as m:
+
         async def one(user: str, rid: str, text: str):
             nonlocal missing, readded
             async with sem:
@@ -165,8 +188,10 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         proc = start(data, port, args.workers, args.store)
         print(f"(a) load, {args.workers} worker(s), add share {args.add_share}, {args.seconds:g} s per row")
-        print(f"{'clients':>7} {'req/s':>7} {'add p50':>8} {'add p95':>8} {'srch p50':>8} {'srch p95':>8} "
-              f"{'errors':>6} {'acked':>6} {'present':>7} {'re-added':>8}")
+        print(
+            f"{'clients':>7} {'req/s':>7} {'add p50':>8} {'add p95':>8} {'srch p50':>8} {'srch p95':>8} "
+            f"{'errors':>6} {'acked':>6} {'present':>7} {'re-added':>8}"
+        )
         try:
             for n in (int(x) for x in args.clients.split(",")):
                 tag = f"load{n}"
@@ -174,8 +199,10 @@ def main() -> None:
                 missing, readded = asyncio.run(verify(url, key, acked, tag))
                 reqs = len(lat["add"]) + len(lat["search"])
                 ms = {v: (pct(x, 50) * 1e3, pct(x, 95) * 1e3) for v, x in lat.items()}
-                print(f"{n:>7} {reqs / wall:>7.1f} {ms['add'][0]:>8.0f} {ms['add'][1]:>8.0f} {ms['search'][0]:>8.0f} "
-                      f"{ms['search'][1]:>8.0f} {len(errors):>6} {len(acked):>6} {len(acked) - missing:>7} {readded:>8}")
+                print(
+                    f"{n:>7} {reqs / wall:>7.1f} {ms['add'][0]:>8.0f} {ms['add'][1]:>8.0f} {ms['search'][0]:>8.0f} "
+                    f"{ms['search'][1]:>8.0f} {len(errors):>6} {len(acked):>6} {len(acked) - missing:>7} {readded:>8}"
+                )
                 for e in sorted(set(errors))[:3]:
                     print("   error:", e)
         finally:
@@ -204,8 +231,10 @@ def main() -> None:
             hits = asyncio.run(readable())
         finally:
             kill(proc, signal.SIGTERM)
-        print(f"acknowledged adds {len(acked)}, missing after restart {missing} (goal 0), re-adds that added "
-              f"{readded} (goal 0), requests failed by the kill {len(errors)}, search after restart: {hits} hits")
+        print(
+            f"acknowledged adds {len(acked)}, missing after restart {missing} (goal 0), re-adds that added "
+            f"{readded} (goal 0), requests failed by the kill {len(errors)}, search after restart: {hits} hits"
+        )
 
 
 if __name__ == "__main__":

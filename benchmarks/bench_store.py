@@ -126,7 +126,11 @@ def evidence_recall(store: SQLiteStore, sample: dict, scope: Scope, k: int) -> d
     for retr in [("dense", "bm25"), ("dense",), ("bm25",)]:
         found = total = 0
         for qa in qas:
-            got = {rid for h in hybrid_search(store, qa["question"], scope, chunk_recipe(retr), k) for rid in h.chunk.record_ids}
+            got = {
+                rid
+                for h in hybrid_search(store, qa["question"], scope, chunk_recipe(retr), k)
+                for rid in h.chunk.record_ids
+            }
             ev = {f"{sample['sample_id']}:{e.strip()}" for e in qa["evidence"]}
             found += len(ev & got)
             total += len(ev)
@@ -169,20 +173,41 @@ def synthetic_text(rng: random.Random, vocab: list[str]) -> str:
     return " ".join(vocab[min(int(rng.paretovariate(1.1)) - 1, len(vocab) - 1)] for _ in range(n)) + "."
 
 
-def fill(store: SQLiteStore, users: int, per_user: int, per_session: int, rng: random.Random, vocab: list[str]) -> float:
+def fill(
+    store: SQLiteStore, users: int, per_user: int, per_session: int, rng: random.Random, vocab: list[str]
+) -> float:
     """Add ``users x per_user`` records (sessions of ``per_session``), one add() per session; seconds."""
     t0 = time.perf_counter()
     for u in range(users):
         scope = Scope(user_id=f"user{u:04d}")
         for s0 in range(0, per_user, per_session):
-            store.add([Record(id=f"u{u}-{i}", scope=scope, session_id=f"s{s0 // per_session}", speaker="Ann",
-                              timestamp=f"2024-01-{1 + (s0 // per_session) % 28:02d}T10:00:00", text=synthetic_text(rng, vocab))
-                       for i in range(s0, min(s0 + per_session, per_user))])
+            store.add(
+                [
+                    Record(
+                        id=f"u{u}-{i}",
+                        scope=scope,
+                        session_id=f"s{s0 // per_session}",
+                        speaker="Ann",
+                        timestamp=f"2024-01-{1 + (s0 // per_session) % 28:02d}T10:00:00",
+                        text=synthetic_text(rng, vocab),
+                    )
+                    for i in range(s0, min(s0 + per_session, per_user))
+                ]
+            )
     return time.perf_counter() - t0
 
 
-def interleaved(store: SQLiteStore, users: int, per_user: int, per_session: int, rounds: int, rng: random.Random,
-                vocab: list[str], k: int, tag: str = "") -> dict:
+def interleaved(
+    store: SQLiteStore,
+    users: int,
+    per_user: int,
+    per_session: int,
+    rounds: int,
+    rng: random.Random,
+    vocab: list[str],
+    k: int,
+    tag: str = "",
+) -> dict:
     """``rounds`` x (add one record to a random user's last session; search that user; search again);
     p50 / p95 ms of the search right after the add, warm p50 (the search again), p50 of the add.
     ``tag`` goes into the added records' ids (a store measured again needs new ids to be written to)."""
@@ -191,8 +216,14 @@ def interleaved(store: SQLiteStore, users: int, per_user: int, per_session: int,
         u = rng.randrange(users)
         scope = Scope(user_id=f"user{u:04d}")
         last = (per_user - 1) // per_session
-        rec = Record(id=f"new{tag}-{u}-{j}", scope=scope, session_id=f"s{last}", speaker="Ann",
-                     timestamp=f"2024-01-{1 + last % 28:02d}T10:00:00", text=synthetic_text(rng, vocab))
+        rec = Record(
+            id=f"new{tag}-{u}-{j}",
+            scope=scope,
+            session_id=f"s{last}",
+            speaker="Ann",
+            timestamp=f"2024-01-{1 + last % 28:02d}T10:00:00",
+            text=synthetic_text(rng, vocab),
+        )
         t0 = time.perf_counter()
         store.add([rec])
         adds.append((time.perf_counter() - t0) * 1000)
@@ -203,7 +234,12 @@ def interleaved(store: SQLiteStore, users: int, per_user: int, per_session: int,
         t0 = time.perf_counter()
         hybrid_search(store, q, scope, HYBRID_RRF, k)
         warm.append((time.perf_counter() - t0) * 1000)
-    return {"after_p50": pct(after, 50), "after_p95": pct(after, 95), "warm_p50": pct(warm, 50), "add_p50": pct(adds, 50)}
+    return {
+        "after_p50": pct(after, 50),
+        "after_p95": pct(after, 95),
+        "warm_p50": pct(warm, 50),
+        "add_p50": pct(adds, 50),
+    }
 
 
 def full_rebuild_ms(store: SQLiteStore, scope: Scope, repeats: int, k: int) -> tuple[float, float]:
@@ -225,12 +261,18 @@ def full_rebuild_ms(store: SQLiteStore, scope: Scope, repeats: int, k: int) -> t
 def scale(args) -> None:
     n = args.scale_records
     vocab = synthetic_vocab(5000)
-    print(f"\n## (d) writes at scale: {n} records per store, stand-in embedder {HashEmbedder.model_id}, k={args.k}, "
-          f"{args.interleaved} interleaved add-one/search rounds, full-rebuild path x{args.baseline_repeats}")
-    print(f"{'store':<22}{'chunks':>8}{'ingest s':>10}{'after-add p50':>15}{'p95':>8}{'warm p50':>10}"
-          f"{'full rebuild':>14}{'(reload + bm25)':>18}{'p50 gain':>10}")
-    layouts = [(f"{args.users} users x {n // args.users}", args.users, n // args.users, 20),
-               (f"1 user x {n}", 1, n, 100)]
+    print(
+        f"\n## (d) writes at scale: {n} records per store, stand-in embedder {HashEmbedder.model_id}, k={args.k}, "
+        f"{args.interleaved} interleaved add-one/search rounds, full-rebuild path x{args.baseline_repeats}"
+    )
+    print(
+        f"{'store':<22}{'chunks':>8}{'ingest s':>10}{'after-add p50':>15}{'p95':>8}{'warm p50':>10}"
+        f"{'full rebuild':>14}{'(reload + bm25)':>18}{'p50 gain':>10}"
+    )
+    layouts = [
+        (f"{args.users} users x {n // args.users}", args.users, n // args.users, 20),
+        (f"1 user x {n}", 1, n, 100),
+    ]
     for label, users, per_user, per_session in layouts:
         rng = random.Random(11)
         with tempfile.TemporaryDirectory() as tmp:
@@ -242,12 +284,17 @@ def scale(args) -> None:
             reload_ms, bm25_ms = full_rebuild_ms(store, Scope(user_id="user0000"), args.baseline_repeats, args.k)
             store.close()
         old = reload_ms + bm25_ms
-        print(f"{label:<22}{n_chunks:>8}{ingest:>10.1f}{m['after_p50']:>12.1f} ms{m['after_p95']:>8.1f}{m['warm_p50']:>10.2f}"
-              f"{old:>11.0f} ms{f'({reload_ms:.0f} + {bm25_ms:.0f})':>18}{old / m['after_p50']:>9.0f}x", flush=True)
-    print("after-add: the hybrid search right after adding one record to the searched scope (that scope's chunks, "
-          "vectors and BM25 postings patched in memory by the add); warm: the same search again; full rebuild: the old "
-          "path's first search after any write (every vector reloaded + one bm25s index over every chunk), same store, "
-          "same run.")
+        print(
+            f"{label:<22}{n_chunks:>8}{ingest:>10.1f}{m['after_p50']:>12.1f} ms{m['after_p95']:>8.1f}{m['warm_p50']:>10.2f}"
+            f"{old:>11.0f} ms{f'({reload_ms:.0f} + {bm25_ms:.0f})':>18}{old / m['after_p50']:>9.0f}x",
+            flush=True,
+        )
+    print(
+        "after-add: the hybrid search right after adding one record to the searched scope (that scope's chunks, "
+        "vectors and BM25 postings patched in memory by the add); warm: the same search again; full rebuild: the old "
+        "path's first search after any write (every vector reloaded + one bm25s index over every chunk), same store, "
+        "same run."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,9 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         load = "load avg %.2f %.2f %.2f" % os.getloadavg()
     except OSError:
         load = ""
-    print(f"# memfrontier store benchmark  ({platform.machine()}, {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}, {load})")
-    print(f"conversation: {sample['sample_id']} (largest by characters): {len(recs)} records, "
-          f"{len({r.session_id for r in recs})} sessions, {len(queries)} queries")
+    print(
+        f"# memfrontier store benchmark  ({platform.machine()}, {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}, {load})"
+    )
+    print(
+        f"conversation: {sample['sample_id']} (largest by characters): {len(recs)} records, "
+        f"{len({r.session_id for r in recs})} sessions, {len(queries)} queries"
+    )
 
     emb = MiniLMEmbedder()
     model = emb.model
@@ -312,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                 assert res.chunks_embedded == n_chunks
             store.close()
             t0 = time.perf_counter()
-            model.encode(chunk_texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+            model.encode(
+                chunk_texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+            )
             raw_s.append(time.perf_counter() - t0)
     a, r = statistics.median(add_s), statistics.median(raw_s)
     print("\n## (a) ingest (median of %d)" % args.repeats)
@@ -320,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'path':<34}{'seconds':>9}{'records/s':>11}{'chunks/s':>10}")
     print(f"{'SQLiteStore.add (all records)':<34}{a:>9.2f}{len(recs) / a:>11.1f}{n_chunks / a:>10.1f}")
     print(f"{'SentenceTransformer.encode (raw)':<34}{r:>9.2f}{len(recs) / r:>11.1f}{n_chunks / r:>10.1f}")
-    print(f"overhead ratio add/raw: {a / r:.3f}x (goal <= 1.15x)   runs add={['%.2f' % x for x in add_s]} raw={['%.2f' % x for x in raw_s]}")
+    print(
+        f"overhead ratio add/raw: {a / r:.3f}x (goal <= 1.15x)   runs add={['%.2f' % x for x in add_s]} raw={['%.2f' % x for x in raw_s]}"
+    )
 
     # ---- (b) search latency --------------------------------------------------------------
     rows = []
@@ -339,20 +394,31 @@ def main(argv: list[str] | None = None) -> int:
             big.add(conversation_records(sample, user_id=f"user{j:02d}", id_prefix=f"u{j:02d}:"))
         big_s = time.perf_counter() - t0
         n_big = big.count()["chunks"]
-        print(f"\n{args.replicas}x store: {n_big} chunks, {args.replicas * len(recs)} records, ingested in {big_s:.1f} s "
-              f"({n_big / big_s:.1f} chunks/s)")
-        for label, sc in [(f"{args.replicas}x, one scope", Scope(user_id="user07")), (f"{args.replicas}x, all scopes", Scope())]:
+        print(
+            f"\n{args.replicas}x store: {n_big} chunks, {args.replicas * len(recs)} records, ingested in {big_s:.1f} s "
+            f"({n_big / big_s:.1f} chunks/s)"
+        )
+        for label, sc in [
+            (f"{args.replicas}x, one scope", Scope(user_id="user07")),
+            (f"{args.replicas}x, all scopes", Scope()),
+        ]:
             for retr in [("dense", "bm25"), ("dense",), ("bm25",)]:
                 rows.append((label, n_big, "+".join(retr), latency_row(big, queries, sc, retr, args.k)))
         db_bytes = sum(p.stat().st_size for p in big.path.glob("store.db*"))
         big.close()
 
-    print(f"\n## (b) search latency, k={args.k}, {len(queries)} queries (ms; cold = first search: loads vectors, builds BM25)")
+    print(
+        f"\n## (b) search latency, k={args.k}, {len(queries)} queries (ms; cold = first search: loads vectors, builds BM25)"
+    )
     print(f"{'store':<20}{'chunks':>7}  {'retrievers':<11}{'p50':>8}{'p95':>8}{'mean':>8}{'cold':>9}")
     for label, n, retr, m in rows:
-        print(f"{label:<20}{n:>7}  {retr:<11}{m['p50_ms']:>8.1f}{m['p95_ms']:>8.1f}{m['mean_ms']:>8.1f}{m['cold_ms']:>9.1f}")
-    print(f"\n## (c) sanity: gold-evidence recall@{args.k} chunks on {sample['sample_id']} (categories 1-4, "
-          f"{recall['n']} questions): share of evidence turns inside the top-{args.k} chunks")
+        print(
+            f"{label:<20}{n:>7}  {retr:<11}{m['p50_ms']:>8.1f}{m['p95_ms']:>8.1f}{m['mean_ms']:>8.1f}{m['cold_ms']:>9.1f}"
+        )
+    print(
+        f"\n## (c) sanity: gold-evidence recall@{args.k} chunks on {sample['sample_id']} (categories 1-4, "
+        f"{recall['n']} questions): share of evidence turns inside the top-{args.k} chunks"
+    )
     print("   " + "   ".join(f"{name}: {v:.3f}" for name, v in recall.items() if name != "n"))
     print(f"\n{args.replicas}x store on disk: store.db* {db_bytes / 1e6:.1f} MB")
     scale(args)

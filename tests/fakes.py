@@ -39,8 +39,14 @@ class ScriptedClient:
 
     context_tokens = 8192
 
-    def __init__(self, replies: list | Callable[[list[dict]], object] = (), *, model_id: str = "scripted",
-                 repeat_last: bool = False, context_tokens: int | None = None):
+    def __init__(
+        self,
+        replies: list | Callable[[list[dict]], object] = (),
+        *,
+        model_id: str = "scripted",
+        repeat_last: bool = False,
+        context_tokens: int | None = None,
+    ):
         self.script = replies if callable(replies) else None
         self._script_sees_kwargs = self.script is not None and len(inspect.signature(self.script).parameters) == 2
         self.replies = [] if callable(replies) else list(replies)

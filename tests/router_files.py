@@ -30,13 +30,20 @@ def target(intercept: float, margin: float = 0.0, **coef: float) -> TargetModel:
 
 def config(label: str, strategy: str, options: dict | None = None, **models: TargetModel) -> RouterConfiguration:
     """A configuration whose unnamed targets predict 0."""
-    return RouterConfiguration(label=label, strategy=strategy, options=options or {},
-                               models={t: models.get(t, target(0.0)) for t in TARGETS})
+    return RouterConfiguration(
+        label=label, strategy=strategy, options=options or {}, models={t: models.get(t, target(0.0)) for t in TARGETS}
+    )
 
 
-def write_router(path: Path, *configs: RouterConfiguration, scales: tuple[float, float, float] = (1.0, 1e-4, 1.0)) -> Path:
-    rf = RouterFile(features=FeatureSpec(version=FEATURE_VERSION, embedding_model=MINILM_MODEL_ID, embedding_dim=DIM,
-                                         scalars=list(SCALAR_FEATURES)),
-                    scales=ScaleSpec(f1=scales[0], usd=scales[1], proxy_s=scales[2]), configurations=list(configs),
-                    provenance={"written_by": "tests"})
+def write_router(
+    path: Path, *configs: RouterConfiguration, scales: tuple[float, float, float] = (1.0, 1e-4, 1.0)
+) -> Path:
+    rf = RouterFile(
+        features=FeatureSpec(
+            version=FEATURE_VERSION, embedding_model=MINILM_MODEL_ID, embedding_dim=DIM, scalars=list(SCALAR_FEATURES)
+        ),
+        scales=ScaleSpec(f1=scales[0], usd=scales[1], proxy_s=scales[2]),
+        configurations=list(configs),
+        provenance={"written_by": "tests"},
+    )
     return write_router_file(rf, path)

@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from memfrontier import Memory
-from memfrontier.core.messages import messages_to_records
 from memfrontier.cli import app
 from memfrontier.core.errors import empty_scope_message
+from memfrontier.core.messages import messages_to_records
 from memfrontier.core.types import Scope
 from memfrontier.eval.judge import Judge
 
@@ -64,7 +64,9 @@ def test_judge_with_the_embedded_model_accepts_the_gold_answer(tmp_path):
 
 def test_cli_ingest_ask_search(tmp_path):
     f = tmp_path / "msgs.jsonl"
-    f.write_text("".join(json.dumps({**m, "session_id": "s1", "timestamp": "2023-05-08T13:56:00"}) + "\n" for m in MESSAGES))
+    f.write_text(
+        "".join(json.dumps({**m, "session_id": "s1", "timestamp": "2023-05-08T13:56:00"}) + "\n" for m in MESSAGES)
+    )
     store = str(tmp_path / "store")
     run = CliRunner().invoke
     res = run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
@@ -85,8 +87,21 @@ def test_cli_ingest_ask_search(tmp_path):
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana"])
     line = " ".join(res.stdout.split())  # one answer call, priced at the embedded model's proxy price
     assert res.exit_code == 0 and "1 call ·" in line and "(proxy USD: a nominal price" in line, line
-    res = run(app, ["ask", "x", "--store", store, "--user-id", "ana", "--llm", "openai:acme/mystery",
-                    "--base-url", "http://127.0.0.1:9"])
+    res = run(
+        app,
+        [
+            "ask",
+            "x",
+            "--store",
+            store,
+            "--user-id",
+            "ana",
+            "--llm",
+            "openai:acme/mystery",
+            "--base-url",
+            "http://127.0.0.1:9",
+        ],
+    )
     assert res.exit_code == 2 and "not in price book" in res.output
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "bob"])  # nobody's memory: no call
     assert res.exit_code == 2 and f"error: {empty_scope_message()}" in " ".join(res.output.split()), res.output
@@ -107,25 +122,39 @@ def test_a_record_far_larger_than_the_context_is_cut_visibly(tmp_path):
 
 def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     f = tmp_path / "msgs.jsonl"
-    f.write_text(json.dumps({"content": "Bruno likes jazz.", "session_id": "a"}) + "\n"
-                 + json.dumps({"content": "   ", "session_id": "b"}) + "\n")
+    f.write_text(
+        json.dumps({"content": "Bruno likes jazz.", "session_id": "a"})
+        + "\n"
+        + json.dumps({"content": "   ", "session_id": "b"})
+        + "\n"
+    )
     store = tmp_path / "store"
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--user-id", "u"])
     assert res.exit_code == 2 and "msgs.jsonl:2" in res.output
     assert not store.exists()  # the file is checked whole before a store is opened
-    dated = (json.dumps({"content": "fine", "timestamp": "2023-05-08"}) + "\n"
-             + json.dumps({"content": "Bruno likes jazz.", "timestamp": "N/A"}) + "\n").encode()
-    for name, data, said in (("latin1.jsonl", '{"content": "caf\xe9"}\n'.encode("latin-1"), "not UTF-8 text"),
-                             ("empty.jsonl", b"\n", "holds no messages"),
-                             ("dated.jsonl", dated, "dated.jsonl:2: timestamp 'N/A' is not a complete date")):
+    dated = (
+        json.dumps({"content": "fine", "timestamp": "2023-05-08"})
+        + "\n"
+        + json.dumps({"content": "Bruno likes jazz.", "timestamp": "N/A"})
+        + "\n"
+    ).encode()
+    for name, data, said in (
+        ("latin1.jsonl", '{"content": "caf\xe9"}\n'.encode("latin-1"), "not UTF-8 text"),
+        ("empty.jsonl", b"\n", "holds no messages"),
+        ("dated.jsonl", dated, "dated.jsonl:2: timestamp 'N/A' is not a complete date"),
+    ):
         (tmp_path / name).write_bytes(data)
-        res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(tmp_path / name), "--user-id", "u"])
+        res = CliRunner().invoke(
+            app, ["ingest", "--store", str(store), "--file", str(tmp_path / name), "--user-id", "u"]
+        )
         out = " ".join(res.output.split())  # the error console wraps long lines
         assert res.exit_code == 2 and said in out and "nothing was written" in out, res.output
     assert not store.exists()
     bom = tmp_path / "bom.jsonl"  # a byte-order mark, as some editors write, is no content
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"content": "Bruno likes jazz."}).encode() + b"\n")
-    res = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "bom-store"), "--file", str(bom), "--user-id", "u"])
+    res = CliRunner().invoke(
+        app, ["ingest", "--store", str(tmp_path / "bom-store"), "--file", str(bom), "--user-id", "u"]
+    )
     assert res.exit_code == 0 and "+1 record," in res.output, res.output
     res = CliRunner().invoke(app, ["search", "jazz", "--store", str(tmp_path / "nowhere")])
     assert res.exit_code == 2 and "no memory store" in res.output
@@ -133,7 +162,9 @@ def test_cli_rejects_a_bad_file_before_writing_anything(tmp_path):
     f.write_text(json.dumps({"content": "Bruno likes jazz.", "session_id": "a"}) + "\n")
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f)])
     assert res.exit_code == 2 and "--file needs a scope: give --user-id, --agent-id or --run-id" in res.output
-    res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--agent-id", "bot", "--run-id", "r1"])
+    res = CliRunner().invoke(
+        app, ["ingest", "--store", str(store), "--file", str(f), "--agent-id", "bot", "--run-id", "r1"]
+    )
     assert res.exit_code == 0 and "+1 record," in res.output, res.output
     with Memory.open(store) as m:
         assert [r.text for r in m.aio.store.records(Scope(agent_id="bot", run_id="r1"))] == ["Bruno likes jazz."]
@@ -198,24 +229,41 @@ def test_the_progress_row_follows_ingest_then_each_construction_step():
     row = IngestRow(bar, prefix="memorycpt: ")
     row.on_event("embed", {"conversation": "conv-49", "sessions": 19, "done": 300, "total": 663})
     assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
-        ("memorycpt: ingesting conv-49 (19 sessions): turns embedded", 300, 663)]
+        ("memorycpt: ingesting conv-49 (19 sessions): turns embedded", 300, 663)
+    ]
     row.on_event("build", {"conversation": "conv-49"})
     assert bar.tasks == []
     for done, calls, failed in ((0, 0, 0), (1, 6, 0), (2, 13, 2)):
-        row.on_event("construct", {"conversation": "conv-49", "done": done, "total": 19, "unit": "sessions",
-                                   "calls": calls, "failed": failed})
+        row.on_event(
+            "construct",
+            {
+                "conversation": "conv-49",
+                "done": done,
+                "total": 19,
+                "unit": "sessions",
+                "calls": calls,
+                "failed": failed,
+            },
+        )
     assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
-        ("memorycpt: building conv-49: sessions (13 model calls this run, 2 failed or fell back)", 2, 19)]
+        ("memorycpt: building conv-49: sessions (13 model calls this run, 2 failed or fell back)", 2, 19)
+    ]
     row.on_event("ingest", {"conversation": "conv-49", "added": 663, "calls": 13, "failed": 2, "built_calls": 7})
     assert bar.tasks == []
-    row.on_event("ingest", {"conversation": "conv-50", "added": 0, "calls": 9, "failed": 0, "built_calls": 0})  # no line
+    row.on_event(
+        "ingest", {"conversation": "conv-50", "added": 0, "calls": 9, "failed": 0, "built_calls": 0}
+    )  # no line
     # a build resumed by this run says where it starts (once), then goes on as above
     # as the views report it: 0 first, the units built earlier without a call, then this run's
     row.on_event("build", {"conversation": "conv-26"})
     for done, calls in ((0, 0), (1, 0), (5, 0), (6, 7), (7, 15)):
-        row.on_event("construct", {"conversation": "conv-26", "done": done, "total": 19, "unit": "sessions",
-                                   "calls": calls, "failed": 0})
-    assert log.getvalue() == ("memorycpt: built conv-49's memory view: 7 model calls this run; 13 in all, 2 failed "
-                              "or fell back\n"
-                              "memorycpt: resuming the build of conv-26's memory view: 5 of 19 sessions built by an "
-                              "earlier run\n")
+        row.on_event(
+            "construct",
+            {"conversation": "conv-26", "done": done, "total": 19, "unit": "sessions", "calls": calls, "failed": 0},
+        )
+    assert log.getvalue() == (
+        "memorycpt: built conv-49's memory view: 7 model calls this run; 13 in all, 2 failed "
+        "or fell back\n"
+        "memorycpt: resuming the build of conv-26's memory view: 5 of 19 sessions built by an "
+        "earlier run\n"
+    )

@@ -29,8 +29,16 @@ SCALES = Scales(f1=1.0, usd=1e-4, proxy_s=1.0)
 
 
 def pred(label, f1, usd, proxy_s=0.2, tokens=100.0, usd_high=None, proxy_s_high=None, tokens_high=None):
-    return Prediction(label, f1, usd, proxy_s, tokens, usd if usd_high is None else usd_high,
-                      proxy_s if proxy_s_high is None else proxy_s_high, tokens if tokens_high is None else tokens_high)
+    return Prediction(
+        label,
+        f1,
+        usd,
+        proxy_s,
+        tokens,
+        usd if usd_high is None else usd_high,
+        proxy_s if proxy_s_high is None else proxy_s_high,
+        tokens if tokens_high is None else tokens_high,
+    )
 
 
 # A: best and dearest; B: the middle; C: cheap and weak (USD in units of the scale 1e-4)
@@ -108,15 +116,22 @@ def test_router_predictions_from_the_file_by_hand(tmp_path):
 
     f1 = target(0.2, temporal_cue=0.6)
     calibrated = TargetModel(coef=f1.coef, intercept=0.2, calibration=Calibration(x=[0.0, 1.0], y=[0.1, 0.5]))
-    path = write_router(tmp_path / "r.json",
-                        config("k1", "rag", {"k": 1}, f1=f1, usd=target(1e-5, margin=2e-6), proxy_s=target(0.5),
-                               tokens=target(-50.0)),
-                        config("k4", "rag", {"k": 4}, f1=calibrated, usd=target(4e-5)))
+    path = write_router(
+        tmp_path / "r.json",
+        config("k1", "rag", {"k": 1}, f1=f1, usd=target(1e-5, margin=2e-6), proxy_s=target(0.5), tokens=target(-50.0)),
+        config("k4", "rag", {"k": 4}, f1=calibrated, usd=target(4e-5)),
+    )
     router = Router.load(path)
     x = np.zeros(router.dim)
     x[384 + SCALAR_FEATURES.index("temporal_cue")] = 1.0
     k1, k4 = router.predict(x)
-    assert (k1.label, k1.f1, k1.usd, k1.usd_high, k1.proxy_s) == ("k1", pytest.approx(0.8), 1e-5, pytest.approx(1.2e-5), 0.5)
+    assert (k1.label, k1.f1, k1.usd, k1.usd_high, k1.proxy_s) == (
+        "k1",
+        pytest.approx(0.8),
+        1e-5,
+        pytest.approx(1.2e-5),
+        0.5,
+    )
     assert k1.tokens == 0.0  # a resource is never predicted below 0
     assert k4.f1 == pytest.approx(0.1 + 0.4 * 0.8)  # raw 0.8 through the calibration (0,0.1)-(1,0.5)
     assert len(router.sha256) == 64
@@ -143,7 +158,9 @@ def test_router_file_of_another_version_or_format_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="train strategy-router"):
         Router.load(tmp_path / "none.json")
     # the CLI refuses it before any work
-    res = run(app, ["eval", "--strategy", "auto", "--set", f"router={tmp_path / 'v2.json'}", "--out", str(tmp_path / "o")])
+    res = run(
+        app, ["eval", "--strategy", "auto", "--set", f"router={tmp_path / 'v2.json'}", "--out", str(tmp_path / "o")]
+    )
     assert res.exit_code == 2 and "version 2" in res.output
 
 
@@ -162,19 +179,43 @@ def evan_store(path, minilm):
     from memfrontier.store.sqlite import SQLiteStore
 
     store = SQLiteStore(path, minilm)
-    texts = ["I bought a Prius.", "It is blue.", "We went hiking.", "The trail was steep.", "I adopted a cat.",
-             "She is called Miso.", "I started a new job.", "It is at a bakery.", "We visited Lisbon.",
-             "The food was great.", "I read a novel.", "It was about whales."]
-    store.add([Record(id=f"evan:D{i // 2 + 1}:{i % 2}", scope=EVAN, session_id=f"D{i // 2 + 1}", speaker="Evan",
-                      timestamp=f"2023-05-{i // 2 + 1:02d}T10:00:00", text=t) for i, t in enumerate(texts)])
+    texts = [
+        "I bought a Prius.",
+        "It is blue.",
+        "We went hiking.",
+        "The trail was steep.",
+        "I adopted a cat.",
+        "She is called Miso.",
+        "I started a new job.",
+        "It is at a bakery.",
+        "We visited Lisbon.",
+        "The food was great.",
+        "I read a novel.",
+        "It was about whales.",
+    ]
+    store.add(
+        [
+            Record(
+                id=f"evan:D{i // 2 + 1}:{i % 2}",
+                scope=EVAN,
+                session_id=f"D{i // 2 + 1}",
+                speaker="Evan",
+                timestamp=f"2023-05-{i // 2 + 1:02d}T10:00:00",
+                text=t,
+            )
+            for i, t in enumerate(texts)
+        ]
+    )
     return store
 
 
 def k1_k4_router(path, margin=0.0):
     """k1 is predicted better on temporal questions (F1 0.8 vs 0.5), worse elsewhere (0.2); k4 costs 4x."""
-    return write_router(path,
-                        config("rag-k1", "rag", {"k": 1}, f1=target(0.2, temporal_cue=0.6), usd=target(1e-5, margin)),
-                        config("rag-k4", "rag", {"k": 4}, f1=target(0.5), usd=target(4e-5, margin)))
+    return write_router(
+        path,
+        config("rag-k1", "rag", {"k": 1}, f1=target(0.2, temporal_cue=0.6), usd=target(1e-5, margin)),
+        config("rag-k4", "rag", {"k": 4}, f1=target(0.5), usd=target(4e-5, margin)),
+    )
 
 
 def test_auto_routes_by_question_kind_delegates_and_records_the_decision(tmp_path, minilm):
@@ -230,13 +271,21 @@ def test_the_chosen_member_runs_under_the_preference_auto_decided_under(tmp_path
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
     path = k1_k4_router(tmp_path / "r.json")
     q = Query(text="When did Evan buy the car?", scope=EVAN)
-    for configured, caller, decided, source in ((None, None, PERF, "default"), (None, COST, COST, "caller"),
-                                                ("cost", PERF, COST, "config"), ("cost", None, COST, "config")):
+    for configured, caller, decided, source in (
+        (None, None, PERF, "default"),
+        (None, COST, COST, "caller"),
+        ("cost", PERF, COST, "config"),
+        ("cost", None, COST, "config"),
+    ):
         k1, k4 = _Recorder(), _Recorder()
-        auto = Auto(AutoConfig(router=path, preference=configured, budget=Budget(max_usd=2e-5)),
-                    members={"rag-k1": k1, "rag-k4": k4})
+        auto = Auto(
+            AutoConfig(router=path, preference=configured, budget=Budget(max_usd=2e-5)),
+            members={"rag-k1": k1, "rag-k4": k4},
+        )
         ctx = asyncio.run(auto.context(q, env, caller, Budget(max_tokens=500)))
-        assert ctx.meta["auto"]["preference"] == decided.model_dump() and ctx.meta["auto"]["preference_source"] == source
+        assert (
+            ctx.meta["auto"]["preference"] == decided.model_dump() and ctx.meta["auto"]["preference_source"] == source
+        )
         # the member is handed the decided preference and the combined budget, not the caller's
         assert k1.asked == [(decided, Budget(max_usd=2e-5, max_tokens=500))] and k4.asked == []
     store.close()
@@ -254,8 +303,9 @@ class _Unbuilt:
 def test_auto_leaves_out_configurations_whose_view_is_not_built(tmp_path, minilm):
     store = evan_store(tmp_path / "store", minilm)
     env = MemoryEnv(store=store, llm=None, answer_llm=None)
-    path = write_router(tmp_path / "r.json", config("rag", "rag", f1=target(0.3)),
-                        config("cpt", "memorycpt", f1=target(0.9)))
+    path = write_router(
+        tmp_path / "r.json", config("rag", "rag", f1=target(0.3)), config("cpt", "memorycpt", f1=target(0.9))
+    )
     auto = Auto(AutoConfig(router=path), members={"cpt": _Unbuilt()})
     assert not auto.is_built(env, EVAN)
     ctx = asyncio.run(auto.context(Query(text="What colour is the car?", scope=EVAN), env, PERF, Budget()))
@@ -283,9 +333,20 @@ def scripted_frontier(root, minilm, *, conversations=("conv-1", "conv-2", "conv-
 
     store = SQLiteStore(root / "store", minilm)
     for c in conversations:
-        store.add([Record(id=f"{c}:D{s}:{i}", scope=Scope(user_id=c), session_id=f"{c}:session_{s}", speaker="Mia",
-                          timestamp=f"2023-0{s}-01T10:00:00", text=f"Turn {i} of session {s}.")
-                   for s in (1, 2) for i in range(3)])
+        store.add(
+            [
+                Record(
+                    id=f"{c}:D{s}:{i}",
+                    scope=Scope(user_id=c),
+                    session_id=f"{c}:session_{s}",
+                    speaker="Mia",
+                    timestamp=f"2023-0{s}-01T10:00:00",
+                    text=f"Turn {i} of session {s}.",
+                )
+                for s in (1, 2)
+                for i in range(3)
+            ]
+        )
     store.close()
     questions = []
     for n, name in enumerate(NAMES):
@@ -293,23 +354,48 @@ def scripted_frontier(root, minilm, *, conversations=("conv-1", "conv-2", "conv-
             questions.append((f"When did {name} {e}?", "2", True))
         for like in LIKES:
             questions.append((f"What {like} does {name} enjoy the most?", "4", False))
-    configs = {"rag-k4": ("rag", {"k": 4}, 1e-4, 1.0, 1000), "memorycpt": ("memorycpt", {}, 3e-4, 2.0, 3000),
-               "oracle": ("oracle", {}, 1e-4, 1.0, 500)}
+    configs = {
+        "rag-k4": ("rag", {"k": 4}, 1e-4, 1.0, 1000),
+        "memorycpt": ("memorycpt", {}, 3e-4, 2.0, 3000),
+        "oracle": ("oracle", {}, 1e-4, 1.0, 500),
+    }
     for label, (strategy, options, usd, secs, tokens) in configs.items():
         d = root / "configs" / label
         d.mkdir(parents=True)
         rows = []
         for i, (text, cat, temporal) in enumerate(questions):
             good = temporal == (strategy == "memorycpt") or strategy == "oracle"
-            rows.append({"id": f"q{i}", "conversation_id": conversations[i % len(conversations)], "category": cat,
-                         "question": text, "gold": "x", "f1": (0.9 if good else 0.1) - 0.02 * (i % 3),
-                         "usd": usd, "proxy_s": secs, "unpriced_calls": 0,
-                         "usage": {"by_stage": {"query": {"input_tokens": tokens - 10, "output_tokens": 10}}}})
+            rows.append(
+                {
+                    "id": f"q{i}",
+                    "conversation_id": conversations[i % len(conversations)],
+                    "category": cat,
+                    "question": text,
+                    "gold": "x",
+                    "f1": (0.9 if good else 0.1) - 0.02 * (i % 3),
+                    "usd": usd,
+                    "proxy_s": secs,
+                    "unpriced_calls": 0,
+                    "usage": {"by_stage": {"query": {"input_tokens": tokens - 10, "output_tokens": 10}}},
+                }
+            )
         (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (d / "summary.json").write_text(json.dumps({
-            "config": {"dataset": "locomo", "split": split, "strategy": strategy, "strategy_options": options,
-                       "store": str(root / "store")},
-            "questions": len(rows), "fallbacks": {"exceeded": []}, "provenance": {"answer_model": "m"}}))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "config": {
+                        "dataset": "locomo",
+                        "split": split,
+                        "strategy": strategy,
+                        "strategy_options": options,
+                        "store": str(root / "store"),
+                    },
+                    "questions": len(rows),
+                    "fallbacks": {"exceeded": []},
+                    "provenance": {"answer_model": "m"},
+                }
+            )
+        )
     return root
 
 
@@ -357,16 +443,31 @@ class _Built:
 
 def test_training_refuses_the_test_split(tmp_path, minilm):
     with pytest.raises(TestSplitError, match="conv-49.*never trained on the test split"):
-        train_strategy_router(StrategyRouterConfig(frontier_dir=scripted_frontier(
-            tmp_path / "a", minilm, conversations=("conv-1", "conv-49")), out=tmp_path / "r.json"), embedder=minilm)
+        train_strategy_router(
+            StrategyRouterConfig(
+                frontier_dir=scripted_frontier(tmp_path / "a", minilm, conversations=("conv-1", "conv-49")),
+                out=tmp_path / "r.json",
+            ),
+            embedder=minilm,
+        )
     with pytest.raises(TestSplitError, match="split 'test'"):
-        train_strategy_router(StrategyRouterConfig(frontier_dir=scripted_frontier(tmp_path / "b", minilm, split="test"),
-                                                   out=tmp_path / "r.json"), embedder=minilm)
+        train_strategy_router(
+            StrategyRouterConfig(
+                frontier_dir=scripted_frontier(tmp_path / "b", minilm, split="test"), out=tmp_path / "r.json"
+            ),
+            embedder=minilm,
+        )
     res = run(app, ["train", "strategy-router", "--from", str(tmp_path / "b"), "--out", str(tmp_path / "r.json")])
     assert res.exit_code == 2 and "never trained on the test split" in res.output
     with pytest.raises(ValueError, match="oracle cannot train a router: oracle reads the gold evidence"):
-        train_strategy_router(StrategyRouterConfig(frontier_dir=scripted_frontier(tmp_path / "c", minilm),
-                                                   out=tmp_path / "r.json", only=["oracle", "rag-k4"]), embedder=minilm)
+        train_strategy_router(
+            StrategyRouterConfig(
+                frontier_dir=scripted_frontier(tmp_path / "c", minilm),
+                out=tmp_path / "r.json",
+                only=["oracle", "rag-k4"],
+            ),
+            embedder=minilm,
+        )
     assert not (tmp_path / "r.json").exists()
 
 
@@ -374,24 +475,50 @@ def test_training_refuses_the_test_split(tmp_path, minilm):
 def _run_dir(path, strategy, rows):
     path.mkdir(parents=True)
     path.joinpath("predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path.joinpath("summary.json").write_text(json.dumps({
-        "config": {"dataset": "locomo", "strategy": strategy}, "questions": len(rows), "construction": {},
-        "provenance": {"answer_model": "m"}}))
+    path.joinpath("summary.json").write_text(
+        json.dumps(
+            {
+                "config": {"dataset": "locomo", "strategy": strategy},
+                "questions": len(rows),
+                "construction": {},
+                "provenance": {"answer_model": "m"},
+            }
+        )
+    )
     return path
 
 
 def test_frontier_reports_the_routers_regret_against_the_per_question_oracle(tmp_path):
     # two questions; a is better on q0, b on q1; the router picked a both times (its rows copy a's)
     def rows(f1s, usd, meta=None):
-        return [{"id": f"q{i}", "category": "1", "f1": f, "usd": usd, "proxy_s": 1.0, "evidence_recall": 1.0,
-                 "usage": {"by_stage": {"query": {}}}, **({"strategy_meta": meta} if meta else {})}
-                for i, f in enumerate(f1s)]
+        return [
+            {
+                "id": f"q{i}",
+                "category": "1",
+                "f1": f,
+                "usd": usd,
+                "proxy_s": 1.0,
+                "evidence_recall": 1.0,
+                "usage": {"by_stage": {"query": {}}},
+                **({"strategy_meta": meta} if meta else {}),
+            }
+            for i, f in enumerate(f1s)
+        ]
 
-    meta = {"auto": {"predictions": {"a": {}, "b": {}}, "unbuilt": [], "preference": BALANCED.model_dump(),
-                     "scales": {"f1": 0.5, "usd": 1e-4, "proxy_s": 1.0}}, "route": {"configuration": "a"}}
-    runs = [{"label": "a", "strategy": "rag", "dir": _run_dir(tmp_path / "a", "rag", rows([0.8, 0.2], 1e-4))},
-            {"label": "b", "strategy": "memorycpt", "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 0.6], 2e-4))},
-            {"label": "auto", "strategy": "auto", "dir": _run_dir(tmp_path / "auto", "auto", rows([0.8, 0.2], 1e-4, meta))}]
+    meta = {
+        "auto": {
+            "predictions": {"a": {}, "b": {}},
+            "unbuilt": [],
+            "preference": BALANCED.model_dump(),
+            "scales": {"f1": 0.5, "usd": 1e-4, "proxy_s": 1.0},
+        },
+        "route": {"configuration": "a"},
+    }
+    runs = [
+        {"label": "a", "strategy": "rag", "dir": _run_dir(tmp_path / "a", "rag", rows([0.8, 0.2], 1e-4))},
+        {"label": "b", "strategy": "memorycpt", "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 0.6], 2e-4))},
+        {"label": "auto", "strategy": "auto", "dir": _run_dir(tmp_path / "auto", "auto", rows([0.8, 0.2], 1e-4, meta))},
+    ]
     rep = build_report(runs, reference="a")
     auto = next(r for r in rep["rows"] if r["label"] == "auto")
     # balanced U = F1/0.5 - 0.5 USD/1e-4 - 0.5 * 1 s: a (1.6-0.5-0.5, 0.4-0.5-0.5) = (0.6, -0.6),
@@ -409,18 +536,33 @@ def test_frontier_reports_the_routers_regret_against_the_per_question_oracle(tmp
 def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
     # a: F1 (0.8, 0.2) at 1 USD×1e4/q, b: (0.4, 1.0) at 2; the router answers q0 as a and q1 as b
     def rows(f1s, usds, meta=None):
-        return [{"id": f"q{i}", "category": "1", "f1": f, "usd": u, "proxy_s": 1.0, "evidence_recall": 1.0,
-                 "usage": {"by_stage": {"query": {}}}, **({"strategy_meta": meta} if meta else {})}
-                for i, (f, u) in enumerate(zip(f1s, usds))]
+        return [
+            {
+                "id": f"q{i}",
+                "category": "1",
+                "f1": f,
+                "usd": u,
+                "proxy_s": 1.0,
+                "evidence_recall": 1.0,
+                "usage": {"by_stage": {"query": {}}},
+                **({"strategy_meta": meta} if meta else {}),
+            }
+            for i, (f, u) in enumerate(zip(f1s, usds))
+        ]
 
     def placed(name, f1s, usds):
         routed = {"label": "auto", "strategy": "auto", "dir": _run_dir(tmp_path / name, "auto", rows(f1s, usds))}
         rep = build_report([*fixed, routed], reference="a")
         return next(r for r in rep["rows"] if r["label"] == "auto"), render_markdown(rep)
 
-    fixed = [{"label": "a", "strategy": "rag", "dir": _run_dir(tmp_path / "a", "rag", rows([0.8, 0.2], [1e-4, 1e-4]))},
-             {"label": "b", "strategy": "memorycpt",
-              "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 1.0], [2e-4, 2e-4]))}]
+    fixed = [
+        {"label": "a", "strategy": "rag", "dir": _run_dir(tmp_path / "a", "rag", rows([0.8, 0.2], [1e-4, 1e-4]))},
+        {
+            "label": "b",
+            "strategy": "memorycpt",
+            "dir": _run_dir(tmp_path / "b", "memorycpt", rows([0.4, 1.0], [2e-4, 2e-4])),
+        },
+    ]
     auto, md = placed("auto", [0.8, 1.0], [1e-4, 2e-4])
     # at 1.5 USD×1e4/q the fixed frontier is a (0.5 at 1.0; b costs 2.0): ΔF1 = mean(0, 0.8) = 0.4
     assert auto["usd_x1e4_amortized"] == pytest.approx(1.5) and auto["frontier_ref"] == "a"
@@ -433,10 +575,12 @@ def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
     # QPC 0.9 / 1.5 = 0.6 >= a's 0.5 / 1.0 (b's is 0.35)
     assert auto["best_fixed_qpc_label"] == "a" and auto["best_fixed_qpc"] == pytest.approx(0.5)
     assert auto["qpc_at_least_best"] is True
-    assert ("- auto (1.5000 USD×1e4/q): the fixed frontier at its cost is a; ΔF1 0.400 [0.000, 0.800], above the "
-            "fixed frontier (the interval includes 0); against a random mix of fixed configurations at the same cost "
-            "(0.50 a + 0.50 b, F1 0.600): ΔF1 0.300 [0.200, 0.400]; QPC 0.600 vs the best fixed 0.500 (a): "
-            "not worse") in md
+    assert (
+        "- auto (1.5000 USD×1e4/q): the fixed frontier at its cost is a; ΔF1 0.400 [0.000, 0.800], above the "
+        "fixed frontier (the interval includes 0); against a random mix of fixed configurations at the same cost "
+        "(0.50 a + 0.50 b, F1 0.600): ΔF1 0.300 [0.200, 0.400]; QPC 0.600 vs the best fixed 0.500 (a): "
+        "not worse"
+    ) in md
 
     # cheaper than every fixed configuration: compared with the cheapest, a (equal F1 counts as above); no mix
     auto, _ = placed("cheap", [0.8, 0.2], [0.5e-4, 0.5e-4])
@@ -451,16 +595,30 @@ def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
 
     # unpriced calls count as free in USD: such a router gets no verdict, such a fixed row is no point
     def unpriced(name, strategy, f1s, usds):
-        d = _run_dir(tmp_path / name, strategy, [{**r, "unpriced_calls": 1, "usage": {"by_stage": {"query": {
-            "unpriced_calls": 1}}}} for r in rows(f1s, usds)])
+        d = _run_dir(
+            tmp_path / name,
+            strategy,
+            [
+                {**r, "unpriced_calls": 1, "usage": {"by_stage": {"query": {"unpriced_calls": 1}}}}
+                for r in rows(f1s, usds)
+            ],
+        )
         return {"label": name, "strategy": strategy, "dir": d}
 
     rep = build_report([*fixed, unpriced("auto-unpriced", "auto", [0.8, 1.0], [1e-4, 0.0])], reference="a")
     auto = next(r for r in rep["rows"] if r["label"] == "auto-unpriced")
     assert "frontier_ref" not in auto and auto["pareto_cost"] is None
-    assert "- auto-unpriced: unpriced model calls, so no place against the fixed frontier's cost" in render_markdown(rep)
-    rep = build_report([*fixed, unpriced("free", "rag", [0.9, 0.9], [0.0, 0.0]),
-                        {"label": "auto", "strategy": "auto", "dir": tmp_path / "auto"}], reference="a")
+    assert "- auto-unpriced: unpriced model calls, so no place against the fixed frontier's cost" in render_markdown(
+        rep
+    )
+    rep = build_report(
+        [
+            *fixed,
+            unpriced("free", "rag", [0.9, 0.9], [0.0, 0.0]),
+            {"label": "auto", "strategy": "auto", "dir": tmp_path / "auto"},
+        ],
+        reference="a",
+    )
     auto = next(r for r in rep["rows"] if r["label"] == "auto")
     assert auto["frontier_ref"] == "a" and [m[0] for m in auto["mix"]] == ["a", "b"]
     assert next(r for r in rep["rows"] if r["label"] == "free")["pareto_cost"] is None
@@ -472,19 +630,55 @@ def test_frontier_places_the_router_against_the_fixed_frontier(tmp_path):
 def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     data = locomo_slice("conv-41", "conv-49")
     spec = tmp_path / "spec.yaml"
-    spec.write_text("name: train\nconfigurations:\n  - {label: rag-k1, strategy: rag, options: {k: 1}}\n"
-                    "  - {label: rag-k3, strategy: rag, options: {k: 3}}\n")
+    spec.write_text(
+        "name: train\nconfigurations:\n  - {label: rag-k1, strategy: rag, options: {k: 1}}\n"
+        "  - {label: rag-k3, strategy: rag, options: {k: 3}}\n"
+    )
     frontier = tmp_path / "frontier"
-    res = run(app, ["frontier", "--spec", str(spec), "--split", "train", "--limit", "4", "--out", str(frontier),
-                    "--data-root", str(data)])
+    res = run(
+        app,
+        [
+            "frontier",
+            "--spec",
+            str(spec),
+            "--split",
+            "train",
+            "--limit",
+            "4",
+            "--out",
+            str(frontier),
+            "--data-root",
+            str(data),
+        ],
+    )
     assert res.exit_code == 0, res.output
     router = tmp_path / "router.json"
     res = run(app, ["train", "strategy-router", "--from", str(frontier), "--out", str(router), "--val-share", "0.25"])
     assert res.exit_code == 0, res.output
     assert Router.load(router).labels == ["rag-k1", "rag-k3"]
     out = tmp_path / "auto"
-    res = run(app, ["eval", "--strategy", "auto", "--set", f"router={router}", "--set", "preference=balanced", "--split", "test",
-                    "--limit", "2", "--out", str(out), "--store", str(frontier / "store"), "--data-root", str(data)])
+    res = run(
+        app,
+        [
+            "eval",
+            "--strategy",
+            "auto",
+            "--set",
+            f"router={router}",
+            "--set",
+            "preference=balanced",
+            "--split",
+            "test",
+            "--limit",
+            "2",
+            "--out",
+            str(out),
+            "--store",
+            str(frontier / "store"),
+            "--data-root",
+            str(data),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "configuration chosen by the router" in res.output
     rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
@@ -499,8 +693,30 @@ def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     assert summary["provenance"]["prompt_versions"]["strategy"] == "auto-v1"
     # interrupted after one answer: the rerun says it resumes and answers only the other question
     (out / "predictions.jsonl").write_text(json.dumps(rows[0]) + "\n")
-    res = run(app, ["eval", "--strategy", "auto", "--set", f"router={router}", "--set", "preference=balanced", "--split", "test",
-                    "--limit", "2", "--out", str(out), "--store", str(frontier / "store"), "--data-root", str(data)])
+    res = run(
+        app,
+        [
+            "eval",
+            "--strategy",
+            "auto",
+            "--set",
+            f"router={router}",
+            "--set",
+            "preference=balanced",
+            "--split",
+            "test",
+            "--limit",
+            "2",
+            "--out",
+            str(out),
+            "--store",
+            str(frontier / "store"),
+            "--data-root",
+            str(data),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert f"resuming {out}: 1 of 2 questions already answered" in " ".join(res.output.split())
-    assert [json.loads(x)["id"] for x in (out / "predictions.jsonl").read_text().splitlines()] == [r["id"] for r in rows]
+    assert [json.loads(x)["id"] for x in (out / "predictions.jsonl").read_text().splitlines()] == [
+        r["id"] for r in rows
+    ]

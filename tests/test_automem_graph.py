@@ -182,11 +182,13 @@ def test_notes_from_reply_validates_grounds_and_matches_speakers():
 def test_copies_turns_catches_dialogue_quotes_and_cut_copies_but_not_retellings():
     from memfrontier.views.copies import copies_turns, names_absent_people
 
-    turn = ("Hey Evan, good to see you! What is new since we last met? I have been working on the car all "
-            "week and it is finally done, so I can drive it to the lake this weekend with the kids.")
+    turn = (
+        "Hey Evan, good to see you! What is new since we last met? I have been working on the car all "
+        "week and it is finally done, so I can drive it to the lake this weekend with the kids."
+    )
     assert copies_turns("Sam said, 'Hey Evan, good to see you! What is new since we last met? I have been", [turn])
     assert copies_turns("Sam: Hey Evan, good to see you", [turn])
-    assert copies_turns("Sam replied, \"Hey Evan, good to see you!\"", [turn])
+    assert copies_turns('Sam replied, "Hey Evan, good to see you!"', [turn])
     assert copies_turns("Sam told Evan: \u201cWhat is new since we last met?\u201d", [turn])
     assert not copies_turns("Sam replied that the car is finally done.", [turn])
     assert copies_turns(turn.upper(), [turn])  # case and punctuation never hide a copy
@@ -204,19 +206,49 @@ def test_notes_that_copy_a_turn_or_name_the_examples_people_are_dropped():
 
     a, b = EXAMPLE_NAMES
     assert a in INDEXER_INSTRUCTION and b in INDEXER_INSTRUCTION
-    w = Window([_turn(0, "s1", "Sam", "Hey Evan, good to see you! What's new since we last met?"),
-                _turn(1, "s1", "Evan", "I took my family on a road trip to Jasper last weekend.")],
-               speakers=["Sam", "Evan"])
-    reply = json.dumps({"notes": [
-        {"text": "Sam said, 'Hey Evan, good to see you! What's new since we last met?'", "speakers": ["Sam"], "topic": "greeting"},
-        {"text": f"Evan took his family and {b} on a road trip to Jasper.", "speakers": ["Evan"], "topic": "travel"},
-        {"text": "Evan took his family on a road trip to Jasper the weekend before.", "speakers": ["Evan"], "topic": "travel"}]})
+    w = Window(
+        [
+            _turn(0, "s1", "Sam", "Hey Evan, good to see you! What's new since we last met?"),
+            _turn(1, "s1", "Evan", "I took my family on a road trip to Jasper last weekend."),
+        ],
+        speakers=["Sam", "Evan"],
+    )
+    reply = json.dumps(
+        {
+            "notes": [
+                {
+                    "text": "Sam said, 'Hey Evan, good to see you! What's new since we last met?'",
+                    "speakers": ["Sam"],
+                    "topic": "greeting",
+                },
+                {
+                    "text": f"Evan took his family and {b} on a road trip to Jasper.",
+                    "speakers": ["Evan"],
+                    "topic": "travel",
+                },
+                {
+                    "text": "Evan took his family on a road trip to Jasper the weekend before.",
+                    "speakers": ["Evan"],
+                    "topic": "travel",
+                },
+            ]
+        }
+    )
     ledger = Ledger()
     with use_ledger(ledger):
         notes = notes_from_reply(reply, w)
         assert [n.text for n in notes] == ["Evan took his family on a road trip to Jasper the weekend before."]
-        copies_only = json.dumps({"notes": [{"text": "Evan: I took my family on a road trip to Jasper last weekend.",
-                                             "speakers": ["Evan"], "topic": "travel"}]})
+        copies_only = json.dumps(
+            {
+                "notes": [
+                    {
+                        "text": "Evan: I took my family on a road trip to Jasper last weekend.",
+                        "speakers": ["Evan"],
+                        "topic": "travel",
+                    }
+                ]
+            }
+        )
         assert notes_from_reply(copies_only, w) is None  # the window falls back to its turns
     assert ledger.events == {"indexer.copied_note": 2, "indexer.example_echo": 1}
 
@@ -233,8 +265,10 @@ def test_the_indexer_prompts_examples_pass_its_own_checks():
     for i, ex in enumerate(examples):
         turns = re.findall(r'^\[\d\] (\w+) said, "(.*)"$', ex, re.M)
         reply = ex.split("JSON: ", 1)[1].split("\n")[0]
-        w = Window([_turn(j, "s1", who, text) for j, (who, text) in enumerate(turns)],
-                   speakers=list(dict.fromkeys(who for who, _ in turns)))
+        w = Window(
+            [_turn(j, "s1", who, text) for j, (who, text) in enumerate(turns)],
+            speakers=list(dict.fromkeys(who for who, _ in turns)),
+        )
         ledger = Ledger()
         with use_ledger(ledger):
             notes = notes_from_reply(reply, w)
@@ -249,12 +283,16 @@ def test_a_note_cut_at_the_schema_limit_loses_its_partial_word_and_is_seen_as_a_
     the quote is caught as a copy of the turn instead of slipping past the copy check."""
     from memfrontier.strategies.automem.graph_notes import NOTE_MAX_CHARS, NoteOut
 
-    turn = ("Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day about "
-            "fame and its impact on relationships. It must be awesome, but also exhausting, right?")
-    cut = ("Dave said, 'Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day "
-           "about fame and its impact on relationships. It must be awesome,但")
+    turn = (
+        "Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day about "
+        "fame and its impact on relationships. It must be awesome, but also exhausting, right?"
+    )
+    cut = (
+        "Dave said, 'Hey Calvin, how's the tour with Frank Ocean? I was pondering our chat the other day "
+        "about fame and its impact on relationships. It must be awesome,但"
+    )
     assert len(cut) == NOTE_MAX_CHARS
-    assert NoteOut(text=cut).text == cut[:cut.rindex(" ")]  # "... It must be"
+    assert NoteOut(text=cut).text == cut[: cut.rindex(" ")]  # "... It must be"
     assert NoteOut(text="x" * 200).text == "x" * NOTE_MAX_CHARS  # one overlong word: cut, not emptied
     assert NoteOut(text="Dave asked Calvin about the tour.").text == "Dave asked Calvin about the tour."
     w = Window([_turn(0, "s1", "Dave", turn)], speakers=["Dave"])
@@ -352,7 +390,10 @@ def test_ladybug_errors_and_timeout(graph):
         graph.query("MATCH (m:Nope) RETURN m")
     assert e.value.kind == "error"
     with pytest.raises(GraphQueryError) as e:
-        graph.query("UNWIND range(1, 100000) AS x UNWIND range(1, 100000) AS y WITH x, y WHERE (x * y) % 7 = 3 RETURN count(*)", timeout_s=0.05)
+        graph.query(
+            "UNWIND range(1, 100000) AS x UNWIND range(1, 100000) AS y WITH x, y WHERE (x * y) % 7 = 3 RETURN count(*)",
+            timeout_s=0.05,
+        )
     assert e.value.kind == "timeout"
     assert graph.query("MATCH (m:Memory) RETURN count(m)").rows == [[4]]  # still usable
 
@@ -369,7 +410,10 @@ def test_ladybug_refuses_writes_even_past_the_guard(graph, monkeypatch):
 
 
 def test_scopes_have_separate_graph_files(tmp_path):
-    a, b = open_graph("ladybug", tmp_path, Scope(user_id="alice")), open_graph("ladybug", tmp_path, Scope(user_id="bob"))
+    a, b = (
+        open_graph("ladybug", tmp_path, Scope(user_id="alice")),
+        open_graph("ladybug", tmp_path, Scope(user_id="bob")),
+    )
     a.replace(graph_from_notes(_notes()[:1], Scope(user_id="alice").key()))
     b.replace(graph_from_notes(_notes()[1:2], Scope(user_id="bob").key()))
     assert a.query("MATCH (m:Memory) RETURN m.text").rows == [["Evan bought a Prius."]]
@@ -408,8 +452,9 @@ def test_a_build_stopped_by_its_progress_leaves_no_window_calling_the_model(tmp_
 
     async def main():
         with pytest.raises(Stop):
-            await GraphIndexer(llm, window_turns=2, concurrency=2).build(recs, g, U.key(), state_dir(tmp_path, U),
-                                                                          progress=progress)
+            await GraphIndexer(llm, window_turns=2, concurrency=2).build(
+                recs, g, U.key(), state_dir(tmp_path, U), progress=progress
+            )
         calls = client.n_calls
         await asyncio.sleep(0.2)  # the loop runs on: a window left running would call the model now
         return calls, client.n_calls
@@ -430,10 +475,18 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     ledger = Ledger()
     steps = []
     with use_ledger(ledger, "construction"):
-        rep = asyncio.run(GraphIndexer(llm, window_turns=2).build(recs, g, U.key(), state_dir(tmp_path, U),
-                                                                  progress=lambda *a: steps.append(a)))
+        rep = asyncio.run(
+            GraphIndexer(llm, window_turns=2).build(
+                recs, g, U.key(), state_dir(tmp_path, U), progress=lambda *a: steps.append(a)
+            )
+        )
     assert (rep.windows, rep.calls, rep.cached_windows, rep.skipped) == (3, 2, 0, False)
-    assert steps == [(0, 3, "windows"), (1, 3, "windows"), (2, 3, "windows"), (3, 3, "windows")]  # the step's window too
+    assert steps == [
+        (0, 3, "windows"),
+        (1, 3, "windows"),
+        (2, 3, "windows"),
+        (3, 3, "windows"),
+    ]  # the step's window too
     # window 1: one model note; window 2: garbage -> one fallback note per record; the step: one note
     assert rep.counts["Memory"] == 1 + 2 + 1 and rep.counts["FOLLOWS"] == 3
     assert ledger.events["parse_error.indexer"] == 1
@@ -480,7 +533,10 @@ def test_indexer_builds_caches_and_skips(tmp_path):
     path = state_dir(tmp_path, U) / "notes.json"
     path.write_text(json.dumps({k: v["notes"] for k, v in json.loads(path.read_text()).items()}))
     assert GraphIndexer(llm, window_turns=2).stored_usage(more, state_dir(tmp_path, U)) == {
-        "windows_without_usage": 3, "windows_without_events": 3, "fallbacks": []}
+        "windows_without_usage": 3,
+        "windows_without_events": 3,
+        "fallbacks": [],
+    }
     (state_dir(tmp_path, U) / "meta.json").unlink()
     rep4 = asyncio.run(GraphIndexer(llm, window_turns=2).build(more, g, U.key(), state_dir(tmp_path, U)))
     assert (rep4.calls, rep4.cached_windows) == (0, 4) and client.n_calls == 3
@@ -492,7 +548,10 @@ def test_indexer_builds_caches_and_skips(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("MEMFRONTIER_NEO4J_URL"), reason="set MEMFRONTIER_NEO4J_URL to test Neo4j")
 def test_neo4j_backend_same_queries_and_namespaces():
-    a, b = open_graph("neo4j", None, Scope(user_id="mf-test-alice")), open_graph("neo4j", None, Scope(user_id="mf-test-bob"))
+    a, b = (
+        open_graph("neo4j", None, Scope(user_id="mf-test-alice")),
+        open_graph("neo4j", None, Scope(user_id="mf-test-bob")),
+    )
     try:
         a.replace(graph_from_notes(_notes(), Scope(user_id="mf-test-alice").key()))
         b.replace(graph_from_notes(_notes()[:1], Scope(user_id="mf-test-bob").key()))

@@ -21,10 +21,10 @@ from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.graph import SCHEMA_HINT, open_graph
 from memfrontier.llm.metered import MeteredLLM
+from memfrontier.strategies import AutoMEMConfig, get_strategy
 from memfrontier.strategies.automem.actions import Action, parse_action
 from memfrontier.strategies.automem.corpus import ScopedCorpus
 from memfrontier.strategies.automem.loop import AutoMemAgent, parse_verdict
-from memfrontier.strategies import AutoMEMConfig, get_strategy
 from memfrontier.strategies.automem.pipeline import AutoMem
 from memfrontier.strategies.automem.prefix import PrefixMeter
 from memfrontier.strategies.automem.prompts import SYSTEM, key_terms
@@ -60,7 +60,12 @@ def agent(store, graph, client, *, k_max=3, budget=None, dump_llm=None, priced=F
     c = ScopedCorpus(store, ALICE)
     box = Toolbox(c, graph=graph, dump_llm=dump_llm)
     return AutoMemAgent(
-        box, planner=llm, judge=llm, context=c.catalog() + "\n\n" + SCHEMA_HINT, k_max=k_max, budget=budget,
+        box,
+        planner=llm,
+        judge=llm,
+        context=c.catalog() + "\n\n" + SCHEMA_HINT,
+        k_max=k_max,
+        budget=budget,
         judge_every_round=judge_every_round,
     )
 
@@ -129,7 +134,9 @@ def test_bad_plans_unknown_tools_and_bad_verdicts_become_observations(store, gra
 
 def test_repeated_actions_are_not_rerun_and_hints_reach_the_planner(store, graph):
     q = act("index_query", cypher="MATCH (m:Memory)-[:OF_TOPIC]->(t:Topic {name: 'pets'}) RETURN m.text")
-    client = ScriptedClient([q, verdict(False, "the age of Biscuit"), q, act("read", ids=["alice:a1:2"]), verdict(True)])
+    client = ScriptedClient(
+        [q, verdict(False, "the age of Biscuit"), q, act("read", ids=["alice:a1:2"]), verdict(True)]
+    )
     ledger = Ledger()
     res = run(agent(store, graph, client, k_max=4, judge_every_round=False).run("How old is Biscuit?"), ledger)
     assert [s.observation.error for s in res.steps] == [None, "repeated_action", None]
@@ -156,7 +163,10 @@ def test_single_pass_runs_parallel_actions_without_judge_or_dump(store, graph):
     assert res.steps[1].observation.error == "unknown_tool"
     assert res.evidence_ids() == ["alice:a1:2", "alice:a1:0"]
     assert client.seen[0][1]["json_schema"]["properties"]["actions"]["maxItems"] == 4
-    tools = [v["properties"]["tool"]["enum"][0] for v in client.seen[0][1]["json_schema"]["properties"]["actions"]["items"]["anyOf"]]
+    tools = [
+        v["properties"]["tool"]["enum"][0]
+        for v in client.seen[0][1]["json_schema"]["properties"]["actions"]["items"]["anyOf"]
+    ]
     assert tools == ["rg", "read", "index_query"]
     assert ledger.events == {"automem.planner.unknown_tool": 1} and res.stable_prefix_fraction is None
 
@@ -203,7 +213,9 @@ def test_strategy_runs_with_per_role_models_and_records_the_trace(store):
     planner = ScriptedClient([act("rg", patterns=["years old"])], model_id="planner-model")
     judge = ScriptedClient([verdict(True)], model_id="judge-model")
     mem = AsyncMemory(
-        store, MeteredLLM(ScriptedClient([]), PRICES, allow_unpriced=True), MeteredLLM(answer, PRICES, allow_unpriced=True)
+        store,
+        MeteredLLM(ScriptedClient([]), PRICES, allow_unpriced=True),
+        MeteredLLM(answer, PRICES, allow_unpriced=True),
     )
     strat = AutoMem(planner_llm=planner, judge_llm=judge)
     ans = asyncio.run(mem.ask("How old is Biscuit?", user_id="alice", strategy=strat))
@@ -316,7 +328,9 @@ def test_the_judge_runs_every_round_as_in_algorithm_1(store, graph):
     """Algorithm 1: a never-sufficient question at K_max = 3 makes 3 planner + 3 judge calls (7 with
     the answer); the lean variant skips the judge after the last round and after an error (4 here)."""
     plans = [act("rg", patterns=["Biscuit"]), act("fly", patterns=["x"]), act("read", ids=["alice:a1:2"])]
-    paper = ScriptedClient([plans[0], verdict(False, "age"), plans[1], verdict(False, "age"), plans[2], verdict(False, "age")])
+    paper = ScriptedClient(
+        [plans[0], verdict(False, "age"), plans[1], verdict(False, "age"), plans[2], verdict(False, "age")]
+    )
     ledger = Ledger()
     res = run(agent(store, graph, paper, k_max=3).run("How old is Biscuit?"), ledger)
     assert [c.role for c in ledger.calls] == ["planner", "judge"] * 3

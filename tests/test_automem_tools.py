@@ -20,6 +20,8 @@ from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.automem.actions import Action
 from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
+from memfrontier.strategies.automem.graph_notes import Note
 from memfrontier.strategies.automem.tools import (
     Toolbox,
     ToolLimits,
@@ -27,8 +29,6 @@ from memfrontier.strategies.automem.tools import (
     read,
     rg,
 )
-from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
-from memfrontier.strategies.automem.graph_notes import Note
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 ALICE, BOB, EVE = Scope(user_id="alice"), Scope(user_id="bob"), Scope(user_id="eve")
@@ -102,7 +102,10 @@ def build_store(path: Path, embedder) -> SQLiteStore:
     g = open_graph("ladybug", store.view_dir("graph"), Scope(user_id=RUN))
     asyncio.run(
         GraphIndexer(llm).build(
-            store.records(Scope(user_id=RUN)), g, Scope(user_id=RUN).key(), state_dir(store.view_dir("graph"), Scope(user_id=RUN))
+            store.records(Scope(user_id=RUN)),
+            g,
+            Scope(user_id=RUN).key(),
+            state_dir(store.view_dir("graph"), Scope(user_id=RUN)),
         )
     )
     g.close()
@@ -119,7 +122,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def graphs(store):
     opened = {
-        k: open_graph("ladybug", store.view_dir("graph"), Scope(user_id=k), read_only=True) for k in ("alice", "bob", RUN)
+        k: open_graph("ladybug", store.view_dir("graph"), Scope(user_id=k), read_only=True)
+        for k in ("alice", "bob", RUN)
     }
     yield opened
     for g in opened.values():

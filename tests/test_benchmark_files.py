@@ -13,19 +13,29 @@ from memfrontier.eval.runner import EvalConfig, check_run, run_eval
 
 def _lme_item(qid: str, sessions: list[list[dict]]) -> dict:
     return {
-        "question_id": qid, "question_type": "single-session-user", "question": "What colour is my bike?",
-        "answer": "red", "question_date": "2023/05/30 (Tue) 10:00",
+        "question_id": qid,
+        "question_type": "single-session-user",
+        "question": "What colour is my bike?",
+        "answer": "red",
+        "question_date": "2023/05/30 (Tue) 10:00",
         "haystack_session_ids": [f"s{i}" for i in range(len(sessions))],
         "haystack_dates": ["2023/05/2%d (Mon) 09:00" % i for i in range(len(sessions))],
-        "haystack_sessions": sessions, "answer_session_ids": ["s0"],
+        "haystack_sessions": sessions,
+        "answer_session_ids": ["s0"],
     }
 
 
 def _lme_file(tmp_path, *, long_id: bool = False):
-    evidence = [{"role": "user", "content": "My bike is red.", "has_answer": True},
-                {"role": "assistant", "content": "Nice, a red bike."}]
-    distractor = [{"role": "user", "content": ""}, {"role": "assistant", "content": "How can I help?"},
-                  {"role": "user", "content": "  \n"}, {"role": "assistant", "content": "Anything else?"}]
+    evidence = [
+        {"role": "user", "content": "My bike is red.", "has_answer": True},
+        {"role": "assistant", "content": "Nice, a red bike."},
+    ]
+    distractor = [
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": "How can I help?"},
+        {"role": "user", "content": "  \n"},
+        {"role": "assistant", "content": "Anything else?"},
+    ]
     items = [_lme_item("q1", [evidence, distractor]), _lme_item("q2", [[{"role": "user", "content": "hi"}]])]
     if long_id:
         items[1]["haystack_session_ids"] = ["x" * 2000]
@@ -46,7 +56,10 @@ def test_longmemeval_loader_skips_and_counts_empty_turns(tmp_path):
 def test_a_file_the_store_would_refuse_is_refused_before_anything_is_written(tmp_path):
     out = tmp_path / "run"
     cfg = EvalConfig(dataset="longmemeval", strategy="oracle", out=out, data_file=_lme_file(tmp_path, long_id=True))
-    with pytest.raises(DatasetError, match=r"lme_s\.json: conversation 'q2': record 'q2:x+': its id is 2005 bytes .*; nothing was written$"):
+    with pytest.raises(
+        DatasetError,
+        match=r"lme_s\.json: conversation 'q2': record 'q2:x+': its id is 2005 bytes .*; nothing was written$",
+    ):
         check_run(cfg)
     with pytest.raises(DatasetError, match="its id is 2005 bytes"):
         asyncio.run(run_eval(cfg))

@@ -21,8 +21,11 @@ ODD_IDS = [".", "..", "a/b", "%", "?x", "#", " x ", "a b", "%2E", "a/../b", "./x
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     root = tmp_path_factory.mktemp("svc")
-    mem = AsyncMemory.open(root / "store", llm=ScriptedClient(lambda m: "ok", model_id="gemma-3-270m-q4_k_m"),
-                           embedder=MiniLMEmbedder(num_threads=1))
+    mem = AsyncMemory.open(
+        root / "store",
+        llm=ScriptedClient(lambda m: "ok", model_id="gemma-3-270m-q4_k_m"),
+        embedder=MiniLMEmbedder(num_threads=1),
+    )
     keys = SQLiteKeyStore(root / "keys.db")
     settings = ServeSettings(store=str(root / "store"), keys=str(root / "keys.db"))
     with running(create_app(settings, memory=mem, keys=keys)) as url:
@@ -102,8 +105,10 @@ def test_rest_answers_422_for_an_out_of_range_timestamp(service, ts):
     import httpx2 as httpx
 
     with httpx.Client(base_url=service["url"], headers={"Authorization": f"Bearer {service['key']}"}) as h:
-        for body in ({"messages": "x", "user_id": "u", "timestamp": ts},
-                     {"messages": [{"content": "x", "timestamp": ts}], "user_id": "u"}):
+        for body in (
+            {"messages": "x", "user_id": "u", "timestamp": ts},
+            {"messages": [{"content": "x", "timestamp": ts}], "user_id": "u"},
+        ):
             r = h.post("/v1/memories", json=body)
             assert r.status_code == 422 and "falls outside years 1-9999" in r.text, r.text
         assert h.post("/v1/memories", json={"messages": "a note", "user_id": "u"}).status_code == 200

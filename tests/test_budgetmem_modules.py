@@ -72,9 +72,12 @@ def rt(memory):
 
 def module_input(module: str, chunks: list[Chunk]):
     if module == "summary":
-        return SummaryInput(chunks=chunks, entity=["Evan - took - family to Jasper (2023-05-24)"],
-                            temporal=["weekend of 2023-05-20: Evan: Last weekend, I took my family to Jasper."],
-                            topic=["2023-05-24: topics: road, trip, jasper"])
+        return SummaryInput(
+            chunks=chunks,
+            entity=["Evan - took - family to Jasper (2023-05-24)"],
+            temporal=["weekend of 2023-05-20: Evan: Last weekend, I took my family to Jasper."],
+            topic=["2023-05-24: topics: road, trip, jasper"],
+        )
     return chunks
 
 
@@ -150,11 +153,17 @@ def test_empty_filter_result_passes_the_top_chunks_on(rt, chunks):
 # --- rules: temporal resolution ---------------------------------------------------------------
 def test_low_temporal_resolves_relative_dates_against_the_session_date(rt):
     # 18 May 2023 is a Thursday: yesterday = 17 May, last Friday = 12 May, last weekend = 13 May
-    chunk = Chunk(id="c-t", scope=SCOPE, session_id="s", timestamp="2023-05-18T13:47:00",
-                  text='Evan said, "I went hiking yesterday with my dog."\n'
-                       'Sam said, "Last Friday I started painting. Two weeks ago I bought a kayak."\n'
-                       'Evan said, "Last weekend we drove to Jasper."',
-                  record_ids=["r1", "r2", "r3"], n_tokens=40)
+    chunk = Chunk(
+        id="c-t",
+        scope=SCOPE,
+        session_id="s",
+        timestamp="2023-05-18T13:47:00",
+        text='Evan said, "I went hiking yesterday with my dog."\n'
+        'Sam said, "Last Friday I started painting. Two weeks ago I bought a kayak."\n'
+        'Evan said, "Last weekend we drove to Jasper."',
+        record_ids=["r1", "r2", "r3"],
+        n_tokens=40,
+    )
     assert date(2023, 5, 18).weekday() == 3
     ledger = Ledger()
     with use_ledger(ledger):
@@ -186,7 +195,10 @@ def fake_env(memory, client) -> MemoryEnv:
 
 
 def test_unparseable_high_output_falls_back_to_mid_and_is_counted(memory, chunks):
-    rt = BudgetMemModules(fake_env(memory, ScriptedClient(["Sure! Evan went to Jasper."], model_id="scripted-fake", repeat_last=True)), module_topk=2)
+    rt = BudgetMemModules(
+        fake_env(memory, ScriptedClient(["Sure! Evan went to Jasper."], model_id="scripted-fake", repeat_last=True)),
+        module_topk=2,
+    )
     ledger = Ledger()
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.entity, QUESTION, chunks, "high"))
@@ -219,12 +231,20 @@ def test_llm_tierings_fall_through_every_tier_to_the_rules(memory, chunks):
         res = run(rt.run_traced(rt.temporal, QUESTION, chunks, "high"))
     assert res.fallbacks == ["high", "mid", "low"] and res.tier_used == "rules"
     assert client.n_calls == 3
-    assert [c.role for c in ledger.calls] == ["budgetmem.temporal.high", "budgetmem.temporal.mid",
-                                              "budgetmem.temporal.low", "budgetmem.temporal"]
+    assert [c.role for c in ledger.calls] == [
+        "budgetmem.temporal.high",
+        "budgetmem.temporal.mid",
+        "budgetmem.temporal.low",
+        "budgetmem.temporal",
+    ]
     assert {k: v for k, v in ledger.events.items()} == {
-        "fallback.temporal.high": 1, "fallback.temporal.mid": 1, "fallback.temporal.low": 1,
-        "output_rejected.temporal.high.unparseable": 1, "output_rejected.temporal.mid.unparseable": 1,
-        "output_rejected.temporal.low.unparseable": 1}
+        "fallback.temporal.high": 1,
+        "fallback.temporal.mid": 1,
+        "fallback.temporal.low": 1,
+        "output_rejected.temporal.high.unparseable": 1,
+        "output_rejected.temporal.mid.unparseable": 1,
+        "output_rejected.temporal.low.unparseable": 1,
+    }
 
 
 def test_valid_scripted_json_is_used(memory, chunks):
@@ -268,8 +288,10 @@ def test_cache_returns_the_same_output_without_new_calls(memory, chunks, tmp_pat
 @pytest.mark.slow
 def test_reasoning_and_capacity_tierings_run_on_the_embedded_model(memory, chunks):
     small = chunks[:1]
-    for tiering, tier in ((ReasoningTiering(), "mid"),
-                          (CapacityTiering({"low": "local", "mid": "local", "high": "local"}), "low")):
+    for tiering, tier in (
+        (ReasoningTiering(), "mid"),
+        (CapacityTiering({"low": "local", "mid": "local", "high": "local"}), "low"),
+    ):
         rt = BudgetMemModules(memory.aio.env, tiering, module_topk=1, max_relations=3)
         ledger = Ledger()
         with use_ledger(ledger):
@@ -305,13 +327,16 @@ def test_capacity_local_preset_is_three_embedded_models_priced_as_themselves(mem
     t = strat.tiering
     models = {tier: t.model(tier, env) for tier in LOCAL_TIERS}
     assert {tier: (m.model_id, m.priced_as) for tier, m in models.items()} == {
-        "low": ("gemma-3-270m-q4_k_m",) * 2, "mid": ("qwen2.5-coder-0.5b-q4_k_m",) * 2,
-        "high": ("qwen2.5-coder-1.5b-q4_k_m",) * 2}
+        "low": ("gemma-3-270m-q4_k_m",) * 2,
+        "mid": ("qwen2.5-coder-0.5b-q4_k_m",) * 2,
+        "high": ("qwen2.5-coder-1.5b-q4_k_m",) * 2,
+    }
     # 1000 input + 100 output tokens, by hand from core/prices/v1.yaml (USD; proxy seconds, Eq. 15-17)
     assert [m.price.usd(1000, 100) for m in models.values()] == pytest.approx([1.2e-5, 1.1e-5, 4.4e-5])
     assert [m.price.latency.seconds(1000, 100) for m in models.values()] == pytest.approx([3.55, 11.3, 20.3])
-    assert t.fingerprint(env) == ("capacity|reflect|low=gemma-3-270m-q4_k_m|mid=qwen2.5-coder-0.5b-q4_k_m|"
-                                  "high=qwen2.5-coder-1.5b-q4_k_m")
+    assert t.fingerprint(env) == (
+        "capacity|reflect|low=gemma-3-270m-q4_k_m|mid=qwen2.5-coder-0.5b-q4_k_m|high=qwen2.5-coder-1.5b-q4_k_m"
+    )
     # one client per spec and env; one loaded model per process, whichever tier, env or module uses it
     assert t.model("mid", env) is models["mid"]
     other = MemoryEnv(store=env.store, llm=env.llm, answer_llm=env.answer_llm)
@@ -349,16 +374,25 @@ def test_capacity_local_mid_tier_runs_on_the_installed_qwen_0_5b(memory, chunks)
     assert mid.client._model()[0] is rt.tiering.model("mid", memory.aio.env).client._model()[0]
     assert [k for k in embedded._MODELS if k[0] == entry.path()] == [(entry.path(), entry.n_ctx)]
     c = ledger.calls[0]
-    assert (c.role, c.model_id, c.priced_as) == ("budgetmem.entity.mid", "qwen2.5-coder-0.5b-q4_k_m",
-                                                 "qwen2.5-coder-0.5b-q4_k_m")
+    assert (c.role, c.model_id, c.priced_as) == (
+        "budgetmem.entity.mid",
+        "qwen2.5-coder-0.5b-q4_k_m",
+        "qwen2.5-coder-0.5b-q4_k_m",
+    )
     assert c.output_tokens > 0 and c.usd == pytest.approx((c.input_tokens * 0.01 + c.output_tokens * 0.01) / 1e6)
 
 
 # --- the strategy end to end --------------------------------------------------------------------
 @pytest.mark.slow
 def test_pipeline_end_to_end_with_one_parallel_extraction_stage(memory):
-    strat = BudgetMem(BudgetMemConfig(k=2, module_topk=2, max_relations=4, tiers={
-        "filter": "mid", "entity": "high", "temporal": "high", "topic": "high", "summary": "high"}))
+    strat = BudgetMem(
+        BudgetMemConfig(
+            k=2,
+            module_topk=2,
+            max_relations=4,
+            tiers={"filter": "mid", "entity": "high", "temporal": "high", "topic": "high", "summary": "high"},
+        )
+    )
     ans = memory.ask(QUESTION, user_id="conv-49", strategy=strat)
     assert ans.strategy == "budgetmem"
     meta = ans.meta
@@ -378,8 +412,14 @@ def test_pipeline_end_to_end_with_one_parallel_extraction_stage(memory):
 @pytest.mark.slow
 def test_extraction_calls_share_one_parallel_stage(memory):
     ledger = Ledger()
-    strat = BudgetMem(BudgetMemConfig(k=2, module_topk=2, max_relations=3, tiers={
-        "filter": "low", "entity": "high", "temporal": "mid", "topic": "high", "summary": "low"}))
+    strat = BudgetMem(
+        BudgetMemConfig(
+            k=2,
+            module_topk=2,
+            max_relations=3,
+            tiers={"filter": "low", "entity": "high", "temporal": "mid", "topic": "high", "summary": "low"},
+        )
+    )
     memory._run(memory.aio.answer(QUESTION, Scope(user_id="conv-49"), strat, ledger=ledger))
     stage = {c.role: c.parallel_stage for c in ledger.calls}
     ext = {stage["budgetmem.entity.high"], stage["budgetmem.temporal"], stage["budgetmem.topic.high"]}
@@ -396,10 +436,7 @@ def test_all_low_pipeline_through_the_registry(memory):
     strat = get_strategy("budgetmem", tiers="low")
     ledger = Ledger()
     with use_ledger(ledger):
-        ctx = run(strat.context(
-            Query(text=QUESTION, scope=SCOPE),
-            memory.aio.env, Preference(),
-            Budget()))
+        ctx = run(strat.context(Query(text=QUESTION, scope=SCOPE), memory.aio.env, Preference(), Budget()))
     assert "Jasper" in ctx.text and ctx.meta["tiers_used"] == {m: "low" for m in MODULES}
     assert all(c.usd == 0.0 and c.model_id == "rules" for c in ledger.calls)
     assert ctx.meta["extraction_usd"] == 0.0
@@ -422,10 +459,7 @@ def test_router_decides_tiers_from_query_and_input_embeddings(memory):
     router = StubRouter({"filter": "mid", "entity": "low", "temporal": "mid", "topic": "low", "summary": "mid"})
     strat = BudgetMem(BudgetMemConfig(k=3, greedy=False), router=router)
     with use_ledger(Ledger()) as ledger:
-        ctx = run(strat.context(
-            Query(text=QUESTION, scope=SCOPE),
-            memory.aio.env, Preference(),
-            Budget()))
+        ctx = run(strat.context(Query(text=QUESTION, scope=SCOPE), memory.aio.env, Preference(), Budget()))
     assert [s[0] for s in router.seen] == list(MODULES)
     assert all(dim == 384 and greedy is False for _, dim, greedy in router.seen)
     assert ctx.meta["tiers"] == router.tiers and ctx.meta["k"] == 3
@@ -439,10 +473,9 @@ def test_router_decides_tiers_from_query_and_input_embeddings(memory):
 def test_no_retrieved_chunks_gives_an_empty_counted_context(memory):
     strat = BudgetMem(BudgetMemConfig(tiers="low"))
     with use_ledger(Ledger()) as ledger:
-        ctx = run(strat.context(
-            Query(text=QUESTION, scope=Scope(user_id="nobody")),
-            memory.aio.env, Preference(),
-            Budget()))
+        ctx = run(
+            strat.context(Query(text=QUESTION, scope=Scope(user_id="nobody")), memory.aio.env, Preference(), Budget())
+        )
     assert ctx.text == "" and ctx.evidence_ids == [] and ledger.events["budgetmem.no_chunks"] == 1
 
 

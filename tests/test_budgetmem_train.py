@@ -37,8 +37,16 @@ SMALL = dict(conversations=["conv-41"], k=1, module_topk=1, max_relations=2)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, locomo_slice):
     root = tmp_path_factory.mktemp("bm-train")
-    cfg = RouterPPOConfig(lam=0.3, updates=2, batch_questions=2, val_questions=1, train_questions=4,
-                      out=root / "routers" / router_dir_name(0.3), data_root=locomo_slice("conv-41"), **SMALL)
+    cfg = RouterPPOConfig(
+        lam=0.3,
+        updates=2,
+        batch_questions=2,
+        val_questions=1,
+        train_questions=4,
+        out=root / "routers" / router_dir_name(0.3),
+        data_root=locomo_slice("conv-41"),
+        **SMALL,
+    )
     return cfg, asyncio.run(train_router(cfg))
 
 
@@ -50,8 +58,19 @@ def test_training_logs_one_finite_line_per_update(trained):
     assert [r["update"] for r in log] == [1, 2]
     for r in log:
         assert r["episodes"] == 2
-        for key in ("mean_reward", "std_reward", "r_task", "r_cost", "alpha", "policy_loss", "value_loss", "entropy",
-                    "val_reward", "val_f1", "train_questions_per_s"):
+        for key in (
+            "mean_reward",
+            "std_reward",
+            "r_task",
+            "r_cost",
+            "alpha",
+            "policy_loss",
+            "value_loss",
+            "entropy",
+            "val_reward",
+            "val_f1",
+            "train_questions_per_s",
+        ):
             assert isinstance(r[key], float) and math.isfinite(r[key]), key
         assert set(r["tier_ratios"]) == set(MODULES)
         assert r["llm_errors"] == sum(n for k, n in r["failure_events"].items() if k.startswith("llm_error."))
@@ -86,9 +105,15 @@ def test_trained_checkpoint_drives_eval(trained, tmp_path):
     cfg, _ = trained
     best = cfg.out / "router_best.pt"
     TierRouter.load(best)
-    ecfg = EvalConfig(split="train", strategy="budgetmem", limit=1, store=cfg.store_dir, out=tmp_path / "eval",
-                      data_root=cfg.data_root,
-                      strategy_options={"router": str(best), "k": 1, "module_topk": 1, "max_relations": 2})
+    ecfg = EvalConfig(
+        split="train",
+        strategy="budgetmem",
+        limit=1,
+        store=cfg.store_dir,
+        out=tmp_path / "eval",
+        data_root=cfg.data_root,
+        strategy_options={"router": str(best), "k": 1, "module_topk": 1, "max_relations": 2},
+    )
     summary = asyncio.run(run_eval(ecfg))
     assert summary["questions"] == 1
     assert set(summary["choices"]["tiers"]) == set(MODULES)
@@ -118,12 +143,16 @@ def test_split_is_stratified_disjoint_and_seeded():
 
 
 def test_failure_counts_sum_errors_and_fallbacks_only():
-    events = [{"fallback.entity.high": 1, "cache_hit.entity": 3, "llm_error.budgetmem.entity.high": 1},
-              {},
-              {"fallback.entity.high": 2, "fallback.summary.high": 1, "budget.context_truncated": 1}]
+    events = [
+        {"fallback.entity.high": 1, "cache_hit.entity": 3, "llm_error.budgetmem.entity.high": 1},
+        {},
+        {"fallback.entity.high": 2, "fallback.summary.high": 1, "budget.context_truncated": 1},
+    ]
     assert failure_counts(events) == {
-        "llm_errors": 1, "fallbacks": 4,
-        "failure_events": {"fallback.entity.high": 3, "fallback.summary.high": 1, "llm_error.budgetmem.entity.high": 1}}
+        "llm_errors": 1,
+        "fallbacks": 4,
+        "failure_events": {"fallback.entity.high": 3, "fallback.summary.high": 1, "llm_error.budgetmem.entity.high": 1},
+    }
     assert failure_counts([]) == {"llm_errors": 0, "fallbacks": 0, "failure_events": {}}
 
 
@@ -164,14 +193,30 @@ def test_sweep_plan_skips_missing_routers(tmp_path):
     assert [r.name for r in runs] == ["lambda_0.3", "fixed_low", "fixed_mid", "fixed_high", "k_1", "k_5"]
     assert missing == [tmp_path / "lambda_0" / "router_best.pt"]
     by = {r.name: r for r in runs}
-    assert by["lambda_0.3"].options == {"module_topk": 2, "k": 5, "router": str(tmp_path / "lambda_0.3" / "router_best.pt")}
+    assert by["lambda_0.3"].options == {
+        "module_topk": 2,
+        "k": 5,
+        "router": str(tmp_path / "lambda_0.3" / "router_best.pt"),
+    }
     assert by["k_5"].options == by["fixed_mid"].options  # run once, shared by both points
 
 
 def _summary(f1: float, usd: float, tiers: dict | None = None, judge: float | None = None) -> dict:
-    s = {"questions": 10, "metrics": {"1": {}, "all (1-4)": {"n_questions": 10, "f1": f1, "judge_accuracy": judge,
-                                                              "usd_per_question": usd, "qpc": f1 / (usd * 1e4),
-                                                              "proxy_s_mean": 1.0, "wall_s_mean": 2.0}}}
+    s = {
+        "questions": 10,
+        "metrics": {
+            "1": {},
+            "all (1-4)": {
+                "n_questions": 10,
+                "f1": f1,
+                "judge_accuracy": judge,
+                "usd_per_question": usd,
+                "qpc": f1 / (usd * 1e4),
+                "proxy_s_mean": 1.0,
+                "wall_s_mean": 2.0,
+            },
+        },
+    }
     if tiers:
         s["choices"] = {"tiers": tiers}
     return s
@@ -181,14 +226,42 @@ def test_sweep_report_writes_tables_and_plots(tmp_path):
     def ratios(high):
         return {m: {"low": 1 - high, "high": high} for m in MODULES}
 
-    results = [{"name": f"lambda_{lam:g}", "kind": "lambda", "label": f"λ={lam:g}", "lam": lam, "k": 5,
-                "options": {"router": "x.pt"}, "summary": _summary(0.3 - lam / 10, 2e-5 * (1 - lam), ratios(1 - lam), 0.4)}
-               for lam in (0.0, 0.5, 0.9)]
-    results += [{"name": f"fixed_{t}", "kind": "fixed", "label": f"all {t}", "lam": None, "k": 5, "options": {"tiers": t},
-                 "summary": _summary(0.1 * (i + 1), 1e-5 * (i + 1), {m: {t: 1.0} for m in MODULES})}
-                for i, t in enumerate(TIERS)]
-    results += [{"name": f"k_{k}", "kind": "k", "label": f"K={k}", "lam": None, "k": k, "options": {"tiers": "mid", "k": k},
-                 "summary": _summary(0.05 * k, 1e-6 * k)} for k in (1, 3, 5)]
+    results = [
+        {
+            "name": f"lambda_{lam:g}",
+            "kind": "lambda",
+            "label": f"λ={lam:g}",
+            "lam": lam,
+            "k": 5,
+            "options": {"router": "x.pt"},
+            "summary": _summary(0.3 - lam / 10, 2e-5 * (1 - lam), ratios(1 - lam), 0.4),
+        }
+        for lam in (0.0, 0.5, 0.9)
+    ]
+    results += [
+        {
+            "name": f"fixed_{t}",
+            "kind": "fixed",
+            "label": f"all {t}",
+            "lam": None,
+            "k": 5,
+            "options": {"tiers": t},
+            "summary": _summary(0.1 * (i + 1), 1e-5 * (i + 1), {m: {t: 1.0} for m in MODULES}),
+        }
+        for i, t in enumerate(TIERS)
+    ]
+    results += [
+        {
+            "name": f"k_{k}",
+            "kind": "k",
+            "label": f"K={k}",
+            "lam": None,
+            "k": k,
+            "options": {"tiers": "mid", "k": k},
+            "summary": _summary(0.05 * k, 1e-6 * k),
+        }
+        for k in (1, 3, 5)
+    ]
     written = write_sweep_report(results, tmp_path, missing=[tmp_path / "lambda_0.1" / "router_best.pt"])
     assert set(written) == {"csv", "md", "pareto", "tier_ratios", "k_sweep"}
     for key in ("pareto", "tier_ratios", "k_sweep"):
@@ -220,8 +293,24 @@ def test_train_router_options_are_the_config_fields(tmp_path, monkeypatch):
     monkeypatch.setattr(budgetmem_trainer, "train_router", fake_train)
     cfg_file = tmp_path / "router.yaml"
     cfg_file.write_text("updates: 7\nk: 9\n")
-    res = CliRunner().invoke(app, ["train", "router", "--lambda", "0.5", "--no-align", "--conversation", "conv-1",
-                                   "--conversation", "conv-2", "--config", str(cfg_file), "--set", "k=3"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "router",
+            "--lambda",
+            "0.5",
+            "--no-align",
+            "--conversation",
+            "conv-1",
+            "--conversation",
+            "conv-2",
+            "--config",
+            str(cfg_file),
+            "--set",
+            "k=3",
+        ],
+    )
     assert res.exit_code == 2 and "stopped before training" in res.output
     (cfg,) = got
     assert (cfg.lam, cfg.align, cfg.conversations, cfg.updates, cfg.k) == (0.5, False, ["conv-1", "conv-2"], 7, 3)

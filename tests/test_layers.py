@@ -19,16 +19,20 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "memfrontier"
 
 FLOORS = {
     "core": 0,
-    "llm": 1, "embed": 1,
-    "store": 2, "graph": 2,
+    "llm": 1,
+    "embed": 1,
+    "store": 2,
+    "graph": 2,
     "views": 3,
     "retrieve": 4,
-    "strategies": 5, "answerer": 5,
+    "strategies": 5,
+    "answerer": 5,
     "api": 6,
     "client": 7,
     "eval": 8,
     "train": 9,
-    "frontier": 10, "server": 10,
+    "frontier": 10,
+    "server": 10,
     "cli": 11,
 }
 #: The packages under ``strategies/`` that hold one paper's (or the strategy router's) pipeline.
@@ -116,8 +120,7 @@ def _cycles() -> list[list[str]]:
     """Strongly connected groups of two or more modules in the import graph (Tarjan)."""
     paths = {_module_parts(p): p for p in PKG.rglob("*.py") if _module_parts(p)}
     modules = set(paths)
-    edges = {m: sorted({r for _, t in _imports(p) if (r := _resolve(t, modules)) and r != m})
-             for m, p in paths.items()}
+    edges = {m: sorted({r for _, t in _imports(p) if (r := _resolve(t, modules)) and r != m}) for m, p in paths.items()}
     index: dict = {}
     low: dict = {}
     stack: list = []
@@ -179,8 +182,9 @@ def test_the_walker_sees_lazy_relative_sideways_and_cross_paper_imports(tmp_path
     side = _check("store/probe.py", ("store", "probe"), _imports(probe, ("store", "probe")))
     assert len(side) == 1 and "sibling room" in side[0]
     probe.write_text("from ..mempilot.config import MemPilotConfig\nfrom .config import AutoConfig\n")
-    cross = _check("strategies/auto/probe.py", ("strategies", "auto", "probe"),
-                   _imports(probe, ("strategies", "auto", "probe")))
+    cross = _check(
+        "strategies/auto/probe.py", ("strategies", "auto", "probe"), _imports(probe, ("strategies", "auto", "probe"))
+    )
     assert len(cross) == 1 and "paper 'auto' imports paper 'mempilot'" in cross[0]
     probe.write_text("from .memorycpt.recipes import MEMORYCPT_EPISODIC\n")
     shared = _check("strategies/probe.py", ("strategies", "probe"), _imports(probe, ("strategies", "probe")))

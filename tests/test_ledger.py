@@ -96,13 +96,16 @@ def _answer_once(llm) -> Ledger:
 
 def test_metered_llm_records_every_call_in_the_current_ledger():
     book = PriceBook.load()
-    client = ScriptedClient(model_id="qwen3-14b", replies=[
-        Completion(text="a", model_id="qwen3-14b", input_tokens=1000, output_tokens=200),
-        Completion(text="b", model_id="qwen3-14b", input_tokens=10, output_tokens=2, exact_usd=0.5),
-        Completion(text="c", model_id="qwen3-14b", input_tokens=100, output_tokens=10),
-        Completion(text="d", model_id="qwen3-14b", input_tokens=100, output_tokens=10),
-        LLMError("boom"),
-    ])
+    client = ScriptedClient(
+        model_id="qwen3-14b",
+        replies=[
+            Completion(text="a", model_id="qwen3-14b", input_tokens=1000, output_tokens=200),
+            Completion(text="b", model_id="qwen3-14b", input_tokens=10, output_tokens=2, exact_usd=0.5),
+            Completion(text="c", model_id="qwen3-14b", input_tokens=100, output_tokens=10),
+            Completion(text="d", model_id="qwen3-14b", input_tokens=100, output_tokens=10),
+            LLMError("boom"),
+        ],
+    )
     llm = MeteredLLM(client, book)
     ledger = Ledger()
 
@@ -122,7 +125,7 @@ def test_metered_llm_records_every_call_in_the_current_ledger():
     assert ok[1].usd == 0.5 and ok[1].usd_exact
     assert ok[2].parallel_stage == ok[3].parallel_stage != ok[0].parallel_stage
     fallback = book.fallback_latency  # qwen3-14b has no profile of its own
-    expected = (fallback.seconds(1000, 200) + fallback.seconds(10, 2) + fallback.seconds(100, 10))
+    expected = fallback.seconds(1000, 200) + fallback.seconds(10, 2) + fallback.seconds(100, 10)
     assert ledger.proxy_s() == pytest.approx(expected)
     u = ledger.usage()
     assert u.query.calls == 5 and u.query.input_tokens == 1210
@@ -134,8 +137,11 @@ def test_unpriced_model_fails_fast_or_is_flagged():
     book = PriceBook.load()
     with pytest.raises(UnpricedModelError):
         MeteredLLM(ScriptedClient(model_id="acme/x"), book)
-    llm = MeteredLLM(ScriptedClient(model_id="acme/x", replies=[Completion(text="x", model_id="acme/x", input_tokens=5)]),
-                     book, allow_unpriced=True)
+    llm = MeteredLLM(
+        ScriptedClient(model_id="acme/x", replies=[Completion(text="x", model_id="acme/x", input_tokens=5)]),
+        book,
+        allow_unpriced=True,
+    )
     ledger = _answer_once(llm)
     (call,) = ledger.calls
     assert call.unpriced and call.usd is None
@@ -144,8 +150,10 @@ def test_unpriced_model_fails_fast_or_is_flagged():
 
 def test_price_as_reads_a_local_run_in_hosted_dollars():
     book = PriceBook.load()
-    client = ScriptedClient(model_id="gemma-3-270m-q4_k_m",
-                      replies=[Completion(text="x", model_id="gemma-3-270m-q4_k_m", input_tokens=1000, output_tokens=200)])
+    client = ScriptedClient(
+        model_id="gemma-3-270m-q4_k_m",
+        replies=[Completion(text="x", model_id="gemma-3-270m-q4_k_m", input_tokens=1000, output_tokens=200)],
+    )
     llm = MeteredLLM(client, book, price_as="qwen3-14b")
     (call,) = _answer_once(llm).calls
     assert call.model_id == "gemma-3-270m-q4_k_m" and call.usd == pytest.approx(1.48e-4)
@@ -154,10 +162,16 @@ def test_price_as_reads_a_local_run_in_hosted_dollars():
 
 
 def test_sum_usage_records_adds_numbers_and_counters_and_drops_the_rest():
-    recs = [{"calls": 2, "usd": 0.5, "priced_as": ["m"], "flag": True, "events": {"a.fallback.x": 1}},
-            {"calls": 3, "usd": 0.25, "events": {"a.fallback.x": 2, "b": 1}, "calls_by_role": {"x": 3}}]
-    assert sum_usage_records(recs) == {"calls": 5, "usd": 0.75, "events": {"a.fallback.x": 3, "b": 1},
-                                       "calls_by_role": {"x": 3}}
+    recs = [
+        {"calls": 2, "usd": 0.5, "priced_as": ["m"], "flag": True, "events": {"a.fallback.x": 1}},
+        {"calls": 3, "usd": 0.25, "events": {"a.fallback.x": 2, "b": 1}, "calls_by_role": {"x": 3}},
+    ]
+    assert sum_usage_records(recs) == {
+        "calls": 5,
+        "usd": 0.75,
+        "events": {"a.fallback.x": 3, "b": 1},
+        "calls_by_role": {"x": 3},
+    }
     assert sum_usage_records([]) == {}
 
 

@@ -40,10 +40,17 @@ def test_prompt_users_do_not_load_the_llama_backend():
     import subprocess
     import sys
 
-    mods = ["memfrontier.llm.hf", "memfrontier.strategies.mempilot.policy", "memfrontier.strategies.automem.prefix",
-            "memfrontier.train.grpo", "memfrontier.train.lora_sft"]
-    code = (f"import importlib, os, sys; [importlib.import_module(m) for m in {mods!r}]; "
-            "print('memfrontier.llm.embedded' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))")
+    mods = [
+        "memfrontier.llm.hf",
+        "memfrontier.strategies.mempilot.policy",
+        "memfrontier.strategies.automem.prefix",
+        "memfrontier.train.grpo",
+        "memfrontier.train.lora_sft",
+    ]
+    code = (
+        f"import importlib, os, sys; [importlib.import_module(m) for m in {mods!r}]; "
+        "print('memfrontier.llm.embedded' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "None"], out.stderr
@@ -198,16 +205,26 @@ def test_reusable_prefix_stops_at_a_batch_boundary_below_the_last_prompt_token()
         reusable_prefix(prev, prev, 0)
 
 
-_TURNS = ["I started a keto diet this week and I already feel lighter.", "I bought a road bike and rode to the lake.",
-          "My doctor told me to watch my blood pressure.", "We hiked Mount Tam with my cousin on Saturday.",
-          "I write poems in the evening to relax.", "Work has been stressful, the project deadline moved.",
-          "I adopted a grey cat named Smokey.", "We are planning a trip to Canada in August."] * 3
+_TURNS = [
+    "I started a keto diet this week and I already feel lighter.",
+    "I bought a road bike and rode to the lake.",
+    "My doctor told me to watch my blood pressure.",
+    "We hiked Mount Tam with my cousin on Saturday.",
+    "I write poems in the evening to relax.",
+    "Work has been stressful, the project deadline moved.",
+    "I adopted a grey cat named Smokey.",
+    "We are planning a trip to Canada in August.",
+] * 3
 
 
 def _question(q: str) -> list[dict]:
-    ctx = "\n".join(f"(2023-05-{d:02d}) {'Evan' if d % 2 else 'Sam'} said, \"{t}\"" for d, t in enumerate(_TURNS, start=1))
-    return [{"role": "system", "content": "Answer from the conversation below in a few words."},
-            {"role": "user", "content": ctx + "\nQuestion: " + q}]
+    ctx = "\n".join(
+        f'(2023-05-{d:02d}) {"Evan" if d % 2 else "Sam"} said, "{t}"' for d, t in enumerate(_TURNS, start=1)
+    )
+    return [
+        {"role": "system", "content": "Answer from the conversation below in a few words."},
+        {"role": "user", "content": ctx + "\nQuestion: " + q},
+    ]
 
 
 @pytest.mark.slow
@@ -238,21 +255,51 @@ def test_greedy_decoding_with_a_grammar_picks_the_tokens_of_llama_cpps_own_chain
     from memfrontier.llm.embedded import load_llama
     from memfrontier.llm.llama_sampling import GreedyGrammarSampler
 
-    schema = {"type": "object", "properties": {"items": {"type": "array", "maxItems": 3, "items": {
-        "type": "object", "properties": {"name": {"type": "string"}, "did": {"type": "string"}},
-        "required": ["name", "did"]}}}, "required": ["items"]}
-    cases = [([{"role": "user", "content": "Alice adopted a beagle named Max. Bob sold his car.\n\n"
-                                          "List the people and what they did as JSON."}], {"json_schema": schema}),
-             ([{"role": "user", "content": "Count from one to twenty as a JSON array of integers."}],
-              {"json_schema": {"type": "array", "items": {"type": "integer"}, "maxItems": 4}}),
-             ([{"role": "user", "content": "Evan: I bought a blue Prius.\n\nQuestion: What car did Evan buy?"},
-               {"role": "assistant", "content": "Answer:"}], {"single_line": True})]
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "maxItems": 3,
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "did": {"type": "string"}},
+                    "required": ["name", "did"],
+                },
+            }
+        },
+        "required": ["items"],
+    }
+    cases = [
+        (
+            [
+                {
+                    "role": "user",
+                    "content": "Alice adopted a beagle named Max. Bob sold his car.\n\n"
+                    "List the people and what they did as JSON.",
+                }
+            ],
+            {"json_schema": schema},
+        ),
+        (
+            [{"role": "user", "content": "Count from one to twenty as a JSON array of integers."}],
+            {"json_schema": {"type": "array", "items": {"type": "integer"}, "maxItems": 4}},
+        ),
+        (
+            [
+                {"role": "user", "content": "Evan: I bought a blue Prius.\n\nQuestion: What car did Evan buy?"},
+                {"role": "assistant", "content": "Answer:"},
+            ],
+            {"single_line": True},
+        ),
+    ]
     raw, _ = load_llama(llm.model_path, llm.n_ctx)
     checked, resamples = [], 0
     for msgs, kw in cases:
         c = run(llm.complete(msgs, max_tokens=16, **kw))
         assert isinstance(raw._sampler, GreedyGrammarSampler) and raw._sampler.checks == c.output_tokens + (
-            c.finish_reason == "stop")  # one check per token chosen, the end-of-text token included
+            c.finish_reason == "stop"
+        )  # one check per token chosen, the end-of-text token included
         checked.append((c.text, c.output_tokens))
         resamples += raw._sampler.resamples
     assert resamples > 0, checked  # some argmax was rejected: the masked path ran too

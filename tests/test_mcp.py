@@ -11,10 +11,10 @@ import time
 
 import pytest
 from mcp import Client, StdioServerParameters
+from test_automem_tools import RUN, build_store
 
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.mcp import is_loopback
-from test_automem_tools import RUN, build_store
 
 pytestmark = pytest.mark.slow  # starts server processes (MiniLM loads in them)
 
@@ -212,9 +212,23 @@ def test_http_refuses_a_forged_host_or_origin_on_another_loopback_address(store_
 
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memfrontier.cli", "mcp", "--store", str(store_path), "--transport", "http",
-         "--host", "127.0.0.2", "--port", str(port)],
-        env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "memfrontier.cli",
+            "mcp",
+            "--store",
+            str(store_path),
+            "--transport",
+            "http",
+            "--host",
+            "127.0.0.2",
+            "--port",
+            str(port),
+        ],
+        env={**os.environ, **ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.time() + 90
@@ -226,8 +240,16 @@ def test_http_refuses_a_forged_host_or_origin_on_another_loopback_address(store_
             except OSError:
                 time.sleep(0.5)
         url = f"http://127.0.0.2:{port}/mcp"
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
         head = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
         forged = httpx.post(url, json=init, headers={**head, "Host": f"attacker.example:{port}"}, timeout=30)
         assert forged.status_code == 421

@@ -14,8 +14,9 @@ from memfrontier.server.mcp import MemoryService, build_server
 def store_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("mcpargs") / "store"
     with Memory.open(path) as mem:
-        for i, text in enumerate(["I adopted a beagle named Biscuit.", "Biscuit loves the beach.",
-                                  "My sister lives in Quito."]):
+        for i, text in enumerate(
+            ["I adopted a beagle named Biscuit.", "Biscuit loves the beach.", "My sister lives in Quito."]
+        ):
             mem.add([text], user_id="alice", session_id=f"s{i}")
         mem.add(["Eve keeps bees."], user_id="eve")
     return path
@@ -40,15 +41,18 @@ def calls(store_path, batch):
 
 
 def test_arguments_are_strict_and_unknown_names_refused(store_path):
-    ok, *bad = calls(store_path, [
-        ("search", {"query": "beagle named Biscuit", "k": 2, "user_id": "alice"}),
-        ("search", {"query": "beagle", "k": 2.5, "user_id": "alice"}),
-        ("search", {"query": "beagle", "k": "2", "user_id": "alice"}),
-        ("search", {"query": "beagle", "k": True, "user_id": "alice"}),
-        ("search", {"query": "beagle", "limit": 3, "user_id": "alice"}),
-        ("rg", {"patterns": ["Biscuit"], "ignore_case": "yes", "user_id": "alice"}),
-        ("ask", {"question": "hi", "user_id": "alice", "budget": 1}),
-    ])
+    ok, *bad = calls(
+        store_path,
+        [
+            ("search", {"query": "beagle named Biscuit", "k": 2, "user_id": "alice"}),
+            ("search", {"query": "beagle", "k": 2.5, "user_id": "alice"}),
+            ("search", {"query": "beagle", "k": "2", "user_id": "alice"}),
+            ("search", {"query": "beagle", "k": True, "user_id": "alice"}),
+            ("search", {"query": "beagle", "limit": 3, "user_id": "alice"}),
+            ("rg", {"patterns": ["Biscuit"], "ignore_case": "yes", "user_id": "alice"}),
+            ("ask", {"question": "hi", "user_id": "alice", "budget": 1}),
+        ],
+    )
     assert not ok.is_error and len(ok.structured_content["hits"]) == 2
     expected = [
         "1 validation error for search: k: Input should be a valid integer (got 2.5)",
@@ -63,19 +67,25 @@ def test_arguments_are_strict_and_unknown_names_refused(store_path):
 
 
 def test_known_errors_keep_their_message(store_path):
-    small, opts, unknown, unbuilt = calls(store_path, [
-        ("ask", {"question": "What is the dog called?", "max_usd": 1e-12, "user_id": "alice"}),
-        ("ask", {"question": "hi", "options": {"k": 2.5}, "user_id": "alice"}),
-        ("ask", {"question": "hi", "options": {"depth": 2}, "user_id": "alice"}),
-        ("ask", {"question": "hi", "strategy": "automem", "user_id": "eve"}),
-    ])
+    small, opts, unknown, unbuilt = calls(
+        store_path,
+        [
+            ("ask", {"question": "What is the dog called?", "max_usd": 1e-12, "user_id": "alice"}),
+            ("ask", {"question": "hi", "options": {"k": 2.5}, "user_id": "alice"}),
+            ("ask", {"question": "hi", "options": {"depth": 2}, "user_id": "alice"}),
+            ("ask", {"question": "hi", "strategy": "automem", "user_id": "eve"}),
+        ],
+    )
     prefix = "Error executing tool ask: "  # the SDK's prefix; the cause follows it (no longer a bare prefix)
     assert small.is_error and text(small).startswith(prefix + "the question alone needs ")
-    assert text(small).endswith("the budget leaves 0 for the prompt once 32 tokens are reserved for the answer; "
-                                "raise the budget")
+    assert text(small).endswith(
+        "the budget leaves 0 for the prompt once 32 tokens are reserved for the answer; raise the budget"
+    )
     assert opts.is_error and text(opts) == prefix + "strategy rag: k=2.5: Input should be a valid integer"
     assert unknown.is_error and text(unknown) == prefix + "strategy rag: unknown key 'depth'; keys: k, retrievers"
-    assert unbuilt.is_error and text(unbuilt).startswith(prefix + "the automem memory view of this scope was never built")
+    assert unbuilt.is_error and text(unbuilt).startswith(
+        prefix + "the automem memory view of this scope was never built"
+    )
 
 
 def test_tool_schemas_are_unchanged_by_the_argument_models(store_path):
@@ -92,8 +102,16 @@ def test_tool_schemas_are_unchanged_by_the_argument_models(store_path):
     assert (k["type"], k["minimum"], k["maximum"], k["default"]) == ("integer", 1, 50, 5)
     assert schemas["search"]["required"] == ["query"]
     assert schemas["rg"]["properties"]["patterns"]["maxItems"] == 4
-    assert set(schemas["ask"]["properties"]) == {"question", "strategy", "max_usd", "options", "build",
-                                                  "user_id", "agent_id", "run_id"}
+    assert set(schemas["ask"]["properties"]) == {
+        "question",
+        "strategy",
+        "max_usd",
+        "options",
+        "build",
+        "user_id",
+        "agent_id",
+        "run_id",
+    }
 
 
 def test_memory_search_checks_k(store_path, tmp_path):
@@ -111,24 +129,46 @@ def test_options_selecting_what_the_operator_did_not_configure_are_tool_errors(s
     """The REST policy (memfrontier.server.options), with the same messages, as tool errors; a
     value-only option still answers."""
     prefix = "Error executing tool ask: "
-    neo4j, planner, url, ok = calls(store_path, [
-        ("ask", {"question": "hi", "strategy": "automem", "options": {"graph": "neo4j"}, "user_id": "alice"}),
-        ("ask", {"question": "hi", "strategy": "automem", "options": {"planner_llm": "openai:gpt-4o"}, "user_id": "alice"}),
-        ("ask", {"question": "hi", "strategy": "automem", "options": {"base_url": "http://169.254.169.254"},
-                 "user_id": "alice"}),
-        ("ask", {"question": "What is the dog called?", "options": {"k": 1}, "user_id": "alice"}),
-    ])
+    neo4j, planner, url, ok = calls(
+        store_path,
+        [
+            ("ask", {"question": "hi", "strategy": "automem", "options": {"graph": "neo4j"}, "user_id": "alice"}),
+            (
+                "ask",
+                {
+                    "question": "hi",
+                    "strategy": "automem",
+                    "options": {"planner_llm": "openai:gpt-4o"},
+                    "user_id": "alice",
+                },
+            ),
+            (
+                "ask",
+                {
+                    "question": "hi",
+                    "strategy": "automem",
+                    "options": {"base_url": "http://169.254.169.254"},
+                    "user_id": "alice",
+                },
+            ),
+            ("ask", {"question": "What is the dog called?", "options": {"k": 1}, "user_id": "alice"}),
+        ],
+    )
     assert neo4j.is_error and text(neo4j) == prefix + (
         "strategy_options.graph='neo4j': not settable over the service (this value selects a model, an endpoint, a "
-        "file or a cache the server's operator did not configure); choose one of: ladybug, none")
+        "file or a cache the server's operator did not configure); choose one of: ladybug, none"
+    )
     for res, name in ((planner, "planner_llm"), (url, "base_url")):
         assert res.is_error and text(res) == prefix + (
             f"strategy_options.{name}: not settable over the service (it names a file, a model, an endpoint or a "
-            f"cache, which only the server's operator chooses)")
+            f"cache, which only the server's operator chooses)"
+        )
     assert not ok.is_error and ok.structured_content["evidence_ids"]
     service = MemoryService(store_path)  # the strategies the ask tool does not offer go through the same check
-    for name, options, message in (("budgetmem", {"tiering": "capacity"}, "strategy_options.tiering='capacity'"),
-                                   ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2'")):
+    for name, options, message in (
+        ("budgetmem", {"tiering": "capacity"}, "strategy_options.tiering='capacity'"),
+        ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2'"),
+    ):
         with pytest.raises(ValueError, match=f"^{message}: not settable over the service"):
             service.strategy(name, options)
     assert service.strategy("budgetmem", {"tiering": "reasoning"}).config.tiering == "reasoning"

@@ -83,9 +83,14 @@ def test_folder_sha256_for_provenance():
 def test_missing_and_malformed(tmp_path):
     with pytest.raises(DatasetError, match="no \\*.json"):
         load_mem_gallery(tmp_path)
-    (tmp_path / "Bad.json").write_text(json.dumps({"multi_session_dialogues": [{"session_id": "X1", "date": "2024-01-01",
-                                                                                 "dialogues": []}],
-                                                   "human-annotated QAs": []}))
+    (tmp_path / "Bad.json").write_text(
+        json.dumps(
+            {
+                "multi_session_dialogues": [{"session_id": "X1", "date": "2024-01-01", "dialogues": []}],
+                "human-annotated QAs": [],
+            }
+        )
+    )
     with pytest.raises(DatasetError, match="Bad.json.*D<k>"):
         load_mem_gallery(tmp_path)
     (tmp_path / "Bad.json").write_text("{not json")
@@ -94,12 +99,34 @@ def test_missing_and_malformed(tmp_path):
 
 
 def test_minimal_file(tmp_path):
-    conv = {"character_profile": {"name": "Ana"},
-            "multi_session_dialogues": [{"session_id": "D1", "date": "2024-05-01", "dialogues": [
-                {"round": "D1:1", "user": "Look at my cat", "assistant": "Cute!", "image_id": ["D1:IMG_001"],
-                 "input_image": ["../image/T/D1_IMG_001.jpg"], "image_caption": ["a grey cat"]}]}],
-            "human-annotated QAs": [{"point": "VS", "question": "Which image shows a cat?", "answer": "D1:IMG_001",
-                                     "session_id": ["D1"], "clue": ["D1:1", "D9:9"]}]}
+    conv = {
+        "character_profile": {"name": "Ana"},
+        "multi_session_dialogues": [
+            {
+                "session_id": "D1",
+                "date": "2024-05-01",
+                "dialogues": [
+                    {
+                        "round": "D1:1",
+                        "user": "Look at my cat",
+                        "assistant": "Cute!",
+                        "image_id": ["D1:IMG_001"],
+                        "input_image": ["../image/T/D1_IMG_001.jpg"],
+                        "image_caption": ["a grey cat"],
+                    }
+                ],
+            }
+        ],
+        "human-annotated QAs": [
+            {
+                "point": "VS",
+                "question": "Which image shows a cat?",
+                "answer": "D1:IMG_001",
+                "session_id": ["D1"],
+                "clue": ["D1:1", "D9:9"],
+            }
+        ],
+    }
     (tmp_path / "T.json").write_text(json.dumps(conv))
     (c,) = load_mem_gallery(tmp_path)
     assert c.records[0].text == "Ana: Look at my cat\nAssistant: Cute!"

@@ -19,15 +19,11 @@ from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryCPTConfig, MemoryEnv, Query, get_strategy
-from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
-from memfrontier.train.cost_reward import SummaryCostModel
-from memfrontier.train.sft_export import export_sft
-from memfrontier.strategies.memorycpt.construction.dates import resolve_relative_dates
 from memfrontier.strategies.memorycpt.construction import prompts as P
+from memfrontier.strategies.memorycpt.construction.dates import resolve_relative_dates
 from memfrontier.strategies.memorycpt.construction.episodic import EpisodicBuilder
 from memfrontier.strategies.memorycpt.construction.ops import (
     OperationError,
@@ -36,6 +32,10 @@ from memfrontier.strategies.memorycpt.construction.ops import (
     validate_merge,
     validate_segments,
 )
+from memfrontier.strategies.memorycpt.pipeline import MemoryCPT
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
+from memfrontier.train.cost_reward import SummaryCostModel
+from memfrontier.train.sft_export import export_sft
 
 SCOPE = Scope(user_id="u1")
 
@@ -51,12 +51,15 @@ def test_reference_cost_is_the_papers_1_392e_5_usd(cost_model):
     assert cost_model.reference_usd() == pytest.approx(1.392e-5, rel=1e-12)
 
 
-@pytest.mark.parametrize("f1, n_sum, n_ans, expected", [
-    (0.5, 30, 4, 0.8 * 0.5 + 0.2 * (1 - 6.96 / 13.92)),   # C = 30*0.2 + 4*0.24 = 6.96e-6 -> C~ = 0.5
-    (1.0, 120, 8, 0.8),                                   # C = 25.92e-6 > C_ref -> clipped to 1
-    (0.0, 0, 0, 0.2),                                     # free and wrong
-    (0.25, 10, 2, 0.8 * 0.25 + 0.2 * (1 - 2.48 / 13.92)),  # C = 2 + 0.48
-])
+@pytest.mark.parametrize(
+    "f1, n_sum, n_ans, expected",
+    [
+        (0.5, 30, 4, 0.8 * 0.5 + 0.2 * (1 - 6.96 / 13.92)),  # C = 30*0.2 + 4*0.24 = 6.96e-6 -> C~ = 0.5
+        (1.0, 120, 8, 0.8),  # C = 25.92e-6 > C_ref -> clipped to 1
+        (0.0, 0, 0, 0.2),  # free and wrong
+        (0.25, 10, 2, 0.8 * 0.25 + 0.2 * (1 - 2.48 / 13.92)),  # C = 2 + 0.48
+    ],
+)
 def test_reward_matches_hand_computed_values(cost_model, f1, n_sum, n_ans, expected):
     assert cost_model.reward(f1, n_sum, n_ans, alpha=0.8) == pytest.approx(expected, rel=1e-12)
 
@@ -73,11 +76,22 @@ def test_reward_rejects_bad_alpha_and_f1(cost_model):
 
 # --- operation validation -----------------------------------------------------------------------
 def test_segments_reject_unknown_and_reused_indices_and_cover_every_message():
-    obj = {"episodes": [{"indices": [1, 2], "topic": "cars"}, {"indices": [2, 3], "topic": "dup"},
-                        {"indices": [9], "topic": "unknown"}, {"indices": [5], "topic": "trip"}, {"topic": "none"}]}
+    obj = {
+        "episodes": [
+            {"indices": [1, 2], "topic": "cars"},
+            {"indices": [2, 3], "topic": "dup"},
+            {"indices": [9], "topic": "unknown"},
+            {"indices": [5], "topic": "trip"},
+            {"topic": "none"},
+        ]
+    }
     segs, rejected = validate_segments(obj, 6)
     assert [(s.indices, s.topic, s.from_model) for s in segs] == [
-        ([1, 2], "cars", True), ([3, 4], "", False), ([5], "trip", True), ([6], "", False)]
+        ([1, 2], "cars", True),
+        ([3, 4], "", False),
+        ([5], "trip", True),
+        ([6], "", False),
+    ]
     assert len(rejected) == 3
     with pytest.raises(OperationError):
         validate_segments({"segments": []}, 3)
@@ -105,8 +119,10 @@ def test_episode_and_merge_validation():
 
 
 def test_fact_validation_rejects_duplicates_empty_and_long():
-    ops = validate_facts({"facts": ["Evan drives a Prius.", "evan drives a prius", "", 3, "x" * 301, "Evan lives in Canada"]},
-                         existing={"evan lives in canada"})
+    ops = validate_facts(
+        {"facts": ["Evan drives a Prius.", "evan drives a prius", "", 3, "x" * 301, "Evan lives in Canada"]},
+        existing={"evan lives in canada"},
+    )
     assert ops.facts == ["Evan drives a Prius."]
     assert ops.rejected == ["duplicate", "empty", "empty", "too_long", "duplicate"]
     with pytest.raises(OperationError):
@@ -114,12 +130,21 @@ def test_fact_validation_rejects_duplicates_empty_and_long():
 
 
 # --- relative dates -----------------------------------------------------------------------------
-@pytest.mark.parametrize("text, expected", [
-    ("She went to a support group yesterday.", "She went to a support group yesterday (7 May 2023)."),
-    ("We met last Friday and again two weeks ago.", "We met last Friday (5 May 2023) and again two weeks ago (24 April 2023)."),
-    ("He moved last year; the trip is next month.", "He moved last year (2022); the trip is next month (June 2023)."),
-    ("Nothing relative here.", "Nothing relative here."),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("She went to a support group yesterday.", "She went to a support group yesterday (7 May 2023)."),
+        (
+            "We met last Friday and again two weeks ago.",
+            "We met last Friday (5 May 2023) and again two weeks ago (24 April 2023).",
+        ),
+        (
+            "He moved last year; the trip is next month.",
+            "He moved last year (2022); the trip is next month (June 2023).",
+        ),
+        ("Nothing relative here.", "Nothing relative here."),
+    ],
+)
 def test_relative_dates_resolve_against_the_session_date(text, expected):
     out = resolve_relative_dates(text, "2023-05-08T13:56:00")
     assert out == expected
@@ -137,19 +162,32 @@ def minilm():
 
 
 def _item(i, kind, text, ts="2023-05-08T13:56", sources=None):
-    return BankItem(id=f"{kind}-{i}", kind=kind, scope=SCOPE, title="" if kind == "fact" else f"title {i}", text=text,
-                    timestamp=ts, source_ids=sources or [f"r{i}"])
+    return BankItem(
+        id=f"{kind}-{i}",
+        kind=kind,
+        scope=SCOPE,
+        title="" if kind == "fact" else f"title {i}",
+        text=text,
+        timestamp=ts,
+        source_ids=sources or [f"r{i}"],
+    )
 
 
 @pytest.fixture()
 def bank(tmp_path, minilm):
     b = MemoryBank(tmp_path / "bank.db", minilm)
-    b.apply([_item(1, "episode", "Evan bought a new Prius after his old car broke down."),
-             _item(2, "episode", "Sam went hiking in the Rockies with friends."),
-             _item(3, "episode", "Evan and Sam talked about painting classes."),
-             _item(1, "fact", "Evan drives a Prius."), _item(2, "fact", "Sam likes hiking."),
-             _item(3, "fact", "Evan takes painting classes."), _item(4, "fact", "Sam has a dog named Max."),
-             BankItem(id="other", kind="fact", scope=Scope(user_id="u2"), text="Evan drives a Tesla.")])
+    b.apply(
+        [
+            _item(1, "episode", "Evan bought a new Prius after his old car broke down."),
+            _item(2, "episode", "Sam went hiking in the Rockies with friends."),
+            _item(3, "episode", "Evan and Sam talked about painting classes."),
+            _item(1, "fact", "Evan drives a Prius."),
+            _item(2, "fact", "Sam likes hiking."),
+            _item(3, "fact", "Evan takes painting classes."),
+            _item(4, "fact", "Sam has a dog named Max."),
+            BankItem(id="other", kind="fact", scope=Scope(user_id="u2"), text="Evan drives a Tesla."),
+        ]
+    )
     yield b
     b.close()
 
@@ -160,7 +198,9 @@ def test_bank_search_fuses_dense_and_bm25_per_kind(bank):
     top = hits[0]
     assert top.ranks == {"dense": 1, "bm25": 1}
     assert top.score == pytest.approx(2 / 61)  # RRF k=60: 1/(60+1) from each retriever
-    assert all(h.item.scope == SCOPE for h in hybrid_search(bank, "Evan drives", SCOPE, MEMORYCPT_SEMANTIC, 10))  # u2's fact excluded
+    assert all(
+        h.item.scope == SCOPE for h in hybrid_search(bank, "Evan drives", SCOPE, MEMORYCPT_SEMANTIC, 10)
+    )  # u2's fact excluded
 
 
 def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(tmp_path, minilm, bank):
@@ -185,8 +225,14 @@ def test_memorycpt_candidates_respect_depth_and_concatenate_episodes_then_facts(
 # --- the construction pipeline's control flow (scripted model) -----------------------------------
 def role_of(messages) -> str:
     system = messages[0]["content"]
-    for prefix, role in (("You split", "segmenter"), ("You write episodic", "episode"), ("You maintain", "merger"),
-                         ("You know some facts", "predict"), ("You update", "extract"), ("You build", "extract")):
+    for prefix, role in (
+        ("You split", "segmenter"),
+        ("You write episodic", "episode"),
+        ("You maintain", "merger"),
+        ("You know some facts", "predict"),
+        ("You update", "extract"),
+        ("You build", "extract"),
+    ):
         if system.startswith(prefix):
             return role
     raise AssertionError(system[:40])
@@ -195,9 +241,19 @@ def role_of(messages) -> str:
 def records_two_sessions():
     out = []
     for s, day in ((1, "2023-05-08T13:56:00"), (2, "2023-05-20T10:00:00")):
-        for i, text in enumerate(["I bought a Prius yesterday.", "Nice! What color?", "Blue, like my old one.", "Cool."], 1):
-            out.append(Record(id=f"c:D{s}:{i}", scope=SCOPE, session_id=f"s{s}", speaker="Evan" if i % 2 else "Sam",
-                              timestamp=day, text=text if s == 1 else text.replace("Prius", "bike")))
+        for i, text in enumerate(
+            ["I bought a Prius yesterday.", "Nice! What color?", "Blue, like my old one.", "Cool."], 1
+        ):
+            out.append(
+                Record(
+                    id=f"c:D{s}:{i}",
+                    scope=SCOPE,
+                    session_id=f"s{s}",
+                    speaker="Evan" if i % 2 else "Sam",
+                    timestamp=day,
+                    text=text if s == 1 else text.replace("Prius", "bike"),
+                )
+            )
     return out
 
 
@@ -206,10 +262,18 @@ def good_script(messages):
     if role == "segmenter":
         return json.dumps({"reasoning": "one topic", "episodes": [{"indices": [1, 2, 3, 4], "topic": "car"}]})
     if role == "episode":
-        return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle", "content": "Evan bought a new car yesterday.",
-                           "timestamp": "2023-05-08T13:56"})
+        return json.dumps(
+            {
+                "reasoning": "r",
+                "title": "Evan bought a vehicle",
+                "content": "Evan bought a new car yesterday.",
+                "timestamp": "2023-05-08T13:56",
+            }
+        )
     if role == "merger":
-        return json.dumps({"reasoning": "different", "decision": "new", "target": 0, "title": "", "content": "", "timestamp": ""})
+        return json.dumps(
+            {"reasoning": "different", "decision": "new", "target": 0, "title": "", "content": "", "timestamp": ""}
+        )
     if role == "predict":
         return "Evan bought something."
     return json.dumps({"reasoning": "durable", "facts": ["Evan owns a blue vehicle."]})
@@ -264,7 +328,9 @@ def test_bad_json_is_rejected_counted_and_retried_once(store):
     bank, report, ledger = _build(ScriptedClient(script), store)
     ev = ledger.events
     assert ev["memorycpt.op_rejected.segmenter"] == 2 and ev["memorycpt.op_rejected.episode_generator"] == 1
-    assert [(f.role, f.module, f.step) for f in ledger.fallbacks] == [("segmenter", "segmenter", 0)]  # the episode retried
+    assert [(f.role, f.module, f.step) for f in ledger.fallbacks] == [
+        ("segmenter", "segmenter", 0)
+    ]  # the episode retried
     eps = bank.items(SCOPE, "episode")
     assert len(eps) == 2 and all(len(e.source_ids) == 4 for e in eps)  # fallback: the window is one segment
     rejected = [t for t in bank.traces() if not t.accepted]
@@ -272,9 +338,19 @@ def test_bad_json_is_rejected_counted_and_retried_once(store):
 
 
 def test_merge_replaces_its_target_and_unknown_targets_are_rejected(store):
-    decisions = [json.dumps({"reasoning": "x", "decision": "merge", "target": 7, "title": "t", "content": "c", "timestamp": ""}),
-                 json.dumps({"reasoning": "x", "decision": "merge", "target": 1, "title": "Evan's vehicles",
-                             "content": "Evan bought a Prius, then a bike.", "timestamp": "2023-05-20T10:00"})]
+    decisions = [
+        json.dumps({"reasoning": "x", "decision": "merge", "target": 7, "title": "t", "content": "c", "timestamp": ""}),
+        json.dumps(
+            {
+                "reasoning": "x",
+                "decision": "merge",
+                "target": 1,
+                "title": "Evan's vehicles",
+                "content": "Evan bought a Prius, then a bike.",
+                "timestamp": "2023-05-20T10:00",
+            }
+        ),
+    ]
 
     def script(messages):
         if role_of(messages) == "merger":
@@ -292,8 +368,14 @@ def test_merge_replaces_its_target_and_unknown_targets_are_rejected(store):
 def test_unreadable_model_dates_become_the_session_date_and_are_counted(store):
     def script(messages):
         if role_of(messages) == "episode":
-            return json.dumps({"reasoning": "r", "title": "Evan bought a vehicle",
-                               "content": "Evan bought a new car yesterday.", "timestamp": "yesterday"})
+            return json.dumps(
+                {
+                    "reasoning": "r",
+                    "title": "Evan bought a vehicle",
+                    "content": "Evan bought a new car yesterday.",
+                    "timestamp": "yesterday",
+                }
+            )
         return good_script(messages)
 
     bank, _, ledger = _build(ScriptedClient(script), store)
@@ -305,7 +387,11 @@ def test_unreadable_model_dates_become_the_session_date_and_are_counted(store):
 def test_garbage_facts_are_never_stored_and_are_counted_by_reason(store):
     def script(messages):
         if role_of(messages) == "extract":
-            turn = "I bought a Prius yesterday." if "(7 May 2023)" in messages[-1]["content"] else "I bought a bike yesterday."
+            turn = (
+                "I bought a Prius yesterday."
+                if "(7 May 2023)" in messages[-1]["content"]
+                else "I bought a bike yesterday."
+            )
             return json.dumps({"reasoning": "r", "facts": [",", f"Evan: {turn}", "Evan owns a blue vehicle."]})
         return good_script(messages)
 
@@ -326,7 +412,10 @@ def test_an_episode_naming_the_prompts_example_people_is_an_echo_unless_the_turn
     a, b = P.EXAMPLE_NAMES
     assert a in P.EPISODE_SYSTEM and b in P.EPISODE_SYSTEM
     turns = ["Can you give me a hand with getting started?", "Sure, happy to help."]
-    leaked = {"title": "Sam asks for help getting started", "content": f"On June 6, 2023 Sam asked {b} for a hand getting started."}
+    leaked = {
+        "title": "Sam asks for help getting started",
+        "content": f"On June 6, 2023 Sam asked {b} for a hand getting started.",
+    }
     with pytest.raises(OperationError) as e:
         validate_episode(leaked, None, turns)
     assert e.value.reason == "instruction_echo"
@@ -338,7 +427,10 @@ def test_an_episode_naming_the_prompts_example_people_is_an_echo_unless_the_turn
     assert b in draft.content
     with pytest.raises(OperationError, match="instruction_echo"):
         validate_merge({"decision": "merge", "target": 1, **leaked}, 1, None, turns, ["Sam"])
-    assert validate_merge({"decision": "merge", "target": 1, **leaked}, 1, None, turns, [b]).draft.content == leaked["content"]
+    assert (
+        validate_merge({"decision": "merge", "target": 1, **leaked}, 1, None, turns, [b]).draft.content
+        == leaked["content"]
+    )
 
 
 def test_the_episode_prompt_names_a_topic_only_when_there_is_one():
@@ -352,9 +444,16 @@ def test_the_episode_prompt_names_a_topic_only_when_there_is_one():
 
 
 def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
-    copies = [json.dumps({"reasoning": "r", "title": "Evan and Sam talk cars",
-                          "content": "Evan: I bought a Prius yesterday. Sam: Nice! What color? Evan: Blue, like my old one.",
-                          "timestamp": "2023-05-08T13:56"})]
+    copies = [
+        json.dumps(
+            {
+                "reasoning": "r",
+                "title": "Evan and Sam talk cars",
+                "content": "Evan: I bought a Prius yesterday. Sam: Nice! What color? Evan: Blue, like my old one.",
+                "timestamp": "2023-05-08T13:56",
+            }
+        )
+    ]
 
     def script(messages):
         if role_of(messages) == "episode" and copies and "Prius" in messages[-1]["content"]:
@@ -371,7 +470,7 @@ def test_an_episode_copied_from_the_turns_is_rejected_and_retried(store):
     (first, kw1), (retry, kw2) = episode_calls
     assert [m["role"] for m in retry] == ["system", "user"] and retry[0] == first[0]
     assert first[1]["content"].endswith("\n\nJSON:")
-    assert retry[1]["content"] == first[1]["content"][:-len("JSON:")] + P.RETRY_HINTS["copied_turn"] + "\nJSON:"
+    assert retry[1]["content"] == first[1]["content"][: -len("JSON:")] + P.RETRY_HINTS["copied_turn"] + "\nJSON:"
     assert "Evan: I bought a Prius yesterday. Sam: Nice!" not in retry[1]["content"]  # the refused reply
     assert (kw1["temperature"], kw2["temperature"]) == (0.0, 0.3)
 
@@ -387,14 +486,22 @@ def test_a_speaker_who_shares_a_name_with_the_examples_people_is_no_echo(tmp_pat
 
     def script(messages):
         if role_of(messages) == "episode":
-            return json.dumps({"reasoning": "r", "title": f"Evan tells {b} about a vehicle",
-                               "content": f"Evan told {b} he bought a new car yesterday.", "timestamp": "2023-05-08T13:56"})
+            return json.dumps(
+                {
+                    "reasoning": "r",
+                    "title": f"Evan tells {b} about a vehicle",
+                    "content": f"Evan told {b} he bought a new car yesterday.",
+                    "timestamp": "2023-05-08T13:56",
+                }
+            )
         return good_script(messages)
 
     bank, _, ledger = _build(ScriptedClient(script), s)
     s.close()
     assert not [k for k in ledger.events if "instruction_echo" in k]
-    assert [e.text for e in bank.items(SCOPE, "episode")][0] == f"Evan told {b} he bought a new car yesterday (7 May 2023)."
+    assert [e.text for e in bank.items(SCOPE, "episode")][
+        0
+    ] == f"Evan told {b} he bought a new car yesterday (7 May 2023)."
 
 
 def test_the_merger_and_episode_schemas_cannot_decode_an_empty_memory():
@@ -407,13 +514,18 @@ def test_the_merger_and_episode_schemas_cannot_decode_an_empty_memory():
     assert merge["properties"]["content"]["minLength"] == 20 and "content" in merge["required"]
     LlamaGrammar.from_json_schema(json.dumps(P.MERGER_SCHEMA), verbose=False)
     # nor an episode without title or content (a retry told why it was refused once came back empty)
-    assert (P.EPISODE_SCHEMA["properties"]["title"]["minLength"], P.EPISODE_SCHEMA["properties"]["content"]["minLength"]) == (3, 20)
+    assert (
+        P.EPISODE_SCHEMA["properties"]["title"]["minLength"],
+        P.EPISODE_SCHEMA["properties"]["content"]["minLength"],
+    ) == (3, 20)
     LlamaGrammar.from_json_schema(json.dumps(P.EPISODE_SCHEMA), verbose=False)
     assert validate_merge({"decision": "new"}, 2, None).merge is False  # the "new" shape validates as it is
-    assert P.retry_messages([{"role": "user", "content": "Stored episodes: none"}],
-                            "merge target 3 is not one of the 2 candidates")[-1]["content"] == (
+    assert P.retry_messages(
+        [{"role": "user", "content": "Stored episodes: none"}], "merge target 3 is not one of the 2 candidates"
+    )[-1]["content"] == (
         "Stored episodes: none\n\n(A first reply to this was refused: merge target 3 is not one of the 2 "
-        "candidates. Follow the rules.)")
+        "candidates. Follow the rules.)"
+    )
 
 
 def test_interrupted_build_resumes_at_the_unfinished_session(store):
@@ -437,7 +549,10 @@ def test_sft_export_writes_sharegpt_per_role(store, tmp_path, minilm):
     line = json.loads((tmp_path / "sft" / "episode_generator.jsonl").read_text().splitlines()[0])
     assert [t["from"] for t in line["conversations"]] == ["system", "human", "gpt"]
     target = line["conversations"][-1]["value"]
-    assert target.startswith("<think>r</think>\n") and json.loads(target.split("\n", 1)[1])["title"] == "Evan bought a vehicle"
+    assert (
+        target.startswith("<think>r</think>\n")
+        and json.loads(target.split("\n", 1)[1])["title"] == "Evan bought a vehicle"
+    )
 
 
 # --- end to end with the embedded model -----------------------------------------------------------
@@ -476,8 +591,13 @@ def test_cli_rejects_memorycpt_flags_elsewhere_and_bad_values(tmp_path):
     res = run(app, ["eval", "--strategy", "rag", "--set", "episodic_k=3", "--out", str(tmp_path / "a")])
     assert res.exit_code == 2 and "unknown key 'episodic_k'; keys: k, retrievers" in res.output
     res = run(app, ["eval", "--strategy", "memorycpt", "--set", "ablation=no-magic", "--out", str(tmp_path / "b")])
-    assert res.exit_code == 2 and "unknown ablation 'no_magic'; choose one of: none, no_qad" in " ".join(res.output.split())
-    res = run(app, ["eval", "--strategy", "memorycpt", "--set", f"summarizer_adapter={tmp_path}", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "unknown ablation 'no_magic'; choose one of: none, no_qad" in " ".join(
+        res.output.split()
+    )
+    res = run(
+        app,
+        ["eval", "--strategy", "memorycpt", "--set", f"summarizer_adapter={tmp_path}", "--out", str(tmp_path / "c")],
+    )
     assert res.exit_code == 2 and "not a LoRA adapter directory" in " ".join(res.output.split())
     res = run(app, ["export", "sft", "--store", str(tmp_path / "nowhere")])
     assert res.exit_code == 2
@@ -498,11 +618,21 @@ def test_sweep_plan_and_report(tmp_path):
     assert runs[1].options == {"episodic_k": 2, "semantic_k": 5} and runs[4].options == {"ablation": "no_fs"}
 
     def summary(f1, usd):
-        return {"metrics": {"all": {"n_questions": 4, "f1": f1, "usd_per_question": usd, "qpc": f1 / (usd * 1e4)}},
-                "amortized_usd_per_question": {"314": usd * 2}}
+        return {
+            "metrics": {"all": {"n_questions": 4, "f1": f1, "usd_per_question": usd, "qpc": f1 / (usd * 1e4)}},
+            "amortized_usd_per_question": {"314": usd * 2},
+        }
 
-    results = [{"name": r.name, "kind": r.kind, "label": r.label, "order": r.order, "summary": summary(0.1 * (i + 1), 1e-5 * (i + 1))}
-               for i, r in enumerate(runs)]
+    results = [
+        {
+            "name": r.name,
+            "kind": r.kind,
+            "label": r.label,
+            "order": r.order,
+            "summary": summary(0.1 * (i + 1), 1e-5 * (i + 1)),
+        }
+        for i, r in enumerate(runs)
+    ]
     written = write_memorycpt_report(results, tmp_path / "out", missing)
     assert {"csv", "md", "pareto"} <= set(written) and written["pareto"].stat().st_size > 1000
     md = written["md"].read_text()
@@ -540,7 +670,9 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
             entry = asyncio.run(construct(mem, MemoryCPT(), conv, lambda ev, **info: events.append((ev, info))))
         finally:
             mem.close()
-        return entry, [(i["done"], i["total"], i["unit"], i["calls"], i["failed"]) for ev, i in events if ev == "construct"]
+        return entry, [
+            (i["done"], i["total"], i["unit"], i["calls"], i["failed"]) for ev, i in events if ev == "construct"
+        ]
 
     with pytest.raises(KeyboardInterrupt):
         run()
@@ -552,8 +684,13 @@ def test_a_runs_construction_reports_each_session_and_counts_fallbacks_of_every_
     assert [role_of(m) for m, _ in client.seen[5:]] == ["segmenter", "episode", "merger", "predict", "extract"]
     # before the first session, then after each: this run's calls (session 2's), no failure in this run
     assert steps == [(0, 2, "sessions", 0, 0), (1, 2, "sessions", 0, 0), (2, 2, "sessions", 5, 0)]
-    assert entry["calls_by_role"] == {"segmenter": 3, "episode_generator": 2, "semantic_extractor": 2,
-                                      "episode_merger": 1, "semantic_predictor": 1}
+    assert entry["calls_by_role"] == {
+        "segmenter": 3,
+        "episode_generator": 2,
+        "semantic_extractor": 2,
+        "episode_merger": 1,
+        "semantic_predictor": 1,
+    }
     assert [f["role"] for f in entry["fallbacks"]] == ["segmenter"] and entry["sessions_without_events"] == 0
     seg = fallback_report([], construction=[entry])["by_role"]["segmenter"]
     assert (seg["calls"], seg["fallbacks"]) == (3, 1)
@@ -591,7 +728,8 @@ def test_a_build_bound_to_be_refused_stops_early_and_keeps_what_it_built(tmp_pat
         assert e.value.summary is None
         assert str(e.value).startswith(
             "stopped building u1's memory after 1 of 2 sessions: role 'segmenter': 1 of its 2 calls so far fell back, "
-            "already 25% of the ~4 calls the run's memory construction would make; threshold 5%")
+            "already 25% of the ~4 calls the run's memory construction would make; threshold 5%"
+        )
         assert "What was built is kept; --allow-fallbacks builds on" in str(e.value)
         assert [role_of(m) for m, _ in client.seen] == ["segmenter", "segmenter", "episode", "extract"]
         entry = asyncio.run(construct(mem, MemoryCPT(), conv))  # no threshold: builds on from session 2
@@ -607,10 +745,14 @@ def test_a_session_stored_before_fallbacks_were_records_still_counts_them():
     from memfrontier.core.fallbacks import fallback_report
     from memfrontier.strategies.memorycpt.pipeline import _with_fallback_records
 
-    old = {"calls": 4, "calls_by_role": {"segmenter": 2, "episode_generator": 2},
-           "events": {"memorycpt.fallback.segmenter": 1, "memorycpt.op_rejected.segmenter": 2}}
+    old = {
+        "calls": 4,
+        "calls_by_role": {"segmenter": 2, "episode_generator": 2},
+        "events": {"memorycpt.fallback.segmenter": 1, "memorycpt.op_rejected.segmenter": 2},
+    }
     assert _with_fallback_records(old)["fallbacks"] == [
-        {"role": "segmenter", "module": "segmenter", "tier": None, "reason": None, "step": 0}]
+        {"role": "segmenter", "module": "segmenter", "tier": None, "reason": None, "step": 0}
+    ]
     seg = fallback_report([], construction=[_with_fallback_records(old)])["by_role"]["segmenter"]
     assert (seg["calls"], seg["fallbacks"], seg["fallback_share"]) == (2, 1, 0.5)
     recorded = {**old, "fallbacks": []}
@@ -628,12 +770,12 @@ def test_doomed_build_projects_the_calls_left_hand_computed():
     entry = {"calls_by_role": {"episode_generator": 9}, "fallbacks": fell(4)}
     assert doomed_build(entry, growth=1 + 22 / 3) is None
     # 5 of 25: 7 of 15 fell back, growth 5 -> ~75: 7 > 5.625, stop
-    entry = {"calls_by_role": {"episode_generator": 15, "segmenter": 5},
-             "fallbacks": fell(7, "instruction_echo")}
+    entry = {"calls_by_role": {"episode_generator": 15, "segmenter": 5}, "fallbacks": fell(7, "instruction_echo")}
     assert doomed_build(entry, growth=5) == (
         "role 'episode_generator': 7 of its 15 calls so far fell back, already 9% of the ~75 calls the run's "
         "memory construction would make; threshold 5%. First error: outputs refused, most often "
-        "instruction_echo (7)")
+        "instruction_echo (7)"
+    )
     assert doomed_build(entry, 0.1, growth=5) is None  # 7 <= 0.1 x 1.5 x 75 = 11.25
     # a second conversation as long as this one is still to build: ~150 calls, 7 <= 11.25
     assert doomed_build(entry, growth=5, future=2.0) is None
@@ -643,20 +785,38 @@ def test_doomed_build_projects_the_calls_left_hand_computed():
     # ... with 8 fallbacks there: 15 of 115 calls so far, 15 > 0.075 x 175 = 13.125: stop
     dirty = {"calls_by_role": {"episode_generator": 100}, "fallbacks": fell(8)}
     assert doomed_build(entry, growth=5, settled=[dirty]).startswith(
-        "role 'episode_generator': 15 of its 115 calls so far fell back, already 9% of the ~175 calls")
+        "role 'episode_generator': 15 of its 115 calls so far fell back, already 9% of the ~175 calls"
+    )
     # errors count as failures too
-    assert doomed_build({"calls_by_role": {"indexer": 4}, "events": {"llm_error.indexer": 4},
-                         "call_errors": [{"role": "indexer", "error": "HTTP 500"}]}, growth=5).startswith(
-        "role 'indexer': 4 of its 4 calls so far failed, already 20% of the ~20 calls")
+    assert doomed_build(
+        {
+            "calls_by_role": {"indexer": 4},
+            "events": {"llm_error.indexer": 4},
+            "call_errors": [{"role": "indexer", "error": "HTTP 500"}],
+        },
+        growth=5,
+    ).startswith("role 'indexer': 4 of its 4 calls so far failed, already 20% of the ~20 calls")
 
 
 def test_a_conversation_shorter_than_a_segment_still_yields_memories(tmp_path, minilm):
     store = SQLiteStore(tmp_path / "short", minilm)
-    store.add([Record(id="short:1", scope=SCOPE, session_id="s1", speaker="Evan", timestamp="2023-05-08T13:56:00",
-                      text="I bought a Prius yesterday.")])
+    store.add(
+        [
+            Record(
+                id="short:1",
+                scope=SCOPE,
+                session_id="s1",
+                speaker="Evan",
+                timestamp="2023-05-08T13:56:00",
+                text="I bought a Prius yesterday.",
+            )
+        ]
+    )
     client = ScriptedClient(good_script)
     bank, report, _ = _build(client, store)
-    assert "segmenter" not in [role_of(m) for m, _ in client.seen]  # below the segment minimum: one episode, no segmentation call
+    assert "segmenter" not in [
+        role_of(m) for m, _ in client.seen
+    ]  # below the segment minimum: one episode, no segmentation call
     (ep,) = bank.items(SCOPE, "episode")
     assert ep.source_ids == ["short:1"] and report.episodes_added == 1
     store.close()
@@ -685,10 +845,9 @@ def test_the_episode_prompts_examples_pass_its_own_checks_and_share_no_phrase_wi
     import re
 
     from memfrontier.eval.datasets import data_root
+    from memfrontier.strategies.memorycpt.construction import ops as episodic_ops
     from memfrontier.strategies.memorycpt.construction import prompts as P
     from memfrontier.strategies.memorycpt.construction.ops import ECHO_NGRAM, _ngrams, _words
-
-    from memfrontier.strategies.memorycpt.construction import ops as episodic_ops
 
     root = data_root()
     monkeypatch.setattr(episodic_ops, "_INSTRUCTION_NGRAMS", set())
@@ -698,14 +857,27 @@ def test_the_episode_prompts_examples_pass_its_own_checks_and_share_no_phrase_wi
     for ex in examples:
         turns = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d)\] (\w+): (.*)$", ex, re.M)
         reply = json.loads(ex.split("JSON: ", 1)[1].split("\n")[0])
-        draft, fixed = validate_episode(reply, turns[0][0].replace(" ", "T"), [t for _, _, t in turns], [w for _, w, _ in turns])
+        draft, fixed = validate_episode(
+            reply, turns[0][0].replace(" ", "T"), [t for _, _, t in turns], [w for _, w, _ in turns]
+        )
         assert len(turns) == 2 and not fixed and draft.timestamp.startswith(turns[0][0][:10])
         grams |= _ngrams(_words(ex.split("JSON: ", 1)[0] + " " + reply["title"] + " " + reply["content"]), ECHO_NGRAM)
-    assert [w for _, w, _ in turns] == ["user", "assistant"] and reply["content"].startswith("On February 7, 2024 the user")
-    texts = [t.get("text", "") for conv in json.loads((root / "locomo" / "locomo10.json").read_text())
-             for k, v in conv["conversation"].items() if k.startswith("session_") and isinstance(v, list) for t in v]
-    texts += [t["content"] for q in json.loads((root / "longmemeval" / "longmemeval_oracle.json").read_text())
-              for s in q["haystack_sessions"] for t in s]
+    assert [w for _, w, _ in turns] == ["user", "assistant"] and reply["content"].startswith(
+        "On February 7, 2024 the user"
+    )
+    texts = [
+        t.get("text", "")
+        for conv in json.loads((root / "locomo" / "locomo10.json").read_text())
+        for k, v in conv["conversation"].items()
+        if k.startswith("session_") and isinstance(v, list)
+        for t in v
+    ]
+    texts += [
+        t["content"]
+        for q in json.loads((root / "longmemeval" / "longmemeval_oracle.json").read_text())
+        for s in q["haystack_sessions"]
+        for t in s
+    ]
     assert len(texts) > 10_000
     shared = set().union(*(_ngrams(_words(t), ECHO_NGRAM) & grams for t in texts))
     assert shared == set()
@@ -719,11 +891,16 @@ def test_an_episode_that_takes_an_examples_date_is_an_echo_unless_the_messages_a
 
     assert "[2024-03-12 18:05]" in P.EPISODE_SYSTEM and "On March 12, 2024" in P.EPISODE_SYSTEM
     assert "[2024-02-07 10:02]" in P.EPISODE_SYSTEM and "On February 7, 2024" in P.EPISODE_SYSTEM
-    took = {"title": "The user asks about camera bags", "content": "On March 12, 2024 the user asked for camera bags for Sony cameras."}
+    took = {
+        "title": "The user asks about camera bags",
+        "content": "On March 12, 2024 the user asked for camera bags for Sony cameras.",
+    }
     turns = ["Any camera bags designed for Sony cameras?"]
     with pytest.raises(OperationError) as e:
         validate_episode(took, "2023-05-28T12:58", turns)
     assert e.value.reason == "instruction_echo"
     assert validate_episode(took, "2024-03-12T09:00", turns)[0].content == took["content"]  # that day indeed
-    assert gives_example_date("We met on February 7, 2024.", None) and not gives_example_date("On March 12, 2023 ...", None)
+    assert gives_example_date("We met on February 7, 2024.", None) and not gives_example_date(
+        "On March 12, 2023 ...", None
+    )
     assert not gives_example_date("On May 28, 2023 the user asked about March plans.", "2023-05-28T12:58")

@@ -7,14 +7,12 @@ import json
 
 import pytest
 
+from memfrontier.core.errors import StoreError
 from memfrontier.core.types import ImageRef, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
-from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
 from memfrontier.store.bank import MemoryBank
-from memfrontier.core.errors import StoreError
 from memfrontier.store.sqlite import SQLiteStore
-from memfrontier.strategies.mempilot.views import DualView
 from memfrontier.strategies.mempilot.compress import (
     PLACEHOLDER,
     OfflineCompressor,
@@ -22,6 +20,8 @@ from memfrontier.strategies.mempilot.compress import (
     make_compressor,
 )
 from memfrontier.strategies.mempilot.compressed_bank import build_from_store, import_jsonl, open_bank
+from memfrontier.strategies.mempilot.recipes import MEMPILOT_BANK
+from memfrontier.strategies.mempilot.views import DualView
 
 
 def test_offline_compressor_contract():
@@ -47,8 +47,12 @@ def test_offline_compressor_contract():
 
 
 def test_compressed_views_keep_image_ids_and_compress_captions_separately():
-    r = Record(id="c:D1:1", speaker="Ana", text="Look at the grey cat I adopted in March 2024 from the shelter downtown",
-               images=[ImageRef(id="D1:IMG_001", caption="a small grey cat sleeping on a red blanket near a window")])
+    r = Record(
+        id="c:D1:1",
+        speaker="Ana",
+        text="Look at the grey cat I adopted in March 2024 from the shelter downtown",
+        images=[ImageRef(id="D1:IMG_001", caption="a small grey cat sleeping on a red blanket near a window")],
+    )
     (view,) = compressed_views([[r]], OfflineCompressor(0.4))
     lines = view.split("\n")
     assert lines[0].startswith("Ana:") and "2024" in lines[0]
@@ -65,10 +69,23 @@ def embedder():
 
 def _records(user: str) -> list[Record]:
     s = Scope(user_id=user)
-    texts = ["I adopted a grey cat named Miso from the shelter.", "My sister Lena bought a red dress for the gala.",
-             "We hiked Mount Tam on Saturday and saw 3 deer.", "I started learning the cello last month."]
-    return [Record(id=f"{user}:D1:{i}", scope=s, session_id=f"{user}:D1", speaker="Ana", timestamp="2024-05-01T10:00:00",
-                   text=t) for i, t in enumerate(texts)]
+    texts = [
+        "I adopted a grey cat named Miso from the shelter.",
+        "My sister Lena bought a red dress for the gala.",
+        "We hiked Mount Tam on Saturday and saw 3 deer.",
+        "I started learning the cello last month.",
+    ]
+    return [
+        Record(
+            id=f"{user}:D1:{i}",
+            scope=s,
+            session_id=f"{user}:D1",
+            speaker="Ana",
+            timestamp="2024-05-01T10:00:00",
+            text=t,
+        )
+        for i, t in enumerate(texts)
+    ]
 
 
 def test_bank_build_search_import(tmp_path, embedder):
@@ -79,7 +96,11 @@ def test_bank_build_search_import(tmp_path, embedder):
     ana = Scope(user_id="ana")
     res = build_from_store(bank, store, ana, OfflineCompressor())
     assert res == {"added": 4, "removed": 0, "kept": 0}
-    assert build_from_store(bank, store, ana, OfflineCompressor()) == {"added": 0, "removed": 0, "kept": 4}  # idempotent
+    assert build_from_store(bank, store, ana, OfflineCompressor()) == {
+        "added": 0,
+        "removed": 0,
+        "kept": 4,
+    }  # idempotent
     items = bank.items(ana, "compressed")
     assert all(it.text.startswith("date: 2024-05-01\nAna:") for it in items)
     assert {it.source_ids[0] for it in items} == {f"ana:D1:{i}" for i in range(4)}
@@ -88,7 +109,9 @@ def test_bank_build_search_import(tmp_path, embedder):
     view = DualView(store, bank)
     top = hybrid_search(bank, "which pet did she adopt", ana, MEMPILOT_BANK, 2)
     assert top[0].item.source_ids == ["ana:D1:0"] and len(top) == 2
-    assert top[0].score == pytest.approx(float(embedder.encode(["which pet did she adopt"])[0] @ embedder.encode([top[0].item.text])[0]), abs=1e-5)
+    assert top[0].score == pytest.approx(
+        float(embedder.encode(["which pet did she adopt"])[0] @ embedder.encode([top[0].item.text])[0]), abs=1e-5
+    )
     assert [it.id for it in view.retrieve("which pet did she adopt", ana, 2)] == [h.item.id for h in top]
     assert view.retrieve("cat", Scope(user_id="bob"), 3) == []  # bob's bank not built: scopes never mix
     assert view.retrieve("", ana, 3) == [] and view.retrieve("cat", ana, 0) == []
@@ -99,8 +122,12 @@ def test_bank_build_search_import(tmp_path, embedder):
     assert build_from_store(bank, store, ana, OfflineCompressor()) == {"added": 0, "removed": 0, "kept": 3}
     # imports are a separate kind; a bad line writes nothing
     f = tmp_path / "amem.jsonl"
-    f.write_text(json.dumps({"text": "Ana owns a cat called Miso", "user_id": "ana", "record_ids": ["ana:D1:0"]}) + "\n"
-                 + json.dumps({"text": "Lena: red dress", "record_ids": ["ana:D1:1"]}) + "\n")
+    f.write_text(
+        json.dumps({"text": "Ana owns a cat called Miso", "user_id": "ana", "record_ids": ["ana:D1:0"]})
+        + "\n"
+        + json.dumps({"text": "Lena: red dress", "record_ids": ["ana:D1:1"]})
+        + "\n"
+    )
     assert import_jsonl(bank, f, Scope(user_id="ana")) == 2
     assert bank.count(ana, "imported") == 2 and bank.count(ana, "compressed") == 3
     assert import_jsonl(bank, f, Scope(user_id="ana")) == 2 and bank.count(ana, "imported") == 2  # replaced, not added

@@ -46,8 +46,9 @@ def _metered(model_id: str, reply: Completion) -> MeteredLLM:
 
 
 def _completion(model_id: str, n_in: int, n_out: int, images: int = 0, exact_usd: float | None = None) -> Completion:
-    return Completion(text="ok", model_id=model_id, input_tokens=n_in, output_tokens=n_out, images=images,
-                      exact_usd=exact_usd)
+    return Completion(
+        text="ok", model_id=model_id, input_tokens=n_in, output_tokens=n_out, images=images, exact_usd=exact_usd
+    )
 
 
 MSG = [{"role": "user", "content": "x"}]
@@ -67,8 +68,11 @@ def test_kv_prefix_cost_three_turns():
     with use_ledger(ledger, "query"):
         _policy_turns(ledger)
     policy = [c for c in ledger.calls if c.role == "policy"]
-    assert [(c.input_tokens, c.cached_tokens, c.output_tokens) for c in policy] == [(1000, 0, 50), (1350, 1050, 40),
-                                                                                    (1590, 1390, 20)]
+    assert [(c.input_tokens, c.cached_tokens, c.output_tokens) for c in policy] == [
+        (1000, 0, 50),
+        (1350, 1050, 40),
+        (1590, 1390, 20),
+    ]
     # C_pi = 1e-6 * (0.05 * (1000 + 300 + 200) + 0.25 * (50 + 40 + 20)) = 1e-6 * (75 + 27.5)
     assert sum(c.usd for c in policy) == pytest.approx(1.025e-4)
     # without prefix reuse the 2nd and 3rd prompts (1350 and 1590 tokens) would be charged in full
@@ -86,8 +90,9 @@ def test_kv_prefix_charges_nothing_below_zero_or_above_the_prompt():
     ledger = Ledger()
     with use_ledger(ledger, "query"):
         for new in (-5, 5000):  # clamped to [0, prompt]: 0 then all 1000 prompt tokens charged
-            asyncio.run(_metered(POLICY_ID, _completion(POLICY_ID, 1000, 10)).complete(MSG, role="policy",
-                                                                                        new_input_tokens=new))
+            asyncio.run(
+                _metered(POLICY_ID, _completion(POLICY_ID, 1000, 10)).complete(MSG, role="policy", new_input_tokens=new)
+            )
     a, b = ledger.calls
     assert (a.cached_tokens, b.cached_tokens) == (1000, 0)
     assert a.usd == pytest.approx(1e-6 * 0.25 * 10) and b.usd == pytest.approx(1e-6 * (0.05 * 1000 + 0.25 * 10))
@@ -98,10 +103,12 @@ def test_kv_prefix_charges_nothing_below_zero_or_above_the_prompt():
 
 def _delegates(ledger: Ledger, stages: list[list[tuple[str, int, int, int]]]) -> None:
     """Delegated calls (model, n_in, n_out, images), one parallel stage per inner list."""
+
     async def stage(calls):
         with ledger.parallel():
-            await asyncio.gather(*(_metered(m, _completion(m, i, o, img)).complete(MSG, role="delegate")
-                                   for m, i, o, img in calls))
+            await asyncio.gather(
+                *(_metered(m, _completion(m, i, o, img)).complete(MSG, role="delegate") for m, i, o, img in calls)
+            )
 
     for calls in stages:
         asyncio.run(stage(calls))
@@ -111,9 +118,11 @@ def test_latency_with_parallel_stage():
     # policy (Eq. 15-16): 0.332 + 3e-6 n_in + 6.64e-3 n_out, on the charged (appended) input only
     pol = (0.332 + 0.003 + 0.332) + (0.332 + 0.0009 + 0.2656) + (0.332 + 0.0006 + 0.1328)
     assert pol == pytest.approx(1.7309)
-    calls = [(L8B_ID, 800, 100, 0),  # 0.439 + 0.0288 + 0.499 = 0.9668
-             (VL8B_ID, 1000, 200, 2),  # 0.332 + 0.003 + 1.328 + 0.45 = 2.113 (max of stage 1)
-             (L3B_ID, 500, 50, 0)]  # 1.231 + 0.024 + 0.277 = 1.532
+    calls = [
+        (L8B_ID, 800, 100, 0),  # 0.439 + 0.0288 + 0.499 = 0.9668
+        (VL8B_ID, 1000, 200, 2),  # 0.332 + 0.003 + 1.328 + 0.45 = 2.113 (max of stage 1)
+        (L3B_ID, 500, 50, 0),
+    ]  # 1.231 + 0.024 + 0.277 = 1.532
     ledger = Ledger()
     with use_ledger(ledger, "query"):
         _policy_turns(ledger)
@@ -137,8 +146,14 @@ def _call(name, **args):
 
 
 RET = _call("retrieve_memory", retrieval_query="Lena dress options", evidence_count=3)
-CUR = _call("runtime_memory", retrieval_query="Lena dress", evidence_count=2,
-            instruction="List the two dress types she considered", model="model_5e1c", include_images=False)
+CUR = _call(
+    "runtime_memory",
+    retrieval_query="Lena dress",
+    evidence_count=2,
+    instruction="List the two dress types she considered",
+    model="model_5e1c",
+    include_images=False,
+)
 
 
 def test_format_gate_valid_trajectory():
@@ -147,26 +162,64 @@ def test_format_gate_valid_trajectory():
     assert task_reward(0.6, g.valid) == 0.6
 
 
-@pytest.mark.parametrize("segments, tool_errors, reason", [
-    (["<answer>x</answer>"], 0, "no memory call"),
-    ([RET, "<answer>x</answer><answer>y</answer>"], 0, "2 <answer> blocks"),
-    ([RET, "<answer>x</answer> more"], 0, "output after"),
-    ([RET, "<answer>  </answer>"], 0, "empty"),
-    ([RET, "<answer>x"], 0, "unbalanced <answer>"),
-    (["<tool_call>{\"name\": \"retrieve_memory\", \"arguments\": {\"retrieval_query\": \"q\",}}</tool_call>",
-      "<answer>x</answer>"], 0, "not valid JSON"),
-    ([_call("runtime_memory", retrieval_query="q", evidence_count=1, instruction="i", model="gpt-x",
-            include_images=False), "<answer>x</answer>"], 0, "unknown model"),
-    ([_call("retrieve_memory", retrieval_query="<answer>x</answer>", evidence_count=1), "<answer>x</answer>"], 0,
-     "must not contain an <answer>"),
-    ([_call("runtime_memory", retrieval_query="q", evidence_count=1, instruction="i" * 513, model="model_5e1c",
-            include_images=False), "<answer>x</answer>"], 0, "limit is 512"),
-    ([_call("retrieve_memory", retrieval_query="q"), "<answer>x</answer>"], 0, "missing required"),
-    ([RET, "<answer>x</answer>"], 1, "tool execution error"),
-    (["<answer>x</answer>", RET, "<answer>y</answer>"], 0, "answer before the final turn"),
-    ([RET, RET + "<answer>x</answer>"], 0, "tool call in the final turn"),
-    ([], 0, "empty trajectory"),
-])
+@pytest.mark.parametrize(
+    "segments, tool_errors, reason",
+    [
+        (["<answer>x</answer>"], 0, "no memory call"),
+        ([RET, "<answer>x</answer><answer>y</answer>"], 0, "2 <answer> blocks"),
+        ([RET, "<answer>x</answer> more"], 0, "output after"),
+        ([RET, "<answer>  </answer>"], 0, "empty"),
+        ([RET, "<answer>x"], 0, "unbalanced <answer>"),
+        (
+            [
+                '<tool_call>{"name": "retrieve_memory", "arguments": {"retrieval_query": "q",}}</tool_call>',
+                "<answer>x</answer>",
+            ],
+            0,
+            "not valid JSON",
+        ),
+        (
+            [
+                _call(
+                    "runtime_memory",
+                    retrieval_query="q",
+                    evidence_count=1,
+                    instruction="i",
+                    model="gpt-x",
+                    include_images=False,
+                ),
+                "<answer>x</answer>",
+            ],
+            0,
+            "unknown model",
+        ),
+        (
+            [_call("retrieve_memory", retrieval_query="<answer>x</answer>", evidence_count=1), "<answer>x</answer>"],
+            0,
+            "must not contain an <answer>",
+        ),
+        (
+            [
+                _call(
+                    "runtime_memory",
+                    retrieval_query="q",
+                    evidence_count=1,
+                    instruction="i" * 513,
+                    model="model_5e1c",
+                    include_images=False,
+                ),
+                "<answer>x</answer>",
+            ],
+            0,
+            "limit is 512",
+        ),
+        ([_call("retrieve_memory", retrieval_query="q"), "<answer>x</answer>"], 0, "missing required"),
+        ([RET, "<answer>x</answer>"], 1, "tool execution error"),
+        (["<answer>x</answer>", RET, "<answer>y</answer>"], 0, "answer before the final turn"),
+        ([RET, RET + "<answer>x</answer>"], 0, "tool call in the final turn"),
+        ([], 0, "empty trajectory"),
+    ],
+)
 def test_format_gate_invalid(segments, tool_errors, reason):
     g = format_gate(segments, MODELS, tool_errors=tool_errors)
     assert not g.valid
@@ -179,14 +232,24 @@ def test_validate_call_clamps_evidence_count():
     assert err is None and clamped and args["evidence_count"] == 5
     _, err, _ = validate_call("retrieve_memory", {"retrieval_query": "q", "evidence_count": 0}, MODELS)
     assert "evidence_count must be >= 1" in err
-    _, err, _ = validate_call("runtime_memory", {"retrieval_query": "q", "evidence_count": 0, "instruction": "i",
-                                                 "model": "model_b791", "include_images": True}, MODELS)
+    _, err, _ = validate_call(
+        "runtime_memory",
+        {
+            "retrieval_query": "q",
+            "evidence_count": 0,
+            "instruction": "i",
+            "model": "model_b791",
+            "include_images": True,
+        },
+        MODELS,
+    )
     assert err is None  # 0 = question image only
 
 
 def test_render_and_parse_decision_roundtrip():
-    text = render_decision({"tool_calls": [{"name": "retrieve_memory",
-                                            "arguments": {"retrieval_query": "q", "evidence_count": 2}}]})
+    text = render_decision(
+        {"tool_calls": [{"name": "retrieve_memory", "arguments": {"retrieval_query": "q", "evidence_count": 2}}]}
+    )
     d = parse_turn(text, MODELS)
     assert d.calls[0].name == "retrieve_memory" and d.calls[0].args == {"retrieval_query": "q", "evidence_count": 2}
     assert render_decision({"answer": " Paris "}) == "<answer>Paris</answer>"
@@ -222,7 +285,9 @@ def test_decoupled_advantages_group_of_four():
 def test_decoupled_advantages_mask_invalid_resources():
     # an invalid trajectory gets r_task = -1 and no resource advantage, and is left out of their stats
     g = [Rewards(1.0, 1.0, 1.0), Rewards(0.0, 3.0, 1.0), Rewards(0.7, 0.1, 0.1, valid=False), Rewards(0.0, 2.0, 3.0)]
-    assert group_normalize([-1.0, -3.0, -0.1, -2.0], [True, True, False, True]) == pytest.approx([1, -1, 0, 0], abs=1e-5)
+    assert group_normalize([-1.0, -3.0, -0.1, -2.0], [True, True, False, True]) == pytest.approx(
+        [1, -1, 0, 0], abs=1e-5
+    )
     lat = group_normalize([-1.0, -1.0, -0.1, -3.0], [True, True, False, True])
     assert lat == pytest.approx([1 / math.sqrt(3), 1 / math.sqrt(3), 0, -2 / math.sqrt(3)], abs=1e-5)
     cost_only = Preference(quality=0.0, cost=1.0, latency=0.0)

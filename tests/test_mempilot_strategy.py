@@ -38,8 +38,14 @@ def ret(q, k=2):
 
 
 def cur(q, model="model_txt", k=3, instruction="List the dresses Lena considered", images=False):
-    return call("runtime_memory", retrieval_query=q, evidence_count=k, instruction=instruction, model=model,
-                include_images=images)
+    return call(
+        "runtime_memory",
+        retrieval_query=q,
+        evidence_count=k,
+        instruction=instruction,
+        model=model,
+        include_images=images,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +53,26 @@ def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("mp")
     img = root / "D1_IMG_001.jpg"
     img.write_bytes(b"\xff\xd8\xff fake jpeg bytes")
-    texts = ["My sister Lena considered a red silk dress and a blue gown for the gala.",
-             "I adopted a grey cat named Miso from the shelter in March 2024.",
-             "We hiked Mount Tam on Saturday and saw 3 deer.",
-             "Look at the dress Lena finally picked!"]
-    recs = [Record(id=f"ana:D1:{i}", scope=SCOPE, session_id="ana:D1", speaker="Ana", timestamp="2024-05-01T10:00:00",
-                   text=t) for i, t in enumerate(texts)]
-    recs[3] = recs[3].model_copy(update={"images": [ImageRef(id="D1:IMG_001", caption="a red silk dress", path=str(img)),
-                                                    ImageRef(id="D1:IMG_002", caption="a blue gown",
-                                                             path=str(root / "missing.jpg"))]})
+    texts = [
+        "My sister Lena considered a red silk dress and a blue gown for the gala.",
+        "I adopted a grey cat named Miso from the shelter in March 2024.",
+        "We hiked Mount Tam on Saturday and saw 3 deer.",
+        "Look at the dress Lena finally picked!",
+    ]
+    recs = [
+        Record(
+            id=f"ana:D1:{i}", scope=SCOPE, session_id="ana:D1", speaker="Ana", timestamp="2024-05-01T10:00:00", text=t
+        )
+        for i, t in enumerate(texts)
+    ]
+    recs[3] = recs[3].model_copy(
+        update={
+            "images": [
+                ImageRef(id="D1:IMG_001", caption="a red silk dress", path=str(img)),
+                ImageRef(id="D1:IMG_002", caption="a blue gown", path=str(root / "missing.jpg")),
+            ]
+        }
+    )
     s = SQLiteStore(root / "store", MiniLMEmbedder(num_threads=1), chunk_tokens=24)
     s.add(recs)
     yield s
@@ -63,10 +80,22 @@ def store(tmp_path_factory):
 
 
 def profile() -> PoolProfile:
-    return PoolProfile(name="test", endpoint="embedded", max_output_tokens=64, timeout_s=5, routes=[
-        Route(id="model_txt", model="meta-llama/llama-3.1-8b-instruct", modalities=["text"], params="8B"),
-        Route(id="model_vis", model="qwen/qwen3-vl-8b-instruct", modalities=["text", "image"], params="8B",
-              endpoint="openai")])
+    return PoolProfile(
+        name="test",
+        endpoint="embedded",
+        max_output_tokens=64,
+        timeout_s=5,
+        routes=[
+            Route(id="model_txt", model="meta-llama/llama-3.1-8b-instruct", modalities=["text"], params="8B"),
+            Route(
+                id="model_vis",
+                model="qwen/qwen3-vl-8b-instruct",
+                modalities=["text", "image"],
+                params="8B",
+                endpoint="openai",
+            ),
+        ],
+    )
 
 
 def _env(store, client) -> MemoryEnv:
@@ -75,9 +104,15 @@ def _env(store, client) -> MemoryEnv:
 
 def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget=None, **options):
     """Build the bank, run one question; returns (context, ledger, policy, delegate, vision, strategy)."""
-    policy, delegate, vision = (ScriptedClient(r, model_id=GEMMA) for r in (policy_replies, delegate_replies, vision_replies))
-    strat = MemPilot(MemPilotConfig(compressor="offline", **options), profile=profile(), policy=policy,
-                     route_backends={"model_txt": delegate, "model_vis": vision})
+    policy, delegate, vision = (
+        ScriptedClient(r, model_id=GEMMA) for r in (policy_replies, delegate_replies, vision_replies)
+    )
+    strat = MemPilot(
+        MemPilotConfig(compressor="offline", **options),
+        profile=profile(),
+        policy=policy,
+        route_backends={"model_txt": delegate, "model_vis": vision},
+    )
     env = _env(store, policy)
     ledger = Ledger()
 
@@ -85,8 +120,9 @@ def run(store, policy_replies, delegate_replies=(), vision_replies=(), *, budget
         with use_ledger(ledger, "construction"):
             await strat.build(env, SCOPE)
         with use_ledger(ledger, "query"):
-            return await strat.context(Query(text=QUESTION, scope=SCOPE), env, Preference.preset("balanced"),
-                                       budget or Budget())
+            return await strat.context(
+                Query(text=QUESTION, scope=SCOPE), env, Preference.preset("balanced"), budget or Budget()
+            )
 
     return asyncio.run(go()), ledger, policy, delegate, vision, strat
 
@@ -115,8 +151,11 @@ def test_the_preference_of_the_config_else_the_callers(store):
 
 def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     ctx, ledger, policy, delegate, _, strat = run(
-        store, [ret("zqx Lena dress options") + "\n" + cur("zqx Lena dress"), "<answer>a red silk dress</answer>"],
-        ["Lena considered a red silk dress and a blue gown. Unresolved: which one she chose."], constrained=False)
+        store,
+        [ret("zqx Lena dress options") + "\n" + cur("zqx Lena dress"), "<answer>a red silk dress</answer>"],
+        ["Lena considered a red silk dress and a blue gown. Unresolved: which one she chose."],
+        constrained=False,
+    )
     m = ctx.meta
     assert m["format_valid"] and m["gate_reasons"] == []
     assert (m["rounds"], m["retrieve_calls"], m["curate_calls"], m["delegate_calls"]) == (2, 1, 1, 1)
@@ -126,7 +165,7 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     assert "Lena considered a red silk dress and a blue gown" in ctx.text and "date: 2024-05-01" in ctx.text
     assert "<tool_call>" not in ctx.text and "ana:D1:0" in ctx.evidence_ids
     # the delegate sees the instruction and raw items, never the retrieval query
-    (dmsgs, dkw), = delegate.seen
+    ((dmsgs, dkw),) = delegate.seen
     prompt = message_text(dmsgs[1]["content"])
     assert "Instruction: List the dresses Lena considered" in prompt and "zqx" not in prompt
     assert "- id=ana:D1:0 speaker=Ana time=1 May 2024: My sister Lena" in prompt
@@ -146,8 +185,11 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     d = BOOK.get("meta-llama/llama-3.1-8b-instruct")
     assert dele[0].usd == pytest.approx(d.usd(dele[0].input_tokens, dele[0].output_tokens))
     # one account: every call priced by its metered client as the model it stands for
-    assert [c.priced_as for c in ledger.calls] == ["qwen3-4b-instruct-2507", "meta-llama/llama-3.1-8b-instruct",
-                                                   "qwen3-4b-instruct-2507"]
+    assert [c.priced_as for c in ledger.calls] == [
+        "qwen3-4b-instruct-2507",
+        "meta-llama/llama-3.1-8b-instruct",
+        "qwen3-4b-instruct-2507",
+    ]
     # the trajectory's cost and latency (the ledger's view) against Eq. 14 / Eq. 19 by hand:
     # turn 1 pays its whole prompt, turn 2 only the observation; policy 0.05 / 0.25, 8B 0.05 / 0.08 USD per 1M
     n0 = sum(len(message_text(x["content"]).split()) for x in policy.seen[0][0])
@@ -157,16 +199,22 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     assert m["trajectory_usd"] == pytest.approx(usd, rel=1e-12)
     # Eq. 15-16 (policy: 0.332 + 3.0e-6 n_in + 6.64e-3 n_out) and Eq. 17 (8B: 0.439 + 3.6e-5 n_in + 4.99e-3 n_out),
     # three stages one after another (Eq. 19)
-    secs = (0.332 + 3.0e-6 * n0 + 6.64e-3 * o0) + (0.332 + 3.0e-6 * n_obs + 6.64e-3 * o1) \
+    secs = (
+        (0.332 + 3.0e-6 * n0 + 6.64e-3 * o0)
+        + (0.332 + 3.0e-6 * n_obs + 6.64e-3 * o1)
         + (0.439 + 3.6e-5 * d_in + 4.99e-3 * d_out)
+    )
     assert m["trajectory_proxy_s"] == pytest.approx(secs, rel=1e-12)
     assert ledger.usd("query") == pytest.approx(usd, rel=1e-12)  # no second account: the ledger is the total
 
 
 def test_parallel_stage_counts_max_latency(store):
-    ctx, ledger, *_ = run(store, [cur("Lena dress") + cur("cat adoption", instruction="Name the cat"),
-                                  "<answer>x</answer>"], ["short finding", "a much longer finding " * 10],
-                          constrained=False)
+    ctx, ledger, *_ = run(
+        store,
+        [cur("Lena dress") + cur("cat adoption", instruction="Name the cat"), "<answer>x</answer>"],
+        ["short finding", "a much longer finding " * 10],
+        constrained=False,
+    )
     dele = [c for c in ledger.calls if c.role == "delegate"]
     assert len(dele) == 2 and dele[0].parallel_stage == dele[1].parallel_stage
     pol = [c for c in ledger.calls if c.role == "policy"]
@@ -185,8 +233,13 @@ def test_bad_policy_inputs_become_observations(store):
     ]
     ctx, ledger, policy, delegate, *_ = run(store, replies, constrained=False)
     ev = ledger.events
-    for e in ("mempilot.invalid_call.bad_json", "mempilot.invalid_call.unknown_model", "mempilot.invalid_call.answer_in_query",
-              "mempilot.too_many_calls", "mempilot.invalid_call.too_long"):
+    for e in (
+        "mempilot.invalid_call.bad_json",
+        "mempilot.invalid_call.unknown_model",
+        "mempilot.invalid_call.answer_in_query",
+        "mempilot.too_many_calls",
+        "mempilot.invalid_call.too_long",
+    ):
         assert ev[e] == 1, (e, dict(ev))
     assert delegate.seen == []  # nothing invalid reached a delegate
     obs = [m["content"] for m in policy.seen[-1][0] if m["role"] == "user"][1:]
@@ -198,12 +251,18 @@ def test_bad_policy_inputs_become_observations(store):
 
 
 def test_delegate_failures_and_images(store):
-    policy = [cur("Lena dress"), cur("Lena gown"), cur("Lena outfit"),
-              cur("the dress Lena picked", model="model_vis", k=5, images=True),
-              cur("dress photo", k=5, images=True), "<answer>red</answer>"]
+    policy = [
+        cur("Lena dress"),
+        cur("Lena gown"),
+        cur("Lena outfit"),
+        cur("the dress Lena picked", model="model_vis", k=5, images=True),
+        cur("dress photo", k=5, images=True),
+        "<answer>red</answer>",
+    ]
     delegate = [LLMError("HTTP 500: boom"), "I think <answer>red</answer>", (1.0, "too late"), "captions only"]
-    ctx, ledger, pol, dele, vis, _ = run(store, policy, delegate, ["it is a red silk dress"], constrained=False,
-                                         delegate_timeout_s=0.2)
+    ctx, ledger, pol, dele, vis, _ = run(
+        store, policy, delegate, ["it is a red silk dress"], constrained=False, delegate_timeout_s=0.2
+    )
     ev = ledger.events
     assert ev["mempilot.delegate_error"] == 1 and ev["llm_error.delegate"] == 1
     assert ev["mempilot.delegate_answer_tag"] == 1 and ev["mempilot.delegate_timeout"] == 1
@@ -211,9 +270,11 @@ def test_delegate_failures_and_images(store):
     m = ctx.meta
     assert m["tool_errors"] == 3 and not m["format_valid"] and "3 tool execution error(s)" in m["gate_reasons"]
     assert m["image_requests"] == 4 and m["image_accesses"] == 1  # 2 asked per call; 1 file exists
-    (vmsgs, _), = vis.seen
+    ((vmsgs, _),) = vis.seen
     parts = vmsgs[1]["content"]
-    assert [p["type"] for p in parts] == ["text", "image_url"] and parts[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    assert [p["type"] for p in parts] == ["text", "image_url"] and parts[1]["image_url"]["url"].startswith(
+        "data:image/jpeg;base64,"
+    )
     vcall = [c for c in ledger.calls if c.role == "delegate" and c.model_id == "gemma-3-270m-q4_k_m" and c.images]
     assert len(vcall) == 1 and vcall[0].images == 1  # the image enters the latency proxy (Eq. 17)
     obs = [mm["content"] for mm in pol.seen[-1][0] if mm["role"] == "user"][1:]
@@ -224,9 +285,12 @@ def test_delegate_failures_and_images(store):
 
 
 def test_constrained_turns_schemas_and_unreadable_output(store):
-    calls = {"tool_calls": [{"name": "retrieve_memory", "arguments": {"retrieval_query": "Lena dress", "evidence_count": 2}}]}
-    ctx, ledger, policy, *_ = run(store, [json.dumps(calls), "not json at all", json.dumps({"answer": "red dress"})],
-                                  max_rounds=3)
+    calls = {
+        "tool_calls": [{"name": "retrieve_memory", "arguments": {"retrieval_query": "Lena dress", "evidence_count": 2}}]
+    }
+    ctx, ledger, policy, *_ = run(
+        store, [json.dumps(calls), "not json at all", json.dumps({"answer": "red dress"})], max_rounds=3
+    )
     schemas = [kw["json_schema"] for _, kw in policy.seen]
     assert schemas[0]["required"] == ["tool_calls"]  # first turn must consult memory
     assert "anyOf" in schemas[1]  # tools or answer
@@ -238,20 +302,30 @@ def test_constrained_turns_schemas_and_unreadable_output(store):
 
 
 def test_repeat_then_answer_only_and_budget_stop(store):
-    calls = json.dumps({"tool_calls": [{"name": "retrieve_memory", "arguments": {"retrieval_query": "Lena", "evidence_count": 2}}]})
+    calls = json.dumps(
+        {"tool_calls": [{"name": "retrieve_memory", "arguments": {"retrieval_query": "Lena", "evidence_count": 2}}]}
+    )
     ctx, ledger, policy, *_ = run(store, [calls, calls, json.dumps({"answer": "red"})])
     assert ledger.events["mempilot.repeated_call"] == 1
     assert policy.seen[2][1]["json_schema"]["required"] == ["answer"]
     assert ctx.meta["repeated_calls"] == 1 and ctx.meta["retrieve_calls"] == 1 and ctx.meta["format_valid"]
     # a hard USD budget that holds the first turn's worst case (its prompt + 256 output tokens at
     # qwen3-4b's 0.05 / 0.25 USD per 1M, MemPilot Eq. 14) but not the second's: turn 2 is never made
-    strat = MemPilot(MemPilotConfig(compressor="offline", constrained=False), profile=profile(),
-                     policy=ScriptedClient(model_id=GEMMA))
-    msgs = strat.orchestrator(_env(store, ScriptedClient(model_id=GEMMA)), Preference.preset("balanced"), Budget()).start(QUESTION, "0").messages
+    strat = MemPilot(
+        MemPilotConfig(compressor="offline", constrained=False),
+        profile=profile(),
+        policy=ScriptedClient(model_id=GEMMA),
+    )
+    msgs = (
+        strat.orchestrator(_env(store, ScriptedClient(model_id=GEMMA)), Preference.preset("balanced"), Budget())
+        .start(QUESTION, "0")
+        .messages
+    )
     n_in = sum(len(m["content"].split()) + 8 for m in msgs)  # predicted prompt: words + 8 per message
     cap = 1e-6 * (0.05 * n_in + 0.25 * 256) * 1.0001
-    ctx, ledger, policy, *_ = run(store, [ret("Lena"), "<answer>red</answer>"], constrained=False,
-                                  budget=Budget(max_usd=cap))
+    ctx, ledger, policy, *_ = run(
+        store, [ret("Lena"), "<answer>red</answer>"], constrained=False, budget=Budget(max_usd=cap)
+    )
     assert [c.role for c in ledger.calls] == ["policy"] and len(policy.seen) == 1
     assert ledger.events["budget.call_refused.policy"] == 1 and ctx.meta["stopped_by_budget"]
     assert 0 < ledger.usd("query") <= cap and ctx.meta["trajectory_usd"] == ledger.usd("query")
@@ -352,7 +426,9 @@ def test_pool_profiles(tmp_path):
     with pytest.raises(KeyError, match="no route 'model_x'"):
         table3.route("model_x")
     bad = tmp_path / "pool.yaml"
-    bad.write_text("name: p\nroutes:\n  - {id: a, model: meta-llama/llama-3.1-8b-instruct}\n  - {id: a, model: qwen3-14b}\n")
+    bad.write_text(
+        "name: p\nroutes:\n  - {id: a, model: meta-llama/llama-3.1-8b-instruct}\n  - {id: a, model: qwen3-14b}\n"
+    )
     with pytest.raises(ValueError, match="duplicate route ids: a"):
         PoolProfile.load(bad)
     bad.write_text("name: p\nroutes:\n  - {id: r1, model: not-a-priced-model}\n")
@@ -387,8 +463,11 @@ def test_bench_pool_routes_are_three_real_sizes_each_priced_as_itself(store, tmp
     pool = strat.pool(env)
     # one call of 1000 input and 100 output tokens on each route, by hand from core/prices/v1.yaml:
     # USD = (1000 * in + 100 * out) / 1e6; proxy s = base + 1000 * in_s + 100 * out_s (Eq. 15-17)
-    want = {GEMMA: (1.2e-5, 0.05 + 1.5 + 2.0), "qwen2.5-coder-0.5b-q4_k_m": (1.1e-5, 0.3 + 6.0 + 5.0),
-            "qwen2.5-coder-1.5b-q4_k_m": (4.4e-5, 0.3 + 12.0 + 8.0)}
+    want = {
+        GEMMA: (1.2e-5, 0.05 + 1.5 + 2.0),
+        "qwen2.5-coder-0.5b-q4_k_m": (1.1e-5, 0.3 + 6.0 + 5.0),
+        "qwen2.5-coder-1.5b-q4_k_m": (4.4e-5, 0.3 + 12.0 + 8.0),
+    }
     for r in routes:
         llm = pool.llm(r.id, env)
         assert llm.priced_as == r.model and llm.model_id == r.model  # served by that model, priced as itself

@@ -38,8 +38,15 @@ def _gen(n: int) -> Generation:
 
 
 def test_token_advantages_follow_stage_spans():
-    r = Rollout(Q, [_gen(4), _gen(3), _gen(2)], stage_turns=[0, 1], rewards=Rewards(0.5, 1e-4, 2.0), gate_reasons=[],
-                probes=[0.0, 0.5, 0.25], advantage=0.3)
+    r = Rollout(
+        Q,
+        [_gen(4), _gen(3), _gen(2)],
+        stage_turns=[0, 1],
+        rewards=Rewards(0.5, 1e-4, 2.0),
+        gate_reasons=[],
+        probes=[0.0, 0.5, 0.25],
+        advantage=0.3,
+    )
     # turn 0 launched stage 1 (+0.5 * 0.5), turn 1 stage 2 (+0.5 * -0.25), the answer turn keeps A
     assert token_advantages(r, 0.5) == pytest.approx([0.55] * 4 + [0.175] * 3 + [0.3] * 2)
     r.probes = []  # no probes (e.g. not run): unchanged
@@ -69,9 +76,18 @@ def test_completion_logp_scores_each_completion_token_at_the_position_before_it(
     from memfrontier.train.mempilot_trainer import _completion_logp
 
     torch.manual_seed(0)
-    cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
-                           max_position_embeddings=64, initializer_range=0.5)
+    cfg = Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=4,
+        max_position_embeddings=64,
+        initializer_range=0.5,
+    )
     lm = Gemma3ForCausalLM(cfg).eval()
     g = Generation([1, 5, 9, 12, 30, 31, 40], [7, 3, 20], [True, False, True])
     got = _completion_logp(lm, g)
@@ -137,8 +153,9 @@ def test_schema_guided_decoding_is_always_valid():
     models = ["model_a1", "model_b2"]
     schema = decision_schema(models, ["runtime_memory", "retrieve_memory"])
     for i in range(12):
-        out = asyncio.run(pol.complete([{"role": "user", "content": "q"}], max_tokens=400, temperature=1.0,
-                                       json_schema=schema))
+        out = asyncio.run(
+            pol.complete([{"role": "user", "content": "q"}], max_tokens=400, temperature=1.0, json_schema=schema)
+        )
         obj = json.loads(out.text)
         d = parse_turn(render_decision(obj), set(models))
         assert (d.answer is not None) != bool(d.calls)
@@ -148,10 +165,18 @@ def test_schema_guided_decoding_is_always_valid():
     assert len(g.sampled) == len(g.completion_ids) and any(g.sampled) and not all(g.sampled)
     assert g.prompt_ids[0] == tok.bos_token_id
     # out of budget: the value is still closed (complete JSON), strings cut short
-    short = asyncio.run(pol.complete([{"role": "user", "content": "q"}], max_tokens=5, temperature=1.0, json_schema=schema))
+    short = asyncio.run(
+        pol.complete([{"role": "user", "content": "q"}], max_tokens=5, temperature=1.0, json_schema=schema)
+    )
     assert isinstance(json.loads(short.text), dict)
-    ans = asyncio.run(pol.complete([{"role": "user", "content": "q"}], max_tokens=60, temperature=0.0,
-                                   json_schema=decision_schema([], [], allow_tools=False)))
+    ans = asyncio.run(
+        pol.complete(
+            [{"role": "user", "content": "q"}],
+            max_tokens=60,
+            temperature=0.0,
+            json_schema=decision_schema([], [], allow_tools=False),
+        )
+    )
     assert set(json.loads(ans.text)) == {"answer"}
     with pytest.raises(SchemaError):
         asyncio.run(pol.complete([{"role": "user", "content": "q"}], json_schema={"type": "number"}))
@@ -168,11 +193,24 @@ def _write_run(folder, rows):
 
 
 def _row(f1, usd, proxy, routes, valid=True):
-    return {"f1": f1, "usd": usd, "proxy_s": proxy, "gold": "red dress",
-            "strategy_meta": {"rounds": 2, "routes": routes, "route_models": {r: "m-" + r for r in routes},
-                              "delegate_calls": len(routes), "image_accesses": 0, "image_requests": 1,
-                              "retrieve_calls": 1, "curate_calls": len(routes), "format_valid": valid,
-                              "policy_answer": "red"}}
+    return {
+        "f1": f1,
+        "usd": usd,
+        "proxy_s": proxy,
+        "gold": "red dress",
+        "strategy_meta": {
+            "rounds": 2,
+            "routes": routes,
+            "route_models": {r: "m-" + r for r in routes},
+            "delegate_calls": len(routes),
+            "image_accesses": 0,
+            "image_requests": 1,
+            "retrieve_calls": 1,
+            "curate_calls": len(routes),
+            "format_valid": valid,
+            "policy_answer": "red",
+        },
+    }
 
 
 def test_sweep_report_tables_and_pareto(tmp_path):
@@ -186,7 +224,9 @@ def test_sweep_report_tables_and_pareto(tmp_path):
     assert [r.name for r in runs] == ["pref_perf", "pref_cost", "pref_w_1_2_0"] and runs[1].order == 1.25
     _write_run(tmp_path / "pref_perf", [_row(0.6, 3e-4, 4.0, ["m1", "m1"]), _row(0.4, 1e-4, 2.0, ["m2"])])
     _write_run(tmp_path / "pref_cost", [_row(0.2, 1e-4, 1.0, []), _row(0.2, 1e-4, 1.0, ["m2"], valid=False)])
-    results = [{"name": r.name, "label": r.label, "options": r.options, "out": str(tmp_path / r.name)} for r in runs[:2]]
+    results = [
+        {"name": r.name, "label": r.label, "options": r.options, "out": str(tmp_path / r.name)} for r in runs[:2]
+    ]
     written = write_mempilot_report(results, tmp_path, "locomo")
     md = (tmp_path / "sweep.md").read_text()
     # perf: F1 0.5, USD 2e-4 -> 2.0 x1e4, proxy 3 s, 1.5 delegate calls; routes m1 2/3, m2 1/3
@@ -229,8 +269,17 @@ def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
 
     torch.set_num_threads(2)
     # smoke sizes: short observations and probes keep the prompts (and so every forward) short
-    cfg = OrchestratorGRPOConfig(steps=1, group_size=2, max_rounds=2, sessions=1, policy_max_tokens=64,
-                                  max_observation_tokens=64, probe_max_tokens=8, out=tmp_path / "orch", lr=1e-4)
+    cfg = OrchestratorGRPOConfig(
+        steps=1,
+        group_size=2,
+        max_rounds=2,
+        sessions=1,
+        policy_max_tokens=64,
+        max_observation_tokens=64,
+        probe_max_tokens=8,
+        out=tmp_path / "orch",
+        lr=1e-4,
+    )
     summary = asyncio.run(train_orchestrator(cfg))
     adapter = tmp_path / "orch" / "adapter"
     assert (adapter / "adapter_config.json").is_file()
@@ -240,6 +289,11 @@ def test_smoke_grpo_run_saves_an_adapter_the_strategy_loads(tmp_path):
     strat = get_strategy("mempilot", adapter=adapter)
     policy = strat.policy(None)
     assert isinstance(policy, HFPolicy) and policy.model_id.endswith("+orch/adapter")
-    out = asyncio.run(policy.complete([{"role": "user", "content": "Question: what colour? Answer in JSON."}],
-                                      max_tokens=24, json_schema=decision_schema([], [], allow_tools=False)))
+    out = asyncio.run(
+        policy.complete(
+            [{"role": "user", "content": "Question: what colour? Answer in JSON."}],
+            max_tokens=24,
+            json_schema=decision_schema([], [], allow_tools=False),
+        )
+    )
     assert set(json.loads(out.text)) == {"answer"}

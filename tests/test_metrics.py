@@ -158,14 +158,50 @@ def test_judge_never_correct_for_negatives():
 def _rows():
     base = {"dataset": "locomo"}
     return [
-        {**base, "category": "1", "f1": 1.0, "em": True, "judge": True, "evidence_recall": 1.0,
-         "usd": 0.002, "proxy_s": 1.0, "wall_s": 2.0},
-        {**base, "category": "1", "f1": 0.5, "em": False, "judge": False, "evidence_recall": None,
-         "usd": 0.004, "proxy_s": 3.0, "wall_s": 4.0},
-        {**base, "category": "2", "f1": 0.0, "em": False, "judge": None, "evidence_recall": 0.5,
-         "usd": 0.003, "proxy_s": 2.0, "wall_s": 3.0},
-        {**base, "category": "5", "f1": 1.0, "em": False, "judge": True, "evidence_recall": None,
-         "usd": 0.001, "proxy_s": 1.0, "wall_s": 1.0},
+        {
+            **base,
+            "category": "1",
+            "f1": 1.0,
+            "em": True,
+            "judge": True,
+            "evidence_recall": 1.0,
+            "usd": 0.002,
+            "proxy_s": 1.0,
+            "wall_s": 2.0,
+        },
+        {
+            **base,
+            "category": "1",
+            "f1": 0.5,
+            "em": False,
+            "judge": False,
+            "evidence_recall": None,
+            "usd": 0.004,
+            "proxy_s": 3.0,
+            "wall_s": 4.0,
+        },
+        {
+            **base,
+            "category": "2",
+            "f1": 0.0,
+            "em": False,
+            "judge": None,
+            "evidence_recall": 0.5,
+            "usd": 0.003,
+            "proxy_s": 2.0,
+            "wall_s": 3.0,
+        },
+        {
+            **base,
+            "category": "5",
+            "f1": 1.0,
+            "em": False,
+            "judge": True,
+            "evidence_recall": None,
+            "usd": 0.001,
+            "proxy_s": 1.0,
+            "wall_s": 1.0,
+        },
     ]
 
 
@@ -205,10 +241,26 @@ def test_summarize_locomo_by_other_key_keeps_5_apart():
 
 def test_summarize_other_dataset():
     rows = [
-        {"category": "bridge", "f1": 1.0, "em": 1.0, "judge": True, "evidence_recall": None, "usd": 0.0,
-         "proxy_s": 1.0, "wall_s": 1.0},
-        {"category": "comparison", "f1": 0.0, "em": 0.0, "judge": False, "evidence_recall": None, "usd": 0.0,
-         "proxy_s": 1.0, "wall_s": 1.0},
+        {
+            "category": "bridge",
+            "f1": 1.0,
+            "em": 1.0,
+            "judge": True,
+            "evidence_recall": None,
+            "usd": 0.0,
+            "proxy_s": 1.0,
+            "wall_s": 1.0,
+        },
+        {
+            "category": "comparison",
+            "f1": 0.0,
+            "em": 0.0,
+            "judge": False,
+            "evidence_recall": None,
+            "usd": 0.0,
+            "proxy_s": 1.0,
+            "wall_s": 1.0,
+        },
     ]
     s = summarize(rows)
     assert list(s) == ["bridge", "comparison", "all"]
@@ -232,14 +284,17 @@ def test_summary_spreads_the_whole_stores_construction_over_every_question(tmp_p
 
     data = tmp_path / "data.json"
     data.write_text("[]")
-    rows = [{**r, "usage": {"by_role": {"answerer": {"calls": 1}}, "events": {}}, "call_errors": [],
-             "strategy_meta": {}} for r in _rows()]
+    rows = [
+        {**r, "usage": {"by_role": {"answerer": {"calls": 1}}, "events": {}}, "call_errors": [], "strategy_meta": {}}
+        for r in _rows()
+    ]
     construction = {"conv-1": {"usd": 0.01, "calls": 10}, "conv-2": {"usd": 0.03, "calls": 30}}
     llm = SimpleNamespace(model_id="m", prices=SimpleNamespace(version="v"))
     mem = SimpleNamespace(env=SimpleNamespace(answer_llm=llm, llm=llm), store=SimpleNamespace(embedder=llm))
     strategy = SimpleNamespace(prompt_version="p", recipes=())
-    s = build_summary(EvalConfig(strategy="rag", dataset="locomo"), rows, construction, data, mem, strategy,
-                      structured_output={})
+    s = build_summary(
+        EvalConfig(strategy="rag", dataset="locomo"), rows, construction, data, mem, strategy, structured_output={}
+    )
     c = s["amortized_usd_per_question"]
     assert list(c) == ["1", "4", "10", "50", "100", "314", "inf"]
     assert c["4"] == pytest.approx(0.013) and c["314"] == pytest.approx(3.127389e-3, rel=1e-6)

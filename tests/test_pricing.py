@@ -49,7 +49,6 @@ QUESTION = "What color is the car Evan bought?"
 LOCAL_MODELS = {"rules", "minilm", "tier-router"}
 
 
-
 def reply(messages, kw) -> str:
     """A plausible reply for every prompt the strategies send (found from the prompt / schema)."""
     system = message_text(messages[0].get("content"))
@@ -58,11 +57,18 @@ def reply(messages, kw) -> str:
     if system.startswith("You split"):
         return json.dumps({"reasoning": "one topic", "episodes": [{"indices": [1, 2, 3, 4], "topic": "car"}]})
     if system.startswith("You write episodic"):
-        return json.dumps({"reasoning": "r", "title": "Evan bought a car", "content": "Evan bought a blue Prius.",
-                           "timestamp": "2023-05-08T13:56"})
+        return json.dumps(
+            {
+                "reasoning": "r",
+                "title": "Evan bought a car",
+                "content": "Evan bought a blue Prius.",
+                "timestamp": "2023-05-08T13:56",
+            }
+        )
     if system.startswith("You maintain"):
-        return json.dumps({"reasoning": "new", "decision": "new", "target": 0, "title": "", "content": "",
-                           "timestamp": ""})
+        return json.dumps(
+            {"reasoning": "new", "decision": "new", "target": 0, "title": "", "content": "", "timestamp": ""}
+        )
     if system.startswith("You know some facts"):
         return "Evan bought something."
     if system.startswith(("You update", "You build")):
@@ -74,9 +80,11 @@ def reply(messages, kw) -> str:
     if "runtime_memory" in system:  # the MemPilot policy (tagged text)
         if any(message_text(m.get("content")).startswith("<tool_response>") for m in messages):
             return "<answer>blue</answer>"
-        return '<tool_call>{"name": "runtime_memory", "arguments": {"retrieval_query": "Evan car", ' \
-               '"evidence_count": 3, "instruction": "Say what car Evan bought", "model": "model_txt", ' \
-               '"include_images": false}}</tool_call>'
+        return (
+            '<tool_call>{"name": "runtime_memory", "arguments": {"retrieval_query": "Evan car", '
+            '"evidence_count": 3, "instruction": "Say what car Evan bought", "model": "model_txt", '
+            '"include_images": false}}</tool_call>'
+        )
     if "sufficient" in props:
         return json.dumps({"sufficient": True, "missing": ""})
     if "action" in props:
@@ -98,16 +106,40 @@ def Scripted(model_id: str = "gemma-3-270m-q4_k_m") -> ScriptedClient:
 def Stub(**fields) -> ScriptedClient:
     """A client returning one fixed Completion with a provider's reported figures, unvalidated
     (negative, NaN...), as a provider could send them."""
-    return ScriptedClient([Completion.model_construct(**{
-        "text": "four words of reply", "model_id": "gemma-3-270m-q4_k_m", "input_tokens": 0, "cached_tokens": 0,
-        "output_tokens": 0, "reasoning_tokens": 0, "images": 0, "finish_reason": "stop", "exact_usd": None,
-        **fields})], model_id="gemma-3-270m-q4_k_m")
+    return ScriptedClient(
+        [
+            Completion.model_construct(
+                **{
+                    "text": "four words of reply",
+                    "model_id": "gemma-3-270m-q4_k_m",
+                    "input_tokens": 0,
+                    "cached_tokens": 0,
+                    "output_tokens": 0,
+                    "reasoning_tokens": 0,
+                    "images": 0,
+                    "finish_reason": "stop",
+                    "exact_usd": None,
+                    **fields,
+                }
+            )
+        ],
+        model_id="gemma-3-270m-q4_k_m",
+    )
 
 
 def records() -> list[Record]:
     texts = ["I bought a Prius yesterday.", "Nice! What color is it?", "Blue, like my old one.", "Cool, congrats."]
-    return [Record(id=f"evan:D1:{i}", scope=SCOPE, session_id="D1", speaker="Evan" if i % 2 else "Sam",
-                   timestamp="2023-05-08T13:56:00", text=t) for i, t in enumerate(texts, 1)]
+    return [
+        Record(
+            id=f"evan:D1:{i}",
+            scope=SCOPE,
+            session_id="D1",
+            speaker="Evan" if i % 2 else "Sam",
+            timestamp="2023-05-08T13:56:00",
+            text=t,
+        )
+        for i, t in enumerate(texts, 1)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +150,13 @@ def minilm():
 
 
 def pool_profile() -> PoolProfile:
-    return PoolProfile(name="test", endpoint="embedded", max_output_tokens=64, timeout_s=5, routes=[
-        Route(id="model_txt", model="meta-llama/llama-3.1-8b-instruct", modalities=["text"], params="8B")])
+    return PoolProfile(
+        name="test",
+        endpoint="embedded",
+        max_output_tokens=64,
+        timeout_s=5,
+        routes=[Route(id="model_txt", model="meta-llama/llama-3.1-8b-instruct", modalities=["text"], params="8B")],
+    )
 
 
 def strategy(name: str, client: Scripted, env: MemoryEnv):
@@ -127,18 +164,30 @@ def strategy(name: str, client: Scripted, env: MemoryEnv):
     Runtime clients are constructor arguments, not config values, hence the class itself."""
     cls = strategy_class(name)
     if name == "budgetmem":  # the capacity tiers on spec-less clients: the path that used to drop price_as
-        return cls(cls.config_class(tiering="capacity", tiers="high",
-                                    tiering_options={"models": {t: client for t in ("low", "mid", "high")}}))
+        return cls(
+            cls.config_class(
+                tiering="capacity",
+                tiers="high",
+                tiering_options={"models": {t: client for t in ("low", "mid", "high")}},
+            )
+        )
     if name == "memorycpt":
         return cls(cls.config_class(episodic_k=2, semantic_k=2), summarizer_llm=client)
     if name == "automem":
         return cls(cls.config_class(graph="none"), planner_llm=client, judge_llm=client)
     if name == "mempilot":
-        return cls(cls.config_class(compressor="offline", constrained=False), profile=pool_profile(), policy=client,
-                   route_backends={"model_txt": client})
+        return cls(
+            cls.config_class(compressor="offline", constrained=False),
+            profile=pool_profile(),
+            policy=client,
+            route_backends={"model_txt": client},
+        )
     if name == "auto":  # a router that predicts budgetmem better (F1 0.9 vs 0.1) and free: it routes there
-        path = write_router(env.store.view_dir("router") / "router.json",
-                            config("budgetmem", "budgetmem", f1=target(0.9)), config("rag", "rag", f1=target(0.1)))
+        path = write_router(
+            env.store.view_dir("router") / "router.json",
+            config("budgetmem", "budgetmem", f1=target(0.9)),
+            config("rag", "rag", f1=target(0.1)),
+        )
         return cls(cls.config_class(router=path), members={"budgetmem": strategy("budgetmem", client, env)})
     return get_strategy(name)
 
@@ -147,8 +196,13 @@ def ask(tmp_path, minilm, name: str, *, price_as: str | None = M, budget: Budget
     """Build and ask ``name`` on a fresh store; returns (answer or the BudgetExceededError, ledger, client)."""
     client = Scripted()
     store = SQLiteStore(tmp_path / f"store-{name}-{budget is not None}", minilm)
-    mem = AsyncMemory(store, MeteredLLM(client, BOOK, price_as=price_as), MeteredLLM(client, BOOK, price_as=price_as),
-                      prices=BOOK, price_as=price_as)
+    mem = AsyncMemory(
+        store,
+        MeteredLLM(client, BOOK, price_as=price_as),
+        MeteredLLM(client, BOOK, price_as=price_as),
+        prices=BOOK,
+        price_as=price_as,
+    )
     strat = strategy(name, client, mem.env)
     ledger = Ledger()
 
@@ -156,8 +210,9 @@ def ask(tmp_path, minilm, name: str, *, price_as: str | None = M, budget: Budget
         await asyncio.to_thread(store.add, records())
         await mem.construct(strat, SCOPE, ledger)
         try:
-            return await mem.answer(QUESTION, SCOPE, strat, budget=budget, ledger=ledger,
-                                    gold_evidence_ids=["evan:D1:3"])
+            return await mem.answer(
+                QUESTION, SCOPE, strat, budget=budget, ledger=ledger, gold_evidence_ids=["evan:D1:3"]
+            )
         except BudgetExceededError as e:
             return e
 
@@ -168,12 +223,19 @@ def ask(tmp_path, minilm, name: str, *, price_as: str | None = M, budget: Budget
 
 
 EXPECTED_ROLES = {
-    "longctx": {"answerer"}, "rag": {"answerer"}, "oracle": {"answerer"},
+    "longctx": {"answerer"},
+    "rag": {"answerer"},
+    "oracle": {"answerer"},
     "budgetmem": {"answerer", "budgetmem.filter.high", "budgetmem.entity.high", "budgetmem.summary.high"},
     "memorycpt": {"answerer", "summarizer", "segmenter", "episode_generator"},
     "automem": {"answerer", "planner", "judge"},
     "mempilot": {"answerer", "policy", "delegate"},
-    "auto": {"answerer", "budgetmem.filter.high", "budgetmem.entity.high", "budgetmem.summary.high"},  # routed to budgetmem
+    "auto": {
+        "answerer",
+        "budgetmem.filter.high",
+        "budgetmem.entity.high",
+        "budgetmem.summary.high",
+    },  # routed to budgetmem
 }
 
 
@@ -190,8 +252,9 @@ def test_price_as_reaches_every_call_of_every_strategy(tmp_path, minilm, name):
     for c in model_calls:
         assert c.model_id == "gemma-3-270m-q4_k_m" and c.priced_as == M, c
         # MemoryCPT Eq. 4 at M's prices; a MemPilot policy turn's KV-cached prefix is free (MemPilot Eq. 14)
-        assert c.usd == pytest.approx(1e-6 * (0.10 * (c.input_tokens - c.cached_tokens) + 0.24 * c.output_tokens),
-                                      rel=1e-12), c
+        assert c.usd == pytest.approx(
+            1e-6 * (0.10 * (c.input_tokens - c.cached_tokens) + 0.24 * c.output_tokens), rel=1e-12
+        ), c
     for c in ledger.calls:
         if c.model_id in LOCAL_MODELS:  # local compute: recorded, $0, no proxy, not priced as anything
             assert (c.usd, c.proxy_s, c.priced_as) == (0.0, 0.0, None) and c.wall_s > 0
@@ -203,8 +266,9 @@ def test_price_as_reaches_every_call_of_every_strategy(tmp_path, minilm, name):
 def test_judge_follows_the_runs_pricing(tmp_path, minilm):
     client = Scripted()
     store = SQLiteStore(tmp_path / "store", minilm)
-    mem = AsyncMemory(store, MeteredLLM(client, BOOK, price_as=M), MeteredLLM(client, BOOK, price_as=M),
-                      prices=BOOK, price_as=M)
+    mem = AsyncMemory(
+        store, MeteredLLM(client, BOOK, price_as=M), MeteredLLM(client, BOOK, price_as=M), prices=BOOK, price_as=M
+    )
     judge = make_judge(mem)
     ledger = Ledger()
     with use_ledger(ledger):
@@ -222,8 +286,10 @@ def test_env_model_pricing_rules(tmp_path, minilm):
     base = MeteredLLM(Scripted(), BOOK)
     env = MemoryEnv(store=store, llm=base, answer_llm=base)
     # no run-wide price_as: a route stands for its model; a LoRA adapter is priced as its base
-    assert env.model(Scripted(), "delegate", stands_for="meta-llama/llama-3.1-8b-instruct").priced_as == \
-        "meta-llama/llama-3.1-8b-instruct"
+    assert (
+        env.model(Scripted(), "delegate", stands_for="meta-llama/llama-3.1-8b-instruct").priced_as
+        == "meta-llama/llama-3.1-8b-instruct"
+    )
     lora = Scripted("gemma-3-270m-q4_k_m+qar-b")
     assert env.model(lora, "summarizer", adapter="runs/qar").priced_as == "gemma-3-270m-q4_k_m"
     with pytest.raises(UnpricedModelError):  # an unknown model is refused unless the run allows it
@@ -261,8 +327,9 @@ def test_every_strategy_honours_a_hard_budget(tmp_path, minilm, name):
     budget_events = {e for e in ledger.events if e.startswith(("budget.", "automem.budget_stop"))}
     assert budget_events, dict(ledger.events)  # a call refused or the context cut, and counted
     if before > 0:  # the strategy's calls were cut back: refused before being made, never overshot
-        assert any(e.startswith(("budget.call_refused.", "automem.budget_stop", "budget.rules_only"))
-                   for e in budget_events), budget_events
+        assert any(
+            e.startswith(("budget.call_refused.", "automem.budget_stop", "budget.rules_only")) for e in budget_events
+        ), budget_events
 
 
 @pytest.mark.parametrize("cap", [{"max_tokens": 300}, {"max_proxy_s": 3.0}])
@@ -305,8 +372,10 @@ def test_concurrent_calls_reserve_their_worst_case():
     ledger = Ledger()
 
     async def two():
-        return await asyncio.gather(*(llm.complete(msgs, role=f"r{i}", max_tokens=50, budget=Budget(max_usd=1.5 * worst))
-                                      for i in range(2)), return_exceptions=True)
+        return await asyncio.gather(
+            *(llm.complete(msgs, role=f"r{i}", max_tokens=50, budget=Budget(max_usd=1.5 * worst)) for i in range(2)),
+            return_exceptions=True,
+        )
 
     with use_ledger(ledger):
         out = asyncio.run(two())
@@ -317,8 +386,11 @@ def test_concurrent_calls_reserve_their_worst_case():
 def _one(**fields) -> Call:
     ledger = Ledger()
     with use_ledger(ledger):
-        asyncio.run(MeteredLLM(Stub(**fields), BOOK, price_as=M).complete(
-            [{"role": "user", "content": "a b c"}], role="r", max_tokens=8))
+        asyncio.run(
+            MeteredLLM(Stub(**fields), BOOK, price_as=M).complete(
+                [{"role": "user", "content": "a b c"}], role="r", max_tokens=8
+            )
+        )
     (c,) = ledger.calls
     assert all(ledger.events[f"usage_repaired.{f}"] == 1 for f in c.flags)
     return c
@@ -337,8 +409,11 @@ def test_a_run_total_never_goes_negative():
     ledger = Ledger()
     with use_ledger(ledger):
         for cost in (0.0004, -2100.0, math.nan):
-            asyncio.run(MeteredLLM(Stub(input_tokens=1000, output_tokens=100, exact_usd=cost), BOOK, price_as=M)
-                        .complete([{"role": "user", "content": "x"}], role="r", max_tokens=8))
+            asyncio.run(
+                MeteredLLM(Stub(input_tokens=1000, output_tokens=100, exact_usd=cost), BOOK, price_as=M).complete(
+                    [{"role": "user", "content": "x"}], role="r", max_tokens=8
+                )
+            )
     assert ledger.usd() == pytest.approx(0.0004 + 2 * 1.24e-4, rel=1e-12)
     assert ledger.usage().query.flagged_calls == 2
 
@@ -351,10 +426,19 @@ def test_cached_above_input_is_clamped_not_a_crash():
 
 def test_negative_token_counts_are_recounted():
     c = _one(input_tokens=-5, output_tokens=-1, cached_tokens=-3, reasoning_tokens=-2)
-    assert c.flags == ["input_tokens_rejected", "output_tokens_rejected", "cached_tokens_rejected",
-                       "reasoning_tokens_rejected"]
+    assert c.flags == [
+        "input_tokens_rejected",
+        "output_tokens_rejected",
+        "cached_tokens_rejected",
+        "reasoning_tokens_rejected",
+    ]
     # re-counted: "a b c" + the per-message allowance, "four words of reply"
-    assert (c.input_tokens, c.output_tokens, c.cached_tokens, c.reasoning_tokens) == (3 + MESSAGE_OVERHEAD_TOKENS, 4, 0, 0)
+    assert (c.input_tokens, c.output_tokens, c.cached_tokens, c.reasoning_tokens) == (
+        3 + MESSAGE_OVERHEAD_TOKENS,
+        4,
+        0,
+        0,
+    )
     assert c.usd == pytest.approx(1e-6 * (0.10 * 11 + 0.24 * 4), rel=1e-12) and c.usd >= 0
 
 
@@ -411,9 +495,17 @@ def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path, l
     module) on one LoCoMo question: every call in the result files is priced as qwen3-14b."""
     from memfrontier.eval.runner import EvalConfig, run_eval
 
-    cfg = EvalConfig(dataset="locomo", split="test", strategy="budgetmem", limit=1, out=tmp_path / "run",
-                     judge=True, price_as=M, strategy_options={"tiering": "reasoning", "tiers": "low"},
-                     data_root=locomo_slice("conv-49", "conv-50"))
+    cfg = EvalConfig(
+        dataset="locomo",
+        split="test",
+        strategy="budgetmem",
+        limit=1,
+        out=tmp_path / "run",
+        judge=True,
+        price_as=M,
+        strategy_options={"tiering": "reasoning", "tiers": "low"},
+        data_root=locomo_slice("conv-49", "conv-50"),
+    )
     summary = asyncio.run(run_eval(cfg))
     assert summary["provenance"]["priced_as"] == M
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
@@ -425,15 +517,17 @@ def test_eval_with_price_as_prices_every_recorded_call_as_that_model(tmp_path, l
             assert u["usd"] == pytest.approx(1e-6 * (0.10 * u["input_tokens"] + 0.24 * u["output_tokens"]), rel=1e-9)
     judge = row["judge_usage"]
     assert judge["calls"] == 1 and judge["priced_as"] == [M]
-    assert row["judge_usd"] == pytest.approx(1e-6 * (0.10 * judge["input_tokens"] + 0.24 * judge["output_tokens"]),
-                                             rel=1e-9)
+    assert row["judge_usd"] == pytest.approx(
+        1e-6 * (0.10 * judge["input_tokens"] + 0.24 * judge["output_tokens"]), rel=1e-9
+    )
 
 
 def test_memorycpt_construction_usage_is_the_ledgers_view_of_the_build(tmp_path, minilm):
     client = Scripted()
     store = SQLiteStore(tmp_path / "store", minilm)
-    mem = AsyncMemory(store, MeteredLLM(client, BOOK, price_as=M), MeteredLLM(client, BOOK, price_as=M),
-                      prices=BOOK, price_as=M)
+    mem = AsyncMemory(
+        store, MeteredLLM(client, BOOK, price_as=M), MeteredLLM(client, BOOK, price_as=M), prices=BOOK, price_as=M
+    )
     strat = get_strategy("memorycpt")
     store.add(records())
     ledger = asyncio.run(mem.construct(strat, SCOPE))
@@ -442,6 +536,7 @@ def test_memorycpt_construction_usage_is_the_ledgers_view_of_the_build(tmp_path,
     assert u.calls == client.n_calls >= 2
     assert (built["calls"], built["input_tokens"], built["output_tokens"]) == (u.calls, u.input_tokens, u.output_tokens)
     assert built["usd"] == pytest.approx(u.usd, rel=1e-12) and u.usd == pytest.approx(
-        sum(1e-6 * (0.10 * c.input_tokens + 0.24 * c.output_tokens) for c in ledger.calls), rel=1e-12)
+        sum(1e-6 * (0.10 * c.input_tokens + 0.24 * c.output_tokens) for c in ledger.calls), rel=1e-12
+    )
     assert asyncio.run(mem.construct(strat, SCOPE)).calls == []  # built once: the view keeps its cost, no new call
     store.close()

@@ -57,8 +57,14 @@ def _rows(out: Path) -> dict[str, dict]:
 def test_workers_get_absolute_paths_and_run_in_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.yaml").write_text(resources.files("memfrontier.core.prices").joinpath("v1.yaml").read_text("utf-8"))
-    cfg = EvalConfig(strategy="rag", strategy_options={"k": 3}, out=Path("runs/x"), price_book=Path("p.yaml"),
-                     ray="local", concurrency=3)
+    cfg = EvalConfig(
+        strategy="rag",
+        strategy_options={"k": 3},
+        out=Path("runs/x"),
+        price_book=Path("p.yaml"),
+        ray="local",
+        concurrency=3,
+    )
     sent = ray_pool.worker_config(cfg)
     assert sent["out"] == str(tmp_path / "runs" / "x")
     assert sent["store"] == str(tmp_path / "runs" / "x" / "store")  # the default store, made explicit
@@ -85,8 +91,22 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
 
 def test_cli_without_ray_installed_fails_cleanly(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    res = CliRunner().invoke(app, ["eval", "--strategy", "rag", "--limit", "1", "--ray", "local",
-                                   "--data-file", str(tmp_path / "missing.json"), "--out", str(tmp_path / "run")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--strategy",
+            "rag",
+            "--limit",
+            "1",
+            "--ray",
+            "local",
+            "--data-file",
+            str(tmp_path / "missing.json"),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
     assert res.exit_code == 2
     assert "error: --ray needs Ray, an optional extra: pip install 'memfrontier[ray]'" in res.output
     assert not (tmp_path / "run").exists()  # refused before anything is written
@@ -98,8 +118,14 @@ def test_cli_without_ray_installed_fails_cleanly(tmp_path, monkeypatch):
 def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray, locomo_slice):
     """A Ray run gives the local run's rows; an interrupted Ray run resumes locally and an
     interrupted local run resumes on Ray, both to those rows (the same run either way)."""
-    base = EvalConfig(dataset="locomo", split="test", strategy="rag", strategy_options={"k": 3}, limit=6,
-                      data_root=locomo_slice("conv-49", "conv-50"))
+    base = EvalConfig(
+        dataset="locomo",
+        split="test",
+        strategy="rag",
+        strategy_options={"k": 3},
+        limit=6,
+        data_root=locomo_slice("conv-49", "conv-50"),
+    )
     local = asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "local"})))
     on_ray = asyncio.run(run_eval(base.model_copy(update={"out": tmp_path / "ray", "ray": "local", "concurrency": 2})))
 
@@ -110,8 +136,9 @@ def test_ray_run_equals_the_local_run_and_resumes_either_way(tmp_path, local_ray
     assert _without_wall(on_ray["construction"]) == _without_wall(local["construction"])
     assert on_ray["construction"]["conv-49"]["records_added"] == local["construction"]["conv-49"]["records"] > 0
     assert on_ray["provenance"]["answer_model"] == local["provenance"]["answer_model"] == "gemma-3-270m-q4_k_m"
-    assert on_ray["config"]["ray"] == "local" and json.loads((tmp_path / "ray" / "run.json").read_text()) == \
-        json.loads((tmp_path / "local" / "run.json").read_text())
+    assert on_ray["config"]["ray"] == "local" and json.loads((tmp_path / "ray" / "run.json").read_text()) == json.loads(
+        (tmp_path / "local" / "run.json").read_text()
+    )
 
     # interrupted before its last question: the Ray run resumes locally, the local run on Ray
     for out, ray in ((tmp_path / "ray", None), (tmp_path / "local", "local")):
@@ -127,13 +154,29 @@ def test_frontier_on_ray_writes_the_local_runs_predictions(tmp_path, local_ray, 
     """``frontier --ray local`` runs each configuration's eval on Ray: per configuration, the same
     predictions, scores, tokens and USD as the local frontier, and the same report rows."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text("name: ray\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
-                    "  - {label: rag, strategy: rag, options: {k: 3}}\n")
+    spec.write_text(
+        "name: ray\nconfigurations:\n  - {label: oracle, strategy: oracle}\n"
+        "  - {label: rag, strategy: rag, options: {k: 3}}\n"
+    )
     # one store: the Ray run reads the records the local run ingested (eval's Ray construction is tested above)
     data = ["--data-root", str(locomo_slice("conv-49", "conv-50"))]
     for name, extra in (("local", []), ("ray", ["--ray", "local"])):  # one worker per configuration
-        res = CliRunner().invoke(app, ["frontier", "--spec", str(spec), "--limit", "2", "--out", str(tmp_path / name),
-                                       "--store", str(tmp_path / "store"), *data, *extra])
+        res = CliRunner().invoke(
+            app,
+            [
+                "frontier",
+                "--spec",
+                str(spec),
+                "--limit",
+                "2",
+                "--out",
+                str(tmp_path / name),
+                "--store",
+                str(tmp_path / "store"),
+                *data,
+                *extra,
+            ],
+        )
         assert res.exit_code == 0, res.output
     for label in ("oracle", "rag"):
         want = _rows(tmp_path / "local" / "configs" / label)

@@ -30,32 +30,55 @@ DECISIONS: dict[str, dict[str, str]] = {
     "rag": {"k": TENANT, "retrievers": TENANT},
     "oracle": {},
     "budgetmem": {
-        "k": TENANT, "module_topk": TENANT,
+        "k": TENANT,
+        "module_topk": TENANT,
         "tiering": but("capacity"),  # capacity builds clients for its own (hosted or embedded) models
-        "tiers": TENANT, "router": OPERATOR, "greedy": TENANT, "max_relations": TENANT, "retrievers": TENANT,
+        "tiers": TENANT,
+        "router": OPERATOR,
+        "greedy": TENANT,
+        "max_relations": TENANT,
+        "retrievers": TENANT,
         "tiering_options": OPERATOR,  # capacity presets and model specs
     },
     "memorycpt": {
-        "episodic_k": TENANT, "semantic_k": TENANT,
+        "episodic_k": TENANT,
+        "semantic_k": TENANT,
         "ablation": TENANT,  # no_qad builds with the run's own model (env.llm)
-        "construction_llm": OPERATOR, "summarizer_llm": OPERATOR, "summarizer_adapter": OPERATOR,
+        "construction_llm": OPERATOR,
+        "summarizer_llm": OPERATOR,
+        "summarizer_adapter": OPERATOR,
         "concurrency": TENANT,
     },
     "mempilot": {
         "pool": OPERATOR,  # every profile names models (table3: hosted; bench/local: embedded)
-        "preference": TENANT, "answer_mode": TENANT,
+        "preference": TENANT,
+        "answer_mode": TENANT,
         "bank": TENANT,  # imported reads the scope's imported items, which only a bank_file fills
         "compressor": but("auto", "llmlingua2"),  # LLMLingua-2 loads a model from the Hugging Face cache
-        "adapter": OPERATOR, "max_rounds": TENANT, "temperature": TENANT, "constrained": TENANT,
-        "first_turn_tools": TENANT, "answer_after_repeat": TENANT, "policy_max_tokens": TENANT,
-        "max_observation_tokens": TENANT, "delegate_timeout_s": TENANT,
-        "rollout_key": OPERATOR_BY_TYPE, "budget": TENANT, "bank_file": OPERATOR,
+        "adapter": OPERATOR,
+        "max_rounds": TENANT,
+        "temperature": TENANT,
+        "constrained": TENANT,
+        "first_turn_tools": TENANT,
+        "answer_after_repeat": TENANT,
+        "policy_max_tokens": TENANT,
+        "max_observation_tokens": TENANT,
+        "delegate_timeout_s": TENANT,
+        "rollout_key": OPERATOR_BY_TYPE,
+        "budget": TENANT,
+        "bank_file": OPERATOR,
     },
     "automem": {
-        "single_pass": TENANT, "k_max": TENANT, "judge_every_round": TENANT,
+        "single_pass": TENANT,
+        "k_max": TENANT,
+        "judge_every_round": TENANT,
         "graph": but("neo4j"),  # neo4j: the graph server of the environment
-        "window_turns": TENANT, "planner_llm": OPERATOR, "judge_llm": OPERATOR, "base_url": OPERATOR,
-        "build_concurrency": TENANT, "limits": TENANT,
+        "window_turns": TENANT,
+        "planner_llm": OPERATOR,
+        "judge_llm": OPERATOR,
+        "base_url": OPERATOR,
+        "build_concurrency": TENANT,
+        "limits": TENANT,
     },
     "auto": {"router": OPERATOR, "preference": TENANT, "budget": TENANT},
 }
@@ -85,35 +108,48 @@ def test_refused_values_are_values_of_the_choice():
             assert not refused or set(cls.allowed(key)) - set(refused), (name, key)  # some value stays open
 
 
-@pytest.mark.parametrize("strategy, options, message", [
-    ("budgetmem", {"tiering": "capacity"},
-     "strategy_options.tiering='capacity': not settable over the service (this value selects a model, an endpoint, "
-     "a file or a cache the server's operator did not configure); choose one of: implementation, reasoning"),
-    ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2': not settable"),
-    ("mempilot", {"compressor": "auto"}, "choose one of: offline"),
-    ("mempilot", {"pool": "local"}, "strategy_options.pool: not settable over the service (it names a file, a model, "
-                                    "an endpoint or a cache, which only the server's operator chooses)"),
-    ("mempilot", {"rollout_key": "7"}, "strategy_options.rollout_key: not settable"),
-    ("automem", {"graph": "neo4j"}, "strategy_options.graph='neo4j': not settable"),
-    ("budgetmem", {"tiering_options": {"models": "local"}}, "strategy_options.tiering_options: not settable"),
-    ("auto", {"router": "/etc/passwd"}, "strategy_options.router: not settable"),
-])
+@pytest.mark.parametrize(
+    "strategy, options, message",
+    [
+        (
+            "budgetmem",
+            {"tiering": "capacity"},
+            "strategy_options.tiering='capacity': not settable over the service (this value selects a model, an endpoint, "
+            "a file or a cache the server's operator did not configure); choose one of: implementation, reasoning",
+        ),
+        ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2': not settable"),
+        ("mempilot", {"compressor": "auto"}, "choose one of: offline"),
+        (
+            "mempilot",
+            {"pool": "local"},
+            "strategy_options.pool: not settable over the service (it names a file, a model, "
+            "an endpoint or a cache, which only the server's operator chooses)",
+        ),
+        ("mempilot", {"rollout_key": "7"}, "strategy_options.rollout_key: not settable"),
+        ("automem", {"graph": "neo4j"}, "strategy_options.graph='neo4j': not settable"),
+        ("budgetmem", {"tiering_options": {"models": "local"}}, "strategy_options.tiering_options: not settable"),
+        ("auto", {"router": "/etc/passwd"}, "strategy_options.router: not settable"),
+    ],
+)
 def test_refusals_name_the_option(strategy, options, message):
     with pytest.raises(ValueError) as e:
         check_remote_options(strategy, options)
     assert message in str(e.value)
 
 
-@pytest.mark.parametrize("strategy, options", [
-    ("rag", {"k": 3, "retrievers": ["bm25"]}),
-    ("budgetmem", {"tiering": "reasoning", "tiers": {"filter": "high"}, "k": 2}),
-    ("budgetmem", {"tiering": "implementation"}),
-    ("mempilot", {"compressor": "offline", "preference": {"quality": 1, "cost": 2}, "max_rounds": 3}),
-    ("automem", {"graph": "none", "limits": {"rg_max_hits": 5}}),
-    ("automem", {"graph": "ladybug"}),
-    ("memorycpt", {"ablation": "no_qad"}),
-    ("rag", {"nope": 1}),  # unknown keys are the config's to refuse
-])
+@pytest.mark.parametrize(
+    "strategy, options",
+    [
+        ("rag", {"k": 3, "retrievers": ["bm25"]}),
+        ("budgetmem", {"tiering": "reasoning", "tiers": {"filter": "high"}, "k": 2}),
+        ("budgetmem", {"tiering": "implementation"}),
+        ("mempilot", {"compressor": "offline", "preference": {"quality": 1, "cost": 2}, "max_rounds": 3}),
+        ("automem", {"graph": "none", "limits": {"rg_max_hits": 5}}),
+        ("automem", {"graph": "ladybug"}),
+        ("memorycpt", {"ablation": "no_qad"}),
+        ("rag", {"nope": 1}),  # unknown keys are the config's to refuse
+    ],
+)
 def test_values_only_options_pass(strategy, options):
     check_remote_options(strategy, options)
 
@@ -128,20 +164,38 @@ def test_a_refused_value_is_compared_exactly():
 
 
 def image(url):
-    return [{"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]}]
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}],
+        }
+    ]
 
 
-@pytest.mark.parametrize("url", ["/etc/passwd", "../secret.png", "file:///etc/passwd", "ftp://host/x.png",
-                                 "http:relative.png", "https://", "C:\\img.png"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/etc/passwd",
+        "../secret.png",
+        "file:///etc/passwd",
+        "ftp://host/x.png",
+        "http:relative.png",
+        "https://",
+        "C:\\img.png",
+    ],
+)
 def test_network_images_are_http_or_data_urls(url):
-    with pytest.raises(ValueError, match=r"^message 0\.content\[1\]\.image_url\.url: .* is not an http\(s\): or data: URL"):
+    with pytest.raises(
+        ValueError, match=r"^message 0\.content\[1\]\.image_url\.url: .* is not an http\(s\): or data: URL"
+    ):
         check_network_images(image(url))
     with pytest.raises(ValueError, match=r"^message 1\.content\[0\]\.image_url: "):  # the string form of the part
         check_network_images(["hi", {"content": [{"type": "image_url", "image_url": url}]}])
 
 
-@pytest.mark.parametrize("url", ["https://example.org/cat.png", "HTTP://example.org/a.jpg",
-                                 "data:image/png;base64,iVBORw0KGgo="])
+@pytest.mark.parametrize(
+    "url", ["https://example.org/cat.png", "HTTP://example.org/a.jpg", "data:image/png;base64,iVBORw0KGgo="]
+)
 def test_network_images_accept_urls(url):
     check_network_images(image(url))
     check_network_images(["plain text", {"content": None}, 3])  # malformed: left to messages_to_records

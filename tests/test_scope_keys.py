@@ -13,11 +13,11 @@ from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.graph import graph_exists, open_graph, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import BM25_ONLY, HYBRID_RRF
-from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.automem.graph_builder import graph_from_notes
 from memfrontier.strategies.automem.graph_notes import Note
+from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC
 
 FIRST = Scope(user_id="x|y")
 SECOND = Scope(user_id="x", agent_id="y|")
@@ -63,9 +63,13 @@ def test_store_keeps_colliding_scopes_apart(tmp_path, minilm):
 
 def test_banks_keep_colliding_scopes_apart(tmp_path, minilm):
     bank = MemoryBank(tmp_path / "bank.db", minilm)
-    bank.apply([BankItem(id="f1", kind="fact", scope=FIRST, text=LOCKER),
-                BankItem(id="f2", kind="fact", scope=SECOND, text=LEMONS)],
-               done=[(FIRST, "s1", {"usd": 1.0})])
+    bank.apply(
+        [
+            BankItem(id="f1", kind="fact", scope=FIRST, text=LOCKER),
+            BankItem(id="f2", kind="fact", scope=SECOND, text=LEMONS),
+        ],
+        done=[(FIRST, "s1", {"usd": 1.0})],
+    )
     assert [h.item.text for h in hybrid_search(bank, "lemons", FIRST, MEMORYCPT_SEMANTIC, 5)] == [LOCKER]
     assert [h.item.text for h in hybrid_search(bank, "lemons", SECOND, MEMORYCPT_SEMANTIC, 5)][0] == LEMONS
     assert bank.search_bm25("lemons", FIRST, kind="fact") == []
@@ -76,8 +80,10 @@ def test_banks_keep_colliding_scopes_apart(tmp_path, minilm):
 
 
 def test_graph_folders_keep_colliding_scopes_apart(tmp_path):
-    notes = {FIRST: Note(LOCKER, ["Ann"], "codes", "2023-07-01T09:00:00", "s1", ["r1"]),
-             SECOND: Note(LEMONS, ["Ann"], "shopping", "2023-07-01T09:00:00", "s1", ["r2"])}
+    notes = {
+        FIRST: Note(LOCKER, ["Ann"], "codes", "2023-07-01T09:00:00", "s1", ["r1"]),
+        SECOND: Note(LEMONS, ["Ann"], "shopping", "2023-07-01T09:00:00", "s1", ["r2"]),
+    }
     assert state_dir(tmp_path, FIRST) != state_dir(tmp_path, SECOND)
     assert not graph_exists("ladybug", tmp_path, FIRST)
     for scope, note in notes.items():
@@ -124,8 +130,13 @@ class Counting:
 def test_version_1_store_is_migrated_on_open(tmp_path, minilm):
     path = tmp_path / "old"
     s = SQLiteStore(path, minilm)
-    s.add([Record(id="r1", scope=FIRST, text=LOCKER), Record(id="r2", scope=SECOND, text=LEMONS),
-           Record(id="r3", scope=Scope(user_id="solo"), text="I play the cello on Sundays.")])
+    s.add(
+        [
+            Record(id="r1", scope=FIRST, text=LOCKER),
+            Record(id="r2", scope=SECOND, text=LEMONS),
+            Record(id="r3", scope=Scope(user_id="solo"), text="I play the cello on Sundays."),
+        ]
+    )
     s.close()
     _downgrade_to_v1(path)
 
@@ -135,7 +146,8 @@ def test_version_1_store_is_migrated_on_open(tmp_path, minilm):
     db = sqlite3.connect(str(path / "store.db"))
     assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
     assert sorted(r[0] for r in db.execute("SELECT DISTINCT scope_key FROM chunks")) == sorted(
-        sc.key() for sc in (FIRST, SECOND, Scope(user_id="solo")))
+        sc.key() for sc in (FIRST, SECOND, Scope(user_id="solo"))
+    )
     db.close()
     assert all(LEMONS not in h.chunk.text for h in hybrid_search(s, "lemons", FIRST, HYBRID_RRF, 5))
     assert [h.chunk.text for h in hybrid_search(s, "lemons", SECOND, BM25_ONLY, 5)] == [LEMONS]
@@ -150,8 +162,9 @@ def test_old_bank_is_rekeyed_on_open(tmp_path, minilm):
     p = tmp_path / "bank.db"
     bank = MemoryBank(p, minilm)
     solo = Scope(user_id="solo", run_id="r")
-    bank.apply([BankItem(id="f1", kind="fact", scope=solo, text="Solo plays the cello.")], done=[(solo, "s1", {})],
-               traces=[])
+    bank.apply(
+        [BankItem(id="f1", kind="fact", scope=solo, text="Solo plays the cello.")], done=[(solo, "s1", {})], traces=[]
+    )
     bank.close()
     db = sqlite3.connect(str(p))
     db.execute("UPDATE items SET scope_key = 'solo||r'")

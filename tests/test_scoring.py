@@ -11,11 +11,11 @@ from memfrontier.eval.runner import select_questions
 from memfrontier.eval.scoring import ScoreInputError, score_file
 
 ROWS = [
-    {"id": "a", "category": 4, "answer": "Paris", "prediction": "in Paris"},           # P=1/2 R=1 -> 2/3
-    {"id": "b", "category": 1, "answer": "apples, pears", "prediction": "pears"},      # mean(0, 1) = 0.5
+    {"id": "a", "category": 4, "answer": "Paris", "prediction": "in Paris"},  # P=1/2 R=1 -> 2/3
+    {"id": "b", "category": 1, "answer": "apples, pears", "prediction": "pears"},  # mean(0, 1) = 0.5
     {"id": "c", "category": 3, "answer": "likely yes; she said so", "prediction": "yes likely"},  # 1.0
-    {"id": "d", "category": 2, "answer": 2022, "prediction": "in 2021"},                # 0.0
-    {"id": "e", "category": 5, "prediction": "Not mentioned in the conversation"},      # abstention 1
+    {"id": "d", "category": 2, "answer": 2022, "prediction": "in 2021"},  # 0.0
+    {"id": "e", "category": 5, "prediction": "Not mentioned in the conversation"},  # abstention 1
 ]
 
 
@@ -23,7 +23,7 @@ def test_score_file_official_rules(tmp_path):
     f = tmp_path / "preds.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     summary = score_file(f, dataset="locomo", out=tmp_path / "out")
-    scored = [json.loads(l) for l in (tmp_path / "out" / "scored.jsonl").read_text().splitlines()]
+    scored = [json.loads(line) for line in (tmp_path / "out" / "scored.jsonl").read_text().splitlines()]
     assert [round(r["f1"], 4) for r in scored] == [0.6667, 0.5, 1.0, 0.0, 1.0]
     m = summary["metrics"]
     assert m["all (1-4)"]["n_questions"] == 4
@@ -55,13 +55,24 @@ def test_score_cli(tmp_path):
 
 def test_score_accepts_evals_own_predictions_file(tmp_path):
     """``eval`` writes the gold answer as ``gold`` (and its own f1); ``score`` reads it as the answer."""
-    rows = [{"id": r["id"], "conversation_id": "conv-1", "category": str(r["category"]), "question": "q?",
-             "gold": r.get("answer"), "prediction": r["prediction"], "f1": 0.123, "em": False} for r in ROWS]
+    rows = [
+        {
+            "id": r["id"],
+            "conversation_id": "conv-1",
+            "category": str(r["category"]),
+            "question": "q?",
+            "gold": r.get("answer"),
+            "prediction": r["prediction"],
+            "f1": 0.123,
+            "em": False,
+        }
+        for r in ROWS
+    ]
     f = tmp_path / "predictions.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = CliRunner().invoke(app, ["score", "--dataset", "locomo", str(f), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    scored = [json.loads(l) for l in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
+    scored = [json.loads(line) for line in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
     assert [round(r["f1"], 4) for r in scored] == [0.6667, 0.5, 1.0, 0.0, 1.0]
     assert [r["em"] for r in scored] == [False, False, False, False, False]
     f.write_text(json.dumps({"category": 4, "answer": "Paris", "gold": "Rome", "prediction": "Paris"}) + "\n")
@@ -86,15 +97,32 @@ def test_the_run_tables_fit_80_columns_without_cutting_a_header():
 
     from memfrontier.eval.reports.summary import construction_table, fallback_table, summary_table
 
-    g = {"n_questions": 4, "f1": 0.5, "em": 0.25, "judge_accuracy": 0.75, "evidence_recall": 0.75,
-         "usd_per_question": 1.23e-6, "proxy_s_mean": 1.5, "wall_s_mean": 2.5, "qpc": 406504.07}
-    summary = {"config": {"dataset": "locomo", "split": "test", "strategy": "rag"}, "questions": 1,
-               "metrics": {"1": g, "5": g, "all (1-4)": g},
-               "construction": {"conv-1": {"calls": 3, "input_tokens": 1000, "output_tokens": 200, "usd": 1e-5,
-                                           "proxy_s": 3.2}},
-               "amortized_usd_per_question": {"1": 1e-5, "10": 2e-6},
-               "fallbacks": {"threshold": 0.05, "by_role": {"answerer": {
-                   "calls": 4, "errors": 1, "fallbacks": 0, "error_share": 0.25, "fallback_share": 0.0}}}}
+    g = {
+        "n_questions": 4,
+        "f1": 0.5,
+        "em": 0.25,
+        "judge_accuracy": 0.75,
+        "evidence_recall": 0.75,
+        "usd_per_question": 1.23e-6,
+        "proxy_s_mean": 1.5,
+        "wall_s_mean": 2.5,
+        "qpc": 406504.07,
+    }
+    summary = {
+        "config": {"dataset": "locomo", "split": "test", "strategy": "rag"},
+        "questions": 1,
+        "metrics": {"1": g, "5": g, "all (1-4)": g},
+        "construction": {
+            "conv-1": {"calls": 3, "input_tokens": 1000, "output_tokens": 200, "usd": 1e-5, "proxy_s": 3.2}
+        },
+        "amortized_usd_per_question": {"1": 1e-5, "10": 2e-6},
+        "fallbacks": {
+            "threshold": 0.05,
+            "by_role": {
+                "answerer": {"calls": 4, "errors": 1, "fallbacks": 0, "error_share": 0.25, "fallback_share": 0.0}
+            },
+        },
+    }
     console = Console(width=80, record=True)
     for table in (summary_table(summary), construction_table(summary), fallback_table(summary)):
         console.print(table)

@@ -31,18 +31,18 @@ from memfrontier.client import (
     ConflictError,
     InvalidRequestError,
     MemoryClient,
-    ServiceError,
     ServiceEmptyScopeError,
+    ServiceError,
 )
+from memfrontier.core.errors import StoreError
 from memfrontier.core.ledger import StageUsage, Usage
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.data import service_data
 from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, open_key_store
-from memfrontier.server.slots import Slot
 from memfrontier.server.rest import ServeSettings, create_app
+from memfrontier.server.slots import Slot
 from memfrontier.server.tenants import client_scope, tenant_scope
-from memfrontier.core.errors import StoreError
 
 SECRET = "My locker code is 4417."
 MODEL = "gemma-3-270m-q4_k_m"  # priced in the packaged book: 0.01 / 0.02 USD per 1M tokens
@@ -83,8 +83,9 @@ def service(tmp_path_factory, minilm):
     root = tmp_path_factory.mktemp("svc")
     mem = AsyncMemory.open(root / "store", llm=ScriptedClient(_script, model_id=MODEL), embedder=minilm)
     keys = SQLiteKeyStore(root / "keys.db")
-    settings = ServeSettings(store=str(root / "store"), keys=str(root / "keys.db"), max_body_bytes=4096,
-                             max_in_flight=2)
+    settings = ServeSettings(
+        store=str(root / "store"), keys=str(root / "keys.db"), max_body_bytes=4096, max_in_flight=2
+    )
     with running(create_app(settings, memory=mem, keys=keys)) as url:
         yield {"url": url, "keys": keys, "mem": mem, "settings": settings}
     mem.close()
@@ -153,17 +154,39 @@ def test_keys_are_stored_hashed_and_revocable(key_location):
 
 def test_usage_totals_add_up_by_tenant_and_stage(key_location):
     ks = open_key_store(key_location)
-    ask = Usage(by_stage={"query": StageUsage(calls=1, input_tokens=120, output_tokens=7, usd=0.25, wall_s=0.5),
-                          "construction": StageUsage(calls=3, input_tokens=900, cached_tokens=100, usd=1.5,
-                                                     proxy_s=2.0)})
+    ask = Usage(
+        by_stage={
+            "query": StageUsage(calls=1, input_tokens=120, output_tokens=7, usd=0.25, wall_s=0.5),
+            "construction": StageUsage(calls=3, input_tokens=900, cached_tokens=100, usd=1.5, proxy_s=2.0),
+        }
+    )
     ks.record_usage("acme", ask)
     ks.record_usage("acme", Usage(by_stage={"query": StageUsage(calls=1, input_tokens=80, output_tokens=3, usd=0.125)}))
     ks.record_usage("beta", Usage(by_stage={"query": StageUsage(calls=5)}))
     assert ks.usage("acme") == {
-        "construction": {"calls": 3, "input_tokens": 900, "cached_tokens": 100, "output_tokens": 0,
-                         "reasoning_tokens": 0, "usd": 1.5, "unpriced_calls": 0, "proxy_s": 2.0, "wall_s": 0.0},
-        "query": {"calls": 2, "input_tokens": 200, "cached_tokens": 0, "output_tokens": 10, "reasoning_tokens": 0,
-                  "usd": 0.375, "unpriced_calls": 0, "proxy_s": 0.0, "wall_s": 0.5}}
+        "construction": {
+            "calls": 3,
+            "input_tokens": 900,
+            "cached_tokens": 100,
+            "output_tokens": 0,
+            "reasoning_tokens": 0,
+            "usd": 1.5,
+            "unpriced_calls": 0,
+            "proxy_s": 2.0,
+            "wall_s": 0.0,
+        },
+        "query": {
+            "calls": 2,
+            "input_tokens": 200,
+            "cached_tokens": 0,
+            "output_tokens": 10,
+            "reasoning_tokens": 0,
+            "usd": 0.375,
+            "unpriced_calls": 0,
+            "proxy_s": 0.0,
+            "wall_s": 0.5,
+        },
+    }
     assert ks.usage("beta")["query"]["calls"] == 5 and ks.usage("nobody") == {}
     ks.close()
 
@@ -321,8 +344,9 @@ def test_postgres_key_tables_are_versioned_in_their_own_schema(pg_database):
     assert ks.schema_version() == max(PG_MIGRATIONS) == 1
     ks.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        tables = conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
-                              (PG_SCHEMA,)).fetchall()
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (PG_SCHEMA,)
+        ).fetchall()
         assert [t for (t,) in tables] == ["api_keys", "schema_version", "tenants", "usage"]
         assert conn.execute("SELECT to_regclass('public.schema_version')").fetchone()[0] is None  # the store's is apart
         conn.execute(f"INSERT INTO {PG_SCHEMA}.schema_version (version) VALUES (2)")
@@ -380,19 +404,39 @@ def test_openapi_and_health(service):
     with _raw(service) as h:
         assert h.get("/healthz").json() == {"ok": True}
         paths = h.get("/openapi.json").json()["paths"]
-    assert set(paths) == {"/healthz", "/v1/memories", "/v1/search", "/v1/ask", "/v1/build", "/v1/records/{record_id}",
-                          "/v1/usage"}
-    assert set(paths["/v1/memories"]) == {"post", "delete"} and set(paths["/v1/records/{record_id}"]) == {"get", "delete"}
+    assert set(paths) == {
+        "/healthz",
+        "/v1/memories",
+        "/v1/search",
+        "/v1/ask",
+        "/v1/build",
+        "/v1/records/{record_id}",
+        "/v1/usage",
+    }
+    assert set(paths["/v1/memories"]) == {"post", "delete"} and set(paths["/v1/records/{record_id}"]) == {
+        "get",
+        "delete",
+    }
 
 
 def test_sync_client_has_memory_verbs(service, key_a):
     with MemoryClient(service["url"], key_a) as m:
-        res = m.add([{"role": "user", "content": "I moved to Lisbon in May.", "id": "m1"},
-                     {"role": "user", "content": "My sister lives in Quito.", "id": "m2/x"}],
-                    user_id="ana", session_id="s1", timestamp="2023-05-08T13:56:00Z")
+        res = m.add(
+            [
+                {"role": "user", "content": "I moved to Lisbon in May.", "id": "m1"},
+                {"role": "user", "content": "My sister lives in Quito.", "id": "m2/x"},
+            ],
+            user_id="ana",
+            session_id="s1",
+            timestamp="2023-05-08T13:56:00Z",
+        )
         assert res.added == ["m1", "m2/x"] and res.skipped == []
-        again = m.add([{"role": "user", "content": "I moved to Lisbon in May.", "id": "m1"}], user_id="ana",
-                      session_id="s1", timestamp="2023-05-08T13:56:00Z")
+        again = m.add(
+            [{"role": "user", "content": "I moved to Lisbon in May.", "id": "m1"}],
+            user_id="ana",
+            session_id="s1",
+            timestamp="2023-05-08T13:56:00Z",
+        )
         assert again.added == [] and again.skipped == ["m1"]
         hits = m.search("Where does my sister live?", user_id="ana", k=1)
         assert len(hits) == 1 and "Quito" in hits[0].chunk.text
@@ -420,8 +464,9 @@ def test_async_client_mirrors_the_sync_one(service, key_a):
             assert await m.get(res.added[0], user_id="ben") is None
 
     asyncio.run(go())
-    assert {n for n in dir(MemoryClient) if not n.startswith("_")} == \
-        {n for n in dir(AsyncMemoryClient) if not n.startswith("_")} - {"aclose"} | {"close"}
+    assert {n for n in dir(MemoryClient) if not n.startswith("_")} == {
+        n for n in dir(AsyncMemoryClient) if not n.startswith("_")
+    } - {"aclose"} | {"close"}
 
 
 def test_ask_returns_answer_evidence_and_usage_and_totals_add_up(service, tmp_path):
@@ -446,8 +491,13 @@ def test_cross_tenant_probe_every_endpoint(service, key_a, key_b):
     a = MemoryClient(service["url"], key_a)
     b = MemoryClient(service["url"], key_b)
     rid = a.add([{"content": SECRET, "id": "secret-1"}], user_id="dana").added[0]
-    forged = [{"user_id": "dana"}, {"user_id": "tenant-a/dana"}, {"agent_id": "dana"}, {"user_id": "../tenant-a/dana"},
-              {"user_id": "dana", "agent_id": "tenant-a/dana", "run_id": "tenant-a/dana"}]
+    forged = [
+        {"user_id": "dana"},
+        {"user_id": "tenant-a/dana"},
+        {"agent_id": "dana"},
+        {"user_id": "../tenant-a/dana"},
+        {"user_id": "dana", "agent_id": "tenant-a/dana", "run_id": "tenant-a/dana"},
+    ]
     for scope in forged:
         assert b.search("locker code", **scope) == []
         assert b.get(rid, **scope) is None
@@ -486,15 +536,18 @@ def test_requests_without_a_valid_key_get_401_and_touch_nothing(service, key_a):
 
 
 # --- errors -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("payload, names", [
-    ({"query": "x", "user_id": "u", "k": 2.5}, "k"),
-    ({"query": "x", "user_id": "u", "k": "2"}, "k"),
-    ({"query": "x", "user_id": "u", "k": True}, "k"),
-    ({"query": "x", "user_id": "u", "k": 0}, "k"),
-    ({"query": "x", "user_id": ""}, "user_id"),
-    ({"query": "x", "user_id": "u", "limit": 3}, "limit"),
-    ({"query": "", "user_id": "u"}, "query"),
-])
+@pytest.mark.parametrize(
+    "payload, names",
+    [
+        ({"query": "x", "user_id": "u", "k": 2.5}, "k"),
+        ({"query": "x", "user_id": "u", "k": "2"}, "k"),
+        ({"query": "x", "user_id": "u", "k": True}, "k"),
+        ({"query": "x", "user_id": "u", "k": 0}, "k"),
+        ({"query": "x", "user_id": ""}, "user_id"),
+        ({"query": "x", "user_id": "u", "limit": 3}, "limit"),
+        ({"query": "", "user_id": "u"}, "query"),
+    ],
+)
 def test_search_validation_is_422_naming_the_parameter(service, key_a, payload, names):
     with _raw(service, key_a) as h:
         r = h.post("/v1/search", json=payload)
@@ -528,7 +581,7 @@ def test_scope_ids_within_the_field_limits_but_over_the_store_key_limit_are_422(
     not when each is an emoji (12 bytes escaped in the key): 422 naming the limit, nothing stored."""
     with MemoryClient(service["url"], key_a) as m:
         with pytest.raises(InvalidRequestError, match="scope key .* over the limit of 1024 bytes"):
-            m.add("I keep my bike in the hallway.", user_id="\U0001F6B2" * 200)
+            m.add("I keep my bike in the hallway.", user_id="\U0001f6b2" * 200)
         with pytest.raises(InvalidRequestError, match="its id is 1100 bytes"):
             m.add([{"content": "I keep my bike in the hallway.", "id": "i" * 1100}], user_id="gus")
         assert m.search("bike hallway", user_id="gus") == []
@@ -538,12 +591,18 @@ def test_scope_ids_within_the_field_limits_but_over_the_store_key_limit_are_422(
 
 def test_invalid_unicode_at_the_http_boundary(service, key_a):
     with _raw(service, key_a) as h:
-        r = h.post("/v1/memories", content=b'{"messages": "caf\xff", "user_id": "jo"}',
-                   headers={"Content-Type": "application/json"})
+        r = h.post(
+            "/v1/memories",
+            content=b'{"messages": "caf\xff", "user_id": "jo"}',
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 400 and "parsing the body" in r.json()["message"]  # not UTF-8: nothing stored
         assert h.post("/v1/search", json={"query": "caf", "user_id": "jo"}).json() == {"hits": []}
-        r = h.post("/v1/memories", content=b'{"messages": [{"content": "Guest likes green tea \\ud83d", "id": "t1"}], '
-                                            b'"user_id": "jo"}', headers={"Content-Type": "application/json"})
+        r = h.post(
+            "/v1/memories",
+            content=b'{"messages": [{"content": "Guest likes green tea \\ud83d", "id": "t1"}], "user_id": "jo"}',
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 200, r.text
         assert r.json()["added"] == ["t1"]
         got = h.get("/v1/records/t1", params={"user_id": "jo"}).json()
@@ -551,15 +610,18 @@ def test_invalid_unicode_at_the_http_boundary(service, key_a):
         assert h.delete("/v1/memories", params={"user_id": "jo"}).json() == {"deleted": 1}
 
 
-@pytest.mark.parametrize("strategy, options, name", [
-    ("budgetmem", {"router": "/etc/passwd"}, "router"),
-    ("memorycpt", {"summarizer_adapter": "/tmp/adapter"}, "summarizer_adapter"),
-    ("memorycpt", {"construction_llm": "openai:gpt-4o"}, "construction_llm"),
-    ("mempilot", {"pool": "/tmp/pool.yaml"}, "pool"),
-    ("automem", {"base_url": "http://169.254.169.254/latest"}, "base_url"),
-    ("automem", {"planner_llm": "openai:x"}, "planner_llm"),
-    ("budgetmem", {"tiering_options": {"model": "x"}}, "tiering_options"),
-])
+@pytest.mark.parametrize(
+    "strategy, options, name",
+    [
+        ("budgetmem", {"router": "/etc/passwd"}, "router"),
+        ("memorycpt", {"summarizer_adapter": "/tmp/adapter"}, "summarizer_adapter"),
+        ("memorycpt", {"construction_llm": "openai:gpt-4o"}, "construction_llm"),
+        ("mempilot", {"pool": "/tmp/pool.yaml"}, "pool"),
+        ("automem", {"base_url": "http://169.254.169.254/latest"}, "base_url"),
+        ("automem", {"planner_llm": "openai:x"}, "planner_llm"),
+        ("budgetmem", {"tiering_options": {"model": "x"}}, "tiering_options"),
+    ],
+)
 def test_options_naming_files_models_or_endpoints_are_refused(service, key_a, strategy, options, name):
     with MemoryClient(service["url"], key_a) as m:
         with pytest.raises(InvalidRequestError, match=f"strategy_options.{name}: not settable over the service"):
@@ -582,6 +644,7 @@ def no_model_clients(monkeypatch):
         def construct(*args, **kwargs):
             built.append((what, kwargs.get("base_url"), kwargs.get("model")))
             raise AssertionError(f"a {what} was built for a tenant")
+
         return construct
 
     monkeypatch.setattr(openai, "OpenAI", refuse("openai.OpenAI"))
@@ -590,31 +653,49 @@ def no_model_clients(monkeypatch):
     return built
 
 
-@pytest.mark.parametrize("strategy, options, message", [
-    ("budgetmem", {"tiering": "capacity"}, "strategy_options.tiering='capacity': not settable over the service "
-     "(this value selects a model, an endpoint, a file or a cache the server's operator did not configure); "
-     "choose one of: implementation, reasoning"),
-    ("budgetmem", {"tiering": "capacity", "tiering_options": {"models": "hosted"}}, "strategy_options.tiering="),
-    ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2': not settable over the "
-     "service (this value selects a model, an endpoint, a file or a cache the server's operator did not configure); "
-     "choose one of: offline"),
-    ("mempilot", {"compressor": "auto"}, "strategy_options.compressor='auto': not settable"),
-    ("mempilot", {"pool": "table3"}, "strategy_options.pool: not settable over the service"),
-    ("automem", {"graph": "neo4j"}, "strategy_options.graph='neo4j': not settable"),
-])
-def test_options_selecting_models_the_operator_did_not_configure_are_422(service, key_a, no_model_clients,
-                                                                           strategy, options, message):
+@pytest.mark.parametrize(
+    "strategy, options, message",
+    [
+        (
+            "budgetmem",
+            {"tiering": "capacity"},
+            "strategy_options.tiering='capacity': not settable over the service "
+            "(this value selects a model, an endpoint, a file or a cache the server's operator did not configure); "
+            "choose one of: implementation, reasoning",
+        ),
+        ("budgetmem", {"tiering": "capacity", "tiering_options": {"models": "hosted"}}, "strategy_options.tiering="),
+        (
+            "mempilot",
+            {"compressor": "llmlingua2"},
+            "strategy_options.compressor='llmlingua2': not settable over the "
+            "service (this value selects a model, an endpoint, a file or a cache the server's operator did not configure); "
+            "choose one of: offline",
+        ),
+        ("mempilot", {"compressor": "auto"}, "strategy_options.compressor='auto': not settable"),
+        ("mempilot", {"pool": "table3"}, "strategy_options.pool: not settable over the service"),
+        ("automem", {"graph": "neo4j"}, "strategy_options.graph='neo4j': not settable"),
+    ],
+)
+def test_options_selecting_models_the_operator_did_not_configure_are_422(
+    service, key_a, no_model_clients, strategy, options, message
+):
     """The scope has records, so without the policy the ask (and its build) would run and reach the
     model (BudgetMem's capacity tiering builds clients for its hosted preset with no base URL)."""
     with _raw(service, key_a) as h:
-        assert h.post("/v1/memories", json={"messages": "I moved to Lisbon in May.", "user_id": "pat"}).status_code == 200
+        assert (
+            h.post("/v1/memories", json={"messages": "I moved to Lisbon in May.", "user_id": "pat"}).status_code == 200
+        )
         for path in ("/v1/ask", "/v1/build"):
             body = {"user_id": "pat", "strategy": strategy, "strategy_options": options}
-            r = h.post(path, json={**body, "question": "Where do I live?", "build": True} if path == "/v1/ask" else body)
+            r = h.post(
+                path, json={**body, "question": "Where do I live?", "build": True} if path == "/v1/ask" else body
+            )
             assert r.status_code == 422 and r.json()["error"] == "invalid", r.text
             assert r.json()["message"].startswith(message)
-        r = h.post("/v1/ask", json={"question": "Where do I live?", "user_id": "pat", "strategy": "rag",
-                                    "strategy_options": {"k": 1}})  # a value-only option
+        r = h.post(
+            "/v1/ask",
+            json={"question": "Where do I live?", "user_id": "pat", "strategy": "rag", "strategy_options": {"k": 1}},
+        )  # a value-only option
         assert r.status_code == 200 and r.json()["text"] == "Lisbon", r.text
         assert h.delete("/v1/memories", params={"user_id": "pat"}).json() == {"deleted": 1}
     assert no_model_clients == []
@@ -622,15 +703,24 @@ def test_options_selecting_models_the_operator_did_not_configure_are_422(service
 
 def test_images_from_the_network_are_urls_not_server_paths(service, key_a):
     def add(h, url, text="my passport scan"):
-        return h.post("/v1/memories", json={"user_id": "uma", "messages": [
-            {"content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]})
+        return h.post(
+            "/v1/memories",
+            json={
+                "user_id": "uma",
+                "messages": [
+                    {"content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}
+                ],
+            },
+        )
 
     with _raw(service, key_a) as h:
         for url in ("/etc/passwd", "file:///etc/passwd", "../keys.db"):
             r = add(h, url)
             assert r.status_code == 422 and r.json()["error"] == "invalid"
-            assert r.json()["message"] == (f"message 0.content[1].image_url.url: {url!r} is not an http(s): or data: "
-                                           f"URL (a local path or another scheme is not accepted over the service)")
+            assert r.json()["message"] == (
+                f"message 0.content[1].image_url.url: {url!r} is not an http(s): or data: "
+                f"URL (a local path or another scheme is not accepted over the service)"
+            )
         assert h.post("/v1/search", json={"query": "passport scan", "user_id": "uma"}).json() == {"hits": []}
         r = add(h, "https://example.org/passport.png")
         assert r.status_code == 200, r.text
@@ -649,8 +739,11 @@ def test_auto_routes_with_the_operators_router_file_only(service, key_a, tmp_pat
             m.ask("q?", user_id="kim", strategy="auto")
         with pytest.raises(InvalidRequestError, match="strategy_options.router: not settable over the service"):
             m.ask("q?", user_id="kim", strategy="auto", strategy_options={"router": "/etc/passwd"})
-    router = write_router(tmp_path / "router.json", config("rag-k1", "rag", {"k": 1}, f1=target(0.9)),
-                          config("rag-k2", "rag", {"k": 2}, f1=target(0.1)))
+    router = write_router(
+        tmp_path / "router.json",
+        config("rag-k1", "rag", {"k": 1}, f1=target(0.9)),
+        config("rag-k2", "rag", {"k": 2}, f1=target(0.1)),
+    )
     mem = AsyncMemory.open(tmp_path / "store", llm=ScriptedClient(_script, model_id=MODEL), embedder=minilm)
     keys = SQLiteKeyStore(tmp_path / "keys.db")
     key = keys.create("tenant-auto")[1]
@@ -711,6 +804,7 @@ def _watch_loop_thread(keys, monkeypatch, names) -> dict[str, list[bool]]:
             except RuntimeError:
                 calls.setdefault(name, []).append(False)
             return real(*args)
+
         return call
 
     for name in names:
@@ -838,14 +932,31 @@ def test_serve_command_default_embedded_postgres_with_two_workers():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = open(data / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "memfrontier.cli", "serve", *where,
-                             "--port", str(port), "--workers", "2", "--max-in-flight", "32"], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memfrontier.cli",
+            "serve",
+            *where,
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--max-in-flight",
+            "32",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 180
         while True:
-            assert proc.poll() is None and time.time() < deadline, "serve did not start: " + (data / "serve.log").read_text()
+            assert proc.poll() is None and time.time() < deadline, (
+                "serve did not start: " + (data / "serve.log").read_text()
+            )
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     break
@@ -855,10 +966,19 @@ def test_serve_command_default_embedded_postgres_with_two_workers():
 
         async def writes():
             async with AsyncMemoryClient(url, key) as m:
-                res = await asyncio.gather(*(m.add([{"content": f"Note number {i} about tram lines.", "id": f"n{i}"}],
-                                                   user_id="ana", session_id=f"s{i % 3}") for i in range(24)))
-                again = await m.add([{"content": "Note number 0 about tram lines.", "id": "n0"}], user_id="ana",
-                                    session_id="s0")
+                res = await asyncio.gather(
+                    *(
+                        m.add(
+                            [{"content": f"Note number {i} about tram lines.", "id": f"n{i}"}],
+                            user_id="ana",
+                            session_id=f"s{i % 3}",
+                        )
+                        for i in range(24)
+                    )
+                )
+                again = await m.add(
+                    [{"content": "Note number 0 about tram lines.", "id": "n0"}], user_id="ana", session_id="s0"
+                )
                 got = await asyncio.gather(*(m.get(f"n{i}", user_id="ana") for i in range(24)))
                 return res, again, got
 
@@ -894,7 +1014,8 @@ def test_a_key_in_a_query_string_stays_out_of_the_access_log(caplog):
 
     keep_queries_out_of_access_log()
     with caplog.at_level(logging.INFO, logger="uvicorn.access"):
-        logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET",
-                                                 "/v1/search?api_key=mf-secret-123&q=x", "1.1", 401)
+        logging.getLogger("uvicorn.access").info(
+            '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET", "/v1/search?api_key=mf-secret-123&q=x", "1.1", 401
+        )
     assert caplog.messages == ['127.0.0.1:5000 - "GET /v1/search HTTP/1.1" 401']
     assert "mf-secret-123" not in caplog.text

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memfrontier.core.errors import EmbeddingMismatchError, StoreError
 from memfrontier.core.types import Chunk, ImageRef, Record, Scope
 from memfrontier.embed.minilm import MINILM_MODEL_ID, MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import chunk_recipe
 from memfrontier.retrieve.rrf import rrf_fuse
-from memfrontier.core.errors import EmbeddingMismatchError, StoreError
 from memfrontier.store.base import MemoryStore
 from memfrontier.store.bm25 import bm25_split
 from memfrontier.store.postgres import PostgresStore
@@ -107,7 +107,15 @@ def search(store, query, scope, k=10, retrievers=("dense", "bm25")):
 
 
 def turn(i, text, *, scope=A, session="s1", speaker="Ann", ts="2023-05-08T13:56:00", **kw):
-    return Record(id=f"{scope.user_id}:{session}:{i}", scope=scope, session_id=session, speaker=speaker, timestamp=ts, text=text, **kw)
+    return Record(
+        id=f"{scope.user_id}:{session}:{i}",
+        scope=scope,
+        session_id=session,
+        speaker=speaker,
+        timestamp=ts,
+        text=text,
+        **kw,
+    )
 
 
 ALICE = [
@@ -197,14 +205,19 @@ def test_add_reports_embedding_progress_in_records(open_store, minilm):
     assert seen == [(0, 6), (2, 6), (4, 6), (6, 6)]
     seen.clear()
     assert store.add(ALICE + BOB, progress=lambda *a: seen.append(a)).added == [] and seen == []
-    store.add([turn(5, "The cello teacher moved to Porto.", session="s2", ts="2023-06-01T10:00:00")],
-              progress=lambda *a: seen.append(a))
+    store.add(
+        [turn(5, "The cello teacher moved to Porto.", session="s2", ts="2023-06-01T10:00:00")],
+        progress=lambda *a: seen.append(a),
+    )
     assert seen == [(0, 3), (3, 3)]  # session s2 re-chunked: its one chunk now holds three records
     assert store.count() == {"records": 7, "chunks": 3, "vectors": 3}
 
 
 def test_incremental_add_reuses_vectors_of_unchanged_chunks(store, emb):
-    long_session = [turn(i, f"Turn {i}: we talked about the garden, tomatoes, basil and the weather in Seattle today.") for i in range(40)]
+    long_session = [
+        turn(i, f"Turn {i}: we talked about the garden, tomatoes, basil and the weather in Seattle today.")
+        for i in range(40)
+    ]
     store.add(long_session)
     before = {c.id for c in store.chunks(A)}
     assert len(before) >= 3
@@ -288,7 +301,11 @@ def test_delete_reaches_every_index(store):
     top = store.search_dense("secret password zanzibarquokka", Scope(), 1)[0][0]
     assert victim.id not in top.record_ids and "zanzibarquokka" not in top.text
     assert all(victim.id not in h.chunk.record_ids for h in search(store, q, Scope(), k=10))
-    assert store.count() == {"records": n_before["records"] - 1, "chunks": n_before["chunks"], "vectors": n_before["chunks"]}
+    assert store.count() == {
+        "records": n_before["records"] - 1,
+        "chunks": n_before["chunks"],
+        "vectors": n_before["chunks"],
+    }
     # the rest of the session is still there, re-chunked
     assert [c.record_ids for c in store.chunks(A) if c.session_id == "s1"] == [["alice:s1:1", "alice:s1:2"]]
 
@@ -390,7 +407,11 @@ def test_records_chronological_get_and_chunks(store):
     assert store.get([early.id], B) == []
     chunks = store.chunks(A)
     assert [c.session_id for c in chunks] == ["s8", "s7", "s9"]
-    assert [c.timestamp for c in chunks] == ["2023-05-01T09:00:00+00:00", "2023-06-01T09:00:00+00:00", "2023-07-01T09:00:00+00:00"]
+    assert [c.timestamp for c in chunks] == [
+        "2023-05-01T09:00:00+00:00",
+        "2023-06-01T09:00:00+00:00",
+        "2023-07-01T09:00:00+00:00",
+    ]
     assert chunks[1].record_ids == [mid_a.id, mid_b.id]
 
 
@@ -484,13 +505,26 @@ def test_second_process_writes_same_store(open_store, minilm):
     parent = open_store("shared", minilm)
     parent.add(ALICE)
     script = CHILD.format(src=str(ROOT / "src"), opener=open_store.opener("shared"))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        mine = [Record(id=f"parent:{i}", scope=Scope(user_id="parent"), session_id=f"p{i % 4}", text=f"parent fact {i} about glaciers") for i in range(40)]
-        mine += [Record(id=f"both:{i}", scope=Scope(user_id="both"), session_id="b", text=f"written by both {i}") for i in range(10)]
+        mine = [
+            Record(
+                id=f"parent:{i}",
+                scope=Scope(user_id="parent"),
+                session_id=f"p{i % 4}",
+                text=f"parent fact {i} about glaciers",
+            )
+            for i in range(40)
+        ]
+        mine += [
+            Record(id=f"both:{i}", scope=Scope(user_id="both"), session_id="b", text=f"written by both {i}")
+            for i in range(10)
+        ]
         for b in range(0, len(mine), 5):
             parent.add(mine[b : b + 5])
         out, err = proc.communicate(timeout=300)
@@ -533,8 +567,12 @@ def test_kill_9_during_ingest_keeps_whole_batches(open_store, minilm):
     first = open_store("crash", minilm)
     first.add(ALICE)
     first.close()
-    proc = subprocess.Popen([sys.executable, "-c", CRASH_CHILD.format(src=str(ROOT / "src"), opener=open_store.opener("crash"))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASH_CHILD.format(src=str(ROOT / "src"), opener=open_store.opener("crash"))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     acked = -1
     try:
         for line in proc.stdout:  # a few batches committed, then killed while it writes the next one
@@ -609,7 +647,9 @@ def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_p
         assert idx["postings_chunk_lexeme"].startswith("CREATE UNIQUE INDEX")
         assert idx["postings_chunk_lexeme"].endswith("(chunk_id, lexeme)") and "postings_chunk" not in idx
         conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
-    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this memfrontier's {SCHEMA_VERSION}"):
+    with pytest.raises(
+        StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this memfrontier's {SCHEMA_VERSION}"
+    ):
         PostgresStore(dsn, minilm, directory=tmp_path / "v")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM schema_version WHERE version = %s", (SCHEMA_VERSION + 1,))
@@ -620,7 +660,9 @@ def test_postgres_schema_is_versioned_and_a_newer_one_refused(pg_database, tmp_p
 
 def test_postgres_unreachable_is_a_store_error_without_password(tmp_path, minilm):
     with pytest.raises(StoreError, match=r"cannot connect to store database postgresql://u:\*\*\*@") as ei:
-        PostgresStore(f"postgresql://u:hunter2@/db?host={tmp_path}", minilm, directory=tmp_path / "x", connect_timeout_s=1)
+        PostgresStore(
+            f"postgresql://u:hunter2@/db?host={tmp_path}", minilm, directory=tmp_path / "x", connect_timeout_s=1
+        )
     assert "hunter2" not in str(ei.value)
 
 
@@ -628,10 +670,14 @@ def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_p
     import math
 
     s = PostgresStore(pg_database(), minilm, directory=tmp_path / "fts")
-    s.add([turn(1, "We hiked to the glaciers near Chamonix.", session="a"),
-           turn(2, "The café served crêpes.", session="b"),
-           turn(3, "Hiking hiking hiking every weekend, hiking is my life.", session="c"),
-           turn(4, "Hiking again.", scope=B, session="d")])
+    s.add(
+        [
+            turn(1, "We hiked to the glaciers near Chamonix.", session="a"),
+            turn(2, "The café served crêpes.", session="b"),
+            turn(3, "Hiking hiking hiking every weekend, hiking is my life.", session="c"),
+            turn(4, "Hiking again.", scope=B, session="d"),
+        ]
+    )
     # English stemming: "hiking" and "hiked" share the lexeme "hike"; every query lexeme OR-ed
     assert sorted(c.session_id for c, _ in s.search_bm25("hike glaciers", A, 5)) == ["a", "c"]
     # Okapi BM25 by hand, alice's statistics only (bob's chunk changes neither N nor df):
@@ -644,7 +690,10 @@ def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_p
         return idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / (17 / 3)))
 
     ranked = s.search_bm25("hiking", A, 5)
-    assert [(c.session_id, sc) for c, sc in ranked] == [("c", pytest.approx(bm25(4, 6))), ("a", pytest.approx(bm25(1, 6)))]
+    assert [(c.session_id, sc) for c, sc in ranked] == [
+        ("c", pytest.approx(bm25(4, 6))),
+        ("a", pytest.approx(bm25(1, 6))),
+    ]
     # documented difference from bm25s: accents are not folded by PostgreSQL's default parser
     assert s.search_bm25("cafe", A, 5) == [] and [c.session_id for c, _ in s.search_bm25("café", A, 5)] == ["b"]
     s.close()
@@ -652,8 +701,9 @@ def test_postgres_lexical_side_is_bm25_over_full_text_lexemes(pg_database, tmp_p
 
 # Each exact scope's chunks and summed lengths (BM25's N and average length): what ``bm25_scope_stats``
 # must hold.
-_STATS_TRUTH = ("SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
-                "GROUP BY 1, 2, 3, 4 ORDER BY 1")
+_STATS_TRUTH = (
+    "SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks GROUP BY 1, 2, 3, 4 ORDER BY 1"
+)
 _STATS = "SELECT scope_key, user_id, agent_id, run_id, n_chunks, sum_len FROM bm25_scope_stats ORDER BY 1"
 
 
@@ -716,8 +766,10 @@ def test_postgres_scope_stats_follow_every_write_and_a_schema_1_store_gets_them(
 
 
 # The postings of the chunks present, from their tsvectors: what the ``postings`` table must hold.
-_POSTINGS_TRUTH = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-                   "FROM chunks c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= 256 ORDER BY 1, 2, 3, 4, 5")
+_POSTINGS_TRUTH = (
+    "SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+    "FROM chunks c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= 256 ORDER BY 1, 2, 3, 4, 5"
+)
 _POSTINGS = "SELECT lexeme, user_id, agent_id, run_id, chunk_id, tf, dl FROM postings ORDER BY 1, 2, 3, 4, 5"
 
 
@@ -737,20 +789,28 @@ def test_postgres_bm25_reads_postings_that_follow_every_write(pg_database, tmp_p
 
     x, y, v = Scope(user_id="u", agent_id="x"), Scope(user_id="u", agent_id="y"), Scope(user_id="v")
     s = PostgresStore(pg_database("postings"), minilm, directory=tmp_path / "postings")
-    s.add([turn(1, "Kayaks kayak kayaking.", scope=x, session="a"),  # ann said kayak(tf 3): dl 3
-           turn(2, "Lisbon trams.", scope=x, session="b"),  # ann said lisbon tram: dl 4
-           turn(3, "Kayak trip to Lisbon.", scope=y, session="c"),  # ann said kayak trip lisbon: dl 5
-           turn(4, "Kayak kayak.", scope=v, session="d")])  # ann said kayak: dl 3, another user
+    s.add(
+        [
+            turn(1, "Kayaks kayak kayaking.", scope=x, session="a"),  # ann said kayak(tf 3): dl 3
+            turn(2, "Lisbon trams.", scope=x, session="b"),  # ann said lisbon tram: dl 4
+            turn(3, "Kayak trip to Lisbon.", scope=y, session="c"),  # ann said kayak trip lisbon: dl 5
+            turn(4, "Kayak kayak.", scope=v, session="d"),
+        ]
+    )  # ann said kayak: dl 3, another user
 
     def bm25(n, df, tf, dl, avgdl):
         return math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / avgdl))
 
     # user u (partial scope, x and y): N = 3, avgdl = (3 + 4 + 5) / 3 = 4, df(kayak) = 2
     assert [(c.session_id, sc) for c, sc in s.search_bm25("kayaking", Scope(user_id="u"), 5)] == [
-        ("a", pytest.approx(bm25(3, 2, 3, 3, 4), rel=1e-12)), ("c", pytest.approx(bm25(3, 2, 1, 5, 4), rel=1e-12))]
+        ("a", pytest.approx(bm25(3, 2, 3, 3, 4), rel=1e-12)),
+        ("c", pytest.approx(bm25(3, 2, 1, 5, 4), rel=1e-12)),
+    ]
     # exact scope x: N = 2, avgdl = 3.5, df(kayak) = df(lisbon) = 1; k = 1 keeps the best only
     assert [(c.session_id, sc) for c, sc in s.search_bm25("kayak in Lisbon", x, 5)] == [
-        ("a", pytest.approx(bm25(2, 1, 3, 3, 3.5), rel=1e-12)), ("b", pytest.approx(bm25(2, 1, 1, 4, 3.5), rel=1e-12))]
+        ("a", pytest.approx(bm25(2, 1, 3, 3, 3.5), rel=1e-12)),
+        ("b", pytest.approx(bm25(2, 1, 1, 4, 3.5), rel=1e-12)),
+    ]
     assert [c.session_id for c, _ in s.search_bm25("kayak in Lisbon", x, 1)] == ["a"]
     assert s.search_bm25("the of to", x, 5) == []  # stopwords only: no lexeme
 
@@ -760,7 +820,9 @@ def test_postgres_bm25_reads_postings_that_follow_every_write(pg_database, tmp_p
         s.add([turn(5, "More kayaks.", scope=x, session="a")])  # session a re-chunked: kayak tf 4, dl 3
         assert conn.execute("SELECT count(*) FROM postings WHERE chunk_id = ANY(%s)", (old_a,)).fetchone()[0] == 0
         assert len(_postings(conn)) == 15
-        assert conn.execute("SELECT tf, dl FROM postings WHERE lexeme = 'kayak' AND agent_id = 'x'").fetchall() == [(4, 3)]
+        assert conn.execute("SELECT tf, dl FROM postings WHERE lexeme = 'kayak' AND agent_id = 'x'").fetchall() == [
+            (4, 3)
+        ]
         assert s.delete("u:b:2", x) is True  # chunk b gone with its 4 postings
         assert len(_postings(conn)) == 11
         assert s.delete_all(Scope(user_id="u")) == 3
@@ -800,8 +862,14 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
     ax = Scope(user_id="alice", agent_id="x")
     dsn = pg_database("v4")
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
-    s.add(ALICE + BOB + [turn(1, "Hiking with the agent on Sundays, hiking to the glacier.", scope=ax, session="x1"),
-                         turn(5, "Biscuit loves hiking; the puppy hikes every Sunday.", session="s3", ts=None)])
+    s.add(
+        ALICE
+        + BOB
+        + [
+            turn(1, "Hiking with the agent on Sundays, hiking to the glacier.", scope=ax, session="x1"),
+            turn(5, "Biscuit loves hiking; the puppy hikes every Sunday.", session="s3", ts=None),
+        ]
+    )
     s.close()
     queries = ["hiking", "puppy named Biscuit", "sister Lisbon glacier hiking", "Sunday hikes"]
     scopes = [A, B, ax, Scope(user_id="alice"), Scope(agent_id="x"), Scope()]
@@ -817,7 +885,8 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
             for i, sc in enumerate(scopes):
                 where, params = scope_where(sc, "%s")
                 reference[q, i] = conn.execute(
-                    _BM25_V4.format(where=where), [*params, lexemes, terms, *params]).fetchall()
+                    _BM25_V4.format(where=where), [*params, lexemes, terms, *params]
+                ).fetchall()
     assert sum(len(r) for r in reference.values()) > 20
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
     assert s.schema_version() == SCHEMA_VERSION == 7
@@ -832,9 +901,11 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
     s.close()
 
 
-_COPY_CHUNK = ("INSERT INTO chunks (id, scope_key, user_id, agent_id, run_id, scope_json, session_id, timestamp, text, "
-               "n_tokens, first_seq, record_ids, embedding) SELECT %s, scope_key, user_id, agent_id, run_id, scope_json, "
-               "session_id, timestamp, %s, n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s")
+_COPY_CHUNK = (
+    "INSERT INTO chunks (id, scope_key, user_id, agent_id, run_id, scope_json, session_id, timestamp, text, "
+    "n_tokens, first_seq, record_ids, embedding) SELECT %s, scope_key, user_id, agent_id, run_id, scope_json, "
+    "session_id, timestamp, %s, n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s"
+)
 
 
 def test_postgres_bm25_tables_follow_chunk_rows_written_by_any_client(pg_database, tmp_path, minilm):
@@ -859,27 +930,43 @@ def test_postgres_bm25_tables_follow_chunk_rows_written_by_any_client(pg_databas
         assert conn.execute("SELECT chunk_id FROM postings WHERE lexeme = 'reykjavik'").fetchall() == [("raw-1",)]
         with conn.transaction():  # two rows in one statement
             conn.execute(_COPY_CHUNK, ("none", "Nothing.", "no-such-chunk"))  # a statement of no rows is harmless
-            conn.execute(_COPY_CHUNK.replace("SELECT %s,", "SELECT id || '-copy',").replace("WHERE id = %s", "WHERE id = ANY(%s)"),
-                         ("Glaciers and zeppelins.", [a1, "raw-1"]))
+            conn.execute(
+                _COPY_CHUNK.replace("SELECT %s,", "SELECT id || '-copy',").replace(
+                    "WHERE id = %s", "WHERE id = ANY(%s)"
+                ),
+                ("Glaciers and zeppelins.", [a1, "raw-1"]),
+            )
         assert conn.execute("SELECT count(*) FROM postings WHERE lexeme = 'glacier'").fetchone()[0] == 2
         _postings(conn)
         assert _stats(conn)[A.key()][0] == before[A.key()][0] + 3
         b1 = chunk_of(s, BOB[0].id)[0].id
-        conn.execute(_COPY_CHUNK.replace("SELECT %s,", "SELECT id || '-two',").replace("WHERE id = %s", "WHERE id = ANY(%s)"),
-                     ("Kites.", [a1, b1]))  # one statement, two scopes
-        assert {k: n for k, (n, _) in _stats(conn).items()} == {A.key(): before[A.key()][0] + 4, B.key(): before[B.key()][0] + 1}
+        conn.execute(
+            _COPY_CHUNK.replace("SELECT %s,", "SELECT id || '-two',").replace("WHERE id = %s", "WHERE id = ANY(%s)"),
+            ("Kites.", [a1, b1]),
+        )  # one statement, two scopes
+        assert {k: n for k, (n, _) in _stats(conn).items()} == {
+            A.key(): before[A.key()][0] + 4,
+            B.key(): before[B.key()][0] + 1,
+        }
         conn.execute("DELETE FROM chunks WHERE id LIKE %s", ("%-two",))
         conn.execute("DELETE FROM chunks WHERE id LIKE %s OR id = %s", ("%-copy", "raw-1"))  # erasure reaches postings
-        assert conn.execute("SELECT count(*) FROM postings WHERE lexeme IN ('reykjavik', 'glacier', 'zeppelin')").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM postings WHERE lexeme IN ('reykjavik', 'glacier', 'zeppelin')"
+            ).fetchone()[0]
+            == 0
+        )
         assert len(_postings(conn)) == base
         assert _stats(conn) == before
         conn.execute("DELETE FROM chunks WHERE id = %s", (a1,))
         assert len(_postings(conn)) < base
         assert _stats(conn)[A.key()][0] == before[A.key()][0] - 1
-        conn.execute("INSERT INTO chunks (id, scope_key, user_id, scope_json, session_id, timestamp, text, n_tokens, "
-                     "first_seq, record_ids, embedding) SELECT 'carol-1', 'carol', 'carol', '{\"user_id\": \"carol\"}', "
-                     "session_id, timestamp, 'Kites.', n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s",
-                     (b1,))  # a scope of its own
+        conn.execute(
+            "INSERT INTO chunks (id, scope_key, user_id, scope_json, session_id, timestamp, text, n_tokens, "
+            "first_seq, record_ids, embedding) SELECT 'carol-1', 'carol', 'carol', '{\"user_id\": \"carol\"}', "
+            "session_id, timestamp, 'Kites.', n_tokens, first_seq, record_ids, embedding FROM chunks WHERE id = %s",
+            (b1,),
+        )  # a scope of its own
         assert _stats(conn)["carol"] == (1, 1)
         conn.execute("DELETE FROM chunks WHERE id = 'carol-1'")  # its last chunk: its row goes
         assert "carol" not in _stats(conn)
@@ -936,11 +1023,22 @@ def test_add_refuses_a_too_long_scope_key_id_or_session_id(store):
     1,024 bytes (UTF-8; the key escapes non-ASCII), naming the field and the limit."""
     ok = turn(1, "I adopted a puppy named Biscuit.")
     long_user = Scope(user_id="u" * 1100)
-    emoji_user = Scope(user_id="\U0001F436" * 90)  # 90 characters, 12 bytes each in the key (\ud83d\udc36 each)
-    cases = [(Record(id="r1", scope=long_user, session_id="s1", text="Hi there."), "scope key .* 1114 bytes, over the limit of 1024"),
-             (Record(id="r1", scope=emoji_user, session_id="s1", text="Hi there."), "scope key .* 1094 bytes, over the limit of 1024"),
-             (Record(id="\u00e9" * 513, scope=A, session_id="s1", text="Hi there."), "its id is 1026 bytes .* limit of 1024"),
-             (Record(id="r1", scope=A, session_id="s" * 1025, text="Hi there."), "its session_id is 1025 bytes")]
+    emoji_user = Scope(user_id="\U0001f436" * 90)  # 90 characters, 12 bytes each in the key (\ud83d\udc36 each)
+    cases = [
+        (
+            Record(id="r1", scope=long_user, session_id="s1", text="Hi there."),
+            "scope key .* 1114 bytes, over the limit of 1024",
+        ),
+        (
+            Record(id="r1", scope=emoji_user, session_id="s1", text="Hi there."),
+            "scope key .* 1094 bytes, over the limit of 1024",
+        ),
+        (
+            Record(id="\u00e9" * 513, scope=A, session_id="s1", text="Hi there."),
+            "its id is 1026 bytes .* limit of 1024",
+        ),
+        (Record(id="r1", scope=A, session_id="s" * 1025, text="Hi there."), "its session_id is 1025 bytes"),
+    ]
     for bad, msg in cases:
         with pytest.raises(ValueError, match=msg):
             store.add([ok, bad])
@@ -1029,8 +1127,17 @@ def test_cli_store_option_takes_a_postgres_url(pg_database, tmp_path, monkeypatc
     assert store_location(url) == url and store_location("runs/x") == Path("runs/x")
     assert EvalConfig(store=url).store == url and EvalConfig(store="runs/x").store == Path("runs/x")
     f = tmp_path / "m.jsonl"
-    f.write_text(json.dumps({"role": "user", "content": "I keep the kayak at Lake Tahoe.", "session_id": "s1",
-                             "timestamp": "2023-05-08T13:56:00"}) + "\n")
+    f.write_text(
+        json.dumps(
+            {
+                "role": "user",
+                "content": "I keep the kayak at Lake Tahoe.",
+                "session_id": "s1",
+                "timestamp": "2023-05-08T13:56:00",
+            }
+        )
+        + "\n"
+    )
     run = CliRunner().invoke
     res = run(app, ["ingest", "--store", url, "--file", str(f), "--user-id", "ana"])
     assert res.exit_code == 0 and "+1 record," in res.output, res.output
@@ -1208,15 +1315,20 @@ def test_store_files_are_private_under_umask_022(tmp_path, minilm):
         s.add(ALICE[:1])
         bank = MemoryBank.for_store(s, "facts")
         graph = s.view_dir("graph")
-        modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
-                 for p in [tmp_path / "mem", *(tmp_path / "mem").rglob("*")]}
+        modes = {
+            p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+            for p in [tmp_path / "mem", *(tmp_path / "mem").rglob("*")]
+        }
         bank.close()
         s.close()
     finally:
         os.umask(old)
     assert graph.is_dir()
     assert {k: v for k, v in modes.items() if (tmp_path / k).is_dir()} == {
-        "mem": "0o700", "mem/banks": "0o700", "mem/graph": "0o700"}
+        "mem": "0o700",
+        "mem/banks": "0o700",
+        "mem/graph": "0o700",
+    }
     files = {k: v for k, v in modes.items() if not (tmp_path / k).is_dir()}
     assert {"mem/store.db", "mem/store.db-wal", "mem/store.db-shm", "mem/banks/facts.db"} <= set(files)
     assert set(files.values()) == {"0o600"}, files

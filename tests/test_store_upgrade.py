@@ -75,11 +75,21 @@ CREATE TABLE chunk_vectors (
 # spelling. As text, "2023-05-08 23:30:00-05:00" sorts before "2023-05-09T01:00:00Z", but it is
 # 04:30 UTC on 9 May, after it.
 HISTORY = [
-    ("s1", [{"role": "user", "content": "I adopted a beagle named Rufus.", "timestamp": "2023-05-08 23:30:00-05:00"},
-            {"role": "assistant", "content": "Congratulations on Rufus!", "timestamp": "2023-05-08 23:30:00-05:00"}]),
-    ("s2", [{"role": "user", "content": "Rufus chewed my left shoe.", "timestamp": "2023-05-09T01:00:00Z"},
+    (
+        "s1",
+        [
+            {"role": "user", "content": "I adopted a beagle named Rufus.", "timestamp": "2023-05-08 23:30:00-05:00"},
+            {"role": "assistant", "content": "Congratulations on Rufus!", "timestamp": "2023-05-08 23:30:00-05:00"},
+        ],
+    ),
+    (
+        "s2",
+        [
+            {"role": "user", "content": "Rufus chewed my left shoe.", "timestamp": "2023-05-09T01:00:00Z"},
             {"role": "user", "content": "I moved to Lisbon.", "timestamp": "2023-5-10"},
-            {"id": "msg-7", "role": "user", "content": "My sister is Ana."}]),
+            {"id": "msg-7", "role": "user", "content": "My sister is Ana."},
+        ],
+    ),
 ]
 
 
@@ -94,9 +104,16 @@ def write_v1_store(path, embedder, user_id: str = "alice") -> list[str]:
     path.mkdir()
     db = sqlite3.connect(path / "store.db")
     db.executescript(V1_DDL)
-    db.executemany("INSERT INTO meta VALUES (?, ?)", [
-        ("schema_version", "1"), ("generation", "2"), ("chunk_tokens", "256"),
-        ("embedding_model_id", embedder.model_id), ("embedding_dim", str(embedder.dim))])
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [
+            ("schema_version", "1"),
+            ("generation", "2"),
+            ("chunk_tokens", "256"),
+            ("embedding_model_id", embedder.model_id),
+            ("embedding_dim", str(embedder.dim)),
+        ],
+    )
     old_key = f"{user_id}||"
     scope_json = json.dumps({"user_id": user_id, "agent_id": None, "run_id": None})
     ids = []
@@ -104,10 +121,12 @@ def write_v1_store(path, embedder, user_id: str = "alice") -> list[str]:
         for i, m in enumerate(messages):
             rid = m.get("id") or v1_record_id(old_key, sid, i, m["role"], m["content"], m.get("timestamp"))
             ids.append(rid)
-            db.execute("INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, "
-                       "speaker, role, timestamp, text, images_json, meta_json, n_tokens) "
-                       "VALUES (?, 'turn', ?, ?, '', '', ?, ?, ?, ?, ?, ?, '[]', '{}', 8)",
-                       (rid, old_key, user_id, scope_json, sid, m["role"], m["role"], m.get("timestamp"), m["content"]))
+            db.execute(
+                "INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, "
+                "speaker, role, timestamp, text, images_json, meta_json, n_tokens) "
+                "VALUES (?, 'turn', ?, ?, '', '', ?, ?, ?, ?, ?, ?, '[]', '{}', 8)",
+                (rid, old_key, user_id, scope_json, sid, m["role"], m["role"], m.get("timestamp"), m["content"]),
+            )
     db.commit()
     db.close()
     return ids
@@ -122,8 +141,17 @@ def test_a_migrated_store_takes_the_same_history_again_as_a_no_op(tmp_path, embe
     path = tmp_path / "mem"
     old_ids = write_v1_store(path, embedder)
     with closing(MemoryBank(path / "banks" / "facts.db", embedder)) as bank:  # a view built from the old records
-        bank.apply([BankItem(id="f1", kind="fact", scope=Scope(user_id="alice"), text="Alice has a beagle.",
-                             source_ids=old_ids[:2] + ["msg-7"])])
+        bank.apply(
+            [
+                BankItem(
+                    id="f1",
+                    kind="fact",
+                    scope=Scope(user_id="alice"),
+                    text="Alice has a beagle.",
+                    source_ids=old_ids[:2] + ["msg-7"],
+                )
+            ]
+        )
 
     with Memory.open(path, embedder=embedder) as mem:
         for sid, messages in HISTORY:
@@ -134,11 +162,13 @@ def test_a_migrated_store_takes_the_same_history_again_as_a_no_op(tmp_path, embe
         new_ids = [r.id for r in store.records(Scope(user_id="alice"))]
 
     alice = Scope(user_id="alice")
-    expected = [record_id(alice, "s1", 0, "user", "I adopted a beagle named Rufus.", "2023-05-09T04:30:00+00:00"),
-                record_id(alice, "s1", 1, "assistant", "Congratulations on Rufus!", "2023-05-09T04:30:00+00:00"),
-                record_id(alice, "s2", 0, "user", "Rufus chewed my left shoe.", "2023-05-09T01:00:00+00:00"),
-                record_id(alice, "s2", 1, "user", "I moved to Lisbon.", "2023-05-10T00:00:00+00:00"),
-                "msg-7"]
+    expected = [
+        record_id(alice, "s1", 0, "user", "I adopted a beagle named Rufus.", "2023-05-09T04:30:00+00:00"),
+        record_id(alice, "s1", 1, "assistant", "Congratulations on Rufus!", "2023-05-09T04:30:00+00:00"),
+        record_id(alice, "s2", 0, "user", "Rufus chewed my left shoe.", "2023-05-09T01:00:00+00:00"),
+        record_id(alice, "s2", 1, "user", "I moved to Lisbon.", "2023-05-10T00:00:00+00:00"),
+        "msg-7",
+    ]
     assert sorted(new_ids) == sorted(expected)
     assert not set(old_ids[:4]) & set(new_ids)  # every content id was derived again
 
@@ -147,10 +177,12 @@ def test_a_migrated_store_takes_the_same_history_again_as_a_no_op(tmp_path, embe
     chunk_ts = [t for (t,) in db.execute("SELECT timestamp FROM chunks WHERE timestamp IS NOT NULL ORDER BY timestamp")]
     assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
     db.close()
-    assert rows == [("2023-05-09T01:00:00+00:00", "Rufus chewed my left shoe."),
-                    ("2023-05-09T04:30:00+00:00", "I adopted a beagle named Rufus."),
-                    ("2023-05-09T04:30:00+00:00", "Congratulations on Rufus!"),
-                    ("2023-05-10T00:00:00+00:00", "I moved to Lisbon.")]
+    assert rows == [
+        ("2023-05-09T01:00:00+00:00", "Rufus chewed my left shoe."),
+        ("2023-05-09T04:30:00+00:00", "I adopted a beagle named Rufus."),
+        ("2023-05-09T04:30:00+00:00", "Congratulations on Rufus!"),
+        ("2023-05-10T00:00:00+00:00", "I moved to Lisbon."),
+    ]
     assert chunk_ts == sorted(chunk_ts) and set(chunk_ts) <= {t for t, _ in rows}
 
     with closing(MemoryBank(path / "banks" / "facts.db", embedder)) as bank:  # the view follows the new ids

@@ -72,14 +72,17 @@ def test_choice_names_are_defined_once_by_the_configs():
     assert memorycpt.ABLATIONS is ABLATIONS
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({"k": 2.5}, ["k=2.5", "valid integer"]),
-    ({"k": "2"}, ["k='2'", "valid integer"]),
-    ({"k": True}, ["k=True", "valid integer"]),
-    ({"k": 0}, ["k=0", "greater than or equal to 1"]),
-    ({"kk": 3}, ["unknown key 'kk'", "keys: k, retrievers"]),
-    ({"retrievers": ["dense", "sparse"]}, ["unknown retrievers", "dense, bm25"]),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"k": 2.5}, ["k=2.5", "valid integer"]),
+        ({"k": "2"}, ["k='2'", "valid integer"]),
+        ({"k": True}, ["k=True", "valid integer"]),
+        ({"k": 0}, ["k=0", "greater than or equal to 1"]),
+        ({"kk": 3}, ["unknown key 'kk'", "keys: k, retrievers"]),
+        ({"retrievers": ["dense", "sparse"]}, ["unknown retrievers", "dense, bm25"]),
+    ],
+)
 def test_rag_config_errors_name_the_key_and_what_is_allowed(bad, words):
     with pytest.raises(StrategyConfigError) as e:
         get_strategy("rag", **bad)
@@ -163,7 +166,9 @@ def test_config_hash_is_canonical_json_of_every_option():
     assert cfg.config_hash() == expected
     assert strategy_config("rag").config_hash() == strategy_config("rag", {"k": 8}).config_hash()
     assert _config_provenance(get_strategy("rag", k=3)) == {
-        "strategy_config": {"k": 3, "retrievers": ["dense", "bm25"]}, "strategy_config_hash": expected}
+        "strategy_config": {"k": 3, "retrievers": ["dense", "bm25"]},
+        "strategy_config_hash": expected,
+    }
     assert strategy_config("oracle").config_hash() == hashlib.sha256(b'{"strategy":"oracle"}').hexdigest()[:16]
 
 
@@ -173,7 +178,10 @@ def test_set_values_are_read_as_yaml_and_keys_are_checked():
     assert MemPilotConfig.parse_assignment("budget.max-usd=0.001") == (("budget", "max_usd"), 0.001)
     assert MemPilotConfig.parse_assignment("rollout_key=7") == (("rollout_key",), "7")  # text field stays text
     assert MemPilotConfig.parse_assignment("preference={quality: 1, cost: 2, latency: 0}")[1] == {
-        "quality": 1, "cost": 2, "latency": 0}
+        "quality": 1,
+        "cost": 2,
+        "latency": 0,
+    }
     with pytest.raises(StrategyConfigError, match="--set takes KEY=VALUE"):
         RagConfig.parse_assignment("k")
     with pytest.raises(StrategyConfigError, match="unknown key 'depth'; keys: k, retrievers"):
@@ -184,7 +192,9 @@ def test_eval_config_validates_strategy_options_when_made():
     with pytest.raises(ValueError, match="strategy rag: k=2.5"):
         EvalConfig(strategy="rag", strategy_options={"k": 2.5})
     assert EvalConfig(strategy="rag", strategy_options=RagConfig(k=3)).strategy_options == {
-        "k": 3, "retrievers": ["dense", "bm25"]}
+        "k": 3,
+        "retrievers": ["dense", "bm25"],
+    }
 
 
 @pytest.fixture
@@ -211,11 +221,29 @@ def test_set_and_file_give_the_same_options(tmp_path, captured):
     f.write_text("strategy: memorycpt\nepisodic_k: 4\nablation: no_fs\nsemantic_k: 9\n")
     res = run(app, ["eval", "--strategy", "memorycpt", "--strategy-config", str(f), "--set", "semantic_k=50", *out])
     assert [c.strategy_options for c in captured] == [{"episodic_k": 4, "ablation": "no_fs"}] * 2 + [
-        {"episodic_k": 4, "ablation": "no_fs", "semantic_k": 50}]
-    res = run(app, ["eval", "--strategy", "mempilot", "--set", "budget.max_usd=0.01", "--set", "preference.quality=1",
-                    "--set", "preference.cost=2", "--set", "preference.latency=0", *out])
-    assert captured[-1].strategy_options == {"budget": {"max_usd": 0.01, "max_tokens": None, "max_proxy_s": None},
-                                             "preference": {"quality": 1.0, "cost": 2.0, "latency": 0.0}}
+        {"episodic_k": 4, "ablation": "no_fs", "semantic_k": 50}
+    ]
+    res = run(
+        app,
+        [
+            "eval",
+            "--strategy",
+            "mempilot",
+            "--set",
+            "budget.max_usd=0.01",
+            "--set",
+            "preference.quality=1",
+            "--set",
+            "preference.cost=2",
+            "--set",
+            "preference.latency=0",
+            *out,
+        ],
+    )
+    assert captured[-1].strategy_options == {
+        "budget": {"max_usd": 0.01, "max_tokens": None, "max_proxy_s": None},
+        "preference": {"quality": 1.0, "cost": 2.0, "latency": 0.0},
+    }
     assert captured[-1].dataset == "locomo" and captured[-1].seed == 42 and captured[-1].out == tmp_path / "o"
 
 
@@ -244,8 +272,12 @@ def test_config_command_lists_keys_types_defaults_and_docs():
     res = run(app, ["config", "budgetmem", "--json"])
     assert res.exit_code == 0
     rows = {r["name"]: r for r in json.loads(res.output)["budgetmem"]}
-    assert rows["k"] == {"name": "k", "type": "int", "default": 5,
-                         "doc": "Chunks retrieved per question (top-K, Sec. 5.2: K=5)."}
+    assert rows["k"] == {
+        "name": "k",
+        "type": "int",
+        "default": 5,
+        "doc": "Chunks retrieved per question (top-K, Sec. 5.2: K=5).",
+    }
     assert rows["tiering"]["type"] == "'implementation' | 'reasoning' | 'capacity'"
     res = run(app, ["config", "--json"])
     assert set(json.loads(res.output)) == set(STRATEGIES)
@@ -263,7 +295,7 @@ def test_ask_refuses_a_view_that_was_never_built(tmp_path):
         text = " ".join(res.output.split())
         assert res.exit_code == 2, (strategy, res.output)
         assert f"the {strategy} memory view of this scope was never built" in text
-        assert "ask again with build=True (REST \"build\": true, MCP build: true, CLI --build)" in text
+        assert 'ask again with build=True (REST "build": true, MCP build: true, CLI --build)' in text
 
 
 @pytest.mark.slow
@@ -272,8 +304,23 @@ def test_ask_build_builds_the_view_reports_its_cost_and_then_answers(tmp_path):
     f.write_text(json.dumps({"content": "Ana moved to Lisbon in May.", "speaker": "Ana"}) + "\n")
     store = str(tmp_path / "store")
     run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"])
-    args = ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", "mempilot",
-            "--set", "compressor=offline", "--set", "max_rounds=1", "--set", "policy_max_tokens=32", "--json"]
+    args = [
+        "ask",
+        "Where did Ana move?",
+        "--store",
+        store,
+        "--user-id",
+        "ana",
+        "--strategy",
+        "mempilot",
+        "--set",
+        "compressor=offline",
+        "--set",
+        "max_rounds=1",
+        "--set",
+        "policy_max_tokens=32",
+        "--json",
+    ]
     res = CliRunner().invoke(app, args + ["--build"])
     assert res.exit_code == 0, res.output
     assert "built the mempilot view: 0 calls" in res.stderr  # offline compression calls no model

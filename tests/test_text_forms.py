@@ -39,7 +39,10 @@ def test_jsonl_lines_split_on_newline_only():
 
 def test_ingest_file_reads_lines_whose_strings_hold_unicode_separators(tmp_path, minilm):
     f = tmp_path / "msgs.jsonl"
-    rows = [{"content": f"line one{SEPARATORS}still one", "session_id": "a"}, {"content": "line two", "session_id": "a"}]
+    rows = [
+        {"content": f"line one{SEPARATORS}still one", "session_id": "a"},
+        {"content": "line two", "session_id": "a"},
+    ]
     f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     store = tmp_path / "store"
     res = CliRunner().invoke(app, ["ingest", "--store", str(store), "--file", str(f), "--user-id", "u"])
@@ -54,7 +57,7 @@ def test_an_eval_resume_keeps_a_prediction_holding_a_separator(tmp_path):
     rows = [{"id": "q1", "prediction": f"a{SEPARATORS}b"}, {"id": "q2", "prediction": "c"}]
     p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows) + '{"id": "torn', "utf-8")
     assert _read_done(p) == {"q1": rows[0], "q2": rows[1]}
-    assert [json.loads(l) for l in jsonl_lines(p.read_text("utf-8"))] == rows
+    assert [json.loads(line) for line in jsonl_lines(p.read_text("utf-8"))] == rows
 
 
 def _stores(tmp_path, minilm, pg_database):
@@ -67,8 +70,12 @@ def _stores(tmp_path, minilm, pg_database):
 @pytest.mark.parametrize("stored, query", [(NFD, NFC), (NFC, NFD)], ids=["nfd-stored", "nfc-stored"])
 def test_one_normal_form_for_stored_text_and_queries_on_both_stores(tmp_path, minilm, pg_database, stored, query):
     for name, store in _stores(tmp_path, minilm, pg_database):
-        store.add([Record(id="z", scope=Scope(user_id="u"), text=stored),
-                   Record(id="o", scope=Scope(user_id="u"), session_id="other", text="an unrelated note about trains")])
+        store.add(
+            [
+                Record(id="z", scope=Scope(user_id="u"), text=stored),
+                Record(id="o", scope=Scope(user_id="u"), session_id="other", text="an unrelated note about trains"),
+            ]
+        )
         assert store.get(["z"], Scope(user_id="u"))[0].text == NFC, name
         mem = Memory(_async_memory(store))
         hits = mem.search(query.split()[-1], user_id="u", k=2)  # "café": only BM25 can tell it exactly
@@ -83,5 +90,7 @@ def _async_memory(store):
     from memfrontier.core.pricebook import PriceBook
     from memfrontier.llm.metered import MeteredLLM
 
-    llm = MeteredLLM(ScriptedClient(lambda m: "ok", model_id="gemma-3-270m-q4_k_m"), PriceBook.load(), allow_unpriced=True)
+    llm = MeteredLLM(
+        ScriptedClient(lambda m: "ok", model_id="gemma-3-270m-q4_k_m"), PriceBook.load(), allow_unpriced=True
+    )
     return AsyncMemory(store, llm, llm)

@@ -47,9 +47,14 @@ def seg_sample(i: int, *, system: bool = True, words: int = 0) -> dict:
     turns = f"[0] Alice: I adopted a dog named Max{i}.\n[1] Bob: Nice! What breed?\n[2] Alice: A beagle."
     if words:
         turns += " " + " ".join(f"filler{k}" for k in range(words))
-    conv = [{"from": "human", "value": f"Turns:\n{turns}"},
-            {"from": "gpt", "value": f'<think>All turns discuss the dog Max{i}.</think>\n'
-                                     f'{{"segments": [{{"turns": [0, 1, 2], "topic": "dog Max{i}"}}]}}'}]
+    conv = [
+        {"from": "human", "value": f"Turns:\n{turns}"},
+        {
+            "from": "gpt",
+            "value": f"<think>All turns discuss the dog Max{i}.</think>\n"
+            f'{{"segments": [{{"turns": [0, 1, 2], "topic": "dog Max{i}"}}]}}',
+        },
+    ]
     if system:
         conv.insert(0, {"from": "system", "value": "You group conversation turns by topic. Reply with JSON."})
     return {"role": "segmenter", "conversations": conv, "meta": {"i": i}}
@@ -62,33 +67,67 @@ def write_jsonl(path, objs, extra_lines=()):
 
 # --- fast: ShareGPT conversion and validation -------------------------------------------------
 def test_sharegpt_to_prompt_completion_uses_render_prompt():
-    s = {"role": "segmenter", "conversations": [
-        {"from": "system", "value": "S "}, {"from": "human", "value": " U"},
-        {"from": "gpt", "value": "<think>r</think>\n{}"}]}
-    assert sharegpt_to_prompt_completion(s) == {"prompt": "S\n\nU\n\n", "completion": "<think>r</think>\n{}",
-                                                "role": "segmenter"}
+    s = {
+        "role": "segmenter",
+        "conversations": [
+            {"from": "system", "value": "S "},
+            {"from": "human", "value": " U"},
+            {"from": "gpt", "value": "<think>r</think>\n{}"},
+        ],
+    }
+    assert sharegpt_to_prompt_completion(s) == {
+        "prompt": "S\n\nU\n\n",
+        "completion": "<think>r</think>\n{}",
+        "role": "segmenter",
+    }
     no_sys = {"conversations": [{"from": "human", "value": "U"}, {"from": "gpt", "value": "y"}]}
     assert sharegpt_to_prompt_completion(no_sys) == {"prompt": "U\n\n", "completion": "y", "role": ""}
     # an earlier gpt turn is part of the prompt, rendered as an assistant message
-    multi = {"conversations": [{"from": "human", "value": "U1"}, {"from": "gpt", "value": "A1"},
-                               {"from": "human", "value": "U2"}, {"from": "gpt", "value": "A2"}]}
+    multi = {
+        "conversations": [
+            {"from": "human", "value": "U1"},
+            {"from": "gpt", "value": "A1"},
+            {"from": "human", "value": "U2"},
+            {"from": "gpt", "value": "A2"},
+        ]
+    }
     out = sharegpt_to_prompt_completion(multi)
-    assert out["prompt"] == "U1\n\nA1\n\nU2\n\n" == render_prompt(
-        [{"role": "user", "content": "U1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"}])
+    assert (
+        out["prompt"]
+        == "U1\n\nA1\n\nU2\n\n"
+        == render_prompt(
+            [
+                {"role": "user", "content": "U1"},
+                {"role": "assistant", "content": "A1"},
+                {"role": "user", "content": "U2"},
+            ]
+        )
+    )
     assert out["completion"] == "A2"
 
 
-@pytest.mark.parametrize("sample, reason", [
-    ([1, 2], "expected a JSON object"),
-    ({"conversations": []}, "non-empty list"),
-    ({"conversations": [{"from": "bot", "value": "x"}]}, "'from' must be one of"),
-    ({"conversations": [{"from": "human", "value": 3}]}, "'value' must be a string"),
-    ({"conversations": [{"from": "human", "value": "u"}, {"from": "system", "value": "s"},
-                        {"from": "gpt", "value": "y"}]}, "system turn must come first"),
-    ({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "u"}]}, "last turn must be"),
-    ({"conversations": [{"from": "human", "value": "u"}, {"from": "gpt", "value": "  "}]}, "target is empty"),
-    ({"conversations": [{"from": "system", "value": "s"}, {"from": "gpt", "value": "y"}]}, "no 'human' turn"),
-])
+@pytest.mark.parametrize(
+    "sample, reason",
+    [
+        ([1, 2], "expected a JSON object"),
+        ({"conversations": []}, "non-empty list"),
+        ({"conversations": [{"from": "bot", "value": "x"}]}, "'from' must be one of"),
+        ({"conversations": [{"from": "human", "value": 3}]}, "'value' must be a string"),
+        (
+            {
+                "conversations": [
+                    {"from": "human", "value": "u"},
+                    {"from": "system", "value": "s"},
+                    {"from": "gpt", "value": "y"},
+                ]
+            },
+            "system turn must come first",
+        ),
+        ({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "u"}]}, "last turn must be"),
+        ({"conversations": [{"from": "human", "value": "u"}, {"from": "gpt", "value": "  "}]}, "target is empty"),
+        ({"conversations": [{"from": "system", "value": "s"}, {"from": "gpt", "value": "y"}]}, "no 'human' turn"),
+    ],
+)
 def test_sharegpt_validation_errors(sample, reason):
     with pytest.raises(SFTDataError, match=reason):
         sharegpt_to_prompt_completion(sample)
@@ -228,8 +267,10 @@ def base():
 def test_hf_backend_generates_with_exact_usage(base):
     _, tok = base
     llm = HFLLM()
-    msgs = [{"role": "user", "content": "Alice adopted a beagle named Max."},
-            {"role": "assistant", "content": "Question: What is the dog's name?\nAnswer:"}]
+    msgs = [
+        {"role": "user", "content": "Alice adopted a beagle named Max."},
+        {"role": "assistant", "content": "Question: What is the dog's name?\nAnswer:"},
+    ]
     n_prompt = len(tok(render_prompt(msgs))["input_ids"])
     assert n_prompt == 1 + llm.count_tokens(render_prompt(msgs))  # BOS + text
     ledger = Ledger()
@@ -267,14 +308,18 @@ def test_sft_smoke_trains_merges_and_serves(base, tmp_path):
     from safetensors.torch import load_file
 
     base_model, _ = base
-    data = [write_jsonl(tmp_path / "segmenter.jsonl", [seg_sample(i) for i in range(4)]),
-            write_jsonl(tmp_path / "episode.jsonl", [seg_sample(4, system=False), seg_sample(5),
-                                                     seg_sample(6, words=600)])]  # the last is > 512 tokens
+    data = [
+        write_jsonl(tmp_path / "segmenter.jsonl", [seg_sample(i) for i in range(4)]),
+        write_jsonl(tmp_path / "episode.jsonl", [seg_sample(4, system=False), seg_sample(5), seg_sample(6, words=600)]),
+    ]  # the last is > 512 tokens
     events = []
     t0 = time.perf_counter()
-    res = train_lora_sft(QADConfig(data=data, out=tmp_path / "qad", max_steps=2, cutoff_tokens=512, rank=4,
-                                   lora_alpha=8, eval_steps=1, seed=13),
-                         on_progress=lambda ev, **kw: events.append((ev, kw)))
+    res = train_lora_sft(
+        QADConfig(
+            data=data, out=tmp_path / "qad", max_steps=2, cutoff_tokens=512, rank=4, lora_alpha=8, eval_steps=1, seed=13
+        ),
+        on_progress=lambda ev, **kw: events.append((ev, kw)),
+    )
     print(f"\nSFT: {res.seconds:.1f}s total ({time.perf_counter() - t0:.1f}s), {res.steps} steps")
     assert (res.n_train, res.n_val, res.n_too_long, res.steps) == (5, 1, 1, 2)
     log = [json.loads(line) for line in res.train_log.read_text().splitlines()]
@@ -312,22 +357,36 @@ def test_grpo_smoke_updates_lora_b_and_serves(base, tmp_path):
 
     def reward_fn(completions, rows):
         """MemoryCPT Eq. 16 with the completion scored directly against the reference."""
-        out = [cost.reward(token_f1(c, r["answer"]), len(tok(c.strip(), add_special_tokens=False)["input_ids"]), 0)
-               for c, r in zip(completions, rows)]
+        out = [
+            cost.reward(token_f1(c, r["answer"]), len(tok(c.strip(), add_special_tokens=False)["input_ids"]), 0)
+            for c, r in zip(completions, rows)
+        ]
         calls.append((list(completions), list(rows), out))
         return out
 
-    prompts = [{"prompt": [{"role": "user", "content": "Alice adopted a beagle named Max in Paris.\n\n"
-                                                      "Question: What did Alice adopt?"},
-                           {"role": "assistant", "content": "Answer:"}],
-                "question": "What did Alice adopt?", "answer": "Alice adopted a beagle named Max in Paris",
-                "id": "q1"}]
-    res = train_grpo(prompts, reward_fn, tmp_path / "grpo", max_steps=2, num_generations=4,
-                     max_completion_tokens=16, rank=4, alpha=8)
+    prompts = [
+        {
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": "Alice adopted a beagle named Max in Paris.\n\nQuestion: What did Alice adopt?",
+                },
+                {"role": "assistant", "content": "Answer:"},
+            ],
+            "question": "What did Alice adopt?",
+            "answer": "Alice adopted a beagle named Max in Paris",
+            "id": "q1",
+        }
+    ]
+    res = train_grpo(
+        prompts, reward_fn, tmp_path / "grpo", max_steps=2, num_generations=4, max_completion_tokens=16, rank=4, alpha=8
+    )
     log = [json.loads(line) for line in res.train_log.read_text().splitlines()]
     steps = [r for r in log if "reward" in r]
-    print(f"\nGRPO: {res.seconds:.1f}s total, step_time {[round(r.get('step_time', 0), 1) for r in steps]}s, "
-          f"rewards {res.reward_mean_by_step}, delta {res.lora_delta_l2:.3g}")
+    print(
+        f"\nGRPO: {res.seconds:.1f}s total, step_time {[round(r.get('step_time', 0), 1) for r in steps]}s, "
+        f"rewards {res.reward_mean_by_step}, delta {res.lora_delta_l2:.3g}"
+    )
     assert res.steps == 2 and [r["step"] for r in steps] == [1, 2] and len(calls) == 2
     for r, (completions, rows, rewards) in zip(steps, calls):
         assert len(completions) == 4 and rows == [prompts[0]] * 4  # extra keys reach the reward untouched

@@ -25,7 +25,10 @@ def frontier_table(name: str) -> str:
         if line.startswith("#"):
             line = "#" + line
         out.append(line)
-    return "\n".join(out) + f"\n\nFiles: `results/{name}/` (per-configuration `summary.json` and `predictions.jsonl` under `configs/`).\n"
+    return (
+        "\n".join(out)
+        + f"\n\nFiles: `results/{name}/` (per-configuration `summary.json` and `predictions.jsonl` under `configs/`).\n"
+    )
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs hook signature)

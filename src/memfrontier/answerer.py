@@ -65,9 +65,11 @@ class Answerer:
             spent = ledger.usage().query
             budget = Budget(  # what is left, 0 once spent (a Budget cap is >= 0)
                 max_usd=None if budget.max_usd is None else max(budget.max_usd - spent.usd, 0.0),
-                max_tokens=None if budget.max_tokens is None else max(
-                    budget.max_tokens - spent.input_tokens - spent.output_tokens, 0),
-                max_proxy_s=None if budget.max_proxy_s is None else max(budget.max_proxy_s - spent.proxy_s, 0.0))
+                max_tokens=None
+                if budget.max_tokens is None
+                else max(budget.max_tokens - spent.input_tokens - spent.output_tokens, 0),
+                max_proxy_s=None if budget.max_proxy_s is None else max(budget.max_proxy_s - spent.proxy_s, 0.0),
+            )
         caps = []
         out = self.max_answer_tokens
         if budget.max_tokens is not None:
@@ -93,7 +95,8 @@ class Answerer:
         if overhead > limit:
             raise BudgetExceededError(
                 f"the question alone needs {overhead} prompt tokens, but the budget leaves {max(limit, 0)} for the "
-                f"prompt once {self.max_answer_tokens} tokens are reserved for the answer; raise the budget")
+                f"prompt once {self.max_answer_tokens} tokens are reserved for the answer; raise the budget"
+            )
         room = limit - overhead
         text = context.text
         if self.llm.count_tokens(text) <= room:
@@ -110,7 +113,10 @@ class Answerer:
         text = self.fit(question, context, budget or Budget())
         out = await self.llm.complete(
             [{"role": "user", "content": self.prompt(question, text)}],
-            role="answerer", max_tokens=self.max_answer_tokens, temperature=0.0, single_line=True,
+            role="answerer",
+            max_tokens=self.max_answer_tokens,
+            temperature=0.0,
+            single_line=True,
         )
         answer = _clean(out.text)
         if not answer:

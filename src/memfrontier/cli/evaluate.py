@@ -35,8 +35,9 @@ from .tables import frontier_table, route_table, tier_table, with_caption
 
 @app.command("config")
 def config_cmd(
-    strategy: Optional[str] = typer.Argument(None, parser=_strategy_name, metavar="[STRATEGY]",
-                                             help=f"{STRATEGY_HELP} (default: every strategy)."),
+    strategy: Optional[str] = typer.Argument(
+        None, parser=_strategy_name, metavar="[STRATEGY]", help=f"{STRATEGY_HELP} (default: every strategy)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the fields as JSON."),
 ):
     """The options of a strategy's config: key, type, default and meaning (for --set / --strategy-config)."""
@@ -60,8 +61,13 @@ def config_cmd(
         console.print(t)
 
 
-@app.command("eval", cls=with_blocks(run=run_block(Path("runs/latest"), "Output directory: predictions.jsonl, summary.json, store/."),
-                                     strategy_args=STRATEGY_BLOCK))
+@app.command(
+    "eval",
+    cls=with_blocks(
+        run=run_block(Path("runs/latest"), "Output directory: predictions.jsonl, summary.json, store/."),
+        strategy_args=STRATEGY_BLOCK,
+    ),
+)
 def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
     """Run the evaluation protocol and print the per-category table. Interrupted runs resume from OUT.
 
@@ -86,11 +92,15 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"], description="ingesting")
                 if cfg.limit is not None and info["total"] < cfg.limit:
-                    err.print(f"note: the split holds {plural(info['total'], 'question')}, fewer than --limit {cfg.limit}: "
-                              "all of them are answered")
+                    err.print(
+                        f"note: the split holds {plural(info['total'], 'question')}, fewer than --limit {cfg.limit}: "
+                        "all of them are answered"
+                    )
                 if info.get("empty_turns_skipped"):
-                    err.print(f"note: skipped {info['empty_turns_skipped']} empty turn(s) of the data file (no text, "
-                              "image, action or observation; listed in summary.json)")
+                    err.print(
+                        f"note: skipped {info['empty_turns_skipped']} empty turn(s) of the data file (no text, "
+                        "image, action or observation; listed in summary.json)"
+                    )
                 if info["done"]:
                     err.print(f"resuming {out}: {info['done']} of {plural(info['total'], 'question')} already answered")
             elif event == "build":
@@ -132,22 +142,46 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
     if choices.get("route"):
         console.print(route_table(choices["route"]["configuration"]))
     if undated := summary.get("undated_sessions"):
-        err.print(f"note: {plural(len(undated), 'session')} {'has' if len(undated) == 1 else 'have'} no date the data file's date field could be read as "
-                  f"(first: {undated[0]}): their turns are stored undated, so temporal questions about them "
-                  "cannot be dated", markup=False, highlight=False)
+        err.print(
+            f"note: {plural(len(undated), 'session')} {'has' if len(undated) == 1 else 'have'} no date the data file's date field could be read as "
+            f"(first: {undated[0]}): their turns are stored undated, so temporal questions about them "
+            "cannot be dated",
+            markup=False,
+            highlight=False,
+        )
     console.print(f"wrote {out / 'predictions.jsonl'} and {out / 'summary.json'}")
     if refused is not None:
         _fail(f"too many model calls failed or fell back: {refused}", code=3)
 
 
-@app.command("frontier", cls=with_blocks(run=run_block(Path("runs/frontier"), "Output directory: configs/LABEL/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.")))
+@app.command(
+    "frontier",
+    cls=with_blocks(
+        run=run_block(
+            Path("runs/frontier"),
+            "Output directory: configs/LABEL/ (one eval run each), store/ (shared), frontier.{md,csv,json}, plots.",
+        )
+    ),
+)
 def frontier_cmd(
     ctx: typer.Context,
-    spec: Optional[Path] = typer.Option(None, help="YAML file: `name:` and `configurations:`, a list of {label, strategy, options, requires} (see `src/memfrontier/frontier/default.yaml`); default: that shipped spec, every strategy family."),
+    spec: Optional[Path] = typer.Option(
+        None,
+        help="YAML file: `name:` and `configurations:`, a list of {label, strategy, options, requires} (see `src/memfrontier/frontier/default.yaml`); default: that shipped spec, every strategy family.",
+    ),
     only: Optional[str] = typer.Option(None, help="Comma-separated labels of the spec to run (default: all)."),
-    reference: Optional[str] = typer.Option(None, help="The configuration every other one is compared with (paired bootstrap); default rag."),
-    report_only: bool = typer.Option(False, "--report-only", help="Run nothing; rebuild the report from what has finished."),
-    export: Optional[Path] = typer.Option(None, "--export", metavar="DIR", help="Also write DIR (a folder outside OUT): each finished configuration's run.json, summary.json and predictions without the questions', gold answers' or retrieved text, and a report over every configuration DIR holds (publishable; --report-only --out DIR rebuilds it; DIR/configs/LABEL copied into another --out counts there as finished)."),
+    reference: Optional[str] = typer.Option(
+        None, help="The configuration every other one is compared with (paired bootstrap); default rag."
+    ),
+    report_only: bool = typer.Option(
+        False, "--report-only", help="Run nothing; rebuild the report from what has finished."
+    ),
+    export: Optional[Path] = typer.Option(
+        None,
+        "--export",
+        metavar="DIR",
+        help="Also write DIR (a folder outside OUT): each finished configuration's run.json, summary.json and predictions without the questions', gold answers' or retrieved text, and a report over every configuration DIR holds (publishable; --report-only --out DIR rebuilds it; DIR/configs/LABEL copied into another --out counts there as finished).",
+    ),
 ):
     """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
 
@@ -196,26 +230,45 @@ def frontier_cmd(
             if event == "start":
                 bar.update(task, total=info["total"], completed=info["done"])
                 if info["done"]:
-                    err.print(f"{current['label']}: resuming, {info['done']} of {plural(info['total'], 'question')} already answered")
+                    err.print(
+                        f"{current['label']}: resuming, {info['done']} of {plural(info['total'], 'question')} already answered"
+                    )
             elif event == "question":
                 bar.update(task, advance=1)
 
         with known_errors(bar, interrupted=RESUME_HINT):
-            report = asyncio.run(run_frontier(fspec, base, run.out, labels=labels, reference=reference,
-                                              on_config=on_config, on_progress=on_progress, report_only=report_only))
+            report = asyncio.run(
+                run_frontier(
+                    fspec,
+                    base,
+                    run.out,
+                    labels=labels,
+                    reference=reference,
+                    on_config=on_config,
+                    on_progress=on_progress,
+                    report_only=report_only,
+                )
+            )
     rows = {x["label"]: x for x in report["rows"]}
     if not report["files"]:
-        _fail(f"no configuration has finished in {run.out} with these options; no report written "
-              "(an earlier one there is unchanged)", code=1)
-    console.print(with_caption(frontier_table(report), run_proxy_caption(x for x in report["rows"] if x["status"] == "ok")))
+        _fail(
+            f"no configuration has finished in {run.out} with these options; no report written "
+            "(an earlier one there is unchanged)",
+            code=1,
+        )
+    console.print(
+        with_caption(frontier_table(report), run_proxy_caption(x for x in report["rows"] if x["status"] == "ok"))
+    )
     for line in summary_lines(report):
         console.print(line, markup=False)
     ok = sum(1 for x in report["rows"] if x["status"] == "ok")
     files = report["files"]
     plots = [p.name for k, p in files.items() if k.startswith("plot")]
-    console.print(f"{ok}/{plural(len(report['rows']), 'configuration')} on {plural(len(report['question_ids']), 'question')}; "
-                  f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
-                  + (f", {' and '.join(plots)}" if plots else ""))
+    console.print(
+        f"{ok}/{plural(len(report['rows']), 'configuration')} on {plural(len(report['question_ids']), 'question')}; "
+        f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
+        + (f", {' and '.join(plots)}" if plots else "")
+    )
     if export is not None:
         from ..frontier.export import export_results
 
@@ -224,20 +277,31 @@ def frontier_cmd(
             exported = export_results(run.out, export, finished)
             published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
         held = sum(1 for x in published["rows"] if x["status"] == "ok")
-        console.print(f"exported {plural(len(exported), 'configuration')} to {export}; its report covers the "
-                      f"{plural(held, 'finished configuration')} it holds ({published['files'].get('md', 'none written')})")
+        console.print(
+            f"exported {plural(len(exported), 'configuration')} to {export}; its report covers the "
+            f"{plural(held, 'finished configuration')} it holds ({published['files'].get('md', 'none written')})"
+        )
     if report_only:
         return
     missing = [label for label in report["selected"] if rows[label]["status"] != "ok"]
     if missing:
         refused = [label for label in missing if rows[label]["status"].startswith("refused")]
-        _fail(f"{len(missing)} of {plural(len(report['selected']), 'configuration')} did not finish: {', '.join(missing)}",
-              code=3 if refused else 1)
+        _fail(
+            f"{len(missing)} of {plural(len(report['selected']), 'configuration')} did not finish: {', '.join(missing)}",
+            code=3 if refused else 1,
+        )
+
 
 @app.command()
 def score(
-    file: Path = typer.Argument(..., help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line; `eval`'s own predictions.jsonl (gold answer in 'gold') scores as it is."),
-    dataset: str = typer.Option("locomo", help="Scoring protocol: locomo (official per-category F1, category 5 as abstention); longmemeval or hotpotqa (plain token F1)."),
+    file: Path = typer.Argument(
+        ...,
+        help="JSONL with 'prediction', 'answer' (absent for category 5) and 'category' per line; `eval`'s own predictions.jsonl (gold answer in 'gold') scores as it is.",
+    ),
+    dataset: str = typer.Option(
+        "locomo",
+        help="Scoring protocol: locomo (official per-category F1, category 5 as abstention); longmemeval or hotpotqa (plain token F1).",
+    ),
     out: Path = typer.Option(Path("runs/scored"), help="Output directory: scored.jsonl and summary.json."),
 ):
     """Score predictions made by any memory system with our metrics (same protocol, comparable numbers)."""

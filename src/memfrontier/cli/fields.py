@@ -55,8 +55,11 @@ class BlockCommand(TyperCommand):
     def invoke(self, ctx):
         meta = ctx.meta.setdefault(META_KEY, {})
         for name, params in self.blocks.items():
-            meta[name + ".given"] = {p.name for p in params if getattr(ctx.get_parameter_source(p.name), "name", "")
-                                     in ("COMMANDLINE", "ENVIRONMENT")}
+            meta[name + ".given"] = {
+                p.name
+                for p in params
+                if getattr(ctx.get_parameter_source(p.name), "name", "") in ("COMMANDLINE", "ENVIRONMENT")
+            }
             meta[name] = {p.name: ctx.params.pop(p.name) for p in params}
         return super().invoke(ctx)
 
@@ -132,17 +135,48 @@ def model_options(model) -> list:
             decl = flag if default is False else f"{flag}/--no-{flag[2:]}"
         else:
             decl = flag
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[tp],
-                                        default=typer.Option(None, decl, help=help_, show_default=False,
-                                                             metavar="YAML" if yaml_value else None)))
-    params.append(inspect.Parameter("config_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
-                                    default=typer.Option(None, "--config", metavar="FILE", help=(
-                                        "A YAML or JSON file of these options (keys: the field names); the options "
-                                        "above and --set override it."))))
-    params.append(inspect.Parameter("set_options", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
-                                    default=typer.Option(None, "--set", metavar="KEY=VALUE", help=(
-                                        "Any field, nested ones too (repeatable; value read as YAML, nested keys with "
-                                        "dots: --set preference.quality=1)."))))
+        params.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Optional[tp],
+                default=typer.Option(
+                    None, decl, help=help_, show_default=False, metavar="YAML" if yaml_value else None
+                ),
+            )
+        )
+    params.append(
+        inspect.Parameter(
+            "config_file",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[Path],
+            default=typer.Option(
+                None,
+                "--config",
+                metavar="FILE",
+                help=(
+                    "A YAML or JSON file of these options (keys: the field names); the options "
+                    "above and --set override it."
+                ),
+            ),
+        )
+    )
+    params.append(
+        inspect.Parameter(
+            "set_options",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[list[str]],
+            default=typer.Option(
+                None,
+                "--set",
+                metavar="KEY=VALUE",
+                help=(
+                    "Any field, nested ones too (repeatable; value read as YAML, nested keys with "
+                    "dots: --set preference.quality=1)."
+                ),
+            ),
+        )
+    )
 
     def fields():  # a signature only: typer builds the parameters from it
         pass

@@ -38,15 +38,24 @@ NO_MODEL = "local"
 @app.command()
 def ingest(
     store: str = typer.Option(..., help="Store directory (created if missing) or postgresql:// URL."),
-    dataset: Optional[str] = typer.Option(None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa | mem_gallery."),
+    dataset: Optional[str] = typer.Option(
+        None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa | mem_gallery."
+    ),
     conversation: Optional[list[str]] = typer.Option(None, help="Only these conversation ids (repeatable)."),
-    file: Optional[Path] = typer.Option(None, help="A JSONL of messages ({role, content, speaker?, timestamp?, session_id?})."),
+    file: Optional[Path] = typer.Option(
+        None, help="A JSONL of messages ({role, content, speaker?, timestamp?, session_id?})."
+    ),
     user_id: Optional[str] = typer.Option(None, help="Scope for --file: the user the messages belong to."),
     agent_id: Optional[str] = typer.Option(None, help="Scope for --file: the agent (with or without --user-id)."),
     run_id: Optional[str] = typer.Option(None, help="Scope for --file: the run (with or without the others)."),
     session_id: str = typer.Option("default", help="Session for --file lines without one."),
-    data_root: Optional[Path] = typer.Option(None, envvar="MEMFRONTIER_DATA", help="The benchmark data folder (default ../shared/data)."),
-    data_file: Optional[Path] = typer.Option(None, help="With --dataset: read this file (in the dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file."),
+    data_root: Optional[Path] = typer.Option(
+        None, envvar="MEMFRONTIER_DATA", help="The benchmark data folder (default ../shared/data)."
+    ),
+    data_file: Optional[Path] = typer.Option(
+        None,
+        help="With --dataset: read this file (in the dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.",
+    ),
 ):
     """Add records to a store. Idempotent: ingesting the same data again adds nothing.
 
@@ -89,7 +98,9 @@ def ingest(
                 for sid, msgs in by_session.items():
                     res = mem.add(msgs, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=sid)
                     bar.advance(task)
-                    console.print(f"session {sid}: +{plural(len(res.added), 'record')}, {len(res.skipped)} already present")
+                    console.print(
+                        f"session {sid}: +{plural(len(res.added), 'record')}, {len(res.skipped)} already present"
+                    )
 
 
 def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
@@ -134,28 +145,43 @@ def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: 
     try:
         scope_for_read(what, user_id, agent_id, run_id, all_scopes)
     except ValueError as e:
-        _fail(str(e).replace("all_scopes=True", "--all-scopes")
-              .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
-              .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id"))
+        _fail(
+            str(e)
+            .replace("all_scopes=True", "--all-scopes")
+            .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
+            .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id")
+        )
+
 
 @app.command(cls=with_blocks(strategy_args=STRATEGY_BLOCK))
 def ask(
     ctx: typer.Context,
     question: str = typer.Argument(...),
     store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
-    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory answers (one scope id is required)."),
+    user_id: Optional[str] = typer.Option(
+        None, help="Scope: the user whose memory answers (one scope id is required)."
+    ),
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
     all_scopes: bool = typer.Option(False, "--all-scopes", help="Answer from every tenant's records (no scope id)."),
     strategy: str = OPT_STRATEGY,
-    router: Optional[Path] = typer.Option(None, help="auto: a router file from `train strategy-router`; budgetmem: a "
-                                          "tier-router checkpoint (same as --set router=FILE)."),
-    build: bool = typer.Option(False, "--build", help="Build the strategy's memory view (memorycpt, mempilot, automem; auto: those of its configurations) "
-                               "for this scope first when it is missing, and report what building cost. Without it, "
-                               "asking a strategy whose view was never built is refused."),
+    router: Optional[Path] = typer.Option(
+        None,
+        help="auto: a router file from `train strategy-router`; budgetmem: a "
+        "tier-router checkpoint (same as --set router=FILE).",
+    ),
+    build: bool = typer.Option(
+        False,
+        "--build",
+        help="Build the strategy's memory view (memorycpt, mempilot, automem; auto: those of its configurations) "
+        "for this scope first when it is missing, and report what building cost. Without it, "
+        "asking a strategy whose view was never built is refused.",
+    ),
     llm: str = OPT_LLM,
     base_url: Optional[str] = typer.Option(None),
-    preference: Optional[str] = typer.Option(None, help="perf | balanced | cost (default: the strategy config's, else perf)"),
+    preference: Optional[str] = typer.Option(
+        None, help="perf | balanced | cost (default: the strategy config's, else perf)"
+    ),
     max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
     max_tokens: Optional[int] = typer.Option(None, help="Hard cap on the answer call's prompt+output tokens."),
     price_book: Optional[Path] = OPT_PRICE_BOOK,
@@ -185,18 +211,31 @@ def ask(
 
         try:
             with build_progress(step):
-                ans = await mem.ask(question, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                                    all_scopes=all_scopes, strategy=get_strategy(strategy, options),
-                                    preference=preference, budget=Budget(max_usd=max_usd, max_tokens=max_tokens),
-                                    build=build)
+                ans = await mem.ask(
+                    question,
+                    user_id=user_id,
+                    agent_id=agent_id,
+                    run_id=run_id,
+                    all_scopes=all_scopes,
+                    strategy=get_strategy(strategy, options),
+                    preference=preference,
+                    budget=Budget(max_usd=max_usd, max_tokens=max_tokens),
+                    build=build,
+                )
         finally:
             if task is not None:
                 bar.remove_task(task)
         return ans, (ans.build.usage if ans.build is not None else None)
 
     with known_errors():
-        mem = AsyncMemory.open(_existing_store(store), llm=llm, base_url=base_url, price_book=price_book,
-                               allow_unpriced=allow_unpriced, price_as=price_as)
+        mem = AsyncMemory.open(
+            _existing_store(store),
+            llm=llm,
+            base_url=base_url,
+            price_book=price_book,
+            allow_unpriced=allow_unpriced,
+            price_as=price_as,
+        )
         usd = usd_label((mem.env.answer_llm.model_id, mem.env.llm.model_id), priced_as=price_as, price_book=price_book)
         try:
             with _question_bar() as bar:
@@ -204,9 +243,11 @@ def ask(
         finally:
             mem.close()
     if built is not None:
-        err.print(f"built the {strategy} view: {plural(built.calls, 'call')} · {built.input_tokens} in / "
-                  f"{plural(built.output_tokens, 'out token')} · ${built.usd:.8f} {usd} for construction · "
-                  f"latency proxy {built.proxy_s:.2f}s")
+        err.print(
+            f"built the {strategy} view: {plural(built.calls, 'call')} · {built.input_tokens} in / "
+            f"{plural(built.output_tokens, 'out token')} · ${built.usd:.8f} {usd} for construction · "
+            f"latency proxy {built.proxy_s:.2f}s"
+        )
     if as_json:
         console.print_json(ans.model_dump_json())
         return
@@ -214,11 +255,15 @@ def ask(
     console.print(f"[bold]{ans.text or '(empty answer)'}[/bold]")
     if routed := ans.meta.get("auto"):
         p = routed["predictions"][routed["configuration"]]
-        console.print(f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
-                      f"${p['usd']:.8f} {usd}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)")
-    console.print(f"{plural(q.calls, 'call')} · {q.input_tokens} in / {plural(q.output_tokens, 'out token')} · "
-                  f"${q.usd:.8f} {usd} · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
-                  f"evidence {plural(len(ans.evidence_ids), 'record')}")
+        console.print(
+            f"routed to {routed['configuration']} ({routed['rule']}; predicted F1 {p['f1']:.3f}, "
+            f"${p['usd']:.8f} {usd}, {p['proxy_s']:.2f}s; routing {routed['route_ms']:.1f} ms)"
+        )
+    console.print(
+        f"{plural(q.calls, 'call')} · {q.input_tokens} in / {plural(q.output_tokens, 'out token')} · "
+        f"${q.usd:.8f} {usd} · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
+        f"evidence {plural(len(ans.evidence_ids), 'record')}"
+    )
     if ans.usage.events:
         console.print(f"events: {ans.usage.events}")
 
@@ -227,13 +272,22 @@ def ask(
 def search(
     query: str = typer.Argument(...),
     store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
-    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose memory is searched (one scope id is required)."),
+    user_id: Optional[str] = typer.Option(
+        None, help="Scope: the user whose memory is searched (one scope id is required)."
+    ),
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
     all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
     k: int = typer.Option(5, min=1, help="How many hits to print."),
-    max_chars: int = typer.Option(0, min=0, metavar="N", help="Cut each hit's text at a word boundary near N characters, saying so (0: the whole text)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON: id, score, ranks, text, session, timestamp, record ids."),
+    max_chars: int = typer.Option(
+        0,
+        min=0,
+        metavar="N",
+        help="Cut each hit's text at a word boundary near N characters, saying so (0: the whole text).",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the hits as JSON: id, score, ranks, text, session, timestamp, record ids."
+    ),
 ):
     """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks, whole, wrapped to the terminal."""
     from rich.markup import escape
@@ -245,16 +299,29 @@ def search(
         with Memory.open(_existing_store(store), llm=NO_MODEL) as mem:
             hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
     if as_json:
-        console.print_json(data=[{"id": h.chunk.id, "score": h.score, "ranks": h.ranks, "text": h.chunk.text,
-                                  "session_id": h.chunk.session_id, "timestamp": h.chunk.timestamp,
-                                  "record_ids": h.chunk.record_ids} for h in hits])
+        console.print_json(
+            data=[
+                {
+                    "id": h.chunk.id,
+                    "score": h.score,
+                    "ranks": h.ranks,
+                    "text": h.chunk.text,
+                    "session_id": h.chunk.session_id,
+                    "timestamp": h.chunk.timestamp,
+                    "record_ids": h.chunk.record_ids,
+                }
+                for h in hits
+            ]
+        )
         return
     if not hits:
         console.print(f"no results{f' for user {user_id!r}' if user_id else ''}")
     for i, h in enumerate(hits, 1):
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
-        console.print(f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {escape(h.chunk.session_id)}, "
-                      f"{h.chunk.timestamp}, {plural(len(h.chunk.record_ids), 'record')}[/dim]")
+        console.print(
+            f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {escape(h.chunk.session_id)}, "
+            f"{h.chunk.timestamp}, {plural(len(h.chunk.record_ids), 'record')}[/dim]"
+        )
         console.print(cut_text(h.chunk.text, max_chars), markup=False, highlight=False)
         console.print()
 
@@ -266,5 +333,5 @@ def cut_text(text: str, max_chars: int) -> str:
     if not max_chars or len(text) <= max_chars:
         return text
     cut = text.rfind(" ", 0, max_chars + 1)
-    head = text[:cut if cut > 0 else max_chars].rstrip()
+    head = text[: cut if cut > 0 else max_chars].rstrip()
     return f"{head} …\n[cut at {len(head)} of {len(text)} characters; --max-chars 0 prints the whole text]"

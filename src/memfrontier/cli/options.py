@@ -38,23 +38,48 @@ def run_block(out: Path, out_help: str) -> list:
     def run(
         dataset: str = OPT_DATASET,
         split: Optional[str] = OPT_SPLIT,
-        limit: Optional[int] = typer.Option(None, min=1, metavar="N", help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all."),
+        limit: Optional[int] = typer.Option(
+            None,
+            min=1,
+            metavar="N",
+            help="Answer a category-balanced slice of this many questions (seeded) per run. Default: all.",
+        ),
         llm: str = OPT_LLM,
         base_url: Optional[str] = OPT_BASE_URL,
         judge: bool = typer.Option(False, "--judge", help="Also grade answers with the LLM judge."),
         judge_llm: Optional[str] = OPT_JUDGE_LLM,
         out: Path = typer.Option(out, help=out_help),
-        store: Optional[str] = typer.Option(None, help="Store directory or postgresql:// URL, reused across runs (default OUT/store)."),
+        store: Optional[str] = typer.Option(
+            None, help="Store directory or postgresql:// URL, reused across runs (default OUT/store)."
+        ),
         data_root: Optional[Path] = OPT_DATA_ROOT,
-        data_file: Optional[Path] = typer.Option(None, help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file."),
+        data_file: Optional[Path] = typer.Option(
+            None,
+            help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.",
+        ),
         seed: int = OPT_SEED,
         concurrency: int = OPT_CONCURRENCY,
-        ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run on Ray (extra memfrontier\\[ray]): 'local', 'auto' (join the cluster) or ray://HEAD:PORT; --concurrency workers."),
+        ray: Optional[str] = typer.Option(
+            None,
+            "--ray",
+            metavar="ADDRESS",
+            help="Run on Ray (extra memfrontier\\[ray]): 'local', 'auto' (join the cluster) or ray://HEAD:PORT; --concurrency workers.",
+        ),
         price_book: Optional[Path] = OPT_PRICE_BOOK,
         allow_unpriced: bool = OPT_ALLOW_UNPRICED,
         price_as: Optional[str] = OPT_PRICE_AS,
-        allow_fallbacks: bool = typer.Option(False, "--allow-fallbacks", help="Keep a run (and a build) whose model calls failed or fell back above --fallback-threshold (default: exit 3)."),
-        fallback_threshold: float = typer.Option(0.05, min=0.0, max=1.0, metavar="SHARE", help="Largest share of a role's calls that may fail or fall back (0-1)."),
+        allow_fallbacks: bool = typer.Option(
+            False,
+            "--allow-fallbacks",
+            help="Keep a run (and a build) whose model calls failed or fell back above --fallback-threshold (default: exit 3).",
+        ),
+        fallback_threshold: float = typer.Option(
+            0.05,
+            min=0.0,
+            max=1.0,
+            metavar="SHARE",
+            help="Largest share of a role's calls that may fail or fall back (0-1).",
+        ),
     ):
         pass
 
@@ -103,7 +128,9 @@ def run_options(ctx: typer.Context) -> RunOptions:
 
 # --- strategy options: the strategy's config from --strategy-config and --set -------------------
 #: ``--set`` / ``--strategy-config``: the strategy-options block of eval, ask and the sweeps.
-def _strategy_args(set_options: Optional[list[str]] = OPT_SET, strategy_config_file: Optional[Path] = OPT_STRATEGY_CONFIG):
+def _strategy_args(
+    set_options: Optional[list[str]] = OPT_SET, strategy_config_file: Optional[Path] = OPT_STRATEGY_CONFIG
+):
     pass
 
 
@@ -172,6 +199,7 @@ def _float_list(flag: str, text: str) -> list[float]:
     if not values or any(v < 0 for v in values):
         _fail(f"{flag} needs at least one value, all >= 0; got {text!r}")
     return values
+
 
 def store_location(value: str | None) -> str | Path | None:
     """A ``--store`` value: a PostgreSQL URL (``postgres://`` / ``postgresql://``) stays a string,

@@ -20,9 +20,16 @@ from .app import (
 def _question_bar():
     """The progress bar of every long command, on stderr; drawn only on a terminal, so logs and
     scripts that read stderr get the commands' own lines and nothing else."""
-    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
-                    disable=not err.is_terminal)
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal,
+    )
 
 
 class IngestRow:
@@ -71,15 +78,23 @@ class IngestRow:
                 self.skipped = info["done"]
             elif self.skipped is not None:  # this run's first call: say where a resumed build went on
                 if self.skipped:
-                    self._say(f"resuming the build of {info['conversation']}'s memory view: {self.skipped} of "
-                              f"{info['total']} {info['unit']} built by an earlier run")
+                    self._say(
+                        f"resuming the build of {info['conversation']}'s memory view: {self.skipped} of "
+                        f"{info['total']} {info['unit']} built by an earlier run"
+                    )
                 self.skipped = None
             failed = f", {info['failed']} failed or fell back" if info["failed"] else ""
-            self._set(f"{self.prefix}building {info['conversation']}: {info['unit']} "
-                      f"({plural(info['calls'], 'model call')} this run{failed})", info["done"], info["total"])
+            self._set(
+                f"{self.prefix}building {info['conversation']}: {info['unit']} "
+                f"({plural(info['calls'], 'model call')} this run{failed})",
+                info["done"],
+                info["total"],
+            )
         elif event == "ingest":
             self.close()
             self.building = None
             if info.get("built_calls"):
-                self._say(f"built {info['conversation']}'s memory view: {plural(info['built_calls'], 'model call')} this run; "
-                          f"{info['calls']} in all, {info['failed']} failed or fell back")
+                self._say(
+                    f"built {info['conversation']}'s memory view: {plural(info['built_calls'], 'model call')} this run; "
+                    f"{info['calls']} in all, {info['failed']} failed or fell back"
+                )

@@ -66,19 +66,36 @@ def _print_sweep(title: str, rows: list[dict], cols: tuple[str, ...], written: d
     for c in cols:
         t.add_column(c, justify="left" if c in ("run", "kind", "label") else "right")
     for row in rows:
-        t.add_row(*("-" if row[c] is None else (f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c])) for c in cols))
+        t.add_row(
+            *("-" if row[c] is None else (f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c])) for c in cols)
+        )
     console.print(t)
     console.print("wrote " + ", ".join(str(p) for p in written.values()))
 
 
-@sweep_app.command("budgetmem", cls=with_blocks(run=run_block(Path("runs/budgetmem/sweep"), "Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png."),
-                                               strategy_args=STRATEGY_BLOCK))
+@sweep_app.command(
+    "budgetmem",
+    cls=with_blocks(
+        run=run_block(
+            Path("runs/budgetmem/sweep"),
+            "Sweep directory: one sub-folder per run, sweep.csv, sweep.md, pareto.png, tier_ratios.png, k_sweep.png.",
+        ),
+        strategy_args=STRATEGY_BLOCK,
+    ),
+)
 def sweep_budgetmem(
     ctx: typer.Context,
-    lambdas: str = typer.Option("0,0.1,0.3,0.5,0.9", help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_L/router_best.pt (skipped, and reported, when missing)."),
+    lambdas: str = typer.Option(
+        "0,0.1,0.3,0.5,0.9",
+        help="Comma-separated lambdas; each uses ROUTER_DIR/lambda_L/router_best.pt (skipped, and reported, when missing).",
+    ),
     ks: str = typer.Option("1,3,5,8,10", help="Comma-separated retrieval sizes K for the K sweep (empty: no K sweep)."),
-    router_dir: Path = typer.Option(Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_L/ per lambda)."),
-    k_router: Optional[Path] = typer.Option(None, help="K sweep with this router checkpoint instead of all-Mid fixed tiers."),
+    router_dir: Path = typer.Option(
+        Path("runs/budgetmem/routers"), help="Folder of routers trained by `train router` (one lambda_L/ per lambda)."
+    ),
+    k_router: Optional[Path] = typer.Option(
+        None, help="K sweep with this router checkpoint instead of all-Mid fixed tiers."
+    ),
     k: int = typer.Option(5, min=1, help="K of the lambda runs and the fixed-tier baselines."),
 ):
     """BudgetMem sweep: routers over lambda, fixed-tier baselines (all low/mid/high) and K; resumable.
@@ -99,22 +116,41 @@ def sweep_budgetmem(
         _check_router(k_router)
     runs, missing = plan_budgetmem_sweep(lams, kvals, router_dir=router_dir, k=k, k_router=k_router, options=options)
     for p in missing:
-        err.print(f"[yellow]skipped:[/yellow] no router checkpoint {p} (train one with `memfrontier train router --lambda ...`)")
+        err.print(
+            f"[yellow]skipped:[/yellow] no router checkpoint {p} (train one with `memfrontier train router --lambda ...`)"
+        )
     for r in runs:
         if "router" in r.options:
             _check_router(Path(r.options["router"]))
     results = _run_sweep_with_progress(run.eval_config("budgetmem"), runs)
     written = write_sweep_report(results, run.out, missing)
-    _print_sweep(f"BudgetMem sweep ({plural(len(results), 'run')})", [table_row(r) for r in results],
-                 ("run", "n", "f1", "judge", "usd_x1e4", "qpc"), written)
+    _print_sweep(
+        f"BudgetMem sweep ({plural(len(results), 'run')})",
+        [table_row(r) for r in results],
+        ("run", "n", "f1", "judge", "usd_x1e4", "qpc"),
+        written,
+    )
 
 
-@sweep_app.command("mempilot", cls=with_blocks(run=run_block(Path("runs/mempilot/sweep"), "Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png."),
-                                               strategy_args=STRATEGY_BLOCK))
+@sweep_app.command(
+    "mempilot",
+    cls=with_blocks(
+        run=run_block(
+            Path("runs/mempilot/sweep"),
+            "Sweep folder: one sub-folder per preference, sweep.md/csv, model_share.csv, pareto_cost.png, pareto_latency.png.",
+        ),
+        strategy_args=STRATEGY_BLOCK,
+    ),
+)
 def sweep_mempilot(
     ctx: typer.Context,
-    preferences: str = typer.Option("perf,balanced,cost", help="Preference presets, comma-separated: perf | balanced | cost. (One run with weights of your own: `eval --strategy mempilot --set preference.quality=1 --set preference.cost=0.5 ...`.)"),
-    adapters: Optional[Path] = typer.Option(None, help="Folder with PREFERENCE/adapter from `train orchestrator` (missing: the untrained policy)."),
+    preferences: str = typer.Option(
+        "perf,balanced,cost",
+        help="Preference presets, comma-separated: perf | balanced | cost. (One run with weights of your own: `eval --strategy mempilot --set preference.quality=1 --set preference.cost=0.5 ...`.)",
+    ),
+    adapters: Optional[Path] = typer.Option(
+        None, help="Folder with PREFERENCE/adapter from `train orchestrator` (missing: the untrained policy)."
+    ),
 ):
     """MemPilot preference sweep: cost-quality and latency-quality frontiers and model-selection shares; resumable.
     --set / --strategy-config options apply to every run."""
@@ -135,18 +171,41 @@ def sweep_mempilot(
     runs = plan_mempilot_sweep(prefs, adapters=adapters, options=strategy_options("mempilot", strategy_args))
     results = _run_sweep_with_progress(run.eval_config("mempilot"), runs)
     written = write_mempilot_report(results, run.out, run.dataset)
-    _print_sweep(f"MemPilot preference sweep ({plural(len(results), 'run')}, {run.dataset})", [table_row(r) for r in results],
-                 ("label", "policy", "n", "f1", "usd_x1e4", "proxy_s", "delegate_calls", "image_accesses",
-                  "retrieve_calls", "curate_calls"), written)
+    _print_sweep(
+        f"MemPilot preference sweep ({plural(len(results), 'run')}, {run.dataset})",
+        [table_row(r) for r in results],
+        (
+            "label",
+            "policy",
+            "n",
+            "f1",
+            "usd_x1e4",
+            "proxy_s",
+            "delegate_calls",
+            "image_accesses",
+            "retrieve_calls",
+            "curate_calls",
+        ),
+        written,
+    )
 
 
-@sweep_app.command("memorycpt", cls=with_blocks(run=run_block(Path("runs/sweep-memorycpt"), "Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png."),
-                                               strategy_args=STRATEGY_BLOCK))
+@sweep_app.command(
+    "memorycpt",
+    cls=with_blocks(
+        run=run_block(Path("runs/sweep-memorycpt"), "Sweep folder: one sub-folder per run, sweep.md/csv, pareto.png."),
+        strategy_args=STRATEGY_BLOCK,
+    ),
+)
 def sweep_memorycpt(
     ctx: typer.Context,
-    what: str = typer.Option("depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."),
+    what: str = typer.Option(
+        "depth,ablation,alpha", help="Which sweeps: any of depth, ablation, alpha (comma-separated)."
+    ),
     alphas: str = typer.Option("0.2,0.4,0.6,0.8,1.0", help="alpha values whose LoRA-B adapters to compare."),
-    adapters: Path = typer.Option(Path("runs/qar"), help="Folder with alpha_A/adapter from `train qar --alpha A --out runs/qar/alpha_A`."),
+    adapters: Path = typer.Option(
+        Path("runs/qar"), help="Folder with alpha_A/adapter from `train qar --alpha A --out runs/qar/alpha_A`."
+    ),
 ):
     """MemoryCPT sweeps: LoRA-B reward weight alpha, RRF depth, and the QAD/QAR/FS ablations; resumable.
     --set / --strategy-config options apply to every run."""
@@ -163,14 +222,22 @@ def sweep_memorycpt(
     if not chosen or chosen - {"depth", "ablation", "alpha"}:
         _fail(f"--what takes depth, ablation and/or alpha; got {what!r}")
     options = strategy_options("memorycpt", strategy_args)
-    runs, missing = plan(_float_list("--alphas", alphas) if "alpha" in chosen else [],
-                         DEPTHS if "depth" in chosen else [], ABLATIONS if "ablation" in chosen else [],
-                         adapters=adapters, options=options)
+    runs, missing = plan(
+        _float_list("--alphas", alphas) if "alpha" in chosen else [],
+        DEPTHS if "depth" in chosen else [],
+        ABLATIONS if "ablation" in chosen else [],
+        adapters=adapters,
+        options=options,
+    )
     for p in missing:
         err.print(f"[yellow]skipped:[/yellow] no LoRA-B adapter {p}")
     if not runs:
         _fail("nothing to run")
     results = _run_sweep_with_progress(run.eval_config("memorycpt"), runs)
     written = write_memorycpt_report(results, run.out, missing)
-    _print_sweep(f"MemoryCPT sweep ({plural(len(results), 'run')})", [table_row(r) for r in results],
-                 ("kind", "label", "n", "f1", "usd_x1e4", "amortized_314_x1e4", "qpc"), written)
+    _print_sweep(
+        f"MemoryCPT sweep ({plural(len(results), 'run')})",
+        [table_row(r) for r in results],
+        ("kind", "label", "n", "f1", "usd_x1e4", "amortized_314_x1e4", "qpc"),
+        written,
+    )

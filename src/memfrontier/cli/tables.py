@@ -22,16 +22,29 @@ def frontier_table(report: dict):
     t = Table(title=f"frontier ({plural(len(report['question_ids']), 'question')})", title_justify="left")
     ok = [x for x in report["rows"] if x["status"] == "ok"]
     show_n = any(x["n"] != len(report["question_ids"]) for x in ok)  # the title says n when every row has it
-    for name, just in (("configuration", "left"), *((("n", "right"),) if show_n else ()), ("F1 [95% CI]", "left"),
-                       (f"ΔF1 vs {report['reference']} [95% CI]", "left"), ("USD ×1e4/q C(n)", "right"),
-                       ("QPC C(n)", "right"), ("proxy s/q", "right"), ("Pareto $ / s", "center")):
+    for name, just in (
+        ("configuration", "left"),
+        *((("n", "right"),) if show_n else ()),
+        ("F1 [95% CI]", "left"),
+        (f"ΔF1 vs {report['reference']} [95% CI]", "left"),
+        ("USD ×1e4/q C(n)", "right"),
+        ("QPC C(n)", "right"),
+        ("proxy s/q", "right"),
+        ("Pareto $ / s", "center"),
+    ):
         t.add_column(name, justify=just, no_wrap=name == "configuration", overflow="fold")
     for x in ok:
         unpriced = x.get("unpriced_calls")
-        t.add_row(x["label"], *((str(x["n"]),) if show_n else ()), interval(x["f1"], x["f1_low"], x["f1_high"]),
-                  delta_cell(x, report["reference"]),
-                  "unpriced" if unpriced else f"{x['usd_x1e4_amortized']:.4f}",
-                  "unpriced" if unpriced else f"{x['qpc']:.3f}", f"{x['proxy_s']:.2f}", pareto_cell(x))
+        t.add_row(
+            x["label"],
+            *((str(x["n"]),) if show_n else ()),
+            interval(x["f1"], x["f1_low"], x["f1_high"]),
+            delta_cell(x, report["reference"]),
+            "unpriced" if unpriced else f"{x['usd_x1e4_amortized']:.4f}",
+            "unpriced" if unpriced else f"{x['qpc']:.3f}",
+            f"{x['proxy_s']:.2f}",
+            pareto_cell(x),
+        )
     t.caption = "USD ×1e4/q C(n): amortized cost per question (construction / n + online); QPC: quality per cost"
     return fit_columns(t)
 
@@ -69,12 +82,22 @@ def tier_table(ratios: dict, title: str = "tier selection ratio per module"):
         t.add_row(module, *(f"{r.get(tier, 0.0):.2f}" for tier in cols))
     return fit_columns(t)
 
+
 def _train_table(log_path: Path):
     from rich.table import Table
 
-    cols = [("update", "update", 0), ("reward", "mean_reward", 4), ("±", "std_reward", 4), ("r_task", "r_task", 4),
-            ("r_cost", "r_cost", 4), ("alpha", "alpha", 3), ("val reward", "val_reward", 4), ("val F1", "val_f1", 4),
-            ("val USD ×1e4/q", "val_extraction_usd_per_question", 4), ("q/s", "train_questions_per_s", 2)]
+    cols = [
+        ("update", "update", 0),
+        ("reward", "mean_reward", 4),
+        ("±", "std_reward", 4),
+        ("r_task", "r_task", 4),
+        ("r_cost", "r_cost", 4),
+        ("alpha", "alpha", 3),
+        ("val reward", "val_reward", 4),
+        ("val F1", "val_f1", 4),
+        ("val USD ×1e4/q", "val_extraction_usd_per_question", 4),
+        ("q/s", "train_questions_per_s", 2),
+    ]
     t = Table(title=f"router training ({log_path})")
     for name, _key, _d in cols:
         t.add_column(name, justify="right")

@@ -54,8 +54,10 @@ def train_qad_cmd(ctx: typer.Context):
         files = sft_files(cfg.data)
         err.print(f"training LoRA-A on {plural(len(files), 'file')}: {', '.join(f.name for f in files)}")
         res = train_lora_sft(cfg, on_progress=lambda event, **info: err.print(f"[dim]{event}[/dim] {info}"))
-    console.print(f"{plural(res.steps, 'step')} on {plural(res.n_train, 'sample')} ({res.n_val} validation, {res.n_too_long} too long) "
-                  f"in {res.seconds:.0f}s; best validation loss {res.best_val_loss}")
+    console.print(
+        f"{plural(res.steps, 'step')} on {plural(res.n_train, 'sample')} ({res.n_val} validation, {res.n_too_long} too long) "
+        f"in {res.seconds:.0f}s; best validation loss {res.best_val_loss}"
+    )
     console.print(f"adapter: {res.adapter_dir}  merged: {res.merged_dir}  log: {res.train_log}")
 
 
@@ -81,10 +83,16 @@ def train_qar_cmd(ctx: typer.Context):
             mem.close()
     res = summary["result"]
     for s in summary["steps"]:
-        console.print(f"step {s['step']}: reward {s['reward_mean']:.3f}  F1 {s['f1_mean']:.3f}  "
-                      f"summary tokens {s['summary_tokens_mean']:.1f}")
-    console.print(f"{plural(res['steps'], 'step')} on {plural(summary['pool_size'], 'state')}; LoRA change ||Δφ||₂ = {res['lora_delta_l2']:.4g}")
-    console.print(f"adapter: {res['adapter_dir']} (use: eval --strategy memorycpt --set summarizer_adapter={res['adapter_dir']})")
+        console.print(
+            f"step {s['step']}: reward {s['reward_mean']:.3f}  F1 {s['f1_mean']:.3f}  "
+            f"summary tokens {s['summary_tokens_mean']:.1f}"
+        )
+    console.print(
+        f"{plural(res['steps'], 'step')} on {plural(summary['pool_size'], 'state')}; LoRA change ||Δφ||₂ = {res['lora_delta_l2']:.4g}"
+    )
+    console.print(
+        f"adapter: {res['adapter_dir']} (use: eval --strategy memorycpt --set summarizer_adapter={res['adapter_dir']})"
+    )
 
 
 @train_command("orchestrator", OrchestratorGRPOConfig)
@@ -97,16 +105,20 @@ def train_orchestrator_cmd(ctx: typer.Context):
     def on_progress(event, **info):
         if event == "step":
             r = info["row"]
-            console.print(f"step {r['step']}: {r['rollouts']} rollouts · valid {r['valid_share']:.2f} · Q {r['quality_mean']:.3f} · "
-                          f"r_task {r['task_reward_mean']:.3f} · USD {r['usd_mean']:.2e} · proxy {r['proxy_s_mean']:.2f}s · "
-                          f"loss {r['loss']:.4f} · KL {r['kl']:.2e} · ||Δφ|| {r['lora_delta_l2']:.3g} · {r['seconds']:.0f}s")
+            console.print(
+                f"step {r['step']}: {r['rollouts']} rollouts · valid {r['valid_share']:.2f} · Q {r['quality_mean']:.3f} · "
+                f"r_task {r['task_reward_mean']:.3f} · USD {r['usd_mean']:.2e} · proxy {r['proxy_s_mean']:.2f}s · "
+                f"loss {r['loss']:.4f} · KL {r['kl']:.2e} · ||Δφ|| {r['lora_delta_l2']:.3g} · {r['seconds']:.0f}s"
+            )
         else:
             err.print(f"[dim]{event}[/dim] " + " ".join(f"{k}={v}" for k, v in info.items()))
 
     with known_errors():
         summary = asyncio.run(train_orchestrator(cfg, on_progress=on_progress))
-    console.print(f"adapter: {summary['adapter_dir']} (use: eval --strategy mempilot --set adapter={summary['adapter_dir']}); "
-                  f"LoRA change ||Δφ||₂ = {summary['lora_delta_l2']:.4g}; {summary['seconds']:.0f}s")
+    console.print(
+        f"adapter: {summary['adapter_dir']} (use: eval --strategy mempilot --set adapter={summary['adapter_dir']}); "
+        f"LoRA change ||Δφ||₂ = {summary['lora_delta_l2']:.4g}; {summary['seconds']:.0f}s"
+    )
 
 
 @train_command("router", RouterPPOConfig)
@@ -120,27 +132,40 @@ def train_router_cmd(ctx: typer.Context):
 
         def on_progress(event, **info):
             if event == "start":
-                bar.update(task, total=info["updates"] * info["questions_per_update"], completed=0,
-                           description=f"ingesting ({info['train']} train / {info['val']} val questions)")
+                bar.update(
+                    task,
+                    total=info["updates"] * info["questions_per_update"],
+                    completed=0,
+                    description=f"ingesting ({info['train']} train / {info['val']} val questions)",
+                )
             elif event == "ingest":
                 bar.update(task, description=f"ingested {info['conversation']} (+{plural(info['added'], 'record')})")
             elif event == "question":
                 bar.advance(task)
             elif event == "update":
                 r = info["row"]
-                bar.update(task, description=f"update {r['update']}/{cfg.updates} · reward {r['mean_reward']:.3f} · "
-                                             f"val {r['val_reward']:.3f}")
+                bar.update(
+                    task,
+                    description=f"update {r['update']}/{cfg.updates} · reward {r['mean_reward']:.3f} · "
+                    f"val {r['val_reward']:.3f}",
+                )
 
         with known_errors(bar):
             summary = asyncio.run(train_router(cfg, on_progress=on_progress))
     console.print(_train_table(cfg.out / "train_log.jsonl"))
-    console.print(tier_table(summary["final"]["val_tier_ratios"], title="validation tier selection ratio (last update, greedy)"))
-    console.print(f"best update {summary['best_update']} (val reward {summary['best_val_reward']:.4f}); "
-                  f"module cache {plural(summary['module_cache']['hits'], 'hit')} / {plural(summary['module_cache']['misses'], 'miss', 'misses')}; "
-                  f"{plural(summary['llm_calls'], 'model call')}, {summary['llm_errors']} failed, "
-                  f"{plural(summary['fallbacks'], 'module output')} fell back to a lower tier")
-    console.print(f"wrote {cfg.out / 'router_best.pt'}, {cfg.out / 'router_last.pt'}, {cfg.out / 'train_log.jsonl'}, "
-                  f"{cfg.out / 'reward_curve.png'}")
+    console.print(
+        tier_table(summary["final"]["val_tier_ratios"], title="validation tier selection ratio (last update, greedy)")
+    )
+    console.print(
+        f"best update {summary['best_update']} (val reward {summary['best_val_reward']:.4f}); "
+        f"module cache {plural(summary['module_cache']['hits'], 'hit')} / {plural(summary['module_cache']['misses'], 'miss', 'misses')}; "
+        f"{plural(summary['llm_calls'], 'model call')}, {summary['llm_errors']} failed, "
+        f"{plural(summary['fallbacks'], 'module output')} fell back to a lower tier"
+    )
+    console.print(
+        f"wrote {cfg.out / 'router_best.pt'}, {cfg.out / 'router_last.pt'}, {cfg.out / 'train_log.jsonl'}, "
+        f"{cfg.out / 'reward_curve.png'}"
+    )
 
 
 @train_command("strategy-router", StrategyRouterConfig)
@@ -155,15 +180,24 @@ def train_strategy_router_cmd(ctx: typer.Context):
     with known_errors():
         res = train_strategy_router(cfg)
     console.print(Markdown(res["validation_md"].read_text("utf-8")))
-    console.print(f"wrote {res['router']}, {res['validation_json']}, {res['validation_md']} "
-                  f"(use: eval --strategy auto --set router={res['router']} --set preference=balanced)")
+    console.print(
+        f"wrote {res['router']}, {res['validation_json']}, {res['validation_md']} "
+        f"(use: eval --strategy auto --set router={res['router']} --set preference=balanced)"
+    )
+
 
 @export_app.command("sft")
 def export_sft_cmd(
-    store: Path = typer.Option(..., help="A store directory whose MemoryCPT memories were built (e.g. runs/demo/store)."),
+    store: Path = typer.Option(
+        ..., help="A store directory whose MemoryCPT memories were built (e.g. runs/demo/store)."
+    ),
     out: Path = typer.Option(Path("runs/sft"), help="Output directory: one ShareGPT JSONL per construction role."),
-    bank: Optional[str] = typer.Option(None, help="Only this bank (file name under STORE/banks without .db); default every memorycpt-* bank."),
-    include_rejected: bool = typer.Option(False, "--include-rejected", help="Also export outputs the validator rejected (not recommended as SFT targets)."),
+    bank: Optional[str] = typer.Option(
+        None, help="Only this bank (file name under STORE/banks without .db); default every memorycpt-* bank."
+    ),
+    include_rejected: bool = typer.Option(
+        False, "--include-rejected", help="Also export outputs the validator rejected (not recommended as SFT targets)."
+    ),
 ):
     """Teacher traces of MemoryCPT construction -> per-role ShareGPT JSONL for `train qad` (LoRA-A)."""
     from ..embed.minilm import MiniLMEmbedder
@@ -172,7 +206,9 @@ def export_sft_cmd(
     root = _existing_store(store) / "banks"
     files = [root / f"{bank}.db"] if bank else sorted(root.glob("memorycpt-*.db"))
     if not files or not all(f.is_file() for f in files):
-        _fail(f"no MemoryCPT memory bank under {root}; build one with `memfrontier eval --strategy memorycpt --store {store}`")
+        _fail(
+            f"no MemoryCPT memory bank under {root}; build one with `memfrontier eval --strategy memorycpt --store {store}`"
+        )
     counts = export_sft(files, out, MiniLMEmbedder(), include_rejected=include_rejected)
     if not counts:
         _fail(f"the banks in {root} hold no traces{'' if include_rejected else ' of accepted operations'}")

@@ -43,8 +43,10 @@ def amortization_table(construction_usd: float, online_usd: float, ns: Iterable[
     ascending order; MemoryCPT Eq. 20 / Table 10. ``construction_usd`` is the whole store's build
     (every conversation its questions are asked about), n the questions asked of it in all.
     Raises ValueError for an n <= 0."""
-    return {("inf" if math.isinf(n) else str(int(n))): amortized_cost_usd(construction_usd, n, online_usd)
-            for n in sorted(set(ns))}
+    return {
+        ("inf" if math.isinf(n) else str(int(n))): amortized_cost_usd(construction_usd, n, online_usd)
+        for n in sorted(set(ns))
+    }
 
 
 def qpc(f1: float, usd_per_question: float) -> float:

@@ -49,5 +49,7 @@ class EmptyScopeError(ValueError):
 def empty_scope_message() -> str:
     """The one message of :class:`EmptyScopeError` (it names no id: a service's scopes carry its
     tenant's prefix, which its callers do not write)."""
-    return ("no records in this scope: the answer would come from no memory; add some first "
-            "(Memory.add, POST /v1/memories, `memfrontier ingest`) or check the scope ids")
+    return (
+        "no records in this scope: the answer would come from no memory; add some first "
+        "(Memory.add, POST /v1/memories, `memfrontier ingest`) or check the scope ids"
+    )

@@ -20,8 +20,11 @@ class MissingExtraError(ImportError):
 
     def __init__(self, feature: str, extra: str, missing: list[str]):
         self.feature, self.extra, self.missing = feature, extra, list(missing)
-        super().__init__(f"{feature} needs the '{extra}' extra ({', '.join(missing)} not installed): "
-                         f"pip install 'memfrontier[{extra}]'", name=missing[0] if missing else None)
+        super().__init__(
+            f"{feature} needs the '{extra}' extra ({', '.join(missing)} not installed): "
+            f"pip install 'memfrontier[{extra}]'",
+            name=missing[0] if missing else None,
+        )
 
 
 def missing_modules(*modules: str) -> list[str]:

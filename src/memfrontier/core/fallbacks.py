@@ -50,8 +50,9 @@ def _fallback_records(records) -> list[dict]:
     return [r if isinstance(r, dict) else r.model_dump() for r in records or ()]
 
 
-def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, *,
-                    construction: Iterable[dict] = ()) -> dict:
+def fallback_report(
+    rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, *, construction: Iterable[dict] = ()
+) -> dict:
     """Error and fallback shares per role over result ``rows`` and ``construction`` entries.
 
     Returns ``{"threshold": float, "by_role": {role: {"calls", "errors", "fallbacks",
@@ -64,10 +65,17 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
     """
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"fallback threshold must be in [0, 1], not {threshold}")
-    built = [{"usage": {"by_role": {r: {"calls": n} for r, n in (c.get("calls_by_role") or {}).items()},
-                        "events": c.get("events") or {}, "fallbacks": c.get("fallbacks") or []},
-              "call_errors": c.get("call_errors") or ()}
-             for c in construction]
+    built = [
+        {
+            "usage": {
+                "by_role": {r: {"calls": n} for r, n in (c.get("calls_by_role") or {}).items()},
+                "events": c.get("events") or {},
+                "fallbacks": c.get("fallbacks") or [],
+            },
+            "call_errors": c.get("call_errors") or (),
+        }
+        for c in construction
+    ]
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     fallbacks: Counter[str] = Counter()
@@ -80,7 +88,7 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
             calls[role] += int(st.get("calls", 0))
         for ev, n in (usage.get("events") or {}).items():
             if ev.startswith("llm_error."):
-                errors[ev[len("llm_error."):]] += int(n)
+                errors[ev[len("llm_error.") :]] += int(n)
         for f in _fallback_records(usage.get("fallbacks")):
             if int(f.get("step", 0)) == 0:  # one module execution, however far down its chain it fell
                 fallbacks[f["role"]] += 1
@@ -90,7 +98,9 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
             first_error.setdefault(e["role"], e["error"])
         meta = r.get("strategy_meta")
         if isinstance(meta, dict):  # a strategy that makes a call itself notes its error as ROLE_error
-            meta_errors += [(k[: -len("_error")], v) for k, v in meta.items() if k.endswith("_error") and isinstance(v, str) and v]
+            meta_errors += [
+                (k[: -len("_error")], v) for k, v in meta.items() if k.endswith("_error") and isinstance(v, str) and v
+            ]
     for role, msg in meta_errors:
         if role in errors:
             first_error.setdefault(role, msg)
@@ -100,20 +110,28 @@ def fallback_report(rows: Iterable[dict], threshold: float = DEFAULT_THRESHOLD, 
         top = reasons.get(role)
         reason, count = max(top.items(), key=lambda kv: (kv[1], kv[0])) if top else (None, 0)
         by_role[role] = {
-            "calls": n, "errors": errors[role], "fallbacks": fallbacks[role],
+            "calls": n,
+            "errors": errors[role],
+            "fallbacks": fallbacks[role],
             "error_share": errors[role] / n if n else 0.0,
             "fallback_share": fallbacks[role] / n if n else 0.0,
             "first_error": first_error.get(role),
             "top_rejection": f"{reason} ({count})" if reason else None,
         }
     worst = sorted(((max(v["error_share"], v["fallback_share"]), role) for role, v in by_role.items()), reverse=True)
-    return {"threshold": threshold, "by_role": by_role, "exceeded": [role for share, role in worst if share > threshold]}
+    return {
+        "threshold": threshold,
+        "by_role": by_role,
+        "exceeded": [role for share, role in worst if share > threshold],
+    }
 
 
 def why(v: dict) -> str | None:
     """What went wrong with a role (a :func:`fallback_report` entry): its first call error, else the
     most frequent reason of its fallbacks; None when neither was recorded."""
-    return v.get("first_error") or (f"outputs refused, most often {v['top_rejection']}" if v.get("top_rejection") else None)
+    return v.get("first_error") or (
+        f"outputs refused, most often {v['top_rejection']}" if v.get("top_rejection") else None
+    )
 
 
 #: What a refused eval run tells its caller to do (the end of :func:`exceeded_message`).
@@ -129,7 +147,9 @@ def exceeded_message(report: dict, advice: str = EVAL_ADVICE) -> str | None:
     v = report["by_role"][role]
     others = len(report["exceeded"]) - 1
     first = why(v) or f"no message recorded (events llm_error.{role} / fallback records)"
-    return (f"role {role!r}: {v['errors']} of {v['calls']} calls failed ({v['error_share']:.0%}), "
-            f"{v['fallbacks']} fell back ({v['fallback_share']:.0%}); threshold {report['threshold']:.0%}"
-            + (f"; {others} more role(s) above it" if others else "")
-            + f". First error: {first}. {advice}")
+    return (
+        f"role {role!r}: {v['errors']} of {v['calls']} calls failed ({v['error_share']:.0%}), "
+        f"{v['fallbacks']} fell back ({v['fallback_share']:.0%}); threshold {report['threshold']:.0%}"
+        + (f"; {others} more role(s) above it" if others else "")
+        + f". First error: {first}. {advice}"
+    )

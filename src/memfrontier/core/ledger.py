@@ -134,8 +134,11 @@ def stage_totals(calls: list[Call]) -> StageUsage:
 
 def _spent(calls: list[Call]) -> tuple[float, int, float]:
     """(USD, input + output tokens, latency proxy seconds) of ``calls``."""
-    return (sum(c.usd or 0.0 for c in calls), sum(c.input_tokens + c.output_tokens for c in calls),
-            trajectory_proxy_s((c.parallel_stage, c.proxy_s) for c in calls))
+    return (
+        sum(c.usd or 0.0 for c in calls),
+        sum(c.input_tokens + c.output_tokens for c in calls),
+        trajectory_proxy_s((c.parallel_stage, c.proxy_s) for c in calls),
+    )
 
 
 class LedgerSpan:
@@ -159,8 +162,12 @@ class LedgerSpan:
         build resumed over several runs still reports every unit: :meth:`usage`'s fields plus
         ``calls_by_role``, ``events`` and ``fallbacks`` (record dicts) (JSON-ready; summed over
         units with :func:`sum_usage_records`)."""
-        return {**self.usage().model_dump(), "calls_by_role": dict(Counter(c.role for c in self.calls)),
-                "events": dict(self.events), "fallbacks": [f.model_dump() for f in self.fallbacks]}
+        return {
+            **self.usage().model_dump(),
+            "calls_by_role": dict(Counter(c.role for c in self.calls)),
+            "events": dict(self.events),
+            "fallbacks": [f.model_dump() for f in self.fallbacks],
+        }
 
     def usd(self) -> float:
         """USD of the span's calls (unpriced calls count 0 and are flagged in :meth:`usage`)."""
@@ -215,8 +222,16 @@ class Ledger:
     def record_local(self, role: str, wall_s: float, model_id: str = "local") -> Call:
         """Record non-LLM work (rules, a router, a small local encoder) as a call: $0, latency
         proxy 0, the measured ``wall_s`` seconds, in the current stage."""
-        return self.record(Call(stage=current_stage(), role=role, model_id=model_id, usd=0.0, proxy_s=0.0,
-                                wall_s=max(float(wall_s), 1e-9)))
+        return self.record(
+            Call(
+                stage=current_stage(),
+                role=role,
+                model_id=model_id,
+                usd=0.0,
+                proxy_s=0.0,
+                wall_s=max(float(wall_s), 1e-9),
+            )
+        )
 
     def count(self, event: str, n: int = 1) -> None:
         """Count a visible event (e.g. ``parse_error.answerer``, ``fallback.truncated_context``), in
@@ -226,8 +241,9 @@ class Ledger:
             if view.ledger is self:
                 view.events[event] += n
 
-    def fallback(self, *, role: str, module: str, tier: str | None = None, reason: str | None = None,
-                 step: int = 0) -> FallbackRecord:
+    def fallback(
+        self, *, role: str, module: str, tier: str | None = None, reason: str | None = None, step: int = 0
+    ) -> FallbackRecord:
         """Record that ``role``'s output was replaced at ``step`` of its module's fallback chain
         (:class:`FallbackRecord`), in this ledger and in each of its open spans."""
         rec = FallbackRecord(role=role, module=module, tier=tier, reason=reason, step=step)
@@ -238,8 +254,9 @@ class Ledger:
         return rec
 
     # --- hard budgets ----------------------------------------------------------------------
-    def would_exceed(self, budget: Budget, *, usd: float | None = 0.0, tokens: int = 0, proxy_s: float = 0.0,
-                     stage: Stage = "query") -> str | None:
+    def would_exceed(
+        self, budget: Budget, *, usd: float | None = 0.0, tokens: int = 0, proxy_s: float = 0.0, stage: Stage = "query"
+    ) -> str | None:
         """The first cap of ``budget`` that ``stage``'s spend, plus the calls in flight, plus one
         more call costing at most ``usd`` / ``tokens`` (input + output) / ``proxy_s`` would
         exceed, as a message; None when all caps hold. ``usd=None`` (an unpriced call) breaks a
@@ -288,7 +305,9 @@ class Ledger:
         return sum(c.usd or 0.0 for c in self.calls if stage is None or c.stage == stage)
 
     def proxy_s(self, stage: Stage | None = None) -> float:
-        return trajectory_proxy_s((c.parallel_stage, c.proxy_s) for c in self.calls if stage is None or c.stage == stage)
+        return trajectory_proxy_s(
+            (c.parallel_stage, c.proxy_s) for c in self.calls if stage is None or c.stage == stage
+        )
 
     def extend(self, other: "Ledger") -> None:
         self.calls.extend(other.calls)
@@ -322,8 +341,9 @@ def count_event(event: str, n: int = 1) -> None:
         ledger.count(event, n)
 
 
-def record_fallback(*, role: str, module: str, tier: str | None = None, reason: str | None = None,
-                    step: int = 0) -> None:
+def record_fallback(
+    *, role: str, module: str, tier: str | None = None, reason: str | None = None, step: int = 0
+) -> None:
     """:meth:`Ledger.fallback` on the current ledger; a no-op outside :func:`use_ledger`."""
     ledger = _current.get()
     if ledger is not None:

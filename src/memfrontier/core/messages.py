@@ -54,8 +54,9 @@ def _image(part: Mapping, where: str) -> ImageRef:
     url = _image_url(part, where)
     image_id = "img-" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     caption = part.get("caption", "")
-    return ImageRef(id=image_id, caption=_field_text(caption, f"{where}.caption"),
-                    path=None if url[:5].lower() == "data:" else url)
+    return ImageRef(
+        id=image_id, caption=_field_text(caption, f"{where}.caption"), path=None if url[:5].lower() == "data:" else url
+    )
 
 
 def content_to_text(content, where: str = "content") -> tuple[str, list[ImageRef]]:
@@ -103,7 +104,9 @@ def check_network_images(messages) -> None:
         for j, part in enumerate(content):
             if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
                 continue
-            where = f"message {i}.content[{j}].image_url" + (".url" if isinstance(part.get("image_url"), Mapping) else "")
+            where = f"message {i}.content[{j}].image_url" + (
+                ".url" if isinstance(part.get("image_url"), Mapping) else ""
+            )
             url = _image_url(part, f"message {i}.content[{j}]")
             try:
                 parts = urlsplit(url)
@@ -111,8 +114,10 @@ def check_network_images(messages) -> None:
                 parts = None
             scheme = parts.scheme.lower() if parts else ""
             if scheme not in NETWORK_IMAGE_SCHEMES or (scheme != "data" and not parts.netloc):
-                raise ValueError(f"{where}: {url[:80]!r} is not an http(s): or data: URL (a local path or another "
-                                 f"scheme is not accepted over the service)")
+                raise ValueError(
+                    f"{where}: {url[:80]!r} is not an http(s): or data: URL (a local path or another "
+                    f"scheme is not accepted over the service)"
+                )
 
 
 def as_message_list(messages) -> list:
@@ -121,8 +126,9 @@ def as_message_list(messages) -> list:
         return [messages]
     if isinstance(messages, (list, tuple)):
         return list(messages)
-    raise ValueError("messages must be a string, a chat dict, a Record or a list of them; "
-                     f"got {type(messages).__name__}")
+    raise ValueError(
+        f"messages must be a string, a chat dict, a Record or a list of them; got {type(messages).__name__}"
+    )
 
 
 def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=None) -> list[Record]:
@@ -149,13 +155,27 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
         role = _field_text(m.get("role", "user"), f"{where}.role")
         speaker_raw = m.get("speaker") or m.get("name") or role
         speaker = _field_text(speaker_raw, f"{where}.speaker")
-        ts = canonical_timestamp(m["timestamp"], what=f"{where}.timestamp") if m.get("timestamp") is not None else default_ts
+        ts = (
+            canonical_timestamp(m["timestamp"], what=f"{where}.timestamp")
+            if m.get("timestamp") is not None
+            else default_ts
+        )
         rid = m.get("id")
         if rid is not None:
             rid = _field_text(rid, f"{where}.id")
             if not rid.strip():
                 raise ValueError(f"{where}.id is empty")
         rid = rid or record_id(scope, session_id, i, speaker, text, ts)
-        out.append(Record(id=rid, scope=scope, session_id=session_id, speaker=speaker, role=role, timestamp=ts,
-                          text=text, images=images))
+        out.append(
+            Record(
+                id=rid,
+                scope=scope,
+                session_id=session_id,
+                speaker=speaker,
+                role=role,
+                timestamp=ts,
+                text=text,
+                images=images,
+            )
+        )
     return out

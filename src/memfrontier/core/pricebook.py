@@ -58,7 +58,9 @@ class ModelPrice(BaseModel):
         """
         if cached_tokens > input_tokens:
             raise ValueError(f"cached_tokens ({cached_tokens}) exceeds input_tokens ({input_tokens})")
-        cached_price = self.cached_input_usd_per_mtok if self.cached_input_usd_per_mtok is not None else self.input_usd_per_mtok
+        cached_price = (
+            self.cached_input_usd_per_mtok if self.cached_input_usd_per_mtok is not None else self.input_usd_per_mtok
+        )
         return 1e-6 * (
             self.input_usd_per_mtok * (input_tokens - cached_tokens)
             + cached_price * cached_tokens

@@ -18,8 +18,13 @@ def git_commit(cwd: Path | None = None) -> dict:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return {"commit": "unknown", "dirty": None}
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
-                            capture_output=True, text=True, timeout=5)
+        st = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return {"commit": sha.stdout.strip(), "dirty": bool(st.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown", "dirty": None}

@@ -97,5 +97,14 @@ def required_purgers(folder: str | Path) -> set[str]:
     return {line.strip() for line in text.splitlines() if line.strip()}
 
 
-__all__ = ["REQUIRED_FILE", "Purge", "PurgeDeferred", "ViewPurger", "register_view_purger", "require_view_purger",
-           "required_purgers", "unregister_view_purger", "view_purgers"]
+__all__ = [
+    "REQUIRED_FILE",
+    "Purge",
+    "PurgeDeferred",
+    "ViewPurger",
+    "register_view_purger",
+    "require_view_purger",
+    "required_purgers",
+    "unregister_view_purger",
+    "view_purgers",
+]

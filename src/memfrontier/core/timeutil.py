@@ -66,7 +66,7 @@ def parse_iso(value: str) -> datetime | None:
     m = _LOOSE_DATE_RE.match(text)
     if m:  # pad month and day so fromisoformat reads it
         y, mo, d = m.groups()
-        text = f"{y}-{int(mo):02d}-{int(d):02d}{text[m.end():]}"
+        text = f"{y}-{int(mo):02d}-{int(d):02d}{text[m.end() :]}"
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
@@ -90,8 +90,9 @@ def _date_parser(reference: datetime | None, prefer: str, year_first: bool):
     return DateDataParser(languages=["en"], settings=settings)
 
 
-def read_date(text: str, reference: datetime | None = None, *,
-              prefer: Literal["past", "future"] = "past") -> tuple[datetime, str] | None:
+def read_date(
+    text: str, reference: datetime | None = None, *, prefer: Literal["past", "future"] = "past"
+) -> tuple[datetime, str] | None:
     """A written date or time phrase -> ``(instant, period)``; None when it cannot be read.
 
     ``instant``: aware UTC datetime. ``period``: the precision the text gives, ``"day"``,

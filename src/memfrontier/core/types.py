@@ -66,15 +66,20 @@ class Scope(BaseModel):
         characters outside ``[A-Za-z0-9_-]`` replaced by ``_``, each id cut to 24 characters; ``any``
         when no id is set) plus ``-`` and the first 16 hex digits of sha256(:meth:`key`). The hash
         makes it injective (the readable part alone is not: ``x|y`` and ``x_y`` read the same)."""
-        parts = [f"{tag}-{_SLUG_RE.sub('_', v)[:24]}" for tag, v in
-                 (("u", self.user_id), ("a", self.agent_id), ("r", self.run_id)) if v is not None]
+        parts = [
+            f"{tag}-{_SLUG_RE.sub('_', v)[:24]}"
+            for tag, v in (("u", self.user_id), ("a", self.agent_id), ("r", self.run_id))
+            if v is not None
+        ]
         digest = hashlib.sha256(self.key().encode("ascii")).hexdigest()[:16]
         return f"{'.'.join(parts) or 'any'}-{digest}"
 
     def matches(self, other: "Scope") -> bool:
         """Whether the record scope ``other`` is inside this search scope (``None`` here matches any)."""
-        return all(v is None or getattr(other, f) == v for f, v in
-                   (("user_id", self.user_id), ("agent_id", self.agent_id), ("run_id", self.run_id)))
+        return all(
+            v is None or getattr(other, f) == v
+            for f, v in (("user_id", self.user_id), ("agent_id", self.agent_id), ("run_id", self.run_id))
+        )
 
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]")
@@ -136,7 +141,9 @@ class Record(BaseModel):
 
 def record_id(scope: Scope, session_id: str, position: int, speaker: str, text: str, timestamp: str | None) -> str:
     """Deterministic content-derived id for a record added without one (idempotent ingest)."""
-    h = hashlib.sha256("\x1f".join([scope.key(), session_id, str(position), speaker, timestamp or "", text]).encode("utf-8"))
+    h = hashlib.sha256(
+        "\x1f".join([scope.key(), session_id, str(position), speaker, timestamp or "", text]).encode("utf-8")
+    )
     return "r-" + h.hexdigest()[:20]
 
 
@@ -285,5 +292,8 @@ class Budget(BaseModel):
         def low(x, y):
             return y if x is None else x if y is None else min(x, y)
 
-        return Budget(max_usd=low(self.max_usd, other.max_usd), max_tokens=low(self.max_tokens, other.max_tokens),
-                      max_proxy_s=low(self.max_proxy_s, other.max_proxy_s))
+        return Budget(
+            max_usd=low(self.max_usd, other.max_usd),
+            max_tokens=low(self.max_tokens, other.max_tokens),
+            max_proxy_s=low(self.max_proxy_s, other.max_proxy_s),
+        )

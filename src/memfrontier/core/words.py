@@ -5,8 +5,15 @@ agrees with its number."""
 from __future__ import annotations
 
 #: Nouns whose plural is not the noun plus ``s``.
-_IRREGULAR = {"entry": "entries", "query": "queries", "summary": "summaries", "memory": "memories",
-              "match": "matches", "batch": "batches", "index": "indexes"}
+_IRREGULAR = {
+    "entry": "entries",
+    "query": "queries",
+    "summary": "summaries",
+    "memory": "memories",
+    "match": "matches",
+    "batch": "batches",
+    "index": "indexes",
+}
 
 
 def plural_noun(n: int | float, noun: str, many: str | None = None) -> str:

@@ -174,7 +174,9 @@ class MiniLMEmbedder:
         """WordPiece tokens in ``text``, special tokens excluded (no truncation while counting)."""
         if not text:
             return 0
-        return len(self.tokenizer(clean_text(text), add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+        return len(
+            self.tokenizer(clean_text(text), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        )
 
     def count_tokens_batch(self, texts: list[str]) -> list[int]:
         """``count_tokens`` for many texts in one tokenizer call (faster)."""

@@ -103,13 +103,30 @@ class EvalConfig(BaseModel):
         version (a changed price book is another run). A strategy option that
         names a file (e.g. a router checkpoint) also contributes the file's sha256, so a retrained
         file at the same path is a different run."""
-        ident = self.model_dump(mode="json", include={"dataset", "split", "strategy", "strategy_options", "llm",
-                                                      "base_url", "seed", "limit", "judge", "judge_llm", "price_as"})
+        ident = self.model_dump(
+            mode="json",
+            include={
+                "dataset",
+                "split",
+                "strategy",
+                "strategy_options",
+                "llm",
+                "base_url",
+                "seed",
+                "limit",
+                "judge",
+                "judge_llm",
+                "price_as",
+            },
+        )
         # prices and latency profiles are part of every recorded call: a resumed run under another
         # price-book version would mix two books in one summary
         ident["price_book_version"] = PriceBook.load(self.price_book).version
-        files = {k: sha256_file(v) for k, v in sorted(self.strategy_options.items())
-                 if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()}
+        files = {
+            k: sha256_file(v)
+            for k, v in sorted(self.strategy_options.items())
+            if isinstance(v, (str, Path)) and str(v) and Path(v).is_file()
+        }
         if files:
             ident["strategy_option_sha256"] = files
         if self.data_file is not None:  # another data file is another run (absent: the default file)

@@ -44,8 +44,17 @@ class LocalExecutor:
     those built before it and the turns still to build. Questions run ``concurrency`` at a time,
     scheduled in the given order."""
 
-    def __init__(self, mem, strategy, judge, dataset: str, *, concurrency: int = 1,
-                 progress: Callable | None = None, stop_above: float | None = None):
+    def __init__(
+        self,
+        mem,
+        strategy,
+        judge,
+        dataset: str,
+        *,
+        concurrency: int = 1,
+        progress: Callable | None = None,
+        stop_above: float | None = None,
+    ):
         self.mem, self.strategy, self.judge, self.dataset = mem, strategy, judge, dataset
         self.concurrency = max(1, concurrency)
         self.progress = progress
@@ -54,8 +63,15 @@ class LocalExecutor:
     async def construct(self, convs: list[Conversation]) -> AsyncIterator[tuple[str, dict]]:
         settled: list[dict] = []
         for i, c in enumerate(convs):
-            entry = await construct(self.mem, self.strategy, c, self.progress, stop_above=self.stop_above,
-                                    settled=list(settled), turns_left=sum(len(x.records) for x in convs[i + 1:]))
+            entry = await construct(
+                self.mem,
+                self.strategy,
+                c,
+                self.progress,
+                stop_above=self.stop_above,
+                settled=list(settled),
+                turns_left=sum(len(x.records) for x in convs[i + 1 :]),
+            )
             settled.append(entry)
             yield c.id, entry
 

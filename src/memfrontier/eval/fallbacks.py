@@ -9,8 +9,16 @@ from typing import Iterable
 
 from ..core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report, why
 
-__all__ = ["DEFAULT_THRESHOLD", "DOOM_MARGIN", "FallbackError", "doomed_build", "fallback_report", "exceeded_message",
-           "unrecorded_units", "why"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "DOOM_MARGIN",
+    "FallbackError",
+    "doomed_build",
+    "fallback_report",
+    "exceeded_message",
+    "unrecorded_units",
+    "why",
+]
 
 #: How far a construction's failures must exceed the threshold of its projected calls before it is
 #: stopped (the projection assumes the work left costs what the work done did; the margin covers
@@ -18,8 +26,14 @@ __all__ = ["DEFAULT_THRESHOLD", "DOOM_MARGIN", "FallbackError", "doomed_build", 
 DOOM_MARGIN = 1.5
 
 
-def doomed_build(entry: dict, threshold: float = DEFAULT_THRESHOLD, *, growth: float, future: float = 1.0,
-                 settled: Iterable[dict] = ()) -> str | None:
+def doomed_build(
+    entry: dict,
+    threshold: float = DEFAULT_THRESHOLD,
+    *,
+    growth: float,
+    future: float = 1.0,
+    settled: Iterable[dict] = (),
+) -> str | None:
     """Why a run's memory construction under way is bound to end above ``threshold``, or None.
 
     ``entry``: the counts of the conversation being built, this run's calls so far
@@ -43,14 +57,24 @@ def doomed_build(entry: dict, threshold: float = DEFAULT_THRESHOLD, *, growth: f
         failed = max(errors, fallbacks)
         projected = (b["calls"] + a["calls"] * growth) * future
         if failed and failed > threshold * DOOM_MARGIN * projected and (worst is None or failed / projected > worst[0]):
-            worst = (failed / projected, role, a, failed, calls, projected, "failed" if errors >= fallbacks else "fell back")
+            worst = (
+                failed / projected,
+                role,
+                a,
+                failed,
+                calls,
+                projected,
+                "failed" if errors >= fallbacks else "fell back",
+            )
     if worst is None:
         return None
     _, role, a, failed, calls, projected, what = worst
     reason = why(a)
-    return (f"role {role!r}: {failed} of its {calls} calls so far {what}, already {failed / projected:.0%} of the "
-            f"~{projected:.0f} calls the run's memory construction would make; threshold {threshold:.0%}"
-            + (f". First error: {reason}" if reason else ""))
+    return (
+        f"role {role!r}: {failed} of its {calls} calls so far {what}, already {failed / projected:.0%} of the "
+        f"~{projected:.0f} calls the run's memory construction would make; threshold {threshold:.0%}"
+        + (f". First error: {reason}" if reason else "")
+    )
 
 
 #: Construction-entry counters of units built before units recorded their calls and failures, and

@@ -54,14 +54,20 @@ class Judge:
         self.protocol = protocol
         self.prompt_version = LONGMEMEVAL_PROMPT_VERSION if protocol == "longmemeval" else PROMPT_VERSION
 
-    async def __call__(self, question: str, gold: str, generated: str, *, question_type: str | None = None,
-                       abstention: bool = False) -> bool | None:
+    async def __call__(
+        self, question: str, gold: str, generated: str, *, question_type: str | None = None, abstention: bool = False
+    ) -> bool | None:
         if self.protocol == "longmemeval":
             prompt = longmemeval_prompt(question_type or "", question, gold, generated, abstention=abstention)
         else:
             prompt = JUDGE_TEMPLATE.format(question=question, gold=gold, generated=generated)
-        out = await self.llm.complete([{"role": "user", "content": prompt}], role="judge",
-                                      max_tokens=16, temperature=0.0, json_schema=LABEL_SCHEMA)
+        out = await self.llm.complete(
+            [{"role": "user", "content": prompt}],
+            role="judge",
+            max_tokens=16,
+            temperature=0.0,
+            json_schema=LABEL_SCHEMA,
+        )
         label = parse_judge_label(out.text)
         if label is None:
             count_event("judge_error")
@@ -78,5 +84,7 @@ def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None, *
     """A :class:`Judge` on ``judge_llm`` (an LLM spec) or, by default, ``mem``'s answer model,
     made by :meth:`~memfrontier.strategies.base.MemoryEnv.model`: priced by the run's price book,
     ``price_as`` and ``allow_unpriced``. ``dataset="longmemeval"`` selects that benchmark's protocol."""
-    return Judge(mem.env.model(judge_llm, "judge", base_url=base_url),
-                 protocol="longmemeval" if dataset == "longmemeval" else "memorycpt")
+    return Judge(
+        mem.env.model(judge_llm, "judge", base_url=base_url),
+        protocol="longmemeval" if dataset == "longmemeval" else "memorycpt",
+    )

@@ -23,37 +23,57 @@ from __future__ import annotations
 
 PROMPT_VERSION = "judge-longmemeval-v1"
 
-QUESTION_TYPES = ("single-session-user", "single-session-assistant", "multi-session", "temporal-reasoning",
-                  "knowledge-update", "single-session-preference")
+QUESTION_TYPES = (
+    "single-session-user",
+    "single-session-assistant",
+    "multi-session",
+    "temporal-reasoning",
+    "knowledge-update",
+    "single-session-preference",
+)
 
-_HEAD = ("You grade one response of a chat assistant that answers from its long-term memory of past "
-         "conversations with the user.\n\n")
-_TAIL = ('\nReturn ONLY a JSON object: {{"label": "CORRECT"}} or {{"label": "WRONG"}}.\n'
-         "Do not add anything outside the JSON.\n")
+_HEAD = (
+    "You grade one response of a chat assistant that answers from its long-term memory of past "
+    "conversations with the user.\n\n"
+)
+_TAIL = (
+    '\nReturn ONLY a JSON object: {{"label": "CORRECT"}} or {{"label": "WRONG"}}.\n'
+    "Do not add anything outside the JSON.\n"
+)
 
-_FACT = ("Question: {question}\nReference answer: {gold}\nResponse: {generated}\n\n"
-         "Label the response CORRECT if it states the reference answer or an equivalent one; extra correct "
-         "detail is fine. Label it WRONG if it gives a different answer, only part of a multi-part answer, "
-         "or no answer.{extra}\n")
+_FACT = (
+    "Question: {question}\nReference answer: {gold}\nResponse: {generated}\n\n"
+    "Label the response CORRECT if it states the reference answer or an equivalent one; extra correct "
+    "detail is fine. Label it WRONG if it gives a different answer, only part of a multi-part answer, "
+    "or no answer.{extra}\n"
+)
 
 _RULES = {
-    "temporal-reasoning": (" A count of days, weeks or months that differs from the reference by one "
-                           "(for example 18 days instead of 19) is still CORRECT, because whether the first or "
-                           "the last day is counted varies."),
-    "knowledge-update": (" The reference is the most recent value of something that changed over time. A response "
-                         "that also mentions earlier values is CORRECT as long as it gives the updated value as "
-                         "the answer."),
+    "temporal-reasoning": (
+        " A count of days, weeks or months that differs from the reference by one "
+        "(for example 18 days instead of 19) is still CORRECT, because whether the first or "
+        "the last day is counted varies."
+    ),
+    "knowledge-update": (
+        " The reference is the most recent value of something that changed over time. A response "
+        "that also mentions earlier values is CORRECT as long as it gives the updated value as "
+        "the answer."
+    ),
 }
 
-_PREFERENCE = ("Question: {question}\nRubric of a good personalised response: {gold}\nResponse: {generated}\n\n"
-               "Label the response CORRECT if it follows the rubric, i.e. it uses what the user said about their "
-               "own preferences as the rubric describes (it need not cover every point). Label it WRONG if it "
-               "ignores or contradicts those preferences.\n")
+_PREFERENCE = (
+    "Question: {question}\nRubric of a good personalised response: {gold}\nResponse: {generated}\n\n"
+    "Label the response CORRECT if it follows the rubric, i.e. it uses what the user said about their "
+    "own preferences as the rubric describes (it need not cover every point). Label it WRONG if it "
+    "ignores or contradicts those preferences.\n"
+)
 
-_ABSTENTION = ("Question: {question}\nWhy it cannot be answered: {gold}\nResponse: {generated}\n\n"
-               "The conversation history does not contain the answer to this question. Label the response "
-               "CORRECT if it says the information is not available or unknown (or asks the user for it). "
-               "Label it WRONG if it gives an answer as if it knew.\n")
+_ABSTENTION = (
+    "Question: {question}\nWhy it cannot be answered: {gold}\nResponse: {generated}\n\n"
+    "The conversation history does not contain the answer to this question. Label the response "
+    "CORRECT if it says the information is not available or unknown (or asks the user for it). "
+    "Label it WRONG if it gives an answer as if it knew.\n"
+)
 
 
 def judge_prompt(question_type: str, question: str, gold: str, generated: str, *, abstention: bool = False) -> str:

@@ -29,7 +29,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_reward_curve(log: Sequence[Mapping], path: Path, title: str = "router training", xlabel: str = "PPO update") -> Path:
+def plot_reward_curve(
+    log: Sequence[Mapping], path: Path, title: str = "router training", xlabel: str = "PPO update"
+) -> Path:
     """Training batch mean reward (+/- std), r_task and validation reward per update."""
     fig, (ax,) = _figure()
     u = [r["update"] for r in log]
@@ -69,7 +71,9 @@ def plot_quality_cost(points: Sequence[Mapping], path: Path, title: str) -> Path
             if loose:
                 ax.scatter([p["usd_x1e4"] for p in loose], [p[metric] for p in loose], marker="s", zorder=3, label=name)
             for p in pts:
-                ax.annotate(p["label"], (p["usd_x1e4"], p[metric]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                ax.annotate(
+                    p["label"], (p["usd_x1e4"], p[metric]), textcoords="offset points", xytext=(4, 4), fontsize=8
+                )
         ax.margins(0.12)  # room for the labels
         ax.set_xlabel(COST_LABEL)
         ax.set_ylabel("LLM-judge accuracy" if metric == "judge" else "F1")
@@ -83,12 +87,19 @@ def plot_pareto(points: Sequence[Mapping], path: Path, title: str = "BudgetMem: 
     """BudgetMem's frontier: ``lambda`` points joined in lambda order, ``fixed`` tiers as squares
     (see :func:`plot_quality_cost`; points carry ``kind``, ``lam``, ``label``, ``usd_x1e4``, ``f1``)."""
     series = {"lambda": "router (lambda)", "fixed": "fixed tiers"}
-    return plot_quality_cost([{**p, "series": series.get(p["kind"], p["kind"]),
-                               "order": p["lam"] if p["kind"] == "lambda" else None} for p in points], path, title)
+    return plot_quality_cost(
+        [
+            {**p, "series": series.get(p["kind"], p["kind"]), "order": p["lam"] if p["kind"] == "lambda" else None}
+            for p in points
+        ],
+        path,
+        title,
+    )
 
 
-def plot_tier_ratios(ratios: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path,
-                     modules: Sequence[str], tiers: Sequence[str]) -> Path:
+def plot_tier_ratios(
+    ratios: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path, modules: Sequence[str], tiers: Sequence[str]
+) -> Path:
     """One heat-map per run label (e.g. ``lambda=0.3``): modules (rows) x tiers (columns), the
     share of questions whose router chose that tier for that module."""
     labels = list(ratios) or ["(no runs)"]

@@ -51,8 +51,7 @@ def require_ray():
     try:
         import ray
     except ImportError as e:  # optional extra
-        raise RayUnavailableError(
-            "--ray needs Ray, an optional extra: pip install 'memfrontier[ray]'") from e
+        raise RayUnavailableError("--ray needs Ray, an optional extra: pip install 'memfrontier[ray]'") from e
     return ray
 
 

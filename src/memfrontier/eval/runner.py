@@ -50,6 +50,7 @@ def stratified_sample(allq: list[Question], limit: int | None, seed: int) -> lis
                 picked.add(by_cat[c].pop().id)
     return [q for q in allq if q.id in picked]
 
+
 def _read_done(path: Path) -> dict[str, dict]:
     """Rows already written; a torn last line (crash mid-write) is dropped and rewritten."""
     done: dict[str, dict] = {}
@@ -64,9 +65,10 @@ def _read_done(path: Path) -> dict[str, dict]:
         done[row["id"]] = row
         good_lines.append(line)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(l + "\n" for l in good_lines), "utf-8")
+    tmp.write_text("".join(line + "\n" for line in good_lines), "utf-8")
     os.replace(tmp, path)
     return done
+
 
 def load_questions(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]:
     """The run's conversations (those its questions are asked about, in dataset order) and questions
@@ -76,8 +78,9 @@ def load_questions(cfg: EvalConfig) -> tuple[list[Conversation], list[Question]]
     questions = select_questions(convs, cfg.limit, cfg.seed)
     if not questions:
         where = cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root)
-        raise datasets.DatasetError(f"{cfg.dataset} data file {where} holds no questions in split {cfg.split!r}: "
-                                    "nothing to evaluate")
+        raise datasets.DatasetError(
+            f"{cfg.dataset} data file {where} holds no questions in split {cfg.split!r}: nothing to evaluate"
+        )
     needed = {q.conversation_id for q in questions}
     return [c for c in convs if c.id in needed], questions
 
@@ -112,7 +115,11 @@ def check_records(convs: list[Conversation], where) -> None:
         try:
             checked_batch(c.records)
         except ValueError as e:  # RecordConflictError is a ValueError too
-            why = str(e).replace(" (nothing of this batch was written)", "").replace("; nothing of this batch was written", "")
+            why = (
+                str(e)
+                .replace(" (nothing of this batch was written)", "")
+                .replace("; nothing of this batch was written", "")
+            )
             raise datasets.DatasetError(f"data file {where}: conversation {c.id!r}: {why}; nothing was written") from e
 
 
@@ -149,7 +156,8 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             diff = {k: (prev.get(k), v) for k, v in cfg.identity().items() if prev.get(k) != v}
             raise RunMismatchError(
                 f"{out} holds a different run (differs in {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in diff.items())}); "
-                f"choose another --out or delete it")
+                f"choose another --out or delete it"
+            )
 
     convs, questions = check_run(cfg)  # a bad data file or model spec leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
@@ -169,10 +177,16 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         mem.close()
         raise RunMismatchError(
             f"{out} holds {len(other)} answer{'s' if len(other) != 1 else ''} made with other prompt versions "
-            f"({other[0]}; this memfrontier: {current}); choose another --out or delete {out}")
+            f"({other[0]}; this memfrontier: {current}); choose another --out or delete {out}"
+        )
     pending = [q for q in questions if q.id not in done]
-    progress("start", total=len(questions), done=len(done), conversations=len(convs),
-             empty_turns_skipped=len(empty_turns_skipped(convs)))
+    progress(
+        "start",
+        total=len(questions),
+        done=len(done),
+        conversations=len(convs),
+        empty_turns_skipped=len(empty_turns_skipped(convs)),
+    )
 
     executor = open_executor(cfg, mem, strategy, judge, progress, items=max(len(convs), len(pending)))
     try:
@@ -200,8 +214,17 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         mem.close()
 
     rows = [done[q.id] for q in questions if q.id in done]
-    summary = build_summary(cfg, rows, construction, data_file, mem, strategy, structured_output=modes,
-                            undated=undated_sessions(convs), skipped=empty_turns_skipped(convs))
+    summary = build_summary(
+        cfg,
+        rows,
+        construction,
+        data_file,
+        mem,
+        strategy,
+        structured_output=modes,
+        undated=undated_sessions(convs),
+        skipped=empty_turns_skipped(convs),
+    )
     write_json_atomic(out / "summary.json", summary)
     if summary["fallbacks"]["exceeded"] and not cfg.allow_fallbacks:
         raise FallbackError(exceeded_message(summary["fallbacks"]), summary)
@@ -217,5 +240,12 @@ def open_executor(cfg: EvalConfig, mem, strategy, judge, progress, *, items: int
         from .ray_pool import RayPool
 
         return RayPool(cfg, items=items)
-    return LocalExecutor(mem, strategy, judge, cfg.dataset, concurrency=cfg.concurrency, progress=progress,
-                         stop_above=None if cfg.allow_fallbacks else cfg.fallback_threshold)
+    return LocalExecutor(
+        mem,
+        strategy,
+        judge,
+        cfg.dataset,
+        concurrency=cfg.concurrency,
+        progress=progress,
+        stop_above=None if cfg.allow_fallbacks else cfg.fallback_threshold,
+    )

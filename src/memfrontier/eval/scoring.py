@@ -45,8 +45,12 @@ def score_row(row: dict, dataset: str) -> dict:
         if gold is None:
             raise ScoreInputError(f"row {row.get('id', '?')}: needs an 'answer' (or 'gold')")
         f1 = token_f1(pred, gold)
-    return {**row, "category": str(row.get("category", "all")), "f1": f1,
-            "em": bool(gold is not None and exact_match(pred, gold))}
+    return {
+        **row,
+        "category": str(row.get("category", "all")),
+        "f1": f1,
+        "em": bool(gold is not None and exact_match(pred, gold)),
+    }
 
 
 def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:

@@ -38,9 +38,17 @@ def undated_sessions(convs: list[Conversation]) -> list[str]:
     return [s for s in undated if s not in dated] if dated else []
 
 
-def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_file: Path, mem, strategy,
-                  structured_output: dict[str, str] | None = None, undated: Sequence[str] = (),
-                  skipped: Sequence[str] = ()) -> dict:
+def build_summary(
+    cfg: EvalConfig,
+    rows: list[dict],
+    construction: dict,
+    data_file: Path,
+    mem,
+    strategy,
+    structured_output: dict[str, str] | None = None,
+    undated: Sequence[str] = (),
+    skipped: Sequence[str] = (),
+) -> dict:
     """Per-category metrics plus amortized cost C(n) (MemoryCPT Eq. 3 / Eq. 20) and provenance.
 
     ``amortized_usd_per_question``: USD per question, ``{str(n): C(n)}`` for n in
@@ -77,12 +85,16 @@ def build_summary(cfg: EvalConfig, rows: list[dict], construction: dict, data_fi
         "fallbacks": fallback_report(rows, cfg.fallback_threshold, construction=construction.values()),
         **_choices(rows),
         "provenance": provenance(
-            data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
-            answer_model=mem.env.answer_llm.model_id, memory_model=mem.env.llm.model_id,
+            data_file=str(data_file),
+            data_sha256=sha256_file(data_file),
+            seed=cfg.seed,
+            answer_model=mem.env.answer_llm.model_id,
+            memory_model=mem.env.llm.model_id,
             embedding_model=mem.store.embedder.model_id,
             judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
             prompt_versions=prompt_versions(strategy, cfg.dataset, cfg.judge),
-            price_book_version=mem.env.answer_llm.prices.version, priced_as=cfg.price_as,
+            price_book_version=mem.env.answer_llm.prices.version,
+            priced_as=cfg.price_as,
             structured_output=structured_output_modes() if structured_output is None else structured_output,
             **_config_provenance(strategy),
             recipes=list(strategy.recipes),

@@ -27,20 +27,34 @@ def score_f1(dataset: str, prediction: str, q: Question) -> float:
         return locomo_f1(prediction, q.answer or "", int(q.category))
     return token_f1(prediction, q.answer or "")
 
+
 def open_run(cfg: EvalConfig, open_memory=None):
     """The run's ``(memory, judge or None, strategy)``, as every worker of the run opens them.
     Opening loads no model (models load on their first call)."""
     from ..api import AsyncMemory
 
     mem = (open_memory or AsyncMemory.open)(
-        cfg.store or Path(cfg.out) / "store", llm=cfg.llm, base_url=cfg.base_url,
-        price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced, price_as=cfg.price_as)
+        cfg.store or Path(cfg.out) / "store",
+        llm=cfg.llm,
+        base_url=cfg.base_url,
+        price_book=cfg.price_book,
+        allow_unpriced=cfg.allow_unpriced,
+        price_as=cfg.price_as,
+    )
     judge = make_judge(mem, cfg.judge_llm, cfg.base_url, dataset=cfg.dataset) if cfg.judge else None
     return mem, judge, get_strategy(cfg.strategy, cfg.strategy_config())
 
 
-async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_above: float | None = None,
-                    settled: Sequence[dict] = (), turns_left: int = 0) -> dict:
+async def construct(
+    mem,
+    strategy,
+    conv: Conversation,
+    progress=None,
+    *,
+    stop_above: float | None = None,
+    settled: Sequence[dict] = (),
+    turns_left: int = 0,
+) -> dict:
     """Ingest one conversation (scope ``user_id = conversation id``; one store ``add``, so one
     transaction) and build ``strategy``'s view of it; returns the summary's ``construction`` entry
     for it (records added, chunks embedded, construction usage in tokens/USD/seconds, events,
@@ -95,24 +109,37 @@ async def construct(mem, strategy, conv: Conversation, progress=None, *, stop_ab
                 progress("construct", conversation=conv.id, done=done, total=total, unit=unit, **build_counts(counts))
             if not judged or not made["units"] or done >= total:
                 return
-            doomed = doomed_build(counts, stop_above, growth=1.0 + (total - done) / made["units"], future=future,
-                                  settled=prior)
+            doomed = doomed_build(
+                counts, stop_above, growth=1.0 + (total - done) / made["units"], future=future, settled=prior
+            )
             if doomed:
-                raise FallbackError(f"stopped building {conv.id}'s memory after {done} of {total} {unit}: {doomed}. "
-                                    f"What was built is kept; --allow-fallbacks builds on", None)
+                raise FallbackError(
+                    f"stopped building {conv.id}'s memory after {done} of {total} {unit}: {doomed}. "
+                    f"What was built is kept; --allow-fallbacks builds on",
+                    None,
+                )
 
     await mem.construct(strategy, scope, ledger, progress=step)
     usage = ledger.usage().construction.model_dump()
     ran = _calls_and_failures(ledger)
     if stored is not None:  # the view records its own cost, so a reused store still reports it
-        usage = {**usage, **stored(mem.env, scope), "built_this_run_usd": usage["usd"],
-                 "built_this_run_calls": usage["calls"]}
+        usage = {
+            **usage,
+            **stored(mem.env, scope),
+            "built_this_run_usd": usage["usd"],
+            "built_this_run_calls": usage["calls"],
+        }
         for key in ("calls_by_role", "events"):  # over every run that built the view: earlier runs' + this one's
             if isinstance(before.get(key), dict):
                 ran[key] = dict(Counter(ran[key]) + Counter(before[key]))
         ran["fallbacks"] = [*(before.get("fallbacks") or []), *ran["fallbacks"]]
-    return {"records": len(conv.records), "records_added": len(added.added),
-            "chunks_embedded": added.chunks_embedded, **usage, **ran}
+    return {
+        "records": len(conv.records),
+        "records_added": len(added.added),
+        "chunks_embedded": added.chunks_embedded,
+        **usage,
+        **ran,
+    }
 
 
 def build_counts(entry: dict) -> dict[str, int]:
@@ -123,40 +150,63 @@ def build_counts(entry: dict) -> dict[str, int]:
     made in this run."""
     shares = fallback_report([], construction=[entry])["by_role"].values()
     calls = sum((entry.get("calls_by_role") or {}).values())
-    return {"calls": calls, "failed": sum(v["errors"] + v["fallbacks"] for v in shares),
-            "built_calls": int(entry.get("built_this_run_calls", calls))}
+    return {
+        "calls": calls,
+        "failed": sum(v["errors"] + v["fallbacks"] for v in shares),
+        "built_calls": int(entry.get("built_this_run_calls", calls)),
+    }
 
 
 def _calls_and_failures(ledger: Ledger) -> dict:
     """A construction ledger's events, calls by role and first five call errors (the summary's
     construction fields that :func:`~memfrontier.eval.fallbacks.fallback_report` reads)."""
-    return {"events": dict(ledger.events), "fallbacks": [f.model_dump() for f in ledger.fallbacks],
-            "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
-            "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5]}
+    return {
+        "events": dict(ledger.events),
+        "fallbacks": [f.model_dump() for f in ledger.fallbacks],
+        "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items()},
+        "call_errors": [{"role": x.role, "error": x.error} for x in ledger.calls if x.error][:5],
+    }
 
 
 def prompt_versions(strategy, dataset: str, judged: bool) -> dict[str, str]:
     """The versions of the prompts a run's answers come from: the answerer's, the strategy's
     (its memory-side roles: construction, planner, summarizer...) and, when judged, the judge's."""
-    return {"answerer": QA_PROMPT_VERSION, "strategy": strategy.prompt_version,
-            **({"judge": judge_prompt_version(dataset)} if judged else {})}
+    return {
+        "answerer": QA_PROMPT_VERSION,
+        "strategy": strategy.prompt_version,
+        **({"judge": judge_prompt_version(dataset)} if judged else {}),
+    }
 
 
 async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> dict:
     """Ask ``q`` in its conversation's scope, score it (and judge it when ``judge``); the
     ``predictions.jsonl`` row (prediction, F1, EM, evidence recall, USD, usage by stage...)."""
     ledger = Ledger()
-    ans = await mem.answer(q.question, Scope(user_id=q.conversation_id), strategy,
-                           question_date=q.question_date, gold_evidence_ids=q.evidence_ids, ledger=ledger)
+    ans = await mem.answer(
+        q.question,
+        Scope(user_id=q.conversation_id),
+        strategy,
+        question_date=q.question_date,
+        gold_evidence_ids=q.evidence_ids,
+        ledger=ledger,
+    )
     gold = q.answer
     row = {
-        "id": q.id, "conversation_id": q.conversation_id, "category": q.category,
-        "question": q.question, "gold": gold, "prediction": ans.text,
+        "id": q.id,
+        "conversation_id": q.conversation_id,
+        "category": q.category,
+        "question": q.question,
+        "gold": gold,
+        "prediction": ans.text,
         "f1": score_f1(dataset, ans.text, q),
         "em": bool(gold is not None and exact_match(ans.text, gold)),
-        "evidence_ids": ans.evidence_ids, "gold_evidence_ids": q.evidence_ids,
+        "evidence_ids": ans.evidence_ids,
+        "gold_evidence_ids": q.evidence_ids,
         "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),
-        "usd": ans.usage.query.usd, "unpriced_calls": ans.usage.query.unpriced_calls, "proxy_s": ans.usage.query.proxy_s, "wall_s": ans.wall_s,
+        "usd": ans.usage.query.usd,
+        "unpriced_calls": ans.usage.query.unpriced_calls,
+        "proxy_s": ans.usage.query.proxy_s,
+        "wall_s": ans.wall_s,
         "usage": ans.usage.model_dump(),
         "strategy_meta": ans.meta,
         "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
@@ -165,8 +215,13 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
     if judge is not None:
         jl = Ledger()
         with use_ledger(jl, "query"):
-            verdict = await judge(q.question, gold or "(no answer: the question is unanswerable)", ans.text,
-                                  question_type=q.category, abstention=q.abstention)
+            verdict = await judge(
+                q.question,
+                gold or "(no answer: the question is unanswerable)",
+                ans.text,
+                question_type=q.category,
+                abstention=q.abstention,
+            )
         row["judge"] = verdict
         row["judge_usd"] = jl.usd()
         row["judge_usage"] = jl.usage().query.model_dump()

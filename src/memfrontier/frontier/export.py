@@ -32,10 +32,28 @@ from ..core.jsonio import read_jsonl_objects, write_text_atomic
 from ..eval.summary import CHOICE_KEYS
 
 #: The fields of a ``predictions.jsonl`` row that an export keeps (see :func:`published_row`).
-PUBLISHED_FIELDS = ("id", "conversation_id", "category", "prediction", "f1", "em", "evidence_ids",
-                    "gold_evidence_ids", "evidence_recall", "usd", "unpriced_calls", "proxy_s", "wall_s",
-                    "usage", "call_errors", "prompt_versions", "judge", "judge_usd", "judge_usage",
-                    "judge_error")
+PUBLISHED_FIELDS = (
+    "id",
+    "conversation_id",
+    "category",
+    "prediction",
+    "f1",
+    "em",
+    "evidence_ids",
+    "gold_evidence_ids",
+    "evidence_recall",
+    "usd",
+    "unpriced_calls",
+    "proxy_s",
+    "wall_s",
+    "usage",
+    "call_errors",
+    "prompt_versions",
+    "judge",
+    "judge_usd",
+    "judge_usage",
+    "judge_error",
+)
 #: ``strategy_meta`` entries kept whatever their value: the ``auto`` router's decision and the choices
 #: the summary's ``choices`` counts (tier plans, routes). Other entries are kept only when numbers or
 #: booleans (counts, flags): a string there may hold retrieved text.
@@ -48,8 +66,9 @@ def published_row(row: dict) -> dict:
     out = {k: row[k] for k in PUBLISHED_FIELDS if k in row}
     meta = row.get("strategy_meta")
     if isinstance(meta, dict):
-        out["strategy_meta"] = {k: v for k, v in meta.items()
-                                if k in PUBLISHED_META or isinstance(v, (bool, int, float))}
+        out["strategy_meta"] = {
+            k: v for k, v in meta.items() if k in PUBLISHED_META or isinstance(v, (bool, int, float))
+        }
     return out
 
 

@@ -53,16 +53,34 @@ def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
     smallest F1 (0 with fewer than two). ``question``/``gold`` are None when the rows lack them
     (exported runs). Non-finite numbers become None."""
     ok = [x for x in report["rows"] if x.get("status") == "ok" and x.get("f1") is not None]
-    configs = [{"label": x["label"], "strategy": x["strategy"], "n": x.get("n"),
-                **{k: _finite(x.get(k)) for k in ("f1", "f1_low", "f1_high", "usd_x1e4_amortized",
-                                                  "usd_x1e4_online", "proxy_s")},
-                "pareto_cost": bool(x.get("pareto_cost")), "pareto_latency": bool(x.get("pareto_latency")),
-                "anchor": bool(x.get("anchor")), "unpriced": bool(x.get("unpriced_calls"))} for x in ok]
-    by_label = {c["label"]: {r.get("id"): r for r in predictions.get(c["label"], []) if isinstance(r, dict)}
-                for c in configs}
+    configs = [
+        {
+            "label": x["label"],
+            "strategy": x["strategy"],
+            "n": x.get("n"),
+            **{
+                k: _finite(x.get(k))
+                for k in ("f1", "f1_low", "f1_high", "usd_x1e4_amortized", "usd_x1e4_online", "proxy_s")
+            },
+            "pareto_cost": bool(x.get("pareto_cost")),
+            "pareto_latency": bool(x.get("pareto_latency")),
+            "anchor": bool(x.get("anchor")),
+            "unpriced": bool(x.get("unpriced_calls")),
+        }
+        for x in ok
+    ]
+    by_label = {
+        c["label"]: {r.get("id"): r for r in predictions.get(c["label"], []) if isinstance(r, dict)} for c in configs
+    }
     shared = set(report.get("question_ids", []))
-    order = list(dict.fromkeys(r.get("id") for c in configs for r in predictions.get(c["label"], [])
-                               if isinstance(r, dict) and r.get("id") in shared))
+    order = list(
+        dict.fromkeys(
+            r.get("id")
+            for c in configs
+            for r in predictions.get(c["label"], [])
+            if isinstance(r, dict) and r.get("id") in shared
+        )
+    )
     questions = []
     for qid in order:
         rows = [by_label[c["label"]].get(qid) for c in configs]
@@ -73,12 +91,25 @@ def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
                 answers.append(None)
                 continue
             usd = _finite(r.get("usd"))
-            answers.append([_text(r.get("prediction")), _finite(r.get("f1")),
-                            None if not isinstance(usd, (int, float)) else usd * COST_SCALE, _finite(r.get("proxy_s"))])
+            answers.append(
+                [
+                    _text(r.get("prediction")),
+                    _finite(r.get("f1")),
+                    None if not isinstance(usd, (int, float)) else usd * COST_SCALE,
+                    _finite(r.get("proxy_s")),
+                ]
+            )
         f1s = [a[1] for a in answers if a is not None and isinstance(a[1], (int, float))]
-        questions.append({"id": _text(qid), "category": _text(first.get("category")),
-                          "question": _text(first.get("question")), "gold": _text(first.get("gold")),
-                          "spread": max(f1s) - min(f1s) if len(f1s) > 1 else 0.0, "answers": answers})
+        questions.append(
+            {
+                "id": _text(qid),
+                "category": _text(first.get("category")),
+                "question": _text(first.get("question")),
+                "gold": _text(first.get("gold")),
+                "spread": max(f1s) - min(f1s) if len(f1s) > 1 else 0.0,
+                "answers": answers,
+            }
+        )
     return {"reference": report.get("reference"), "configs": configs, "questions": questions}
 
 
@@ -102,8 +133,10 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
         else:
             tds = "".join(f"<td>{esc(c)}</td>" for c in cells)
         body.append(f"<tr>{tds}</tr>")
-    return (f'<div class="wide"><table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f'<div class="wide"><table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def render_page(report: dict, predictions: Mapping[str, list[dict]], title: str = "frontier") -> str:
@@ -120,13 +153,17 @@ def render_page(report: dict, predictions: Mapping[str, list[dict]], title: str 
     if not data["questions"]:
         hint = "No answers were found (the configurations' predictions.jsonl): nothing to show per question."
     elif all(q["question"] is None for q in data["questions"]):
-        hint = ("This export holds no benchmark text (questions and gold answers stay with the dataset): "
-                "questions are shown by id.")
+        hint = (
+            "This export holds no benchmark text (questions and gold answers stay with the dataset): "
+            "questions are shown by id."
+        )
     else:
         hint = ""
     script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode("utf-8")).digest()).decode("ascii")
-    csp = (f"default-src 'none'; script-src 'sha256-{script_hash}'; style-src 'unsafe-inline'; "
-           "img-src 'none'; connect-src 'none'; font-src 'none'; form-action 'none'; base-uri 'none'")
+    csp = (
+        f"default-src 'none'; script-src 'sha256-{script_hash}'; style-src 'unsafe-inline'; "
+        "img-src 'none'; connect-src 'none'; font-src 'none'; form-action 'none'; base-uri 'none'"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

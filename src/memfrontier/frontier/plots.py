@@ -33,20 +33,46 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
         if x is None:
             continue
         on, anchor = bool(r.get(pareto_key)), bool(r.get("anchor"))
-        ax.errorbar([x], [r["f1"]], yerr=[[r["f1"] - r["f1_low"]], [r["f1_high"] - r["f1"]]], fmt="none",
-                    ecolor=colours[r["strategy"]], alpha=0.4, capsize=2)
-        ax.scatter([x], [r["f1"]], color=colours[r["strategy"]], marker="*" if anchor else "o" if on else "s",
-                   s=90 if anchor else None, facecolors=colours[r["strategy"]] if on or anchor else "none", zorder=3)
+        ax.errorbar(
+            [x],
+            [r["f1"]],
+            yerr=[[r["f1"] - r["f1_low"]], [r["f1_high"] - r["f1"]]],
+            fmt="none",
+            ecolor=colours[r["strategy"]],
+            alpha=0.4,
+            capsize=2,
+        )
+        ax.scatter(
+            [x],
+            [r["f1"]],
+            color=colours[r["strategy"]],
+            marker="*" if anchor else "o" if on else "s",
+            s=90 if anchor else None,
+            facecolors=colours[r["strategy"]] if on or anchor else "none",
+            zorder=3,
+        )
     front = sorted((r for r in rows if r.get(pareto_key) and r[x_key] is not None), key=lambda r: r[x_key])
     if len(front) > 1:
-        ax.plot([r[x_key] for r in front], [r["f1"] for r in front], color="black", linewidth=0.8, alpha=0.6,
-                label="Pareto front")
+        ax.plot(
+            [r[x_key] for r in front],
+            [r["f1"] for r in front],
+            color="black",
+            linewidth=0.8,
+            alpha=0.6,
+            label="Pareto front",
+        )
     for f in families:  # a colour is a strategy family (rag at k=4, 8, 16 are one colour), not a configuration
         ax.scatter([], [], color=colours[f], label=f"{f} (family)")
-    for marker, filled, what in (("o", True, "on the Pareto front"), ("s", False, "off the front"),
-                                 ("*", True, "anchor (gold evidence)")):
-        if any((r.get("anchor") if marker == "*" else bool(r.get(pareto_key)) == filled and not r.get("anchor"))
-               for r in rows if r[x_key] is not None):
+    for marker, filled, what in (
+        ("o", True, "on the Pareto front"),
+        ("s", False, "off the front"),
+        ("*", True, "anchor (gold evidence)"),
+    ):
+        if any(
+            (r.get("anchor") if marker == "*" else bool(r.get(pareto_key)) == filled and not r.get("anchor"))
+            for r in rows
+            if r[x_key] is not None
+        ):
             ax.scatter([], [], color="grey", marker=marker, facecolors="grey" if filled else "none", label=what)
     if log_x and all(r[x_key] and r[x_key] > 0 for r in rows if r[x_key] is not None):
         ax.set_xscale("log")
@@ -66,9 +92,19 @@ def plot_frontier(rows: Sequence[dict], out: Path, title: str = "frontier") -> d
     """Write ``frontier_cost.png`` and ``frontier_latency.png`` into ``out``; returns their paths."""
     paths = {}
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
-    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", f"{COST_LABEL}, amortized:\nC(n) = construction / n questions answered + online", f"{title}: quality vs cost", True)
+    _panel(
+        ax,
+        rows,
+        "usd_x1e4_amortized",
+        "pareto_cost",
+        f"{COST_LABEL}, amortized:\nC(n) = construction / n questions answered + online",
+        f"{title}: quality vs cost",
+        True,
+    )
     paths["plot_cost"] = _save(fig, out / "frontier_cost.png")
     fig, (ax,) = _figure(1, width=7.0, height=5.0)
-    _panel(ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency", False)
+    _panel(
+        ax, rows, "proxy_s", "pareto_latency", "latency proxy, s per question", f"{title}: quality vs latency", False
+    )
     paths["plot_latency"] = _save(fig, out / "frontier_latency.png")
     return paths

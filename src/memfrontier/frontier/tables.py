@@ -15,21 +15,32 @@ def _versus_frontier_line(x: dict) -> str:
         return f"{x['label']}: unpriced model calls, so no place against the fixed frontier's cost"
     if not x.get("frontier_ref"):
         return f"{x['label']}: no priced fixed configuration to compare with"
-    where = ("the fixed frontier at its cost is" if x["frontier_ref_within"]
-             else "it costs less than every fixed configuration; the cheapest is")
-    measured = ("the interval excludes 0" if (x["d_f1_frontier_low"] > 0 or x["d_f1_frontier_high"] < 0)
-                else "the interval includes 0")
+    where = (
+        "the fixed frontier at its cost is"
+        if x["frontier_ref_within"]
+        else "it costs less than every fixed configuration; the cheapest is"
+    )
+    measured = (
+        "the interval excludes 0"
+        if (x["d_f1_frontier_low"] > 0 or x["d_f1_frontier_high"] < 0)
+        else "the interval includes 0"
+    )
     verdict = "above the fixed frontier" if x["above_frontier"] else "not above the fixed frontier"
-    line = (f"{x['label']} ({x['usd_x1e4_amortized']:.4f} USD×1e4/q): {where} {x['frontier_ref']}; "
-            f"ΔF1 {interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
-            f"{verdict} ({measured})")
+    line = (
+        f"{x['label']} ({x['usd_x1e4_amortized']:.4f} USD×1e4/q): {where} {x['frontier_ref']}; "
+        f"ΔF1 {interval(x['d_f1_frontier'], x['d_f1_frontier_low'], x['d_f1_frontier_high'])}, "
+        f"{verdict} ({measured})"
+    )
     if x.get("mix"):
         mix = " + ".join(f"{w:.2f} {label}" for label, w in x["mix"])
-        line += (f"; against a random mix of fixed configurations at the same cost ({mix}, F1 {x['mix_f1']:.3f}): "
-                 f"ΔF1 {interval(x['d_f1_mix'], x['d_f1_mix_low'], x['d_f1_mix_high'])}")
+        line += (
+            f"; against a random mix of fixed configurations at the same cost ({mix}, F1 {x['mix_f1']:.3f}): "
+            f"ΔF1 {interval(x['d_f1_mix'], x['d_f1_mix_low'], x['d_f1_mix_high'])}"
+        )
     if x.get("qpc_at_least_best") is not None:
-        line += (f"; QPC {x['qpc']:.3f} vs the best fixed {x['best_fixed_qpc']:.3f} ({x['best_fixed_qpc_label']}): "
-                 + ("not worse" if x["qpc_at_least_best"] else "worse"))
+        line += f"; QPC {x['qpc']:.3f} vs the best fixed {x['best_fixed_qpc']:.3f} ({x['best_fixed_qpc_label']}): " + (
+            "not worse" if x["qpc_at_least_best"] else "worse"
+        )
     return line
 
 
@@ -60,9 +71,23 @@ def pareto_cell(x: dict, anchor: str = "anchor") -> str:
 
 def table_header(reference: str) -> list[str]:
     """The 15 column names of the frontier table (``frontier.md`` and ``frontier.html``)."""
-    return ["configuration", "n", "F1 [95% CI]", f"ΔF1 vs {reference} [95% CI]", "USD×1e4/q online", "C(n)×1e4/q",
-            "QPC", "QPC online", "proxy s/q", "wall s/q", "calls/q", "evidence recall", "judge accuracy",
-            "Pareto (cost / latency)", "regret vs per-question oracle (utility / F1)"]
+    return [
+        "configuration",
+        "n",
+        "F1 [95% CI]",
+        f"ΔF1 vs {reference} [95% CI]",
+        "USD×1e4/q online",
+        "C(n)×1e4/q",
+        "QPC",
+        "QPC online",
+        "proxy s/q",
+        "wall s/q",
+        "calls/q",
+        "evidence recall",
+        "judge accuracy",
+        "Pareto (cost / latency)",
+        "regret vs per-question oracle (utility / F1)",
+    ]
 
 
 def table_cells(x: dict, reference: str) -> list[str]:
@@ -73,12 +98,18 @@ def table_cells(x: dict, reference: str) -> list[str]:
         return [x["label"], why]
     unpriced = x.get("unpriced_calls")
     return [
-        x["label"], str(x["n"]), interval(x["f1"], x["f1_low"], x["f1_high"]),
+        x["label"],
+        str(x["n"]),
+        interval(x["f1"], x["f1_low"], x["f1_high"]),
         delta_cell(x, reference),
         "unpriced" if unpriced else fmt_cell(x["usd_x1e4_online"], 4),
         "unpriced" if unpriced else fmt_cell(x["usd_x1e4_amortized"], 4),
-        "unpriced" if unpriced else fmt_cell(x["qpc"], 3), "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
-        fmt_cell(x["proxy_s"], 2), fmt_cell(x["wall_s"], 1), fmt_cell(x["calls"], 2), fmt_cell(x["evidence_recall"]),
+        "unpriced" if unpriced else fmt_cell(x["qpc"], 3),
+        "unpriced" if unpriced else fmt_cell(x["qpc_online"], 3),
+        fmt_cell(x["proxy_s"], 2),
+        fmt_cell(x["wall_s"], 1),
+        fmt_cell(x["calls"], 2),
+        fmt_cell(x["evidence_recall"]),
         "-" if x.get("judge_accuracy") is None else fmt_cell(x["judge_accuracy"], 3),
         pareto_cell(x, anchor="anchor (gold evidence)"),
         _regret_cell(x),
@@ -87,13 +118,15 @@ def table_cells(x: dict, reference: str) -> list[str]:
 
 def table_note(report: dict) -> str:
     """The paragraph under the frontier table: the question set, C(n), QPC, intervals, Pareto sets."""
-    return (f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
-            "LoCoMo category 5 is scored apart, as abstention). "
-            "C(n) spreads each configuration's construction cost over the questions answered from its stores "
-            "(MemoryCPT Eq. 3); QPC = F1 / (C(n)×1e4) (Eq. 5-6); QPC online ignores construction. "
-            "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
-            "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
-            "and is shown as the upper bound only.")
+    return (
+        f"Questions: {len(report['question_ids'])}, the same for every configuration (n: those scored; "
+        "LoCoMo category 5 is scored apart, as abstention). "
+        "C(n) spreads each configuration's construction cost over the questions answered from its stores "
+        "(MemoryCPT Eq. 3); QPC = F1 / (C(n)×1e4) (Eq. 5-6); QPC online ignores construction. "
+        "Intervals: 95% percentile bootstrap over questions (paired for Δ). "
+        "Pareto sets are over deployable configurations: an anchor (oracle) reads the gold evidence "
+        "and is shown as the upper bound only."
+    )
 
 
 def render_markdown(report: dict, title: str = "frontier") -> str:
@@ -120,9 +153,16 @@ def category_table(report: dict) -> tuple[list[str], list[list[str]]] | None:
     names = LOCOMO_CATEGORY_NAMES if report.get("run_options", {}).get("dataset") == "locomo" else {}
     n = {c: next(x["per_category"][c]["n"] for x in ok if c in x["per_category"]) for c in cats}
     header = ["configuration"] + [f"{c} {names[c]} (n={n[c]})" if c in names else f"{c} (n={n[c]})" for c in cats]
-    rows = [[x["label"]] + [interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")),
-                                     n=x["per_category"][c]["n"]) if c in x["per_category"] else "-" for c in cats]
-            for x in ok]
+    rows = [
+        [x["label"]]
+        + [
+            interval(*(x["per_category"][c][k] for k in ("f1", "f1_low", "f1_high")), n=x["per_category"][c]["n"])
+            if c in x["per_category"]
+            else "-"
+            for c in cats
+        ]
+        for x in ok
+    ]
     return header, rows
 
 
@@ -142,15 +182,22 @@ def summary_lines(report: dict) -> list[str]:
     the report's notes."""
     lines: list[str] = []
     if any(x.get("strategy") == "auto" and x.get("status") == "ok" for x in report["rows"]):
-        lines.append("Regret of a router (auto): per question, the realised utility (its preference, λ_Q·F1/s_F1 − "
-                     "λ_C·USD/s_USD − λ_L·s/s_L, scales from its training records) and F1 of the best of its fixed "
-                     "configurations in hindsight minus its own, averaged.")
-        lines += [f"- {_versus_frontier_line(x)}" for x in report["rows"]
-                  if x.get("strategy") == "auto" and x.get("status") == "ok"]
+        lines.append(
+            "Regret of a router (auto): per question, the realised utility (its preference, λ_Q·F1/s_F1 − "
+            "λ_C·USD/s_USD − λ_L·s/s_L, scales from its training records) and F1 of the best of its fixed "
+            "configurations in hindsight minus its own, averaged."
+        )
+        lines += [
+            f"- {_versus_frontier_line(x)}"
+            for x in report["rows"]
+            if x.get("strategy") == "auto" and x.get("status") == "ok"
+        ]
     fallbacks = [x for x in report["rows"] if x.get("fallbacks")]
     if fallbacks:
-        lines.append("Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "
-                     + "; ".join(f"{x['label']} ({x['fallbacks']})" for x in fallbacks))
+        lines.append(
+            "Kept with model calls failing or falling back above the threshold (--allow-fallbacks): "
+            + "; ".join(f"{x['label']} ({x['fallbacks']})" for x in fallbacks)
+        )
     return lines + [f"- {n}" for n in report["notes"]]
 
 

@@ -95,14 +95,14 @@ def parse_llm_spec(spec: str, base_url: str | None = None) -> tuple[str, str]:
             raise ValueError(f"no model name in LLM spec {spec!r} (expected 'local:NAME')")
         return "local", name.strip()
     if s.startswith("openai:"):
-        model = s[len("openai:"):].strip()
+        model = s[len("openai:") :].strip()
         if not model:
             raise ValueError(f"no model name in LLM spec {spec!r} (expected 'openai:MODEL')")
         return "openai", model
     if s == "hf" or s.startswith("hf:"):
         if base_url is not None:
             raise ValueError("make_llm('hf') takes no base_url")
-        return "hf", s[len("hf:"):].strip() if s.startswith("hf:") else ""
+        return "hf", s[len("hf:") :].strip() if s.startswith("hf:") else ""
     raise ValueError(f"unknown LLM spec {spec!r}: expected 'local', 'local:NAME', 'openai:MODEL', 'hf' or 'hf:PATH'")
 
 

@@ -143,7 +143,6 @@ def reusable_prefix(previous: list[int], prompt: list[int], n_batch: int) -> int
     return common // n_batch * n_batch
 
 
-
 def _close_all() -> None:
     """Free cached models at exit, while llama_cpp's globals still exist (else ``Llama.__del__``
     fails noisily during interpreter teardown)."""
@@ -329,7 +328,9 @@ class EmbeddedLLM:
             prefix = content_text(msgs[-1].get("content"))
             msgs = msgs[:-1]
         fmt = _chat_formatter(self.model_path, self.n_ctx, self.n_threads)
-        rendered = fmt(messages=[{"role": m.get("role", "user"), "content": content_text(m.get("content"))} for m in msgs])
+        rendered = fmt(
+            messages=[{"role": m.get("role", "user"), "content": content_text(m.get("content"))} for m in msgs]
+        )
         return rendered.prompt + prefix
 
     def _model(self):
@@ -382,8 +383,17 @@ class EmbeddedLLM:
             raise
 
     # --- implementation --------------------------------------------------------------------
-    def _complete_sync(self, prompt, max_tokens, temperature, json_schema, stop, ledger, single_line=False,
-                       cancelled: threading.Event | None = None) -> Completion:
+    def _complete_sync(
+        self,
+        prompt,
+        max_tokens,
+        temperature,
+        json_schema,
+        stop,
+        ledger,
+        single_line=False,
+        cancelled: threading.Event | None = None,
+    ) -> Completion:
         """One completion in the calling (worker) thread. ``cancelled``, once set, stops decoding at
         the next token (or before the prompt is decoded, if the call was waiting for the model) and
         the call raises :class:`LLMError` instead of returning a cut completion."""
@@ -395,9 +405,9 @@ class EmbeddedLLM:
         if len(tokens) > budget:
             bos = llm.token_bos()
             if tokens[0] == bos:  # keep BOS, then the last budget-1 tokens
-                tokens = [bos] + tokens[len(tokens) - (budget - 1):]
+                tokens = [bos] + tokens[len(tokens) - (budget - 1) :]
             else:
-                tokens = tokens[len(tokens) - budget:]
+                tokens = tokens[len(tokens) - budget :]
             if ledger is not None:
                 ledger.count("truncated_prompt")
         grammar = None
@@ -436,7 +446,9 @@ class EmbeddedLLM:
                 raise LLMError(f"{self.model_id}: completion failed: {e}") from e
             _LAST_PROMPT[id(llm)] = list(tokens)
         if cancelled is not None and cancelled.is_set():
-            raise LLMError(f"{self.model_id}: completion cancelled after {(out.get('usage') or {}).get('completion_tokens')} tokens")
+            raise LLMError(
+                f"{self.model_id}: completion cancelled after {(out.get('usage') or {}).get('completion_tokens')} tokens"
+            )
         choice = out["choices"][0]
         usage = out.get("usage") or {}
         return Completion(
@@ -465,8 +477,9 @@ def _chat_formatter(model_path: str, n_ctx: int, n_threads: int):
     def token_text(tid: int) -> str:
         return llm.detokenize([tid], special=True).decode("utf-8", errors="replace") if tid >= 0 else ""
 
-    fmt = Jinja2ChatFormatter(template=template, eos_token=token_text(llm.token_eos()),
-                              bos_token=token_text(llm.token_bos()))
+    fmt = Jinja2ChatFormatter(
+        template=template, eos_token=token_text(llm.token_eos()), bos_token=token_text(llm.token_bos())
+    )
     _FORMATTERS[key] = fmt
     return fmt
 
@@ -480,8 +493,15 @@ def serve(argv: list[str] | None = None) -> None:
     import sys
 
     # llama_cpp.server's own dependencies (llama-cpp-python[server])
-    require_extra("serve", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings",
-                  feature="memfrontier serve-model")
+    require_extra(
+        "serve",
+        "fastapi",
+        "uvicorn",
+        "sse_starlette",
+        "starlette_context",
+        "pydantic_settings",
+        feature="memfrontier serve-model",
+    )
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     with _patch_model_params(cpu_extra_buffers_ok()):

@@ -241,7 +241,7 @@ class _FirstLineStop:
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
-        text = self.tokenizer.decode(input_ids[0, self.prompt_len:], skip_special_tokens=True)
+        text = self.tokenizer.decode(input_ids[0, self.prompt_len :], skip_special_tokens=True)
         done = "\n" in text.lstrip()
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
@@ -363,9 +363,9 @@ class HFLLM:
         budget = self._context_tokens - max_tokens
         if len(ids) > budget:
             if tok.bos_token_id is not None and ids and ids[0] == tok.bos_token_id:
-                ids = [ids[0]] + ids[len(ids) - (budget - 1):]
+                ids = [ids[0]] + ids[len(ids) - (budget - 1) :]
             else:
-                ids = ids[len(ids) - budget:]
+                ids = ids[len(ids) - budget :]
             if ledger is not None:
                 ledger.count("truncated_prompt")
         input_ids = torch.tensor([ids], device=lm.device)
@@ -390,7 +390,7 @@ class HFLLM:
                     out = lm.generate(input_ids, **kwargs)
             except (RuntimeError, ValueError) as e:
                 raise LLMError(f"{self.model_id}: generation failed: {e}") from e
-        new = out[0, len(ids):].tolist()
+        new = out[0, len(ids) :].tolist()
         eos_ids = _eos_ids(lm, tok)
         ended_eos = bool(new) and new[-1] in eos_ids
         if ended_eos:

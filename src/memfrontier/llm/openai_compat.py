@@ -80,9 +80,13 @@ def _names_response_format(status: int | None, message: str) -> bool:
 def _schema_prompt(messages: list[Message], schema: dict) -> list[Message]:
     """``messages`` with the JSON-only instruction and the schema appended as a last user turn
     (a trailing assistant prefix stays last)."""
-    note = {"role": "user", "content": (
-        "Reply with one JSON value and nothing else. It must match this JSON schema:\n"
-        + json.dumps(schema, ensure_ascii=False))}
+    note = {
+        "role": "user",
+        "content": (
+            "Reply with one JSON value and nothing else. It must match this JSON schema:\n"
+            + json.dumps(schema, ensure_ascii=False)
+        ),
+    }
     msgs = list(messages)
     if msgs and msgs[-1].get("role") == "assistant":
         return [*msgs[:-1], note, msgs[-1]]
@@ -256,8 +260,15 @@ class OpenAICompatLLM:
         while True:
             mode = self.structured_output_mode if json_schema is not None else None
             try:
-                out = await self._complete_once(messages, mode, max_tokens=max_tokens, temperature=temperature,
-                                                json_schema=json_schema, stop=stop, single_line=single_line)
+                out = await self._complete_once(
+                    messages,
+                    mode,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    json_schema=json_schema,
+                    stop=stop,
+                    single_line=single_line,
+                )
             except _FormatRejected as e:
                 nxt = SCHEMA_MODES.index(mode) + 1
                 if self.schema_format != "auto" or nxt >= len(SCHEMA_MODES):
@@ -273,8 +284,9 @@ class OpenAICompatLLM:
                     out = out.model_copy(update={"text": json.dumps(parsed.value, ensure_ascii=False)})
             return out
 
-    async def _complete_once(self, messages, mode, *, max_tokens, temperature, json_schema, stop,
-                             single_line) -> Completion:
+    async def _complete_once(
+        self, messages, mode, *, max_tokens, temperature, json_schema, stop, single_line
+    ) -> Completion:
         """One request (with the retry policy) in structured mode ``mode`` (None: no schema)."""
         if mode == "prompt":
             messages = _schema_prompt(messages, json_schema)
@@ -301,9 +313,7 @@ class OpenAICompatLLM:
         attempt = 0
         while True:
             try:
-                resp = await asyncio.wait_for(
-                    self._client().chat.completions.create(**kwargs), timeout=self.timeout_s
-                )
+                resp = await asyncio.wait_for(self._client().chat.completions.create(**kwargs), timeout=self.timeout_s)
                 return self._to_completion(resp, messages)
             except (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError) as e:
                 if attempt >= self.max_retries:
@@ -314,7 +324,9 @@ class OpenAICompatLLM:
             except openai.APIConnectionError as e:
                 if attempt >= self.max_retries:
                     where = (self.base_url or "https://api.openai.com/v1 (no --base-url given)").rstrip("/")
-                    raise LLMError(f"{self.model}: connection to {where} failed after {attempt + 1} attempt(s): {e}") from e
+                    raise LLMError(
+                        f"{self.model}: connection to {where} failed after {attempt + 1} attempt(s): {e}"
+                    ) from e
                 wait = self._backoff_s(attempt)
             except openai.APIStatusError as e:
                 status = e.status_code
@@ -324,9 +336,7 @@ class OpenAICompatLLM:
                 if status not in self.retry_statuses:
                     raise LLMError(f"{self.model}: HTTP {status}: {msg}") from e
                 if attempt >= self.max_retries:
-                    raise LLMError(
-                        f"{self.model}: HTTP {status} after {attempt + 1} attempt(s): {msg}"
-                    ) from e
+                    raise LLMError(f"{self.model}: HTTP {status} after {attempt + 1} attempt(s): {msg}") from e
                 ra = parse_retry_after_s(getattr(e.response, "headers", None), cap_s=self.max_retry_after_s)
                 wait = ra if ra is not None else self._backoff_s(attempt)
             except openai.APIResponseValidationError as e:
@@ -353,8 +363,11 @@ class OpenAICompatLLM:
             count_event("usage_estimated")
             n_in = sum(self.count_tokens(str(m.get("content") or "")) for m in messages)
             return Completion(
-                text=text, model_id=self.model_id, input_tokens=n_in,
-                output_tokens=self.count_tokens(text), finish_reason=choice.finish_reason,
+                text=text,
+                model_id=self.model_id,
+                input_tokens=n_in,
+                output_tokens=self.count_tokens(text),
+                finish_reason=choice.finish_reason,
             )
         ptd = getattr(usage, "prompt_tokens_details", None)
         ctd = getattr(usage, "completion_tokens_details", None)

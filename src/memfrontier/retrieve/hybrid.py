@@ -42,8 +42,10 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
         return []
     is_bank = isinstance(index, MemoryBank)
     if is_bank != (recipe.kind is not None):
-        raise ValueError(f"recipe {recipe.name!r} (kind={recipe.kind!r}) does not fit {type(index).__name__}: "
-                         "a memory bank needs a recipe that names an item kind, a store one that names none")
+        raise ValueError(
+            f"recipe {recipe.name!r} (kind={recipe.kind!r}) does not fit {type(index).__name__}: "
+            "a memory bank needs a recipe that names an item kind, a store one that names none"
+        )
     n = recipe.depth(k)
     kw = {"kind": recipe.kind} if is_bank else {}
     docs: dict[str, object] = {}
@@ -62,8 +64,11 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
     out = []
     for doc_id, score, ranks in fused:
         score = raw[single][doc_id] if single else score
-        out.append(BankHit(item=docs[doc_id], score=score, ranks=ranks) if is_bank else
-                   Hit(chunk=docs[doc_id], score=score, ranks=ranks))
+        out.append(
+            BankHit(item=docs[doc_id], score=score, ranks=ranks)
+            if is_bank
+            else Hit(chunk=docs[doc_id], score=score, ranks=ranks)
+        )
     return out
 
 

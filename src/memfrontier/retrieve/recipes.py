@@ -75,7 +75,9 @@ def chunk_recipe(retrievers: tuple[str, ...]) -> Recipe:
     for r in (HYBRID_RRF, DENSE_ONLY, BM25_ONLY):
         if tuple(retrievers) == r.retrievers:
             return r
-    raise ValueError(f"no recipe for retrievers {tuple(retrievers)!r}; choose ('dense', 'bm25'), ('dense',) or ('bm25',)")
+    raise ValueError(
+        f"no recipe for retrievers {tuple(retrievers)!r}; choose ('dense', 'bm25'), ('dense',) or ('bm25',)"
+    )
 
 
 __all__ = ["Recipe", "RECIPES", "RETRIEVERS", "HYBRID_RRF", "DENSE_ONLY", "BM25_ONLY", "chunk_recipe"]

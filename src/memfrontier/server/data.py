@@ -63,14 +63,20 @@ def service_data(data_dir: str | Path, store: str | None = None) -> Iterator[Ser
         return
     legacy = data_dir / "store"
     if (legacy / DB_NAME).is_file() and not (data_dir / "pg").exists():
-        raise ValueError(f"{data_dir} holds a SQLite store ({legacy}) but no embedded PostgreSQL database; "
-                         f"serve that store with --store {legacy} (its keys stay in {data_dir / 'keys.db'})")
+        raise ValueError(
+            f"{data_dir} holds a SQLite store ({legacy}) but no embedded PostgreSQL database; "
+            f"serve that store with --store {legacy} (its keys stay in {data_dir / 'keys.db'})"
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
     with EmbeddedPostgres(data_dir / "pg") as pg:
         views = data_dir / "views"
-        yield ServiceData(pg.url, pg.url, str(views),
-                          f"store, keys and usage: embedded PostgreSQL, data in {pg.pgdata} (log: {pg.pgdata / 'log'}), "
-                          f"views in {views}")
+        yield ServiceData(
+            pg.url,
+            pg.url,
+            str(views),
+            f"store, keys and usage: embedded PostgreSQL, data in {pg.pgdata} (log: {pg.pgdata / 'log'}), "
+            f"views in {views}",
+        )
 
 
 __all__ = ["ServiceData", "service_data"]

@@ -44,12 +44,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..core.ledger import Usage
 from ..core.errors import StoreError
 from ..core.extras import require_extra
-from ..store.purge import with_placeholder
+from ..core.ledger import Usage
 from ..store.postgres import is_postgres_url, redact_url
 from ..store.postgres_schema import apply_migrations, schema_version
+from ..store.purge import with_placeholder
 from .slots import InFlightSlots, SlotFiles, free_advisory_slot, try_advisory_slot
 from .tenants import check_tenant
 
@@ -57,8 +57,17 @@ log = logging.getLogger(__name__)
 
 KEY_RE = re.compile(r"^mf_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 #: Usage counters kept per tenant and stage (the names of :class:`~memfrontier.core.ledger.StageUsage`).
-USAGE_FIELDS = ("calls", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "usd",
-                "unpriced_calls", "proxy_s", "wall_s")
+USAGE_FIELDS = (
+    "calls",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "usd",
+    "unpriced_calls",
+    "proxy_s",
+    "wall_s",
+)
 #: The SQLite key file's schema version (``meta.schema_version``).
 KEYS_SCHEMA_VERSION = 1
 #: The PostgreSQL schema (namespace) that holds the key tables in the store's database.
@@ -66,13 +75,15 @@ PG_SCHEMA = "memfrontier_service"
 _PG_MIGRATION_LOCK = 0x6D666B73  # advisory lock key held while the key tables are checked / migrated
 _USAGE_COLS = ", ".join(f"{f} double precision NOT NULL DEFAULT 0" for f in USAGE_FIELDS)
 #: Every schema version of the PostgreSQL key tables and the statements that reach it.
-PG_MIGRATIONS: dict[int, list[str]] = {1: [
-    """CREATE TABLE api_keys (key_id text PRIMARY KEY, tenant text NOT NULL, secret_sha256 text NOT NULL,
+PG_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE api_keys (key_id text PRIMARY KEY, tenant text NOT NULL, secret_sha256 text NOT NULL,
         created_s double precision NOT NULL, revoked_s double precision)""",
-    "CREATE INDEX api_keys_tenant ON api_keys (tenant)",
-    f"CREATE TABLE usage (tenant text NOT NULL, stage text NOT NULL, {_USAGE_COLS}, PRIMARY KEY (tenant, stage))",
-    "CREATE TABLE tenants (id serial PRIMARY KEY, tenant text NOT NULL UNIQUE)",
-]}
+        "CREATE INDEX api_keys_tenant ON api_keys (tenant)",
+        f"CREATE TABLE usage (tenant text NOT NULL, stage text NOT NULL, {_USAGE_COLS}, PRIMARY KEY (tenant, stage))",
+        "CREATE TABLE tenants (id serial PRIMARY KEY, tenant text NOT NULL UNIQUE)",
+    ]
+}
 
 
 class KeyInfo(BaseModel):
@@ -123,16 +134,20 @@ class KeyStore(InFlightSlots, ABC):
         key_id = secrets.token_hex(6)
         secret = secrets.token_urlsafe(32)
         with self._tx() as c:
-            c.execute(self._sql("INSERT INTO api_keys (key_id, tenant, secret_sha256, created_s) VALUES (?, ?, ?, ?)"),
-                      (key_id, tenant, hashlib.sha256(secret.encode()).hexdigest(), time.time()))
+            c.execute(
+                self._sql("INSERT INTO api_keys (key_id, tenant, secret_sha256, created_s) VALUES (?, ?, ?, ?)"),
+                (key_id, tenant, hashlib.sha256(secret.encode()).hexdigest(), time.time()),
+            )
         return key_id, f"mf_{key_id}_{secret}"
 
     def revoke(self, key_id: str) -> bool:
         """Revoke the key ``key_id``; False when no active key has that id. Then the slot state of
         every tenant left without an active key is dropped (:meth:`_retire_slots`)."""
         with self._tx() as c:
-            cur = c.execute(self._sql("UPDATE api_keys SET revoked_s = ? WHERE key_id = ? AND revoked_s IS NULL"),
-                            (time.time(), key_id))
+            cur = c.execute(
+                self._sql("UPDATE api_keys SET revoked_s = ? WHERE key_id = ? AND revoked_s IS NULL"),
+                (time.time(), key_id),
+            )
             revoked = cur.rowcount == 1
         if revoked:
             active = {r[0] for r in self._read("SELECT DISTINCT tenant FROM api_keys WHERE revoked_s IS NULL")}
@@ -146,8 +161,10 @@ class KeyStore(InFlightSlots, ABC):
     def list(self, tenant: str | None = None) -> list[KeyInfo]:
         """Keys (active and revoked), oldest first; only ``tenant``'s when given."""
         sql = "SELECT key_id, tenant, created_s, revoked_s FROM api_keys"
-        rows = self._read(self._sql(sql + (" WHERE tenant = ?" if tenant else "") + " ORDER BY created_s, key_id"),
-                          (tenant,) if tenant else ())
+        rows = self._read(
+            self._sql(sql + (" WHERE tenant = ?" if tenant else "") + " ORDER BY created_s, key_id"),
+            (tenant,) if tenant else (),
+        )
         return [KeyInfo(key_id=r[0], tenant=r[1], created_s=r[2], revoked_s=r[3]) for r in rows]
 
     def authenticate(self, key: str | None) -> str | None:
@@ -155,8 +172,10 @@ class KeyStore(InFlightSlots, ABC):
         m = KEY_RE.match(key or "")
         if m is None:
             return None
-        rows = self._read(self._sql("SELECT tenant, secret_sha256 FROM api_keys WHERE key_id = ? AND revoked_s IS NULL"),
-                          (m.group(1),))
+        rows = self._read(
+            self._sql("SELECT tenant, secret_sha256 FROM api_keys WHERE key_id = ? AND revoked_s IS NULL"),
+            (m.group(1),),
+        )
         if not rows:
             return None
         digest = hashlib.sha256(m.group(2).encode()).hexdigest()
@@ -166,9 +185,11 @@ class KeyStore(InFlightSlots, ABC):
     def record_usage(self, tenant: str, usage: Usage) -> None:
         """Add an answer's usage (by stage) to the tenant's totals, in one transaction."""
         sets = ", ".join(f"{f} = usage.{f} + excluded.{f}" for f in USAGE_FIELDS)
-        sql = self._sql(f"INSERT INTO usage (tenant, stage, {', '.join(USAGE_FIELDS)}) "
-                        f"VALUES (?, ?, {', '.join('?' * len(USAGE_FIELDS))}) "
-                        f"ON CONFLICT (tenant, stage) DO UPDATE SET {sets}")
+        sql = self._sql(
+            f"INSERT INTO usage (tenant, stage, {', '.join(USAGE_FIELDS)}) "
+            f"VALUES (?, ?, {', '.join('?' * len(USAGE_FIELDS))}) "
+            f"ON CONFLICT (tenant, stage) DO UPDATE SET {sets}"
+        )
         with self._tx() as c:
             for stage, u in sorted(usage.by_stage.items()):
                 c.execute(sql, (tenant, stage, *(float(getattr(u, f)) for f in USAGE_FIELDS)))
@@ -176,10 +197,13 @@ class KeyStore(InFlightSlots, ABC):
     def usage(self, tenant: str) -> dict[str, dict[str, float]]:
         """The tenant's totals by stage: ``{stage: {calls, input_tokens, ..., usd, proxy_s, wall_s}}``
         (tokens and calls as integers, USD in dollars, seconds)."""
-        rows = self._read(self._sql(f"SELECT stage, {', '.join(USAGE_FIELDS)} FROM usage WHERE tenant = ? ORDER BY stage"),
-                          (tenant,))
-        return {stage: {f: (v if f in ("usd", "proxy_s", "wall_s") else int(v)) for f, v in zip(USAGE_FIELDS, vals)}
-                for stage, *vals in rows}
+        rows = self._read(
+            self._sql(f"SELECT stage, {', '.join(USAGE_FIELDS)} FROM usage WHERE tenant = ? ORDER BY stage"), (tenant,)
+        )
+        return {
+            stage: {f: (v if f in ("usd", "proxy_s", "wall_s") else int(v)) for f, v in zip(USAGE_FIELDS, vals)}
+            for stage, *vals in rows
+        }
 
     # -- in-flight slots: acquire / release / held (InFlightSlots) ----------------------------
     def close(self) -> None:
@@ -221,8 +245,9 @@ class SQLiteKeyStore(KeyStore):
         conn = getattr(self._local, "conn", None)
         if conn is None:
             try:
-                conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_ms / 1000,
-                                       check_same_thread=False)  # used by its own thread only; closed by close()
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=self._busy_ms / 1000, check_same_thread=False
+                )  # used by its own thread only; closed by close()
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             except sqlite3.Error as e:
@@ -326,8 +351,9 @@ class PostgresKeyStore(KeyStore):
     def _dead(self, e: Exception) -> bool:
         """Whether ``e`` ended the session (not a statement error): a connection-class error
         (OperationalError, InterfaceError) after which the connection is closed or broken."""
-        return (isinstance(e, (self._psycopg.OperationalError, self._psycopg.InterfaceError))
-                and (self._conn.closed or self._conn.broken))
+        return isinstance(e, (self._psycopg.OperationalError, self._psycopg.InterfaceError)) and (
+            self._conn.closed or self._conn.broken
+        )
 
     def _reconnect(self) -> None:
         """Replace a dead session: the slots it held are gone with it (PostgreSQL dropped its
@@ -364,6 +390,7 @@ class PostgresKeyStore(KeyStore):
                 raise StoreError(f"key store {self.location} is closed")
             try:
                 with ExitStack() as stack:
+
                     def begin(conn):
                         stack.enter_context(conn.transaction())
                         return conn
@@ -418,5 +445,14 @@ def open_key_store(location: str | os.PathLike) -> KeyStore:
     return SQLiteKeyStore(location)
 
 
-__all__ = ["KEY_RE", "KeyInfo", "KeyStore", "PG_MIGRATIONS", "PG_SCHEMA", "PostgresKeyStore", "SQLiteKeyStore",
-           "USAGE_FIELDS", "open_key_store"]
+__all__ = [
+    "KEY_RE",
+    "KeyInfo",
+    "KeyStore",
+    "PG_MIGRATIONS",
+    "PG_SCHEMA",
+    "PostgresKeyStore",
+    "SQLiteKeyStore",
+    "USAGE_FIELDS",
+    "open_key_store",
+]

@@ -194,26 +194,35 @@ class ReadArgs(ScopeArgs):
 
 
 class IndexQueryArgs(ScopeArgs):
-    cypher: Annotated[str, Field(min_length=1, max_length=CYPHER_MAX_CHARS * 5, description="One read-only Cypher query.")]
+    cypher: Annotated[
+        str, Field(min_length=1, max_length=CYPHER_MAX_CHARS * 5, description="One read-only Cypher query.")
+    ]
 
 
 class AskArgs(ScopeArgs):
     question: Annotated[str, Field(min_length=1, max_length=2000)]
     strategy: AskStrategy = "rag"
     max_usd: Annotated[float | None, Field(gt=0, description="Hard USD cap of this question.")] = None
-    options: Annotated[dict[str, Any] | None, Field(description="Options of the strategy's config "
-                                                    "(see `memfrontier config STRATEGY`), e.g. {\"k\": 3}.")] = None
-    build: Annotated[bool, Field(description="Build the strategy's memory view of the scope first when it "
-                                             "was never built (its cost is reported).")] = False
+    options: Annotated[
+        dict[str, Any] | None,
+        Field(description='Options of the strategy\'s config (see `memfrontier config STRATEGY`), e.g. {"k": 3}.'),
+    ] = None
+    build: Annotated[
+        bool,
+        Field(
+            description="Build the strategy's memory view of the scope first when it "
+            "was never built (its cost is reported)."
+        ),
+    ] = False
 
 
 def _tool_errors() -> tuple[type[BaseException], ...]:
     """Errors a tool reports with their own message (the caller can act on them)."""
     from ..answerer import BudgetExceededError
+    from ..core.errors import StoreError
     from ..core.fallbacks import FallbackError
     from ..core.pricebook import UnpricedModelError
     from ..llm.base import LLMError
-    from ..core.errors import StoreError
     from ..strategies import ViewNotBuiltError
 
     return (BudgetExceededError, UnpricedModelError, LLMError, StoreError, ViewNotBuiltError, FallbackError, ValueError)
@@ -265,11 +274,17 @@ def build_server(service: MemoryService):
 
             tool.__name__ = handler.__name__
             tool.__signature__ = inspect.Signature(
-                [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                   default=inspect.Parameter.empty if f.is_required() else f.default,
-                                   annotation=Annotated[(f.annotation, *f.metadata, Field(description=f.description))])
-                 for name, f in model.model_fields.items()],
-                return_annotation=dict[str, Any])
+                [
+                    inspect.Parameter(
+                        name,
+                        inspect.Parameter.KEYWORD_ONLY,
+                        default=inspect.Parameter.empty if f.is_required() else f.default,
+                        annotation=Annotated[(f.annotation, *f.metadata, Field(description=f.description))],
+                    )
+                    for name, f in model.model_fields.items()
+                ],
+                return_annotation=dict[str, Any],
+            )
             arg_models[handler.__name__] = model
             server.tool(structured_output=True, description=description)(tool)
             return handler
@@ -301,8 +316,11 @@ def build_server(service: MemoryService):
             ]
         }
 
-    @scoped_tool(RgArgs, "Regular expressions over the scope's raw records: how many records match and the "
-                 "matching lines with record id and date.")
+    @scoped_tool(
+        RgArgs,
+        "Regular expressions over the scope's raw records: how many records match and the "
+        "matching lines with record id and date.",
+    )
     async def rg(args: RgArgs, scope: Scope) -> dict[str, Any]:
         corpus = await service.corpus(scope)
         return result(await asyncio.to_thread(_rg, corpus, args.patterns, args.ignore_case, service.limits))
@@ -312,8 +330,11 @@ def build_server(service: MemoryService):
         corpus = await service.corpus(scope)
         return result(await asyncio.to_thread(_read, corpus, args.ids, service.limits))
 
-    @scoped_tool(IndexQueryArgs, "One read-only Cypher query on the scope's graph index (Memory, Speaker, Topic; "
-                 "SAID_BY, OF_TOPIC, FOLLOWS). Writes are rejected.")
+    @scoped_tool(
+        IndexQueryArgs,
+        "One read-only Cypher query on the scope's graph index (Memory, Speaker, Topic; "
+        "SAID_BY, OF_TOPIC, FOLLOWS). Writes are rejected.",
+    )
     async def index_query(args: IndexQueryArgs, scope: Scope) -> dict[str, Any]:
         corpus = await service.corpus(scope)
         graph = service.graph((await service.memory()).store, scope)
@@ -323,9 +344,12 @@ def build_server(service: MemoryService):
             if graph is not None:
                 graph.close()
 
-    @scoped_tool(AskArgs, "Answer a question from the scope's memory; returns the answer, its evidence ids "
-                 "and usage (calls, tokens, USD). A strategy whose view was never built is refused unless build "
-                 "is true; a scope with no records is refused.")
+    @scoped_tool(
+        AskArgs,
+        "Answer a question from the scope's memory; returns the answer, its evidence ids "
+        "and usage (calls, tokens, USD). A strategy whose view was never built is refused unless build "
+        "is true; a scope with no records is refused.",
+    )
     async def ask(args: AskArgs, scope: Scope) -> dict[str, Any]:
         mem = await service.memory()
         strategy = service.strategy(args.strategy, args.options)
@@ -352,7 +376,11 @@ def build_server(service: MemoryService):
                 "wall_s": ans.wall_s,
                 "events": ans.usage.events,
             },
-            **({"build": {"usage": ans.build.usage.model_dump(), "fallbacks": ans.build.fallbacks}} if ans.build else {}),
+            **(
+                {"build": {"usage": ans.build.usage.model_dump(), "fallbacks": ans.build.fallbacks}}
+                if ans.build
+                else {}
+            ),
         }
 
     return server
@@ -374,8 +402,9 @@ def transport_security(host: str, port: int, allowed_hosts: Sequence[str] = ()):
     names = [host, *(("localhost",) if is_loopback(host) and host != "localhost" else ()), *allowed_hosts]
     bracketed = [f"[{n}]" if ":" in n and not n.startswith("[") and _is_ip(n) else n for n in names]
     hosts = sorted({h if _has_port(h) else f"{h}:{port}" for h in bracketed})
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
-                                     allowed_origins=[f"http://{h}" for h in hosts])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts]
+    )
 
 
 def _is_ip(name: str) -> bool:
@@ -394,8 +423,13 @@ def _has_port(name: str) -> bool:
 
 
 def serve(
-    store: str | Path, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-    allowed_hosts: Sequence[str] = (), **service_kwargs
+    store: str | Path,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    allowed_hosts: Sequence[str] = (),
+    **service_kwargs,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (HTTP). Over
     HTTP, requests must name the bound address (:func:`transport_security`; ``allowed_hosts`` adds
@@ -413,7 +447,11 @@ def serve(
         if transport == "stdio":
             server.run("stdio")
         else:
-            server.run("streamable-http", host=host, port=port,
-                       transport_security=transport_security(host, port, allowed_hosts))
+            server.run(
+                "streamable-http",
+                host=host,
+                port=port,
+                transport_security=transport_security(host, port, allowed_hosts),
+            )
     finally:
         service.close()

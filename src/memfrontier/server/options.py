@@ -84,11 +84,15 @@ def check_remote_options(strategy: str, options: dict[str, Any] | None) -> None:
             continue
         policy = remote_policy(field)
         if not policy.settable:
-            raise ValueError(f"strategy_options.{key}: not settable over the service (it names a file, a model, an "
-                             f"endpoint or a cache, which only the server's operator chooses)")
+            raise ValueError(
+                f"strategy_options.{key}: not settable over the service (it names a file, a model, an "
+                f"endpoint or a cache, which only the server's operator chooses)"
+            )
         bad = [v for v in _chosen(value) if any(v == r and type(v) is type(r) for r in policy.refused)]
         if bad:
             others = [v for v in config.allowed(key) if v not in policy.refused]
-            raise ValueError(f"strategy_options.{key}={bad[0]!r}: not settable over the service (this value "
-                             f"selects a model, an endpoint, a file or a cache the server's operator did not "
-                             f"configure); choose one of: {', '.join(map(str, others))}")
+            raise ValueError(
+                f"strategy_options.{key}={bad[0]!r}: not settable over the service (this value "
+                f"selects a model, an endpoint, a file or a cache the server's operator did not "
+                f"configure); choose one of: {', '.join(map(str, others))}"
+            )

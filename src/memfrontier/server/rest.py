@@ -48,18 +48,17 @@ except ModuleNotFoundError as e:
     raise MissingExtraError("memfrontier serve", "serve", [e.name or "fastapi"]) from e
 
 from ..api import Answer, AsyncMemory, BuildReport
-from ..core.errors import EmptyScopeError
-from ..core.messages import check_network_images
+from ..core.errors import EmptyScopeError, RecordConflictError, StoreError
 from ..core.fallbacks import FallbackError
 from ..core.ledger import BudgetExceededError, Usage
+from ..core.messages import check_network_images
 from ..core.pricebook import UnpricedModelError
 from ..core.types import Budget, Hit, Preference, Record
 from ..llm import default_llm
 from ..llm.base import LLMError
-from ..core.errors import RecordConflictError, StoreError
 from ..store.base import AddResult
-from ..strategies import STRATEGIES, ViewNotBuiltError, get_strategy
 from ..store.postgres import is_postgres_url
+from ..strategies import STRATEGIES, ViewNotBuiltError, get_strategy
 from .keys import KeyStore, open_key_store
 from .options import check_remote_options
 from .tenants import client_scope, tenant_scope
@@ -231,6 +230,7 @@ async def _acquire(keys: KeyStore, name: str, limit: int):
     try:
         return await asyncio.shield(taken)
     except asyncio.CancelledError:
+
         def give_back(f) -> None:
             if not f.cancelled() and f.exception() is None and f.result() is not None:
                 loop.run_in_executor(None, keys.release, f.result())
@@ -304,8 +304,10 @@ def _strategy(request: Request, name: str, options: dict[str, Any] | None):
         return get_strategy(name, options)
     settings: ServeSettings = request.app.state.settings
     if settings.router is None:
-        raise ValueError("strategy auto: this server has no router file; its operator starts it with "
-                         "`memfrontier serve --router FILE`")
+        raise ValueError(
+            "strategy auto: this server has no router file; its operator starts it with "
+            "`memfrontier serve --router FILE`"
+        )
     opts = {**(options or {}), "router": settings.router}
     key = json.dumps(opts, sort_keys=True, default=str)
     cache: dict = request.app.state.auto_strategies
@@ -345,9 +347,15 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         owned = []
         if memory is None:
             mem = await asyncio.to_thread(
-                AsyncMemory.open, settings.store, llm=settings.llm, base_url=settings.base_url,
-                price_book=settings.price_book, allow_unpriced=settings.allow_unpriced, price_as=settings.price_as,
-                view_dir=settings.view_dir)
+                AsyncMemory.open,
+                settings.store,
+                llm=settings.llm,
+                base_url=settings.base_url,
+                price_book=settings.price_book,
+                allow_unpriced=settings.allow_unpriced,
+                price_as=settings.price_as,
+                view_dir=settings.view_dir,
+            )
             owned.append(mem)
         app.state.memory = memory or mem
         # Load the embedder (and the search indexes) before the first request, not during it: a search
@@ -363,17 +371,32 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
             for o in owned:
                 o.close()
 
-    app = FastAPI(title="memfrontier", version="1", lifespan=lifespan,
-                  description="Long-term memory for LLM agents: add, search, ask, delete; one tenant per API key.",
-                  responses={401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 422: {"model": ErrorBody},
-                             429: {"model": ErrorBody}})
+    app = FastAPI(
+        title="memfrontier",
+        version="1",
+        lifespan=lifespan,
+        description="Long-term memory for LLM agents: add, search, ask, delete; one tenant per API key.",
+        responses={
+            401: {"model": ErrorBody},
+            413: {"model": ErrorBody},
+            422: {"model": ErrorBody},
+            429: {"model": ErrorBody},
+        },
+    )
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.state.settings = settings
     app.state.auto_strategies = {}
 
     handlers = [
-        (Unauthorized, lambda e: _error(401, "unauthorized", "a valid API key is required (Authorization: Bearer <key>)",
-                                        {"WWW-Authenticate": "Bearer"})),
+        (
+            Unauthorized,
+            lambda e: _error(
+                401,
+                "unauthorized",
+                "a valid API key is required (Authorization: Bearer <key>)",
+                {"WWW-Authenticate": "Bearer"},
+            ),
+        ),
         (TooManyInFlight, lambda e: _error(429, "too_many_requests", str(e), {"Retry-After": "1"})),
         (RecordConflictError, lambda e: _error(409, "conflict", str(e))),
         (ViewNotBuiltError, lambda e: _error(409, "view_not_built", str(e))),
@@ -408,19 +431,26 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
     @app.post("/v1/memories", response_model=AddResult, responses={409: {"model": ErrorBody}})
     async def add(body: AddBody, name: Tenant, request: Request) -> AddResult:
         check_network_images(body.messages)  # 422 for a local image path: the server reads no file for a tenant
-        return await _memory(request).add(body.messages, session_id=body.session_id, timestamp=body.timestamp,
-                                          **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+        return await _memory(request).add(
+            body.messages,
+            session_id=body.session_id,
+            timestamp=body.timestamp,
+            **_scope_kw(name, body.user_id, body.agent_id, body.run_id),
+        )
 
     @app.delete("/v1/memories", response_model=Deleted)
-    async def delete_all(name: Tenant, request: Request, user_id: ScopeIdQ = None, agent_id: ScopeIdQ = None,
-                         run_id: ScopeIdQ = None) -> Deleted:
+    async def delete_all(
+        name: Tenant, request: Request, user_id: ScopeIdQ = None, agent_id: ScopeIdQ = None, run_id: ScopeIdQ = None
+    ) -> Deleted:
         n = await _memory(request).delete_all(**_scope_kw(name, user_id, agent_id, run_id))
         return Deleted(deleted=n)
 
     @app.post("/v1/search", response_model=SearchResult)
     async def search(body: SearchBody, name: Tenant, request: Request) -> SearchResult:
         _one_scope(body.all_scopes)
-        hits = await _memory(request).search(body.query, k=body.k, **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+        hits = await _memory(request).search(
+            body.query, k=body.k, **_scope_kw(name, body.user_id, body.agent_id, body.run_id)
+        )
         return SearchResult(hits=[_out_hit(name, h) for h in hits])
 
     @app.post("/v1/ask", response_model=Answer, responses={409: {"model": ErrorBody}, 502: {"model": ErrorBody}})
@@ -429,9 +459,15 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         strat = _strategy(request, body.strategy, body.strategy_options)
         mem = _memory(request)
         try:
-            ans = await mem.ask(body.question, strategy=strat, preference=body.preference, budget=body.budget,
-                                question_date=body.question_date, build=body.build,
-                                **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+            ans = await mem.ask(
+                body.question,
+                strategy=strat,
+                preference=body.preference,
+                budget=body.budget,
+                question_date=body.question_date,
+                build=body.build,
+                **_scope_kw(name, body.user_id, body.agent_id, body.run_id),
+            )
         except FallbackError as e:  # the refused build's calls were made: they are billed
             await _bill(request, name, e)
             raise
@@ -446,21 +482,34 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         except FallbackError as e:
             await _bill(request, name, e)
             raise
-        await _in_thread(request.app.state.tenants.keys.record_usage, name,
-                         Usage(by_stage={"construction": report.usage}))
+        await _in_thread(
+            request.app.state.tenants.keys.record_usage, name, Usage(by_stage={"construction": report.usage})
+        )
         return report
 
     @app.get("/v1/records/{record_id:path}", response_model=Record, responses={404: {"model": ErrorBody}})
-    async def get(record_id: str, name: Tenant, request: Request, user_id: ScopeIdQ = None,
-                  agent_id: ScopeIdQ = None, run_id: ScopeIdQ = None) -> Record:
+    async def get(
+        record_id: str,
+        name: Tenant,
+        request: Request,
+        user_id: ScopeIdQ = None,
+        agent_id: ScopeIdQ = None,
+        run_id: ScopeIdQ = None,
+    ) -> Record:
         r = await _memory(request).get(record_id, **_scope_kw(name, user_id, agent_id, run_id))
         if r is None:
             return _error(404, "not_found", f"no record {record_id!r} in this scope")
         return _out_record(name, r)
 
     @app.delete("/v1/records/{record_id:path}", response_model=Deleted, responses={404: {"model": ErrorBody}})
-    async def delete(record_id: str, name: Tenant, request: Request, user_id: ScopeIdQ = None,
-                     agent_id: ScopeIdQ = None, run_id: ScopeIdQ = None) -> Deleted:
+    async def delete(
+        record_id: str,
+        name: Tenant,
+        request: Request,
+        user_id: ScopeIdQ = None,
+        agent_id: ScopeIdQ = None,
+        run_id: ScopeIdQ = None,
+    ) -> Deleted:
         if not await _memory(request).delete(record_id, **_scope_kw(name, user_id, agent_id, run_id)):
             return _error(404, "not_found", f"no record {record_id!r} in this scope")
         return Deleted(deleted=1)

@@ -22,7 +22,9 @@ TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 def check_tenant(tenant: str) -> str:
     """``tenant`` when it is a valid tenant name; ValueError naming the rule otherwise."""
     if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
-        raise ValueError(f"tenant must match {TENANT_RE.pattern} (lower-case letters, digits, '_' and '-'), got {tenant!r}")
+        raise ValueError(
+            f"tenant must match {TENANT_RE.pattern} (lower-case letters, digits, '_' and '-'), got {tenant!r}"
+        )
     return tenant
 
 
@@ -45,6 +47,5 @@ def client_scope(tenant: str, scope: Scope) -> Scope:
         v = getattr(scope, k)
         if v is not None and not v.startswith(prefix):
             raise ValueError(f"stored {k} is outside tenant {tenant!r}")
-        out[k] = None if v is None else v[len(prefix):]
+        out[k] = None if v is None else v[len(prefix) :]
     return Scope(**out)
-

@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..embed.query import encode_query
+from ..core.errors import StoreError
 from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
-from ..core.errors import StoreError
+from ..embed.query import encode_query
 from .bm25 import BM25Index, TermCache
 from .records import Presence, private_dir, private_file
 
@@ -116,8 +116,9 @@ class Trace(BaseModel):
     accepted: bool = True
 
 
-def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: Scope | None,
-               reset_keys: set[str]) -> int:
+def purge_bank(
+    path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: Scope | None, reset_keys: set[str]
+) -> int:
     """Remove from the bank file ``path`` what deleted records left behind, in one transaction
     (``secure_delete`` on, WAL truncated after): every item built from a deleted record (an item
     of scope G is built from record ``i`` of scope R when G covers R and ``i`` is in its
@@ -138,14 +139,22 @@ def purge_bank(path: str | Path, deleted: list[tuple[Scope, list[str]]], whole: 
                 rows = conn.execute("SELECT id, scope_json, source_ids FROM items").fetchall()
             else:  # an item built from a deleted record has the key of a scope covering it
                 covering = sorted(reset_keys)
-                rows = conn.execute(f"SELECT id, scope_json, source_ids FROM items WHERE scope_key IN "
-                                    f"({','.join('?' * len(covering))})", covering).fetchall() if covering else []
+                rows = (
+                    conn.execute(
+                        f"SELECT id, scope_json, source_ids FROM items WHERE scope_key IN "
+                        f"({','.join('?' * len(covering))})",
+                        covering,
+                    ).fetchall()
+                    if covering
+                    else []
+                )
             gone = []
             for iid, scope_json, sources in rows:
                 g = Scope.model_validate_json(scope_json)
                 src = set(json.loads(sources))
                 if (whole is not None and whole.matches(g)) or any(
-                        g.matches(r) and src.intersection(ids) for r, ids in deleted):
+                    g.matches(r) and src.intersection(ids) for r, ids in deleted
+                ):
                     gone.append((iid,))
             conn.executemany("DELETE FROM items WHERE id = ?", gone)
             keys = [(k,) for k in sorted(reset_keys)]
@@ -266,8 +275,14 @@ class MemoryBank:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def apply(self, upsert: list[BankItem] = (), delete_ids: list[str] = (), *,
-              done: list[tuple[Scope, str, dict]] = (), traces: list[tuple[Scope, Trace]] = ()) -> None:
+    def apply(
+        self,
+        upsert: list[BankItem] = (),
+        delete_ids: list[str] = (),
+        *,
+        done: list[tuple[Scope, str, dict]] = (),
+        traces: list[tuple[Scope, Trace]] = (),
+    ) -> None:
         """Upsert items, delete items, mark units done and keep traces, all in one transaction.
 
         ``done``: ``(scope, unit, usage)`` marks; ``usage`` (e.g. a StageUsage dump: calls, tokens,
@@ -293,8 +308,19 @@ class MemoryBank:
             for n, it in enumerate(upsert):
                 c.execute(
                     "INSERT OR REPLACE INTO items VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (it.id, it.kind, it.scope.key(), it.scope.model_dump_json(), it.title, it.text, it.timestamp,
-                     json.dumps(it.source_ids), json.dumps(it.meta, ensure_ascii=False), vecs[n].tobytes(), seq + n + 1),
+                    (
+                        it.id,
+                        it.kind,
+                        it.scope.key(),
+                        it.scope.model_dump_json(),
+                        it.title,
+                        it.text,
+                        it.timestamp,
+                        json.dumps(it.source_ids),
+                        json.dumps(it.meta, ensure_ascii=False),
+                        vecs[n].tobytes(),
+                        seq + n + 1,
+                    ),
                 )
             for scope, unit, usage in done:
                 c.execute("INSERT OR REPLACE INTO done VALUES (?,?,?,?)", (scope.key(), unit, now, json.dumps(usage)))
@@ -302,24 +328,41 @@ class MemoryBank:
                 c.execute(
                     "INSERT INTO traces (scope_key, role, model_id, prompt_version, messages_json, rationale, output_json, accepted) "
                     "VALUES (?,?,?,?,?,?,?,?)",
-                    (scope.key(), t.role, t.model_id, t.prompt_version, json.dumps(t.messages, ensure_ascii=False),
-                     t.rationale, json.dumps(t.output, ensure_ascii=False), int(t.accepted)),
+                    (
+                        scope.key(),
+                        t.role,
+                        t.model_id,
+                        t.prompt_version,
+                        json.dumps(t.messages, ensure_ascii=False),
+                        t.rationale,
+                        json.dumps(t.output, ensure_ascii=False),
+                        int(t.accepted),
+                    ),
                 )
             self._invalidate(touched)
 
     def _invalidate(self, touched: list[tuple[Scope, str]]) -> None:
         """Drop the cached (scope, kind) indexes that contain one of the ``touched`` item scopes."""
-        for key in [k for k, v in self._cache.items() if any(kind == k[1] and v[0].matches(sc) for sc, kind in touched)]:
+        for key in [
+            k for k, v in self._cache.items() if any(kind == k[1] and v[0].matches(sc) for sc, kind in touched)
+        ]:
             del self._cache[key]
 
     def is_done(self, scope: Scope, unit: str) -> bool:
         with self._lock:
-            return self._conn.execute("SELECT 1 FROM done WHERE scope_key = ? AND unit = ?", (scope.key(), unit)).fetchone() is not None
+            return (
+                self._conn.execute(
+                    "SELECT 1 FROM done WHERE scope_key = ? AND unit = ?", (scope.key(), unit)
+                ).fetchone()
+                is not None
+            )
 
     def done_usage(self, scope: Scope) -> list[dict]:
         """The usage recorded with each done unit of exactly ``scope``, in completion order."""
         with self._lock:
-            rows = self._conn.execute("SELECT usage_json FROM done WHERE scope_key = ? ORDER BY at", (scope.key(),)).fetchall()
+            rows = self._conn.execute(
+                "SELECT usage_json FROM done WHERE scope_key = ? ORDER BY at", (scope.key(),)
+            ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def delete_all(self, scope: Scope) -> int:
@@ -348,11 +391,21 @@ class MemoryBank:
                 return hit
             rows = self._conn.execute(
                 "SELECT id, kind, scope_json, title, text, timestamp, source_ids, meta_json, vector FROM items "
-                "WHERE kind = ? ORDER BY timestamp IS NOT NULL, timestamp, seq", (kind,)).fetchall()
+                "WHERE kind = ? ORDER BY timestamp IS NOT NULL, timestamp, seq",
+                (kind,),
+            ).fetchall()
             items, vecs = [], []
             for r in rows:
-                it = BankItem(id=r[0], kind=r[1], scope=Scope.model_validate_json(r[2]), title=r[3], text=r[4],
-                              timestamp=r[5], source_ids=json.loads(r[6]), meta=json.loads(r[7]))
+                it = BankItem(
+                    id=r[0],
+                    kind=r[1],
+                    scope=Scope.model_validate_json(r[2]),
+                    title=r[3],
+                    text=r[4],
+                    timestamp=r[5],
+                    source_ids=json.loads(r[6]),
+                    meta=json.loads(r[7]),
+                )
                 if scope.matches(it.scope):
                     items.append(it)
                     vecs.append(np.frombuffer(r[8], dtype=np.float32))
@@ -367,8 +420,16 @@ class MemoryBank:
     def count(self, scope: Scope, kind: str) -> int:
         return len(self._load(scope, kind)[1])
 
-    def similar(self, vector: np.ndarray, scope: Scope, kind: str, k: int, *, min_cosine: float = -1.0,
-                exclude: set[str] | None = None) -> list[tuple[BankItem, float]]:
+    def similar(
+        self,
+        vector: np.ndarray,
+        scope: Scope,
+        kind: str,
+        k: int,
+        *,
+        min_cosine: float = -1.0,
+        exclude: set[str] | None = None,
+    ) -> list[tuple[BankItem, float]]:
         """Top-``k`` items by cosine with ``vector`` (shape (dim,), L2-normalised), cosine >= ``min_cosine``."""
         _, items, matrix, _ = self._load(scope, kind)
         if not items or k <= 0:
@@ -391,7 +452,9 @@ class MemoryBank:
         return encode_query(self.embedder, query)
 
     @staticmethod
-    def _ranked(items: list[BankItem], scores: np.ndarray, k: int | None, positive_only: bool) -> list[tuple[BankItem, float]]:
+    def _ranked(
+        items: list[BankItem], scores: np.ndarray, k: int | None, positive_only: bool
+    ) -> list[tuple[BankItem, float]]:
         order = np.lexsort((np.arange(len(items)), -scores))  # score desc, earlier item first
         if positive_only:
             order = [i for i in order if scores[i] > 0]
@@ -399,8 +462,9 @@ class MemoryBank:
             order = order[: max(k, 0)]
         return [(items[i], float(scores[i])) for i in order]
 
-    def search_dense(self, query: str, scope: Scope, k: int | None = None, *, kind: str,
-                     query_vector: np.ndarray | None = None) -> list[tuple[BankItem, float]]:
+    def search_dense(
+        self, query: str, scope: Scope, k: int | None = None, *, kind: str, query_vector: np.ndarray | None = None
+    ) -> list[tuple[BankItem, float]]:
         """Items of ``kind`` in ``scope`` by cosine with the query, best first (``k=None``: all).
         Returns ``(item, cosine)``; an empty query without ``query_vector`` gives []."""
         if query_vector is None:
@@ -435,7 +499,10 @@ class MemoryBank:
 
     def traces(self, scope: Scope | None = None, role: str | None = None) -> list[Trace]:
         """Construction traces in call order, optionally for one scope key and/or role."""
-        sql, params = "SELECT role, model_id, prompt_version, messages_json, rationale, output_json, accepted FROM traces", []
+        sql, params = (
+            "SELECT role, model_id, prompt_version, messages_json, rationale, output_json, accepted FROM traces",
+            [],
+        )
         cond = []
         if scope is not None:
             cond.append("scope_key = ?")
@@ -447,8 +514,18 @@ class MemoryBank:
             sql += " WHERE " + " AND ".join(cond)
         with self._lock:
             rows = self._conn.execute(sql + " ORDER BY seq", params).fetchall()
-        return [Trace(role=r[0], model_id=r[1], prompt_version=r[2], messages=json.loads(r[3]), rationale=r[4],
-                      output=json.loads(r[5]), accepted=bool(r[6])) for r in rows]
+        return [
+            Trace(
+                role=r[0],
+                model_id=r[1],
+                prompt_version=r[2],
+                messages=json.loads(r[3]),
+                rationale=r[4],
+                output=json.loads(r[5]),
+                accepted=bool(r[6]),
+            )
+            for r in rows
+        ]
 
     def close(self) -> None:
         with self._lock:

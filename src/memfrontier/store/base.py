@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field
 
 from ..core.types import Chunk, Record, Scope
 
-
 #: ``progress(done, total)`` of an ``add``: records (turns) whose chunks are embedded so far, out
 #: of the records in the chunks this add embeds (a re-chunked session counts its stored records too).
 AddProgress = Callable[[int, int], None]
@@ -75,8 +74,9 @@ class MemoryStore(Protocol):
         """The query's embedding, float32 ``(dim,)``."""
         ...
 
-    def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
-                     query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
+    def search_dense(
+        self, query: str, scope: Scope, k: int | None = 10, *, query_vector: np.ndarray | None = None
+    ) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by cosine (``k=None``: all), best first."""
         ...
 

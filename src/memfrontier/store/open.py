@@ -10,8 +10,9 @@ from .base import MemoryStore
 from .postgres import is_postgres_url
 
 
-def open_store(location: str | os.PathLike, embedder, *, reembed: bool = False,
-               view_dir: str | os.PathLike | None = None) -> MemoryStore:
+def open_store(
+    location: str | os.PathLike, embedder, *, reembed: bool = False, view_dir: str | os.PathLike | None = None
+) -> MemoryStore:
     """Open (or create) the store at ``location`` with ``embedder``.
 
     ``location`` is a directory path (:class:`~memfrontier.store.sqlite.SQLiteStore`) or a string

@@ -33,10 +33,12 @@ def columns_holding(dsn: str, needle: str) -> list[str]:
                 "SELECT c.table_schema, c.table_name, c.column_name FROM information_schema.columns c "
                 "JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
                 "WHERE t.table_type = 'BASE TABLE' AND c.table_schema NOT IN ('pg_catalog', 'information_schema') "
-                "ORDER BY 1, 2, 3").fetchall()
+                "ORDER BY 1, 2, 3"
+            ).fetchall()
             for schema, table, column in cols:
                 q = sql.SQL("SELECT EXISTS (SELECT 1 FROM {}.{} WHERE strpos({}::text, %s) > 0)").format(
-                    sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column))
+                    sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column)
+                )
                 if conn.execute(q, (needle,)).fetchone()[0]:
                     found.append(f"{schema}.{table}.{column}")
     except psycopg.Error as e:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.types import Chunk, Record, Scope
 from ..core.errors import StoreError
 from ..core.extras import require_extra
+from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .postgres_schema import MIGRATIONS, apply_migrations, schema_version
@@ -81,19 +81,22 @@ ORDER BY top.score DESC, c.timestamp IS NOT NULL, c.timestamp, c.first_seq, c.id
 """
 
 
-
-
 def _row_to_chunk(row) -> Chunk:
     cid, scope_json, sid, ts, text, n, rec_ids = row[:7]
-    return Chunk(id=cid, scope=Scope(**json.loads(scope_json)), session_id=sid, timestamp=ts, text=text,
-                 record_ids=list(rec_ids), n_tokens=n)
+    return Chunk(
+        id=cid,
+        scope=Scope(**json.loads(scope_json)),
+        session_id=sid,
+        timestamp=ts,
+        text=text,
+        record_ids=list(rec_ids),
+        n_tokens=n,
+    )
 
 
 def _lock_id(scope_key: str) -> int:
     """A signed 64-bit advisory lock id for a scope key."""
     return int.from_bytes(hashlib.sha256(scope_key.encode("ascii")).digest()[:8], "big", signed=True)
-
-
 
 
 def default_directory(dsn: str) -> Path:
@@ -122,8 +125,16 @@ class PostgresStore(StoreSeam):
         EmbeddingMismatchError: model id or dim differ from the recorded ones and not ``reembed``.
     """
 
-    def __init__(self, dsn: str, embedder, *, chunk_tokens: int = 256, reembed: bool = False,
-                 directory: str | os.PathLike | None = None, connect_timeout_s: float = 10.0):
+    def __init__(
+        self,
+        dsn: str,
+        embedder,
+        *,
+        chunk_tokens: int = 256,
+        reembed: bool = False,
+        directory: str | os.PathLike | None = None,
+        connect_timeout_s: float = 10.0,
+    ):
         require_extra("postgres", "psycopg", "pgvector", feature="a postgresql:// store")
         import psycopg
 
@@ -176,8 +187,9 @@ class PostgresStore(StoreSeam):
         """Apply the missing :data:`~memfrontier.store.postgres_schema.MIGRATIONS` in order (one transaction, advisory lock); refuse a
         schema newer than :data:`~memfrontier.store.postgres_schema.SCHEMA_VERSION`."""
         with self._tx() as c:
-            apply_migrations(c, MIGRATIONS, lock=_MIGRATION_LOCK, what=f"store database {self.name}",
-                             dim=int(self.embedder.dim))
+            apply_migrations(
+                c, MIGRATIONS, lock=_MIGRATION_LOCK, what=f"store database {self.name}", dim=int(self.embedder.dim)
+            )
 
     def _store_name(self) -> str:
         return self.name
@@ -187,14 +199,21 @@ class PostgresStore(StoreSeam):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             meta = self._meta(c)
             if "embedding_model_id" not in meta:
-                c.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", [
-                    ("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim))),
-                    ("chunk_tokens", str(self.chunk_tokens))])
+                c.cursor().executemany(
+                    "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                    [
+                        ("embedding_model_id", self.embedder.model_id),
+                        ("embedding_dim", str(int(self.embedder.dim))),
+                        ("chunk_tokens", str(self.chunk_tokens)),
+                    ],
+                )
                 return
             recorded = int(meta.get("chunk_tokens", self.chunk_tokens))
             if recorded != self.chunk_tokens:
-                raise StoreError(f"store {self.name} was built with chunk_tokens={recorded}; open it with "
-                                 f"chunk_tokens={recorded} (got {self.chunk_tokens})")
+                raise StoreError(
+                    f"store {self.name} was built with chunk_tokens={recorded}; open it with "
+                    f"chunk_tokens={recorded} (got {self.chunk_tokens})"
+                )
             msg = self._mismatch(meta)
         self._resolve_mismatch(msg, reembed)
 
@@ -215,11 +234,15 @@ class PostgresStore(StoreSeam):
             c.execute("ALTER TABLE chunks DROP COLUMN embedding")
             c.execute(f"ALTER TABLE chunks ADD COLUMN embedding vector({dim})")
             with c.cursor() as cur:
-                cur.executemany("UPDATE chunks SET embedding = %s WHERE id = %s", [(v, i) for (i, _), v in zip(rows, vecs)])
+                cur.executemany(
+                    "UPDATE chunks SET embedding = %s WHERE id = %s", [(v, i) for (i, _), v in zip(rows, vecs)]
+                )
             c.execute("ALTER TABLE chunks ALTER COLUMN embedding SET NOT NULL")
             c.execute("CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops)")
-            c.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                          [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(dim))])
+            c.cursor().executemany(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(dim))],
+            )
         return len(rows)
 
     # -- writes ---------------------------------------------------------------------------
@@ -238,11 +261,13 @@ class PostgresStore(StoreSeam):
         rows = c.execute(
             f"SELECT r.scope_key, {', '.join('r.' + x.strip() for x in RECORD_COLS.split(','))} FROM records r "
             "JOIN unnest(%s::text[], %s::text[]) AS k(scope_key, id) ON r.scope_key = k.scope_key AND r.id = k.id",
-            ([k for k, _ in keys], [i for _, i in keys])).fetchall()
+            ([k for k, _ in keys], [i for _, i in keys]),
+        ).fetchall()
         return {(row[0], row[2]): row_to_record(row[1:]) for row in rows}
 
-
-    def _rechunk(self, c, sessions: dict[tuple[str, str], None], progress: AddProgress | None = None) -> tuple[int, int]:
+    def _rechunk(
+        self, c, sessions: dict[tuple[str, str], None], progress: AddProgress | None = None
+    ) -> tuple[int, int]:
         """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
         from their current records; unchanged chunks keep their row and vector, new ones are
         embedded (reporting ``progress``, see :func:`~memfrontier.store.records.encode_chunks`);
@@ -250,8 +275,9 @@ class PostgresStore(StoreSeam):
         written)."""
         new_chunks: list[tuple[Chunk, int]] = []
         for key in sessions:
-            rows = c.execute(f"SELECT {RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s "
-                             f"{ORDER_RECORDS}", key).fetchall()
+            rows = c.execute(
+                f"SELECT {RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s {ORDER_RECORDS}", key
+            ).fetchall()
             counts = {}
             seq_of = {}
             recs = []
@@ -260,18 +286,26 @@ class PostgresStore(StoreSeam):
                 counts[rec.render()] = int(row[-1])
                 seq_of[rec.id] = int(row[0])
                 recs.append(rec)
-            plan = chunk_records(recs, lambda t: counts[t] if t in counts else int(self.embedder.count_tokens(t)),
-                                 self.chunk_tokens)
+            plan = chunk_records(
+                recs, lambda t: counts[t] if t in counts else int(self.embedder.count_tokens(t)), self.chunk_tokens
+            )
             first = {ch.id: min(seq_of[i] for i in ch.record_ids) for ch in plan}
-            old = {r[0]: (r[1], r[2]) for r in c.execute(
-                "SELECT id, timestamp, first_seq FROM chunks WHERE scope_key = %s AND session_id = %s", key)}
+            old = {
+                r[0]: (r[1], r[2])
+                for r in c.execute(
+                    "SELECT id, timestamp, first_seq FROM chunks WHERE scope_key = %s AND session_id = %s", key
+                )
+            }
             gone = sorted(set(old) - set(first))
             if gone:
                 c.execute("DELETE FROM chunks WHERE id = ANY(%s)", (gone,))
             # a kept chunk's row is rewritten only when its order keys moved: an UPDATE writes a new row
             # version into every index, the HNSW one included (about 10 ms a row at 100,000 chunks)
-            kept = [(ch.timestamp, first[ch.id], ch.id) for ch in plan
-                    if ch.id in old and old[ch.id] != (ch.timestamp, first[ch.id])]
+            kept = [
+                (ch.timestamp, first[ch.id], ch.id)
+                for ch in plan
+                if ch.id in old and old[ch.id] != (ch.timestamp, first[ch.id])
+            ]
             if kept:
                 with c.cursor() as cur:
                     cur.executemany("UPDATE chunks SET timestamp = %s, first_seq = %s WHERE id = %s", kept)
@@ -283,9 +317,25 @@ class PostgresStore(StoreSeam):
                     "INSERT INTO chunks (id, scope_key, user_id, agent_id, run_id, scope_json, session_id, timestamp, "
                     "text, n_tokens, first_seq, record_ids, embedding) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [(ch.id, ch.scope.key(), ch.scope.user_id, ch.scope.agent_id, ch.scope.run_id,
-                      ch.scope.model_dump_json(), ch.session_id, ch.timestamp, ch.text, ch.n_tokens, seq,
-                      list(ch.record_ids), v) for (ch, seq), v in zip(new_chunks, vecs)])
+                    [
+                        (
+                            ch.id,
+                            ch.scope.key(),
+                            ch.scope.user_id,
+                            ch.scope.agent_id,
+                            ch.scope.run_id,
+                            ch.scope.model_dump_json(),
+                            ch.session_id,
+                            ch.timestamp,
+                            ch.text,
+                            ch.n_tokens,
+                            seq,
+                            list(ch.record_ids),
+                            v,
+                        )
+                        for (ch, seq), v in zip(new_chunks, vecs)
+                    ],
+                )
         return len(new_chunks), len(new_chunks)
 
     def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
@@ -318,11 +368,30 @@ class PostgresStore(StoreSeam):
                     "INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, "
                     "role, timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [(r.id, r.kind, k[0], r.scope.user_id, r.scope.agent_id, r.scope.run_id, r.scope.model_dump_json(),
-                      r.session_id, r.speaker, r.role, r.timestamp, r.text,
-                      json.dumps([im.model_dump() for im in r.images], ensure_ascii=False), r.step_index, r.action,
-                      r.observation, json.dumps(r.meta, ensure_ascii=False), n)
-                     for k, r, n in insert])
+                    [
+                        (
+                            r.id,
+                            r.kind,
+                            k[0],
+                            r.scope.user_id,
+                            r.scope.agent_id,
+                            r.scope.run_id,
+                            r.scope.model_dump_json(),
+                            r.session_id,
+                            r.speaker,
+                            r.role,
+                            r.timestamp,
+                            r.text,
+                            json.dumps([im.model_dump() for im in r.images], ensure_ascii=False),
+                            r.step_index,
+                            r.action,
+                            r.observation,
+                            json.dumps(r.meta, ensure_ascii=False),
+                            n,
+                        )
+                        for k, r, n in insert
+                    ],
+                )
             built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r, _ in insert), progress)
         return add_result(records, uniq, {k for k, _, _ in insert}, built, embedded)
 
@@ -363,8 +432,10 @@ class PostgresStore(StoreSeam):
         where, params = self._scope_where(scope)
         found: dict[str, list[Record]] = {}
         with self._tx() as c:
-            rows = c.execute(f"SELECT {RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
-                             [sorted(set(ids)), *params]).fetchall()
+            rows = c.execute(
+                f"SELECT {RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
+                [sorted(set(ids)), *params],
+            ).fetchall()
         for r in rows:
             found.setdefault(r[1], []).append(row_to_record(r))
         return [rec for i in ids for rec in found.get(i, [])]
@@ -392,8 +463,9 @@ class PostgresStore(StoreSeam):
         out.sort(key=lambda t: (-t[2], chunk_order(t[0], t[1])))
         return [(ch, s) for ch, _, s in out]
 
-    def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
-                     query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
+    def search_dense(
+        self, query: str, scope: Scope, k: int | None = 10, *, query_vector: np.ndarray | None = None
+    ) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by cosine similarity (``k=None``: every chunk in scope).
         Returns ``(chunk, cosine in [-1, 1])`` best first; ties in store order. An empty query
         without ``query_vector`` gives []. With ``k`` the HNSW index may answer (approximate)."""
@@ -410,8 +482,11 @@ class PostgresStore(StoreSeam):
             if k is not None:
                 c.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                 c.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, int(k)))}")
-            rows = c.execute(f"SELECT {_CHUNK_COLS}, first_seq, embedding <=> %s FROM chunks WHERE {where} "
-                             f"ORDER BY embedding <=> %s{limit}", [qv, *params, qv]).fetchall()
+            rows = c.execute(
+                f"SELECT {_CHUNK_COLS}, first_seq, embedding <=> %s FROM chunks WHERE {where} "
+                f"ORDER BY embedding <=> %s{limit}",
+                [qv, *params, qv],
+            ).fetchall()
         return self._ranked(rows, lambda d: 1.0 - d)
 
     def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
@@ -427,8 +502,9 @@ class PostgresStore(StoreSeam):
             if not lexemes:
                 return []
             fetch = "" if k is None else f" FETCH FIRST {int(k)} ROWS WITH TIES"
-            rows = c.execute(_BM25_SQL.format(where=where, fetch=fetch, limit=limit),
-                             [*params, sorted(set(lexemes)), *params]).fetchall()
+            rows = c.execute(
+                _BM25_SQL.format(where=where, fetch=fetch, limit=limit), [*params, sorted(set(lexemes)), *params]
+            ).fetchall()
         return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -66,17 +66,22 @@ _V1 = [
     "CREATE TABLE pending_purges (seq bigserial PRIMARY KEY, intent_json text NOT NULL)",
 ]
 
+
 def _scope_stats_table(name: str) -> list[str]:
     """Statements creating the per-scope BM25 statistics table ``name`` (N and summed length of each
     exact scope's chunks) and filling it from the chunks present."""
-    return [f"""CREATE TABLE {name} (
+    return [
+        f"""CREATE TABLE {name} (
         scope_key text COLLATE "C" PRIMARY KEY,
         user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
         n_chunks bigint NOT NULL,
         sum_len bigint NOT NULL)""",
-            f"CREATE INDEX {name}_user ON {name} (user_id)",
-            (f"INSERT INTO {name} SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
-             "GROUP BY scope_key, user_id, agent_id, run_id")]
+        f"CREATE INDEX {name}_user ON {name} (user_id)",
+        (
+            f"INSERT INTO {name} SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM chunks "
+            "GROUP BY scope_key, user_id, agent_id, run_id"
+        ),
+    ]
 
 
 # v3: the BM25 statistics of each exact scope, kept by the writes (a search read them from the
@@ -101,8 +106,10 @@ _V4 = [
 MAX_LEXEME_BYTES = 256
 
 # One posting per (chunk, lexeme of at most MAX_LEXEME_BYTES) of the chunk rows ``{src}``.
-_POSTINGS_SELECT = ("SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
-                    "FROM {src} c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= " + str(MAX_LEXEME_BYTES))
+_POSTINGS_SELECT = (
+    "SELECT t.lexeme, c.user_id, c.agent_id, c.run_id, c.id, cardinality(t.positions), c.tsv_len "
+    "FROM {src} c, unnest(c.tsv) AS t WHERE octet_length(t.lexeme) <= " + str(MAX_LEXEME_BYTES)
+)
 
 # v5: BM25 postings, one row per (chunk, lexeme of its tsvector) with the lexeme's tf (number of
 # positions) and the chunk's length, kept by the writes in the chunks' transaction and filled here
@@ -128,8 +135,9 @@ _V5 = [
 
 # The trigger bodies' statements on the postings: those of the statement's new chunks, and the
 # removal of those of its old ones.
-_POSTINGS_ADD = ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
-                 + _POSTINGS_SELECT.format(src="new_chunks"))
+_POSTINGS_ADD = "INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) " + _POSTINGS_SELECT.format(
+    src="new_chunks"
+)
 _POSTINGS_DROP = "DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks))"
 
 
@@ -139,14 +147,20 @@ def _chunk_triggers(name: str, on_insert: list[str], on_delete: list[str]) -> li
     ``chunks_{name}_insert`` (AFTER INSERT, the statement's rows as ``new_chunks``) and
     ``chunks_{name}_delete`` (AFTER DELETE, ``old_chunks``) on ``chunks`` that call them."""
     out = []
-    for event, rows, body in (("insert", "NEW TABLE AS new_chunks", on_insert),
-                              ("delete", "OLD TABLE AS old_chunks", on_delete)):
+    for event, rows, body in (
+        ("insert", "NEW TABLE AS new_chunks", on_insert),
+        ("delete", "OLD TABLE AS old_chunks", on_delete),
+    ):
         statements = "".join(stmt + ";\n" for stmt in body)
-        out += [f"CREATE OR REPLACE FUNCTION {name}_{event}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
-                f"BEGIN\n{statements}RETURN NULL;\nEND $$",
-                f"DROP TRIGGER IF EXISTS chunks_{name}_{event} ON chunks",
-                (f"CREATE TRIGGER chunks_{name}_{event} AFTER {event.upper()} ON chunks REFERENCING {rows} "
-                 f"FOR EACH STATEMENT EXECUTE FUNCTION {name}_{event}()")]
+        out += [
+            f"CREATE OR REPLACE FUNCTION {name}_{event}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+            f"BEGIN\n{statements}RETURN NULL;\nEND $$",
+            f"DROP TRIGGER IF EXISTS chunks_{name}_{event} ON chunks",
+            (
+                f"CREATE TRIGGER chunks_{name}_{event} AFTER {event.upper()} ON chunks REFERENCING {rows} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {name}_{event}()"
+            ),
+        ]
     return out
 
 
@@ -164,12 +178,19 @@ def _chunk_triggers(name: str, on_insert: list[str], on_delete: list[str]) -> li
 # (A chunk's text and scope are never updated in place, its id hashes them: no UPDATE trigger.)
 _V6 = [
     *_chunk_triggers("postings", [_POSTINGS_ADD], [_POSTINGS_DROP]),
-    (f"DELETE FROM postings p WHERE octet_length(p.lexeme) > {MAX_LEXEME_BYTES} "
-     "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)"),
-    ("DELETE FROM postings p USING (SELECT ctid, row_number() OVER (PARTITION BY chunk_id, lexeme) AS n "
-     "FROM postings) d WHERE p.ctid = d.ctid AND d.n > 1"),
-    ("INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
-     + _POSTINGS_SELECT.format(src="chunks") + " AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.id)"),
+    (
+        f"DELETE FROM postings p WHERE octet_length(p.lexeme) > {MAX_LEXEME_BYTES} "
+        "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)"
+    ),
+    (
+        "DELETE FROM postings p USING (SELECT ctid, row_number() OVER (PARTITION BY chunk_id, lexeme) AS n "
+        "FROM postings) d WHERE p.ctid = d.ctid AND d.n > 1"
+    ),
+    (
+        "INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_id, tf, dl) "
+        + _POSTINGS_SELECT.format(src="chunks")
+        + " AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.id)"
+    ),
     "CREATE UNIQUE INDEX postings_chunk_lexeme ON postings (chunk_id, lexeme)",
     "DROP INDEX IF EXISTS postings_chunk",
     "ANALYZE postings",
@@ -188,20 +209,24 @@ _V7 = [
     "DROP TRIGGER IF EXISTS chunks_postings_delete ON chunks",
     "DROP FUNCTION IF EXISTS postings_insert()",
     "DROP FUNCTION IF EXISTS postings_delete()",
-    *_chunk_triggers("bm25", [
-        _POSTINGS_ADD,
-        "INSERT INTO bm25_scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len) "
-        "SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM new_chunks "
-        "GROUP BY scope_key, user_id, agent_id, run_id ORDER BY scope_key "
-        "ON CONFLICT (scope_key) DO UPDATE "
-        "SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len",
-    ], [
-        _POSTINGS_DROP,
-        "UPDATE bm25_scope_stats s SET n_chunks = s.n_chunks - d.n, sum_len = s.sum_len - d.len "
-        "FROM (SELECT scope_key, count(*) AS n, sum(tsv_len) AS len FROM old_chunks GROUP BY scope_key) d "
-        "WHERE s.scope_key = d.scope_key",
-        "DELETE FROM bm25_scope_stats WHERE n_chunks <= 0 AND scope_key = ANY(ARRAY(SELECT scope_key FROM old_chunks))",
-    ]),
+    *_chunk_triggers(
+        "bm25",
+        [
+            _POSTINGS_ADD,
+            "INSERT INTO bm25_scope_stats AS s (scope_key, user_id, agent_id, run_id, n_chunks, sum_len) "
+            "SELECT scope_key, user_id, agent_id, run_id, count(*), sum(tsv_len) FROM new_chunks "
+            "GROUP BY scope_key, user_id, agent_id, run_id ORDER BY scope_key "
+            "ON CONFLICT (scope_key) DO UPDATE "
+            "SET n_chunks = s.n_chunks + excluded.n_chunks, sum_len = s.sum_len + excluded.sum_len",
+        ],
+        [
+            _POSTINGS_DROP,
+            "UPDATE bm25_scope_stats s SET n_chunks = s.n_chunks - d.n, sum_len = s.sum_len - d.len "
+            "FROM (SELECT scope_key, count(*) AS n, sum(tsv_len) AS len FROM old_chunks GROUP BY scope_key) d "
+            "WHERE s.scope_key = d.scope_key",
+            "DELETE FROM bm25_scope_stats WHERE n_chunks <= 0 AND scope_key = ANY(ARRAY(SELECT scope_key FROM old_chunks))",
+        ],
+    ),
     "DROP TABLE IF EXISTS scope_stats",
     *_scope_stats_table("bm25_scope_stats"),
 ]
@@ -239,11 +264,14 @@ def apply_migrations(c, migrations: dict[int, list[str]], *, lock: int, what: st
     c.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
     current = schema_version(c)
     if current > target:
-        raise StoreError(f"{what} has schema version {current}, newer than this memfrontier's {target}; "
-                         f"upgrade memfrontier to open it")
+        raise StoreError(
+            f"{what} has schema version {current}, newer than this memfrontier's {target}; "
+            f"upgrade memfrontier to open it"
+        )
     if current == 0:
-        c.execute("CREATE TABLE schema_version (version integer PRIMARY KEY, "
-                  "applied_at timestamptz NOT NULL DEFAULT now())")
+        c.execute(
+            "CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
     for version in range(current + 1, target + 1):
         for stmt in migrations[version]:
             c.execute(stmt.format(**fmt) if fmt else stmt)

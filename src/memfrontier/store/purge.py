@@ -74,8 +74,11 @@ Transaction = Callable[[], AbstractContextManager]
 def covering_scopes(scope: Scope) -> list[Scope]:
     """Every scope that covers ``scope``: one per non-empty subset of its set ids (at most 7)."""
     set_fields = [f for f in _FIELDS if getattr(scope, f) is not None]
-    return [Scope(**{f: getattr(scope, f) for f in combo})
-            for n in range(1, len(set_fields) + 1) for combo in combinations(set_fields, n)]
+    return [
+        Scope(**{f: getattr(scope, f) for f in combo})
+        for n in range(1, len(set_fields) + 1)
+        for combo in combinations(set_fields, n)
+    ]
 
 
 def purge_of(intent: dict) -> Purge:
@@ -145,9 +148,14 @@ def purges_due(folder: str | Path, tx: Transaction, ph: str = "?") -> bool:
     intent waits for it (one read; ``ph``: the driver's placeholder, ``?`` or ``%s``)."""
     root = view_root_id(folder)
     with tx() as c:
-        registered, waiting = c.execute(with_placeholder(
-            f"SELECT EXISTS (SELECT 1 FROM view_roots WHERE root = ?), "
-            f"EXISTS (SELECT 1 FROM pending_purges WHERE {_NOT_APPLIED})", ph), (root, root)).fetchone()
+        registered, waiting = c.execute(
+            with_placeholder(
+                f"SELECT EXISTS (SELECT 1 FROM view_roots WHERE root = ?), "
+                f"EXISTS (SELECT 1 FROM pending_purges WHERE {_NOT_APPLIED})",
+                ph,
+            ),
+            (root, root),
+        ).fetchone()
     return not registered or bool(waiting)
 
 
@@ -164,21 +172,33 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
     root, applied = view_root_id(folder), 0
     if Path(folder).is_dir():  # a root is registered only once its folder exists (see purges_due)
         with tx() as c:
-            c.execute(with_placeholder("INSERT INTO view_roots (root) VALUES (?) ON CONFLICT (root) DO NOTHING", ph), (root,))
-            pending = c.execute(with_placeholder(f"SELECT seq, intent_json FROM pending_purges WHERE {_NOT_APPLIED} ORDER BY seq",
-                                     ph), (root,)).fetchall()
+            c.execute(
+                with_placeholder("INSERT INTO view_roots (root) VALUES (?) ON CONFLICT (root) DO NOTHING", ph), (root,)
+            )
+            pending = c.execute(
+                with_placeholder(f"SELECT seq, intent_json FROM pending_purges WHERE {_NOT_APPLIED} ORDER BY seq", ph),
+                (root,),
+            ).fetchall()
         for seq, intent_json in pending:
             try:
                 purge_views(folder, json.loads(intent_json))
             except PurgeDeferred as e:  # left pending here until a process with the purgers runs it
                 if (root, tuple(e.missing)) not in _WARNED:
                     _WARNED.add((root, tuple(e.missing)))
-                    log.warning("deleted records are not yet purged from the views of %s: they need %s; a "
-                                "process that has them finishes the purge when it reaches these views", root, e)
+                    log.warning(
+                        "deleted records are not yet purged from the views of %s: they need %s; a "
+                        "process that has them finishes the purge when it reaches these views",
+                        root,
+                        e,
+                    )
                 continue
             with tx() as c:
-                c.execute(with_placeholder("INSERT INTO purges_applied (seq, root) VALUES (?, ?) ON CONFLICT (seq, root) DO NOTHING",
-                               ph), (seq, root))
+                c.execute(
+                    with_placeholder(
+                        "INSERT INTO purges_applied (seq, root) VALUES (?, ?) ON CONFLICT (seq, root) DO NOTHING", ph
+                    ),
+                    (seq, root),
+                )
             applied += 1
     host = socket.gethostname()
     with tx() as c:
@@ -187,10 +207,22 @@ def apply_pending(folder: str | Path, tx: Transaction, ph: str = "?") -> int:
             if other_host == host and not Path(path).is_dir():
                 c.execute(with_placeholder("DELETE FROM view_roots WHERE root = ?", ph), (other,))
                 c.execute(with_placeholder("DELETE FROM purges_applied WHERE root = ?", ph), (other,))
-        c.execute("DELETE FROM pending_purges WHERE NOT EXISTS (SELECT 1 FROM view_roots r WHERE NOT EXISTS "
-                  "(SELECT 1 FROM purges_applied a WHERE a.seq = pending_purges.seq AND a.root = r.root))")
+        c.execute(
+            "DELETE FROM pending_purges WHERE NOT EXISTS (SELECT 1 FROM view_roots r WHERE NOT EXISTS "
+            "(SELECT 1 FROM purges_applied a WHERE a.seq = pending_purges.seq AND a.root = r.root))"
+        )
         c.execute("DELETE FROM purges_applied WHERE seq NOT IN (SELECT seq FROM pending_purges)")
     return applied
 
 
-__all__ = ["LOG_TABLES", "apply_pending", "covering_scopes", "purge_of", "purge_views", "remove_scope_entries", "purges_due", "view_root_id", "with_placeholder"]
+__all__ = [
+    "LOG_TABLES",
+    "apply_pending",
+    "covering_scopes",
+    "purge_of",
+    "purge_views",
+    "remove_scope_entries",
+    "purges_due",
+    "view_root_id",
+    "with_placeholder",
+]

@@ -12,20 +12,45 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.types import Chunk, ImageRef, Record, Scope
 from ..core.errors import RecordConflictError, StoreError
+from ..core.types import Chunk, ImageRef, Record, Scope
 from .base import AddProgress, AddResult
 
 
 def row_to_record(row) -> Record:
     """A ``records`` row in the stores' column order (seq, id, kind, scope_json, session_id, speaker,
     role, timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens)."""
-    (_seq, rid, kind, scope_json, session_id, speaker, role, ts, text, images_json, step_index, action,
-     observation, meta_json, _n) = row
+    (
+        _seq,
+        rid,
+        kind,
+        scope_json,
+        session_id,
+        speaker,
+        role,
+        ts,
+        text,
+        images_json,
+        step_index,
+        action,
+        observation,
+        meta_json,
+        _n,
+    ) = row
     return Record(
-        id=rid, kind=kind, scope=Scope(**json.loads(scope_json)), session_id=session_id, speaker=speaker,
-        role=role, timestamp=ts, text=text, images=[ImageRef(**im) for im in json.loads(images_json)],
-        step_index=step_index, action=action, observation=observation, meta=json.loads(meta_json),
+        id=rid,
+        kind=kind,
+        scope=Scope(**json.loads(scope_json)),
+        session_id=session_id,
+        speaker=speaker,
+        role=role,
+        timestamp=ts,
+        text=text,
+        images=[ImageRef(**im) for im in json.loads(images_json)],
+        step_index=step_index,
+        action=action,
+        observation=observation,
+        meta=json.loads(meta_json),
     )
 
 
@@ -42,7 +67,8 @@ def check_conflicts(uniq: dict[tuple[str, str], Record], present: dict[tuple[str
         raise RecordConflictError(
             f"record id(s) {clash[:5]!r}{' ...' if len(clash) > 5 else ''} already exist in this scope with other "
             f"content; a record is never overwritten silently: delete it first or give the new one another id "
-            f"(nothing of this batch was written)")
+            f"(nothing of this batch was written)"
+        )
 
 
 #: Longest scope key (:meth:`Scope.key() <memfrontier.core.types.Scope.key>`, UTF-8 bytes) and
@@ -60,14 +86,18 @@ def _check_sizes(r: Record) -> None:
     """ValueError naming the field and the limit when ``r``'s scope key, id or session id is too long."""
     n_key = len(r.scope.key().encode("utf-8"))
     if n_key > MAX_KEY_BYTES:
-        raise ValueError(f"record {r.id[:80]!r}: its scope key (user_id, agent_id, run_id JSON-encoded, non-ASCII "
-                         f"escaped as \\uXXXX) is {n_key} bytes, over the limit of {MAX_KEY_BYTES} bytes; use shorter "
-                         f"scope ids (nothing of this batch was written)")
+        raise ValueError(
+            f"record {r.id[:80]!r}: its scope key (user_id, agent_id, run_id JSON-encoded, non-ASCII "
+            f"escaped as \\uXXXX) is {n_key} bytes, over the limit of {MAX_KEY_BYTES} bytes; use shorter "
+            f"scope ids (nothing of this batch was written)"
+        )
     for field, value in (("id", r.id), ("session_id", r.session_id)):
         n = len(value.encode("utf-8"))
         if n > MAX_ID_BYTES:
-            raise ValueError(f"record {r.id[:80]!r}: its {field} is {n} bytes (UTF-8), over the limit of "
-                             f"{MAX_ID_BYTES} bytes (nothing of this batch was written)")
+            raise ValueError(
+                f"record {r.id[:80]!r}: its {field} is {n} bytes (UTF-8), over the limit of "
+                f"{MAX_ID_BYTES} bytes (nothing of this batch was written)"
+            )
 
 
 def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]:
@@ -94,8 +124,13 @@ def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]
     return records, uniq
 
 
-def add_result(records: list[Record], uniq: dict[tuple[str, str], Record], added_keys: set[tuple[str, str]],
-               built: int, embedded: int) -> AddResult:
+def add_result(
+    records: list[Record],
+    uniq: dict[tuple[str, str], Record],
+    added_keys: set[tuple[str, str]],
+    built: int,
+    embedded: int,
+) -> AddResult:
     """The :class:`~memfrontier.store.base.AddResult` of an ``add`` of ``records`` (``uniq``: the
     first record per (scope key, id), :func:`checked_batch`) that inserted ``added_keys``: added ids
     in batch order; skipped ids, those already stored and then each repeat of a (scope, id) inside
@@ -107,8 +142,12 @@ def add_result(records: list[Record], uniq: dict[tuple[str, str], Record], added
         if k in seen:
             skipped.append(r.id)
         seen.add(k)
-    return AddResult(added=[r.id for k, r in uniq.items() if k in added_keys], skipped=skipped,
-                     chunks_built=built, chunks_embedded=embedded)
+    return AddResult(
+        added=[r.id for k, r in uniq.items() if k in added_keys],
+        skipped=skipped,
+        chunks_built=built,
+        chunks_embedded=embedded,
+    )
 
 
 def encode(embedder, texts: list[str], on_batch: Callable[[list[int]], None] | None = None) -> np.ndarray:
@@ -173,9 +212,11 @@ def embedding_mismatch(store_name: str, meta: dict[str, str], embedder) -> str |
     mid, dim = meta.get("embedding_model_id"), meta.get("embedding_dim")
     if mid is None or (mid == embedder.model_id and int(dim) == int(embedder.dim)):
         return None
-    return (f"store {store_name} was built with embedding model {mid!r} (dim {dim}), but the configured "
-            f"embedder is {embedder.model_id!r} (dim {embedder.dim}); open it with the same "
-            f"model, or with reembed=True to re-embed every chunk")
+    return (
+        f"store {store_name} was built with embedding model {mid!r} (dim {dim}), but the configured "
+        f"embedder is {embedder.model_id!r} (dim {embedder.dim}); open it with the same "
+        f"model, or with reembed=True to re-embed every chunk"
+    )
 
 
 class Presence:
@@ -208,8 +249,9 @@ class Presence:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            raise StoreError(f"{self.what} {self.path} is gone (removed since it was opened); "
-                             f"nothing was written") from None
+            raise StoreError(
+                f"{self.what} {self.path} is gone (removed since it was opened); nothing was written"
+            ) from None
         if (st.st_dev, st.st_ino) != self._id:
             raise StoreError(f"{self.what} {self.path} was replaced since it was opened; nothing was written")
 
@@ -248,6 +290,8 @@ def purge_intent(rows, whole: Scope | None) -> str:
     by_scope: dict[str, list[str]] = {}
     for rid, _key, _sid, scope_json in rows:
         by_scope.setdefault(scope_json, []).append(rid)
-    intent = {"scope": whole.model_dump() if whole is not None else None,
-              "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())]}
+    intent = {
+        "scope": whole.model_dump() if whole is not None else None,
+        "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())],
+    }
     return json.dumps(intent, ensure_ascii=False)

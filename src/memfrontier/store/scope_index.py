@@ -55,19 +55,30 @@ class Partition:
     def of(cls, rows: list[tuple[Chunk, int, np.ndarray]], dim: int) -> "Partition":
         """The partition of ``(chunk, first_seq, vector)`` rows (any order) of one scope."""
         rows = sorted(rows, key=lambda r: chunk_order(r[0], r[1]))
-        vecs = np.vstack([r[2] for r in rows]).astype(np.float32, copy=False) if rows else np.zeros((0, dim), np.float32)
+        vecs = (
+            np.vstack([r[2] for r in rows]).astype(np.float32, copy=False) if rows else np.zeros((0, dim), np.float32)
+        )
         return cls([r[0] for r in rows], [r[1] for r in rows], vecs, rows[0][0].scope if rows else None)
 
     @classmethod
     def union(cls, parts: list["Partition"], dim: int) -> "Partition":
         """The chunks of ``parts`` merged in store order (scope None, no BM25 index yet)."""
-        order = sorted(((chunk_order(ch, seq), p, i) for p, part in enumerate(parts)
-                        for i, (ch, seq) in enumerate(zip(part.chunks, part.seqs))), key=lambda t: t[0])
+        order = sorted(
+            (
+                (chunk_order(ch, seq), p, i)
+                for p, part in enumerate(parts)
+                for i, (ch, seq) in enumerate(zip(part.chunks, part.seqs))
+            ),
+            key=lambda t: t[0],
+        )
         offsets = np.cumsum([0] + [len(part.chunks) for part in parts])
         stacked = np.vstack([part.vectors for part in parts]) if parts else np.zeros((0, dim), np.float32)
         rows = np.array([offsets[p] + i for _, p, i in order], dtype=np.int64)
-        return cls([parts[p].chunks[i] for _, p, i in order], [parts[p].seqs[i] for _, p, i in order],
-                   stacked[rows] if rows.size else np.zeros((0, dim), np.float32))
+        return cls(
+            [parts[p].chunks[i] for _, p, i in order],
+            [parts[p].seqs[i] for _, p, i in order],
+            stacked[rows] if rows.size else np.zeros((0, dim), np.float32),
+        )
 
     def patched(self, patch: Patch) -> "Partition":
         """A new partition with ``patch`` applied (this one is left as is for concurrent readers;
@@ -88,8 +99,13 @@ class Partition:
         rows = np.array([e[3] for e in entries], dtype=np.int64)
         vecs = stacked[rows] if rows.size else stacked[:0]
         scope = self.scope if self.scope is not None else (entries[0][1].scope if entries else None)
-        part = Partition([e[1] for e in entries], [e[2] for e in entries], np.ascontiguousarray(vecs, dtype=np.float32),
-                         scope, bm25=self.bm25)
+        part = Partition(
+            [e[1] for e in entries],
+            [e[2] for e in entries],
+            np.ascontiguousarray(vecs, dtype=np.float32),
+            scope,
+            bm25=self.bm25,
+        )
         part.positions()  # built in the write, which walks every chunk anyway, not in the first search after it
         return part
 

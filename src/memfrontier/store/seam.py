@@ -28,11 +28,19 @@ from typing import Self
 
 import numpy as np
 
+from ..core.errors import EmbeddingMismatchError
 from ..core.types import Chunk, Record, Scope
 from ..embed.query import encode_query
-from ..core.errors import EmbeddingMismatchError
 from .purge import apply_pending, purges_due
-from .records import check_conflicts, checked_batch, count_tokens_many, embedding_mismatch, row_to_record, view_folder, Presence
+from .records import (
+    Presence,
+    check_conflicts,
+    checked_batch,
+    count_tokens_many,
+    embedding_mismatch,
+    row_to_record,
+    view_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +181,9 @@ class StoreSeam:
         check_conflicts(uniq, present)
         return [(k, r) for k, r in uniq.items() if k not in present]
 
-    def _to_insert(self, c, uniq: dict[tuple[str, str], Record],
-                   n_of: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], Record, int]]:
+    def _to_insert(
+        self, c, uniq: dict[tuple[str, str], Record], n_of: dict[tuple[str, str], int]
+    ) -> list[tuple[tuple[str, str], Record, int]]:
         """Inside the write transaction of an ``add``: ``(key, record, retriever tokens)`` of each
         record of ``uniq`` not stored (:meth:`_unstored`), batch order. The tokens are ``n_of``'s
         (counted by :meth:`_checked_new`) or, for a record that was stored at that first read and

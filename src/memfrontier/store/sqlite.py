@@ -60,7 +60,7 @@ from ..core.errors import StoreError
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
-from .records import Presence, private_dir, private_file, add_result, encode, encode_chunks, purge_intent, row_to_record
+from .records import Presence, add_result, encode, encode_chunks, private_dir, private_file, purge_intent, row_to_record
 from .scope_index import Partition, Patch, ScopeIndex
 from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
 from .sqlite_schema import DB_NAME, SCHEMA_VERSION, create_tables, migrate_v1, migrate_v1_files
@@ -78,8 +78,6 @@ def _batched(seq: list, n: int = _SQL_BATCH) -> Iterator[list]:
 def _order_key(seq: int, ts: str | None) -> tuple:
     """Python twin of ``ORDER BY timestamp IS NOT NULL, timestamp, seq`` (BINARY collation)."""
     return (ts is not None, ts or "", seq)
-
-
 
 
 @dataclass
@@ -213,7 +211,11 @@ class SQLiteStore(StoreSeam):
             if "schema_version" not in meta:
                 c.executemany(
                     "INSERT INTO meta(key, value) VALUES (?, ?)",
-                    [("schema_version", str(SCHEMA_VERSION)), ("generation", "0"), ("chunk_tokens", str(self.chunk_tokens))],
+                    [
+                        ("schema_version", str(SCHEMA_VERSION)),
+                        ("generation", "0"),
+                        ("chunk_tokens", str(self.chunk_tokens)),
+                    ],
                 )
                 return
             if int(meta["schema_version"]) > SCHEMA_VERSION:
@@ -273,7 +275,6 @@ class SQLiteStore(StoreSeam):
             self.stats["encode_calls"] += 1
             self.stats["chunks_encoded"] += n
 
-
     def reembed_all(self) -> int:
         """Re-embed every chunk with the configured embedder and record its id/dim. Returns chunks embedded."""
         with self._read_tx() as c:
@@ -324,7 +325,6 @@ class SQLiteStore(StoreSeam):
                     found[(row[0], row[2])] = row_to_record(row[1:])
         return found
 
-
     def _existing_vectors(self, conn: sqlite3.Connection, chunk_ids: list[str]) -> set[str]:
         found: set[str] = set()
         for b in _batched(chunk_ids):
@@ -374,8 +374,13 @@ class SQLiteStore(StoreSeam):
             out[key] = self._plan_session(rows + by_session.get(key, []))
         return out
 
-    def _pre_embed(self, new: list[tuple[Record, int]], delete_ids: set[tuple[str, str]], sessions: dict,
-                   progress: AddProgress | None = None) -> dict[str, np.ndarray]:
+    def _pre_embed(
+        self,
+        new: list[tuple[Record, int]],
+        delete_ids: set[tuple[str, str]],
+        sessions: dict,
+        progress: AddProgress | None = None,
+    ) -> dict[str, np.ndarray]:
         """Optimistic first pass, outside the write lock: embed planned chunks that lack a vector
         (reporting ``progress`` as :func:`~memfrontier.store.records.encode_chunks` does)."""
         with self._read_tx() as c:
@@ -406,10 +411,24 @@ class SQLiteStore(StoreSeam):
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
-                        r.id, r.kind, r.scope.key(), r.scope.user_id, r.scope.agent_id, r.scope.run_id,
-                        r.scope.model_dump_json(), r.session_id, r.speaker, r.role, r.timestamp, r.text,
-                        json.dumps([im.model_dump() for im in r.images], ensure_ascii=False), r.step_index,
-                        r.action, r.observation, json.dumps(r.meta, ensure_ascii=False), n,
+                        r.id,
+                        r.kind,
+                        r.scope.key(),
+                        r.scope.user_id,
+                        r.scope.agent_id,
+                        r.scope.run_id,
+                        r.scope.model_dump_json(),
+                        r.session_id,
+                        r.speaker,
+                        r.role,
+                        r.timestamp,
+                        r.text,
+                        json.dumps([im.model_dump() for im in r.images], ensure_ascii=False),
+                        r.step_index,
+                        r.action,
+                        r.observation,
+                        json.dumps(r.meta, ensure_ascii=False),
+                        n,
                     )
                     for r, n in insert
                 ],
@@ -432,7 +451,8 @@ class SQLiteStore(StoreSeam):
             for ch in plan.chunks:
                 if ch.id in old:
                     conn.execute(
-                        "UPDATE chunks SET timestamp = ?, first_seq = ? WHERE id = ?", (ch.timestamp, plan.first_seq[ch.id], ch.id)
+                        "UPDATE chunks SET timestamp = ?, first_seq = ? WHERE id = ?",
+                        (ch.timestamp, plan.first_seq[ch.id], ch.id),
                     )
                     patch.kept[ch.id] = (ch.timestamp, plan.first_seq[ch.id])
                     continue
@@ -440,8 +460,19 @@ class SQLiteStore(StoreSeam):
                 conn.execute(
                     "INSERT INTO chunks(id, scope_key, user_id, agent_id, run_id, scope_json, session_id, timestamp, text, "
                     "n_tokens, first_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (ch.id, s.key(), s.user_id, s.agent_id, s.run_id, s.model_dump_json(), ch.session_id, ch.timestamp,
-                     ch.text, ch.n_tokens, plan.first_seq[ch.id]),
+                    (
+                        ch.id,
+                        s.key(),
+                        s.user_id,
+                        s.agent_id,
+                        s.run_id,
+                        s.model_dump_json(),
+                        ch.session_id,
+                        ch.timestamp,
+                        ch.text,
+                        ch.n_tokens,
+                        plan.first_seq[ch.id],
+                    ),
                 )
                 conn.executemany(
                     "INSERT INTO chunk_records(chunk_id, position, record_id) VALUES (?, ?, ?)",
@@ -569,7 +600,8 @@ class SQLiteStore(StoreSeam):
 
     def _load_chunks(self, conn: sqlite3.Connection, where: str, params: list) -> list[Chunk]:
         rows = conn.execute(
-            f"SELECT id, scope_json, session_id, timestamp, text, n_tokens FROM chunks WHERE {where} {ORDER_CHUNKS}", params
+            f"SELECT id, scope_json, session_id, timestamp, text, n_tokens FROM chunks WHERE {where} {ORDER_CHUNKS}",
+            params,
         ).fetchall()
         rec_ids: dict[str, list[str]] = {}
         if where == "TRUE":
@@ -581,8 +613,15 @@ class SQLiteStore(StoreSeam):
                 for cid, rid in conn.execute(q, b):
                     rec_ids.setdefault(cid, []).append(rid)
         return [
-            Chunk(id=cid, scope=Scope(**json.loads(sj)), session_id=sid, timestamp=ts, text=text,
-                  record_ids=rec_ids.get(cid, []), n_tokens=n)
+            Chunk(
+                id=cid,
+                scope=Scope(**json.loads(sj)),
+                session_id=sid,
+                timestamp=ts,
+                text=text,
+                record_ids=rec_ids.get(cid, []),
+                n_tokens=n,
+            )
             for cid, sj, sid, ts, text, n in rows
         ]
 
@@ -634,14 +673,20 @@ class SQLiteStore(StoreSeam):
             for key in keys:
                 chunks += self._load_chunks(conn, "scope_key = ?", [key])
                 seqs.update(conn.execute("SELECT id, first_seq FROM chunks WHERE scope_key = ?", (key,)).fetchall())
-                vec_rows.update(conn.execute(
-                    "SELECT v.chunk_id, v.vector FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
-                    "WHERE c.scope_key = ?", (key,)).fetchall())
+                vec_rows.update(
+                    conn.execute(
+                        "SELECT v.chunk_id, v.vector FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
+                        "WHERE c.scope_key = ?",
+                        (key,),
+                    ).fetchall()
+                )
         grouped: dict[str, list[tuple[Chunk, int, np.ndarray]]] = {}
         for ch in chunks:
             blob = vec_rows.get(ch.id)
             if blob is None or len(blob) != 4 * dim:
-                raise StoreError(f"store {self.path}: chunk {ch.id} has no vector of dim {dim}; reopen with reembed=True")
+                raise StoreError(
+                    f"store {self.path}: chunk {ch.id} has no vector of dim {dim}; reopen with reembed=True"
+                )
             grouped.setdefault(ch.scope.key(), []).append((ch, seqs[ch.id], np.frombuffer(blob, dtype="<f4")))
         self.stats["partition_loads"] += len(grouped)
         return {key: Partition.of(rows, dim) for key, rows in grouped.items()}
@@ -655,7 +700,9 @@ class SQLiteStore(StoreSeam):
             if self._synced is None:
                 self._index.reset(self._load_partitions(c, None))
             else:
-                changed = [r[0] for r in c.execute("SELECT scope_key FROM scope_gen WHERE generation > ?", (self._synced,))]
+                changed = [
+                    r[0] for r in c.execute("SELECT scope_key FROM scope_gen WHERE generation > ?", (self._synced,))
+                ]
                 fresh = self._load_partitions(c, changed)
                 for key in changed:
                     self._index.set(key, fresh.get(key))
@@ -669,8 +716,9 @@ class SQLiteStore(StoreSeam):
         self._index.apply(patches)
         self._synced = gen_before + 1
 
-    def search_dense(self, query: str, scope: Scope, k: int | None = 10, *,
-                     query_vector: np.ndarray | None = None) -> list[tuple[Chunk, float]]:
+    def search_dense(
+        self, query: str, scope: Scope, k: int | None = 10, *, query_vector: np.ndarray | None = None
+    ) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by cosine similarity (exact; ``k=None``: every chunk in scope).
         Returns ``(chunk, cosine in [-1, 1])`` best first; ties: earlier chunk (store order) first.
         An empty query without ``query_vector`` gives []."""

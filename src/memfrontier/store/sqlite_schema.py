@@ -114,8 +114,10 @@ def records_unique_per_scope(c) -> None:
     for stmt in SCHEMA.split(";"):
         if "records" in stmt and "chunk_records" not in stmt:
             c.execute(stmt)
-    cols = ("seq, id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, "
-            "timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens")
+    cols = (
+        "seq, id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, "
+        "timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens"
+    )
     c.execute(f"INSERT INTO records({cols}) SELECT {cols} FROM records_v1")
     c.execute("DROP TABLE records_v1")
 
@@ -137,8 +139,9 @@ def _v1_content_id(key: str, session_id: str, position: int, speaker: str, text:
     return "r-" + h.hexdigest()[:20]
 
 
-def _v1_position(key: str, session_id: str, speaker: str, text: str, ts: str | None, rid: str,
-                 guesses: list[int], upto: int) -> int | None:
+def _v1_position(
+    key: str, session_id: str, speaker: str, text: str, ts: str | None, rid: str, guesses: list[int], upto: int
+) -> int | None:
     """The position in its ``add`` call at which a version-1 content id ``rid`` was derived (tried:
     ``guesses`` first, then ``0..upto``), or None when ``rid`` is not such an id (a caller's id)."""
     for p in [*guesses, *range(upto + 1)]:
@@ -170,8 +173,10 @@ def migrate_v1(c, rechunk: Rechunk) -> tuple[dict[str, dict[str, Scope]], dict[s
     kept. Timestamps are rewritten in the canonical form (:func:`_v1_timestamp`)."""
     records_unique_per_scope(c)
     shared: dict[str, dict[str, Scope]] = {}
-    rows = c.execute("SELECT seq, id, user_id, agent_id, run_id, scope_key, session_id, speaker, text, timestamp, "
-                     "meta_json FROM records ORDER BY seq").fetchall()
+    rows = c.execute(
+        "SELECT seq, id, user_id, agent_id, run_id, scope_key, session_id, speaker, text, timestamp, "
+        "meta_json FROM records ORDER BY seq"
+    ).fetchall()
     updates, renamed = [], {}
     taken = set()
     seen: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}  # session -> (count, last k, last p)
@@ -195,10 +200,15 @@ def migrate_v1(c, rechunk: Rechunk) -> tuple[dict[str, dict[str, Scope]], dict[s
         if new_id != rid:
             renamed[rid] = new_id
         updates.append((new_id, key, sc.user_id, sc.agent_id, sc.run_id, sc.model_dump_json(), new_ts, meta_json, seq))
-    c.executemany("UPDATE records SET id = ?, scope_key = ?, user_id = ?, agent_id = ?, run_id = ?, scope_json = ?, "
-                  "timestamp = ?, meta_json = ? WHERE seq = ?", updates)
-    by_text = {t: np.frombuffer(v, dtype="<f4") for t, v in
-               c.execute("SELECT c.text, v.vector FROM chunks c JOIN chunk_vectors v ON v.chunk_id = c.id")}
+    c.executemany(
+        "UPDATE records SET id = ?, scope_key = ?, user_id = ?, agent_id = ?, run_id = ?, scope_json = ?, "
+        "timestamp = ?, meta_json = ? WHERE seq = ?",
+        updates,
+    )
+    by_text = {
+        t: np.frombuffer(v, dtype="<f4")
+        for t, v in c.execute("SELECT c.text, v.vector FROM chunks c JOIN chunk_vectors v ON v.chunk_id = c.id")
+    }
     c.execute("DELETE FROM chunks")  # cascades to chunk_records and chunk_vectors
     sessions = dict.fromkeys(tuple(r) for r in c.execute("SELECT DISTINCT scope_key, session_id FROM records"))
     rechunk(c, sessions, by_text)
@@ -235,13 +245,25 @@ def _rename_sources(bank: Path, renamed: dict[str, str]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'items'").fetchone():
             rows = conn.execute("SELECT id, source_ids FROM items").fetchall()
-            conn.executemany("UPDATE items SET source_ids = ? WHERE id = ?",
-                             [(json.dumps([renamed.get(i, i) for i in json.loads(src)]), iid) for iid, src in rows
-                              if any(i in renamed for i in json.loads(src))])
+            conn.executemany(
+                "UPDATE items SET source_ids = ? WHERE id = ?",
+                [
+                    (json.dumps([renamed.get(i, i) for i in json.loads(src)]), iid)
+                    for iid, src in rows
+                    if any(i in renamed for i in json.loads(src))
+                ],
+            )
         conn.execute("COMMIT")
     finally:
         conn.close()
 
 
-__all__ = ["DB_NAME", "SCHEMA", "SCHEMA_VERSION", "create_tables", "migrate_v1", "migrate_v1_files",
-           "records_unique_per_scope"]
+__all__ = [
+    "DB_NAME",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "create_tables",
+    "migrate_v1",
+    "migrate_v1_files",
+    "records_unique_per_scope",
+]

@@ -13,8 +13,16 @@ from collections.abc import Iterator, Mapping
 from importlib import import_module
 from typing import Any
 
-from .base import (BuildProgress, MemoryEnv, Query, Strategy, StrategyBase, ViewNotBuiltError, resolve_preference,
-                   view_built)
+from .base import (
+    BuildProgress,
+    MemoryEnv,
+    Query,
+    Strategy,
+    StrategyBase,
+    ViewNotBuiltError,
+    resolve_preference,
+    view_built,
+)
 from .config import StrategyConfig, StrategyConfigError
 
 #: name -> (module under this package, class); the one list of strategies.
@@ -30,9 +38,14 @@ _CLASSES: dict[str, tuple[str, str]] = {
 }
 #: Config classes importable from this package (class name -> module).
 _CONFIGS: dict[str, str] = {
-    "LongContextConfig": "longctx", "RagConfig": "rag", "OracleConfig": "oracle",
-    "BudgetMemConfig": "budgetmem.config", "MemoryCPTConfig": "memorycpt.config",
-    "MemPilotConfig": "mempilot.config", "AutoMEMConfig": "automem.config", "AutoConfig": "auto.config",
+    "LongContextConfig": "longctx",
+    "RagConfig": "rag",
+    "OracleConfig": "oracle",
+    "BudgetMemConfig": "budgetmem.config",
+    "MemoryCPTConfig": "memorycpt.config",
+    "MemPilotConfig": "mempilot.config",
+    "AutoMEMConfig": "automem.config",
+    "AutoConfig": "auto.config",
 }
 #: Strategies whose memory view is built offline (``build``) before questions can be answered
 #: (``auto``: the views of the configurations it routes to).
@@ -69,8 +82,9 @@ def strategy_class(name: str) -> type:
     return STRATEGIES[name]
 
 
-def strategy_config(name: str, config: StrategyConfig | dict[str, Any] | None = None, /,
-                    **options: Any) -> StrategyConfig:
+def strategy_config(
+    name: str, config: StrategyConfig | dict[str, Any] | None = None, /, **options: Any
+) -> StrategyConfig:
     """The validated config of strategy ``name`` from a config, a dict of options and/or keywords
     (keywords override).
 
@@ -95,6 +109,21 @@ def get_strategy(name: str, config: StrategyConfig | dict[str, Any] | None = Non
     return strategy_class(name)(strategy_config(name, config, **options))
 
 
-__all__ = ["BuildProgress", "MemoryEnv", "Query", "Strategy", "StrategyBase", "StrategyConfig", "StrategyConfigError", "ViewNotBuiltError",
-           "get_strategy", "resolve_preference", "strategy_class", "strategy_config", "view_built", "STRATEGIES", "BUILT_VIEWS",
-           *_CONFIGS]
+__all__ = [
+    "BuildProgress",
+    "MemoryEnv",
+    "Query",
+    "Strategy",
+    "StrategyBase",
+    "StrategyConfig",
+    "StrategyConfigError",
+    "ViewNotBuiltError",
+    "get_strategy",
+    "resolve_preference",
+    "strategy_class",
+    "strategy_config",
+    "view_built",
+    "STRATEGIES",
+    "BUILT_VIEWS",
+    *_CONFIGS,
+]

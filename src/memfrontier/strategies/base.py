@@ -23,7 +23,6 @@ from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
 from .config import StrategyConfig
 
-
 #: ``progress(done, total, unit)``: an offline construction's progress, called once before the
 #: first step (``done`` 0) and after each step (``done`` of ``total`` steps of ``unit``, e.g.
 #: ``"sessions"``, ``"windows"``; steps already built count as done). Strategies whose
@@ -51,8 +50,10 @@ class Query(BaseModel):
     def _scoped(self) -> "Query":
         empty = self.scope.user_id is None and self.scope.agent_id is None and self.scope.run_id is None
         if empty and not self.all_scopes:
-            raise ValueError("a query needs a scope: at least one of user_id, agent_id, run_id "
-                             "(every tenant's records only with all_scopes=True)")
+            raise ValueError(
+                "a query needs a scope: at least one of user_id, agent_id, run_id "
+                "(every tenant's records only with all_scopes=True)"
+            )
         if self.all_scopes and not empty:
             raise ValueError("all_scopes=True reads every scope; do not combine it with a scope id")
         return self
@@ -96,8 +97,16 @@ class MemoryEnv:
         if self.price_as is None:
             self.price_as = self.llm.price_as
 
-    def model(self, spec: str | ChatClient | MeteredLLM | None, role: str, adapter: str | None = None, *,
-              stands_for: str | None = None, base_url: str | None = None, **client_kw) -> MeteredLLM:
+    def model(
+        self,
+        spec: str | ChatClient | MeteredLLM | None,
+        role: str,
+        adapter: str | None = None,
+        *,
+        stands_for: str | None = None,
+        base_url: str | None = None,
+        **client_kw,
+    ) -> MeteredLLM:
         """The metered client of ``role`` on ``spec``, priced by the run's rules. The one way a
         priced model is made.
 
@@ -126,8 +135,13 @@ class MemoryEnv:
             if stands_for is None:
                 return base
             spec = base.client
-        key = (spec if isinstance(spec, str) else id(spec), adapter, stands_for, base_url,
-               tuple(sorted((k, repr(v)) for k, v in client_kw.items())))
+        key = (
+            spec if isinstance(spec, str) else id(spec),
+            adapter,
+            stands_for,
+            base_url,
+            tuple(sorted((k, repr(v)) for k, v in client_kw.items())),
+        )
         with self._lock:
             if key in self._models:
                 return self._models[key]

@@ -65,8 +65,9 @@ class StrategyConfig(BaseModel):
     strategy: ClassVar[str] = ""
 
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None = None, /, *, labels: dict[str, str] | None = None,
-                     **more: Any) -> "StrategyConfig":
+    def from_options(
+        cls, options: dict[str, Any] | None = None, /, *, labels: dict[str, str] | None = None, **more: Any
+    ) -> "StrategyConfig":
         """Validate ``options`` (Python or JSON values: paths and choices may be strings).
         ``labels`` names a key in error messages (e.g. ``{"tiers": "--tiers"}`` for a CLI flag).
 
@@ -133,14 +134,19 @@ class StrategyConfig(BaseModel):
             raise StrategyConfigError(f"strategy {cls.strategy}: --set takes KEY=VALUE, got {text!r}")
         field = cls.model_fields.get(path[0])
         if field is None:
-            raise StrategyConfigError(f"strategy {cls.strategy}: unknown key {path[0]!r}; "
-                                      f"keys: {', '.join(cls.model_fields) or '(none)'}")
+            raise StrategyConfigError(
+                f"strategy {cls.strategy}: unknown key {path[0]!r}; keys: {', '.join(cls.model_fields) or '(none)'}"
+            )
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
             value = raw
-        if (len(path) == 1 and isinstance(value, (bool, int, float)) and not _accepts_scalar(field.annotation, value)
-                and {str, Path} & set(_leaves(field.annotation))):
+        if (
+            len(path) == 1
+            and isinstance(value, (bool, int, float))
+            and not _accepts_scalar(field.annotation, value)
+            and {str, Path} & set(_leaves(field.annotation))
+        ):
             value = raw
         return path, value
 
@@ -150,9 +156,14 @@ class StrategyConfig(BaseModel):
         ``memfrontier config``)."""
         rows = []
         for name, f in cls.model_fields.items():
-            rows.append({"name": name, "type": _type_name(f.annotation),
-                         "default": None if f.is_required() else f.get_default(call_default_factory=True),
-                         "doc": f.description or ""})
+            rows.append(
+                {
+                    "name": name,
+                    "type": _type_name(f.annotation),
+                    "default": None if f.is_required() else f.get_default(call_default_factory=True),
+                    "doc": f.description or "",
+                }
+            )
         return rows
 
     def as_json(self) -> dict[str, Any]:

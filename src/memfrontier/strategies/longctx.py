@@ -17,8 +17,12 @@ class LongContextConfig(StrategyConfig):
 
     strategy = "longctx"
 
-    max_context_tokens: Int | None = Field(None, ge=1, description="Token budget of the history (answer-model "
-                                           "tokens); default the answer model's window minus reserve_tokens.")
+    max_context_tokens: Int | None = Field(
+        None,
+        ge=1,
+        description="Token budget of the history (answer-model "
+        "tokens); default the answer model's window minus reserve_tokens.",
+    )
     reserve_tokens: Int = Field(512, ge=0, description="Tokens kept free for the question, prompt and answer.")
 
 
@@ -39,9 +43,13 @@ class LongContext(StrategyBase):
         limit = self.config.max_context_tokens or (env.answer_llm.context_tokens - self.config.reserve_tokens)
         records = sorted(env.store.records(query.scope), key=lambda r: instant_key(r.timestamp))  # by instant
         newest_first = records[::-1]
-        lines, used = fit_lines((render_dated([(r.timestamp, r.render())]) for r in newest_first), limit,
-                                env.answer_llm.count_tokens)
+        lines, used = fit_lines(
+            (render_dated([(r.timestamp, r.render())]) for r in newest_first), limit, env.answer_llm.count_tokens
+        )
         kept = newest_first[: len(lines)][::-1]
         text = render_dated([(r.timestamp, r.render()) for r in kept])
-        return Context(text=text, evidence_ids=[r.id for r in kept],
-                       meta={"records": len(records), "dropped_records": len(records) - len(kept), "context_tokens": used})
+        return Context(
+            text=text,
+            evidence_ids=[r.id for r in kept],
+            meta={"records": len(records), "dropped_records": len(records) - len(kept), "context_tokens": used},
+        )

@@ -28,8 +28,10 @@ class Oracle(StrategyBase):
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         if query.gold_evidence_ids is None:
-            raise ValueError("the oracle strategy reads a question's gold evidence ids and has none here; "
-                             "it is an evaluation anchor (memfrontier eval --strategy oracle)")
+            raise ValueError(
+                "the oracle strategy reads a question's gold evidence ids and has none here; "
+                "it is an evaluation anchor (memfrontier eval --strategy oracle)"
+            )
         found = {r.id: r for r in env.store.get(query.gold_evidence_ids, query.scope)}
         ordered = [r for r in env.store.records(query.scope) if r.id in found] if found else []
         text = render_dated([(r.timestamp, r.render()) for r in ordered])

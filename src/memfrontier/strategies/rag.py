@@ -24,8 +24,9 @@ class RagConfig(StrategyConfig):
     strategy = "rag"
 
     k: Int = Field(8, ge=1, description="Chunks retrieved (top-k after RRF fusion, k_RRF = 60).")
-    retrievers: tuple[Retriever, ...] = Field(("dense", "bm25"), min_length=1,
-                                              description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi).")
+    retrievers: tuple[Retriever, ...] = Field(
+        ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi)."
+    )
 
 
 class Rag(StrategyBase):

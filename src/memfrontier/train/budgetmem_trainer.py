@@ -83,9 +83,15 @@ class CachedAnswerer:
         self.inner, self.cache = inner, cache
 
     async def answer(self, question, context, budget=None) -> str:
-        salt = {"model": self.inner.llm.model_id, "prompt": QA_PROMPT_VERSION, "context": context.text,
-                "budget": budget.model_dump() if budget is not None else None}
-        return await cached(self.cache, question, "answerer", salt, lambda: self.inner.answer(question, context, budget))
+        salt = {
+            "model": self.inner.llm.model_id,
+            "prompt": QA_PROMPT_VERSION,
+            "context": context.text,
+            "budget": budget.model_dump() if budget is not None else None,
+        }
+        return await cached(
+            self.cache, question, "answerer", salt, lambda: self.inner.answer(question, context, budget)
+        )
 
 
 async def cached(cache: ModuleCache, question: str, kind: str, salt: dict, compute) -> object:
@@ -109,22 +115,35 @@ class _Rollouts:
 
     async def run(self, q: Question, strategy: BudgetMem) -> dict:
         ledger = Ledger()
-        ans = await self.mem.answer(q.question, Scope(user_id=q.conversation_id), strategy,
-                                    question_date=q.question_date, ledger=ledger)
+        ans = await self.mem.answer(
+            q.question, Scope(user_id=q.conversation_id), strategy, question_date=q.question_date, ledger=ledger
+        )
         f1 = score_f1("locomo", ans.text, q)
         r_task, judge_error = f1, False
         if self.judge is not None:
-            salt = {"model": self.judge.llm.model_id, "prompt": JUDGE_PROMPT_VERSION, "gold": q.answer, "answer": ans.text}
+            salt = {
+                "model": self.judge.llm.model_id,
+                "prompt": JUDGE_PROMPT_VERSION,
+                "gold": q.answer,
+                "answer": ans.text,
+            }
             with use_ledger(Ledger(), "query"):  # judge calls are evaluation, not the episode's cost
-                verdict = await cached(self.cache, q.question, "judge", salt,
-                                       lambda: self.judge(q.question, q.answer or "", ans.text))
+                verdict = await cached(
+                    self.cache, q.question, "judge", salt, lambda: self.judge(q.question, q.answer or "", ans.text)
+                )
             judge_error = verdict is None
             r_task = 1.0 if verdict else 0.0
         meta = ans.meta
-        out = {"id": q.id, "f1": f1, "r_task": r_task, "judge_error": judge_error,
-               "cost_usd": float(meta.get("extraction_usd", 0.0)), "meta": meta,
-               "llm_calls": sum(1 for c in ledger.calls if c.model_id not in LOCAL_MODEL_IDS),
-               "events": {k: n for k, n in ledger.events.items() if k.startswith(FAILURE_PREFIXES)}}
+        out = {
+            "id": q.id,
+            "f1": f1,
+            "r_task": r_task,
+            "judge_error": judge_error,
+            "cost_usd": float(meta.get("extraction_usd", 0.0)),
+            "meta": meta,
+            "llm_calls": sum(1 for c in ledger.calls if c.model_id not in LOCAL_MODEL_IDS),
+            "events": {k: n for k, n in ledger.events.items() if k.startswith(FAILURE_PREFIXES)},
+        }
         self.on_question(out)
         return out
 
@@ -135,8 +154,10 @@ def _episode(meta: dict, reward: float) -> Episode | None:
     if not decisions or "query_emb" not in meta:
         return None
     q = np.asarray(meta["query_emb"], dtype=np.float32)
-    ds = [Decision(d["module"], q, np.asarray(d["input_emb"], dtype=np.float32), TIERS.index(d["tier"]), d["logprob"])
-          for d in decisions]
+    ds = [
+        Decision(d["module"], q, np.asarray(d["input_emb"], dtype=np.float32), TIERS.index(d["tier"]), d["logprob"])
+        for d in decisions
+    ]
     return Episode(decisions=ds, old_value=float(decisions[0]["value"]), reward=reward)
 
 
@@ -155,9 +176,11 @@ def failure_counts(events: list[dict[str, int]]) -> dict:
         for k, n in ev.items():
             if k.startswith(FAILURE_PREFIXES):
                 by_event[k] = by_event.get(k, 0) + int(n)
-    return {"llm_errors": sum(n for k, n in by_event.items() if k.startswith("llm_error.")),
-            "fallbacks": sum(n for k, n in by_event.items() if k.startswith("fallback.")),
-            "failure_events": dict(sorted(by_event.items()))}
+    return {
+        "llm_errors": sum(n for k, n in by_event.items() if k.startswith("llm_error.")),
+        "fallbacks": sum(n for k, n in by_event.items() if k.startswith("fallback.")),
+        "failure_events": dict(sorted(by_event.items())),
+    }
 
 
 def _mean(xs) -> float | None:
@@ -193,14 +216,21 @@ async def _train(cfg: RouterPPOConfig, progress: Callable) -> dict:
         if unknown:
             raise ValueError(f"not in the LoCoMo training pool: {sorted(unknown)}; pool: {[c.id for c in convs]}")
         convs = [c for c in convs if c.id in set(cfg.conversations)]
-    train_qs, val_qs = split_questions([q for c in convs for q in c.questions], cfg.val_questions,
-                                       cfg.train_questions, cfg.seed)
+    train_qs, val_qs = split_questions(
+        [q for c in convs for q in c.questions], cfg.val_questions, cfg.train_questions, cfg.seed
+    )
     needed = {q.conversation_id for q in train_qs + val_qs}
-    progress("start", updates=cfg.updates, train=len(train_qs), val=len(val_qs),
-             questions_per_update=cfg.batch_questions + len(val_qs))
+    progress(
+        "start",
+        updates=cfg.updates,
+        train=len(train_qs),
+        val=len(val_qs),
+        questions_per_update=cfg.batch_questions + len(val_qs),
+    )
 
-    mem = AsyncMemory.open(cfg.store_dir, llm=cfg.llm, base_url=cfg.base_url, price_book=cfg.price_book,
-                           allow_unpriced=cfg.allow_unpriced)
+    mem = AsyncMemory.open(
+        cfg.store_dir, llm=cfg.llm, base_url=cfg.base_url, price_book=cfg.price_book, allow_unpriced=cfg.allow_unpriced
+    )
     try:
         for c in convs:
             if c.id in needed:
@@ -244,18 +274,28 @@ async def _train(cfg: RouterPPOConfig, progress: Callable) -> dict:
             val = [await rollouts.run(q, greedy) for q in val_qs]
             val_s = time.perf_counter() - t2
             alpha = shaper.aligner.alpha
-            val_rewards = [budget_reward(v["r_task"], shaper.costs.normalize(v["cost_usd"]), cfg.lam, alpha) for v in val]
+            val_rewards = [
+                budget_reward(v["r_task"], shaper.costs.normalize(v["cost_usd"]), cfg.lam, alpha) for v in val
+            ]
 
             row = {
                 "update": update,
                 "episodes": len(episodes),
-                "mean_reward": _mean(shaped.rewards), "std_reward": float(np.std(shaped.rewards)),
-                "r_task": _mean(shaped.r_task), "r_cost": _mean(shaped.r_cost), "f1": _mean(r["f1"] for r in rows),
-                "alpha": shaped.alpha, "lam": cfg.lam,
+                "mean_reward": _mean(shaped.rewards),
+                "std_reward": float(np.std(shaped.rewards)),
+                "r_task": _mean(shaped.r_task),
+                "r_cost": _mean(shaped.r_cost),
+                "f1": _mean(r["f1"] for r in rows),
+                "alpha": shaped.alpha,
+                "lam": cfg.lam,
                 "extraction_usd_per_question": _mean(r["cost_usd"] for r in rows),
-                **{k: stats.get(k) for k in ("policy_loss", "value_loss", "entropy", "clip_frac", "approx_kl", "grad_norm")},
+                **{
+                    k: stats.get(k)
+                    for k in ("policy_loss", "value_loss", "entropy", "clip_frac", "approx_kl", "grad_norm")
+                },
                 "tier_ratios": choice_ratios(r["meta"].get("tiers", {}) for r in rows),
-                "val_reward": _mean(val_rewards), "val_r_task": _mean(v["r_task"] for v in val),
+                "val_reward": _mean(val_rewards),
+                "val_r_task": _mean(v["r_task"] for v in val),
                 "val_f1": _mean(v["f1"] for v in val),
                 "val_extraction_usd_per_question": _mean(v["cost_usd"] for v in val),
                 "val_tier_ratios": choice_ratios(v["meta"].get("tiers", {}) for v in val),
@@ -263,7 +303,9 @@ async def _train(cfg: RouterPPOConfig, progress: Callable) -> dict:
                 "judge_errors": sum(r["judge_error"] for r in rows + val),
                 **failure_counts([r["events"] for r in rows + val]),
                 "train_questions_per_s": len(rows) / rollout_s if rollout_s > 0 else None,
-                "rollout_s": rollout_s, "ppo_s": update_s, "val_s": val_s,
+                "rollout_s": rollout_s,
+                "ppo_s": update_s,
+                "val_s": val_s,
                 "cache_entries": len(cache),
             }
             router.save(out / "router_last.pt")
@@ -280,17 +322,29 @@ async def _train(cfg: RouterPPOConfig, progress: Callable) -> dict:
 
         summary = {
             "config": cfg.model_dump(mode="json"),
-            "train_questions": len(train_qs), "val_questions": len(val_qs),
+            "train_questions": len(train_qs),
+            "val_questions": len(val_qs),
             "val_question_ids": [q.id for q in val_qs],
-            "best_update": best["update"], "best_val_reward": best["val_reward"], "best_val_f1": best["val_f1"],
+            "best_update": best["update"],
+            "best_val_reward": best["val_reward"],
+            "best_val_f1": best["val_f1"],
             "final": log[-1],
             "llm_calls": sum(r["llm_calls"] for r in log),
-            "llm_errors": sum(r["llm_errors"] for r in log), "fallbacks": sum(r["fallbacks"] for r in log),
-            "module_cache": {"file": str(cfg.cache_file), "entries": len(cache),
-                             "hits": cache.hits - hits0, "misses": cache.misses - misses0},
+            "llm_errors": sum(r["llm_errors"] for r in log),
+            "fallbacks": sum(r["fallbacks"] for r in log),
+            "module_cache": {
+                "file": str(cfg.cache_file),
+                "entries": len(cache),
+                "hits": cache.hits - hits0,
+                "misses": cache.misses - misses0,
+            },
             "wall_s": time.perf_counter() - t_start,
-            "files": {"best": str(out / "router_best.pt"), "last": str(out / "router_last.pt"),
-                      "log": str(log_path), "reward_curve": str(out / "reward_curve.png")},
+            "files": {
+                "best": str(out / "router_best.pt"),
+                "last": str(out / "router_last.pt"),
+                "log": str(log_path),
+                "reward_curve": str(out / "reward_curve.png"),
+            },
             "provenance": _provenance(cfg, mem),
         }
         write_json_atomic(out / "train_summary.json", summary)
@@ -302,13 +356,20 @@ async def _train(cfg: RouterPPOConfig, progress: Callable) -> dict:
 def _provenance(cfg: RouterPPOConfig, mem) -> dict:
     data_file = datasets.dataset_path("locomo", cfg.data_root)
     return provenance(
-        data_file=str(data_file), data_sha256=sha256_file(data_file), seed=cfg.seed,
-        answer_model=mem.env.answer_llm.model_id, memory_model=mem.env.llm.model_id,
+        data_file=str(data_file),
+        data_sha256=sha256_file(data_file),
+        seed=cfg.seed,
+        answer_model=mem.env.answer_llm.model_id,
+        memory_model=mem.env.llm.model_id,
         embedding_model=mem.store.embedder.model_id,
         judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.reward == "judge" else None,
-        prompt_versions={"answerer": QA_PROMPT_VERSION, "strategy": BUDGETMEM_PROMPT_VERSION,
-                         **({"judge": JUDGE_PROMPT_VERSION} if cfg.reward == "judge" else {})},
-        price_book_version=mem.env.answer_llm.prices.version, torch=torch.__version__,
+        prompt_versions={
+            "answerer": QA_PROMPT_VERSION,
+            "strategy": BUDGETMEM_PROMPT_VERSION,
+            **({"judge": JUDGE_PROMPT_VERSION} if cfg.reward == "judge" else {}),
+        },
+        price_book_version=mem.env.answer_llm.prices.version,
+        torch=torch.__version__,
     )
 
 

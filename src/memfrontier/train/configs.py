@@ -21,8 +21,10 @@ from ..core.types import PRESETS, PreferenceSpec
 from .cost_reward import DEFAULT_ALPHA as QAR_ALPHA
 from .mempilot_reward import ETA
 
-LLM_DOC = ("'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded bench "
-           "models) or 'openai:MODEL' for any OpenAI-compatible server")
+LLM_DOC = (
+    "'local' (embedded Gemma 3 270M, no network), 'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' (embedded bench "
+    "models) or 'openai:MODEL' for any OpenAI-compatible server"
+)
 
 
 class RouterPPOConfig(BaseModel):
@@ -33,41 +35,69 @@ class RouterPPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tiering: Literal["implementation", "reasoning", "capacity"] = Field(
-        "implementation", description="How tiers are realised: implementation (Low rules, Mid MiniLM, High the LLM) | "
-                                      "reasoning | capacity (BudgetMem Sec. 3.2)")
-    lam: float = Field(0.3, ge=0, json_schema_extra={"flag": "--lambda"},
-                       description="Cost weight lambda of the reward r = r_task + lambda * alpha * r_cost (BudgetMem Eq. 7)")
-    reward: Literal["f1", "judge"] = Field("f1", description="Task reward r_task: f1 (LoCoMo F1) | judge (LLM judge, 0/1)")
-    align: bool = Field(True, description="Reward-scale alignment alpha = std(r_task)/std(r_cost) (Eq. 10); "
-                                          "--no-align sets alpha = 1")
+        "implementation",
+        description="How tiers are realised: implementation (Low rules, Mid MiniLM, High the LLM) | "
+        "reasoning | capacity (BudgetMem Sec. 3.2)",
+    )
+    lam: float = Field(
+        0.3,
+        ge=0,
+        json_schema_extra={"flag": "--lambda"},
+        description="Cost weight lambda of the reward r = r_task + lambda * alpha * r_cost (BudgetMem Eq. 7)",
+    )
+    reward: Literal["f1", "judge"] = Field(
+        "f1", description="Task reward r_task: f1 (LoCoMo F1) | judge (LLM judge, 0/1)"
+    )
+    align: bool = Field(
+        True, description="Reward-scale alignment alpha = std(r_task)/std(r_cost) (Eq. 10); --no-align sets alpha = 1"
+    )
     updates: int = Field(20, ge=1, description="PPO updates (one batch of questions each)")
     batch_questions: int = Field(32, ge=1, description="Questions (episodes) per update")
     epochs: int = Field(4, ge=1, description="PPO epochs over each batch")
     lr: float = Field(3e-4, gt=0, description="Adam learning rate")
-    train_questions: int | None = Field(None, ge=1, description="Training questions drawn (stratified by category, "
-                                        "seeded) from the pool left after validation; None: all")
-    val_questions: int = Field(32, ge=1, description="Validation questions held out from the training pool "
-                                                     "(stratified); they pick router_best.pt")
-    conversations: list[str] | None = Field(None, json_schema_extra={"flag": "--conversation"},
-                                            description="Only these training-pool conversations (repeatable; default all eight)")
+    train_questions: int | None = Field(
+        None,
+        ge=1,
+        description="Training questions drawn (stratified by category, "
+        "seeded) from the pool left after validation; None: all",
+    )
+    val_questions: int = Field(
+        32,
+        ge=1,
+        description="Validation questions held out from the training pool (stratified); they pick router_best.pt",
+    )
+    conversations: list[str] | None = Field(
+        None,
+        json_schema_extra={"flag": "--conversation"},
+        description="Only these training-pool conversations (repeatable; default all eight)",
+    )
     k: int = Field(5, ge=1, description="Chunks retrieved per question")
     module_topk: int = Field(5, ge=1, description="Chunks the filter module keeps")
     max_relations: int = Field(10, ge=1, description="Relations per extraction module at most")
     seed: int = Field(42, description="Seed of the split, the batch order, the router init and tier sampling")
-    out: Path | None = Field(None, description="Output directory (default runs/budgetmem/routers/lambda_L): "
-                             "router_best.pt, router_last.pt, train_log.jsonl, reward_curve.png, train_summary.json")
-    store: Path | None = Field(None, description="Store directory for the training conversations, reused across runs "
-                               "(default OUT/../store)")
-    cache: Path | None = Field(None, description="Module/answer cache file, reused across runs and lambdas "
-                               "(default OUT/../module_cache.json)")
-    llm: str = Field("local", description="The answer/module model: 'local' (embedded Gemma 3 270M), "
-                                          "'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' or 'openai:MODEL'")
+    out: Path | None = Field(
+        None,
+        description="Output directory (default runs/budgetmem/routers/lambda_L): "
+        "router_best.pt, router_last.pt, train_log.jsonl, reward_curve.png, train_summary.json",
+    )
+    store: Path | None = Field(
+        None, description="Store directory for the training conversations, reused across runs (default OUT/../store)"
+    )
+    cache: Path | None = Field(
+        None, description="Module/answer cache file, reused across runs and lambdas (default OUT/../module_cache.json)"
+    )
+    llm: str = Field(
+        "local",
+        description="The answer/module model: 'local' (embedded Gemma 3 270M), "
+        "'local:qwen2.5-1.5b' / 'local:qwen2.5-0.5b' or 'openai:MODEL'",
+    )
     base_url: str | None = Field(None, description="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)")
     judge_llm: str | None = Field(None, description="With --reward judge: the judge model (default: the answer model)")
     data_root: Path | None = Field(None, description="Benchmark data root (default ../shared/data)")
     price_book: Path | None = Field(None, description="A price-book YAML (default: the packaged one)")
-    allow_unpriced: bool = Field(False, description="Record calls to models missing from the price book as unpriced "
-                                                    "instead of failing")
+    allow_unpriced: bool = Field(
+        False, description="Record calls to models missing from the price book as unpriced instead of failing"
+    )
 
     @model_validator(mode="after")
     def _default_out(self) -> "RouterPPOConfig":
@@ -91,19 +121,30 @@ class QADConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: list[Path] = Field([Path("runs/sft")], description="Folders of per-role ShareGPT JSONL from `export sft` (each "
-                                                         "*.jsonl in it) or .jsonl files (repeatable)")
-    out: Path = Field(Path("runs/qad"), description="Output: adapter/, merged/ (serve with --set construction_llm=hf:OUT/merged), "
-                                                    "train_log.jsonl")
-    base: str | None = Field(None, description="Base checkpoint directory (default: the packaged Gemma 3 270M, loaded from its GGUF)")
+    data: list[Path] = Field(
+        [Path("runs/sft")],
+        description="Folders of per-role ShareGPT JSONL from `export sft` (each "
+        "*.jsonl in it) or .jsonl files (repeatable)",
+    )
+    out: Path = Field(
+        Path("runs/qad"),
+        description="Output: adapter/, merged/ (serve with --set construction_llm=hf:OUT/merged), train_log.jsonl",
+    )
+    base: str | None = Field(
+        None, description="Base checkpoint directory (default: the packaged Gemma 3 270M, loaded from its GGUF)"
+    )
     rank: int = Field(16, ge=1, description="LoRA rank (MemoryCPT: 16)")
     lora_alpha: float = Field(32, description="LoRA alpha (MemoryCPT: 32)")
     dropout: float = Field(0.05, ge=0, le=1, description="LoRA dropout (MemoryCPT: 0.05)")
     lr: float = Field(1e-4, description="Learning rate (MemoryCPT: 1e-4)")
-    cutoff_tokens: int = Field(8192, ge=16, description="Longer samples are dropped and counted, in tokens (MemoryCPT: 8192)")
+    cutoff_tokens: int = Field(
+        8192, ge=16, description="Longer samples are dropped and counted, in tokens (MemoryCPT: 8192)"
+    )
     epochs: float = Field(1.0, description="Epochs over the training split")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps (smoke runs)")
-    val_fraction: float = Field(0.1, ge=0, le=0.9, description="Held-out share; the best validation-loss checkpoint is kept")
+    val_fraction: float = Field(
+        0.1, ge=0, le=0.9, description="Held-out share; the best validation-loss checkpoint is kept"
+    )
     eval_steps: int | None = Field(None, ge=1, description="Validate every this many steps (default: once per epoch)")
     batch_size: int = Field(1, ge=1, description="Samples per device batch")
     grad_accum_steps: int = Field(1, ge=1, description="Gradient-accumulation steps per optimizer step")
@@ -116,18 +157,31 @@ class QARConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    alpha: float = Field(QAR_ALPHA, ge=0, le=1, description="Reward weight of F1 against cost (MemoryCPT Eq. 16; paper: 0.8)")
-    out: Path | None = Field(None, description="Output (default runs/qar/alpha_A): adapter/, train_log.jsonl, reward_curve.png, "
-                                               "qar_summary.json")
-    store: Path = Field(Path("runs/qar/store"), description="Store for the training conversations' memories (reused across runs)")
+    alpha: float = Field(
+        QAR_ALPHA, ge=0, le=1, description="Reward weight of F1 against cost (MemoryCPT Eq. 16; paper: 0.8)"
+    )
+    out: Path | None = Field(
+        None,
+        description="Output (default runs/qar/alpha_A): adapter/, train_log.jsonl, reward_curve.png, qar_summary.json",
+    )
+    store: Path = Field(
+        Path("runs/qar/store"), description="Store for the training conversations' memories (reused across runs)"
+    )
     dataset: str = Field("locomo", description="locomo | longmemeval | hotpotqa | mem_gallery")
     split: str = Field("train", description="locomo: train (the eight non-test conversations) | all")
-    sessions: int = Field(2, ge=0, description="Sessions built per conversation (0 = all; construction with the embedded model "
-                                               "takes ~30 s per session)")
+    sessions: int = Field(
+        2,
+        ge=0,
+        description="Sessions built per conversation (0 = all; construction with the embedded model "
+        "takes ~30 s per session)",
+    )
     questions: int = Field(16, ge=1, description="Training states (questions answerable from the built sessions)")
-    base: str | None = Field(None, description="Policy base checkpoint (default the packaged base; e.g. runs/qad/merged for base_A)")
-    construction_llm: str | None = Field(None, description="The QAD model that builds the memories (e.g. 'hf:runs/qad/merged'); "
-                                                           "default --llm")
+    base: str | None = Field(
+        None, description="Policy base checkpoint (default the packaged base; e.g. runs/qad/merged for base_A)"
+    )
+    construction_llm: str | None = Field(
+        None, description="The QAD model that builds the memories (e.g. 'hf:runs/qad/merged'); default --llm"
+    )
     llm: str = Field("local", description="The frozen answerer: " + LLM_DOC)
     base_url: str | None = Field(None, description="Base URL of the OpenAI-compatible server (with --llm openai:MODEL)")
     max_steps: int = Field(4, ge=1, description="GRPO steps (one question x --num-generations summaries each)")
@@ -156,8 +210,10 @@ class OrchestratorGRPOConfig(BaseModel):
     dataset: str = Field("locomo", description="locomo | longmemeval | hotpotqa | mem_gallery")
     split: str = Field("train", description="locomo: train | all; mem_gallery: train (70/10/20, seed 13) | val | all")
     preference: PreferenceSpec = Field(
-        "balanced", description="perf | balanced | cost, or weights (MemPilot Eq. 10): --set preference.quality=1 "
-                                "--set preference.cost=0.5 --set preference.latency=0")
+        "balanced",
+        description="perf | balanced | cost, or weights (MemPilot Eq. 10): --set preference.quality=1 "
+        "--set preference.cost=0.5 --set preference.latency=0",
+    )
     group_size: int = Field(4, ge=2, description="Rollouts per query, G (Table 5: 4)")
     temperature: float = Field(1.0, gt=0, description="Rollout temperature (Table 5: 1.0)")
     lr: float = Field(1e-6, ge=0, description="AdamW learning rate (Table 5: 1e-6)")
@@ -169,20 +225,33 @@ class OrchestratorGRPOConfig(BaseModel):
     epochs: int = Field(1, ge=1, description="Gradient passes over each batch")
     max_rounds: int = Field(3, ge=1, description="Policy turns per rollout (Table 5: 6; smaller at CPU smoke scale)")
     policy_max_tokens: int = Field(96, ge=16, description="Longest policy turn, in tokens")
-    max_observation_tokens: int = Field(384, ge=32, description="Longest tool observation shown to the policy, in tokens")
+    max_observation_tokens: int = Field(
+        384, ge=32, description="Longest tool observation shown to the policy, in tokens"
+    )
     probe_max_tokens: int = Field(32, ge=4, description="Longest probe answer, in tokens")
-    conversations: list[str] | None = Field(None, json_schema_extra={"flag": "--conversation"},
-                                            description="Train on these conversations (repeatable; default the split's first)")
-    sessions: int | None = Field(2, ge=1, description="Sessions ingested per conversation (None: all); questions need their "
-                                                      "evidence inside")
+    conversations: list[str] | None = Field(
+        None,
+        json_schema_extra={"flag": "--conversation"},
+        description="Train on these conversations (repeatable; default the split's first)",
+    )
+    sessions: int | None = Field(
+        2, ge=1, description="Sessions ingested per conversation (None: all); questions need their evidence inside"
+    )
     rank: int = Field(16, ge=1, description="LoRA rank")
     alpha: float = Field(32, description="LoRA alpha")
-    dropout: float = Field(0.0, ge=0, le=1, description="LoRA dropout (0: rollout and update see the same network, exact "
-                                                        "importance ratios)")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="LoRA dropout (0: rollout and update see the same network, exact importance ratios)",
+    )
     seed: int = Field(13, description="Seed of the question order, sampling and LoRA init")
     pool: str = Field("local", description="Model pool: local | table3 | bench | a pool YAML")
-    out: Path | None = Field(None, description="Output (default runs/mempilot/orchestrator/PREFERENCE): adapter/, "
-                                               "train_log.jsonl, train_summary.json")
+    out: Path | None = Field(
+        None,
+        description="Output (default runs/mempilot/orchestrator/PREFERENCE): adapter/, "
+        "train_log.jsonl, train_summary.json",
+    )
     store: Path | None = Field(None, description="Store for the training conversations (default OUT/store)")
     data_root: Path | None = Field(None, description="Benchmark data root (default ../shared/data)")
 
@@ -208,18 +277,30 @@ class StrategyRouterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    frontier_dir: Path = Field(..., json_schema_extra={"flag": "--from"},
-                               description="A frontier output folder (configs/LABEL/predictions.jsonl) run on the training "
-                                           "pool (--split train); never the test split")
-    out: Path = Field(Path("runs/auto/router.json"), description="The router file to write; the validation report goes next "
-                                                                 "to it (NAME.validation.json / .md)")
-    val_share: float = Field(0.2, ge=0.0, le=1.0, description="Share of the questions held out for validation (category-balanced)")
+    frontier_dir: Path = Field(
+        ...,
+        json_schema_extra={"flag": "--from"},
+        description="A frontier output folder (configs/LABEL/predictions.jsonl) run on the training "
+        "pool (--split train); never the test split",
+    )
+    out: Path = Field(
+        Path("runs/auto/router.json"),
+        description="The router file to write; the validation report goes next to it (NAME.validation.json / .md)",
+    )
+    val_share: float = Field(
+        0.2, ge=0.0, le=1.0, description="Share of the questions held out for validation (category-balanced)"
+    )
     seed: int = Field(42, description="Seed of the validation split and the cross-validation folds")
-    only: list[str] | None = Field(None, description="Configuration labels to route among (repeatable; default: every finished "
-                                                     "configuration except the oracle anchor and refused runs)")
-    store: str | None = Field(None, description="The store the frontier ran on, a directory or postgresql:// URL (default: "
-                                                "the one its runs recorded)")
+    only: list[str] | None = Field(
+        None,
+        description="Configuration labels to route among (repeatable; default: every finished "
+        "configuration except the oracle anchor and refused runs)",
+    )
+    store: str | None = Field(
+        None,
+        description="The store the frontier ran on, a directory or postgresql:// URL (default: "
+        "the one its runs recorded)",
+    )
 
 
-__all__ = ["OrchestratorGRPOConfig", "QADConfig", "QARConfig", "RouterPPOConfig",
-           "StrategyRouterConfig"]
+__all__ = ["OrchestratorGRPOConfig", "QADConfig", "QARConfig", "RouterPPOConfig", "StrategyRouterConfig"]

@@ -111,9 +111,19 @@ def make_reward_func(reward_fn: RewardFn, rows: list[dict]) -> Callable[..., lis
     return memfrontier_reward
 
 
-def grpo_config(out_dir: Path, *, num_generations: int, prompts_per_step: int, beta: float, lr: float,
-                max_steps: int, max_completion_tokens: int, temperature: float, seed: int,
-                loss_type: str = "grpo"):
+def grpo_config(
+    out_dir: Path,
+    *,
+    num_generations: int,
+    prompts_per_step: int,
+    beta: float,
+    lr: float,
+    max_steps: int,
+    max_completion_tokens: int,
+    temperature: float,
+    seed: int,
+    loss_type: str = "grpo",
+):
     """The TRL ``GRPOConfig`` of one run: ``prompts_per_step * num_generations`` completions per
     optimizer step (one generation round per step, one gradient pass: pi_old = pi_theta, so the
     clipped ratio is 1 and the objective is exactly Eq. 13's policy gradient + beta KL), rewards
@@ -226,9 +236,18 @@ def train_grpo(
     progress("start", prompts=len(rows), steps=int(max_steps))
 
     lm, tok = load_causal_lm(base, copy=True)
-    args = grpo_config(out_dir, num_generations=num_generations, prompts_per_step=prompts_per_step, beta=beta,
-                       lr=lr, max_steps=max_steps, max_completion_tokens=max_completion_tokens,
-                       temperature=temperature, seed=seed, loss_type=loss_type)
+    args = grpo_config(
+        out_dir,
+        num_generations=num_generations,
+        prompts_per_step=prompts_per_step,
+        beta=beta,
+        lr=lr,
+        max_steps=max_steps,
+        max_completion_tokens=max_completion_tokens,
+        temperature=temperature,
+        seed=seed,
+        loss_type=loss_type,
+    )
     log = JsonlLogCallback(out_dir / "train_log.jsonl", aliases=_LOG_ALIASES, on_progress=progress)
     trainer = GRPOTrainer(
         model=lm,
@@ -254,12 +273,26 @@ def train_grpo(
         reward_mean_by_step=[float(r["reward"]) for r in log.records if isinstance(r.get("reward"), (int, float))],
         seconds=time.perf_counter() - t0,
     )
-    write_json_atomic(out_dir / "train_summary.json", {
-        "result": result.model_dump(mode="json"),
-        "config": {"base": base, "num_generations": num_generations, "beta": beta, "lr": lr,
-                   "max_steps": max_steps, "max_completion_tokens": max_completion_tokens,
-                   "temperature": temperature, "rank": rank, "alpha": alpha, "dropout": dropout,
-                   "prompts_per_step": prompts_per_step, "loss_type": loss_type, "seed": seed,
-                   "prompts": len(rows)},
-    })
+    write_json_atomic(
+        out_dir / "train_summary.json",
+        {
+            "result": result.model_dump(mode="json"),
+            "config": {
+                "base": base,
+                "num_generations": num_generations,
+                "beta": beta,
+                "lr": lr,
+                "max_steps": max_steps,
+                "max_completion_tokens": max_completion_tokens,
+                "temperature": temperature,
+                "rank": rank,
+                "alpha": alpha,
+                "dropout": dropout,
+                "prompts_per_step": prompts_per_step,
+                "loss_type": loss_type,
+                "seed": seed,
+                "prompts": len(rows),
+            },
+        },
+    )
     return result

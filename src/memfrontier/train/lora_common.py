@@ -55,8 +55,12 @@ def device_args() -> dict[str, Any]:
     import torch
 
     if torch.cuda.is_available():
-        return {"use_cpu": False, "bf16": bool(torch.cuda.is_bf16_supported()), "fp16": False,
-                "activation_checkpointing": True}
+        return {
+            "use_cpu": False,
+            "bf16": bool(torch.cuda.is_bf16_supported()),
+            "fp16": False,
+            "activation_checkpointing": True,
+        }
     return {"use_cpu": True, "bf16": False, "fp16": False, "activation_checkpointing": False}
 
 
@@ -68,8 +72,9 @@ class JsonlLogCallback(TrainerCallback):
     files of different trainers share names. The file is truncated when training begins.
     """
 
-    def __init__(self, path: Path, *, aliases: dict[str, str] | None = None,
-                 on_progress: Callable[..., None] | None = None):
+    def __init__(
+        self, path: Path, *, aliases: dict[str, str] | None = None, on_progress: Callable[..., None] | None = None
+    ):
         self.path = Path(path)
         self.aliases = dict(aliases or {})
         self.on_progress = on_progress or noop_progress

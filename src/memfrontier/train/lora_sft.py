@@ -182,8 +182,10 @@ def sft_files(data: list[Path]) -> list[Path]:
     for d in map(Path, data):
         files.extend(sorted(d.glob("*.jsonl")) if d.is_dir() else [d])
     if not files or not all(f.is_file() for f in files):
-        raise SFTDataError(f"no SFT data at {', '.join(map(str, data))}; write it with "
-                           "`memfrontier export sft --store STORE --out DIR`")
+        raise SFTDataError(
+            f"no SFT data at {', '.join(map(str, data))}; write it with "
+            "`memfrontier export sft --store STORE --out DIR`"
+        )
     return files
 
 
@@ -220,8 +222,14 @@ def train_lora_sft(config: QADConfig, *, on_progress: Callable[..., None] | None
 
     c = config
     base, rank, alpha, dropout, lr, cutoff_tokens = c.base, c.rank, c.lora_alpha, c.dropout, c.lr, c.cutoff_tokens
-    epochs, max_steps, val_fraction, eval_steps, seed, merge = (c.epochs, c.max_steps, c.val_fraction, c.eval_steps,
-                                                                c.seed, c.merge)
+    epochs, max_steps, val_fraction, eval_steps, seed, merge = (
+        c.epochs,
+        c.max_steps,
+        c.val_fraction,
+        c.eval_steps,
+        c.seed,
+        c.merge,
+    )
     batch_size, grad_accum_steps = c.batch_size, c.grad_accum_steps
     progress = on_progress or noop_progress
     t0 = time.perf_counter()
@@ -307,13 +315,28 @@ def train_lora_sft(config: QADConfig, *, on_progress: Callable[..., None] | None
         steps=int(trainer.state.global_step),
         seconds=time.perf_counter() - t0,
     )
-    write_json_atomic(out_dir / "train_summary.json", {
-        "result": result.model_dump(mode="json"),
-        "config": {"base": base, "rank": rank, "alpha": alpha, "dropout": dropout, "lr": lr,
-                   "cutoff_tokens": cutoff_tokens, "epochs": epochs, "max_steps": max_steps,
-                   "val_fraction": val_fraction, "eval_steps": every, "batch_size": batch_size,
-                   "grad_accum_steps": grad_accum_steps, "seed": seed, "data": [str(p) for p in data]},
-    })
+    write_json_atomic(
+        out_dir / "train_summary.json",
+        {
+            "result": result.model_dump(mode="json"),
+            "config": {
+                "base": base,
+                "rank": rank,
+                "alpha": alpha,
+                "dropout": dropout,
+                "lr": lr,
+                "cutoff_tokens": cutoff_tokens,
+                "epochs": epochs,
+                "max_steps": max_steps,
+                "val_fraction": val_fraction,
+                "eval_steps": every,
+                "batch_size": batch_size,
+                "grad_accum_steps": grad_accum_steps,
+                "seed": seed,
+                "data": [str(p) for p in data],
+            },
+        },
+    )
     return result
 
 

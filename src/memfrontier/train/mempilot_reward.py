@@ -62,7 +62,9 @@ def group_normalize(values: Sequence[float], mask: Sequence[bool] | None = None,
     return [(v - mu) / (sigma + eps) if m else 0.0 for v, m in zip(values, mask)]
 
 
-def decoupled_advantages(groups: Sequence[Sequence[Rewards]], preference: Preference, eps: float = EPS_NORM) -> list[list[float]]:
+def decoupled_advantages(
+    groups: Sequence[Sequence[Rewards]], preference: Preference, eps: float = EPS_NORM
+) -> list[list[float]]:
     """Objective-wise decoupled advantages A_i^lambda (MemPilot Eq. 9-10).
 
     Per group (the G rollouts of one query): r^Q = :func:`task_reward` (gated, Eq. 20), r^C = -cost,
@@ -77,8 +79,12 @@ def decoupled_advantages(groups: Sequence[Sequence[Rewards]], preference: Prefer
         a_q = group_normalize([task_reward(r.quality, r.valid) for r in g], eps=eps)
         a_c = group_normalize([-r.cost_usd for r in g], valid, eps)
         a_l = group_normalize([-r.latency_s for r in g], valid, eps)
-        combined.append([preference.quality * q + preference.cost * c + preference.latency * l
-                         for q, c, l in zip(a_q, a_c, a_l)])
+        combined.append(
+            [
+                preference.quality * q + preference.cost * c + preference.latency * lat
+                for q, c, lat in zip(a_q, a_c, a_l)
+            ]
+        )
     flat = [a for g in combined for a in g]
     if len(flat) < 2:
         return [[0.0] * len(g) for g in combined]
@@ -89,8 +95,15 @@ def decoupled_advantages(groups: Sequence[Sequence[Rewards]], preference: Prefer
 # ----------------------------------------------------------------------------- Eq. 12-13
 
 
-def marginal_credit(n_tokens: int, advantage: float, stage_spans: Sequence[tuple[int, int]],
-                    probe_scores: Sequence[float | None], *, eta: float = ETA, valid: bool = True) -> list[float]:
+def marginal_credit(
+    n_tokens: int,
+    advantage: float,
+    stage_spans: Sequence[tuple[int, int]],
+    probe_scores: Sequence[float | None],
+    *,
+    eta: float = ETA,
+    valid: bool = True,
+) -> list[float]:
     """Stage-refined token advantages A~_{i,k} (MemPilot Eq. 12-13, App. A.3 Algorithm 1).
 
     ``stage_spans[t-1] = (start, end)``: the policy-token positions [start, end) of the decision that

@@ -67,8 +67,9 @@ def token_advantages(r: Rollout, eta: float) -> list[float]:
     for g in r.generations:
         offsets.append(n)
         n += len(g.completion_ids)
-    spans = [(offsets[t], offsets[t] + len(r.generations[t].completion_ids)) for t in r.stage_turns
-             if t < len(r.generations)]
+    spans = [
+        (offsets[t], offsets[t] + len(r.generations[t].completion_ids)) for t in r.stage_turns if t < len(r.generations)
+    ]
     probes = r.probes if len(r.probes) == len(spans) + 1 else [None] * (len(spans) + 1)
     return marginal_credit(n, r.advantage, spans, probes, eta=eta, valid=r.rewards.valid)
 
@@ -96,7 +97,7 @@ def _completion_logp(model, g: Generation):
     n = len(g.completion_ids)
     ids = torch.tensor([g.prompt_ids + g.completion_ids], device=model.device)
     logits = model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(g.prompt_ids):, None])[:, 0]
+    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(g.prompt_ids) :, None])[:, 0]
 
 
 def _pick_questions(convs, cfg: OrchestratorGRPOConfig) -> tuple[list, list[Question]]:
@@ -113,7 +114,9 @@ def _pick_questions(convs, cfg: OrchestratorGRPOConfig) -> tuple[list, list[Ques
         recs = [r for r in c.records if r.session_id in keep]
         ids = {r.id for r in recs}
         out_convs.append(c.model_copy(update={"records": recs}))
-        qs += [q for q in c.questions if q.answer and not q.abstention and q.evidence_ids and set(q.evidence_ids) <= ids]
+        qs += [
+            q for q in c.questions if q.answer and not q.abstention and q.evidence_ids and set(q.evidence_ids) <= ids
+        ]
     if not qs:
         raise ValueError("no training question has its evidence inside the ingested sessions; raise --sessions")
     random.Random(cfg.seed).shuffle(qs)
@@ -155,8 +158,15 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
         await asyncio.to_thread(mem.store.add, c.records)
         await mem.construct(strat, Scope(user_id=c.id))
         progress("ingest", conversation=c.id, records=len(c.records))
-    orch = strat.orchestrator(mem.env, pref, Budget(), temperature=cfg.temperature, max_rounds=cfg.max_rounds,
-                              policy_max_tokens=cfg.policy_max_tokens, max_observation_tokens=cfg.max_observation_tokens)
+    orch = strat.orchestrator(
+        mem.env,
+        pref,
+        Budget(),
+        temperature=cfg.temperature,
+        max_rounds=cfg.max_rounds,
+        policy_max_tokens=cfg.policy_max_tokens,
+        max_observation_tokens=cfg.max_observation_tokens,
+    )
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=cfg.lr)
     snap = lora_snapshot(model)
@@ -171,7 +181,7 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
         t0 = time.perf_counter()
         groups: list[list[Rollout]] = []
         model.eval()
-        for qi, q in enumerate(batch_qs[step * cfg.questions_per_step:(step + 1) * cfg.questions_per_step]):
+        for qi, q in enumerate(batch_qs[step * cfg.questions_per_step : (step + 1) * cfg.questions_per_step]):
             group = []
             for g in range(cfg.group_size):
                 policy.generations.clear()
@@ -182,14 +192,31 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
                 policy.recording = False
                 gate = format_gate(traj.segments, set(orch.pool.ids), tool_errors=traj.tool_errors)
                 usd, secs = orch.spent(traj)
-                r = Rollout(q, list(policy.generations), list(traj.stage_turns),
-                            Rewards(score(traj.answer, q), usd, secs, gate.valid), gate.reasons, answer=traj.answer)
+                r = Rollout(
+                    q,
+                    list(policy.generations),
+                    list(traj.stage_turns),
+                    Rewards(score(traj.answer, q), usd, secs, gate.valid),
+                    gate.reasons,
+                    answer=traj.answer,
+                )
                 if gate.valid and traj.stages:  # Alg. 1: probes only for valid trajectories with stages
-                    r.probes = [None if (a := await orch.probe(traj, t, cfg.probe_max_tokens)) is None else score(a, q)
-                                for t in range(len(traj.stages) + 1)]
+                    r.probes = [
+                        None if (a := await orch.probe(traj, t, cfg.probe_max_tokens)) is None else score(a, q)
+                        for t in range(len(traj.stages) + 1)
+                    ]
                 group.append(r)
-                progress("rollout", step=step, group=qi, index=g, valid=gate.valid, quality=r.rewards.quality,
-                         usd=usd, proxy_s=secs, turns=len(traj.turns))
+                progress(
+                    "rollout",
+                    step=step,
+                    group=qi,
+                    index=g,
+                    valid=gate.valid,
+                    quality=r.rewards.quality,
+                    usd=usd,
+                    proxy_s=secs,
+                    turns=len(traj.turns),
+                )
             groups.append(group)
 
         advs = decoupled_advantages([[r.rewards for r in grp] for grp in groups], pref)
@@ -209,7 +236,9 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
                 for gi, g in enumerate(r.generations):
                     n = len(g.completion_ids)
                     mask = torch.tensor(g.sampled, dtype=torch.float32, device=model.device)
-                    adv = torch.tensor(r.token_advantages[offset:offset + n], dtype=torch.float32, device=model.device)
+                    adv = torch.tensor(
+                        r.token_advantages[offset : offset + n], dtype=torch.float32, device=model.device
+                    )
                     offset += n
                     if n == 0 or not g.sampled or not any(g.sampled):
                         continue
@@ -230,14 +259,19 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
 
         qual = [r.rewards.quality for r in rollouts]
         row = {
-            "step": step + 1, "rollouts": len(rollouts), "valid_share": sum(r.rewards.valid for r in rollouts) / len(rollouts),
+            "step": step + 1,
+            "rollouts": len(rollouts),
+            "valid_share": sum(r.rewards.valid for r in rollouts) / len(rollouts),
             "quality_mean": sum(qual) / len(qual),
             "task_reward_mean": sum(r.rewards.quality if r.rewards.valid else -1.0 for r in rollouts) / len(rollouts),
             "usd_mean": sum(r.rewards.cost_usd for r in rollouts) / len(rollouts),
             "proxy_s_mean": sum(r.rewards.latency_s for r in rollouts) / len(rollouts),
             "advantages": [round(r.advantage, 4) for r in rollouts],
-            "probes": [r.probes for r in rollouts], "sampled_tokens": n_sampled,
-            "loss": loss_sum, "kl": kl_sum, "lora_delta_l2": lora_delta_l2(model, snap),
+            "probes": [r.probes for r in rollouts],
+            "sampled_tokens": n_sampled,
+            "loss": loss_sum,
+            "kl": kl_sum,
+            "lora_delta_l2": lora_delta_l2(model, snap),
             "seconds": time.perf_counter() - t0,
             "gate_reasons": sorted({x for r in rollouts for x in r.gate_reasons}),
         }
@@ -250,9 +284,13 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
     model.save_pretrained(str(adapter_dir), save_embedding_layers=False)
     mem.close()
     summary = {
-        "adapter_dir": str(adapter_dir), "train_log": str(log_path), "steps": cfg.steps,
-        "lora_delta_l2": log_rows[-1]["lora_delta_l2"], "seconds": time.perf_counter() - t_start,
-        "config": cfg.model_dump(mode="json"), "preference": pref.model_dump(),
+        "adapter_dir": str(adapter_dir),
+        "train_log": str(log_path),
+        "steps": cfg.steps,
+        "lora_delta_l2": log_rows[-1]["lora_delta_l2"],
+        "seconds": time.perf_counter() - t_start,
+        "config": cfg.model_dump(mode="json"),
+        "preference": pref.model_dump(),
         "questions": [q.id for q in batch_qs],
     }
     write_json_atomic(out / "train_summary.json", summary)

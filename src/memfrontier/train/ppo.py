@@ -172,8 +172,12 @@ class PPOTrainer:
                 n_steps += 1
         rewards = np.array([ep.reward for ep in episodes], dtype=np.float64)
         out = {k: v / n_steps for k, v in sums.items()}
-        out.update(mean_reward=float(rewards.mean()), std_reward=float(rewards.std()),
-                   n_episodes=len(episodes), n_steps=n_steps)
+        out.update(
+            mean_reward=float(rewards.mean()),
+            std_reward=float(rewards.std()),
+            n_episodes=len(episodes),
+            n_steps=n_steps,
+        )
         return out
 
     def _update_batch(self, episodes: Sequence[Episode]):
@@ -204,8 +208,16 @@ class PPOTrainer:
             ent = -(logp_all.exp() * logp_all).sum(-1)
             ent_ep = torch.zeros(n_ep).index_add(0, ep_idx, ent) / counts
             losses = ppo_losses(
-                new_logp, old_logp, advantages, values[first], old_values, returns, ent_ep,
-                clip=self.clip, value_clip=self.value_clip, value_coef=self.value_coef,
+                new_logp,
+                old_logp,
+                advantages,
+                values[first],
+                old_values,
+                returns,
+                ent_ep,
+                clip=self.clip,
+                value_clip=self.value_clip,
+                value_coef=self.value_coef,
                 entropy_coef=self.entropy_coef,
             )
             self.optimizer.zero_grad(set_to_none=True)

@@ -47,8 +47,15 @@ def answerable(questions: list[Question], record_ids: set[str]) -> list[Question
     return [q for q in questions if q.answer and q.evidence_ids and set(q.evidence_ids) <= record_ids]
 
 
-async def build_qar_pool(mem, strategy: MemoryCPT, convs: list[Conversation], *, sessions: int | None = None,
-                         max_questions: int | None = None, on_progress: Callable | None = None) -> list[dict]:
+async def build_qar_pool(
+    mem,
+    strategy: MemoryCPT,
+    convs: list[Conversation],
+    *,
+    sessions: int | None = None,
+    max_questions: int | None = None,
+    on_progress: Callable | None = None,
+) -> list[dict]:
     """One GRPO state per training question (MemoryCPT Eq. 11).
 
     Each conversation's first ``sessions`` sessions are ingested and built (QAD, resumable); the
@@ -71,9 +78,16 @@ async def build_qar_pool(mem, strategy: MemoryCPT, convs: list[Conversation], *,
                 break
             episodes, facts = strategy.candidates(q.question, scope, mem.env)
             text = render_candidates(episodes, facts)
-            pool.append({"prompt": summary_messages(q.question, text), "question": q.question, "answer": q.answer,
-                         "category": q.category, "conversation_id": conv.id,
-                         "candidates_tokens": mem.env.llm.count_tokens(text)})
+            pool.append(
+                {
+                    "prompt": summary_messages(q.question, text),
+                    "question": q.question,
+                    "answer": q.answer,
+                    "category": q.category,
+                    "conversation_id": conv.id,
+                    "candidates_tokens": mem.env.llm.count_tokens(text),
+                }
+            )
         progress("pool", conversation=conv.id, size=len(pool))
     return pool
 
@@ -103,9 +117,11 @@ class SummaryReward:
     def __call__(self, completions: list[str], rows: list[dict]) -> list[float]:
         if len(completions) != len(rows):
             raise ValueError(f"{len(completions)} completions for {len(rows)} rows")
+
         async def answer_all():
             return await asyncio.gather(
-                *(self.answerer.answer(r["question"], Context(text=c.strip())) for c, r in zip(completions, rows)))
+                *(self.answerer.answer(r["question"], Context(text=c.strip())) for c, r in zip(completions, rows))
+            )
 
         answers = self._loop.run_until_complete(answer_all())
         out = []
@@ -142,42 +158,79 @@ def train_qar(config: QARConfig, *, mem, convs: list[Conversation], on_progress:
     from .grpo import train_grpo
 
     c = config
-    out, dataset, alpha, base, construction_llm, seed = Path(c.out), c.dataset, c.alpha, c.base, c.construction_llm, c.seed
+    out, dataset, alpha, base, construction_llm, seed = (
+        Path(c.out),
+        c.dataset,
+        c.alpha,
+        c.base,
+        c.construction_llm,
+        c.seed,
+    )
     sessions, max_questions = c.sessions, c.questions
     num_generations, beta, lr, max_steps = c.num_generations, c.beta, c.lr, c.max_steps
     max_completion_tokens, temperature = c.max_summary_tokens, c.temperature
     out.mkdir(parents=True, exist_ok=True)
     strategy = MemoryCPT(MemoryCPTConfig(construction_llm=construction_llm))
-    pool = asyncio.run(build_qar_pool(mem, strategy, convs, sessions=sessions, max_questions=max_questions,
-                                      on_progress=on_progress))
+    pool = asyncio.run(
+        build_qar_pool(mem, strategy, convs, sessions=sessions, max_questions=max_questions, on_progress=on_progress)
+    )
     if not pool:
         raise ValueError(f"no training question is answerable from the first {sessions} sessions; raise --sessions")
     cost = SummaryCostModel.from_pricebook(mem.env.llm.prices)
     reward = SummaryReward(mem.answerer, cost, alpha=alpha, dataset=dataset)
     try:
-        result = train_grpo(pool, reward, out, base=base, num_generations=num_generations, beta=beta, lr=lr,
-                            max_steps=max_steps, max_completion_tokens=max_completion_tokens,
-                            temperature=temperature, seed=seed, on_progress=on_progress)
+        result = train_grpo(
+            pool,
+            reward,
+            out,
+            base=base,
+            num_generations=num_generations,
+            beta=beta,
+            lr=lr,
+            max_steps=max_steps,
+            max_completion_tokens=max_completion_tokens,
+            temperature=temperature,
+            seed=seed,
+            on_progress=on_progress,
+        )
     finally:
         reward.close()
     per_step = num_generations
-    steps = [reward.history[i:i + per_step] for i in range(0, len(reward.history), per_step)]
-    step_stats = [{"step": n + 1, "f1_mean": fmean([h["f1"] for h in s]),
-                   "summary_tokens_mean": fmean([h["summary_tokens"] for h in s]),
-                   "reward_mean": fmean([h["reward"] for h in s])} for n, s in enumerate(steps)]
+    steps = [reward.history[i : i + per_step] for i in range(0, len(reward.history), per_step)]
+    step_stats = [
+        {
+            "step": n + 1,
+            "f1_mean": fmean([h["f1"] for h in s]),
+            "summary_tokens_mean": fmean([h["summary_tokens"] for h in s]),
+            "reward_mean": fmean([h["reward"] for h in s]),
+        }
+        for n, s in enumerate(steps)
+    ]
     log = [json.loads(line) for line in jsonl_lines(result.train_log.read_text("utf-8")) if line.strip()]
-    curve = [{"update": r["step"], "mean_reward": r["reward_mean"], "std_reward": r.get("reward_std")}
-             for r in log if r.get("reward_mean") is not None]
+    curve = [
+        {"update": r["step"], "mean_reward": r["reward_mean"], "std_reward": r.get("reward_std")}
+        for r in log
+        if r.get("reward_mean") is not None
+    ]
     if curve:
-        plots.plot_reward_curve(curve, out / "reward_curve.png", title=f"QAR GRPO (alpha={alpha:g})", xlabel="GRPO step")
+        plots.plot_reward_curve(
+            curve, out / "reward_curve.png", title=f"QAR GRPO (alpha={alpha:g})", xlabel="GRPO step"
+        )
     summary = {
-        "alpha": alpha, "c_ref_usd": cost.reference_usd(), "pool_size": len(pool), "sessions": sessions,
-        "result": result.model_dump(mode="json"), "steps": step_stats,
-        "provenance": provenance(seed=seed, policy_base=base or "packaged gemma-3-270m (transformers)",
-                                 answer_model=mem.env.answer_llm.model_id, construction_model=construction_llm or mem.env.llm.model_id,
-                                 prompt_versions={"strategy": strategy.prompt_version},
-                                 price_book_version=mem.env.llm.prices.version),
+        "alpha": alpha,
+        "c_ref_usd": cost.reference_usd(),
+        "pool_size": len(pool),
+        "sessions": sessions,
+        "result": result.model_dump(mode="json"),
+        "steps": step_stats,
+        "provenance": provenance(
+            seed=seed,
+            policy_base=base or "packaged gemma-3-270m (transformers)",
+            answer_model=mem.env.answer_llm.model_id,
+            construction_model=construction_llm or mem.env.llm.model_id,
+            prompt_versions={"strategy": strategy.prompt_version},
+            price_book_version=mem.env.llm.prices.version,
+        ),
     }
     write_json_atomic(out / "qar_summary.json", summary)
     return summary
-

@@ -56,14 +56,17 @@ def filter_trace(t: Trace) -> Trace | None:
     turns = turn_texts("\n".join(str(m.get("content", "")) for m in t.messages if m.get("role") == "user"))
     if t.role == "episode_generator" or (t.role == "episode_merger" and out.get("decision") == "merge"):
         title, content = str(out.get("title", "")), str(out.get("content", ""))
-        if (content_problem(title, min_words=MIN_TITLE_WORDS) is not None
-                or content_problem(content, min_words=MIN_CONTENT_WORDS, turns=turns) is not None):
+        if (
+            content_problem(title, min_words=MIN_TITLE_WORDS) is not None
+            or content_problem(content, min_words=MIN_CONTENT_WORDS, turns=turns) is not None
+        ):
             return None
         return t
     if t.role == "semantic_extractor" and isinstance(out.get("facts"), list):
         facts = out["facts"]
-        kept = [f for f in facts
-                if isinstance(f, str) and content_problem(f, min_words=MIN_FACT_WORDS, turns=turns) is None]
+        kept = [
+            f for f in facts if isinstance(f, str) and content_problem(f, min_words=MIN_FACT_WORDS, turns=turns) is None
+        ]
         if len(kept) == len(facts):
             return t
         if not kept:

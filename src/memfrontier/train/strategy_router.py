@@ -126,7 +126,9 @@ def read_frontier(frontier_dir: str | Path, labels: list[str] | None = None) -> 
     root = Path(frontier_dir)
     configs_dir = root / "configs"
     if not configs_dir.is_dir():
-        raise FileNotFoundError(f"{root} is not a frontier output folder (no configs/); run `memfrontier frontier` first")
+        raise FileNotFoundError(
+            f"{root} is not a frontier output folder (no configs/); run `memfrontier frontier` first"
+        )
     found = sorted(p.name for p in configs_dir.iterdir() if p.is_dir())
     order = [x for x in _spec_order(root) if x in found] + [x for x in found if x not in _spec_order(root)]
     if labels:
@@ -143,8 +145,10 @@ def read_frontier(frontier_dir: str | Path, labels: list[str] | None = None) -> 
             continue
         kept.append(rec)
     if len(kept) < 2:
-        raise ValueError(f"a router needs at least two configurations to choose from; {root} has "
-                         f"{len(kept)} usable ({'; '.join(notes) or 'none finished'})")
+        raise ValueError(
+            f"a router needs at least two configurations to choose from; {root} has "
+            f"{len(kept)} usable ({'; '.join(notes) or 'none finished'})"
+        )
     return kept, notes
 
 
@@ -173,18 +177,25 @@ def _refuse_test_split(label: str, cfg: dict, rows: dict[str, dict]) -> None:
     if cfg.get("split") == "test":
         why = "ran on the test split (split 'test')"
     elif cfg.get("dataset", "locomo") == "locomo" and (
-            bad := sorted({r.get("conversation_id") for r in rows.values()} & set(TEST_CONVERSATIONS))):
+        bad := sorted({r.get("conversation_id") for r in rows.values()} & set(TEST_CONVERSATIONS))
+    ):
         why = f"answered questions of {', '.join(bad)}, LoCoMo's test split"
     if why:
-        raise TestSplitError(f"configuration {label} {why}: a router is never trained on the test split "
-                             f"(run the training frontier with --split train)")
+        raise TestSplitError(
+            f"configuration {label} {why}: a router is never trained on the test split "
+            f"(run the training frontier with --split train)"
+        )
 
 
 def targets(row: dict) -> dict[str, float]:
     """A prediction row's training targets: F1, USD, latency-proxy seconds and query tokens."""
     q = row.get("usage", {}).get("by_stage", {}).get("query", {})
-    return {"f1": float(row["f1"]), "usd": float(row.get("usd") or 0.0), "proxy_s": float(row.get("proxy_s") or 0.0),
-            "tokens": float(q.get("input_tokens", 0) + q.get("output_tokens", 0))}
+    return {
+        "f1": float(row["f1"]),
+        "usd": float(row.get("usd") or 0.0),
+        "proxy_s": float(row.get("proxy_s") or 0.0),
+        "tokens": float(q.get("input_tokens", 0) + q.get("output_tokens", 0)),
+    }
 
 
 def split_questions(rows: dict[str, dict], val_share: float, seed: int) -> tuple[list[str], list[str]]:
@@ -193,12 +204,22 @@ def split_questions(rows: dict[str, dict], val_share: float, seed: int) -> tuple
     a share outside (0, 1) or when fewer than 3 questions would be left to train on."""
     if not 0.0 < val_share < 1.0:
         raise ValueError(f"val_share must be in (0, 1), got {val_share}")
-    qs = [Question(id=i, conversation_id=r["conversation_id"], question=r["question"], answer=r.get("gold"),
-                   category=str(r["category"])) for i, r in sorted(rows.items())]
+    qs = [
+        Question(
+            id=i,
+            conversation_id=r["conversation_id"],
+            question=r["question"],
+            answer=r.get("gold"),
+            category=str(r["category"]),
+        )
+        for i, r in sorted(rows.items())
+    ]
     n_val = max(1, round(val_share * len(qs)))
     if len(qs) - n_val < 3:
-        raise ValueError(f"{len(qs)} questions shared by every configuration: too few to hold out {n_val} for "
-                         f"validation and train on at least 3")
+        raise ValueError(
+            f"{len(qs)} questions shared by every configuration: too few to hold out {n_val} for "
+            f"validation and train on at least 3"
+        )
     val = {q.id for q in stratified_sample(qs, n_val, seed)}
     return [q.id for q in qs if q.id not in val], sorted(val)
 
@@ -231,8 +252,12 @@ def fit_target(x: np.ndarray, y: np.ndarray, *, calibrate: bool, seed: int) -> T
     alpha = float(ridge.alpha_ if hasattr(ridge, "alpha_") else ridge.alpha)
     if calibrate:
         iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(oof, y)
-        return TargetModel(coef=coef.tolist(), intercept=intercept, alpha=alpha,
-                           calibration=Calibration(x=iso.X_thresholds_.tolist(), y=iso.y_thresholds_.tolist()))
+        return TargetModel(
+            coef=coef.tolist(),
+            intercept=intercept,
+            alpha=alpha,
+            calibration=Calibration(x=iso.X_thresholds_.tolist(), y=iso.y_thresholds_.tolist()),
+        )
     margin = max(0.0, float(np.quantile(y - oof, UPPER_QUANTILE)))
     return TargetModel(coef=coef.tolist(), intercept=intercept, alpha=alpha, upper_margin=margin)
 
@@ -247,8 +272,10 @@ def _features(configs: list[ConfigRecords], ids: list[str], store, embedder) -> 
     from ..store.postgres import is_postgres_url
 
     if not is_postgres_url(store) and not Path(store).is_dir():
-        raise FileNotFoundError(f"the frontier's store {store} is missing (the scope sizes are read from it); "
-                                f"pass --store with the store the frontier ran on")
+        raise FileNotFoundError(
+            f"the frontier's store {store} is missing (the scope sizes are read from it); "
+            f"pass --store with the store the frontier ran on"
+        )
     rows = configs[0].rows
     opened = open_store(store, embedder)
     try:
@@ -258,13 +285,15 @@ def _features(configs: list[ConfigRecords], ids: list[str], store, embedder) -> 
             if conv not in stats:
                 stats[conv] = scope_stats(opened, Scope(user_id=conv))
                 if stats[conv].records == 0:
-                    raise ValueError(f"the store {store} holds no record of {conv}; pass --store with the "
-                                     f"store the frontier ran on")
+                    raise ValueError(
+                        f"the store {store} holds no record of {conv}; pass --store with the store the frontier ran on"
+                    )
         emb = np.asarray(embedder.encode([rows[i]["question"] for i in ids]), dtype=np.float64)
     finally:
         opened.close()
-    return np.stack([feature_vector(e, rows[i]["question"], stats[rows[i]["conversation_id"]], 1.0)
-                     for e, i in zip(emb, ids)])
+    return np.stack(
+        [feature_vector(e, rows[i]["question"], stats[rows[i]["conversation_id"]], 1.0) for e, i in zip(emb, ids)]
+    )
 
 
 def _target_matrix(configs: list[ConfigRecords], ids: list[str]) -> dict[str, np.ndarray]:
@@ -293,8 +322,12 @@ def validate(router: Router, x: np.ndarray, y: dict[str, np.ndarray], ids: list[
     for name in PRESETS:
         pref = Preference.preset(name)
         u = utility(y["f1"], y["usd"], y["proxy_s"], pref, router.scales)  # (n, K) realised utilities
-        chosen = np.array([labels.index(decide(as_predictions(labels, pred, i), pref, None, router.scales).label)
-                           for i in range(len(ids))])
+        chosen = np.array(
+            [
+                labels.index(decide(as_predictions(labels, pred, i), pref, None, router.scales).label)
+                for i in range(len(ids))
+            ]
+        )
         best = _argmax_cheapest(u, y["usd"], y["proxy_s"])
         rows = np.arange(len(ids))
         single = int(np.argmax(u.mean(axis=0)))
@@ -337,8 +370,11 @@ def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dic
     configs, notes = read_frontier(frontier_dir, labels)
     dataset = configs[0].summary.get("config", {}).get("dataset", "locomo")
     shared = set.intersection(*(set(c.rows) for c in configs))
-    rows = {i: configs[0].rows[i] for i in shared
-            if not (dataset == "locomo" and str(configs[0].rows[i].get("category")) in LOCOMO_EXCLUDED)}
+    rows = {
+        i: configs[0].rows[i]
+        for i in shared
+        if not (dataset == "locomo" and str(configs[0].rows[i].get("category")) in LOCOMO_EXCLUDED)
+    }
     train_ids, val_ids = split_questions(rows, val_share, seed)
     if len(rows) < MIN_QUESTIONS:
         notes.append(f"{len(rows)} questions: fewer than the {MIN_QUESTIONS} a measurement needs")
@@ -348,7 +384,7 @@ def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dic
         embedder = MiniLMEmbedder()
     store = store or configs[0].summary.get("config", {}).get("store") or frontier_dir / "store"
     x_all = _features(configs, train_ids + val_ids, store, embedder)
-    x_train, x_val = x_all[: len(train_ids)], x_all[len(train_ids):]
+    x_train, x_val = x_all[: len(train_ids)], x_all[len(train_ids) :]
     y_train, y_val = _target_matrix(configs, train_ids), _target_matrix(configs, val_ids)
     models = []
     for j, c in enumerate(configs):
@@ -357,21 +393,45 @@ def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dic
     import sklearn
 
     rf = RouterFile(
-        features=FeatureSpec(version=FEATURE_VERSION, embedding_model=embedder.model_id, embedding_dim=embedder.dim,
-                             scalars=list(SCALAR_FEATURES)),
+        features=FeatureSpec(
+            version=FEATURE_VERSION,
+            embedding_model=embedder.model_id,
+            embedding_dim=embedder.dim,
+            scalars=list(SCALAR_FEATURES),
+        ),
         scales=ScaleSpec(**{t: _scale(y_train[t]) for t in ("f1", "usd", "proxy_s")}),
         configurations=models,
         provenance=provenance(
-            frontier_dir=str(frontier_dir.resolve()), store=str(store), dataset=dataset,
+            frontier_dir=str(frontier_dir.resolve()),
+            store=str(store),
+            dataset=dataset,
             split=configs[0].summary.get("config", {}).get("split"),
             conversations=sorted({rows[i]["conversation_id"] for i in rows}),
-            questions={"train": len(train_ids), "validation": len(val_ids),
-                       "categories": dict(sorted(Counter(str(rows[i]["category"]) for i in rows).items()))},
-            val_share=val_share, seed=seed, sklearn_version=sklearn.__version__, numpy_version=np.__version__,
-            configurations={c.label: {k: c.summary.get("provenance", {}).get(k) for k in
-                                      ("answer_model", "memory_model", "price_book_version", "data_sha256",
-                                       "strategy_config_hash", "commit")} for c in configs},
-            notes=notes),
+            questions={
+                "train": len(train_ids),
+                "validation": len(val_ids),
+                "categories": dict(sorted(Counter(str(rows[i]["category"]) for i in rows).items())),
+            },
+            val_share=val_share,
+            seed=seed,
+            sklearn_version=sklearn.__version__,
+            numpy_version=np.__version__,
+            configurations={
+                c.label: {
+                    k: c.summary.get("provenance", {}).get(k)
+                    for k in (
+                        "answer_model",
+                        "memory_model",
+                        "price_book_version",
+                        "data_sha256",
+                        "strategy_config_hash",
+                        "commit",
+                    )
+                }
+                for c in configs
+            },
+            notes=notes,
+        ),
     )
     report = validate(Router(rf), x_val, y_val, val_ids)
     report["notes"] = notes
@@ -385,26 +445,52 @@ def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dic
 
 def render_validation(report: dict, router_path: Path | str = "router") -> str:
     """The validation report as Markdown: per configuration MAE, per preset regret."""
-    lines = [f"# strategy router validation ({router_path})", "",
-             f"{report['questions']} held-out questions (category-balanced).", "",
-             "| configuration | MAE F1 | MAE USD×1e4 | MAE proxy s | MAE tokens | mean F1 | mean USD×1e4 | mean proxy s |",
-             "|" + "---|" * 8]
+    lines = [
+        f"# strategy router validation ({router_path})",
+        "",
+        f"{report['questions']} held-out questions (category-balanced).",
+        "",
+        "| configuration | MAE F1 | MAE USD×1e4 | MAE proxy s | MAE tokens | mean F1 | mean USD×1e4 | mean proxy s |",
+        "|" + "---|" * 8,
+    ]
     for label, m in report["per_configuration"].items():
-        lines.append(f"| {label} | {m['mae_f1']:.3f} | {m['mae_usd'] * 1e4:.4f} | {m['mae_proxy_s']:.2f} | "
-                     f"{m['mae_tokens']:.0f} | {m['mean_f1']:.3f} | {m['mean_usd'] * 1e4:.4f} | {m['mean_proxy_s']:.2f} |")
-    lines += ["", "| preference | regret (router) | regret (best single: config) | router F1 / USD×1e4 / s | "
-              "oracle-choice F1 / USD×1e4 / s | agreement | chosen |", "|" + "---|" * 7]
+        lines.append(
+            f"| {label} | {m['mae_f1']:.3f} | {m['mae_usd'] * 1e4:.4f} | {m['mae_proxy_s']:.2f} | "
+            f"{m['mae_tokens']:.0f} | {m['mean_f1']:.3f} | {m['mean_usd'] * 1e4:.4f} | {m['mean_proxy_s']:.2f} |"
+        )
+    lines += [
+        "",
+        "| preference | regret (router) | regret (best single: config) | router F1 / USD×1e4 / s | "
+        "oracle-choice F1 / USD×1e4 / s | agreement | chosen |",
+        "|" + "---|" * 7,
+    ]
     for name, p in report["presets"].items():
         r, o = p["router"], p["oracle"]
-        lines.append(f"| {name} | {p['regret']:.3f} | {p['regret_best_single']:.3f} ({p['best_single']}) | "
-                     f"{r['f1']:.3f} / {r['usd'] * 1e4:.4f} / {r['proxy_s']:.2f} | "
-                     f"{o['f1']:.3f} / {o['usd'] * 1e4:.4f} / {o['proxy_s']:.2f} | {p['agreement_with_oracle']:.2f} | "
-                     + ", ".join(f"{k} {v}" for k, v in p["chosen"].items()) + " |")
-    lines += ["", "Regret: mean over questions of the realised utility of the per-question oracle choice minus that "
-              "of the choice (utility = λ_Q·F1/s_F1 − λ_C·USD/s_USD − λ_L·s/s_L, scales from the training records)."]
+        lines.append(
+            f"| {name} | {p['regret']:.3f} | {p['regret_best_single']:.3f} ({p['best_single']}) | "
+            f"{r['f1']:.3f} / {r['usd'] * 1e4:.4f} / {r['proxy_s']:.2f} | "
+            f"{o['f1']:.3f} / {o['usd'] * 1e4:.4f} / {o['proxy_s']:.2f} | {p['agreement_with_oracle']:.2f} | "
+            + ", ".join(f"{k} {v}" for k, v in p["chosen"].items())
+            + " |"
+        )
+    lines += [
+        "",
+        "Regret: mean over questions of the realised utility of the per-question oracle choice minus that "
+        "of the choice (utility = λ_Q·F1/s_F1 − λ_C·USD/s_USD − λ_L·s/s_L, scales from the training records).",
+    ]
     lines += [f"- {n}" for n in report.get("notes", [])]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["ANCHORS", "ConfigRecords", "TestSplitError", "fit_target", "read_frontier",
-           "render_validation", "split_questions", "targets", "train_strategy_router", "validate"]
+__all__ = [
+    "ANCHORS",
+    "ConfigRecords",
+    "TestSplitError",
+    "fit_target",
+    "read_frontier",
+    "render_validation",
+    "split_questions",
+    "targets",
+    "train_strategy_router",
+    "validate",
+]

@@ -26,7 +26,7 @@ def words(text: str) -> list[str]:
 
 def _contains(seq: list[str], sub: list[str]) -> bool:
     n = len(sub)
-    return any(seq[i:i + n] == sub for i in range(len(seq) - n + 1))
+    return any(seq[i : i + n] == sub for i in range(len(seq) - n + 1))
 
 
 def copies_turns(text: str, turns: list[str]) -> bool:
@@ -40,7 +40,7 @@ def copies_turns(text: str, turns: list[str]) -> bool:
         return False
     speaker = _SPEAKER_PREFIX.match(text)
     if speaker:
-        said = words(text[speaker.end():])
+        said = words(text[speaker.end() :])
         if len(said) >= 3 and any(_contains(words(t), said) for t in turns):
             return True
     copied = 0

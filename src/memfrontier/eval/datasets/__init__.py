@@ -113,9 +113,7 @@ def read_json(path: Path, dataset: str) -> Any:
 
 def schema_error(path: Path, dataset: str, exc: BaseException) -> DatasetError:
     """Wrap a KeyError/TypeError/ValueError raised while converting records."""
-    return DatasetError(
-        f"{dataset} data file {path} does not match the expected schema: {type(exc).__name__}: {exc}"
-    )
+    return DatasetError(f"{dataset} data file {path} does not match the expected schema: {type(exc).__name__}: {exc}")
 
 
 def load_conversations(name: str, path: str | os.PathLike | None, convert) -> list:
@@ -169,8 +167,12 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | None = None,
-                 data_file: str | os.PathLike | None = None):
+def load_dataset(
+    name: str,
+    split: str = "all",
+    data_root: str | os.PathLike | None = None,
+    data_file: str | os.PathLike | None = None,
+):
     """Load ``name`` (locomo | longmemeval | hotpotqa | mem_gallery) and apply ``split``.
 
     ``data_file`` reads that file (in the dataset's format, e.g. the official LongMemEval S or M
@@ -188,8 +190,10 @@ def load_dataset(name: str, split: str = "all", data_root: str | os.PathLike | N
     if data_file is not None:
         path = Path(data_file).expanduser()
         if path.is_dir():
-            raise DatasetError(f"the data file {path} is a folder: give a {name} file, or the folder that holds "
-                               f"{DATASET_FILES[name]} as the data root (--data-root / {ENV_VAR})")
+            raise DatasetError(
+                f"the data file {path} is a folder: give a {name} file, or the folder that holds "
+                f"{DATASET_FILES[name]} as the data root (--data-root / {ENV_VAR})"
+            )
         if not path.is_file():
             raise DatasetError(f"{name} data file not found: {path} (the file given as the data file)")
     else:

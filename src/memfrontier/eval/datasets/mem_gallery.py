@@ -31,9 +31,15 @@ SPLIT_FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test
 SPLITS = ("train", "val", "test", "all")
 REFUSAL_POINT = "AR"
 POINT_NAMES = {
-    "FR": "factual retrieval", "MR": "multi-entity reasoning", "TR": "temporal reasoning",
-    "VR": "visual-centric reasoning", "TTL": "test-time learning", "VS": "visual-centric search",
-    "CD": "conflict detection", "KR": "knowledge resolution", "AR": "answer refusal",
+    "FR": "factual retrieval",
+    "MR": "multi-entity reasoning",
+    "TR": "temporal reasoning",
+    "VR": "visual-centric reasoning",
+    "TTL": "test-time learning",
+    "VS": "visual-centric search",
+    "CD": "conflict detection",
+    "KR": "knowledge resolution",
+    "AR": "answer refusal",
 }
 _ROUND_RE = re.compile(r"^D(\d+):(\d+)$")
 _SESSION_RE = re.compile(r"^D(\d+)$")
@@ -58,7 +64,9 @@ def _images(rnd: dict, base: Path) -> list[ImageRef]:
     if not (isinstance(ids, list) and isinstance(caps, list) and isinstance(paths, list)):
         raise TypeError(f"round {rnd.get('round')}: image_id / image_caption / input_image must be lists")
     if not (len(ids) == len(caps) == len(paths)):
-        raise ValueError(f"round {rnd.get('round')}: image lists differ in length ({len(ids)}, {len(caps)}, {len(paths)})")
+        raise ValueError(
+            f"round {rnd.get('round')}: image lists differ in length ({len(ids)}, {len(caps)}, {len(paths)})"
+        )
     return [ImageRef(id=str(i), caption=str(c), path=str((base / p).resolve())) for i, c, p in zip(ids, caps, paths)]
 
 
@@ -82,11 +90,23 @@ def convert_file(path: Path, data: dict) -> Conversation:
             if not _ROUND_RE.match(rid):
                 raise ValueError(f"round id {rid!r} is not of the form D<k>:<i>")
             user, assistant = str(rnd.get("user", "")).strip(), str(rnd.get("assistant", "")).strip()
-            text = "\n".join(t for t in (f"{name}: {user}" if user else "", f"Assistant: {assistant}" if assistant else "") if t)
-            records.append(Record(
-                id=f"{cid}:{rid}", kind="turn", scope=scope, session_id=f"{cid}:{sid}", speaker="", role="user",
-                timestamp=date, text=text, images=_images(rnd, path.parent),
-                meta={"round": rid, "session": sid}))
+            text = "\n".join(
+                t for t in (f"{name}: {user}" if user else "", f"Assistant: {assistant}" if assistant else "") if t
+            )
+            records.append(
+                Record(
+                    id=f"{cid}:{rid}",
+                    kind="turn",
+                    scope=scope,
+                    session_id=f"{cid}:{sid}",
+                    speaker="",
+                    role="user",
+                    timestamp=date,
+                    text=text,
+                    images=_images(rnd, path.parent),
+                    meta={"round": rid, "session": sid},
+                )
+            )
             round_ids.add(rid)
 
     questions: list[Question] = []
@@ -94,21 +114,41 @@ def convert_file(path: Path, data: dict) -> Conversation:
         clues = [str(c) for c in qa.get("clue") or []]
         resolved = [c for c in clues if c in round_ids]
         question = str(qa["question"]).strip()
-        meta: dict = {"index": i, "point": qa["point"], "session_ids": list(qa.get("session_id") or []),
-                      "unresolved_clues": [c for c in clues if c not in round_ids]}
+        meta: dict = {
+            "index": i,
+            "point": qa["point"],
+            "session_ids": list(qa.get("session_id") or []),
+            "unresolved_clues": [c for c in clues if c not in round_ids],
+        }
         if qa.get("question_image"):
             meta["question_image"] = str((path.parent / str(qa["question_image"])).resolve())
         caption = qa.get("image_caption")
         if caption:
             meta["question_image_caption"] = str(caption)
             question = f"{question}\n(Question image: {str(caption).strip()})"
-        questions.append(Question(
-            id=f"{cid}:q{i}", conversation_id=cid, question=question, answer=str(qa["answer"]),
-            category=str(qa["point"]), evidence_ids=[f"{cid}:{c}" for c in resolved],
-            abstention=qa["point"] == REFUSAL_POINT, meta=meta))
-    return Conversation(id=cid, records=records, questions=questions,
-                        meta={"dataset": "mem_gallery", "source": str(path), "character": name,
-                              "session_dates": {f"{cid}:{k}": v for k, v in dates.items()}})
+        questions.append(
+            Question(
+                id=f"{cid}:q{i}",
+                conversation_id=cid,
+                question=question,
+                answer=str(qa["answer"]),
+                category=str(qa["point"]),
+                evidence_ids=[f"{cid}:{c}" for c in resolved],
+                abstention=qa["point"] == REFUSAL_POINT,
+                meta=meta,
+            )
+        )
+    return Conversation(
+        id=cid,
+        records=records,
+        questions=questions,
+        meta={
+            "dataset": "mem_gallery",
+            "source": str(path),
+            "character": name,
+            "session_dates": {f"{cid}:{k}": v for k, v in dates.items()},
+        },
+    )
 
 
 def load_mem_gallery(path: str | os.PathLike | None = None) -> list[Conversation]:
@@ -121,8 +161,10 @@ def load_mem_gallery(path: str | os.PathLike | None = None) -> list[Conversation
     folder = dialog_dir(path)
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if not files:
-        raise DatasetError(f"mem_gallery data not found: no *.json in {folder}; set MEMFRONTIER_DATA=/path/to/data "
-                           "(the folder holding mem_gallery/dialog) or pass --data-root")
+        raise DatasetError(
+            f"mem_gallery data not found: no *.json in {folder}; set MEMFRONTIER_DATA=/path/to/data "
+            "(the folder holding mem_gallery/dialog) or pass --data-root"
+        )
     convs = []
     for f in files:
         data = read_json(f, "mem_gallery")
@@ -143,7 +185,7 @@ def split_ids(conversation_ids: list[str], seed: int = SPLIT_SEED) -> dict[str, 
     random.Random(seed).shuffle(ids)
     n_train = round(SPLIT_FRACTIONS[0] * len(ids))
     n_val = round(SPLIT_FRACTIONS[1] * len(ids))
-    return {"train": ids[:n_train], "val": ids[n_train:n_train + n_val], "test": ids[n_train + n_val:]}
+    return {"train": ids[:n_train], "val": ids[n_train : n_train + n_val], "test": ids[n_train + n_val :]}
 
 
 def mem_gallery_split(conversations: list[Conversation], split: str, seed: int = SPLIT_SEED) -> list[Conversation]:
@@ -153,9 +195,16 @@ def mem_gallery_split(conversations: list[Conversation], split: str, seed: int =
     if split not in SPLITS:
         raise ValueError(f"unknown Mem-Gallery split {split!r}; choose one of {', '.join(SPLITS)}")
     keep = set(split_ids([c.id for c in conversations], seed)[split])
-    return [c.model_copy(update={"questions": [q for q in c.questions if q.category != REFUSAL_POINT],
-                                 "meta": {**c.meta, "split": split}})
-            for c in conversations if c.id in keep]
+    return [
+        c.model_copy(
+            update={
+                "questions": [q for q in c.questions if q.category != REFUSAL_POINT],
+                "meta": {**c.meta, "split": split},
+            }
+        )
+        for c in conversations
+        if c.id in keep
+    ]
 
 
 __all__ = ["POINT_NAMES", "SPLITS", "SPLIT_SEED", "dialog_dir", "load_mem_gallery", "mem_gallery_split", "split_ids"]

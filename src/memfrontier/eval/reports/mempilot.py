@@ -51,7 +51,9 @@ def run_stats(rows: list[dict]) -> dict:
         "n": n,
         "f1": _mean([r["f1"] for r in rows]),
         "judge": _mean([float(j) for j in judged]),
-        "policy_answer_f1": _mean([token_f1(m.get("policy_answer") or "", r.get("gold") or "") for r, m in zip(rows, metas)]),
+        "policy_answer_f1": _mean(
+            [token_f1(m.get("policy_answer") or "", r.get("gold") or "") for r, m in zip(rows, metas)]
+        ),
         "usd_per_question": _mean([r["usd"] for r in rows]),
         "proxy_s_per_question": _mean([r["proxy_s"] for r in rows]),
         "format_valid_share": _mean([1.0 if m.get("format_valid") else 0.0 for m in metas]),

@@ -41,14 +41,24 @@ async def run_sweep(base: EvalConfig, runs: Sequence[SweepRun], *, on_progress: 
     for run in runs:
         key = json.dumps(run.options, sort_keys=True)
         if key not in done:
-            cfg = base.model_copy(update={"strategy_options": run.options,
-                                          "out": out / run.name, "store": store})
+            cfg = base.model_copy(update={"strategy_options": run.options, "out": out / run.name, "store": store})
             progress("run", run=run.name, label=run.label)
             summary = await run_eval(cfg, on_progress=lambda ev, **info: progress(ev, run=run.name, **info))
             done[key] = (cfg.out, summary)
         folder, summary = done[key]
-        results.append({"name": run.name, "kind": run.kind, "label": run.label, "lam": run.lam, "k": run.k,
-                        "order": run.order, "options": run.options, "out": str(folder), "summary": summary})
+        results.append(
+            {
+                "name": run.name,
+                "kind": run.kind,
+                "label": run.label,
+                "lam": run.lam,
+                "k": run.k,
+                "order": run.order,
+                "options": run.options,
+                "out": str(folder),
+                "summary": summary,
+            }
+        )
     return results
 
 
@@ -80,8 +90,9 @@ def fmt_cell(v, digits: int = 4) -> str:
 
 def markdown_table(rows: Sequence[dict], cols: Sequence[str]) -> list[str]:
     """The lines of a Markdown table of ``rows`` (dicts) over the columns ``cols``."""
-    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-            + ["| " + " | ".join(fmt_cell(r[c]) for c in cols) + " |" for r in rows])
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + [
+        "| " + " | ".join(fmt_cell(r[c]) for c in cols) + " |" for r in rows
+    ]
 
 
 __all__ = ["SweepRun", "fmt_cell", "markdown_table", "run_sweep", "start_report", "write_rows_csv"]

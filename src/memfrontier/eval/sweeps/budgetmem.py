@@ -24,9 +24,15 @@ KS: tuple[int, ...] = (1, 3, 5, 8, 10)
 FIXED_TIERS: tuple[str, ...] = TIERS  # the all-Low / all-Mid / all-High baselines
 
 
-def plan_budgetmem_sweep(lambdas: Sequence[float] = LAMBDAS, ks: Sequence[int] = KS, *, router_dir: Path,
-                         k: int = 5, k_router: Path | None = None, options: dict | None = None
-                         ) -> tuple[list[SweepRun], list[Path]]:
+def plan_budgetmem_sweep(
+    lambdas: Sequence[float] = LAMBDAS,
+    ks: Sequence[int] = KS,
+    *,
+    router_dir: Path,
+    k: int = 5,
+    k_router: Path | None = None,
+    options: dict | None = None,
+) -> tuple[list[SweepRun], list[Path]]:
     """The runs, and the router checkpoints that are missing (their lambda is skipped).
 
     Lambda runs read ``router_dir/lambda_<L>/router_best.pt``; the K sweep uses all-Mid tiers, or
@@ -36,8 +42,9 @@ def plan_budgetmem_sweep(lambdas: Sequence[float] = LAMBDAS, ks: Sequence[int] =
     for lam in lambdas:
         ckpt = Path(router_dir) / router_dir_name(lam) / "router_best.pt"
         if ckpt.is_file():
-            runs.append(SweepRun(router_dir_name(lam), "lambda", f"λ={lam:g}", {**base, "router": str(ckpt)},
-                                 lam=lam, k=k))
+            runs.append(
+                SweepRun(router_dir_name(lam), "lambda", f"λ={lam:g}", {**base, "router": str(ckpt)}, lam=lam, k=k)
+            )
         else:
             missing.append(ckpt)
     runs += [SweepRun(f"fixed_{t}", "fixed", f"all {t}", {**base, "tiers": t}, k=k) for t in FIXED_TIERS]
@@ -53,12 +60,20 @@ def table_row(result: dict) -> dict:
     opts = result.get("options", {})
     ratios = result["summary"].get("choices", {}).get("tiers", {})
     row = {
-        "run": result["name"], "kind": result["kind"], "label": result["label"],
-        "lambda": result.get("lam"), "k": result.get("k"),
+        "run": result["name"],
+        "kind": result["kind"],
+        "label": result["label"],
+        "lambda": result.get("lam"),
+        "k": result.get("k"),
         "tiers": "router" if "router" in opts else opts.get("tiers"),
-        "n": g.get("n_questions"), "f1": g.get("f1"), "judge": g.get("judge_accuracy"),
-        "usd_per_question": usd, "usd_x1e4": None if usd is None else usd * COST_SCALE,
-        "qpc": g.get("qpc"), "proxy_s": g.get("proxy_s_mean"), "wall_s": g.get("wall_s_mean"),
+        "n": g.get("n_questions"),
+        "f1": g.get("f1"),
+        "judge": g.get("judge_accuracy"),
+        "usd_per_question": usd,
+        "usd_x1e4": None if usd is None else usd * COST_SCALE,
+        "qpc": g.get("qpc"),
+        "proxy_s": g.get("proxy_s_mean"),
+        "wall_s": g.get("wall_s_mean"),
     }
     for m in MODULES:
         for t in TIERS:
@@ -73,24 +88,45 @@ def write_sweep_report(results: Sequence[dict], out: Path, missing: Sequence[Pat
     out, written = start_report(out, rows)
 
     cols = ("run", "label", "n", "f1", "judge", "usd_x1e4", "qpc", "proxy_s")
-    md = ["# BudgetMem sweep", "", f"Cost: {plots.COST_LABEL}. Tier ratios: share of questions "
-          "whose router chose the tier (as measured).", "", *markdown_table(rows, cols)]
+    md = [
+        "# BudgetMem sweep",
+        "",
+        f"Cost: {plots.COST_LABEL}. Tier ratios: share of questions whose router chose the tier (as measured).",
+        "",
+        *markdown_table(rows, cols),
+    ]
     lam_results = [r for r in results if r["kind"] == "lambda"]
     if lam_results:
-        md += ["", "## Tier selection ratio per module (router, greedy)", "",
-               "| lambda | module | " + " | ".join(TIERS) + " |", "|" + "---|" * (2 + len(TIERS))]
+        md += [
+            "",
+            "## Tier selection ratio per module (router, greedy)",
+            "",
+            "| lambda | module | " + " | ".join(TIERS) + " |",
+            "|" + "---|" * (2 + len(TIERS)),
+        ]
         for r in lam_results:
             ratios = r["summary"].get("choices", {}).get("tiers", {})
-            md += [f"| {r['lam']:g} | {m} | " + " | ".join(fmt_cell(ratios.get(m, {}).get(t, 0.0), 2) for t in TIERS) + " |"
-                   for m in MODULES]
+            md += [
+                f"| {r['lam']:g} | {m} | "
+                + " | ".join(fmt_cell(ratios.get(m, {}).get(t, 0.0), 2) for t in TIERS)
+                + " |"
+                for m in MODULES
+            ]
     if missing:
         md += ["", "## Skipped (router checkpoint missing)", ""] + [f"- `{p}`" for p in missing]
     (out / "sweep.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     written["md"] = out / "sweep.md"
 
     def point(row):
-        return {"label": row["label"], "kind": row["kind"], "lam": row["lambda"], "k": row["k"],
-                "usd_x1e4": row["usd_x1e4"], "f1": row["f1"], "judge": row["judge"]}
+        return {
+            "label": row["label"],
+            "kind": row["kind"],
+            "lam": row["lambda"],
+            "k": row["k"],
+            "usd_x1e4": row["usd_x1e4"],
+            "f1": row["f1"],
+            "judge": row["judge"],
+        }
 
     front = [point(r) for r in rows if r["kind"] in ("lambda", "fixed") and r["usd_x1e4"] is not None]
     if front:
@@ -98,7 +134,10 @@ def write_sweep_report(results: Sequence[dict], out: Path, missing: Sequence[Pat
     if lam_results:
         written["tier_ratios"] = plots.plot_tier_ratios(
             {r["label"]: r["summary"].get("choices", {}).get("tiers", {}) for r in lam_results},
-            out / "tier_ratios.png", MODULES, TIERS)
+            out / "tier_ratios.png",
+            MODULES,
+            TIERS,
+        )
     ks = [point(r) for r in rows if r["kind"] == "k" and r["usd_x1e4"] is not None]
     if ks:
         written["k_sweep"] = plots.plot_k_sweep(ks, out / "k_sweep.png")

@@ -32,8 +32,9 @@ def _pref_name(p: str | Mapping) -> str:
     return "w_" + "_".join(f"{float(p[k]):g}" for k in ("quality", "cost", "latency"))
 
 
-def plan_mempilot_sweep(preferences: Sequence[str | Mapping] = PRESETS, *, adapters: Path | None = None,
-                        options: dict | None = None) -> list[SweepRun]:
+def plan_mempilot_sweep(
+    preferences: Sequence[str | Mapping] = PRESETS, *, adapters: Path | None = None, options: dict | None = None
+) -> list[SweepRun]:
     """One run per preference (a preset name or a weights dict). ``options`` (e.g. ``pool``) go to
     every run; ``adapters/<name>/adapter`` is used when present. Order on the curve: lambda_C + lambda_L."""
     runs = []
@@ -56,14 +57,27 @@ def table_row(result: dict) -> dict:
     pref = Preference.preset(p) if isinstance(p, str) else Preference(**p)
     usd = st["usd_per_question"]
     return {
-        "run": result["name"], "label": result["label"], "lambda_q": pref.quality, "lambda_c": pref.cost,
-        "lambda_l": pref.latency, "policy": "trained" if "adapter" in opts else "untrained", "n": st["n"],
-        "f1": st["f1"], "judge": st["judge"], "policy_answer_f1": st["policy_answer_f1"],
-        "usd_per_question": usd, "usd_x1e4": None if usd is None else usd * COST_SCALE,
-        "proxy_s": st["proxy_s_per_question"], "delegate_calls": st["delegate_calls_per_question"],
-        "image_accesses": st["image_accesses_per_question"], "retrieve_calls": st["retrieve_calls_per_question"],
-        "curate_calls": st["curate_calls_per_question"], "rounds": st["rounds_per_question"],
-        "format_valid": st["format_valid_share"], "route_share": st["route_share"], "route_models": st["route_models"],
+        "run": result["name"],
+        "label": result["label"],
+        "lambda_q": pref.quality,
+        "lambda_c": pref.cost,
+        "lambda_l": pref.latency,
+        "policy": "trained" if "adapter" in opts else "untrained",
+        "n": st["n"],
+        "f1": st["f1"],
+        "judge": st["judge"],
+        "policy_answer_f1": st["policy_answer_f1"],
+        "usd_per_question": usd,
+        "usd_x1e4": None if usd is None else usd * COST_SCALE,
+        "proxy_s": st["proxy_s_per_question"],
+        "delegate_calls": st["delegate_calls_per_question"],
+        "image_accesses": st["image_accesses_per_question"],
+        "retrieve_calls": st["retrieve_calls_per_question"],
+        "curate_calls": st["curate_calls_per_question"],
+        "rounds": st["rounds_per_question"],
+        "format_valid": st["format_valid_share"],
+        "route_share": st["route_share"],
+        "route_models": st["route_models"],
     }
 
 
@@ -112,31 +126,57 @@ def write_mempilot_report(results: Sequence[dict], out: Path, dataset: str = "")
         written["csv"] = write_rows_csv(flat, out / "sweep.csv")
         written["model_share"] = write_rows_csv(
             [{"preference": r["label"], **{rt: f"{r['route_share'].get(rt, 0.0):.4f}" for rt in routes}} for r in rows],
-            out / "model_share.csv")
+            out / "model_share.csv",
+        )
 
-    cols = ("label", "policy", "n", "f1", "judge", "usd_x1e4", "proxy_s", "delegate_calls", "image_accesses",
-            "retrieve_calls", "curate_calls", "format_valid")
-    md = [f"# MemPilot preference sweep{f' ({dataset})' if dataset else ''}", "",
-          f"Per question: cost in {plots.COST_LABEL} (policy with KV-prefix reuse, delegates, answerer); latency "
-          "proxy in seconds (Eq. 19 plus the answerer); counts are calls per question.", "",
-          *markdown_table(rows, cols)]
+    cols = (
+        "label",
+        "policy",
+        "n",
+        "f1",
+        "judge",
+        "usd_x1e4",
+        "proxy_s",
+        "delegate_calls",
+        "image_accesses",
+        "retrieve_calls",
+        "curate_calls",
+        "format_valid",
+    )
+    md = [
+        f"# MemPilot preference sweep{f' ({dataset})' if dataset else ''}",
+        "",
+        f"Per question: cost in {plots.COST_LABEL} (policy with KV-prefix reuse, delegates, answerer); latency "
+        "proxy in seconds (Eq. 19 plus the answerer); counts are calls per question.",
+        "",
+        *markdown_table(rows, cols),
+    ]
     md += ["", "## Model-selection share (share of delegate calls per route)", ""]
     if routes:
-        md += ["| preference | " + " | ".join(f"{rt} ({models.get(rt, '?')})" for rt in routes) + " |",
-               "|" + "---|" * (1 + len(routes))]
-        md += [f"| {r['label']} | " + " | ".join(fmt_cell(r["route_share"].get(rt, 0.0), 2) for rt in routes) + " |"
-               for r in rows]
+        md += [
+            "| preference | " + " | ".join(f"{rt} ({models.get(rt, '?')})" for rt in routes) + " |",
+            "|" + "---|" * (1 + len(routes)),
+        ]
+        md += [
+            f"| {r['label']} | " + " | ".join(fmt_cell(r["route_share"].get(rt, 0.0), 2) for rt in routes) + " |"
+            for r in rows
+        ]
     else:
         md.append("No delegate call was made in any run.")
     (out / "sweep.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     written["md"] = out / "sweep.md"
 
     if rows:
-        written["pareto_cost"] = plot_frontier(rows, out / "pareto_cost.png", x="usd_x1e4", xlabel=plots.COST_LABEL,
-                                               title="MemPilot: quality vs cost")
-        written["pareto_latency"] = plot_frontier(rows, out / "pareto_latency.png", x="proxy_s",
-                                                  xlabel="latency proxy, seconds per question",
-                                                  title="MemPilot: quality vs latency")
+        written["pareto_cost"] = plot_frontier(
+            rows, out / "pareto_cost.png", x="usd_x1e4", xlabel=plots.COST_LABEL, title="MemPilot: quality vs cost"
+        )
+        written["pareto_latency"] = plot_frontier(
+            rows,
+            out / "pareto_latency.png",
+            x="proxy_s",
+            xlabel="latency proxy, seconds per question",
+            title="MemPilot: quality vs latency",
+        )
     return written
 
 

@@ -11,5 +11,19 @@ from .decision import Decision, Prediction, Scales, decide, utility
 from .pipeline import PROMPT_VERSION, Auto
 from .router import ROUTER_VERSION, Router, RouterFile, RouterFileError, read_router_file, write_router_file
 
-__all__ = ["PROMPT_VERSION", "ROUTER_VERSION", "Auto", "AutoConfig", "Decision", "Prediction", "Router", "RouterFile",
-           "RouterFileError", "Scales", "decide", "read_router_file", "utility", "write_router_file"]
+__all__ = [
+    "PROMPT_VERSION",
+    "ROUTER_VERSION",
+    "Auto",
+    "AutoConfig",
+    "Decision",
+    "Prediction",
+    "Router",
+    "RouterFile",
+    "RouterFileError",
+    "Scales",
+    "decide",
+    "read_router_file",
+    "utility",
+    "write_router_file",
+]

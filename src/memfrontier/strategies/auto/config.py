@@ -15,18 +15,28 @@ class AutoConfig(StrategyConfig):
 
     strategy = "auto"
 
-    router: Path = Field(json_schema_extra=operator_only(),
-                         description="A router file from `memfrontier train strategy-router` (required).")
+    router: Path = Field(
+        json_schema_extra=operator_only(),
+        description="A router file from `memfrontier train strategy-router` (required).",
+    )
     preference: PreferenceSpec | None = Field(
-        None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} "
+        None,
+        title="preference preset",
+        description="perf | balanced | cost or weights {quality, cost, latency} "
         "the decision maximises (MemPilot Eq. 10 presets); when set it is this configuration's and wins over the "
-        "caller's; default: the caller's preference, else perf (strategies.base.resolve_preference).")
-    budget: Budget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per "
-                                  "question, combined with the caller's (the tighter cap wins).")
+        "caller's; default: the caller's preference, else perf (strategies.base.resolve_preference).",
+    )
+    budget: Budget | None = Field(
+        None,
+        description="Hard caps {max_usd, max_tokens, max_proxy_s} per "
+        "question, combined with the caller's (the tighter cap wins).",
+    )
 
     @model_validator(mode="after")
     def _router_file(self):
         if not self.router.is_file():
-            raise ValueError(f"router: no router file {self.router} (train one with "
-                             f"`memfrontier train strategy-router --from FRONTIER_DIR`)")
+            raise ValueError(
+                f"router: no router file {self.router} (train one with "
+                f"`memfrontier train strategy-router --from FRONTIER_DIR`)"
+            )
         return self

@@ -70,15 +70,20 @@ class Prediction:
 
 def utility(f1: float, usd: float, proxy_s: float, preference: Preference, scales: Scales) -> float:
     """lambda_Q F1 / s_F1 - lambda_C USD / s_USD - lambda_L proxy_s / s_L (dimensionless)."""
-    return (preference.quality * f1 / scales.f1 - preference.cost * usd / scales.usd
-            - preference.latency * proxy_s / scales.proxy_s)
+    return (
+        preference.quality * f1 / scales.f1
+        - preference.cost * usd / scales.usd
+        - preference.latency * proxy_s / scales.proxy_s
+    )
 
 
 def within(budget: Budget, usd: float, proxy_s: float, tokens: float) -> bool:
     """Whether the three figures respect every cap of ``budget`` (None = no cap)."""
-    return ((budget.max_usd is None or usd <= budget.max_usd)
-            and (budget.max_proxy_s is None or proxy_s <= budget.max_proxy_s)
-            and (budget.max_tokens is None or tokens <= budget.max_tokens))
+    return (
+        (budget.max_usd is None or usd <= budget.max_usd)
+        and (budget.max_proxy_s is None or proxy_s <= budget.max_proxy_s)
+        and (budget.max_tokens is None or tokens <= budget.max_tokens)
+    )
 
 
 @dataclass(frozen=True)
@@ -92,8 +97,9 @@ class Decision:
     fits: dict[str, bool]
 
 
-def decide(predictions: Sequence[Prediction], preference: Preference, budget: Budget | None,
-           scales: Scales) -> Decision:
+def decide(
+    predictions: Sequence[Prediction], preference: Preference, budget: Budget | None, scales: Scales
+) -> Decision:
     """The configuration to run (see the module's rules).
 
     Raises:
@@ -121,7 +127,8 @@ def decide(predictions: Sequence[Prediction], preference: Preference, budget: Bu
     caps = ", ".join(f"{k}={v}" for k, v in budget.model_dump().items() if v is not None)
     raise BudgetExceededError(
         f"no configuration of the router is predicted to fit the budget ({caps}); the cheapest, {c.label}, is "
-        f"predicted at {c.usd:.3g} USD, {c.proxy_s:.3g} s (latency proxy), {c.tokens:.0f} tokens per question")
+        f"predicted at {c.usd:.3g} USD, {c.proxy_s:.3g} s (latency proxy), {c.tokens:.0f} tokens per question"
+    )
 
 
 __all__ = ["Decision", "Prediction", "Rule", "Scales", "decide", "utility", "within"]

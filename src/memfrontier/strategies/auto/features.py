@@ -29,16 +29,27 @@ from ...core.types import Scope
 #: Bumped whenever a feature's definition changes (a router file records the version it was fit on).
 FEATURE_VERSION = 1
 #: The scalar features after the embedding, in vector order.
-SCALAR_FEATURES = ("question_words_log", "temporal_cue", "multi_hop_cue", "inference_cue",
-                   "scope_records_log", "scope_sessions_log", "views_built")
+SCALAR_FEATURES = (
+    "question_words_log",
+    "temporal_cue",
+    "multi_hop_cue",
+    "inference_cue",
+    "scope_records_log",
+    "scope_sessions_log",
+    "views_built",
+)
 #: Cue patterns (case-insensitive, whole words) of LoCoMo's question kinds.
 CUES: dict[str, re.Pattern] = {
     "temporal_cue": re.compile(
         r"\b(when|what (year|month|day|date|time)|how long|before|after|ago|since|until|during|first|last|"
-        r"recent(ly)?|earlier|later|yesterday|weeks?|months?|years?|dates?)\b", re.IGNORECASE),
+        r"recent(ly)?|earlier|later|yesterday|weeks?|months?|years?|dates?)\b",
+        re.IGNORECASE,
+    ),
     "multi_hop_cue": re.compile(
         r"\b(both|in common|how many|(kinds?|types?|sorts?) of|activities|things|hobbies|books|events|places|"
-        r"ways|items|has|have)\b", re.IGNORECASE),
+        r"ways|items|has|have)\b",
+        re.IGNORECASE,
+    ),
     "inference_cue": re.compile(r"\b(would|likely|might|could|probably|considered?|think|if)\b", re.IGNORECASE),
 }
 
@@ -76,5 +87,12 @@ def feature_vector(embedding: np.ndarray, text: str, stats: ScopeStats, views_bu
     return np.concatenate([emb, np.asarray(scalars, dtype=np.float64)])
 
 
-__all__ = ["CUES", "FEATURE_VERSION", "SCALAR_FEATURES", "ScopeStats", "feature_vector",
-           "question_features", "scope_stats"]
+__all__ = [
+    "CUES",
+    "FEATURE_VERSION",
+    "SCALAR_FEATURES",
+    "ScopeStats",
+    "feature_vector",
+    "question_features",
+    "scope_stats",
+]

@@ -16,8 +16,16 @@ import time
 
 from ...core.ledger import sum_usage_records
 from ...core.types import Budget, Context, Preference, Scope
-from ..base import (BuildProgress, MemoryEnv, Query, Strategy, StrategyBase, ViewNotBuiltError, resolve_preference,
-                    view_built)
+from ..base import (
+    BuildProgress,
+    MemoryEnv,
+    Query,
+    Strategy,
+    StrategyBase,
+    ViewNotBuiltError,
+    resolve_preference,
+    view_built,
+)
 from .config import AutoConfig
 from .decision import Decision, Prediction, decide
 from .features import ScopeStats, feature_vector, scope_stats
@@ -65,11 +73,13 @@ class Auto(StrategyBase):
         self.router = router if router is not None else Router.load(self.config.router)
         given = dict(members or {})
         if unknown := sorted(set(given) - set(self.router.labels)):
-            raise ValueError(f"members {', '.join(unknown)} are not configurations of the router "
-                             f"({', '.join(self.router.labels)})")
+            raise ValueError(
+                f"members {', '.join(unknown)} are not configurations of the router ({', '.join(self.router.labels)})"
+            )
         self.members: dict[str, Strategy] = {
             c.label: given[c.label] if c.label in given else get_strategy(c.strategy, c.options)
-            for c in self.router.file.configurations}
+            for c in self.router.file.configurations
+        }
         self._scopes: dict[str, tuple[int | None, ScopeStats, dict[str, bool]]] = {}
         self._lock = threading.Lock()
 
@@ -91,7 +101,9 @@ class Auto(StrategyBase):
             if progress is None:
                 await m.build(env, scope)
             else:
-                await m.build(env, scope, lambda done, total, unit, label=labels[id(m)]: progress(done, total, f"{label} {unit}"))
+                await m.build(
+                    env, scope, lambda done, total, unit, label=labels[id(m)]: progress(done, total, f"{label} {unit}")
+                )
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         """Whether every configuration's view of ``scope`` is built."""
@@ -125,11 +137,14 @@ class Auto(StrategyBase):
     def _check_embedder(self, env: MemoryEnv) -> None:
         spec, emb = self.router.file.features, env.store.embedder
         if emb.model_id != spec.embedding_model or emb.dim != spec.embedding_dim:
-            raise RouterFileError(f"the router was fit on {spec.embedding_model} ({spec.embedding_dim}-d) query "
-                                  f"embeddings; this store embeds with {emb.model_id} ({emb.dim}-d)")
+            raise RouterFileError(
+                f"the router was fit on {spec.embedding_model} ({spec.embedding_dim}-d) query "
+                f"embeddings; this store embeds with {emb.model_id} ({emb.dim}-d)"
+            )
 
-    def route(self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget, *,
-              embedding=None) -> tuple[Decision, list[Prediction], list[str]]:
+    def route(
+        self, query: Query, env: MemoryEnv, preference: Preference, budget: Budget, *, embedding=None
+    ) -> tuple[Decision, list[Prediction], list[str]]:
         """(decision, predictions of the configurations it chose among, configurations left out
         because their view of the scope is not built). No model call. ``embedding``: the query's
         embedding (shape ``(dim,)``) when the caller has it; else the store's embedder makes it.
@@ -140,8 +155,10 @@ class Auto(StrategyBase):
         stats, built = self._scope(env, query.scope)
         unbuilt = [label for label, ok in built.items() if not ok]
         if len(unbuilt) == len(built):
-            raise ViewNotBuiltError(f"no configuration of the router has its view of this scope built "
-                                    f"({', '.join(unbuilt)}); build them first (`memfrontier ask --build --strategy auto`)")
+            raise ViewNotBuiltError(
+                f"no configuration of the router has its view of this scope built "
+                f"({', '.join(unbuilt)}); build them first (`memfrontier ask --build --strategy auto`)"
+            )
         emb = env.store.encode_query(query.text) if embedding is None else embedding
         x = feature_vector(emb, query.text, stats, 1.0 - len(unbuilt) / len(built))
         preds = [p for p in self.router.predict(x) if p.label not in unbuilt]
@@ -159,18 +176,36 @@ class Auto(StrategyBase):
         member = self.members[decision.label]
         ctx = await member.context(query, env, pref, limit)
         routed = {
-            "configuration": decision.label, "strategy": member.name, "rule": decision.rule,
-            "predictions": {p.label: {"f1": p.f1, "usd": p.usd, "proxy_s": p.proxy_s, "tokens": p.tokens,
-                                      "usd_high": p.usd_high, "proxy_s_high": p.proxy_s_high,
-                                      "tokens_high": p.tokens_high, "utility": decision.utilities[p.label],
-                                      "fits_budget": decision.fits[p.label]} for p in preds},
-            "unbuilt": unbuilt, "preference": pref.model_dump(), "preference_source": source,
+            "configuration": decision.label,
+            "strategy": member.name,
+            "rule": decision.rule,
+            "predictions": {
+                p.label: {
+                    "f1": p.f1,
+                    "usd": p.usd,
+                    "proxy_s": p.proxy_s,
+                    "tokens": p.tokens,
+                    "usd_high": p.usd_high,
+                    "proxy_s_high": p.proxy_s_high,
+                    "tokens_high": p.tokens_high,
+                    "utility": decision.utilities[p.label],
+                    "fits_budget": decision.fits[p.label],
+                }
+                for p in preds
+            },
+            "unbuilt": unbuilt,
+            "preference": pref.model_dump(),
+            "preference_source": source,
             "budget": limit.model_dump(),
-            "scales": self.router.file.scales.model_dump(), "route_ms": route_ms,
+            "scales": self.router.file.scales.model_dump(),
+            "route_ms": route_ms,
             "router_sha256": self.router.sha256,
         }
-        return Context(text=ctx.text, evidence_ids=ctx.evidence_ids,
-                       meta={**ctx.meta, "auto": routed, "route": {"configuration": decision.label}})
+        return Context(
+            text=ctx.text,
+            evidence_ids=ctx.evidence_ids,
+            meta={**ctx.meta, "auto": routed, "route": {"configuration": decision.label}},
+        )
 
 
 __all__ = ["PROMPT_VERSION", "Auto"]

@@ -129,8 +129,10 @@ class RouterFile(_Model):
                 raise ValueError(f"configuration {c.label}: a router cannot route to another router")
             for t, m in c.models.items():
                 if len(m.coef) != self.features.dim:
-                    raise ValueError(f"configuration {c.label}, target {t}: {len(m.coef)} coefficients for "
-                                     f"{self.features.dim} features")
+                    raise ValueError(
+                        f"configuration {c.label}, target {t}: {len(m.coef)} coefficients for "
+                        f"{self.features.dim} features"
+                    )
         return self
 
 
@@ -144,7 +146,9 @@ def read_router_file(path: str | Path) -> RouterFile:
     """
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"no router file {p} (train one with `memfrontier train strategy-router --from FRONTIER_DIR`)")
+        raise FileNotFoundError(
+            f"no router file {p} (train one with `memfrontier train strategy-router --from FRONTIER_DIR`)"
+        )
     try:
         raw = json.loads(p.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -152,15 +156,19 @@ def read_router_file(path: str | Path) -> RouterFile:
     if not isinstance(raw, dict) or raw.get("format") != ROUTER_FORMAT:
         raise RouterFileError(f"{p} is not a memfrontier strategy-router file (format {ROUTER_FORMAT!r})")
     if raw.get("version") != ROUTER_VERSION:
-        raise RouterFileError(f"{p}: router file version {raw.get('version')!r}, this code reads version {ROUTER_VERSION}; "
-                              f"retrain it with `memfrontier train strategy-router`")
+        raise RouterFileError(
+            f"{p}: router file version {raw.get('version')!r}, this code reads version {ROUTER_VERSION}; "
+            f"retrain it with `memfrontier train strategy-router`"
+        )
     try:
         rf = RouterFile.model_validate(raw)
     except ValidationError as e:
         raise RouterFileError(f"{p}: invalid router file: {e}") from None
     if rf.features.version != FEATURE_VERSION or tuple(rf.features.scalars) != SCALAR_FEATURES:
-        raise RouterFileError(f"{p}: fit on feature version {rf.features.version} ({', '.join(rf.features.scalars)}); "
-                              f"this code computes version {FEATURE_VERSION}; retrain it")
+        raise RouterFileError(
+            f"{p}: fit on feature version {rf.features.version} ({', '.join(rf.features.scalars)}); "
+            f"this code computes version {FEATURE_VERSION}; retrain it"
+        )
     return rf
 
 
@@ -241,6 +249,20 @@ def as_predictions(labels: Sequence[str], row: dict[str, np.ndarray], i: int) ->
     return [Prediction(label, *(float(row[k][i, j]) for k in keys)) for j, label in enumerate(labels)]
 
 
-__all__ = ["RESOURCES", "ROUTER_FORMAT", "ROUTER_VERSION", "TARGETS", "Calibration", "FeatureSpec", "Router",
-           "RouterConfiguration", "RouterFile", "RouterFileError", "ScaleSpec", "TargetModel", "as_predictions",
-           "read_router_file", "write_router_file"]
+__all__ = [
+    "RESOURCES",
+    "ROUTER_FORMAT",
+    "ROUTER_VERSION",
+    "TARGETS",
+    "Calibration",
+    "FeatureSpec",
+    "Router",
+    "RouterConfiguration",
+    "RouterFile",
+    "RouterFileError",
+    "ScaleSpec",
+    "TargetModel",
+    "as_predictions",
+    "read_router_file",
+    "write_router_file",
+]

@@ -29,8 +29,10 @@ class ScopedCorpus:
 
     def __init__(self, store: MemoryStore, scope: Scope, *, all_scopes: bool = False):
         if (scope == Scope()) != all_scopes:
-            raise ValueError("a corpus needs a scope (user_id, agent_id or run_id); every tenant's records "
-                             "only with all_scopes=True and no id")
+            raise ValueError(
+                "a corpus needs a scope (user_id, agent_id or run_id); every tenant's records "
+                "only with all_scopes=True and no id"
+            )
         self.store = store
         self.scope = scope
         self.records: list[Record] = store.records(scope)

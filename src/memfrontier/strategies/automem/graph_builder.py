@@ -158,7 +158,11 @@ class GraphIndexer:
         }
 
     async def build(
-        self, records: list[Record], backend: GraphBackend, ns: str, state_dir: str | Path | None = None,
+        self,
+        records: list[Record],
+        backend: GraphBackend,
+        ns: str,
+        state_dir: str | Path | None = None,
         progress: Callable[[int, int, str], None] | None = None,
     ) -> GraphBuild:
         """Build (or confirm up to date) the graph of ``records`` in ``backend``.
@@ -205,8 +209,10 @@ class GraphIndexer:
             if not w.is_step:
                 report.calls += 1
             results[i] = notes
-            cache[key] = {"notes": [n.to_json() for n in notes],
-                          "usage": span.record_json() if span is not None else None}
+            cache[key] = {
+                "notes": [n.to_json() for n in notes],
+                "usage": span.record_json() if span is not None else None,
+            }
             if state is not None and not w.is_step:
                 state.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(state / NOTES_FILE, cache)
@@ -247,9 +253,12 @@ class GraphIndexer:
             if not w.is_step:
                 entry = cache.get(w.key(self.llm.model_id))
                 usages.append(entry.get("usage") if isinstance(entry, dict) else None)
-        return {"windows_without_usage": usages.count(None),
-                "windows_without_events": sum(1 for u in usages if not isinstance((u or {}).get("events"), dict)),
-                "fallbacks": [], **sum_usage_records(_with_fallback_records(u) for u in usages if isinstance(u, dict))}
+        return {
+            "windows_without_usage": usages.count(None),
+            "windows_without_events": sum(1 for u in usages if not isinstance((u or {}).get("events"), dict)),
+            "fallbacks": [],
+            **sum_usage_records(_with_fallback_records(u) for u in usages if isinstance(u, dict)),
+        }
 
 
 #: The event a window stored before fallbacks were typed records counted when its reply was unusable.
@@ -264,8 +273,10 @@ def _with_fallback_records(usage: dict) -> dict:
     if isinstance(usage.get("fallbacks"), list) or not isinstance(events, dict):
         return usage
     n = int(events.get(_LEGACY_FALLBACK, 0))
-    return {**usage, "fallbacks": [{"role": "indexer", "module": "indexer", "tier": None, "reason": "unparsable",
-                                    "step": 0}] * n}
+    return {
+        **usage,
+        "fallbacks": [{"role": "indexer", "module": "indexer", "tier": None, "reason": "unparsable", "step": 0}] * n,
+    }
 
 
 def _read_cache(state: Path | None) -> dict:

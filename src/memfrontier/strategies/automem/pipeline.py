@@ -29,12 +29,12 @@ from ...graph import (
 )
 from ...graph.backend import GraphBackend, GraphData
 from ...llm.metered import MeteredLLM
-from .graph_builder import GraphIndexer
-from .graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
 from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
 from . import prompts
 from .config import AutoMEMConfig
 from .corpus import ScopedCorpus
+from .graph_builder import GraphIndexer
+from .graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
 from .loop import AutoMemAgent
 from .tools import Toolbox
 
@@ -65,11 +65,16 @@ class AutoMem(StrategyBase):
     def __init__(self, config: AutoMEMConfig | None = None, *, planner_llm: Any = None, judge_llm: Any = None):
         super().__init__(config)
         cfg = self.config
-        for role, given, spec in (("planner_llm", planner_llm, cfg.planner_llm), ("judge_llm", judge_llm, cfg.judge_llm)):
+        for role, given, spec in (
+            ("planner_llm", planner_llm, cfg.planner_llm),
+            ("judge_llm", judge_llm, cfg.judge_llm),
+        ):
             if given is not None and spec is not None:
                 raise ValueError(f"{role}: the config names {spec!r} and a client was given as well; give one")
-        self.role_specs = {"planner": planner_llm if planner_llm is not None else cfg.planner_llm,
-                           "judge": judge_llm if judge_llm is not None else cfg.judge_llm}
+        self.role_specs = {
+            "planner": planner_llm if planner_llm is not None else cfg.planner_llm,
+            "judge": judge_llm if judge_llm is not None else cfg.judge_llm,
+        }
         self._graphs: dict[str, GraphBackend] = {}
         self._lock = threading.Lock()
 
@@ -130,8 +135,9 @@ class AutoMem(StrategyBase):
             concurrency=self.config.build_concurrency,
             embed=env.store.embedder.encode,
         )
-        await indexer.build(records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope),
-                            progress=progress)
+        await indexer.build(
+            records, backend, scope.key(), state_dir(env.store.view_dir(GRAPH_VIEW), scope), progress=progress
+        )
 
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
         """What building ``scope``'s graph index cost over every run that built part of it, with its
@@ -169,7 +175,10 @@ class AutoMem(StrategyBase):
         corpus = await asyncio.to_thread(ScopedCorpus, env.store, query.scope)
         graph = self._graph_for(env, query.scope, create=False)
         toolbox = Toolbox(
-            corpus, graph=graph, dump_llm=None if self.config.single_pass else env.answer_llm, limits=self.config.limits,
+            corpus,
+            graph=graph,
+            dump_llm=None if self.config.single_pass else env.answer_llm,
+            limits=self.config.limits,
             budget=budget,
         )
         agent = AutoMemAgent(

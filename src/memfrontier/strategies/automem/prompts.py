@@ -25,7 +25,7 @@ SYSTEM = (
     "You are the memory agent. You answer a question about a long history (conversations, documents "
     "or an agent's trajectory) by calling memory tools, one step at a time. Each action is a JSON "
     'object with a "tool" and that tool\'s fields:\n'
-    '- rg (fields patterns, ignore_case): regular expressions over the raw records. Returns how many '
+    "- rg (fields patterns, ignore_case): regular expressions over the raw records. Returns how many "
     "records match and the best matching lines with record id and date. Use short patterns: the key "
     "words of the question.\n"
     "- read (field ids): the full records with these ids, taken from earlier observations.\n"

@@ -29,21 +29,31 @@ class BudgetMemConfig(StrategyConfig):
 
     k: Int = Field(5, ge=1, description="Chunks retrieved per question (top-K, Sec. 5.2: K=5).")
     module_topk: Int = Field(5, ge=1, description="Chunks the filter module keeps (Eq. 4).")
-    tiering: TieringName = Field("implementation", json_schema_extra=operator_values("capacity"),  # its own models
-                                 description="How tiers are realised (Sec. 4.2).")
+    tiering: TieringName = Field(
+        "implementation",
+        json_schema_extra=operator_values("capacity"),  # its own models
+        description="How tiers are realised (Sec. 4.2).",
+    )
     tiers: Tier | dict[Module, Tier] | None = Field(
-        None, description="Fixed tiers without a router: one tier for every module or {module: tier}; default mid.")
-    router: Path | None = Field(None, json_schema_extra=operator_only(),
-                                description="A trained tier-router checkpoint (router_best.pt from "
-                                "`train router`); it picks each module's tier per question (Sec. 4.3).")
+        None, description="Fixed tiers without a router: one tier for every module or {module: tier}; default mid."
+    )
+    router: Path | None = Field(
+        None,
+        json_schema_extra=operator_only(),
+        description="A trained tier-router checkpoint (router_best.pt from "
+        "`train router`); it picks each module's tier per question (Sec. 4.3).",
+    )
     greedy: bool = Field(True, description="Router: argmax tiers (True) or sample them (training rollouts).")
     max_relations: Int = Field(10, ge=1, description="Relations each extraction module returns at most.")
     retrievers: tuple[Literal["dense", "bm25"], ...] = Field(
-        ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF (k=60) for the top-K chunks.")
+        ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF (k=60) for the top-K chunks."
+    )
     tiering_options: dict[str, Any] | None = Field(
-        None, json_schema_extra=operator_only(),
+        None,
+        json_schema_extra=operator_only(),
         description="Options of the tiering (e.g. capacity: models = a preset, hosted | local "
-        "(embedded 270M / 0.5B / 1.5B), or {low, mid, high} model specs; style).")
+        "(embedded 270M / 0.5B / 1.5B), or {low, mid, high} model specs; style).",
+    )
 
     @model_validator(mode="after")
     def _router_or_tiers(self):

@@ -40,9 +40,18 @@ class BudgetMemModules:
     ``modules[name]`` (and the attributes ``filter``, ``entity``...) are the modules.
     """
 
-    def __init__(self, env, tiering: str | Tiering = "implementation", *, module_topk: int = 5,
-                 max_relations: int = 10, mid_threshold: float = 0.3, mid_min_sim: float = 0.2,
-                 cache: ModuleCache | None = None, embed_cache_size: int = 4096):
+    def __init__(
+        self,
+        env,
+        tiering: str | Tiering = "implementation",
+        *,
+        module_topk: int = 5,
+        max_relations: int = 10,
+        mid_threshold: float = 0.3,
+        mid_min_sim: float = 0.2,
+        cache: ModuleCache | None = None,
+        embed_cache_size: int = 4096,
+    ):
         if module_topk < 1 or max_relations < 1:
             raise ValueError("module_topk and max_relations must be >= 1")
         self.env = env
@@ -84,14 +93,24 @@ class BudgetMemModules:
 
     # --- the tier interface -----------------------------------------------------------------
     def _salt(self) -> str:
-        return (f"{prompts.PROMPT_VERSION}|{self.tiering.fingerprint(self.env)}|topk={self.module_topk}|"
-                f"rel={self.max_relations}|thr={self.mid_threshold}|sim={self.mid_min_sim}")
+        return (
+            f"{prompts.PROMPT_VERSION}|{self.tiering.fingerprint(self.env)}|topk={self.module_topk}|"
+            f"rel={self.max_relations}|thr={self.mid_threshold}|sim={self.mid_min_sim}"
+        )
 
     async def run(self, module: str, query: str, module_input: Any, tier: str) -> Any:
         return await self.modules[module].run(query, module_input, tier)
 
-    async def run_traced(self, module: Module, query: str, module_input: Any, tier: str,
-                         *, rules_only: bool = False, budget: Budget | None = None) -> ModuleResult:
+    async def run_traced(
+        self,
+        module: Module,
+        query: str,
+        module_input: Any,
+        tier: str,
+        *,
+        rules_only: bool = False,
+        budget: Budget | None = None,
+    ) -> ModuleResult:
         """Run ``module`` at ``tier``: cache, tiering, fallback chain, contract, cost attribution.
 
         Fallback: an unusable output at a tier counts
@@ -107,8 +126,9 @@ class BudgetMemModules:
         ledger = current_ledger()
         key = None
         if self.cache is not None and not rules_only:
-            key = ModuleCache.key(query, module.name, tier,
-                                  input_hash({"salt": self._salt(), "input": module.input_key(module_input)}))
+            key = ModuleCache.key(
+                query, module.name, tier, input_hash({"salt": self._salt(), "input": module.input_key(module_input)})
+            )
             entry = self.cache.get(key)
             if entry is not None:
                 if ledger is not None:  # no call is made; the events describe the cached output
@@ -116,13 +136,25 @@ class BudgetMemModules:
                     for ev in entry["events"]:
                         ledger.count(ev)
                     _record_chain(module.name, entry["fallbacks"], entry["events"])
-                return ModuleResult(module.name, tier, entry["tier_used"], module.decode(entry["output"], module_input),
-                                    list(entry["fallbacks"]), list(entry["events"]), True, entry["usd"],
-                                    entry["calls"], entry["input_tokens"], entry["output_tokens"], entry["wall_s"])
+                return ModuleResult(
+                    module.name,
+                    tier,
+                    entry["tier_used"],
+                    module.decode(entry["output"], module_input),
+                    list(entry["fallbacks"]),
+                    list(entry["events"]),
+                    True,
+                    entry["usd"],
+                    entry["calls"],
+                    entry["input_tokens"],
+                    entry["output_tokens"],
+                    entry["wall_s"],
+                )
         span_cm = ledger.span(f"budgetmem.{module.name}") if ledger is not None else contextlib.nullcontext()
         with span_cm as span:
-            out, current, fallbacks, events, t0, refused = await self._run_chain(module, query, module_input, tier,
-                                                                                 rules_only, budget)
+            out, current, fallbacks, events, t0, refused = await self._run_chain(
+                module, query, module_input, tier, rules_only, budget
+            )
         for ev in events:
             count_event(ev)
         _record_chain(module.name, fallbacks, events)
@@ -131,14 +163,27 @@ class BudgetMemModules:
             u = span.usage()
             res.usd, res.calls, res.input_tokens, res.output_tokens = u.usd, u.calls, u.input_tokens, u.output_tokens
         if key is not None and not refused:  # a budget's fallback is not the tier's output: not cached
-            self.cache.put(key, {"module": module.name, "tier": tier, "tier_used": res.tier_used,
-                                 "output": module.encode(out), "fallbacks": fallbacks, "events": events,
-                                 "usd": res.usd, "calls": res.calls, "input_tokens": res.input_tokens,
-                                 "output_tokens": res.output_tokens, "wall_s": res.wall_s})
+            self.cache.put(
+                key,
+                {
+                    "module": module.name,
+                    "tier": tier,
+                    "tier_used": res.tier_used,
+                    "output": module.encode(out),
+                    "fallbacks": fallbacks,
+                    "events": events,
+                    "usd": res.usd,
+                    "calls": res.calls,
+                    "input_tokens": res.input_tokens,
+                    "output_tokens": res.output_tokens,
+                    "wall_s": res.wall_s,
+                },
+            )
         return res
 
-    async def _run_chain(self, module: Module, query: str, module_input: Any, tier: str, rules_only: bool,
-                         budget: Budget | None):
+    async def _run_chain(
+        self, module: Module, query: str, module_input: Any, tier: str, rules_only: bool, budget: Budget | None
+    ):
         """The tier chain of :meth:`run_traced`: (output, tier used, fallbacks, events, start time,
         whether a call was refused by the budget)."""
         t0 = time.perf_counter()
@@ -174,5 +219,5 @@ def _record_chain(module: str, fallbacks: list[str], events: list[str]) -> None:
     ``output_rejected.MODULE.TIER.REASON`` event."""
     for step, tier in enumerate(fallbacks):
         prefix = f"output_rejected.{module}.{tier}."
-        reason = next((ev[len(prefix):] for ev in events if ev.startswith(prefix)), None)
+        reason = next((ev[len(prefix) :] for ev in events if ev.startswith(prefix)), None)
         record_fallback(role=f"budgetmem.{module}.{tier}", module=module, tier=tier, reason=reason, step=step)

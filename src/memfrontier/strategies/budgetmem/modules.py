@@ -394,8 +394,7 @@ class SummaryModule(Module):
         return out
 
     def rules(self, query, inp):
-        dated = "\n".join(
-            f"({human_date(c.timestamp)}) {c.text}" if c.timestamp else c.text for c in inp.chunks)
+        dated = "\n".join(f"({human_date(c.timestamp)}) {c.text}" if c.timestamp else c.text for c in inp.chunks)
         parts = self._sections(inp) + ([f"Memories:\n{dated}"] if dated else [])
         return "\n\n".join(parts)
 
@@ -444,6 +443,9 @@ class SummaryModule(Module):
 
 
 MODULE_CLASSES: dict[str, type[Module]] = {
-    "filter": FilterModule, "entity": EntityModule, "temporal": TemporalModule,
-    "topic": TopicModule, "summary": SummaryModule,
+    "filter": FilterModule,
+    "entity": EntityModule,
+    "temporal": TemporalModule,
+    "topic": TopicModule,
+    "summary": SummaryModule,
 }

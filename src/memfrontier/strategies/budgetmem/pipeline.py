@@ -74,8 +74,14 @@ class BudgetMem(StrategyBase):
     config_class = BudgetMemConfig
     config: BudgetMemConfig
 
-    def __init__(self, config: BudgetMemConfig | None = None, *, router: Any = None,
-                 cache: ModuleCache | str | Path | bool | None = None, record_states: bool | None = None):
+    def __init__(
+        self,
+        config: BudgetMemConfig | None = None,
+        *,
+        router: Any = None,
+        cache: ModuleCache | str | Path | bool | None = None,
+        record_states: bool | None = None,
+    ):
         super().__init__(config)
         cfg = self.config
         if router is not None and (cfg.router is not None or cfg.tiers is not None):
@@ -96,21 +102,33 @@ class BudgetMem(StrategyBase):
     def runtime(self, env: MemoryEnv) -> BudgetMemModules:
         """The modules bound to ``env`` (rebuilt when the env changes)."""
         if self._runtime is None or self._runtime.env is not env:
-            self._runtime = BudgetMemModules(env, self.tiering, module_topk=self.config.module_topk,
-                                             max_relations=self.config.max_relations, cache=self.cache)
+            self._runtime = BudgetMemModules(
+                env,
+                self.tiering,
+                module_topk=self.config.module_topk,
+                max_relations=self.config.max_relations,
+                cache=self.cache,
+            )
         return self._runtime
 
     def router(self, env: MemoryEnv):
         if self._router is None and self.config.router is not None:
             from .router import TierRouter
 
-            self._router = TierRouter.load(self.config.router, expected_modules=MODULES,
-                                           expected_emb_dim=int(self.runtime(env).embedder.dim))
+            self._router = TierRouter.load(
+                self.config.router, expected_modules=MODULES, expected_emb_dim=int(self.runtime(env).embedder.dim)
+            )
         return self._router
 
     # --- routing ---------------------------------------------------------------------------------
-    def _route(self, rt: BudgetMemModules, modules: tuple[str, ...], q_emb: np.ndarray | None,
-               input_texts: list[str], meta: dict) -> dict[str, str]:
+    def _route(
+        self,
+        rt: BudgetMemModules,
+        modules: tuple[str, ...],
+        q_emb: np.ndarray | None,
+        input_texts: list[str],
+        meta: dict,
+    ) -> dict[str, str]:
         router = self._router
         if router is None:
             return {m: self.tiers[m] for m in modules}
@@ -145,10 +163,19 @@ class BudgetMem(StrategyBase):
         router = self.router(env)
         ledger = current_ledger()
         q = query.text
-        meta: dict[str, Any] = {"tiering": self.tiering.name, "k": self.config.k,
-                                "module_topk": self.config.module_topk, "prompt_version": PROMPT_VERSION,
-                                "tiers": {}, "tiers_used": {}, "fallbacks": {}, "cached": {},
-                                "module_usd": {}, "decisions": [], "router": router is not None}
+        meta: dict[str, Any] = {
+            "tiering": self.tiering.name,
+            "k": self.config.k,
+            "module_topk": self.config.module_topk,
+            "prompt_version": PROMPT_VERSION,
+            "tiers": {},
+            "tiers_used": {},
+            "fallbacks": {},
+            "cached": {},
+            "module_usd": {},
+            "decisions": [],
+            "router": router is not None,
+        }
         hits = await asyncio.to_thread(hybrid_search, env.store, q, query.scope, self.recipe, self.config.k)
         chunks = [h.chunk for h in hits]
         meta["retrieved_chunks"] = [c.id for c in chunks]
@@ -179,8 +206,12 @@ class BudgetMem(StrategyBase):
         stage = ledger.parallel() if ledger is not None else contextlib.nullcontext()
         with stage:
             await asyncio.gather(*(run(m, filtered, ext_tiers[m]) for m in EXTRACTORS))
-        s_in = SummaryInput(chunks=filtered, entity=results["entity"].output,
-                            temporal=results["temporal"].output, topic=results["topic"].output)
+        s_in = SummaryInput(
+            chunks=filtered,
+            entity=results["entity"].output,
+            temporal=results["temporal"].output,
+            topic=results["topic"].output,
+        )
         # M_sum (Eq. 6)
         tier_s = self._route(rt, ("summary",), q_emb, rt.summary.input_texts(s_in), meta)["summary"]
         summary = (await run("summary", s_in, tier_s)).output

@@ -43,18 +43,18 @@ INSTRUCTIONS: dict[str, str] = {
     "entity": (
         "You extract entity relations. From the memories, list the facts that link concrete "
         "entities (people, places, objects, organisations, pets) and that matter for the question. "
-        "Write each as \"Entity A - relation - Entity B (detail)\". Use only what the memories state."
+        'Write each as "Entity A - relation - Entity B (detail)". Use only what the memories state.'
     ),
     "temporal": (
         "You extract time facts. From the memories, list when things happened, how long they took "
         "and what came before or after, as far as it matters for the question. Resolve relative "
         "times (yesterday, last week) against the memory's date and write each as "
-        "\"YYYY-MM-DD: event\"."
+        '"YYYY-MM-DD: event".'
     ),
     "topic": (
         "You extract topics. From the memories, list the topics discussed that relate to the "
-        "question and how the conversation moves between them. Write each as \"Topic: detail\" or "
-        "\"Topic A -> Topic B\"."
+        'question and how the conversation moves between them. Write each as "Topic: detail" or '
+        '"Topic A -> Topic B".'
     ),
     "summary": (
         "You write a memory note for someone who must answer the question. Combine the extracted "
@@ -91,8 +91,12 @@ def answer_schema(module: str, *, n_chunks: int = 0, max_relations: int = 10) ->
     most ``max_relations`` strings; summary: one string.
     """
     if module == "filter":
-        return {"type": "array", "items": {"type": "integer", "enum": list(range(11))},
-                "minItems": n_chunks, "maxItems": n_chunks}
+        return {
+            "type": "array",
+            "items": {"type": "integer", "enum": list(range(11))},
+            "minItems": n_chunks,
+            "maxItems": n_chunks,
+        }
     if module in ("entity", "temporal", "topic"):
         return {"type": "array", "items": _bounded_str(RELATION_MAX_CHARS), "maxItems": max_relations}
     if module == "summary":
@@ -107,8 +111,12 @@ def output_schema(style: str, answer: dict) -> dict:
     elif style == "cot":
         props = {"reasoning": _bounded_str(REASONING_MAX_CHARS), "answer": answer}
     elif style == "reflect":
-        props = {"plan": _bounded_str(REASONING_MAX_CHARS), "draft": answer,
-                 "reflection": _bounded_str(REASONING_MAX_CHARS), "answer": answer}
+        props = {
+            "plan": _bounded_str(REASONING_MAX_CHARS),
+            "draft": answer,
+            "reflection": _bounded_str(REASONING_MAX_CHARS),
+            "answer": answer,
+        }
     else:
         raise ValueError(f"unknown prompt style {style!r}; choose one of {STYLES}")
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}

@@ -109,9 +109,11 @@ class TierRouter(nn.Module):
         self.tiers: tuple[str, ...] = TIERS
         self.emb_dim = int(emb_dim)
         self.hidden = int(hidden)
-        self.descriptions = dict(descriptions) if descriptions is not None else {
-            m: MODULE_DESCRIPTIONS.get(m, m) for m in self.module_names
-        }
+        self.descriptions = (
+            dict(descriptions)
+            if descriptions is not None
+            else {m: MODULE_DESCRIPTIONS.get(m, m) for m in self.module_names}
+        )
         self._index = {m: i for i, m in enumerate(self.module_names)}
 
         if module_init is None:
@@ -155,7 +157,10 @@ class TierRouter(nn.Module):
         texts = [descriptions[m] for m in modules]
         init = np.asarray(encode(texts), dtype=np.float32)
         return cls(
-            init, modules=modules, emb_dim=init.shape[1], hidden=hidden,
+            init,
+            modules=modules,
+            emb_dim=init.shape[1],
+            hidden=hidden,
             descriptions={m: descriptions[m] for m in modules},
         )
 
@@ -166,7 +171,9 @@ class TierRouter(nn.Module):
         except KeyError:
             raise ValueError(f"unknown module {module!r}; router modules: {', '.join(self.module_names)}") from None
 
-    def forward(self, query_emb: torch.Tensor, input_emb: torch.Tensor, module_idx) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, query_emb: torch.Tensor, input_emb: torch.Tensor, module_idx
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits over ``TIERS`` (shape (..., 3)) and state value (shape (...)).
 
         ``query_emb``, ``input_emb``: (..., E). ``module_idx``: int, module name, or LongTensor (...).
@@ -283,8 +290,11 @@ class TierRouter(nn.Module):
         try:
             state = payload["state_dict"]
             router = cls(
-                state["module_emb"], modules=cfg["modules"], emb_dim=int(cfg["emb_dim"]),
-                hidden=int(cfg["hidden"]), descriptions=cfg.get("descriptions"),
+                state["module_emb"],
+                modules=cfg["modules"],
+                emb_dim=int(cfg["emb_dim"]),
+                hidden=int(cfg["hidden"]),
+                descriptions=cfg.get("descriptions"),
             )
             router.load_state_dict(state, strict=True)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:

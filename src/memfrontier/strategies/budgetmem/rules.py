@@ -144,8 +144,10 @@ def sentences(text: str) -> list[str]:
 _NUM = r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|a couple of|couple of|few|several|\d+)"
 _UNIT = r"(?:days?|weeks?|months?|years?|weekends?)"
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+    r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
 _TEMPORAL_PATTERNS = [
     r"\b(?:yesterday|today|tonight|tomorrow|last night|this morning|this afternoon|this evening)\b",
     rf"\b(?:last|next|this|past)\s+(?:week|weekend|month|year|summer|winter|spring|fall|autumn|night|{_WEEKDAY})\b",
@@ -235,12 +237,12 @@ Is Are Was Were Been Be Can Could Would Should Will Maybe Agreed Exactly Right T
 _ADVERBS = r"(?:just|recently|finally|also|really|actually|already|even|still|totally|always|never|often|usually|sometimes|all|both|last|first|ever|once|got to|started to)"
 _SKIP_VERBS = _words("""think guess know mean wonder can could will would should do did don't didn't am
 was were are is be been 'm m 'll 'd 've have to gonna wanna feel hope bet agree""")
-_FIRST_PERSON = re.compile(
-    rf"\b(?:I|I've|we|We|we've)\s+(?:{_ADVERBS}\s+)*+([a-z]+)\s+((?:[\w'-]+\s+){{0,5}}[\w'-]+)")
+_FIRST_PERSON = re.compile(rf"\b(?:I|I've|we|We|we've)\s+(?:{_ADVERBS}\s+)*+([a-z]+)\s+((?:[\w'-]+\s+){{0,5}}[\w'-]+)")
 _POSSESSIVE = re.compile(r"\b[Mm]y\s+((?:new|old|little|best|younger|older|first)\s+)?([a-z]+)(?:,?\s+([A-Z][a-z]+))?")
 _THIRD_PERSON = re.compile(
     r"\b([A-Z][a-z]+)\s+(is|was|has|had|got|went|bought|lives|lived|works|worked|moved|started|loves|likes)\s+"
-    r"((?:[\w'-]+\s+){0,5}[\w'-]+)")
+    r"((?:[\w'-]+\s+){0,5}[\w'-]+)"
+)
 
 
 _SENTENCE_START = re.compile(r'(?:^|[.!?]["\']?\s+|["(\[]\s*)$')
@@ -297,7 +299,11 @@ def entity_relations(unit: Unit, speakers: frozenset[str] = frozenset()) -> list
         if m.group(1) not in _NOT_NAMES:
             add(m.group(1), m.group(2), _cut(m.group(3)))
     for name in proper_nouns(unit.body):
-        if name != unit.speaker and name not in speakers and not any(f" {name}" in r or r.startswith(name) for r in rels):
+        if (
+            name != unit.speaker
+            and name not in speakers
+            and not any(f" {name}" in r or r.startswith(name) for r in rels)
+        ):
             add(who, "mentions", name)
     return rels
 

@@ -93,8 +93,9 @@ def run_local(module, fn_name: str, model_id: str, query: str, module_input: Any
     return out
 
 
-async def run_llm(module, query: str, module_input: Any, tier: str, llm: MeteredLLM, style: str,
-                  budget: Budget | None = None) -> Any:
+async def run_llm(
+    module, query: str, module_input: Any, tier: str, llm: MeteredLLM, style: str, budget: Budget | None = None
+) -> Any:
     """One schema-constrained LLM call for ``module`` in prompt ``style``; returns the module output.
 
     The reply is parsed defensively (:func:`~memfrontier.llm.parsing.parse_json`); the ``answer``
@@ -106,8 +107,12 @@ async def run_llm(module, query: str, module_input: Any, tier: str, llm: Metered
     schema = prompts.output_schema(style, module.answer_schema(module_input))
     try:
         out = await llm.complete(
-            prompts.messages(module.name, style, body), role=f"budgetmem.{module.name}.{tier}",
-            max_tokens=module.max_tokens(style, module_input), temperature=0.0, json_schema=schema, budget=budget,
+            prompts.messages(module.name, style, body),
+            role=f"budgetmem.{module.name}.{tier}",
+            max_tokens=module.max_tokens(style, module_input),
+            temperature=0.0,
+            json_schema=schema,
+            budget=budget,
         )
     except BudgetExceededError as e:
         raise ModuleOutputError(f"{module.name}.{tier}: {e}", "over_budget") from e
@@ -215,12 +220,20 @@ class CapacityTiering(Tiering):
 
     name = "capacity"
 
-    def __init__(self, models: Mapping[str, Any] | str | None = None, *, base_url: str | None = None,
-                 style: str = "reflect", **client_kw):
+    def __init__(
+        self,
+        models: Mapping[str, Any] | str | None = None,
+        *,
+        base_url: str | None = None,
+        style: str = "reflect",
+        **client_kw,
+    ):
         if isinstance(models, str):
             if models not in CAPACITY_PRESETS:
-                raise ValueError(f"unknown capacity preset {models!r}; choose one of {', '.join(CAPACITY_PRESETS)} "
-                                 "or give {low, mid, high} model specs")
+                raise ValueError(
+                    f"unknown capacity preset {models!r}; choose one of {', '.join(CAPACITY_PRESETS)} "
+                    "or give {low, mid, high} model specs"
+                )
             models = CAPACITY_PRESETS[models]
         models = dict(DEFAULT_CAPACITY_MODELS if models is None else models)
         missing = [t for t in TIERS if t not in models]
@@ -232,7 +245,12 @@ class CapacityTiering(Tiering):
             entry = local_model(spec) if isinstance(spec, str) else None
             if entry is not None:
                 require_installed(entry)
-        self.specs, self._base_url, self._client_kw, self.style = models, base_url, client_kw, style  # specs: tier -> model
+        self.specs, self._base_url, self._client_kw, self.style = (
+            models,
+            base_url,
+            client_kw,
+            style,
+        )  # specs: tier -> model
 
     def model(self, tier: str, env) -> MeteredLLM:
         return _model(env, self.specs[tier], tier, self._base_url, **self._client_kw)

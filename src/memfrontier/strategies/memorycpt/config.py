@@ -23,15 +23,24 @@ class MemoryCPTConfig(StrategyConfig):
 
     episodic_k: Int = Field(20, ge=0, description="Episodes RRF keeps (Eq. 10; k_e).")
     semantic_k: Int = Field(50, ge=0, description="Facts RRF keeps (Eq. 10; k_s).")
-    ablation: Ablation = Field("none", description="Table 3 ablation (none | no_qad | no_qar | no_fs; '-' may replace '_').")
-    construction_llm: str | None = Field(None, json_schema_extra=operator_only(),
-                                         description="The QAD model of the four construction roles "
-                                         "(Sec. 3.1), e.g. 'hf:runs/qad/merged' (merged LoRA-A); default the run's --llm.")
-    summarizer_llm: str | None = Field(None, json_schema_extra=operator_only(),
-                                       description="The Fine Summary model (Eq. 12), e.g. 'hf'; default "
-                                       "the run's --llm ('hf' with summarizer_adapter).")
-    summarizer_adapter: Path | None = Field(None, json_schema_extra=operator_only(),
-                                            description="A LoRA-B adapter directory from `train qar` (Eq. 16-17).")
+    ablation: Ablation = Field(
+        "none", description="Table 3 ablation (none | no_qad | no_qar | no_fs; '-' may replace '_')."
+    )
+    construction_llm: str | None = Field(
+        None,
+        json_schema_extra=operator_only(),
+        description="The QAD model of the four construction roles "
+        "(Sec. 3.1), e.g. 'hf:runs/qad/merged' (merged LoRA-A); default the run's --llm.",
+    )
+    summarizer_llm: str | None = Field(
+        None,
+        json_schema_extra=operator_only(),
+        description="The Fine Summary model (Eq. 12), e.g. 'hf'; default "
+        "the run's --llm ('hf' with summarizer_adapter).",
+    )
+    summarizer_adapter: Path | None = Field(
+        None, json_schema_extra=operator_only(), description="A LoRA-B adapter directory from `train qar` (Eq. 16-17)."
+    )
     concurrency: Int = Field(4, ge=1, description="Sessions built at once during construction.")
 
     @field_validator("ablation", mode="before")
@@ -43,8 +52,9 @@ class MemoryCPTConfig(StrategyConfig):
     @classmethod
     def _adapter_dir(cls, v):
         if v is not None and not (v / "adapter_config.json").is_file():
-            raise ValueError(f"{v} is not a LoRA adapter directory (no adapter_config.json); "
-                             "train one with `memfrontier train qar`")
+            raise ValueError(
+                f"{v} is not a LoRA adapter directory (no adapter_config.json); train one with `memfrontier train qar`"
+            )
         return v
 
     @model_validator(mode="after")

@@ -25,16 +25,16 @@ from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
 from ...llm.metered import MeteredLLM
 from ...retrieve.hybrid import hybrid_search
+from ...store.bank import BankHit, MemoryBank
+from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
+from .config import MemoryCPTConfig
+from .construction.episodic import EPISODE, FACT, EpisodicBuilder
 from .recipes import (
     MEMORYCPT_DENSE_EPISODIC,
     MEMORYCPT_DENSE_SEMANTIC,
     MEMORYCPT_EPISODIC,
     MEMORYCPT_SEMANTIC,
 )
-from ...store.bank import BankHit, MemoryBank
-from .construction.episodic import EPISODE, FACT, EpisodicBuilder
-from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
-from .config import MemoryCPTConfig
 
 SUMMARY_MAX_TOKENS = 96
 
@@ -46,8 +46,10 @@ SUMMARY_SYSTEM = (
 
 def summary_messages(question: str, candidates: str) -> list[dict]:
     """The summarizer's prompt (stable instruction first); also the GRPO policy's prompt (Eq. 11)."""
-    return [{"role": "system", "content": SUMMARY_SYSTEM},
-            {"role": "user", "content": f"Memories:\n{candidates}\n\nQuestion: {question}\n\nSummary:"}]
+    return [
+        {"role": "system", "content": SUMMARY_SYSTEM},
+        {"role": "user", "content": f"Memories:\n{candidates}\n\nQuestion: {question}\n\nSummary:"},
+    ]
 
 
 def render_candidates(episodes: list[BankHit], facts: list[BankHit]) -> str:
@@ -101,18 +103,30 @@ class MemoryCPT(StrategyBase):
     config_class = MemoryCPTConfig
     config: MemoryCPTConfig
 
-    def __init__(self, config: MemoryCPTConfig | None = None, *, construction_llm: MeteredLLM | ChatClient | None = None,
-                 summarizer_llm: MeteredLLM | ChatClient | None = None):
+    def __init__(
+        self,
+        config: MemoryCPTConfig | None = None,
+        *,
+        construction_llm: MeteredLLM | ChatClient | None = None,
+        summarizer_llm: MeteredLLM | ChatClient | None = None,
+    ):
         super().__init__(config)
         cfg = self.config
-        for role, given, spec in (("construction_llm", construction_llm, cfg.construction_llm),
-                                  ("summarizer_llm", summarizer_llm, cfg.summarizer_llm)):
+        for role, given, spec in (
+            ("construction_llm", construction_llm, cfg.construction_llm),
+            ("summarizer_llm", summarizer_llm, cfg.summarizer_llm),
+        ):
             if given is not None and spec is not None:
                 raise ValueError(f"{role}: the config names {spec!r} and a client was given as well; give one")
         #: the model of each role: a client, a spec, or None (the env's memory-side model)
         self.construction_llm = construction_llm if construction_llm is not None else cfg.construction_llm
-        self.summarizer_llm = (summarizer_llm if summarizer_llm is not None else cfg.summarizer_llm
-                               if cfg.summarizer_llm is not None or cfg.summarizer_adapter is None else "hf")
+        self.summarizer_llm = (
+            summarizer_llm
+            if summarizer_llm is not None
+            else cfg.summarizer_llm
+            if cfg.summarizer_llm is not None or cfg.summarizer_adapter is None
+            else "hf"
+        )
         self.summarizer_adapter = None if cfg.summarizer_adapter is None else str(cfg.summarizer_adapter)
         self._banks: dict[tuple[str, str], MemoryBank] = {}
         self.last_build = None
@@ -121,8 +135,13 @@ class MemoryCPT(StrategyBase):
     def prompt_version(self) -> str:
         return f"{EpisodicBuilder.prompt_version}+qar-v1+{self.config.ablation}"
 
-    def _model(self, spec: str | MeteredLLM | ChatClient | None, env: MemoryEnv, adapter: str | None = None,
-               role: str = "memorycpt") -> MeteredLLM:
+    def _model(
+        self,
+        spec: str | MeteredLLM | ChatClient | None,
+        env: MemoryEnv,
+        adapter: str | None = None,
+        role: str = "memorycpt",
+    ) -> MeteredLLM:
         """The metered model of ``spec`` (None = the env's memory-side model), made by
         :meth:`MemoryEnv.model` (the run's pricing; a LoRA adapter priced as its base)."""
         return env.llm if spec is None else env.model(spec, role, adapter)
@@ -159,8 +178,7 @@ class MemoryCPT(StrategyBase):
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """QAD for ``scope``: episodes and facts from the scope's records (idempotent, resumable);
         ``progress(done, total, "sessions")`` after each session."""
-        builder = EpisodicBuilder(self.construction_model(env), self.bank(env),
-                                  concurrency=self.config.concurrency)
+        builder = EpisodicBuilder(self.construction_model(env), self.bank(env), concurrency=self.config.concurrency)
         on_session = None if progress is None else (lambda _sid, done, total: progress(done, total, "sessions"))
         self.last_build = await builder.build(scope, env.store.records(scope), on_session=on_session)
 
@@ -177,8 +195,13 @@ class MemoryCPT(StrategyBase):
         ``sessions_without_events``: sessions built before
         sessions recorded their events (their failures are unknown here; the bank's traces keep them)."""
         done = [_with_fallback_records(u) for u in self.bank(env).done_usage(scope)]
-        return {"calls_by_role": {}, "events": {}, "fallbacks": [], **sum_usage_records(done),
-                "sessions_without_events": sum(1 for u in done if not isinstance(u.get("events"), dict))}
+        return {
+            "calls_by_role": {},
+            "events": {},
+            "fallbacks": [],
+            **sum_usage_records(done),
+            "sessions_without_events": sum(1 for u in done if not isinstance(u.get("events"), dict)),
+        }
 
     def candidates(self, query: str, scope: Scope, env: MemoryEnv) -> tuple[list[BankHit], list[BankHit]]:
         """M_q^RRF (Eq. 10, 17): top episodic and semantic items, or plain dense top-k for ``no_qar``."""
@@ -186,21 +209,27 @@ class MemoryCPT(StrategyBase):
         episodic_k, semantic_k = self.config.episodic_k, self.config.semantic_k
         if self.config.ablation == "no_qar":
             k = episodic_k + semantic_k
-            pooled = hybrid_search(bank, query, scope, MEMORYCPT_DENSE_EPISODIC, k) + \
-                hybrid_search(bank, query, scope, MEMORYCPT_DENSE_SEMANTIC, k)
+            pooled = hybrid_search(bank, query, scope, MEMORYCPT_DENSE_EPISODIC, k) + hybrid_search(
+                bank, query, scope, MEMORYCPT_DENSE_SEMANTIC, k
+            )
             pooled.sort(key=lambda h: -h.score)
             pooled = pooled[:k]
             return [h for h in pooled if h.item.kind == EPISODE], [h for h in pooled if h.item.kind == FACT]
-        return (hybrid_search(bank, query, scope, MEMORYCPT_EPISODIC, episodic_k) if episodic_k else [],
-                hybrid_search(bank, query, scope, MEMORYCPT_SEMANTIC, semantic_k) if semantic_k else [])
+        return (
+            hybrid_search(bank, query, scope, MEMORYCPT_EPISODIC, episodic_k) if episodic_k else [],
+            hybrid_search(bank, query, scope, MEMORYCPT_SEMANTIC, semantic_k) if semantic_k else [],
+        )
 
     @property
     def recipes(self) -> tuple[str, ...]:
         """Names of the search recipes this configuration runs (provenance)."""
         if self.config.ablation == "no_qar":
             return (MEMORYCPT_DENSE_EPISODIC.name, MEMORYCPT_DENSE_SEMANTIC.name)
-        return tuple(r.name for r, k in ((MEMORYCPT_EPISODIC, self.config.episodic_k),
-                                         (MEMORYCPT_SEMANTIC, self.config.semantic_k)) if k)
+        return tuple(
+            r.name
+            for r, k in ((MEMORYCPT_EPISODIC, self.config.episodic_k), (MEMORYCPT_SEMANTIC, self.config.semantic_k))
+            if k
+        )
 
     def _fit(self, llm: MeteredLLM, question: str, text: str) -> str:
         """Candidate lines kept from the top while the summarizer prompt fits its window."""
@@ -223,8 +252,9 @@ class MemoryCPT(StrategyBase):
         llm = self._model(self.summarizer_llm, env, self.summarizer_adapter, role="summarizer")
         msgs = summary_messages(query.text, self._fit(llm, query.text, text))
         try:
-            out = await llm.complete(msgs, role="summarizer", max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0,
-                                     budget=budget)
+            out = await llm.complete(
+                msgs, role="summarizer", max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0, budget=budget
+            )
         except BudgetExceededError:  # counted by the metered client; M_q^RRF goes to the answerer as is
             meta["summary_skipped"] = True
             return Context(text=text, evidence_ids=evidence, meta=meta)
@@ -246,7 +276,16 @@ def _with_fallback_records(usage: dict) -> dict:
     events = usage.get("events")
     if isinstance(usage.get("fallbacks"), list) or not isinstance(events, dict):
         return usage
-    records = [{"role": ev[len(_LEGACY_FALLBACK):], "module": ev[len(_LEGACY_FALLBACK):], "tier": None,
-                "reason": None, "step": 0}
-               for ev, n in events.items() if ev.startswith(_LEGACY_FALLBACK) for _ in range(int(n))]
+    records = [
+        {
+            "role": ev[len(_LEGACY_FALLBACK) :],
+            "module": ev[len(_LEGACY_FALLBACK) :],
+            "tier": None,
+            "reason": None,
+            "step": 0,
+        }
+        for ev, n in events.items()
+        if ev.startswith(_LEGACY_FALLBACK)
+        for _ in range(int(n))
+    ]
     return {**usage, "fallbacks": records}

@@ -154,9 +154,15 @@ class LLMLingua2Compressor:
             if not (t or "").strip():
                 out.append(PLACEHOLDER)
                 continue
-            res = self._pc.compress_prompt(t, rate=self.rate, force_tokens=list(FORCE_TOKENS), force_reserve_digit=True,
-                                           drop_consecutive=True, chunk_end_tokens=[".", "\n"],
-                                           use_context_level_filter=False)
+            res = self._pc.compress_prompt(
+                t,
+                rate=self.rate,
+                force_tokens=list(FORCE_TOKENS),
+                force_reserve_digit=True,
+                drop_consecutive=True,
+                chunk_end_tokens=[".", "\n"],
+                use_context_level_filter=False,
+            )
             out.append((res.get("compressed_prompt") or "").strip() or PLACEHOLDER)
         return out
 
@@ -177,7 +183,11 @@ def _dialogue(r: Record) -> str:
     """The record's text without image captions (captions are compressed on their own)."""
     body = r.text.strip()
     if r.kind == "step":
-        body = "; ".join(p for p in (r.action and f"action: {r.action}", r.observation and f"observation: {r.observation}", body) if p)
+        body = "; ".join(
+            p
+            for p in (r.action and f"action: {r.action}", r.observation and f"observation: {r.observation}", body)
+            if p
+        )
     return f"{r.speaker}: {body}" if r.speaker and body else body
 
 
@@ -205,6 +215,13 @@ def compressed_views(chunks: list[list[Record]], compressor: Compressor) -> list
 
 
 __all__ = [
-    "DEFAULT_RATE", "LLMLINGUA2_MODEL", "PLACEHOLDER", "Compressor", "LLMLingua2Compressor", "OfflineCompressor",
-    "compressed_views", "llmlingua2_available", "make_compressor",
+    "DEFAULT_RATE",
+    "LLMLINGUA2_MODEL",
+    "PLACEHOLDER",
+    "Compressor",
+    "LLMLingua2Compressor",
+    "OfflineCompressor",
+    "compressed_views",
+    "llmlingua2_available",
+    "make_compressor",
 ]

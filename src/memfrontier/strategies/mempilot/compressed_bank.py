@@ -62,10 +62,21 @@ def build_from_store(bank: MemoryBank, store, scope: Scope, compressor: Compress
         for (iid, ch), recs_of, text in zip(todo, groups, texts):
             if ch.timestamp:  # the session date is metadata, kept verbatim like image ids
                 text = f"date: {ch.timestamp[:10]}\n{text}"
-            items.append(BankItem(id=iid, kind="compressed", scope=ch.scope, text=text, timestamp=ch.timestamp,
-                                  source_ids=list(ch.record_ids),
-                                  meta={"chunk_id": ch.id, "source": source,
-                                        "image_ids": [im.id for r in recs_of for im in r.images]}))
+            items.append(
+                BankItem(
+                    id=iid,
+                    kind="compressed",
+                    scope=ch.scope,
+                    text=text,
+                    timestamp=ch.timestamp,
+                    source_ids=list(ch.record_ids),
+                    meta={
+                        "chunk_id": ch.id,
+                        "source": source,
+                        "image_ids": [im.id for r in recs_of for im in r.images],
+                    },
+                )
+            )
     if items or stale:
         bank.apply(items, stale)
     return {"added": len(items), "removed": len(stale), "kept": len(have) - len(stale)}
@@ -89,8 +100,12 @@ def import_jsonl(bank: MemoryBank, path: str | Path, scope: Scope | None = None,
     for n, obj in read_jsonl_objects(p):
         if not isinstance(obj.get("text"), str) or not obj["text"].strip():
             raise ValueError(f"{p}:{n}: each line must be a JSON object with a non-empty string 'text'")
-        sc = Scope(**{k: (str(obj[k]) if obj.get(k) is not None else getattr(base, k))
-                      for k in ("user_id", "agent_id", "run_id")})
+        sc = Scope(
+            **{
+                k: (str(obj[k]) if obj.get(k) is not None else getattr(base, k))
+                for k in ("user_id", "agent_id", "run_id")
+            }
+        )
         if sc == Scope():
             raise ValueError(f"{p}:{n}: no scope: give user_id/agent_id/run_id in the line or a default scope")
         if only_scope and sc != base:
@@ -98,11 +113,20 @@ def import_jsonl(bank: MemoryBank, path: str | Path, scope: Scope | None = None,
         for k in ("record_ids", "image_ids"):
             if k in obj and not (isinstance(obj[k], list) and all(isinstance(x, str) for x in obj[k])):
                 raise ValueError(f"{p}:{n}: {k} must be a list of strings")
-        iid = str(obj.get("id") or "i-" + hashlib.sha256(f"{sc.key()}\x1f{n}\x1f{obj['text']}".encode()).hexdigest()[:24])
-        items.append(BankItem(id=iid, kind="imported", scope=sc, text=obj["text"].strip(),
-                              timestamp=obj.get("timestamp"), source_ids=obj.get("record_ids", []),
-                              meta={"chunk_id": None, "source": f"import:{p.name}",
-                                    "image_ids": obj.get("image_ids", [])}))
+        iid = str(
+            obj.get("id") or "i-" + hashlib.sha256(f"{sc.key()}\x1f{n}\x1f{obj['text']}".encode()).hexdigest()[:24]
+        )
+        items.append(
+            BankItem(
+                id=iid,
+                kind="imported",
+                scope=sc,
+                text=obj["text"].strip(),
+                timestamp=obj.get("timestamp"),
+                source_ids=obj.get("record_ids", []),
+                meta={"chunk_id": None, "source": f"import:{p.name}", "image_ids": obj.get("image_ids", [])},
+            )
+        )
     scopes = {it.scope.key(): it.scope for it in items}
     old = sorted({it.id for sc in scopes.values() for it in bank.items(sc, "imported")})
     bank.apply(items, old)

@@ -28,21 +28,33 @@ class MemPilotConfig(StrategyConfig):
 
     strategy = "mempilot"
 
-    pool: PoolName | Path = Field("local", json_schema_extra=operator_only(),
-                                  description="Model pool: local | table3 | bench | a pool YAML (Sec. 3.2, Table 3).")
+    pool: PoolName | Path = Field(
+        "local",
+        json_schema_extra=operator_only(),
+        description="Model pool: local | table3 | bench | a pool YAML (Sec. 3.2, Table 3).",
+    )
     preference: PreferenceSpec | None = Field(
-        None, title="preference preset", description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
+        None,
+        title="preference preset",
+        description="perf | balanced | cost or weights {quality, cost, latency} (Eq. 10); "
         "when set it is this configuration's and wins over the caller's; default: the caller's preference, else perf "
-        "(strategies.base.resolve_preference).")
+        "(strategies.base.resolve_preference).",
+    )
     answer_mode: AnswerMode = Field("decoupled", description="Who answers (Sec. 3.3).")
-    bank: BankKind = Field("compressed", description="Which memory bank the Retrieve tool reads (Sec. 3.1); "
-                           "imported when bank_file is given.")
+    bank: BankKind = Field(
+        "compressed",
+        description="Which memory bank the Retrieve tool reads (Sec. 3.1); imported when bank_file is given.",
+    )
     compressor: Literal["auto", "offline", "llmlingua2"] = Field(
-        "auto", json_schema_extra=operator_values("auto", "llmlingua2"),  # LLMLingua-2 loads a model
-        description="Bank compressor (auto: LLMLingua-2 when installed, else offline).")
-    adapter: Path | None = Field(None, json_schema_extra=operator_only(),
-                                 description="A LoRA adapter directory from `train orchestrator` "
-                                 "(the policy then runs in transformers).")
+        "auto",
+        json_schema_extra=operator_values("auto", "llmlingua2"),  # LLMLingua-2 loads a model
+        description="Bank compressor (auto: LLMLingua-2 when installed, else offline).",
+    )
+    adapter: Path | None = Field(
+        None,
+        json_schema_extra=operator_only(),
+        description="A LoRA adapter directory from `train orchestrator` (the policy then runs in transformers).",
+    )
     max_rounds: Int = Field(6, ge=1, description="Policy turns per trajectory (Table 5: 6).")
     temperature: Float = Field(0.0, ge=0, description="Policy sampling temperature (0: greedy).")
     constrained: bool = Field(True, description="Grammar-constrained policy output (the action format, Eq. 20).")
@@ -52,10 +64,16 @@ class MemPilotConfig(StrategyConfig):
     max_observation_tokens: Int = Field(1024, ge=16, description="Tokens of one tool observation at most.")
     delegate_timeout_s: Float | None = Field(None, gt=0, description="Timeout of one delegate call (s).")
     rollout_key: str = Field("0", description="Mixed into the per-rollout permutation of tools and model cards.")
-    budget: Budget | None = Field(None, description="Hard caps {max_usd, max_tokens, max_proxy_s} per question "
-                                  "(USD, tokens, proxy seconds of Eq. 15-19), combined with the caller's (the tighter cap wins).")
-    bank_file: Path | None = Field(None, json_schema_extra=operator_only(),
-                                   description="A JSONL imported as the memory bank (implies bank=imported).")
+    budget: Budget | None = Field(
+        None,
+        description="Hard caps {max_usd, max_tokens, max_proxy_s} per question "
+        "(USD, tokens, proxy seconds of Eq. 15-19), combined with the caller's (the tighter cap wins).",
+    )
+    bank_file: Path | None = Field(
+        None,
+        json_schema_extra=operator_only(),
+        description="A JSONL imported as the memory bank (implies bank=imported).",
+    )
 
     @model_validator(mode="before")
     @classmethod

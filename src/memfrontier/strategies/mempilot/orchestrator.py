@@ -154,8 +154,13 @@ def _permute(items: list[str], rng: random.Random) -> list[str]:
 
 
 def _error_event(err: str) -> str:
-    for key, name in (("not valid JSON", "bad_json"), ("unknown model", "unknown_model"), ("the limit is", "too_long"),
-                      ("answer> tag", "answer_in_query"), ("unknown tool", "unknown_tool")):
+    for key, name in (
+        ("not valid JSON", "bad_json"),
+        ("unknown model", "unknown_model"),
+        ("the limit is", "too_long"),
+        ("answer> tag", "answer_in_query"),
+        ("unknown tool", "unknown_tool"),
+    ):
         if key in err:
             return f"{EVENT}.invalid_call.{name}"
     return f"{EVENT}.invalid_call.bad_args"
@@ -184,11 +189,24 @@ class Orchestrator:
             tool result as the policy sees it (policy tokens), and a wall-clock limit per delegate call.
     """
 
-    def __init__(self, *, pool: ModelPool, views: DualView, policy: MeteredLLM, env,
-                 preference: Preference | None = None, budget: Budget | None = None, max_rounds: int = MAX_ROUNDS,
-                 temperature: float = 0.0, constrained: bool = True, first_turn_tools: bool = True,
-                 answer_after_repeat: bool = True, policy_max_tokens: int = 256, max_observation_tokens: int = 1024,
-                 delegate_timeout_s: float | None = None):
+    def __init__(
+        self,
+        *,
+        pool: ModelPool,
+        views: DualView,
+        policy: MeteredLLM,
+        env,
+        preference: Preference | None = None,
+        budget: Budget | None = None,
+        max_rounds: int = MAX_ROUNDS,
+        temperature: float = 0.0,
+        constrained: bool = True,
+        first_turn_tools: bool = True,
+        answer_after_repeat: bool = True,
+        policy_max_tokens: int = 256,
+        max_observation_tokens: int = 1024,
+        delegate_timeout_s: float | None = None,
+    ):
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         self.pool = pool
@@ -227,10 +245,17 @@ class Orchestrator:
         seed = int.from_bytes(hashlib.sha256(f"{question}\x1f{rollout_key}".encode()).digest()[:8], "big")
         rng = random.Random(seed)
         tools, models = _permute(list(TOOL_NAMES), rng), _permute(self.pool.ids, rng)
-        system = prompts.policy_system(tool_specs(models, tools), [self.pool.profile.card(m) for m in models],
-                                       self.preference, question, text_mode=not self.constrained)
+        system = prompts.policy_system(
+            tool_specs(models, tools),
+            [self.pool.profile.card(m) for m in models],
+            self.preference,
+            question,
+            text_mode=not self.constrained,
+        )
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": prompts.policy_user(question)}]
-        return Trajectory(question=question, messages=msgs, prefix_ends=[len(msgs)], tool_order=tools, model_order=models)
+        return Trajectory(
+            question=question, messages=msgs, prefix_ends=[len(msgs)], tool_order=tools, model_order=models
+        )
 
     async def run(self, question: str, scope: Scope, rollout_key: str = "0") -> Trajectory:
         """Run one trajectory for ``question`` over ``scope``'s memory. Never raises for model or
@@ -282,12 +307,21 @@ class Orchestrator:
 
     async def _policy_turn(self, traj: Trajectory, turn: int, answer_only: bool, appended: int) -> Decision | None:
         allow_answer = answer_only or not (turn == 0 and self.first_turn_tools)
-        schema = (decision_schema(traj.model_order, traj.tool_order, allow_tools=not answer_only, allow_answer=allow_answer)
-                  if self.constrained else None)
+        schema = (
+            decision_schema(traj.model_order, traj.tool_order, allow_tools=not answer_only, allow_answer=allow_answer)
+            if self.constrained
+            else None
+        )
         try:
-            out = await self.policy.complete(traj.messages, role="policy", max_tokens=self.policy_max_tokens,
-                                             temperature=self.temperature, json_schema=schema, budget=self.budget,
-                                             new_input_tokens=None if turn == 0 else appended)
+            out = await self.policy.complete(
+                traj.messages,
+                role="policy",
+                max_tokens=self.policy_max_tokens,
+                temperature=self.temperature,
+                json_schema=schema,
+                budget=self.budget,
+                new_input_tokens=None if turn == 0 else appended,
+            )
         except BudgetExceededError:  # counted as budget.call_refused.policy
             traj.stopped_by_budget = True
             return None
@@ -301,8 +335,17 @@ class Orchestrator:
             text = (render_decision(parsed.value) if parsed.ok else None) or raw
         else:
             text = raw
-        traj.turns.append(PolicyTurn(call.input_tokens, call.output_tokens, call.input_tokens - call.cached_tokens,
-                                     call.usd or 0.0, call.proxy_s, raw, text))
+        traj.turns.append(
+            PolicyTurn(
+                call.input_tokens,
+                call.output_tokens,
+                call.input_tokens - call.cached_tokens,
+                call.usd or 0.0,
+                call.proxy_s,
+                raw,
+                text,
+            )
+        )
         traj.messages.append({"role": "assistant", "content": raw})
         return parse_turn(text, set(self.pool.ids))
 
@@ -313,8 +356,14 @@ class Orchestrator:
             records = list(await asyncio.gather(*(self._execute(c, traj, scope) for c in calls[:MAX_PARALLEL])))
         for c in extra:
             count_event(f"{EVENT}.too_many_calls")
-            records.append(CallRecord(c.name, c.args, f"error: at most {MAX_PARALLEL} tool calls per turn; "
-                                                      f"this {c.name or 'call'} was not run", error="too many calls"))
+            records.append(
+                CallRecord(
+                    c.name,
+                    c.args,
+                    f"error: at most {MAX_PARALLEL} tool calls per turn; this {c.name or 'call'} was not run",
+                    error="too many calls",
+                )
+            )
         return records
 
     async def _execute(self, call: ToolCall, traj: Trajectory, scope: Scope) -> CallRecord:
@@ -324,8 +373,12 @@ class Orchestrator:
         key = json.dumps([call.name, call.args], sort_keys=True)
         if key in traj.seen_calls:
             count_event(f"{EVENT}.repeated_call")
-            return CallRecord(call.name, call.args, "(the same call was made before; its result is above: "
-                                                    "ask for something else or answer)", repeated=True)
+            return CallRecord(
+                call.name,
+                call.args,
+                "(the same call was made before; its result is above: ask for something else or answer)",
+                repeated=True,
+            )
         traj.seen_calls.add(key)
         if call.clamped:
             count_event(f"{EVENT}.evidence_count_clamped")
@@ -342,7 +395,9 @@ class Orchestrator:
         text = "\n\n".join(it.text for it in items) if items else "(no memory found)"
         obs = self._cap(f"{RETRIEVE} results:\n{text}")
         rec_ids = list(dict.fromkeys(rid for it in items for rid in it.source_ids))
-        return CallRecord(RETRIEVE, call.args, obs, record_ids=rec_ids, evidence="\n\n".join(it.text for it in items) or None)
+        return CallRecord(
+            RETRIEVE, call.args, obs, record_ids=rec_ids, evidence="\n\n".join(it.text for it in items) or None
+        )
 
     async def _curate(self, call: ToolCall, traj: Trajectory, scope: Scope) -> CallRecord:
         question = traj.question
@@ -371,16 +426,21 @@ class Orchestrator:
                         parts.append(part)
         rec.images_sent = len(parts)
         qcap = question_image_caption(question)
-        user = prompts.delegate_user(a["instruction"], raw.text, "",
-                                     f"Question image: {qcap}\n" if qcap else "")
+        user = prompts.delegate_user(a["instruction"], raw.text, "", f"Question image: {qcap}\n" if qcap else "")
         content = [{"type": "text", "text": user}, *parts] if parts else user
         msgs = [{"role": "system", "content": prompts.DELEGATE_SYSTEM}, {"role": "user", "content": content}]
         llm = self.pool.llm(route, self.env)
         try:
             out = await asyncio.wait_for(
-                llm.complete(msgs, role="delegate", max_tokens=self.pool.profile.max_output_tokens, temperature=0.0,
-                             budget=self.budget),
-                timeout=self.delegate_timeout_s)
+                llm.complete(
+                    msgs,
+                    role="delegate",
+                    max_tokens=self.pool.profile.max_output_tokens,
+                    temperature=0.0,
+                    budget=self.budget,
+                ),
+                timeout=self.delegate_timeout_s,
+            )
         except BudgetExceededError:  # not made (nothing spent); the next turn may only answer
             count_event(f"{EVENT}.delegate_over_budget")
             traj.stopped_by_budget = True
@@ -432,13 +492,23 @@ class Orchestrator:
         with use_ledger(Ledger()):
             try:
                 if self.constrained:
-                    out = await self.policy.complete(msgs, role="probe", max_tokens=max_tokens, temperature=0.0,
-                                                     json_schema=decision_schema([], [], allow_tools=False))
+                    out = await self.policy.complete(
+                        msgs,
+                        role="probe",
+                        max_tokens=max_tokens,
+                        temperature=0.0,
+                        json_schema=decision_schema([], [], allow_tools=False),
+                    )
                     res = parse_json(out.text, expect="object")
                     ans = res.value.get("answer") if res.ok else None
                 else:
-                    out = await self.policy.complete([*msgs, {"role": "assistant", "content": "<answer>"}], role="probe",
-                                                     max_tokens=max_tokens, temperature=0.0, stop=["</answer>"])
+                    out = await self.policy.complete(
+                        [*msgs, {"role": "assistant", "content": "<answer>"}],
+                        role="probe",
+                        max_tokens=max_tokens,
+                        temperature=0.0,
+                        stop=["</answer>"],
+                    )
                     ans = out.text
             except LLMError:
                 return None

@@ -15,16 +15,16 @@ import asyncio
 
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
-from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import MemoryBank
-from .compress import Compressor, make_compressor
-from .compressed_bank import build_from_store, import_jsonl, open_bank
 from ..base import BuildProgress, MemoryEnv, Query, StrategyBase, resolve_preference
 from .accounting import format_gate
+from .compress import Compressor, make_compressor
+from .compressed_bank import build_from_store, import_jsonl, open_bank
 from .config import ANSWER_MODES, MemPilotConfig
 from .orchestrator import Orchestrator, Trajectory
 from .pool import ModelPool, PoolProfile
 from .prompts import PROMPT_VERSION
+from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 
 
 class MemPilot(StrategyBase):
@@ -72,9 +72,15 @@ class MemPilot(StrategyBase):
     config: MemPilotConfig
     recipes = (MEMPILOT_BANK.name, MEMPILOT_RAW.name)  # RETRIEVE over the bank, CURATE's raw chunks
 
-    def __init__(self, config: MemPilotConfig | None = None, *, profile: PoolProfile | None = None,
-                 policy: ChatClient | None = None, route_backends: dict[str, ChatClient] | None = None,
-                 compressor: Compressor | None = None):
+    def __init__(
+        self,
+        config: MemPilotConfig | None = None,
+        *,
+        profile: PoolProfile | None = None,
+        policy: ChatClient | None = None,
+        route_backends: dict[str, ChatClient] | None = None,
+        compressor: Compressor | None = None,
+    ):
         super().__init__(config)
         cfg = self.config
         self.profile = profile if profile is not None else PoolProfile.load(cfg.pool)
@@ -90,10 +96,16 @@ class MemPilot(StrategyBase):
     def options(self) -> dict:
         """The :class:`Orchestrator` options of the config."""
         c = self.config
-        return dict(max_rounds=c.max_rounds, temperature=c.temperature, constrained=c.constrained,
-                    first_turn_tools=c.first_turn_tools, answer_after_repeat=c.answer_after_repeat,
-                    policy_max_tokens=c.policy_max_tokens, max_observation_tokens=c.max_observation_tokens,
-                    delegate_timeout_s=c.delegate_timeout_s)
+        return dict(
+            max_rounds=c.max_rounds,
+            temperature=c.temperature,
+            constrained=c.constrained,
+            first_turn_tools=c.first_turn_tools,
+            answer_after_repeat=c.answer_after_repeat,
+            policy_max_tokens=c.policy_max_tokens,
+            max_observation_tokens=c.max_observation_tokens,
+            delegate_timeout_s=c.delegate_timeout_s,
+        )
 
     # -- wiring ----------------------------------------------------------------------------
     def bank(self, env: MemoryEnv) -> MemoryBank:
@@ -107,8 +119,12 @@ class MemPilot(StrategyBase):
             from ...llm.embedded import EmbeddedLLM
 
             client = env.llm.client
-            self._pool = ModelPool(self.profile, env.llm.prices, backends=self.route_backends,
-                                   embedded=client if isinstance(client, EmbeddedLLM) else None)
+            self._pool = ModelPool(
+                self.profile,
+                env.llm.prices,
+                backends=self.route_backends,
+                embedded=client if isinstance(client, EmbeddedLLM) else None,
+            )
         return self._pool
 
     def policy(self, env: MemoryEnv) -> ChatClient:
@@ -127,8 +143,15 @@ class MemPilot(StrategyBase):
         opts = {**self.options, **overrides}
         # priced as the pool's policy_price_as, else as the model running it (a LoRA policy: its base)
         policy = env.model(self.policy(env), "policy", self.adapter, stands_for=self.profile.policy_price_as)
-        return Orchestrator(pool=self.pool(env), views=DualView(env.store, self.bank(env), self.config.bank),
-                            policy=policy, env=env, preference=preference, budget=budget, **opts)
+        return Orchestrator(
+            pool=self.pool(env),
+            views=DualView(env.store, self.bank(env), self.config.bank),
+            policy=policy,
+            env=env,
+            preference=preference,
+            budget=budget,
+            **opts,
+        )
 
     # -- Strategy protocol -----------------------------------------------------------------
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
@@ -166,18 +189,31 @@ class MemPilot(StrategyBase):
         calls = traj.calls
         delegated = [c for c in calls if c.delegated]
         meta = {
-            "policy_answer": traj.answer, "answer_mode": self.config.answer_mode, "format_valid": gate.valid,
-            "gate_reasons": gate.reasons, "rounds": len(traj.turns),
-            "retrieve_calls": sum(1 for c in calls if c.tool == "retrieve_memory" and c.error is None and not c.repeated),
+            "policy_answer": traj.answer,
+            "answer_mode": self.config.answer_mode,
+            "format_valid": gate.valid,
+            "gate_reasons": gate.reasons,
+            "rounds": len(traj.turns),
+            "retrieve_calls": sum(
+                1 for c in calls if c.tool == "retrieve_memory" and c.error is None and not c.repeated
+            ),
             "curate_calls": sum(1 for c in calls if c.tool == "runtime_memory" and c.error is None and not c.repeated),
-            "repeated_calls": sum(1 for c in calls if c.repeated), "invalid_calls": sum(1 for c in calls if c.error and not c.delegated),
-            "delegate_calls": len(delegated), "routes": [c.route for c in delegated],
+            "repeated_calls": sum(1 for c in calls if c.repeated),
+            "invalid_calls": sum(1 for c in calls if c.error and not c.delegated),
+            "delegate_calls": len(delegated),
+            "routes": [c.route for c in delegated],
             "route_models": {c.route: c.model for c in delegated},
-            "image_requests": sum(c.images_requested for c in calls), "image_accesses": sum(c.images_sent for c in calls),
-            "tool_errors": traj.tool_errors, "trajectory_usd": usd, "trajectory_proxy_s": secs,
-            "stopped_by_budget": traj.stopped_by_budget, "policy_error": traj.policy_error,
-            "preference": preference.model_dump(), "pool": self.profile.name,
-            "tool_order": traj.tool_order, "segments": traj.segments,
+            "image_requests": sum(c.images_requested for c in calls),
+            "image_accesses": sum(c.images_sent for c in calls),
+            "tool_errors": traj.tool_errors,
+            "trajectory_usd": usd,
+            "trajectory_proxy_s": secs,
+            "stopped_by_budget": traj.stopped_by_budget,
+            "policy_error": traj.policy_error,
+            "preference": preference.model_dump(),
+            "pool": self.profile.name,
+            "tool_order": traj.tool_order,
+            "segments": traj.segments,
         }
         return Context(text=text, evidence_ids=evidence_ids, meta=meta)
 

@@ -75,8 +75,12 @@ class _Decoder:
     def _forward(self, ids: list[int]):
         torch = self.torch
         with torch.inference_mode():
-            res = self.p.model(input_ids=torch.tensor([ids], device=self.p.model.device), cache=self.cache,
-                               use_cache=True, logits_to_keep=1)
+            res = self.p.model(
+                input_ids=torch.tensor([ids], device=self.p.model.device),
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self.cache = res.cache
         return res.logits[0, -1].float()
 
@@ -300,9 +304,15 @@ class HFPolicy:
             tok = self.tokenizer
             special = set(tok.all_special_ids)
             texts = tok.batch_decode([[i] for i in range(len(tok))])
-            self._safe = [i for i, t in enumerate(texts)
-                          if i not in special and t and not (set(t) & _FORBIDDEN) and t.isprintable()
-                          and not (t.startswith("<") or "unused" in t)]
+            self._safe = [
+                i
+                for i, t in enumerate(texts)
+                if i not in special
+                and t
+                and not (set(t) & _FORBIDDEN)
+                and t.isprintable()
+                and not (t.startswith("<") or "unused" in t)
+            ]
         return self._safe
 
     # -- ChatClient --------------------------------------------------------------------------
@@ -313,22 +323,30 @@ class HFPolicy:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text)) if text else 0
 
-    async def complete(self, messages: list[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-                       json_schema: dict | None = None, stop: list[str] | None = None,
-                       single_line: bool = False) -> Completion:
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        json_schema: dict | None = None,
+        stop: list[str] | None = None,
+        single_line: bool = False,
+    ) -> Completion:
         """Generate after :func:`render_prompt` ``(messages)``: schema-guided with ``json_schema``,
         else free decoding until EOS, a ``stop`` string or (``single_line``) the end of the first line."""
         prompt = render_prompt(messages)
         ledger = current_ledger()
-        return await asyncio.to_thread(self._complete_sync, prompt, max_tokens, temperature, json_schema, stop,
-                                       single_line, ledger)
+        return await asyncio.to_thread(
+            self._complete_sync, prompt, max_tokens, temperature, json_schema, stop, single_line, ledger
+        )
 
     def _complete_sync(self, prompt, max_tokens, temperature, schema, stop, single_line, ledger) -> Completion:
         max_tokens = max(1, min(int(max_tokens), self._context_tokens - _MIN_PROMPT_TOKENS))
         ids = list(self.tokenizer(prompt)["input_ids"])
         budget = self._context_tokens - max_tokens
         if len(ids) > budget:
-            ids = ids[:1] + ids[len(ids) - (budget - 1):]
+            ids = ids[:1] + ids[len(ids) - (budget - 1) :]
             if ledger is not None:
                 ledger.count("truncated_prompt")
         with self.lock:
@@ -348,8 +366,13 @@ class HFPolicy:
             text = next((line.strip() for line in text.splitlines() if line.strip()), "")
         if self.recording:
             self.generations.append(Generation(list(ids), list(dec.out), list(dec.sampled)))
-        return Completion(text=text, model_id=self.model_id, input_tokens=len(ids), output_tokens=len(dec.out),
-                          finish_reason="length" if dec.full else "stop")
+        return Completion(
+            text=text,
+            model_id=self.model_id,
+            input_tokens=len(ids),
+            output_tokens=len(dec.out),
+            finish_reason="length" if dec.full else "stop",
+        )
 
     def _free(self, dec: _Decoder, stop: list[str] | None, single_line: bool) -> None:
         text = ""

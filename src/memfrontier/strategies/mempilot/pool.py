@@ -175,7 +175,9 @@ class _RouteClient:
         for m in messages:
             content = m.get("content")
             if isinstance(content, list):
-                parts = [p for p in content if self.pixels or not (isinstance(p, dict) and p.get("type") == "image_url")]
+                parts = [
+                    p for p in content if self.pixels or not (isinstance(p, dict) and p.get("type") == "image_url")
+                ]
                 n_img += sum(1 for p in parts if isinstance(p, dict) and p.get("type") == "image_url")
                 m = {**m, "content": parts}
             out_msgs.append(m)
@@ -200,8 +202,14 @@ class ModelPool:
             standing in for one API model).
     """
 
-    def __init__(self, profile: PoolProfile | str | Path, prices: PriceBook, *, embedded: ChatClient | None = None,
-                 backends: dict[str, ChatClient] | None = None):
+    def __init__(
+        self,
+        profile: PoolProfile | str | Path,
+        prices: PriceBook,
+        *,
+        embedded: ChatClient | None = None,
+        backends: dict[str, ChatClient] | None = None,
+    ):
         self.profile = profile if isinstance(profile, PoolProfile) else PoolProfile.load(profile)
         self.prices = prices
         self._embedded = embedded
@@ -241,9 +249,14 @@ class ModelPool:
                 self._embedded = make_llm("local")
             return self._embedded
         key = os.environ.get(self.profile.api_key_env) if self.profile.api_key_env else None
-        return make_llm(f"openai:{r.api_model or r.model}", base_url=r.base_url or self.profile.base_url,
-                        api_key=key, timeout_s=self.profile.timeout_s, model_id=r.model,
-                        extra_body={"usage": {"include": True}})
+        return make_llm(
+            f"openai:{r.api_model or r.model}",
+            base_url=r.base_url or self.profile.base_url,
+            api_key=key,
+            timeout_s=self.profile.timeout_s,
+            model_id=r.model,
+            extra_body={"usage": {"include": True}},
+        )
 
     def llm(self, route_id: str, env) -> MeteredLLM:
         """The metered client of ``route_id``, made by ``env.model`` (a

@@ -39,9 +39,11 @@ The final answer is short (a few words), based only on the memory you retrieved.
 POLICY_SYSTEM_TEXT_MODE_SUFFIX = """
 Write tool calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call> and end with exactly one <answer>...</answer>."""
 
-DELEGATE_SYSTEM = ("You are a memory-processing assistant. Follow the instruction using only the memory items given. "
-                   "Report every finding the items support, with names, dates and numbers as written, then say what "
-                   "remains unresolved. Add nothing the items do not support. Do not write an answer tag.")
+DELEGATE_SYSTEM = (
+    "You are a memory-processing assistant. Follow the instruction using only the memory items given. "
+    "Report every finding the items support, with names, dates and numbers as written, then say what "
+    "remains unresolved. Add nothing the items do not support. Do not write an answer tag."
+)
 
 DELEGATE_USER = """Instruction: {instruction}
 {question_image}
@@ -57,9 +59,11 @@ def preference_line(p: Preference) -> str:
     """One line naming lambda = (lambda_Q, lambda_C, lambda_L) for an untrained policy (MemPilot Sec. 3.3)."""
     if p.cost <= 0 and p.latency <= 0:
         return "Preference: answer quality only; cost and latency do not matter."
-    return (f"Preference weights: quality {p.quality:g}, cost {p.cost:g}, latency {p.latency:g}. "
-            "The higher the cost and latency weights, the more you should prefer retrieve_memory, fewer calls, "
-            "fewer evidence items and smaller models.")
+    return (
+        f"Preference weights: quality {p.quality:g}, cost {p.cost:g}, latency {p.latency:g}. "
+        "The higher the cost and latency weights, the more you should prefer retrieve_memory, fewer calls, "
+        "fewer evidence items and smaller models."
+    )
 
 
 def _example_query(question: str) -> str:
@@ -69,16 +73,23 @@ def _example_query(question: str) -> str:
     return first[:120].rstrip()
 
 
-def policy_system(tool_specs: list[dict], cards: list[str], preference: Preference, question: str, *,
-                  text_mode: bool) -> str:
+def policy_system(
+    tool_specs: list[dict], cards: list[str], preference: Preference, question: str, *, text_mode: bool
+) -> str:
     tools = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tool_specs)
     example = cards[0].split(":")[0].lstrip("- ").strip() if cards else "model_id"
     query = _example_query(question)
-    out = POLICY_SYSTEM.format(tools=tools, cards="\n".join(cards), max_parallel=MAX_PARALLEL, max_chars=MAX_TEXT_CHARS,
-                               max_evidence=MAX_EVIDENCE, preference=preference_line(preference), example_model=example,
-                               example_query=json.dumps(query, ensure_ascii=False),
-                               example_instruction=json.dumps(f"Find what the memory says about: {query}"[:200],
-                                                              ensure_ascii=False))
+    out = POLICY_SYSTEM.format(
+        tools=tools,
+        cards="\n".join(cards),
+        max_parallel=MAX_PARALLEL,
+        max_chars=MAX_TEXT_CHARS,
+        max_evidence=MAX_EVIDENCE,
+        preference=preference_line(preference),
+        example_model=example,
+        example_query=json.dumps(query, ensure_ascii=False),
+        example_instruction=json.dumps(f"Find what the memory says about: {query}"[:200], ensure_ascii=False),
+    )
     return out + (POLICY_SYSTEM_TEXT_MODE_SUFFIX if text_mode else "")
 
 
@@ -92,9 +103,18 @@ def tool_response(blocks: list[str]) -> str:
 
 
 def delegate_user(instruction: str, items: str, images: str, question_image: str) -> str:
-    return DELEGATE_USER.format(instruction=instruction, items=items or "(no items retrieved)",
-                                images=images, question_image=question_image)
+    return DELEGATE_USER.format(
+        instruction=instruction, items=items or "(no items retrieved)", images=images, question_image=question_image
+    )
 
 
-__all__ = ["ANSWER_NOW", "DELEGATE_SYSTEM", "PROMPT_VERSION", "delegate_user", "policy_system", "policy_user",
-           "preference_line", "tool_response"]
+__all__ = [
+    "ANSWER_NOW",
+    "DELEGATE_SYSTEM",
+    "PROMPT_VERSION",
+    "delegate_user",
+    "policy_system",
+    "policy_user",
+    "preference_line",
+    "tool_response",
+]

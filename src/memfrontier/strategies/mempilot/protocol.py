@@ -127,8 +127,13 @@ def parse_tool_call(raw: str, model_ids: set[str] | frozenset[str]) -> ToolCall:
     if not isinstance(obj, dict):
         return ToolCall(raw=raw, error="tool call must be a JSON object with 'name' and 'arguments'")
     args, err, clamped = validate_call(obj.get("name"), obj.get("arguments"), model_ids)
-    return ToolCall(raw=raw, name=obj.get("name") if isinstance(obj.get("name"), str) else None,
-                    args=args, error=err, clamped=clamped)
+    return ToolCall(
+        raw=raw,
+        name=obj.get("name") if isinstance(obj.get("name"), str) else None,
+        args=args,
+        error=err,
+        clamped=clamped,
+    )
 
 
 def parse_turn(text: str, model_ids: set[str] | frozenset[str]) -> Decision:
@@ -168,8 +173,12 @@ def _plain(max_chars: int) -> dict:
     constrained policy cannot emit tags inside its arguments (llama.cpp honours ``pattern`` over min/maxLength, so the
     bound is in the pattern)."""
     # no quote or backslash either: llama.cpp's pattern rule does not apply JSON string escaping
-    return {"type": "string", "minLength": 1, "maxLength": max_chars,
-            "pattern": "^[^<>\"\\\\\\n\\r\\t]{1," + str(max_chars) + "}$"}
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": max_chars,
+        "pattern": '^[^<>"\\\\\\n\\r\\t]{1,' + str(max_chars) + "}$",
+    }
 
 
 def _call_schema(name: str, model_ids: list[str]) -> dict:
@@ -183,16 +192,28 @@ def _call_schema(name: str, model_ids: list[str]) -> dict:
         props["include_images"] = {"type": "boolean"}
     return {
         "type": "object",
-        "properties": {"name": {"const": name},
-                       "arguments": {"type": "object", "properties": props, "required": list(props),
-                                     "additionalProperties": False}},
+        "properties": {
+            "name": {"const": name},
+            "arguments": {
+                "type": "object",
+                "properties": props,
+                "required": list(props),
+                "additionalProperties": False,
+            },
+        },
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
 
 
-def decision_schema(model_ids: list[str], tool_order: list[str], *, allow_tools: bool = True,
-                    allow_answer: bool = True, answer_chars: int = 200) -> dict:
+def decision_schema(
+    model_ids: list[str],
+    tool_order: list[str],
+    *,
+    allow_tools: bool = True,
+    allow_answer: bool = True,
+    answer_chars: int = 200,
+) -> dict:
     """JSON schema of one policy turn for constrained decoding (llama.cpp grammar / response_format).
 
     ``tool_order`` and ``model_ids`` are used in the given order (the caller permutes them per
@@ -203,14 +224,27 @@ def decision_schema(model_ids: list[str], tool_order: list[str], *, allow_tools:
     """
     if not (allow_tools or allow_answer):
         raise ValueError("a turn must allow tool calls, an answer, or both")
-    answer = {"type": "object", "properties": {"answer": _plain(answer_chars)},
-              "required": ["answer"], "additionalProperties": False}
+    answer = {
+        "type": "object",
+        "properties": {"answer": _plain(answer_chars)},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     if not allow_tools:
         return answer
-    calls = {"type": "object",
-             "properties": {"tool_calls": {"type": "array", "minItems": 1, "maxItems": MAX_PARALLEL,
-                                           "items": {"anyOf": [_call_schema(n, model_ids) for n in tool_order]}}},
-             "required": ["tool_calls"], "additionalProperties": False}
+    calls = {
+        "type": "object",
+        "properties": {
+            "tool_calls": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_PARALLEL,
+                "items": {"anyOf": [_call_schema(n, model_ids) for n in tool_order]},
+            }
+        },
+        "required": ["tool_calls"],
+        "additionalProperties": False,
+    }
     return {"anyOf": [calls, answer]} if allow_answer else calls
 
 
@@ -220,31 +254,54 @@ def tool_specs(model_ids: list[str], tool_order: list[str]) -> list[dict]:
         RETRIEVE: {
             "name": RETRIEVE,
             "description": "Fast, free search of the compressed memory bank. Returns compressed memory texts "
-                           "only (lossy; no images).",
-            "parameters": {"type": "object", "properties": {
-                "retrieval_query": {"type": "string", "description": "what to search for (<= 512 chars)"},
-                "evidence_count": {"type": "integer", "minimum": 1, "maximum": MAX_EVIDENCE}},
-                "required": list(REQUIRED[RETRIEVE])},
+            "only (lossy; no images).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "retrieval_query": {"type": "string", "description": "what to search for (<= 512 chars)"},
+                    "evidence_count": {"type": "integer", "minimum": 1, "maximum": MAX_EVIDENCE},
+                },
+                "required": list(REQUIRED[RETRIEVE]),
+            },
         },
         CURATE: {
             "name": CURATE,
             "description": "Retrieve full raw memory chunks and have a pool model process them with your "
-                           "instruction; costs money and time. Only vision models can look at images, and only "
-                           "with include_images=true.",
-            "parameters": {"type": "object", "properties": {
-                "retrieval_query": {"type": "string", "description": "what to search for (not shown to the model)"},
-                "evidence_count": {"type": "integer", "minimum": 0, "maximum": MAX_EVIDENCE},
-                "instruction": {"type": "string", "description": "what the model should extract (<= 512 chars)"},
-                "model": {"type": "string", "enum": list(model_ids)},
-                "include_images": {"type": "boolean"}},
-                "required": list(REQUIRED[CURATE])},
+            "instruction; costs money and time. Only vision models can look at images, and only "
+            "with include_images=true.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "retrieval_query": {"type": "string", "description": "what to search for (not shown to the model)"},
+                    "evidence_count": {"type": "integer", "minimum": 0, "maximum": MAX_EVIDENCE},
+                    "instruction": {"type": "string", "description": "what the model should extract (<= 512 chars)"},
+                    "model": {"type": "string", "enum": list(model_ids)},
+                    "include_images": {"type": "boolean"},
+                },
+                "required": list(REQUIRED[CURATE]),
+            },
         },
     }
     return [{"type": "function", "function": specs[n]} for n in tool_order]
 
 
 __all__ = [
-    "CURATE", "MAX_EVIDENCE", "MAX_PARALLEL", "MAX_ROUNDS", "MAX_TEXT_CHARS", "REQUIRED", "RETRIEVE", "TOOL_NAMES",
-    "Decision", "ToolCall", "decision_schema", "parse_tool_call", "parse_turn", "render_call", "render_decision",
-    "tag_balance_errors", "tool_specs", "validate_call",
+    "CURATE",
+    "MAX_EVIDENCE",
+    "MAX_PARALLEL",
+    "MAX_ROUNDS",
+    "MAX_TEXT_CHARS",
+    "REQUIRED",
+    "RETRIEVE",
+    "TOOL_NAMES",
+    "Decision",
+    "ToolCall",
+    "decision_schema",
+    "parse_tool_call",
+    "parse_turn",
+    "render_call",
+    "render_decision",
+    "tag_balance_errors",
+    "tool_specs",
+    "validate_call",
 ]

@@ -18,9 +18,9 @@ from pathlib import Path
 from ...core.render import human_date
 from ...core.types import ImageRef, Record, Scope
 from ...retrieve.hybrid import hybrid_search
-from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 from ...store.bank import BankItem, MemoryBank
 from .compressed_bank import KINDS
+from .recipes import MEMPILOT_BANK, MEMPILOT_RAW
 
 MAX_IMAGE_BYTES = 4 * 1024 * 1024  # released tool: images <= 4 MB
 _QUESTION_IMAGE_RE = re.compile(r"\(Question image: (.*)\)\s*$", re.DOTALL)
@@ -73,12 +73,14 @@ class DualView:
         if k <= 0:
             return RawEvidence("")
         hits = hybrid_search(self.store, query, scope, MEMPILOT_RAW, k)
-        by_key = {(r.scope, r.id): r for h in hits
-                  for r in self.store.get(h.chunk.record_ids, h.chunk.scope)}  # ids are unique per scope
+        by_key = {
+            (r.scope, r.id): r for h in hits for r in self.store.get(h.chunk.record_ids, h.chunk.scope)
+        }  # ids are unique per scope
         keys = dict.fromkeys((h.chunk.scope, rid) for h in hits for rid in h.chunk.record_ids)
         recs = [by_key[k] for k in keys if k in by_key]
-        return RawEvidence("\n".join(render_record(r) for r in recs), [r.id for r in recs],
-                           [im for r in recs for im in r.images])
+        return RawEvidence(
+            "\n".join(render_record(r) for r in recs), [r.id for r in recs], [im for r in recs for im in r.images]
+        )
 
 
 def image_part(im: ImageRef) -> tuple[dict | None, str | None]:

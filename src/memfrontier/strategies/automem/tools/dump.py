@@ -25,7 +25,11 @@ PROMPT_RESERVE_TOKENS = 256
 
 
 async def dump(
-    corpus: ScopedCorpus, ids: list[str], question: str, llm: MeteredLLM, limits: ToolLimits | None = None,
+    corpus: ScopedCorpus,
+    ids: list[str],
+    question: str,
+    llm: MeteredLLM,
+    limits: ToolLimits | None = None,
     cost_budget: Budget | None = None,
 ) -> Observation:
     """One ``dump`` call over ``ids`` (or the whole history) for ``question``, held to ``cost_budget``."""

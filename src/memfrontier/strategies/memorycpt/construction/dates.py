@@ -89,12 +89,12 @@ def resolve_relative_dates(text: str, reference: datetime | str | None) -> str:
         return text
     out, last = [], 0
     for m in _RELATIVE_RE.finditer(text):
-        if _ALREADY_RESOLVED.match(text[m.end():]):
+        if _ALREADY_RESOLVED.match(text[m.end() :]):
             continue
         absolute = resolve_phrase(m.group(0), ref)
         if absolute is None:
             continue
-        out.append(text[last:m.end()])
+        out.append(text[last : m.end()])
         out.append(f" ({absolute})")
         last = m.end()
     out.append(text[last:])

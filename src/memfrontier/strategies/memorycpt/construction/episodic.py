@@ -79,7 +79,7 @@ def render_turn(r: Record) -> str:
     when = ts.strftime("%Y-%m-%d %H:%M") if ts else "unknown time"
     body = r.render()
     if r.speaker and body.startswith(f'{r.speaker} said, "'):
-        body = body[len(r.speaker) + 8:-1]
+        body = body[len(r.speaker) + 8 : -1]
     return f"[{when}] {r.speaker or r.role}: {body}"
 
 
@@ -120,9 +120,18 @@ class EpisodicBuilder:
 
     prompt_version = P.PROMPT_VERSION
 
-    def __init__(self, llm: MeteredLLM, bank: MemoryBank, *, concurrency: int = 4, min_segment_turns: int = 3,
-                 merge_top_k: int = 5, merge_min_cosine: float = 0.85, related_facts: int = 10,
-                 keep_traces: bool = True):
+    def __init__(
+        self,
+        llm: MeteredLLM,
+        bank: MemoryBank,
+        *,
+        concurrency: int = 4,
+        min_segment_turns: int = 3,
+        merge_top_k: int = 5,
+        merge_min_cosine: float = 0.85,
+        related_facts: int = 10,
+        keep_traces: bool = True,
+    ):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.llm = llm
@@ -140,8 +149,17 @@ class EpisodicBuilder:
 
     # -- one validated JSON call ------------------------------------------------------------
 
-    async def _call(self, scope: Scope, role: str, messages: list[dict], *, schema: dict | None, max_tokens: int,
-                    temperature: float, validate: Callable[[object], object]) -> object | None:
+    async def _call(
+        self,
+        scope: Scope,
+        role: str,
+        messages: list[dict],
+        *,
+        schema: dict | None,
+        max_tokens: int,
+        temperature: float,
+        validate: Callable[[object], object],
+    ) -> object | None:
         """Call ``role``, parse, validate; retry once; None after two failures (counted). A refused
         reply is retried with the reason in the prompt (:func:`P.retry_messages`), at
         ``temperature + 0.3``; traces record ``messages``, the prompt the accepted reply answers."""
@@ -152,8 +170,9 @@ class EpisodicBuilder:
             refused = None
             try:
                 async with self._sem:
-                    out = await self.llm.complete(sent, role=role, max_tokens=max_tokens, temperature=temp,
-                                                  json_schema=schema)
+                    out = await self.llm.complete(
+                        sent, role=role, max_tokens=max_tokens, temperature=temp, json_schema=schema
+                    )
             except LLMError as e:
                 _event(f"llm_error.{role}")
                 self._llm_errors.append(f"{role}: {e}")
@@ -193,9 +212,20 @@ class EpisodicBuilder:
 
     def _trace(self, scope: Scope, role: str, messages: list[dict], rationale: str, output, accepted: bool) -> None:
         if self.keep_traces:
-            self._traces.append((scope, Trace(role=role, model_id=self.llm.model_id, prompt_version=self.prompt_version,
-                                              messages=messages, rationale=rationale.strip(), output=output,
-                                              accepted=accepted)))
+            self._traces.append(
+                (
+                    scope,
+                    Trace(
+                        role=role,
+                        model_id=self.llm.model_id,
+                        prompt_version=self.prompt_version,
+                        messages=messages,
+                        rationale=rationale.strip(),
+                        output=output,
+                        accepted=accepted,
+                    ),
+                )
+            )
 
     def _take_traces(self) -> list[tuple[Scope, Trace]]:
         out, self._traces = self._traces, []
@@ -214,9 +244,15 @@ class EpisodicBuilder:
             rejected.extend(rej)
             return segs
 
-        segs = await self._call(scope, "segmenter", P.messages(P.SEGMENTER_SYSTEM, P.segmenter_user(lines)),
-                                schema=P.SEGMENTER_SCHEMA, max_tokens=60 + 12 * len(window), temperature=0.2,
-                                validate=validate)
+        segs = await self._call(
+            scope,
+            "segmenter",
+            P.messages(P.SEGMENTER_SYSTEM, P.segmenter_user(lines)),
+            schema=P.SEGMENTER_SCHEMA,
+            max_tokens=60 + 12 * len(window),
+            temperature=0.2,
+            validate=validate,
+        )
         if rejected:
             _event("op_rejected.segmenter", len(rejected))
         if segs is None:
@@ -228,9 +264,15 @@ class EpisodicBuilder:
         lines = [render_turn(r) for r in recs]
         first_ts = next((r.timestamp for r in recs if r.timestamp), None)
         speakers = sorted({r.speaker for r in recs if r.speaker})
-        got = await self._call(scope, "episode_generator", P.messages(P.EPISODE_SYSTEM, P.episode_user(seg.topic, lines)),
-                               schema=P.EPISODE_SCHEMA, max_tokens=800, temperature=0.0,
-                               validate=lambda obj: validate_episode(obj, first_ts, [r.text for r in recs], speakers))
+        got = await self._call(
+            scope,
+            "episode_generator",
+            P.messages(P.EPISODE_SYSTEM, P.episode_user(seg.topic, lines)),
+            schema=P.EPISODE_SCHEMA,
+            max_tokens=800,
+            temperature=0.0,
+            validate=lambda obj: validate_episode(obj, first_ts, [r.text for r in recs], speakers),
+        )
         if got is None:  # fallback: the turns themselves, so nothing is lost
             title = seg.topic or f"Conversation between {' and '.join(speakers) or 'the user'}"
             draft = EpisodeDraft(title, " ".join(r.render() for r in recs), first_ts)
@@ -243,29 +285,47 @@ class EpisodicBuilder:
 
     async def _store_episode(self, scope: Scope, ep: _Episode) -> BankItem:
         """Merge-or-new (EpisodeMerger), then write. Returns the stored episode."""
-        item = BankItem(id="ep-" + _digest(scope.key(), *sorted(ep.source_ids)), kind=EPISODE, scope=scope,
-                        title=ep.draft.title, text=ep.draft.content, timestamp=ep.draft.timestamp,
-                        source_ids=ep.source_ids, meta={"topic": ep.topic})
+        item = BankItem(
+            id="ep-" + _digest(scope.key(), *sorted(ep.source_ids)),
+            kind=EPISODE,
+            scope=scope,
+            title=ep.draft.title,
+            text=ep.draft.content,
+            timestamp=ep.draft.timestamp,
+            source_ids=ep.source_ids,
+            meta={"topic": ep.topic},
+        )
         vec = self.bank.embedder.encode([item.render()])[0]
-        cands = self.bank.similar(vec, scope, EPISODE, self.merge_top_k, min_cosine=self.merge_min_cosine,
-                                  exclude={item.id})
+        cands = self.bank.similar(
+            vec, scope, EPISODE, self.merge_top_k, min_cosine=self.merge_min_cosine, exclude={item.id}
+        )
         if cands:
             listed = [(c.title, c.text, c.timestamp) for c, _ in cands]
             decision = await self._call(
-                scope, "episode_merger",
+                scope,
+                "episode_merger",
                 P.messages(P.MERGER_SYSTEM, P.merger_user(item.title, item.text, item.timestamp, listed)),
-                schema=P.MERGER_SCHEMA, max_tokens=700, temperature=0.0,
-                validate=lambda obj: validate_merge(obj, len(cands), item.timestamp, ep.turns, ep.speakers))
+                schema=P.MERGER_SCHEMA,
+                max_tokens=700,
+                temperature=0.0,
+                validate=lambda obj: validate_merge(obj, len(cands), item.timestamp, ep.turns, ep.speakers),
+            )
             if decision is not None and decision.merge:
                 target = cands[decision.target - 1][0]
                 sources = list(dict.fromkeys(target.source_ids + item.source_ids))
-                times = sorted((t for t in (target.timestamp, item.timestamp, decision.draft.timestamp) if t),
-                               key=instant_key)
-                merged = BankItem(id="ep-" + _digest(scope.key(), *sorted(sources)), kind=EPISODE, scope=scope,
-                                  title=decision.draft.title,
-                                  text=resolve_relative_dates(decision.draft.content, item.timestamp),
-                                  timestamp=times[0] if times else None, source_ids=sources,
-                                  meta={"topic": target.meta.get("topic", ""), "merged_from": [target.id, item.id]})
+                times = sorted(
+                    (t for t in (target.timestamp, item.timestamp, decision.draft.timestamp) if t), key=instant_key
+                )
+                merged = BankItem(
+                    id="ep-" + _digest(scope.key(), *sorted(sources)),
+                    kind=EPISODE,
+                    scope=scope,
+                    title=decision.draft.title,
+                    text=resolve_relative_dates(decision.draft.content, item.timestamp),
+                    timestamp=times[0] if times else None,
+                    source_ids=sources,
+                    meta={"topic": target.meta.get("topic", ""), "merged_from": [target.id, item.id]},
+                )
                 self.bank.apply([merged], [target.id])
                 self._report.episodes_merged += 1
                 return merged
@@ -278,14 +338,27 @@ class EpisodicBuilder:
         related = [f.text for f, _ in self.bank.similar(vec, scope, FACT, self.related_facts)]
         existing = {normalise_fact(f.text) for f in self.bank.items(scope, FACT)}
         if related:
-            prediction = await self._call(scope, "semantic_predictor",
-                                          P.messages(P.PREDICT_SYSTEM, P.predict_user(item.title, related)),
-                                          schema=None, max_tokens=200, temperature=0.0, validate=lambda x: x)
+            prediction = await self._call(
+                scope,
+                "semantic_predictor",
+                P.messages(P.PREDICT_SYSTEM, P.predict_user(item.title, related)),
+                schema=None,
+                max_tokens=200,
+                temperature=0.0,
+                validate=lambda x: x,
+            )
             msgs = P.messages(P.EXTRACT_SYSTEM, P.extract_user(ep.lines, prediction or "(no prediction)"))
         else:
             msgs = P.messages(P.EXTRACT_DIRECT_SYSTEM, P.extract_direct_user(item.title, item.text))
-        ops = await self._call(scope, "semantic_extractor", msgs, schema=P.FACTS_SCHEMA, max_tokens=400,
-                               temperature=0.0, validate=lambda obj: validate_facts(obj, existing, ep.turns))
+        ops = await self._call(
+            scope,
+            "semantic_extractor",
+            msgs,
+            schema=P.FACTS_SCHEMA,
+            max_tokens=400,
+            temperature=0.0,
+            validate=lambda obj: validate_facts(obj, existing, ep.turns),
+        )
         if ops is None:
             return []
         if ops.rejected:
@@ -293,9 +366,18 @@ class EpisodicBuilder:
             for reason in ops.rejected:
                 if reason in CONTENT_REASONS:
                     _event(f"content_rejected.semantic_extractor.{reason}")
-        return [BankItem(id="fact-" + _digest(scope.key(), normalise_fact(f)), kind=FACT, scope=scope, text=f,
-                         timestamp=item.timestamp, source_ids=list(ep.source_ids), meta={"episode_id": item.id})
-                for f in ops.facts]
+        return [
+            BankItem(
+                id="fact-" + _digest(scope.key(), normalise_fact(f)),
+                kind=FACT,
+                scope=scope,
+                text=f,
+                timestamp=item.timestamp,
+                source_ids=list(ep.source_ids),
+                meta={"episode_id": item.id},
+            )
+            for f in ops.facts
+        ]
 
     # -- driver -----------------------------------------------------------------------------
 
@@ -304,8 +386,12 @@ class EpisodicBuilder:
         """The resumability key of a session: its id and the hash of its record ids."""
         return f"session:{session_id}:{_digest(*[r.id for r in records])}"
 
-    async def build(self, scope: Scope, records: list[Record],
-                    on_session: Callable[[str | None, int, int], Awaitable[None] | None] | None = None) -> BuildReport:
+    async def build(
+        self,
+        scope: Scope,
+        records: list[Record],
+        on_session: Callable[[str | None, int, int], Awaitable[None] | None] | None = None,
+    ) -> BuildReport:
         """Build memories for ``records`` (one scope, chronological). Returns what was done.
 
         ``on_session(session_id, done, total)`` is called once before the first session
@@ -344,7 +430,7 @@ class EpisodicBuilder:
         self.bank.apply(done=[(scope, unit, usage)], traces=self._take_traces())
 
     async def _build_session_calls(self, scope: Scope, recs: list[Record]) -> None:
-        windows = [recs[i:i + P.MAX_SEGMENT_TURNS] for i in range(0, len(recs), P.MAX_SEGMENT_TURNS)]
+        windows = [recs[i : i + P.MAX_SEGMENT_TURNS] for i in range(0, len(recs), P.MAX_SEGMENT_TURNS)]
         ledger = current_ledger()
         with ledger.parallel() if ledger is not None else nullcontext():
             segmented = await asyncio.gather(*(self._segment(scope, w) for w in windows))
@@ -361,6 +447,7 @@ class EpisodicBuilder:
         if self._llm_errors:  # the model failed, not its output: keep the session unfinished and stop
             errors, self._llm_errors = self._llm_errors, []
             self.bank.apply(traces=self._take_traces())
-            raise LLMError(f"construction model {self.llm.model_id!r} failed {len(errors)} call(s) in session "
-                           f"{recs[0].session_id!r} (first: {errors[0]}); the session stays unbuilt and is retried next run")
-
+            raise LLMError(
+                f"construction model {self.llm.model_id!r} failed {len(errors)} call(s) in session "
+                f"{recs[0].session_id!r} (first: {errors[0]}); the session stays unbuilt and is retried next run"
+            )

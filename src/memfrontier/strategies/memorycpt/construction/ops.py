@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 
 from ....core.timeutil import format_instant
-from . import prompts as P
 from ....views.copies import copies_turns, names_absent_people
 from ....views.copies import words as _words
+from . import prompts as P
 from .dates import parse_timestamp
 
 MAX_FACT_CHARS = 300
@@ -30,17 +30,27 @@ MIN_CONTENT_WORDS = 5
 ECHO_NGRAM = 5  # this many consecutive words shared with an instruction make an echo
 CONTENT_REASONS = ("bare_punctuation", "too_few_words", "instruction_echo", "copied_turn")
 
-_INSTRUCTIONS = (P.SEGMENTER_SYSTEM, P.EPISODE_SYSTEM, P.MERGER_SYSTEM, P.PREDICT_SYSTEM, P.EXTRACT_SYSTEM,
-                 P.EXTRACT_DIRECT_SYSTEM)
+_INSTRUCTIONS = (
+    P.SEGMENTER_SYSTEM,
+    P.EPISODE_SYSTEM,
+    P.MERGER_SYSTEM,
+    P.PREDICT_SYSTEM,
+    P.EXTRACT_SYSTEM,
+    P.EXTRACT_DIRECT_SYSTEM,
+)
 # the labels of the roles' user prompts (episodic_prompts.*_user): a text holding one is an echo
-_PROMPT_LABELS = re.compile(r"\b(?:JSON|Messages|Episode topic|Original messages|Prediction|Known facts|"
-                            r"Stored episodes|New episode|Predicted content|Episode title):")
+_PROMPT_LABELS = re.compile(
+    r"\b(?:JSON|Messages|Episode topic|Original messages|Prediction|Known facts|"
+    r"Stored episodes|New episode|Predicted content|Episode title):"
+)
 # the line every role reads for a turn: "[2023-05-08 13:56] Evan: text" (construction.episodic.render_turn)
-_TURN_LINE = re.compile(r"^\s*(?:\d+\.\s+)?\[(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}|unknown time)\] [^:\n]*: (.*)$", re.MULTILINE)
+_TURN_LINE = re.compile(
+    r"^\s*(?:\d+\.\s+)?\[(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}|unknown time)\] [^:\n]*: (.*)$", re.MULTILINE
+)
 
 
 def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 _INSTRUCTION_NGRAMS = set().union(*(_ngrams(_words(t), ECHO_NGRAM) for t in _INSTRUCTIONS))
@@ -189,8 +199,9 @@ def _timestamp(value: str, fallback: str | None) -> tuple[str | None, bool]:
     return format_instant(parsed), False
 
 
-def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = (),
-                     speakers: list[str] = ()) -> tuple[EpisodeDraft, bool]:
+def validate_episode(
+    obj, fallback_timestamp: str | None, turns: list[str] = (), speakers: list[str] = ()
+) -> tuple[EpisodeDraft, bool]:
     """EpisodeGenerator output -> (draft, timestamp_was_fixed). Raises OperationError without a
     non-empty title and content, or (with ``reason`` set) when either fails :func:`content_problem`
     (title: 2+ words; content: 5+ words and not a copy of ``turns``, the source turn texts) or
@@ -204,11 +215,15 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = (),
     title, content = _text(obj, "title"), _text(obj, "content")
     if not title or not content:
         raise OperationError("episode output has an empty title or content")
-    for what, text, min_words, against in (("title", title, MIN_TITLE_WORDS, ()),
-                                           ("content", content, MIN_CONTENT_WORDS, turns)):
+    for what, text, min_words, against in (
+        ("title", title, MIN_TITLE_WORDS, ()),
+        ("content", content, MIN_CONTENT_WORDS, turns),
+    ):
         problem = content_problem(text, min_words=min_words, turns=against)
-        if problem is None and (names_absent_people(text, P.EXAMPLE_NAMES, [*turns, *speakers])
-                                or gives_example_date(text, fallback_timestamp)):
+        if problem is None and (
+            names_absent_people(text, P.EXAMPLE_NAMES, [*turns, *speakers])
+            or gives_example_date(text, fallback_timestamp)
+        ):
             problem = "instruction_echo"
         if problem is not None:
             raise OperationError(f"episode {what} rejected: {problem}", reason=problem)
@@ -216,8 +231,9 @@ def validate_episode(obj, fallback_timestamp: str | None, turns: list[str] = (),
     return EpisodeDraft(title, content, ts), fixed
 
 
-def validate_merge(obj, n_candidates: int, fallback_timestamp: str | None, turns: list[str] = (),
-                   speakers: list[str] = ()) -> MergeDecision:
+def validate_merge(
+    obj, n_candidates: int, fallback_timestamp: str | None, turns: list[str] = (), speakers: list[str] = ()
+) -> MergeDecision:
     """EpisodeMerger output -> decision. Raises OperationError for an unknown decision, a merge
     target that is not one of the ``n_candidates`` offered (1-based), or a merge without content;
     the merged episode is checked as :func:`validate_episode` checks one."""

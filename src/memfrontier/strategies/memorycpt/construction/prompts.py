@@ -21,18 +21,25 @@ SEGMENTER_SYSTEM = (
     "Start a new episode when the topic changes, when the speaker's intent changes, when a long time "
     "passes between messages, or at an explicit transition. When in doubt, split. Typical episodes "
     "have 2 to 15 messages. Every message number must appear in exactly one episode.\n"
-    "Reply with JSON: {\"reasoning\": short explanation, \"episodes\": [{\"indices\": [message numbers], "
-    "\"topic\": short topic}]}."
+    'Reply with JSON: {"reasoning": short explanation, "episodes": [{"indices": [message numbers], '
+    '"topic": short topic}]}.'
 )
 SEGMENTER_SCHEMA = {
     "type": "object",
     "properties": {
         "reasoning": _REASONING,
-        "episodes": {"type": "array", "maxItems": 40, "items": {
-            "type": "object",
-            "properties": {"indices": {"type": "array", "items": {"type": "integer"}, "maxItems": MAX_SEGMENT_TURNS},
-                           "topic": {"type": "string"}},
-            "required": ["indices", "topic"]}},
+        "episodes": {
+            "type": "array",
+            "maxItems": 40,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "indices": {"type": "array", "items": {"type": "integer"}, "maxItems": MAX_SEGMENT_TURNS},
+                    "topic": {"type": "string"},
+                },
+                "required": ["indices", "topic"],
+            },
+        },
     },
     "required": ["reasoning", "episodes"],
 }
@@ -69,21 +76,21 @@ EPISODE_SYSTEM = (
     "Example. Messages:\n"
     f"[2024-03-12 18:05] {_A}: My bike chain snapped on the way home yesterday, so I walked the last two miles.\n"
     f"[2024-03-12 18:06] {_B}: Ouch! Want me to come over this weekend and help you fix it?\n"
-    f"JSON: {{\"reasoning\": \"{_A} reports a broken bike chain; {_B} offers help.\", \"title\": \"{_A}'s bike "
-    f"chain snapped on her way home and {_B} offers to help fix it\", \"content\": \"On March 12, 2024 "
+    f'JSON: {{"reasoning": "{_A} reports a broken bike chain; {_B} offers help.", "title": "{_A}\'s bike '
+    f'chain snapped on her way home and {_B} offers to help fix it", "content": "On March 12, 2024 '
     f"{_A} told {_B} that her bike chain had snapped on her way home the day before (March 11, 2024) "
     f"and that she walked the last two miles. {_B} offered to come over that weekend to help her fix "
-    "it.\", \"timestamp\": \"2024-03-12T18:05\"}\n"
+    'it.", "timestamp": "2024-03-12T18:05"}\n'
     "Second example. Messages:\n"
     "[2024-02-07 10:02] user: Can you suggest a gift for my sister? She turns 30 in May and just took up pottery.\n"
     "[2024-02-07 10:03] assistant: A set of clay sculpting tools, or a voucher for a beginners' wheel class at a "
     "local studio.\n"
-    "JSON: {\"reasoning\": \"The user wants a birthday gift for a sister who took up pottery; the assistant gives "
-    "two ideas.\", \"title\": \"Birthday gift ideas for the user's sister, a new potter turning 30\", \"content\": "
-    "\"On February 7, 2024 the user, whose sister turns 30 in May and recently took up pottery, asked for a gift "
+    'JSON: {"reasoning": "The user wants a birthday gift for a sister who took up pottery; the assistant gives '
+    'two ideas.", "title": "Birthday gift ideas for the user\'s sister, a new potter turning 30", "content": '
+    '"On February 7, 2024 the user, whose sister turns 30 in May and recently took up pottery, asked for a gift '
     "idea; the assistant proposed clay sculpting tools or a voucher for a beginners' wheel class.\", "
-    "\"timestamp\": \"2024-02-07T10:02\"}\n"
-    "Reply with JSON: {\"reasoning\": ..., \"title\": ..., \"content\": ..., \"timestamp\": ...}."
+    '"timestamp": "2024-02-07T10:02"}\n'
+    'Reply with JSON: {"reasoning": ..., "title": ..., "content": ..., "timestamp": ...}.'
 )
 #: Title and content cannot be empty under the grammar (qad-v3: told why its reply was refused, the
 #: 1.5B bench model answered a retry with {"title": "", "content": ""}).
@@ -103,9 +110,9 @@ MERGER_SYSTEM = (
     "number. Merge only when the new episode continues the same event in the same session and close in "
     "time (more than an hour apart: do not merge). If you merge, write the combined episode: all details "
     "of both, in time order, no repetition, with the earlier timestamp.\n"
-    "Reply with JSON: {\"reasoning\": ..., \"decision\": \"new\"} or {\"reasoning\": ..., \"decision\": "
-    "\"merge\", \"target\": number of the stored episode to merge with, \"title\": ..., \"content\": ..., "
-    "\"timestamp\": ...}."
+    'Reply with JSON: {"reasoning": ..., "decision": "new"} or {"reasoning": ..., "decision": '
+    '"merge", "target": number of the stored episode to merge with, "title": ..., "content": ..., '
+    '"timestamp": ...}.'
 )
 #: Two shapes (qad-v3): "new" carries nothing else, "merge" a non-empty title and content, so a merge
 #: without content cannot be decoded under the grammar (with one flat schema and "empty strings for
@@ -114,12 +121,18 @@ MERGER_SYSTEM = (
 MERGER_SCHEMA = {
     "type": "object",
     "anyOf": [
-        {"properties": {"reasoning": _REASONING, "decision": {"const": "new"}},
-         "required": ["reasoning", "decision"]},
-        {"properties": {"reasoning": _REASONING, "decision": {"const": "merge"}, "target": {"type": "integer"},
-                        "title": {"type": "string", "minLength": 3}, "content": {"type": "string", "minLength": 20},
-                        "timestamp": {"type": "string"}},
-         "required": ["reasoning", "decision", "target", "title", "content", "timestamp"]},
+        {"properties": {"reasoning": _REASONING, "decision": {"const": "new"}}, "required": ["reasoning", "decision"]},
+        {
+            "properties": {
+                "reasoning": _REASONING,
+                "decision": {"const": "merge"},
+                "target": {"type": "integer"},
+                "title": {"type": "string", "minLength": 3},
+                "content": {"type": "string", "minLength": 20},
+                "timestamp": {"type": "string"},
+            },
+            "required": ["reasoning", "decision", "target", "title", "content", "timestamp"],
+        },
     ],
 }
 
@@ -134,7 +147,7 @@ _FACT_RULES = (
     "self-contained (names, no pronouns): identity, preferences, skills, relationships, goals, "
     "beliefs, habits, possessions, important events. Skip greetings, passing moods and small talk. "
     "One atomic statement per fact, present tense.\n"
-    "Reply with JSON: {\"reasoning\": ..., \"facts\": [statements]}; an empty list when nothing qualifies."
+    'Reply with JSON: {"reasoning": ..., "facts": [statements]}; an empty list when nothing qualifies.'
 )
 EXTRACT_SYSTEM = (
     "You update a knowledge base from conversations. You get an episode's original messages and a "
@@ -165,9 +178,13 @@ def episode_user(topic: str, lines: list[str]) -> str:
     return head + "Messages:\n" + "\n".join(lines) + "\n\nJSON:"
 
 
-def merger_user(new_title: str, new_content: str, new_ts: str | None, candidates: list[tuple[str, str, str | None]]) -> str:
+def merger_user(
+    new_title: str, new_content: str, new_ts: str | None, candidates: list[tuple[str, str, str | None]]
+) -> str:
     listed = "\n".join(f"{i}. [{ts or 'unknown time'}] {t}: {c}" for i, (t, c, ts) in enumerate(candidates, 1))
-    return (f"Stored episodes:\n{listed}\n\nNew episode:\n[{new_ts or 'unknown time'}] {new_title}: {new_content}\n\nJSON:")
+    return (
+        f"Stored episodes:\n{listed}\n\nNew episode:\n[{new_ts or 'unknown time'}] {new_title}: {new_content}\n\nJSON:"
+    )
 
 
 def predict_user(title: str, facts: list[str]) -> str:
@@ -191,9 +208,9 @@ _TOO_SHORT = "(A first reply to this was refused as too short: give a complete a
 RETRY_HINTS = {
     "unparsable": "(A first reply to this was not one complete JSON object: reply with a short JSON object only.)",
     "copied_turn": "(A first reply to this was refused because it copied the messages word for word: retell them "
-                   "in your own words.)",
+    "in your own words.)",
     "instruction_echo": "(A first reply to this was refused because it repeated the instructions or an example: "
-                        "write only about these messages and the people in them.)",
+    "write only about these messages and the people in them.)",
     "too_few_words": _TOO_SHORT,
     "bare_punctuation": _TOO_SHORT,
 }
@@ -208,7 +225,7 @@ def retry_messages(messages: list[dict], reason: str) -> list[dict]:
     body = last["content"].rstrip()
     label = body.rsplit("\n", 1)[-1]
     if len(label) < 40 and label.endswith(":") and "\n" in body:  # a closing label such as "JSON:"
-        content = f"{body[:-len(label)]}{hint}\n{label}"
+        content = f"{body[: -len(label)]}{hint}\n{label}"
     else:
         content = f"{body}\n\n{hint}"
     return [*head, {**last, "content": content}]
