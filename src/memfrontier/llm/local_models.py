@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Literal
 
 from .base import LLMError
+from ..core.threads import llm_threads
 from .defaults import default_llm
 
 __all__ = [
@@ -375,7 +376,7 @@ def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_thre
         raise ValueError(f"port must be in 1-65535, not {port}")
     argv = ["--model", model.path(), "--model_alias", model.model_id, "--host", "127.0.0.1",
             "--port", str(int(port)), "--n_ctx", str(int(n_ctx or model.n_ctx)),
-            "--n_threads", str(int(n_threads or os.cpu_count() or 1))]
+            "--n_threads", str(llm_threads(n_threads))]
     if model.server_chat_format:
         argv += ["--chat_format", model.server_chat_format]
     return argv
