@@ -167,7 +167,7 @@ def run_eval(strategy, base_url, log, store, out, limit, conc, latency, dataset)
     first = min(c[0] for c in calls) if calls else t1
     last = max(c[1] for c in calls) if calls else t1
     running = max(last - first, 1e-9)
-    ideal = len(calls) * latency / conc
+    ideal = len(calls) * latency / max(1, min(conc, len(preds)))  # no more in flight than questions
     return {"n": len(preds), "calls": len(calls), "startup_s": first - t0, "running_s": running, "total_s": t1 - t0,
             "qps": len(preds) / running, "ideal_s": ideal, "ratio": running / ideal if ideal else float("nan"),
             "over_p50": _pct(over, .5), "over_p95": _pct(over, .95)}
