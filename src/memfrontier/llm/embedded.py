@@ -38,6 +38,7 @@ from typing import Any
 
 from ..core.extras import require_extra
 from ..core.ledger import current_ledger
+from ..core.threads import llm_threads, passive_omp_wait
 from . import llama_sampling
 from .base import Completion, LLMError, Message
 from .local_models import MODEL_ID, default_model_path, resolve_local
@@ -53,12 +54,10 @@ __all__ = [
     "serve",
 ]
 
-# llama.cpp's CPU backend uses OpenMP. With the default (active, spinning) wait policy a decode
-# on N threads slows down ~25x as soon as another process takes one of the N cores (measured:
-# 20 tokens in 20-30 s instead of 0.9 s on 2 vCPUs). Passive waiting keeps it at ~1x. libgomp
-# reads this when it is loaded, i.e. on the first ``import llama_cpp``; a value set by the user
-# wins. Subprocesses (the server entry point below) inherit it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# llama.cpp's CPU backend uses OpenMP: with spinning waiters a decode on N threads slowed ~25x as
+# soon as another process took one of the N cores (20 tokens in 20-30 s instead of 0.9 s on 2
+# vCPUs). Passive waiting keeps it at ~1x; libgomp reads the policy on the first ``import llama_cpp``.
+passive_omp_wait()
 
 #: Output tokens reserved below the context size when a huge ``max_tokens`` would leave no room
 #: for the prompt.
@@ -191,7 +190,7 @@ def _quiet_llama_log() -> None:
 def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **kwargs: Any):
     """The process-wide ``llama_cpp.Llama`` for ``(model_path, n_ctx)`` and its call lock.
 
-    Loaded on first use (``verbose=False``, ``n_threads`` default ``os.cpu_count()``); later calls
+    Loaded on first use (``verbose=False``, ``n_threads`` default :func:`~memfrontier.core.threads.llm_threads`); later calls
     with the same key return the same object whatever the other arguments. Greedy decoding with a
     grammar checks the grammar on the chosen token (:mod:`memfrontier.llm.llama_sampling`). Raises
     :class:`LLMError` when llama-cpp-python is missing or the file cannot be loaded.
@@ -205,7 +204,7 @@ def load_llama(model_path: str, n_ctx: int, *, n_threads: int | None = None, **k
             from llama_cpp import Llama
         except ImportError as e:  # pragma: no cover - dependency is pinned
             raise LLMError("llama-cpp-python is not installed (pip install llama-cpp-python)") from e
-        threads = n_threads or os.cpu_count() or 1
+        threads = llm_threads(n_threads)
         _quiet_llama_log()
         try:
             with _patch_model_params(cpu_extra_buffers_ok()):
@@ -275,7 +274,7 @@ class EmbeddedLLM:
             ``make bench-model``), before any call.
         model_id: the price-book id recorded in the ledger (default: the registry entry's).
         n_ctx: context window in tokens (prompt + output), default: the registry entry's (8192).
-        n_threads: CPU threads (default ``os.cpu_count()``).
+        n_threads: CPU threads (default ``$MEMFRONTIER_LLM_THREADS`` or ``os.cpu_count()``).
         repeat_penalty: llama.cpp repeat penalty over the last 64 tokens (default 1.15; 1.0 = off).
         seed: sampling seed, used only when ``temperature > 0``.
 
@@ -305,7 +304,7 @@ class EmbeddedLLM:
             model_path = self.entry.path()  # raises ModelNotInstalledError saying how to install it
         self._model_path = str(model_path) if model_path is not None else None
         self.n_ctx = int(n_ctx or self.entry.n_ctx)
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = llm_threads(n_threads)
         self.repeat_penalty = float(repeat_penalty)
         self.seed = int(seed)
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..core.threads import llm_threads
 from .base import LLMError
 from .defaults import default_llm
 
@@ -397,7 +398,7 @@ def serve_argv(model: LocalModel, port: int, *, n_ctx: int | None = None, n_thre
         "--n_ctx",
         str(int(n_ctx or model.n_ctx)),
         "--n_threads",
-        str(int(n_threads or os.cpu_count() or 1)),
+        str(llm_threads(n_threads)),
     ]
     if model.server_chat_format:
         argv += ["--chat_format", model.server_chat_format]
