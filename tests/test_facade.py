@@ -203,3 +203,20 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
     assert said["rest"] == said["mcp"] == said["python"]  # one message, wherever the build was refused
     mem.close()
     keys.close()
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t"])
+def test_an_empty_question_or_query_is_refused_before_any_model_call(memory, blank):
+    memory.add(["I moved to Lisbon in May."], user_id="ana")
+    with pytest.raises(ValueError, match="question is empty"):
+        memory.ask(blank, user_id="ana")
+    with pytest.raises(ValueError, match="query is empty"):
+        memory.search(blank, user_id="ana")
+    assert memory.usage() == {}  # nothing was asked of a model
+
+
+def test_a_scope_id_that_is_not_one_is_named_without_a_pydantic_dump(memory):
+    with pytest.raises(ValueError) as e:
+        memory.ask("Where?", user_id="")
+    text = str(e.value)
+    assert "user_id" in text and "pydantic" not in text and "errors.pydantic.dev" not in text

@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from .answerer import Answerer
-from .core.errors import EmptyScopeError, empty_scope_message
+from .core.errors import EmptyScopeError, empty_scope_message, explain_validation
 from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
 from .core.ledger import Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
@@ -111,7 +111,22 @@ def unbuilt_view_message(strategy: str) -> str:
 
 
 def _scope(user_id, agent_id, run_id) -> Scope:
-    return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+    """The scope of the ids; a ValueError naming the id that is not one (empty, too long...)."""
+    try:
+        return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+    except ValidationError as e:
+        raise ValueError(explain_validation("the scope", e)) from None
+
+
+def _text_asked(name: str, text) -> str:
+    """``text`` (a question or a query) cleaned as stored text is (:func:`~memfrontier.core.text.clean_text`);
+    a ValueError naming ``name`` when it is not a string or holds nothing to look for."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a string, got {type(text).__name__}")
+    text = clean_text(text)
+    if not text.strip():
+        raise ValueError(f"{name} is empty: there is nothing to look for")
+    return text
 
 
 def _positive_int(name: str, value) -> int:
@@ -280,7 +295,7 @@ class AsyncMemory:
         that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
         ``all_scopes=True`` (every tenant's records)."""
         k = _positive_int("k", k)
-        query = clean_text(query)  # valid Unicode in NFC, as stored text is (core.text)
+        query = _text_asked("query", query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
@@ -395,6 +410,7 @@ class AsyncMemory:
         neither rule is checked then, and nothing is built), and for a ``question_date`` that is not a
         complete date in years 1-9999 (UTC).
         """
+        question = _text_asked("question", question)
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
         if question_date is not None:  # a date that is not one (or not one in years 1-9999) is named now
             canonical_timestamp(question_date, what="question_date")

@@ -51,7 +51,7 @@ app = typer.Typer(
 )
 # Logs and CI are not terminals: render tables wide there rather than cutting numbers.
 console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)  # logs: one line per message
 
 LLM_HELP = (
     "'local:qwen2.5-1.5b' (embedded Qwen2.5-Coder-1.5B-Instruct, no network; install it with "
