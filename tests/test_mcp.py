@@ -128,8 +128,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_streamable_http_on_loopback(store_path):
-    port = _free_port()
+def _start_http(store_path, host: str, port: int) -> subprocess.Popen:
+    """``memfrontier mcp --transport http`` on ``host:port``, returned once it accepts connections."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -140,6 +140,8 @@ def test_streamable_http_on_loopback(store_path):
             str(store_path),
             "--transport",
             "http",
+            "--host",
+            host,
             "--port",
             str(port),
         ],
@@ -147,15 +149,22 @@ def test_streamable_http_on_loopback(store_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise AssertionError(f"the MCP server did not start on {host}:{port}")
+
+
+def test_streamable_http_on_loopback(store_path):
+    port = _free_port()
+    proc = _start_http(store_path, "127.0.0.1", port)
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
 
         async def main():
             async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=120) as c:
@@ -211,34 +220,8 @@ def test_http_refuses_a_forged_host_or_origin_on_another_loopback_address(store_
     import httpx2 as httpx
 
     port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memfrontier.cli",
-            "mcp",
-            "--store",
-            str(store_path),
-            "--transport",
-            "http",
-            "--host",
-            "127.0.0.2",
-            "--port",
-            str(port),
-        ],
-        env={**os.environ, **ENV},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    proc = _start_http(store_path, "127.0.0.2", port)
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            try:
-                socket.create_connection(("127.0.0.2", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
         url = f"http://127.0.0.2:{port}/mcp"
         init = {
             "jsonrpc": "2.0",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from .answerer import Answerer
 from .core.errors import EmptyScopeError, empty_scope_message, explain_validation
 from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
-from .core.ledger import Ledger, StageUsage, Usage, use_ledger
+from .core.ledger import USAGE_FIELDS, Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
 from .core.text import clean_text
@@ -51,19 +51,6 @@ from .strategies import (
     ViewNotBuiltError,
     get_strategy,
     view_built,
-)
-
-#: The usage totals :meth:`AsyncMemory.usage` keeps by stage (as the service's key store does).
-USAGE_TOTALS = (
-    "calls",
-    "input_tokens",
-    "cached_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "usd",
-    "unpriced_calls",
-    "proxy_s",
-    "wall_s",
 )
 
 
@@ -376,8 +363,8 @@ class AsyncMemory:
 
     def _add_totals(self, usage: Usage) -> None:
         for stage, u in usage.by_stage.items():
-            acc = self._totals.setdefault(stage, dict.fromkeys(USAGE_TOTALS, 0))
-            for f in USAGE_TOTALS:
+            acc = self._totals.setdefault(stage, dict.fromkeys(USAGE_FIELDS, 0))
+            for f in USAGE_FIELDS:
                 acc[f] += getattr(u, f)
 
     async def ask(

@@ -98,6 +98,21 @@ class StageUsage(BaseModel):
     wall_s: float = 0.0
 
 
+#: The counters of :class:`StageUsage` that add up over calls and requests (usage totals by stage:
+#: :meth:`memfrontier.api.AsyncMemory.usage`, the service's per-tenant totals).
+USAGE_FIELDS = (
+    "calls",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "usd",
+    "unpriced_calls",
+    "proxy_s",
+    "wall_s",
+)
+
+
 class Usage(BaseModel):
     """Usage of one answer by stage (``construction`` / ``query``), counted events (parse
     failures...) and the fallback records of its calls (:class:`FallbackRecord`, in order)."""

@@ -46,7 +46,7 @@ from pydantic import BaseModel
 
 from ..core.errors import StoreError
 from ..core.extras import require_extra
-from ..core.ledger import Usage
+from ..core.ledger import USAGE_FIELDS, Usage
 from ..store.postgres import is_postgres_url, redact_url
 from ..store.postgres_schema import apply_migrations, schema_version
 from ..store.purge import with_placeholder
@@ -56,18 +56,6 @@ from .tenants import check_tenant
 log = logging.getLogger(__name__)
 
 KEY_RE = re.compile(r"^mf_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
-#: Usage counters kept per tenant and stage (the names of :class:`~memfrontier.core.ledger.StageUsage`).
-USAGE_FIELDS = (
-    "calls",
-    "input_tokens",
-    "cached_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "usd",
-    "unpriced_calls",
-    "proxy_s",
-    "wall_s",
-)
 #: The SQLite key file's schema version (``meta.schema_version``).
 KEYS_SCHEMA_VERSION = 1
 #: The PostgreSQL schema (namespace) that holds the key tables in the store's database.

@@ -35,7 +35,7 @@ from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .postgres_schema import MIGRATIONS, apply_migrations, schema_version
-from .records import add_result, encode, encode_chunks, purge_intent, row_to_record
+from .records import RECORD_COLUMNS, add_result, encode, encode_chunks, purge_intent, record_row, row_to_record
 from .seam import ORDER_CHUNKS, ORDER_RECORDS, RECORD_COLS, StoreSeam, chunk_order
 
 log = logging.getLogger(__name__)
@@ -365,32 +365,8 @@ class PostgresStore(StoreSeam):
                 return AddResult(skipped=[r.id for r in records])
             with c.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO records (id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, "
-                    "role, timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            r.id,
-                            r.kind,
-                            k[0],
-                            r.scope.user_id,
-                            r.scope.agent_id,
-                            r.scope.run_id,
-                            r.scope.model_dump_json(),
-                            r.session_id,
-                            r.speaker,
-                            r.role,
-                            r.timestamp,
-                            r.text,
-                            json.dumps([im.model_dump() for im in r.images], ensure_ascii=False),
-                            r.step_index,
-                            r.action,
-                            r.observation,
-                            json.dumps(r.meta, ensure_ascii=False),
-                            n,
-                        )
-                        for k, r, n in insert
-                    ],
+                    f"INSERT INTO records ({RECORD_COLUMNS}) VALUES ({', '.join(['%s'] * 18)})",
+                    [record_row(r, k[0], n) for k, r, n in insert],
                 )
             built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r, _ in insert), progress)
         return add_result(records, uniq, {k for k, _, _ in insert}, built, embedded)

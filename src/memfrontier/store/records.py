@@ -16,6 +16,36 @@ from ..core.errors import RecordConflictError, StoreError
 from ..core.types import Chunk, ImageRef, Record, Scope
 from .base import AddProgress, AddResult
 
+#: The columns of the ``records`` table, in the order :func:`record_row` gives their values (both stores).
+RECORD_COLUMNS = (
+    "id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, timestamp, text, "
+    "images_json, step_index, action, observation, meta_json, n_tokens"
+)
+
+
+def record_row(r: Record, scope_key: str, n_tokens: int) -> tuple:
+    """The values of :data:`RECORD_COLUMNS` for record ``r``: the row both stores insert."""
+    return (
+        r.id,
+        r.kind,
+        scope_key,
+        r.scope.user_id,
+        r.scope.agent_id,
+        r.scope.run_id,
+        r.scope.model_dump_json(),
+        r.session_id,
+        r.speaker,
+        r.role,
+        r.timestamp,
+        r.text,
+        json.dumps([im.model_dump() for im in r.images], ensure_ascii=False),
+        r.step_index,
+        r.action,
+        r.observation,
+        json.dumps(r.meta, ensure_ascii=False),
+        n_tokens,
+    )
+
 
 def row_to_record(row) -> Record:
     """A ``records`` row in the stores' column order (seq, id, kind, scope_json, session_id, speaker,

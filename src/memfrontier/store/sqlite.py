@@ -60,7 +60,18 @@ from ..core.errors import StoreError
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
-from .records import Presence, add_result, encode, encode_chunks, private_dir, private_file, purge_intent, row_to_record
+from .records import (
+    RECORD_COLUMNS,
+    Presence,
+    add_result,
+    encode,
+    encode_chunks,
+    private_dir,
+    private_file,
+    purge_intent,
+    record_row,
+    row_to_record,
+)
 from .scope_index import Partition, Patch, ScopeIndex
 from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
 from .sqlite_schema import DB_NAME, SCHEMA_VERSION, create_tables, migrate_v1, migrate_v1_files
@@ -406,32 +417,8 @@ class SQLiteStore(StoreSeam):
         Returns (chunks built, vectors written, per-scope patches, generation before the write)."""
         if insert:
             conn.executemany(
-                "INSERT INTO records(id, kind, scope_key, user_id, agent_id, run_id, scope_json, session_id, speaker, role, "
-                "timestamp, text, images_json, step_index, action, observation, meta_json, n_tokens) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        r.id,
-                        r.kind,
-                        r.scope.key(),
-                        r.scope.user_id,
-                        r.scope.agent_id,
-                        r.scope.run_id,
-                        r.scope.model_dump_json(),
-                        r.session_id,
-                        r.speaker,
-                        r.role,
-                        r.timestamp,
-                        r.text,
-                        json.dumps([im.model_dump() for im in r.images], ensure_ascii=False),
-                        r.step_index,
-                        r.action,
-                        r.observation,
-                        json.dumps(r.meta, ensure_ascii=False),
-                        n,
-                    )
-                    for r, n in insert
-                ],
+                f"INSERT INTO records({RECORD_COLUMNS}) VALUES ({', '.join(['?'] * 18)})",
+                [record_row(r, r.scope.key(), n) for r, n in insert],
             )
         conn.executemany("DELETE FROM records WHERE scope_key = ? AND id = ?", sorted(delete_ids))
 
