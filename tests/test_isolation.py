@@ -147,7 +147,7 @@ def test_the_same_id_in_two_scopes_is_two_records(mem):
     assert (again.added, again.skipped) == ([], ["msg-1"])
     with pytest.raises(RecordConflictError, match="msg-1.*already exist in this scope"):
         mem.add([{"id": "msg-2", "content": "new"}, {"id": "msg-1", "content": "I love peanuts."}], user_id="alice")
-    with pytest.raises(ValueError, match="msg-3"):  # the same (scope, id) twice in one batch, two texts
+    with pytest.raises(RecordConflictError, match="msg-3.*appear twice in this batch"):  # one (scope, id), two texts
         mem.add([{"id": "msg-3", "content": "one"}, {"id": "msg-3", "content": "two"}], user_id="alice")
     assert store.count() == {"records": 2, "chunks": 2, "vectors": 2}
 

@@ -320,7 +320,7 @@ def search(
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
         console.print(
             f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {escape(h.chunk.session_id)}, "
-            f"{h.chunk.timestamp}, {plural(len(h.chunk.record_ids), 'record')}[/dim]"
+            f"{h.chunk.timestamp or 'undated'}, {plural(len(h.chunk.record_ids), 'record')}[/dim]"
         )
         console.print(cut_text(h.chunk.text, max_chars), markup=False, highlight=False)
         console.print()

@@ -148,9 +148,16 @@ def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]
             raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
         _check_sizes(r)
     uniq: dict[tuple[str, str], Record] = {}
+    twice = []
     for r in records:
-        uniq.setdefault((r.scope.key(), r.id), r)
-    check_conflicts(uniq, {(r.scope.key(), r.id): r for r in records})
+        first = uniq.setdefault((r.scope.key(), r.id), r)
+        if first != r:
+            twice.append(r.id)
+    if twice:
+        raise RecordConflictError(
+            f"record id(s) {twice[:5]!r}{' ...' if len(twice) > 5 else ''} appear twice in this batch with "
+            f"different content; give each record its own id (nothing of this batch was written)"
+        )
     return records, uniq
 
 
