@@ -537,7 +537,7 @@ def test_eval_says_when_the_split_holds_fewer_questions_than_the_limit(tmp_path)
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "note: the split holds 1 question(s), fewer than --limit 5: all of them are answered" in " ".join(
+    assert "note: the split holds 1 question, fewer than --limit 5: all of them are answered" in " ".join(
         res.output.split()
     )
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["questions"] == 1
