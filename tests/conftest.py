@@ -7,6 +7,10 @@ locally (with the reason) but fail under CI (``CI`` set), where the data must ex
 import os
 
 os.environ["MEMFRONTIER_LLM"] = "local"  # before anything reads a default
+# torch's thread count is process-wide and the embedder sets it when it loads (core.threads: one
+# thread by default, for a machine whose cores are busy); the suite runs alone on its machine and
+# its training smoke runs need both cores, so it asks for two (a test that sets its own still may)
+os.environ.setdefault("MEMFRONTIER_TORCH_THREADS", "2")
 
 import pytest
 
