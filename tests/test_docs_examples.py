@@ -28,7 +28,7 @@ What this module changes in a command, explicitly
   ``BACKGROUND``: lines that start a server; they run in the background, the test waits until
   the server answers ``/healthz``, and the server is stopped (SIGTERM) after the page's blocks.
   ``eval`` reads a two-session slice of LoCoMo's conv-49 (``MEMFRONTIER_DATA``) and answers
-  3 questions instead of 40 (a substitution below), so the whole module takes minutes, not hours.
+  1 question instead of 40 (a substitution below), so the whole module takes minutes, not hours.
 """
 
 from __future__ import annotations
