@@ -21,6 +21,7 @@ also ``Memory``'s, with its messages: :class:`UnbuiltViewError` (a ``ViewNotBuil
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import httpx2 as httpx
 from .api import Answer, BuildReport
 from .core.errors import EmptyScopeError, RecordConflictError
 from .core.fallbacks import FallbackError
-from .core.text import clean_json, clean_text
+from .core.text import check_id, clean_json, clean_text
 from .core.types import Budget, Hit, Preference, Record
 from .store.base import AddResult
 from .strategies import ViewNotBuiltError
@@ -83,11 +84,12 @@ class _Call:
 
 
 def _scope(user_id, agent_id, run_id) -> dict:
-    """The scope ids given; ValueError naming the id when one holds a lone surrogate (``Memory`` refuses it)."""
+    """The scope ids given; ValueError naming the id when one holds NUL or a lone surrogate, as
+    ``Memory`` refuses it (:func:`~memfrontier.core.text.check_id`)."""
     out = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v is not None}
     for k, v in out.items():
-        if isinstance(v, str) and clean_text(v) != v:
-            raise ValueError(f"{k} holds a lone surrogate (not valid Unicode)")
+        if isinstance(v, str):
+            check_id(v, k, blank_ok=True)
     return out
 
 
@@ -96,16 +98,31 @@ def _scope(user_id, agent_id, run_id) -> dict:
 _TEXT_FIELDS = ("messages", "query", "question")
 
 
+def _encodable(value, key: str) -> None:
+    """ValueError naming ``key`` when ``value`` holds a lone surrogate (UTF-8 cannot encode it)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{key} holds a lone surrogate (not valid Unicode)") from None
+
+
 def _json(body: dict) -> dict:
-    """``body`` ready for the wire: the text fields (:data:`_TEXT_FIELDS`) cleaned of lone surrogates;
-    a lone surrogate anywhere else (a scope or session id, a timestamp, an option) raises ValueError
-    naming the field, as ``Memory`` refuses it, instead of a UnicodeEncodeError from the encoder."""
+    """``body`` ready for the wire: the text fields (:data:`_TEXT_FIELDS`) cleaned of lone surrogates
+    and NUL; a session id that ``Memory`` refuses (:func:`~memfrontier.core.text.check_id`) and a lone
+    surrogate anywhere else (a timestamp, an option) raise ValueError naming the field, instead of a
+    UnicodeEncodeError from the encoder."""
     out = {}
     for key, value in body.items():
+        if key == "messages":  # a message's id is an identifier: refused, never altered
+            for i, m in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(m, dict) and isinstance(m.get("id"), str):
+                    check_id(m["id"], f"message {i}.id")
         if key in _TEXT_FIELDS:
             value = clean_json(value)
-        elif clean_json(value) != value:
-            raise ValueError(f"{key} holds a lone surrogate (not valid Unicode)")
+        elif key == "session_id" and isinstance(value, str):
+            check_id(value, key)
+        else:
+            _encodable(value, key)
         out[key] = value
     return out
 
@@ -238,9 +255,9 @@ def _segment(record_id: str) -> str:
     """``record_id`` as one URL path segment that reaches the server unchanged: every character but
     ASCII letters, digits, ``-``, ``_`` and ``~`` percent-encoded (UTF-8), ``.`` too, so that
     ``"."`` and ``".."`` (``%2E``, ``%2E%2E``) are never read as dot segments and removed. Raises
-    ValueError for an empty or blank id (as the service does)."""
-    if not isinstance(record_id, str) or not record_id.strip():
-        raise ValueError(f"record_id must be a non-empty string, got {record_id!r}")
+    ValueError for an empty or blank id (as the service does), and for one holding NUL or a lone
+    surrogate, which no stored id holds (:func:`~memfrontier.core.text.check_id`)."""
+    check_id(record_id, "record_id")
     from urllib.parse import quote
 
     return quote(clean_text(record_id), safe="").replace(".", "%2E")

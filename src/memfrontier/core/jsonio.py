@@ -7,6 +7,8 @@ import math
 import os
 from pathlib import Path
 
+from .files import FILE_MODE
+
 
 def json_safe(obj):
     """Strict-JSON copy: NaN -> None, +/-inf -> "inf"/"-inf" (a free system's QPC is inf)."""
@@ -24,9 +26,13 @@ def json_safe(obj):
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to a temp file and rename it over ``path`` (readers never see a torn file)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, "utf-8")
+    """Write ``text`` (UTF-8) to a temp file and rename it over ``path`` (readers never see a torn
+    file). The file is 0600 whatever the umask (:mod:`memfrontier.core.files`)."""
+    tmp = Path(path).with_suffix(Path(path).suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)  # a temp file left by a crash keeps its old mode otherwise
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     os.replace(tmp, path)
 
 

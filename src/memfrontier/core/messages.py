@@ -18,7 +18,8 @@ read later (MemPilot shows the image to a model). Messages from the network (the
 are first checked by :func:`check_network_images`: there, only ``http(s):`` and ``data:`` URLs
 are accepted, so a caller never makes the server read its own files.
 Timestamps are validated and normalised to aware UTC (:func:`~memfrontier.core.timeutil.canonical_timestamp`);
-text is made valid Unicode (:func:`~memfrontier.core.text.clean_text`).
+text is made valid Unicode (:func:`~memfrontier.core.text.clean_text`); ids are checked, never
+altered (:func:`~memfrontier.core.text.check_id`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import hashlib
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from .text import clean_text
+from .text import check_id, clean_text, require_non_blank
 from .timeutil import canonical_timestamp
 from .types import ImageRef, Record, Scope, record_id
 
@@ -136,8 +137,11 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
     (:func:`~memfrontier.core.types.record_id`), all validated before the first is returned.
 
     ``timestamp`` is the default for messages without their own. Raises ValueError naming the
-    message (``message 2``) and field for malformed input or an unreadable timestamp.
+    message (``message 2``) and field for malformed input, an unreadable timestamp, an empty or
+    blank ``timestamp``, ``role``, ``id`` or ``session_id`` (absent is None or a missing key), and an
+    ``id`` or ``session_id`` holding NUL or a lone surrogate (:func:`~memfrontier.core.text.check_id`).
     """
+    check_id(session_id, "session_id")
     default_ts = canonical_timestamp(timestamp, what="timestamp")
     out: list[Record] = []
     for i, m in enumerate(as_message_list(messages)):
@@ -152,7 +156,7 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
         if "content" not in m:
             raise ValueError(f"{where} has no 'content'")
         text, images = content_to_text(m["content"], f"{where}.content")
-        role = _field_text(m.get("role", "user"), f"{where}.role")
+        role = require_non_blank(_field_text(m.get("role", "user"), f"{where}.role"), f"{where}.role")
         speaker_raw = m.get("speaker") or m.get("name") or role
         speaker = _field_text(speaker_raw, f"{where}.speaker")
         ts = (
@@ -162,9 +166,7 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
         )
         rid = m.get("id")
         if rid is not None:
-            rid = _field_text(rid, f"{where}.id")
-            if not rid.strip():
-                raise ValueError(f"{where}.id is empty")
+            rid = clean_text(check_id(rid, f"{where}.id"))  # refused, not altered; then NFC as stored text
         rid = rid or record_id(scope, session_id, i, speaker, text, ts)
         out.append(
             Record(

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import open_private, private_dir
 from .types import Scope
 
 #: The file of a view folder listing, one per line, the purgers its files need (:func:`require_view_purger`).
@@ -83,8 +84,8 @@ def require_view_purger(folder: str | Path, view: str) -> None:
     folder = Path(folder)
     if view in required_purgers(folder):
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / REQUIRED_FILE, "a", encoding="utf-8") as f:
+    private_dir(folder)
+    with open_private(folder / REQUIRED_FILE, "a", encoding="utf-8") as f:
         f.write(view + "\n")
 
 

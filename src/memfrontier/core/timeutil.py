@@ -167,15 +167,20 @@ def format_instant(dt: datetime) -> str:
 
 
 def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
-    """Validate and normalise a timestamp for storage: None/"" stay None, anything readable by
-    :func:`parse_instant` becomes ``YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00``.
+    """Validate and normalise a timestamp for storage: None stays None (no timestamp), anything
+    readable by :func:`parse_instant` becomes ``YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00``.
 
-    Raises ValueError naming ``what`` and the value for text that is not a complete absolute
-    date (``"N/A"``, ``"2023-13-45"``, ``"Tuesday"``) and for non-text values (an int is not
-    read as epoch seconds: pass a datetime).
+    Raises ValueError naming ``what`` and the value for an empty or blank string (no timestamp is
+    None, not ``""``), for text that is not a complete absolute date (``"N/A"``, ``"2023-13-45"``,
+    ``"2023/13/01"``, ``"Tuesday"``) and for non-text values (an int is not read as epoch seconds:
+    pass a datetime).
     """
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if value is None:
         return None
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(
+            f"{what} is {'empty' if not value else 'blank'} ({value!r}): give a date or leave it out (None)"
+        )
     if isinstance(value, str) and _CANONICAL_RE.fullmatch(value):  # canonical layout (a store row, say)
         try:
             datetime.fromisoformat(value)  # a real date, not 2023-13-45

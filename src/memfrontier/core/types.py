@@ -14,7 +14,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
-from .text import clean_text
+from .text import check_id, clean_text, require_non_blank
 from .timeutil import canonical_timestamp
 
 RecordKind = Literal["turn", "paragraph", "step"]
@@ -39,7 +39,8 @@ class Scope(BaseModel):
 
     An id is ``None`` (absent) or a non-empty string: ``""`` is rejected with a ``ValueError``
     (it would otherwise be a second spelling of "absent", and an empty scope on a search matches
-    every tenant). Any other string is allowed, separators included.
+    every tenant), and so is an id holding NUL (U+0000) or a lone surrogate
+    (:func:`~memfrontier.core.text.check_id`). Any other string is allowed, separators included.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -52,7 +53,7 @@ class Scope(BaseModel):
     def _non_empty(cls, v, info):
         if v is not None and v == "":
             raise ValueError(f"{info.field_name} must be a non-empty string or None (absent), got ''")
-        return v
+        return v if v is None else check_id(v, info.field_name, blank_ok=True)
 
     def key(self) -> str:
         """The scope's canonical encoding: the JSON array ``[user_id, agent_id, run_id]``
@@ -92,8 +93,11 @@ class Record(BaseModel):
     :func:`record_id` derives one from content for ad-hoc messages, so re-adding the same
     record is a no-op. ``timestamp`` (session time for chat turns) is stored in the canonical
     aware-UTC form of :func:`memfrontier.core.timeutil.canonical_timestamp` (naive = UTC); a value
-    that is not a complete date raises ValueError. Lone surrogates in the text fields become
-    U+FFFD (:func:`memfrontier.core.text.clean_text`).
+    that is not a complete date raises ValueError, and so does an empty or blank one (no timestamp
+    is None). ``id`` and ``session_id`` are identifiers: an empty or blank one, or one holding NUL
+    (U+0000) or a lone surrogate, raises ValueError (:func:`memfrontier.core.text.check_id`).
+    In the text fields NUL and lone surrogates become U+FFFD (:func:`memfrontier.core.text.clean_text`);
+    ``role`` may not be empty or blank.
     """
 
     id: str
@@ -116,10 +120,16 @@ class Record(BaseModel):
     def _canonical_timestamp(cls, v):
         return canonical_timestamp(v)
 
+    @field_validator("id", "session_id")
+    @classmethod
+    def _identifier(cls, v, info):
+        return check_id(v, info.field_name)
+
     @field_validator("text", "speaker", "role", "action", "observation")
     @classmethod
-    def _valid_unicode(cls, v):
-        return v if v is None else clean_text(v)
+    def _valid_unicode(cls, v, info):
+        v = v if v is None else clean_text(v)
+        return require_non_blank(v, "role") if info.field_name == "role" else v
 
     def render(self) -> str:
         """The text a retriever and a reader see: speaker, text, image captions (LoCoMo style)."""

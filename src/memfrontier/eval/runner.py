@@ -16,7 +16,8 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from ..core.jsonio import jsonl_lines, write_json_atomic
+from ..core.files import open_private, private_dir
+from ..core.jsonio import jsonl_lines, write_json_atomic, write_text_atomic
 from ..core.types import Conversation, Question
 from . import datasets
 from .config import EvalConfig
@@ -64,9 +65,7 @@ def _read_done(path: Path) -> dict[str, dict]:
             continue
         done[row["id"]] = row
         good_lines.append(line)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(line + "\n" for line in good_lines), "utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in good_lines))
     return done
 
 
@@ -160,7 +159,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
             )
 
     convs, questions = check_run(cfg)  # a bad data file or model spec leaves nothing behind
-    out.mkdir(parents=True, exist_ok=True)
+    private_dir(out)
     data_file = cfg.data_file or datasets.dataset_path(cfg.dataset, cfg.data_root)
 
     if cfg.ray is not None and open_memory is not None:
@@ -201,7 +200,7 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
         rows_done = executor.answer(pending)
         async with contextlib.aclosing(rows_done):  # an early exit stops the unfinished questions first
-            with pred_path.open("a", encoding="utf-8") as f:
+            with open_private(pred_path, "a", encoding="utf-8") as f:
                 async for row in rows_done:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     f.flush()

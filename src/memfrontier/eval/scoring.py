@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..core.jsonio import read_jsonl_objects, write_json_atomic
+from ..core.files import private_dir
+from ..core.jsonio import read_jsonl_objects, write_json_atomic, write_text_atomic
 from ..core.provenance import provenance, sha256_file
 from .metrics import exact_match, locomo_f1, summarize, token_f1
 
@@ -68,8 +69,8 @@ def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
     if not rows:
         raise ScoreInputError(f"{path}: no predictions to score")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scored.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    private_dir(out)
+    write_text_atomic(out / "scored.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     summary = {
         "config": {"dataset": dataset, "split": "", "strategy": f"external:{path.name}"},
         "questions": len(rows),

@@ -25,7 +25,7 @@ CHOICE_KEYS = ("tiers", "tiers_used", "route")
 
 
 def undated_sessions(convs: list[Conversation]) -> list[str]:
-    """The sessions of ``convs`` whose turns have no timestamp (a date missing or not parseable in the
+    """The sessions of ``convs`` whose turns have no timestamp (no date given for them in the
     data file), in order, when some other session has one (a dataset without dates, as HotpotQA, has
     none to miss): temporal questions about them cannot be dated."""
     dated, undated = set(), {}  # a dict keeps the sessions' order

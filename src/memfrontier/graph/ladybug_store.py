@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.extras import require_extra
+from ..core.files import private_dir, private_file
 from .backend import GraphData, GraphError, GraphQueryError, QueryRows
 from .guard import check_read_only
 from .schema import EDGES, NODE_PROPERTIES, ladybug_ddl
@@ -74,7 +75,8 @@ class LadybugGraph:
 
         if self.read_only and not self.exists():
             raise GraphError(f"no graph index at {self.path}")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.read_only:  # 0700 folders, a 0600 database file (its transient .wal stays inside the folder)
+            private_file(private_dir(self.directory) / DB_FILE)
         try:
             self._db = ladybug.Database(
                 str(self.path),

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.files import private_dir
 from ..store.embedded_pg import EmbeddedPostgres
 from ..store.postgres import is_postgres_url, redact_url
 from ..store.sqlite_schema import DB_NAME
@@ -67,7 +68,7 @@ def service_data(data_dir: str | Path, store: str | None = None) -> Iterator[Ser
             f"{data_dir} holds a SQLite store ({legacy}) but no embedded PostgreSQL database; "
             f"serve that store with --store {legacy} (its keys stay in {data_dir / 'keys.db'})"
         )
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     with EmbeddedPostgres(data_dir / "pg") as pg:
         views = data_dir / "views"
         yield ServiceData(

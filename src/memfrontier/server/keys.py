@@ -46,6 +46,7 @@ from pydantic import BaseModel
 
 from ..core.errors import StoreError
 from ..core.extras import require_extra
+from ..core.files import private_dir, private_file
 from ..core.ledger import USAGE_FIELDS, Usage
 from ..store.postgres import is_postgres_url, redact_url
 from ..store.postgres_schema import apply_migrations, schema_version
@@ -209,7 +210,7 @@ class SQLiteKeyStore(KeyStore):
         super().__init__()
         self.path = Path(path)
         self.location = str(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(private_dir(self.path.parent) / self.path.name)  # 0700 folder, 0600 keys.db (and -wal/-shm)
         self.slot_dir = self.path.with_name(self.path.name + ".slots")
         self._busy_ms = int(busy_timeout_s * 1000)
         self._local = threading.local()

@@ -202,7 +202,9 @@ class IndexQueryArgs(ScopeArgs):
 class AskArgs(ScopeArgs):
     question: Annotated[str, Field(min_length=1, max_length=2000)]
     strategy: AskStrategy = "rag"
-    max_usd: Annotated[float | None, Field(gt=0, description="Hard USD cap of this question.")] = None
+    max_usd: Annotated[
+        float | None, Field(gt=0, allow_inf_nan=False, description="Hard USD cap of this question (finite).")
+    ] = None
     options: Annotated[
         dict[str, Any] | None,
         Field(description='Options of the strategy\'s config (see `memfrontier config STRATEGY`), e.g. {"k": 3}.'),

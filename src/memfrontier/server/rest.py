@@ -50,6 +50,7 @@ except ModuleNotFoundError as e:
 from ..api import Answer, AsyncMemory, BuildReport
 from ..core.errors import EmptyScopeError, RecordConflictError, StoreError
 from ..core.fallbacks import FallbackError
+from ..core.files import private_dir
 from ..core.ledger import BudgetExceededError, Usage
 from ..core.messages import check_network_images
 from ..core.pricebook import UnpricedModelError
@@ -556,7 +557,7 @@ def serve(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
     import uvicorn
 
     if not is_postgres_url(settings.keys):
-        Path(settings.keys).parent.mkdir(parents=True, exist_ok=True)
+        private_dir(Path(settings.keys).parent)
     os.environ[SETTINGS_ENV] = settings.model_dump_json()
     if workers == 1:
         uvicorn.run(create_app(settings), host=host, port=port)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.files import private_dir
 from .tenants import check_tenant
 
 
@@ -133,7 +134,7 @@ class SlotFiles:
 
     def take(self, tenant: str, index: int) -> int | None:
         """Lock slot ``index`` of ``tenant``: the locked descriptor, or None when another holds it."""
-        self.folder.mkdir(exist_ok=True)
+        private_dir(self.folder)
         path = self.folder / f"{tenant}.{index}"
         while True:
             fd = lock_file(path, create=True)

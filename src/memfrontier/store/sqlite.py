@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import StoreError
+from ..core.files import private_dir, private_file
 from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
@@ -66,8 +67,7 @@ from .records import (
     add_result,
     encode,
     encode_chunks,
-    private_dir,
-    private_file,
+    lookup_ids,
     purge_intent,
     record_row,
     row_to_record,
@@ -575,7 +575,7 @@ class SQLiteStore(StoreSeam):
         """Records of ``scope`` by id, in the order asked; unknown ids are left out. Ids are unique
         per scope: an id held by several exact scopes inside ``scope`` gives each of them
         (insertion order). ``Scope()`` looks in every scope (internal callers only)."""
-        ids = list(record_ids)
+        ids = lookup_ids(list(record_ids))  # ValueError for an id no record can hold (NUL...)
         where, params = self._scope_where(scope)
         found: dict[str, list[Record]] = {}
         with self._read_tx() as c:

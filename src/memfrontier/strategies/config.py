@@ -58,9 +58,10 @@ class StrategyConfigError(ValueError):
 
 
 class StrategyConfig(BaseModel):
-    """Options of one strategy. Subclasses set :attr:`strategy` (the registry name)."""
+    """Options of one strategy. Subclasses set :attr:`strategy` (the registry name). A number option
+    is finite: NaN or infinity (which JSON bodies may spell ``NaN`` / ``Infinity``) is refused by name."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     strategy: ClassVar[str] = ""
 

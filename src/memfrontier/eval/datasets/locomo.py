@@ -79,6 +79,19 @@ def parse_locomo_datetime(text: str) -> str | None:
     return dt.replace(tzinfo=None, microsecond=0).isoformat() if dt else None
 
 
+def _session_time(raw, where: str) -> str | None:
+    """A session's ``_date_time`` value -> its time (:func:`parse_locomo_datetime`); None when the
+    file gives none (key missing, null or empty: the session is undated and named in the run's
+    summary). Raises ValueError naming ``where`` and the value for one that is not a complete date
+    (``"2023/13/01"``, ``"(Mon) 17:50"``): it is never completed from today, nor dropped silently."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    ts = parse_locomo_datetime(raw) if isinstance(raw, str) else None
+    if ts is None:
+        raise ValueError(f"{where} {raw!r} is not a complete date (expected e.g. '1:56 pm on 8 May, 2023')")
+    return ts
+
+
 def _parse_evidence(raw: list, turn_ids: set[str]) -> tuple[list[str], list[str]]:
     """Split evidence strings into dia ids; return (resolved dia ids in order, unresolved tokens).
     A single string (``"D1:3"`` where the format has ``["D1:3"]``) is one item, not its characters."""
@@ -108,7 +121,7 @@ def _convert_sample(sample: dict) -> Conversation:
     session_dates: dict[str, str | None] = {}
     for n, key in sessions:
         raw_date = conv.get(f"{key}_date_time")
-        ts = parse_locomo_datetime(raw_date) if isinstance(raw_date, str) else None
+        ts = _session_time(raw_date, f"{sid}: {key}_date_time")
         session_id = f"{sid}:session_{n}"
         session_dates[session_id] = ts
         for idx, turn in enumerate(conv[key]):

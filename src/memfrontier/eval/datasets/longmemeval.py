@@ -50,6 +50,18 @@ def parse_lme_datetime(text: str | None) -> str | None:
     return dt.replace(tzinfo=None, microsecond=0).isoformat() if dt else None
 
 
+def _date(raw, where: str) -> str | None:
+    """A date of the file -> its time (:func:`parse_lme_datetime`); None when absent (null, missing or
+    empty). Raises ValueError naming ``where`` and the value for one that is not a complete date
+    (``"2023/13/01 (Mon) 10:00"``, ``"(Mon) 17:50"``): never completed from today, nor dropped silently."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    ts = parse_lme_datetime(raw) if isinstance(raw, str) else None
+    if ts is None:
+        raise ValueError(f"{where} {raw!r} is not a complete date (expected e.g. '2023/05/23 (Tue) 19:11')")
+    return ts
+
+
 def _convert(item: dict) -> Conversation:
     qid = str(item["question_id"])
     scope = Scope(user_id=qid)
@@ -71,7 +83,7 @@ def _convert(item: dict) -> Conversation:
             session_id = f"{session_id}#{si}"
         seen.add(session_id)
         session_ids.append(session_id)
-        ts = parse_lme_datetime(raw_date)
+        ts = _date(raw_date, f"question {qid}: haystack_dates[{si}]")
         for ti, turn in enumerate(turns, start=1):
             role = str(turn["role"])
             rid = f"{session_id}:{ti}"
@@ -105,7 +117,7 @@ def _convert(item: dict) -> Conversation:
         answer=item["answer"],  # validator casts int -> str
         category=str(item["question_type"]),
         evidence_ids=evidence,
-        question_date=parse_lme_datetime(item.get("question_date")),
+        question_date=_date(item.get("question_date"), f"question {qid}: question_date"),
         abstention=qid.endswith("_abs"),
         meta={
             "question_date_raw": item.get("question_date"),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...core.files import private_dir
 from ...core.jsonio import write_json_atomic
 from ...core.ledger import current_ledger, sum_usage_records
 from ...core.timeutil import instant_key
@@ -214,7 +215,7 @@ class GraphIndexer:
                 "usage": span.record_json() if span is not None else None,
             }
             if state is not None and not w.is_step:
-                state.mkdir(parents=True, exist_ok=True)
+                private_dir(state)
                 write_json_atomic(state / NOTES_FILE, cache)
 
         if progress is not None:
@@ -232,7 +233,7 @@ class GraphIndexer:
         await asyncio.to_thread(backend.replace, data)
         report.counts = data.counts()
         if state is not None:
-            state.mkdir(parents=True, exist_ok=True)
+            private_dir(state)
             live = {w.key(self.llm.model_id) for w in windows}
             write_json_atomic(state / NOTES_FILE, {k: v for k, v in cache.items() if k in live})
             write_json_atomic(state / META_FILE, {**meta, "counts": report.counts, "windows": len(windows)})

@@ -22,6 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ...core.files import open_private, private_dir
+
 CACHE_FORMAT = "memfrontier.budgetmem.module_cache"
 CACHE_VERSION = 1
 
@@ -88,10 +90,11 @@ class ModuleCache:
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("this module cache has no path; pass one to save()")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(target.parent)
         with self._lock:
             payload = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": dict(self._entries)}
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+        with open_private(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(payload, ensure_ascii=False))
         os.replace(tmp, target)
         return target
