@@ -34,7 +34,10 @@ def test_keys_are_injective_and_empty_ids_are_rejected():
     assert FIRST.key() != SECOND.key()
     assert FIRST.key() == '["x|y",null,null]' and SECOND.key() == '["x","y|",null]'
     assert Scope(user_id="a", agent_id="b").key() != Scope(user_id="a", run_id="b").key()
-    assert json.loads(Scope(user_id='q"]', run_id="\ud83d").key()) == ['q"]', None, "\ud83d"]  # escaped, ASCII
+    key = Scope(user_id='q"]', run_id="\U0001f436").key()
+    assert key.isascii() and json.loads(key) == ['q"]', None, "\U0001f436"]  # escaped, ASCII
+    with pytest.raises(ValueError, match="run_id holds a lone surrogate"):  # no store could keep it
+        Scope(run_id="\ud83d")
     for field in ("user_id", "agent_id", "run_id"):
         with pytest.raises(ValueError, match=f"{field} must be a non-empty string"):
             Scope(**{field: ""})

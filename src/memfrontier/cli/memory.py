@@ -127,11 +127,13 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
             _fail(f"{file}:{n}: each line must be a JSON object with a string 'content'; nothing was written")
         if not m["content"].strip():
             _fail(f"{file}:{n}: 'content' is empty or whitespace; nothing was written")
-        try:  # the same checks as Memory.add (field types, timestamp...), here so no session is written first
-            messages_to_records([m], scope=Scope(), session_id="-", timestamp=None)
+        sid = m.pop("session_id", None)  # absent: None or no key
+        sid = default_session if sid is None else sid if isinstance(sid, str) else str(sid)
+        try:  # the same checks as Memory.add (field types, timestamp, session id...), so no session is written first
+            messages_to_records([m], scope=Scope(), session_id=sid, timestamp=None)
         except ValueError as e:  # "message 0.timestamp ..." names the one message checked: the line says which
             _fail(f"{file}:{n}: {str(e).removeprefix('message 0.')}; nothing was written")
-        by_session.setdefault(str(m.pop("session_id", default_session)), []).append(m)
+        by_session.setdefault(sid, []).append(m)
     return by_session
 
 

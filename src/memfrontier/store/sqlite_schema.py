@@ -153,7 +153,10 @@ def _v1_position(
 def _v1_timestamp(raw: str | None, meta_json: str) -> tuple[str | None, str]:
     """A version-1 timestamp in the canonical form, and the record's meta JSON. Version 1 stored
     the caller's spelling; one that is no complete date becomes None, the original kept in the
-    meta under ``timestamp_v1`` (a new store refuses such a value)."""
+    meta under ``timestamp_v1`` (a new store refuses such a value); an empty one (version 1 took
+    ``""`` for no timestamp) becomes None."""
+    if raw is None or not raw.strip():
+        return None, meta_json
     try:
         return canonical_timestamp(raw), meta_json
     except ValueError:
