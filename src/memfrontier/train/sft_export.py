@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.files import private_dir
 from ..core.jsonio import write_text_atomic
 from ..store.bank import MemoryBank, Trace
 from ..strategies.memorycpt.construction.ops import (
@@ -101,8 +102,7 @@ def export_sft(banks: list[Path], out: Path, embedder, *, include_rejected: bool
                     per_role.setdefault(t.role, []).append(json.dumps(trace_to_sharegpt(kept), ensure_ascii=False))
         finally:
             bank.close()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_dir(out)  # 0700: the traces hold the memories' text
     for role, lines in per_role.items():
         write_text_atomic(out / f"{role}.jsonl", "".join(line + "\n" for line in lines))
     return {role: len(lines) for role, lines in per_role.items()}
