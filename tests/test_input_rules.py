@@ -33,6 +33,14 @@ def minilm():
     return MiniLMEmbedder(num_threads=1)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _views_home(tmp_path_factory):
+    """The MCP service keeps a PostgreSQL store's view files under ``$MEMFRONTIER_HOME``: a temp folder here."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMFRONTIER_HOME", str(tmp_path_factory.mktemp("home")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def pg_url(pg_server):
     """A fresh database of the embedded PostgreSQL server, for this module."""
