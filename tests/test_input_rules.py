@@ -1,8 +1,8 @@
-"""The input rules (docs/python.md, "What goes in") hold the same on every path and both stores:
-NUL (U+0000) becomes U+FFFD in free text and is refused in an identifier; an empty or blank
-timestamp, role, id, session id or query is a ValueError (REST / MCP: 422 / an error result) naming
-the field; NaN and infinity are refused in budgets, preferences and strategy options; a written
-date that is not a complete date is an error, never a guess; files at rest are private."""
+"""The input rules (docs/python.md, "Input rules" and "Files at rest") hold the same on every
+path and both stores: NUL (U+0000) becomes U+FFFD in free text and is refused in an identifier; an
+empty or blank timestamp, role, id, session id or query is a ValueError (REST / MCP: 422 / an error
+result) naming the field; NaN and infinity are refused in budgets, preferences and strategy options;
+a written date that is not a complete date is an error, never a guess; files at rest are private."""
 
 from __future__ import annotations
 
