@@ -36,6 +36,20 @@ Prints three tables of counts, in one run:
     grep of every file under the store directory (PostgreSQL: the view files) for her secret,
     plus for PostgreSQL the columns of the database holding it.
 
+(k) connection kill under load (PostgreSQL; ``--scenario conn-kill`` runs only this table, the
+    default ``all`` runs it after (c)): ``--load-threads`` threads share one ``Memory`` and each, in
+    a loop, adds one message (a fresh client id, acknowledged once ``add`` returned) and searches,
+    while the store's sessions are ended: ``pg_terminate_backend`` of every client session of the
+    store's database (``--kills`` times, 2 s apart), then real restarts of the embedded server
+    (``pg_ctl stop -m fast``: every session ends, transactions in flight roll back), down for each
+    of ``--down`` seconds (default 0, 3 and 15: the last outlasts the store's 10 s wait for a
+    connection); a first row runs the load alone. Per event: calls, calls that raised (and their
+    kinds), those among them started after the retry window (must be 0; the window runs from the
+    kill until the server accepts connections again plus 1 s, the pool's reconnect interval), the
+    slowest call, the time from the server's return to the first call answered, how long the
+    event took (a restart: from the stop until the server accepts connections again),
+    acknowledged adds and those missing afterwards (must be 0).
+
 (u) ``--upgrade`` (SQLite; the PostgreSQL store has no earlier schema to migrate from): a store is
     written as the earlier release wrote it (schema 1: one global ``UNIQUE(id)``, scope keys joined
     with ``|``, content ids hashed on that key, timestamps in the caller's spelling), ``--messages``
@@ -48,6 +62,8 @@ Usage::
     .venv/bin/python benchmarks/bench_reliability.py [--store sqlite|postgres] [--trials 3]
         [--messages 120] [--threads 10] [--thread-adds 50] [--processes 3] [--adds 20] [--seed 0]
     .venv/bin/python benchmarks/bench_reliability.py --upgrade [--messages 120]
+    .venv/bin/python benchmarks/bench_reliability.py --store postgres --scenario conn-kill
+        [--load-threads 4] [--kills 3] [--down 0,3,15]
 
 No model call is made (bank items come from the offline compressor, graph notes are written
 directly); MiniLM is loaded in every process. Only CPU is used.
@@ -620,6 +636,134 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
     return rows, grep
 
 
+# -- (k) connection kill under load -----------------------------------------------------------------
+
+#: After the server accepts connections again, the pool's next attempt comes within about 1 s.
+RECONNECT_S = 1.0
+
+
+def terminate_sessions(dsn: str) -> int:
+    """``pg_terminate_backend`` every other client session of ``dsn``'s database (an administrator's
+    kill); returns how many, once they have exited."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        pids = [
+            p
+            for (p,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+        ]
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.time() + 10
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
+            if time.time() > deadline:
+                break
+            time.sleep(0.02)
+    return len(pids)
+
+
+def stored_ids(dsn: str, user: str, ids: list[str]) -> set[str]:
+    """Which of ``ids`` the database holds for ``user`` (read on a connection of its own, not the
+    store's)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT id FROM records WHERE user_id = %s AND id = ANY(%s)", (user, ids)).fetchall()
+    return {r[0] for r in rows}
+
+
+class LoadThreads:
+    """``threads`` threads sharing one ``Memory``: each adds one message (id ``<tag>-<w>-<i>``,
+    acknowledged once ``add`` returned) and then searches, until stopped; every call's start, end
+    and error kind are kept."""
+
+    def __init__(self, m, threads: int, tag: str):
+        self.m, self.tag = m, tag
+        self.calls: list[tuple[float, float, str | None]] = []
+        self.acked: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(w,)) for w in range(threads)]
+
+    def _call(self, fn) -> bool:
+        t0, err = time.monotonic(), None
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - counted
+            err = type(e).__name__
+        self.calls.append((t0, time.monotonic(), err))
+        return err is None
+
+    def _run(self, w: int) -> None:
+        i = 0
+        while not self._stop.is_set():
+            rid = f"{self.tag}-{w}-{i}"
+            msg = {"id": rid, "content": f"Load line {rid}: the parcel for order {i} left the depot."}
+            if self._call(lambda: self.m.add([msg], user_id="load", session_id=f"{self.tag}-{w}-{i // 10}")):
+                self.acked.append(rid)
+            self._call(lambda: self.m.search("parcel depot", user_id="load", k=5))
+            i += 1
+
+    def __enter__(self) -> "LoadThreads":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def connection_kills(stores: Stores, threads: int, kills: int, downs: list[float], settle_s: float = 2.0) -> list[dict]:
+    """(k): the events in turn, each under its own load (see the module docstring)."""
+    from memfrontier import Memory
+
+    if stores.backend != "postgres":
+        raise SystemExit("the connection-kill scenario needs --store postgres")
+    location = stores.new("connkill")
+
+    def terminations() -> None:
+        for i in range(kills):
+            if i:
+                time.sleep(2.0)
+            terminate_sessions(location)
+
+    events = [("none (the load alone)", lambda: None), (f"pg_terminate_backend x{kills}", terminations)]
+    events += [(f"restart, down {d:g} s", lambda d=d: stores._pg.restart(down_s=d)) for d in downs]
+    rows = []
+    with Memory.open(location) as m:
+        m.add(["warm-up"], user_id="load")  # the embedder loaded, the pool open
+        for n, (name, event) in enumerate(events):
+            with LoadThreads(m, threads, f"k{n}") as load:
+                time.sleep(settle_s)
+                kill = time.monotonic()
+                event()
+                back = time.monotonic()  # the server accepts connections again (terminate: it never stopped)
+                time.sleep(settle_s + RECONNECT_S)
+            window_end = back + RECONNECT_S
+            found = stored_ids(location, "load", load.acked)
+            answered = [end for t0, end, err in load.calls if err is None and end > back]
+            errors = [err for _, _, err in load.calls if err is not None]
+            rows.append(
+                {
+                    "event": name,
+                    "calls": len(load.calls),
+                    "errors": len(errors),
+                    "kinds": ",".join(sorted(set(errors))) or "-",
+                    "errors_after_window": sum(1 for t0, _, err in load.calls if err and t0 >= window_end),
+                    "slowest_call_s": round(max(end - t0 for t0, end, _ in load.calls), 2),
+                    "first_answer_after_back_s": round(min(answered) - back, 2) if answered else "-",
+                    "event_s": round(back - kill, 1),
+                    "acked_adds": len(load.acked),
+                    "lost_acked_adds": len(set(load.acked) - found),
+                }
+            )
+    return rows
+
+
 # -- report ---------------------------------------------------------------------------------------
 
 
@@ -759,6 +903,15 @@ def main() -> None:
     ap.add_argument("--adds", type=int, default=20, help="adds per process")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--scenario",
+        choices=("all", "conn-kill"),
+        default="all",
+        help="all: every table ((k) with --store postgres); conn-kill: only (k)",
+    )
+    ap.add_argument("--load-threads", type=int, default=4, help="threads calling the store in (k)")
+    ap.add_argument("--kills", type=int, default=3, help="pg_terminate_backend rounds in (k)")
+    ap.add_argument("--down", default="0,3,15", help="seconds the server stays down in each restart of (k)")
+    ap.add_argument(
         "--upgrade",
         action="store_true",
         help="only (u): a schema-1 store migrated and the same history re-added (SQLite)",
@@ -775,6 +928,18 @@ def main() -> None:
     rng = random.Random(args.seed)
     stores = Stores(args.store)
     print(f"store: {args.store}")
+    downs = [float(x) for x in args.down.split(",") if x.strip()]
+    conn_kill_title = (
+        "(k) connection kill under load: errors_after_window and lost_acked_adds must be 0 "
+        "(the store waits up to 10 s for a connection)"
+    )
+    if args.scenario == "conn-kill":
+        try:
+            table(conn_kill_title, connection_kills(stores, args.load_threads, args.kills, downs))
+        finally:
+            stores.close()
+        print(f"\ntotal wall {time.perf_counter() - t0:.0f} s")
+        return
     try:
         table("(a) kill -9 during ingest", kill_during_ingest(stores, args.trials, args.messages, rng))
         table(
@@ -792,6 +957,8 @@ def main() -> None:
         table("(c) scope probes across two users (leaks must be 0)", rows)
         if grep:
             print("still holding the deleted text:", grep)
+        if args.store == "postgres":
+            table(conn_kill_title, connection_kills(stores, args.load_threads, args.kills, downs))
     finally:
         stores.close()
     print(f"\ntotal wall {time.perf_counter() - t0:.0f} s")

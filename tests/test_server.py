@@ -888,6 +888,112 @@ def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
     mem.close()
 
 
+def _terminate_sessions(dsn: str) -> int:
+    """``pg_terminate_backend`` every other client session of ``dsn``'s database; returns how many,
+    once they have exited."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        pids = [
+            p
+            for (p,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+        ]
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.time() + 10
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
+            assert time.time() < deadline
+            time.sleep(0.02)
+    return len(pids)
+
+
+def test_service_on_postgres_answers_after_its_sessions_are_terminated(pg_database, tmp_path, minilm):
+    """As `memfrontier serve` runs (store and keys in one PostgreSQL database): an administrator
+    ends every session of the service; the next search and add answer 200 (was: 503 on every
+    request until serve restarted)."""
+    url = pg_database("svc-term")
+    mem = AsyncMemory.open(url, llm=ScriptedClient(_script, model_id=MODEL), embedder=minilm, view_dir=tmp_path / "v")
+    keys = open_key_store(url)
+    key = keys.create("acme")[1]
+    settings = ServeSettings(store=url, keys=url)
+    with running(create_app(settings, memory=mem, keys=keys)) as base, _raw({"url": base}, key) as h:
+        r = h.post("/v1/memories", json={"messages": [{"content": SECRET, "id": "m1"}], "user_id": "u"})
+        assert r.status_code == 200 and r.json()["added"] == ["m1"]
+        for i in range(3):
+            assert _terminate_sessions(url) >= 2  # the store's and the key store's
+            r = h.post("/v1/search", json={"query": "locker code", "user_id": "u", "k": 1})
+            assert r.status_code == 200, r.text
+            assert [x["chunk"]["record_ids"] for x in r.json()["hits"]] == [["m1"]]
+            assert _terminate_sessions(url) >= 2
+            note = {"messages": [{"content": f"Note {i}.", "id": f"n{i}"}], "user_id": "u", "session_id": f"s{i}"}
+            r = h.post("/v1/memories", json=note)
+            assert r.status_code == 200 and r.json()["added"] == [f"n{i}"], r.text
+        assert h.get("/v1/records/n2", params={"user_id": "u"}).json()["text"] == "Note 2."
+    keys.close()
+    mem.close()
+
+
+@pytest.mark.slow
+def test_service_on_postgres_through_a_server_restart_under_load(restartable_pg, tmp_path, minilm):
+    """Clients add and search over HTTP while the embedded server restarts and stays down 3 s
+    (longer than the store's 1 s wait): requests in the outage get 503 with Retry-After, none
+    started once the server is back fails, and every acknowledged add is stored, once."""
+    from memfrontier.core.pricebook import PriceBook
+    from memfrontier.llm.metered import MeteredLLM
+    from memfrontier.store.postgres import PostgresStore
+
+    url = restartable_pg.url
+    store = PostgresStore(url, minilm, directory=tmp_path / "v", connect_timeout_s=1)
+    llm = MeteredLLM(ScriptedClient(_script, model_id=MODEL), PriceBook.load(None))
+    mem = AsyncMemory(store, llm, llm)
+    keys = open_key_store(url)
+    key = keys.create("acme")[1]
+    settings = ServeSettings(store=url, keys=url, max_in_flight=16)
+    calls: list[tuple[float, int, str, str | None]] = []  # (start, status, error kind, Retry-After)
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def client(w: int) -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as h:
+            i = 0
+            while not stop.is_set():
+                t0 = time.monotonic()
+                if i % 2 == 0:
+                    rid = f"w{w}-{i}"
+                    note = {"messages": [{"content": f"Tram note {rid}.", "id": rid}], "user_id": "u"}
+                    r = h.post("/v1/memories", json=note)
+                    if r.status_code == 200:
+                        acked.append(rid)
+                else:
+                    r = h.post("/v1/search", json={"query": "tram note", "user_id": "u", "k": 3})
+                kind = r.json().get("error") if r.status_code != 200 else None
+                calls.append((t0, r.status_code, kind, r.headers.get("retry-after")))
+                i += 1
+
+    with running(create_app(settings, memory=mem, keys=keys)) as base:
+        threads = [threading.Thread(target=client, args=(w,)) for w in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        restartable_pg.restart(down_s=3)
+        back = time.monotonic()
+        time.sleep(3)
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert [c for c in calls if c[0] >= back + 1.5 and c[1] != 200] == []  # was: 503 until serve restarted
+    assert sum(1 for c in calls if c[0] >= back + 1.5) > 0
+    failed = {(status, kind, retry) for _, status, kind, retry in calls if status != 200}
+    assert failed == {(503, "store_unavailable", "1")}, "a 3 s outage outlasts the store's 1 s wait"
+    stored = [r.id for r in store.records(Scope(user_id="acme/u"))]
+    assert set(acked) <= set(stored) and len(stored) == len(set(stored))
+    keys.close()
+    mem.close()
+
+
 @pytest.mark.slow
 def test_ask_through_the_service_with_the_embedded_model(tmp_path):
     from memfrontier.llm.embedded import EmbeddedLLM

@@ -12,6 +12,14 @@ class StoreError(RuntimeError):
     """The store cannot be opened or written (corrupt files, locked beyond the timeout...)."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store's database cannot be reached now: its server is restarting or down, or the
+    connection dropped and no new one came within the store's wait. Nothing is wrong with the
+    data: the call may be made again later (the REST service answers 503 with ``Retry-After``).
+    When the connection dropped while a delete was committing, the message says that its outcome
+    is unknown (a delete made again then finds nothing to delete)."""
+
+
 class RecordConflictError(ValueError):
     """A record id already stored in the same scope (or repeated in one batch) with other content.
     Ids are unique per scope; a stored record is never overwritten nor skipped silently."""

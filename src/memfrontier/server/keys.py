@@ -23,7 +23,9 @@ The PostgreSQL key store survives a dropped connection (a restarted server, an a
 ``pg_terminate_backend``): a statement or transaction that finds its session dead reconnects
 once and runs again, and the slots the dead session held (its advisory locks died with it) are
 dropped from this object's held slots; a transaction already under way when the session dies is
-not replayed (its error is reported; the next call reconnects).
+not replayed (its error is reported; the next call reconnects). A dropped session that cannot be
+replaced (the server down or restarting) raises :class:`~memfrontier.core.errors.StoreUnavailableError`
+(the REST service's 503 with ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..core.errors import StoreError
+from ..core.errors import StoreError, StoreUnavailableError
 from ..core.extras import require_extra
 from ..core.files import private_dir, private_file
 from ..core.ledger import USAGE_FIELDS, Usage
@@ -328,7 +330,7 @@ class PostgresKeyStore(KeyStore):
         try:
             conn = self._psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
         except self._psycopg.Error as e:
-            raise StoreError(f"cannot connect to key database {self.location}: {e}") from e
+            raise StoreUnavailableError(f"cannot connect to key database {self.location}: {e}") from e
         try:
             conn.execute(f"SET search_path TO {PG_SCHEMA}")
         except self._psycopg.Error as e:
@@ -336,6 +338,12 @@ class PostgresKeyStore(KeyStore):
             raise StoreError(f"key database {self.location}: {e}") from e
         self._session += 1
         return conn
+
+    def _failed(self, e: Exception) -> StoreError:
+        """The error of a call that psycopg's ``e`` ended: :class:`StoreUnavailableError` when the
+        session died with it."""
+        kind = StoreUnavailableError if self._dead(e) else StoreError
+        return kind(f"key database {self.location}: {e}")
 
     def _dead(self, e: Exception) -> bool:
         """Whether ``e`` ended the session (not a statement error): a connection-class error
@@ -386,7 +394,7 @@ class PostgresKeyStore(KeyStore):
 
                     yield self._retrying(begin)
             except self._psycopg.Error as e:
-                raise StoreError(f"key database {self.location}: {e}") from e
+                raise self._failed(e) from e
 
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._lock:
@@ -395,7 +403,7 @@ class PostgresKeyStore(KeyStore):
             try:
                 return self._retrying(lambda conn: conn.execute(sql, params).fetchall())
             except self._psycopg.Error as e:
-                raise StoreError(f"key database {self.location}: {e}") from e
+                raise self._failed(e) from e
 
     def _tenant_id(self, tenant: str) -> int:
         tid = self._tenant_ids.get(tenant)

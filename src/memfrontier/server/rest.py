@@ -48,7 +48,7 @@ except ModuleNotFoundError as e:
     raise MissingExtraError("memfrontier serve", "serve", [e.name or "fastapi"]) from e
 
 from ..api import Answer, AsyncMemory, BuildReport
-from ..core.errors import EmptyScopeError, RecordConflictError, StoreError
+from ..core.errors import EmptyScopeError, RecordConflictError, StoreError, StoreUnavailableError
 from ..core.fallbacks import FallbackError
 from ..core.files import private_dir
 from ..core.ledger import BudgetExceededError, Usage
@@ -382,6 +382,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
             413: {"model": ErrorBody},
             422: {"model": ErrorBody},
             429: {"model": ErrorBody},
+            503: {"model": ErrorBody},
         },
     )
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -406,6 +407,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         (BudgetExceededError, lambda e: _error(422, "budget", str(e))),
         (UnpricedModelError, lambda e: _error(500, "unpriced_model", str(e.args[0] if e.args else e))),
         (LLMError, lambda e: _error(502, "model_error", str(e))),
+        (StoreUnavailableError, lambda e: _error(503, "store_unavailable", str(e), {"Retry-After": "1"})),
         (StoreError, lambda e: _error(503, "store_error", str(e))),
         (ValueError, lambda e: _error(422, "invalid", str(e))),
         (Exception, lambda e: _error(500, "internal", "internal server error")),  # no trace reaches the client

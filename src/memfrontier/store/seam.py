@@ -5,7 +5,7 @@ primitives of their own: :class:`StoreSeam`, a base class of
 What each store provides (its database, its SQL dialect):
 
 * ``path``: the local folder of the view files; ``embedder``; ``_lock`` (a ``threading.RLock``);
-  ``_conn`` (closed when opening fails);
+  ``close()`` (called when opening fails);
 * ``_read_tx()`` / ``_write_tx()``: context managers yielding an object with ``execute(sql, params)``,
   a read snapshot and a write transaction (one kind may serve both);
 * ``_PH``: the driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg), the style of
@@ -90,13 +90,13 @@ class StoreSeam:
 
     def _open_steps(self, *steps: Callable[[], object]) -> None:
         """Run the opening ``steps`` in order, then finish any purge interrupted after its commit
-        (:meth:`complete_purges`); on any error close the connection and re-raise."""
+        (:meth:`complete_purges`); on any error close the store and re-raise."""
         try:
             for step in steps:
                 step()
             self.complete_purges()  # a delete interrupted after its commit is finished here
         except BaseException:
-            self._conn.close()
+            self.close()
             raise
 
     def _meta(self, c) -> dict[str, str]:
