@@ -58,27 +58,36 @@ def test_token_counts_are_the_model_tokenizers(pair):
 
 
 def test_the_cached_graph_is_sha256_checked_and_stale_sources_are_noticed(tmp_path, pair):
+    import os
+
     torch_e, _ = pair
     model = onnx_minilm.Path(torch_e.model_path)
-    path, data = onnx_minilm.exported_model(model, lambda: _load_model(str(model), "cpu"), cache=tmp_path)
-    manifest = json.loads(path.with_name("model.onnx.json").read_text())
+    path = onnx_minilm.exported_model(model, lambda: _load_model(str(model), "cpu"), cache=tmp_path)
+    manifest_path = path.with_name("model.onnx.json")
+    manifest = json.loads(manifest_path.read_text())
+    data = path.read_bytes()
     assert manifest["parity_max_abs_diff"] < onnx_minilm.PARITY_ATOL and manifest["size_bytes"] == len(data)
     weights = onnx_minilm._weights(model)
-    assert onnx_minilm._verified_bytes(path, weights) == data
-    # one byte changed: the file no longer matches its manifest, so it is not used
+    assert onnx_minilm._verified(path, weights)
+    # the same bytes with another mtime (a copy, a touch): re-hashed, accepted and stamped again
+    os.utime(path, ns=(1, 1))
+    assert onnx_minilm._verified(path, weights)
+    assert json.loads(manifest_path.read_text())["mtime_ns"] == 1
+    # one byte changed (same size): the file no longer matches its sha256, so it is not used
     raw = bytearray(data)
     raw[len(raw) // 2] ^= 0xFF
     path.write_bytes(bytes(raw))
-    assert onnx_minilm._verified_bytes(path, weights) is None
+    assert not onnx_minilm._verified(path, weights)
     # the manifest names other source weights: stale
     path.write_bytes(data)
+    manifest = json.loads(manifest_path.read_text())
     manifest["source"].update(size_bytes=1, sha256="0" * 64)
-    path.with_name("model.onnx.json").write_text(json.dumps(manifest))
-    assert onnx_minilm._verified_bytes(path, weights) is None
+    manifest_path.write_text(json.dumps(manifest))
+    assert not onnx_minilm._verified(path, weights)
     # a fresh call re-exports (no network: the packaged weights), and the encoder it feeds works
-    path2, data2 = onnx_minilm.exported_model(model, lambda: _load_model(str(model), "cpu"), cache=tmp_path)
-    assert path2 == path and onnx_minilm._verified_bytes(path, weights) == data2
-    enc = onnx_minilm.OnnxEncoder(model, data2, threads=1)
+    path2 = onnx_minilm.exported_model(model, lambda: _load_model(str(model), "cpu"), cache=tmp_path)
+    assert path2 == path and onnx_minilm._verified(path, weights)
+    enc = onnx_minilm.OnnxEncoder(model, path2, threads=1)
     assert np.abs(enc.encode(["hello there"]) - torch_e.encode(["hello there"])).max() < 1e-5
 
 

@@ -253,8 +253,8 @@ def main() -> None:
     from .onnx_minilm import exported_model
 
     path = minilm_model_path()
-    onnx, data = exported_model(path, lambda: _load_model(str(path), "cpu"))
-    print(f"{onnx} ({len(data) / 1e6:.1f} MB, verified)")
+    onnx = exported_model(path, lambda: _load_model(str(path), "cpu"))
+    print(f"{onnx} ({onnx.stat().st_size / 1e6:.1f} MB, verified)")
 
 
 if __name__ == "__main__":

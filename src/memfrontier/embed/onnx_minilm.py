@@ -9,9 +9,10 @@ ships safetensors weights only. :func:`exported_model` exports its transformer o
 ``torch.onnx.export`` into the cache directory (``$MEMFRONTIER_EMBED_CACHE`` or
 ``~/.cache/memfrontier/embed``), checks the graph against sentence-transformers on probe texts
 (max abs difference below :data:`PARITY_ATOL`, else nothing is kept and :class:`OnnxExportError`
-is raised), and records the file's sha256 and the source weights' sha256 in a manifest beside it.
-Every load re-hashes the graph bytes against the manifest (a truncated or altered file is
-re-exported); a changed source model (size/mtime differ and its sha256 differs) is re-exported.
+is raised), and records the file's sha256, size and mtime and the source weights' sha256 in a
+manifest beside it (the stamp convention of :mod:`memfrontier.llm.local_models`): a load whose
+file has the recorded size and mtime costs no re-hash; any other file is re-hashed, and one whose
+sha256 differs (truncated, altered) is exported again, as is a graph of other source weights.
 ``scripts/install.sh`` runs the export (``python -m memfrontier.embed.onnx_minilm``), so a first
 search does not pay for it; without that, the first encode of a process exports (~5 s, once).
 
@@ -47,7 +48,7 @@ EMBED_CACHE_ENV = "MEMFRONTIER_EMBED_CACHE"
 #: An export is kept only if its vectors differ from sentence-transformers' by less than this.
 PARITY_ATOL = 1e-5
 #: Version of the export recipe (input names, opset, wrapper): a change re-exports.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 _OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PROBES = [
@@ -220,7 +221,7 @@ def export_onnx(st, model_path: str | os.PathLike, onnx_path: str | os.PathLike)
                 dynamo=False,
             )
         data = Path(tmp).read_bytes()
-        enc = OnnxEncoder(model_path, data, threads=1)
+        enc = OnnxEncoder(model_path, tmp, threads=1)
         ref = np.asarray(st.encode(_PROBES, convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
         got = enc.encode(_PROBES)
         diff = float(np.abs(ref - got).max())
@@ -235,11 +236,12 @@ def export_onnx(st, model_path: str | os.PathLike, onnx_path: str | os.PathLike)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    wst = weights.stat()
+    wst, ost = weights.stat(), onnx_path.stat()
     manifest = {
         "export_version": EXPORT_VERSION,
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),
+        "mtime_ns": ost.st_mtime_ns,
         "opset": _OPSET,
         "torch": torch.__version__,
         "parity_max_abs_diff": diff,
@@ -256,44 +258,55 @@ def export_onnx(st, model_path: str | os.PathLike, onnx_path: str | os.PathLike)
     return manifest
 
 
-def _verified_bytes(onnx_path: Path, weights: Path) -> bytes | None:
+def _verified(onnx_path: Path, weights: Path) -> bool:
+    """Whether ``onnx_path`` is the graph its manifest describes, exported from ``weights``: its
+    size and mtime as recorded (no re-hash), else its sha256 as recorded (then the mtime is
+    recorded anew)."""
     manifest = _read_manifest(onnx_path)
-    if manifest is None or not onnx_path.exists() or not _source_current(manifest, weights):
-        return None
-    data = onnx_path.read_bytes()
-    return data if hashlib.sha256(data).hexdigest() == manifest.get("sha256") else None
+    if manifest is None or not _source_current(manifest, weights):
+        return False
+    try:
+        st = onnx_path.stat()
+    except OSError:
+        return False
+    if st.st_size != manifest.get("size_bytes"):
+        return False
+    if st.st_mtime_ns == manifest.get("mtime_ns"):
+        return True
+    if _sha256_file(onnx_path) != manifest.get("sha256"):
+        return False
+    manifest["mtime_ns"] = st.st_mtime_ns  # the same bytes (copied, touched): stamp them again
+    tmpm = _manifest_path(onnx_path).with_suffix(".tmp")
+    tmpm.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmpm, _manifest_path(onnx_path))
+    return True
 
 
-def exported_model(
-    model_path: str | os.PathLike, load_torch_model, cache: str | os.PathLike | None = None
-) -> tuple[Path, bytes]:
-    """The verified ONNX graph of the model at ``model_path``: (its path in the cache, its bytes,
-    sha256-checked against the manifest), exporting it first if it is missing, altered or stale;
-    ``load_torch_model()`` returns the ``SentenceTransformer`` to export (called only then).
+def exported_model(model_path: str | os.PathLike, load_torch_model, cache: str | os.PathLike | None = None) -> Path:
+    """The verified ONNX graph of the model at ``model_path`` (its path in the cache), exporting
+    it first if it is missing, altered or stale; ``load_torch_model()`` returns the
+    ``SentenceTransformer`` to export (called only then).
 
     Raises :class:`OnnxExportError` (see :func:`export_onnx`)."""
     model_path = Path(model_path)
     weights = _weights(model_path)
     onnx_path = _export_dir(model_path, Path(cache) if cache is not None else None) / "model.onnx"
-    data = _verified_bytes(onnx_path, weights)
-    if data is not None:
-        return onnx_path, data
+    if _verified(onnx_path, weights):
+        return onnx_path
     with _file_lock(onnx_path.with_name(".lock")):
-        data = _verified_bytes(onnx_path, weights)  # another process may have exported meanwhile
-        if data is None:
+        if not _verified(onnx_path, weights):  # another process may have exported meanwhile
             export_onnx(load_torch_model(), model_path, onnx_path)
-            data = _verified_bytes(onnx_path, weights)
-        if data is None:  # pragma: no cover - the file changed under us
+        if not _verified(onnx_path, weights):  # pragma: no cover - the file changed under us
             raise OnnxExportError(f"{onnx_path} does not match its manifest right after export")
-    return onnx_path, data
+    return onnx_path
 
 
 # --- the encoder -------------------------------------------------------------------------------
 class OnnxEncoder:
     """Tokenizer + ONNX Runtime session + pooling of one model: ``encode(texts)`` -> float32
-    ``(n, dim)`` like ``SentenceTransformer.encode``. ``graph``: the ONNX bytes (or a path)."""
+    ``(n, dim)`` like ``SentenceTransformer.encode``. ``graph``: the ONNX file."""
 
-    def __init__(self, model_path: str | os.PathLike, graph: bytes | str | os.PathLike, *, threads: int = 1):
+    def __init__(self, model_path: str | os.PathLike, graph: str | os.PathLike, *, threads: int = 1):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -314,8 +327,7 @@ class OnnxEncoder:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        src = graph if isinstance(graph, bytes) else str(graph)
-        self.session = ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
         self.threads = int(threads)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
@@ -358,8 +370,9 @@ def load_encoder(model_path: str | os.PathLike, threads: int, load_torch_model) 
     with _LOCK:
         enc = _ENCODERS.get(key)
         if enc is None:
-            _, data = exported_model(model_path, load_torch_model)
-            enc = _ENCODERS[key] = OnnxEncoder(model_path, data, threads=threads)
+            enc = _ENCODERS[key] = OnnxEncoder(
+                model_path, exported_model(model_path, load_torch_model), threads=threads
+            )
         return enc
 
 
