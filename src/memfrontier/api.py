@@ -276,6 +276,13 @@ class AsyncMemory:
             raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")
         return await run_cpu(self.store.add, records)
 
+    async def warm_answerer(self) -> None:
+        """Ready the answering model's client before the first question (see its ``warm``; a client
+        without one, such as the embedded model, loads on its first call)."""
+        warm = getattr(getattr(self.answerer.llm, "client", None), "warm", None)
+        if warm is not None:
+            await warm()
+
     async def search(
         self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
     ) -> list[Hit]:
