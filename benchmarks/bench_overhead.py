@@ -1,6 +1,6 @@
 """Our own cost around the model: per-question overhead of ``eval`` against a stub model with a
 fixed latency, quiet and beside a synthetic CPU load, the CLI's start-to-answer time, and the
-per-query encode time by torch thread count.
+per-query encode time by embedder backend and thread count.
 
 The stub is an OpenAI-compatible HTTP server (``/v1/models``, ``/v1/chat/completions``) started
 by this script on 127.0.0.1 in a subprocess; every completion answers "stub answer" with fixed
@@ -134,6 +134,8 @@ def _read_log(log):
 
 # --- sections --------------------------------------------------------------------------------
 def bench_threads(loads) -> list[str]:
+    """Per-query and 128-sentence encode times by backend (ONNX Runtime, the default; torch) and
+    intra-op thread count (ONNX Runtime: per session; torch: process-wide)."""
     sys.path.insert(0, str(ROOT / "src"))
     from memfrontier.core.threads import passive_omp_wait
 
@@ -142,25 +144,28 @@ def bench_threads(loads) -> list[str]:
 
     from memfrontier.embed.minilm import MiniLMEmbedder
 
-    e = MiniLMEmbedder()
-    e.encode(["warm"])
+    embedders = {("onnx", n): MiniLMEmbedder(backend="onnx", num_threads=n) for n in (1, 2)}
+    embedders[("torch", 1)] = embedders[("torch", 2)] = MiniLMEmbedder(backend="torch")
+    for e in embedders.values():
+        e.encode(["warm"])
+    texts = [f"a sentence about topic {i} with a few more words to fill it out" for i in range(128)]
     out = []
     for loaded in loads:
         with cpu_load(loaded):
-            for n in (1, 2):
-                torch.set_num_threads(n)
+            for (backend, n), e in embedders.items():
+                if backend == "torch":
+                    torch.set_num_threads(n)
                 e.encode(["warm up"])
                 ts = []
                 for i in range(15):
                     t = time.perf_counter()
                     e.encode([f"what did Alice say about trip {i}?"])
                     ts.append((time.perf_counter() - t) * 1000)
-                texts = [f"a sentence about topic {i} with a few more words to fill it out" for i in range(128)]
                 t = time.perf_counter()
                 e.encode(texts)
                 b = (time.perf_counter() - t) * 1000
                 out.append(
-                    f"{'loaded' if loaded else 'quiet':7} torch threads {n}: query p50 {statistics.median(ts):7.1f} ms "
+                    f"{'loaded' if loaded else 'quiet':7} {backend:5} threads {n}: query p50 {statistics.median(ts):7.1f} ms "
                     f"p95 {_pct(ts, 0.95):7.1f} ms | 128-sentence batch {b:7.0f} ms"
                 )
     return out
@@ -281,6 +286,10 @@ def bench_cli(args, loads) -> list[str]:
         cmds = {
             "ingest --file (3 lines)": cli + ["ingest", "--store", store, "--file", str(f), "--user-id", "alice"],
             "search": cli + ["search", "where does Alice live", "--store", store, "--user-id", "alice", "--k", "2"],
+            # the same search with the torch embedder (sentence-transformers): the baseline of this run
+            "search (torch embedder)": ["env", "MEMFRONTIER_EMBED_BACKEND=torch"]
+            + cli
+            + ["search", "where does Alice live", "--store", store, "--user-id", "alice", "--k", "2"],
             "ask (stub model)": cli
             + [
                 "ask",
@@ -332,7 +341,7 @@ def main() -> None:
     loads = [False] if args.no_load else [False, True]
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (other work on the machine counts as 'quiet')")
     if "threads" in args.only:
-        print("\n== per-query encode by torch intra-op threads (OMP_WAIT_POLICY=PASSIVE) ==")
+        print("\n== per-query encode by backend and intra-op threads (OMP_WAIT_POLICY=PASSIVE) ==")
         print("\n".join(bench_threads(loads)))
     if "cli" in args.only:
         print("\n== CLI start-to-answer (warm store, fresh process) ==")

@@ -29,5 +29,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
     || echo "warning: chromium could not be installed; the browser test will skip (and fail under CI=true)" >&2
 fi
-.venv/bin/python -c "import llama_cpp, sentence_transformers, bm25s, memfrontier" 
+.venv/bin/python -c "import llama_cpp, sentence_transformers, onnxruntime, bm25s, memfrontier"
+# The embedder's ONNX graph (exported from the packaged MiniLM, checked against sentence-transformers,
+# sha256-stamped) into ~/.cache/memfrontier/embed, so the first search does not pay for the export.
+.venv/bin/python -m memfrontier.embed.minilm
 touch .venv/.installed

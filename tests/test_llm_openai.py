@@ -483,6 +483,23 @@ def test_same_client_across_event_loops(stub):
     assert len(stub.requests) == 2
 
 
+def test_warm_readies_this_loops_client_without_a_completion(stub):
+    stub.reset((200, {}, chat_json("warm"), 0))
+    llm = client(stub)
+
+    async def main():
+        await llm.warm()  # this stub answers GET /models with an error: ignored
+        made = llm._client()
+        assert len(stub.requests) == 0  # no completion was sent
+        assert (await llm.complete(MSGS)).text == "warm"
+        return made is llm._client()
+
+    assert run(main())
+    assert len(stub.requests) == 1
+    dead = OpenAICompatLLM("m", base_url=f"http://127.0.0.1:{free_port()}/v1", timeout_s=2)
+    run(dead.warm(timeout_s=2))  # a dead endpoint: nothing raised (the first completion reports it)
+
+
 # --- helpers without a server --------------------------------------------------------------------
 def test_parse_retry_after():
     assert parse_retry_after_s({"retry-after": "7"}) == 7.0

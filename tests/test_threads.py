@@ -105,3 +105,37 @@ def test_apply_torch_threads_returns_and_sets_the_count(monkeypatch):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_cpu_workers_default_env_and_explicit(monkeypatch):
+    from memfrontier.core.threads import CPU_WORKERS_ENV, cpu_workers
+
+    monkeypatch.delenv(CPU_WORKERS_ENV, raising=False)
+    assert cpu_workers() == (os.cpu_count() or 1)
+    monkeypatch.setenv(CPU_WORKERS_ENV, "3")
+    assert cpu_workers() == 3 and cpu_workers(1) == 1
+    monkeypatch.setenv(CPU_WORKERS_ENV, "-1")
+    with pytest.raises(ThreadConfigError, match="MEMFRONTIER_CPU_WORKERS"):
+        cpu_workers()
+
+
+def test_run_cpu_runs_off_the_loop_in_the_pool_with_the_callers_context():
+    import asyncio
+    import contextvars
+    import threading
+
+    from memfrontier.core.threads import cpu_executor, run_cpu
+
+    var = contextvars.ContextVar("ledger", default="none")
+
+    def work(x, *, y):
+        return threading.current_thread().name, var.get(), x + y
+
+    async def main():
+        var.set("this question's ledger")
+        return threading.current_thread().name, await run_cpu(work, 1, y=2)
+
+    loop_thread, (name, seen, total) = asyncio.run(main())
+    assert name.startswith("memfrontier-cpu") and name != loop_thread
+    assert (seen, total) == ("this question's ledger", 3)
+    assert cpu_executor() is cpu_executor()

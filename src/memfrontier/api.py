@@ -34,6 +34,7 @@ from .core.ledger import USAGE_FIELDS, Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
 from .core.text import clean_text
+from .core.threads import run_cpu
 from .core.timeutil import canonical_timestamp
 from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import default_llm, make_llm
@@ -273,7 +274,14 @@ class AsyncMemory:
         records = messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
         if any(r.scope == Scope() for r in records):  # it could never be searched nor deleted by its owner
             raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")
-        return await asyncio.to_thread(self.store.add, records)
+        return await run_cpu(self.store.add, records)
+
+    async def warm_answerer(self) -> None:
+        """Ready the answering model's client before the first question (see its ``warm``; a client
+        without one, such as the embedded model, loads on its first call)."""
+        warm = getattr(getattr(self.answerer.llm, "client", None), "warm", None)
+        if warm is not None:
+            await warm()
 
     async def search(
         self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
@@ -284,7 +292,7 @@ class AsyncMemory:
         k = _positive_int("k", k)
         query = _text_asked("query", query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
-        return await asyncio.to_thread(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
+        return await run_cpu(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
 
     async def construct(
         self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None, progress: BuildProgress | None = None

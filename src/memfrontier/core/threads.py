@@ -23,7 +23,16 @@ runs on. Hence:
   (:func:`apply_torch_threads`), and holds for the whole process. A dedicated ingest machine with
   idle cores may raise it: ``MEMFRONTIER_TORCH_THREADS=4`` (or ``MiniLMEmbedder(num_threads=4)``,
   which wins over the variable).
-- **BM25**: runs inside SQLite FTS5 / PostgreSQL, one thread per query; nothing to set.
+- **Where that work runs: the CPU pool, ``os.cpu_count()`` threads by default.** A strategy, the
+  eval runner, the facade and the servers never embed or search on the event loop: they hand the
+  call to :func:`run_cpu`, one process-wide thread pool (:func:`cpu_executor`) of
+  :func:`cpu_workers` threads (``MEMFRONTIER_CPU_WORKERS``). Each job is one query's embedding
+  (one intra-op thread, above) plus its dense scan and BM25 scoring, so one worker per core keeps
+  every core busy; more workers than cores only time-slice the same cores, and each question's
+  search then takes longer (at concurrency 16 on 2 cores the loop would otherwise run up to
+  ``min(32, cores + 4)`` searches at once in asyncio's default pool).
+- **BM25**: scored in Python/numpy over the store's term index (SQLite store) or inside
+  PostgreSQL, in the CPU pool's thread, one thread per query; nothing to set.
 - **The embedded LLM (llama.cpp)**: ``os.cpu_count()`` by default (decoding is the work the user
   waits for and uses every core it gets); ``MEMFRONTIER_LLM_THREADS`` or the ``n_threads``
   argument sets it (:func:`llm_threads`).
@@ -34,13 +43,19 @@ and the value, at first use rather than silently falling back.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 #: Environment variable: torch intra-op threads (positive integer; default :data:`DEFAULT_TORCH_THREADS`).
 TORCH_THREADS_ENV = "MEMFRONTIER_TORCH_THREADS"
 #: Environment variable: llama.cpp threads of the embedded LLM (positive integer; default ``os.cpu_count()``).
 LLM_THREADS_ENV = "MEMFRONTIER_LLM_THREADS"
+#: Environment variable: threads of the CPU pool (:func:`cpu_executor`; default ``os.cpu_count()``).
+CPU_WORKERS_ENV = "MEMFRONTIER_CPU_WORKERS"
 #: torch intra-op threads when nothing is configured.
 DEFAULT_TORCH_THREADS = 1
 
@@ -89,6 +104,40 @@ def llm_threads(explicit: int | None = None) -> int:
     return _positive(raw, LLM_THREADS_ENV)
 
 
+def cpu_workers(explicit: int | None = None) -> int:
+    """Threads of the CPU pool: ``explicit`` if given, else ``$MEMFRONTIER_CPU_WORKERS``, else
+    ``os.cpu_count()``. Raises :class:`ThreadConfigError` if it is not a positive integer."""
+    if explicit is not None:
+        return _positive(explicit, "workers")
+    raw = os.environ.get(CPU_WORKERS_ENV)
+    if raw is None or raw.strip() == "":
+        return os.cpu_count() or 1
+    return _positive(raw, CPU_WORKERS_ENV)
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def cpu_executor() -> ThreadPoolExecutor:
+    """The process-wide pool for CPU-bound memory work (embedding, dense and BM25 search, chunking
+    an ingest): :func:`cpu_workers` threads, created on first use, sized once per process."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=cpu_workers(), thread_name_prefix="memfrontier-cpu")
+        return _POOL
+
+
+async def run_cpu(fn, /, *args, **kwargs):
+    """``await run_cpu(fn, *args, **kwargs)``: ``fn`` in :func:`cpu_executor`, off the event loop,
+    with the caller's context variables (the ledger in use), as :func:`asyncio.to_thread` does
+    in asyncio's default pool."""
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await loop.run_in_executor(cpu_executor(), call)
+
+
 _TORCH_LOCK = threading.Lock()
 
 
@@ -106,12 +155,16 @@ def apply_torch_threads(explicit: int | None = None) -> int:
 
 
 __all__ = [
+    "CPU_WORKERS_ENV",
     "DEFAULT_TORCH_THREADS",
     "LLM_THREADS_ENV",
     "TORCH_THREADS_ENV",
     "ThreadConfigError",
     "apply_torch_threads",
+    "cpu_executor",
+    "cpu_workers",
     "llm_threads",
     "passive_omp_wait",
+    "run_cpu",
     "torch_threads",
 ]

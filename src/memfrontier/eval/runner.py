@@ -9,6 +9,7 @@ loop, or Ray workers (``EvalConfig.ray``: :mod:`memfrontier.eval.ray_pool`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -131,6 +132,13 @@ class RunMismatchError(RuntimeError):
     """The output directory holds a different run; resuming it would mix results."""
 
 
+def _append_durably(f, line: str) -> None:
+    """Append ``line`` to the open file ``f`` and fsync it."""
+    f.write(line)
+    f.flush()
+    os.fsync(f.fileno())
+
+
 async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> dict:
     """Run the protocol; returns the summary dict (also written to ``cfg.out/summary.json``).
 
@@ -202,9 +210,9 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
         async with contextlib.aclosing(rows_done):  # an early exit stops the unfinished questions first
             with open_private(pred_path, "a", encoding="utf-8") as f:
                 async for row in rows_done:
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                    # the row is durable before it counts as done; the fsync waits on the disk, so
+                    # it runs in a worker thread while the other questions' calls go on
+                    await asyncio.to_thread(_append_durably, f, json.dumps(row, ensure_ascii=False) + "\n")
                     done[row["id"]] = row
                     progress("question", row=row)
         modes = executor.structured_output_modes()

@@ -6,13 +6,13 @@ this process, the Ray workers each in theirs (:mod:`memfrontier.eval.executor`,
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
 from ..core.ledger import Ledger, use_ledger
+from ..core.threads import run_cpu
 from ..core.types import Conversation, Question, Scope
 from ..strategies import get_strategy
 from .config import EvalConfig
@@ -67,7 +67,7 @@ async def construct(
     offline construction, then a ``construct`` event after each of its steps (``conversation``,
     ``done``, ``total``, ``unit``: :data:`~memfrontier.strategies.base.BuildProgress`'s; ``calls``
     and ``failed`` so far: :func:`build_counts`; none for a strategy whose construction has no
-    steps).
+    steps). Ends with one search of the scope, which loads the embedder and the scope's indexes.
 
     ``stop_above``: a fallback threshold; when the run's construction is bound to end above it
     (:func:`~memfrontier.eval.fallbacks.doomed_build`, over ``settled``, the construction entries of
@@ -84,7 +84,7 @@ async def construct(
         def report(done: int, total: int) -> None:
             progress("embed", conversation=conv.id, sessions=sessions, done=done, total=total)
 
-    added = await asyncio.to_thread(mem.store.add, conv.records, progress=report)
+    added = await run_cpu(mem.store.add, conv.records, progress=report)
     ledger = Ledger()
     step = None
     if progress is not None:
@@ -120,6 +120,9 @@ async def construct(
                 )
 
     await mem.construct(strategy, scope, ledger, progress=step)
+    # one search loads what every question's search needs (the embedder, the scope's dense and BM25
+    # indexes) now, in the build phase, not in the first wave of questions, which would all wait for it
+    await mem.search("warm up", user_id=conv.id, k=1)
     usage = ledger.usage().construction.model_dump()
     ran = _calls_and_failures(ledger)
     if stored is not None:  # the view records its own cost, so a reused store still reports it

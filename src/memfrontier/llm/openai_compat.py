@@ -202,22 +202,38 @@ class OpenAICompatLLM:
         # it, and the sync facade may run each call under a fresh ``asyncio.run``.
         self._clients: dict[int, tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI]] = {}
 
-    def _client(self) -> openai.AsyncOpenAI:
-        loop = asyncio.get_running_loop()
-        hit = self._clients.get(id(loop))
-        if hit is not None and hit[0] is loop:
-            return hit[1]
-        # Drop clients of loops that are gone (their pools cannot be closed from this loop).
-        self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
-        client = openai.AsyncOpenAI(
+    def _new_client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
             api_key=self._api_key,
             base_url=self.base_url,
             timeout=self.timeout_s,
             max_retries=0,  # our policy, in complete()
             default_headers=self._default_headers,
         )
+
+    def _client(self, made: openai.AsyncOpenAI | None = None) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        hit = self._clients.get(id(loop))
+        if hit is not None and hit[0] is loop:
+            return hit[1]
+        # Drop clients of loops that are gone (their pools cannot be closed from this loop).
+        self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
+        client = made if made is not None else self._new_client()
         self._clients[id(loop)] = (loop, client)
         return client
+
+    async def warm(self, timeout_s: float = 10.0) -> None:
+        """Make this loop's SDK client ready before the first completion: build it in a worker
+        thread (its TLS context loads the CA bundle) and send one ``GET /models``, which imports the
+        SDK's HTTP stack and opens a connection. That first-request set-up otherwise runs on the event
+        loop inside the first completion and stalls every request in flight (~0.5 s on 2 busy
+        cores). Costs no tokens; any error is ignored (the first completion reports it)."""
+        made = await asyncio.to_thread(self._new_client)
+        client = self._client(made)
+        try:
+            await asyncio.wait_for(client.models.list(), timeout_s)
+        except Exception:  # noqa: BLE001 - a warm-up: the endpoint may not list models
+            pass
 
     @property
     def structured_output_mode(self) -> str:

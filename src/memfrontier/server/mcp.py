@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import explain_validation
 from ..core.extras import require_extra
+from ..core.threads import run_cpu
 from ..core.types import Budget, Scope
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import HYBRID_RRF
@@ -303,7 +304,7 @@ def build_server(service: MemoryService):
         if not args.query.strip():
             raise ToolError("query is empty")
         mem = await service.memory()
-        hits = await asyncio.to_thread(hybrid_search, mem.store, args.query, scope, HYBRID_RRF, args.k)
+        hits = await run_cpu(hybrid_search, mem.store, args.query, scope, HYBRID_RRF, args.k)
         return {
             "hits": [
                 {

@@ -25,6 +25,7 @@ import math
 import re
 import unicodedata
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -85,15 +86,29 @@ def _stem(word: str) -> str:
     if not (word.isascii() and word.isalpha()):
         return word
     if _PORTER is None:
-        from nltk.stem.porter import PorterStemmer
+        from ..core.stemming import porter_stemmer
 
-        _PORTER = PorterStemmer()
+        _PORTER = porter_stemmer()
     return _PORTER.stem(word)
 
 
 @lru_cache(maxsize=1)
 def _stopwords() -> frozenset[str]:
-    from bm25s.stopwords import STOPWORDS_EN
+    """bm25s' English stopword list. ``bm25s/stopwords.py`` is plain lists; importing it through
+    the package would run ``bm25s/__init__`` (scipy.sparse and more: ~0.3 s of a CLI search), so
+    the file is loaded on its own when the package is where it should be."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("bm25s")  # locates the package without importing it
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(locations[0]) / "stopwords.py" if locations else None
+    if path is not None and path.is_file():
+        file_spec = importlib.util.spec_from_file_location("memfrontier.store._bm25s_stopwords", path)
+        module = importlib.util.module_from_spec(file_spec)
+        file_spec.loader.exec_module(module)
+        if isinstance(getattr(module, "STOPWORDS_EN", None), (list, tuple, set, frozenset)):
+            return frozenset(module.STOPWORDS_EN)
+    from bm25s.stopwords import STOPWORDS_EN  # pragma: no cover - another layout
 
     return frozenset(STOPWORDS_EN)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Literal
 
 from pydantic import Field
 
 from ..core.render import render_dated
+from ..core.threads import run_cpu
 from ..core.types import Budget, Context, Preference
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import chunk_recipe
@@ -50,7 +50,7 @@ class Rag(StrategyBase):
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         # the search embeds the query and scans the store (CPU-bound): off the event loop
-        hits = await asyncio.to_thread(hybrid_search, env.store, query.text, query.scope, self.recipe, k=self.config.k)
+        hits = await run_cpu(hybrid_search, env.store, query.text, query.scope, self.recipe, k=self.config.k)
         evidence: list[str] = []
         for h in hits:
             evidence.extend(i for i in h.chunk.record_ids if i not in evidence)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...core.ledger import Ledger, current_ledger
+from ...core.threads import run_cpu
 from ...core.types import Budget, Context, Preference
 from ...retrieve.hybrid import hybrid_search
 from ...retrieve.recipes import chunk_recipe
@@ -176,7 +177,7 @@ class BudgetMem(StrategyBase):
             "decisions": [],
             "router": router is not None,
         }
-        hits = await asyncio.to_thread(hybrid_search, env.store, q, query.scope, self.recipe, self.config.k)
+        hits = await run_cpu(hybrid_search, env.store, q, query.scope, self.recipe, self.config.k)
         chunks = [h.chunk for h in hits]
         meta["retrieved_chunks"] = [c.id for c in chunks]
         if not chunks:

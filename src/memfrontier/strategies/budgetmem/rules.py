@@ -64,9 +64,9 @@ def stem(word: str) -> str:
     if not word.isalpha():
         return word
     if _PORTER is None:
-        from nltk.stem.porter import PorterStemmer
+        from ...core.stemming import porter_stemmer
 
-        _PORTER = PorterStemmer()
+        _PORTER = porter_stemmer()
     return _PORTER.stem(word)
 
 

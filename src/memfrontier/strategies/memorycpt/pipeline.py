@@ -15,12 +15,12 @@ over the whole memory (no RRF, no summary); ``no_fs`` hands it M_q^RRF (no summa
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 from ...core.fit import fit_lines
 from ...core.ledger import BudgetExceededError, count_event, sum_usage_records
 from ...core.render import human_date
+from ...core.threads import run_cpu
 from ...core.types import Budget, Context, Preference, Scope
 from ...llm.base import ChatClient
 from ...llm.metered import MeteredLLM
@@ -243,7 +243,7 @@ class MemoryCPT(StrategyBase):
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         self.bank(env)  # opened here, on the loop: concurrent questions share one bank
         # the searches embed the query and scan the bank (CPU-bound): off the event loop
-        episodes, facts = await asyncio.to_thread(self.candidates, query.text, query.scope, env)
+        episodes, facts = await run_cpu(self.candidates, query.text, query.scope, env)
         evidence = list(dict.fromkeys(i for h in episodes + facts for i in h.item.source_ids))
         text = render_candidates(episodes, facts)
         meta = {"episodes": len(episodes), "facts": len(facts), "ablation": self.config.ablation}

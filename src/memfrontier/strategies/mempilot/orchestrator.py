@@ -49,6 +49,7 @@ from ...core.ledger import (
     current_stage,
     use_ledger,
 )
+from ...core.threads import run_cpu
 from ...core.types import Budget, Preference, Scope
 from ...llm.base import LLMError, LLMTimeoutError, Message
 from ...llm.metered import MeteredLLM
@@ -391,7 +392,7 @@ class Orchestrator:
 
     async def _retrieve(self, call: ToolCall, scope: Scope) -> CallRecord:
         k = min(call.args["evidence_count"], MAX_EVIDENCE)
-        items = await asyncio.to_thread(self.views.retrieve, call.args["retrieval_query"], scope, k)
+        items = await run_cpu(self.views.retrieve, call.args["retrieval_query"], scope, k)
         text = "\n\n".join(it.text for it in items) if items else "(no memory found)"
         obs = self._cap(f"{RETRIEVE} results:\n{text}")
         rec_ids = list(dict.fromkeys(rid for it in items for rid in it.source_ids))
@@ -404,7 +405,7 @@ class Orchestrator:
         a = call.args
         route = a["model"]
         model = self.pool.profile.route(route).model
-        raw = await asyncio.to_thread(self.views.raw, a["retrieval_query"], scope, a["evidence_count"])
+        raw = await run_cpu(self.views.raw, a["retrieval_query"], scope, a["evidence_count"])
         rec = CallRecord(CURATE, a, "", route=route, model=model, record_ids=raw.record_ids)
         notes: list[str] = []
         parts: list[dict] = []
