@@ -65,14 +65,26 @@ HYBRID_RRF = Recipe(name="hybrid_rrf")
 DENSE_ONLY = Recipe(name="dense_only", retrievers=("dense",))
 #: Raw chunks, BM25 only.
 BM25_ONLY = Recipe(name="bm25_only", retrievers=("bm25",))
+#: Single turns (the turn view, :mod:`memfrontier.views.turns`), dense + BM25 fused by RRF (k=60).
+TURNS_RRF = Recipe(name="turns_rrf", kind="turn")
+#: Single turns, dense only.
+TURNS_DENSE = Recipe(name="turns_dense", retrievers=("dense",), kind="turn")
+#: Single turns, BM25 only.
+TURNS_BM25 = Recipe(name="turns_bm25", retrievers=("bm25",), kind="turn")
 #: The generic recipes by name; each paper's own recipes sit in its package (``strategies/<paper>/recipes.py``).
-RECIPES: dict[str, Recipe] = {r.name: r for r in (HYBRID_RRF, DENSE_ONLY, BM25_ONLY)}
+RECIPES: dict[str, Recipe] = {
+    r.name: r for r in (HYBRID_RRF, DENSE_ONLY, BM25_ONLY, TURNS_RRF, TURNS_DENSE, TURNS_BM25)
+}
+
+#: The raw units a recipe searches: the store's ~256-token chunks, or single turns (the turn view).
+Unit = Literal["chunk", "turn"]
 
 
-def chunk_recipe(retrievers: tuple[str, ...]) -> Recipe:
-    """The raw-chunk recipe for a retriever tuple (``("dense", "bm25")`` -> :data:`HYBRID_RRF`...).
-    Raises ValueError for any other tuple."""
-    for r in (HYBRID_RRF, DENSE_ONLY, BM25_ONLY):
+def chunk_recipe(retrievers: tuple[str, ...], unit: Unit = "chunk") -> Recipe:
+    """The raw-unit recipe for a retriever tuple: chunks (``("dense", "bm25")`` -> :data:`HYBRID_RRF`...)
+    or, with ``unit="turn"``, single turns (:data:`TURNS_RRF`...). Raises ValueError for any other tuple."""
+    family = (HYBRID_RRF, DENSE_ONLY, BM25_ONLY) if unit == "chunk" else (TURNS_RRF, TURNS_DENSE, TURNS_BM25)
+    for r in family:
         if tuple(retrievers) == r.retrievers:
             return r
     raise ValueError(
@@ -80,4 +92,16 @@ def chunk_recipe(retrievers: tuple[str, ...]) -> Recipe:
     )
 
 
-__all__ = ["Recipe", "RECIPES", "RETRIEVERS", "HYBRID_RRF", "DENSE_ONLY", "BM25_ONLY", "chunk_recipe"]
+__all__ = [
+    "Recipe",
+    "RECIPES",
+    "RETRIEVERS",
+    "HYBRID_RRF",
+    "DENSE_ONLY",
+    "BM25_ONLY",
+    "TURNS_RRF",
+    "TURNS_DENSE",
+    "TURNS_BM25",
+    "Unit",
+    "chunk_recipe",
+]
