@@ -65,11 +65,19 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "turns-k16-dense": ("rag", {"unit": "turn", "k": 16, "retrievers": ["dense"]}),
     "turns-k16-bm25": ("rag", {"unit": "turn", "k": 16, "retrievers": ["bm25"]}),
     "turns-k8-n1": ("rag", {"unit": "turn", "k": 8, "neighbours": 1}),
-    "turns-k16-n1": ("rag", {"unit": "turn", "k": 16, "neighbours": 1}),
-    "turns-b512": ("rag", {"unit": "turn", "k": 64, "max_tokens": 512}),
-    "turns-b768": ("rag", {"unit": "turn", "k": 64, "max_tokens": 768}),
-    "turns-b512-n1": ("rag", {"unit": "turn", "k": 64, "neighbours": 1, "max_tokens": 512}),
-    "turns-b768-n1": ("rag", {"unit": "turn", "k": 64, "neighbours": 1, "max_tokens": 768}),
+    "turns-chunks-k16": ("rag", {"unit": "turn", "k": 16, "retrievers": ["dense", "bm25", "chunk"]}),
+    "turns-chunks-b512": (
+        "rag",
+        {"unit": "turn", "k": 64, "retrievers": ["dense", "bm25", "chunk"], "max_tokens": 512},
+    ),
+    "turns-chunks-b640": (
+        "rag",
+        {"unit": "turn", "k": 64, "retrievers": ["dense", "bm25", "chunk"], "max_tokens": 640},
+    ),
+    "turns-chunks-b768": (
+        "rag",
+        {"unit": "turn", "k": 64, "retrievers": ["dense", "bm25", "chunk"], "max_tokens": 768},
+    ),
 }
 REFERENCE = "rag-k8"
 

@@ -9,7 +9,9 @@ import pytest
 
 from memfrontier.core.types import Budget, Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
-from memfrontier.retrieve.recipes import TURNS_BM25, TURNS_RRF
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import TURNS_BM25, TURNS_CHUNKS_RRF, TURNS_RRF, Recipe
+from memfrontier.retrieve.rrf import rrf_fuse
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.config import StrategyConfigError
@@ -118,3 +120,30 @@ def test_chunk_rag_is_unchanged(env):
     c = asyncio.run(strat.context(Query(text="marathon", scope=A), env, None, Budget()))
     assert c.evidence_ids == [r.id for r in recs() if r.session_id == "s1"]
     assert c.text.startswith('(8 May 2023) Ana said, "Good morning')
+
+
+def test_rrf_takes_tied_ranks_from_a_mapping():
+    fused = rrf_fuse({"bm25": ["x", "y"], "chunk": {"x": 1, "y": 1, "z": 2}}, k=0)
+    assert fused == [("x", 2.0, {"bm25": 1, "chunk": 1}), ("y", 1.5, {"bm25": 2, "chunk": 1}), ("z", 0.5, {"chunk": 2})]
+
+
+def test_the_chunk_retriever_ranks_each_turn_by_its_chunk(env):
+    bank = get_strategy("rag", {"unit": "turn"}).turn_bank(env)
+    build_turns(bank, env.store, A)
+    # each session is one chunk here: the five turns of session s1 share its rank, s2's come next
+    only_chunks = Recipe(name="chunk_only", retrievers=("chunk",), kind="turn")
+    hits = hybrid_search(bank, "marathon", A, only_chunks, k=10, store=env.store)
+    assert [h.ranks["chunk"] for h in hits] == [1] * 5 + [2] * 2
+    assert {h.item.source_ids[0] for h in hits[:5]} == {f"s1:{i}" for i in range(1, 6)}
+    with pytest.raises(ValueError, match="pass the store"):
+        hybrid_search(bank, "marathon", A, only_chunks, k=10)
+    # fused with dense and BM25 at RRF k=5: the tuna turn leads, its score the sum over its three ranks
+    top = hybrid_search(bank, "tuna", A, TURNS_CHUNKS_RRF, k=3, store=env.store)[0]
+    assert top.item.source_ids == ["s1:4"] and top.ranks["bm25"] == 1 and top.ranks["chunk"] == 1
+    assert top.score == pytest.approx(sum(1 / (5 + r) for r in top.ranks.values()))
+    c = ctx(env, "tuna", k=1, retrievers=["dense", "bm25", "chunk"])
+    assert c.evidence_ids == ["s1:4"]
+    with pytest.raises((StrategyConfigError, ValueError)):
+        get_strategy("rag", {"retrievers": ["dense", "bm25", "chunk"]})  # chunk ranks turns, not chunks
+    with pytest.raises(ValueError, match="needs a recipe with a kind"):
+        Recipe(name="bad", retrievers=("dense", "chunk"))

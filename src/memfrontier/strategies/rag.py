@@ -26,8 +26,8 @@ from ..views.turns import build_turns, open_turn_bank
 from .base import BuildProgress, MemoryEnv, Query, StrategyBase
 from .config import Int, StrategyConfig
 
-#: The store's retrievers, fused by RRF (k=60) when more than one is named.
-Retriever = Literal["dense", "bm25"]
+#: The retrievers, fused by RRF when more than one is named; ``chunk`` (unit=turn): a turn ranked by its chunk.
+Retriever = Literal["dense", "bm25", "chunk"]
 
 
 class RagConfig(StrategyConfig):
@@ -39,7 +39,10 @@ class RagConfig(StrategyConfig):
         8, ge=1, description="Units retrieved (top-k after RRF fusion, k_RRF = 60); with max_tokens, the most."
     )
     retrievers: tuple[Retriever, ...] = Field(
-        ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi)."
+        ("dense", "bm25"),
+        min_length=1,
+        description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi); with unit=turn, "
+        "('dense', 'bm25', 'chunk') adds each turn's chunk rank (recipe turns_chunks_rrf, RRF k=5).",
     )
     unit: Unit = Field(
         "chunk",
@@ -60,6 +63,7 @@ class RagConfig(StrategyConfig):
     def _turn_options(self) -> "RagConfig":
         if self.unit == "chunk" and (self.neighbours or self.max_tokens is not None):
             raise ValueError("neighbours and max_tokens apply to unit=turn only")
+        chunk_recipe(self.retrievers, self.unit)  # a retriever tuple without a recipe: ValueError naming the choices
         return self
 
 
@@ -113,7 +117,7 @@ class Rag(StrategyBase):
 
     def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
         bank = self.turn_bank(env)
-        hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k)
+        hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
         picked = select_turns(
             hits,
             bank.items(query.scope, TURN_KIND),
