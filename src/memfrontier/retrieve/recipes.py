@@ -107,7 +107,7 @@ def chunk_recipe(retrievers: tuple[str, ...], unit: Unit = "chunk") -> Recipe:
         if tuple(retrievers) == r.retrievers:
             return r
     raise ValueError(
-        f"no {unit} recipe for retrievers {tuple(retrievers)!r}; choose ('dense', 'bm25'), ('dense',) or ('bm25',)"
+        f"no recipe for retrievers {tuple(retrievers)!r} with unit={unit!r}; choose ('dense', 'bm25'), ('dense',) or ('bm25',)"
         + (" or ('dense', 'bm25', 'chunk')" if unit == "turn" else "")
     )
 
