@@ -10,6 +10,7 @@ of the same session (``neighbours``) and a token budget (``max_tokens``) replace
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Literal
 
@@ -82,6 +83,7 @@ class Rag(StrategyBase):
         self.recipe = chunk_recipe(self.config.retrievers, self.config.unit)
         self._banks: dict[str, MemoryBank] = {}  # the turn view per store (its in-memory indexes persist)
         self._lock = threading.Lock()
+        self._counters: dict[str, object] = {}
 
     def turn_bank(self, env: MemoryEnv) -> MemoryBank:
         """The turn view of ``env.store``, opened once per store."""
@@ -115,13 +117,21 @@ class Rag(StrategyBase):
         text = render_dated([(h.chunk.timestamp, h.chunk.text) for h in hits])
         return Context(text=text, evidence_ids=evidence, meta={"chunks": [h.chunk.id for h in hits]})
 
+    def _counter(self, env: MemoryEnv):
+        """The embedder's token count, remembered per text (turns and date lines recur across queries)."""
+        key = str(env.store.view_dir(BANK_VIEW))
+        with self._lock:
+            if key not in self._counters:
+                self._counters[key] = functools.lru_cache(maxsize=1 << 16)(env.store.embedder.count_tokens)
+            return self._counters[key]
+
     def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
         bank = self.turn_bank(env)
         hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
         picked = select_turns(
             hits,
             bank.items(query.scope, TURN_KIND),
-            env.store.embedder.count_tokens,
+            self._counter(env),
             neighbours=self.config.neighbours,
             max_tokens=self.config.max_tokens,
         )
