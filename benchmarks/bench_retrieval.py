@@ -202,7 +202,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stores", default=str(ROOT / "runs" / "retrieval"), help="where the stores are built (reused)")
     ap.add_argument("--out", default=str(ROOT / "results" / "retrieval"))
+    ap.add_argument(
+        "--merge", nargs="+", default=None, help="retrieval.json files of runs over different sets: write them as one"
+    )
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, Path(args.out))
     labels = args.only or list(CONFIGS)
     unknown = [x for x in labels if x not in CONFIGS]
     if unknown:
@@ -240,6 +245,24 @@ def main() -> None:
         write(out, results, files, args, embedder, tokenizer)
 
 
+def merge(paths: list[str], out: Path) -> None:
+    """One ``retrieval.json`` / markdown / plots from runs that measured different sets (each set
+    keeps its own run's provenance, under ``provenance_by_set``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    results, by_set = {}, {}
+    for d in docs:
+        for s, rows in d["results"].items():
+            results[s], by_set[s] = rows, d["provenance"]
+    lme = max(d.get("lme_limit", 0) for d in docs)
+    doc = {"provenance_by_set": by_set, "lme_limit": lme, "reference": REFERENCE, "results": results}
+    (out / "retrieval.json").write_text(json.dumps(doc, indent=2, default=str))
+    commits = sorted({p.get("commit", "?") for p in by_set.values()})
+    tokenizer = next(iter(by_set.values()))["models"]["context_tokenizer"]
+    seed = by_set.get("longmemeval", {}).get("seed", 0)
+    render(out, results, tokenizer, lme, seed, f"runs merged with --merge; commits {', '.join(commits)}")
+
+
 def write(out: Path, results: dict, files: dict, args, embedder, tokenizer) -> None:
     """The JSON, markdown and plots of the sets measured so far."""
 
@@ -250,20 +273,24 @@ def write(out: Path, results: dict, files: dict, args, embedder, tokenizer) -> N
     )
     doc = {"provenance": prov, "lme_limit": args.lme_limit, "reference": REFERENCE, "results": results}
     (out / "retrieval.json").write_text(json.dumps(doc, indent=2, default=str))
+    cmd = f"python benchmarks/bench_retrieval.py --sets {' '.join(args.sets)} --lme-limit {args.lme_limit}"
+    render(out, results, tokenizer, args.lme_limit, args.seed, f"`{cmd}`; commit {prov.get('commit', '?')}")
+
+
+def render(out: Path, results: dict, tokenizer: str, lme_limit: int, seed: int, how: str) -> None:
     md = [
         "# Retrieval: evidence recall vs context tokens",
         "",
         "No LLM: each configuration's context (the `rag` strategy's, through the shared hybrid search) "
         "scored by evidence recall (gold evidence turns present in the context) against its size in "
         f"the answerer's tokens ({tokenizer}). Overhead: wall time of the context step per question "
-        "(query embedding, search, context building) on this machine. "
-        f"Command: `python benchmarks/bench_retrieval.py --sets {' '.join(args.sets)} --lme-limit {args.lme_limit}`. "
-        f"Provenance in retrieval.json (commit {prov.get('commit', '?')}).",
+        "(query embedding, search, context building) on this machine, shared with other jobs. "
+        f"Made by {how}; provenance in retrieval.json.",
     ]
     titles = {
         "locomo-train": "LoCoMo training pool (8 conversations, categories 1-4)",
         "locomo-test": "LoCoMo test split (conv-49, conv-50, categories 1-4)",
-        "longmemeval": f"LongMemEval oracle ({args.lme_limit} sampled questions, seed {args.seed})",
+        "longmemeval": f"LongMemEval oracle ({lme_limit} sampled questions, seed {seed})",
     }
     for s, rows in results.items():
         md += ["", f"## {titles[s]}", "", table(rows), "", f"![recall vs tokens](recall_tokens_{s}.png)"]
