@@ -35,6 +35,7 @@ import random
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,8 +95,9 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))] if xs else float("nan")
 
 
-async def run_set(env, convs, labels, count_tokens) -> dict[str, dict]:
-    """Every configuration of ``labels`` on the questions (with gold evidence) of ``convs``."""
+async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, dict]:
+    """Every configuration of ``labels`` on the questions (with gold evidence) of ``convs``;
+    ``measured(rows)``, if given, after each configuration (the rows so far)."""
     questions = [q for c in convs for q in c.questions if q.evidence_ids]
     out = {}
     for label in labels:
@@ -129,6 +131,8 @@ async def run_set(env, convs, labels, count_tokens) -> dict[str, dict]:
             f"p50 {r['overhead_ms_p50']:6.1f} ms  p95 {r['overhead_ms_p95']:6.1f} ms",
             flush=True,
         )
+        if measured is not None:
+            measured(out)
     return out
 
 
@@ -229,8 +233,8 @@ def main() -> None:
         for s in loc_sets:
             part = locomo_split(convs, s.split("-", 1)[1])
             print(f"{s}: {sum(len(c.questions) for c in part)} questions", flush=True)
-            results[s] = asyncio.run(run_set(env, part, labels, count_tokens))
-            write(out, results, files, args, embedder, tokenizer)
+            save = partial(saved, results, s, out, files, args, embedder, tokenizer)
+            asyncio.run(run_set(env, part, labels, count_tokens, save))
         store.close()
     if "longmemeval" in args.sets and args.lme_limit > 0:
         files["longmemeval"] = data_root() / DATASET_FILES["longmemeval"]
@@ -240,9 +244,15 @@ def main() -> None:
         ingest(store, convs)
         env = MemoryEnv(store=store, llm=None, answer_llm=None)
         print(f"longmemeval: {len(convs)} questions sampled", flush=True)
-        results["longmemeval"] = asyncio.run(run_set(env, convs, labels, count_tokens))
+        save = partial(saved, results, "longmemeval", out, files, args, embedder, tokenizer)
+        asyncio.run(run_set(env, convs, labels, count_tokens, save))
         store.close()
-        write(out, results, files, args, embedder, tokenizer)
+
+
+def saved(results: dict, name: str, out: Path, files, args, embedder, tokenizer, rows: dict) -> None:
+    """Keep set ``name``'s rows so far and write everything measured (a stopped run keeps its rows)."""
+    results[name] = dict(rows)
+    write(out, results, files, args, embedder, tokenizer)
 
 
 def merge(paths: list[str], out: Path) -> None:
