@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from memfrontier.core.provenance import provenance, sha256_file  # noqa: E402
+from memfrontier.core.provenance import git_commit, provenance, sha256_file  # noqa: E402
 from memfrontier.core.types import Budget, Scope  # noqa: E402
 from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
 from memfrontier.eval.datasets import DATASET_FILES, data_root  # noqa: E402
@@ -219,6 +219,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    args.code = git_commit()  # the code measured: the commit when the run started, not when it writes
     count_tokens, tokenizer = answerer_tokenizer()
     embedder = MiniLMEmbedder()
     results: dict[str, dict] = {}
@@ -280,6 +281,7 @@ def write(out: Path, results: dict, files: dict, args, embedder, tokenizer) -> N
         data={name: {"file": str(f), "sha256": sha256_file(f)} for name, f in files.items()},
         seed=args.seed,
         models={"embedder": embedder.model_id, "context_tokenizer": tokenizer},
+        **args.code,
     )
     doc = {"provenance": prov, "lme_limit": args.lme_limit, "reference": REFERENCE, "results": results}
     (out / "retrieval.json").write_text(json.dumps(doc, indent=2, default=str))
