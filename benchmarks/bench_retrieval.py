@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from memfrontier.core.provenance import git_commit, provenance, sha256_file  # noqa: E402
 from memfrontier.core.types import Budget, Scope  # noqa: E402
 from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
+from memfrontier.embed.query import _CACHES  # noqa: E402
 from memfrontier.eval.datasets import DATASET_FILES, data_root  # noqa: E402
 from memfrontier.eval.datasets.locomo import load_locomo, locomo_split  # noqa: E402
 from memfrontier.eval.datasets.longmemeval import load_longmemeval  # noqa: E402
@@ -107,6 +108,7 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
             scope = Scope(user_id=c.id)
             await strat.build(env, scope)
             await strat.context(Query(text="hello", scope=scope, gold_evidence_ids=[]), env, None, Budget())
+        _CACHES.clear()  # every configuration encodes its queries itself (no vector left by the one before)
         recalls, tokens, ms = [], [], []
         for q in questions:
             query = Query(text=q.question, scope=Scope(user_id=q.conversation_id), gold_evidence_ids=q.evidence_ids)
