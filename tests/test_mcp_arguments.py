@@ -82,7 +82,9 @@ def test_known_errors_keep_their_message(store_path):
         "the budget leaves 0 for the prompt once 32 tokens are reserved for the answer; raise the budget"
     )
     assert opts.is_error and text(opts) == prefix + "strategy rag: k=2.5: Input should be a valid integer"
-    assert unknown.is_error and text(unknown) == prefix + "strategy rag: unknown key 'depth'; keys: k, retrievers"
+    assert unknown.is_error and text(unknown) == prefix + (
+        "strategy rag: unknown key 'depth'; keys: k, retrievers, unit, neighbours, max_tokens"
+    )
     assert unbuilt.is_error and text(unbuilt).startswith(
         prefix + "the automem memory view of this scope was never built"
     )

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from ..core.types import Hit, Scope
 from ..store.bank import BankHit, MemoryBank
-from .recipes import Recipe
+from .recipes import HYBRID_RRF, Recipe
 from .rrf import rrf_fuse
 
 
-def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None = None) -> list:
+def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None = None, *, store=None) -> list:
     """Top-``k`` documents of ``index`` in ``scope`` for ``query``, by ``recipe``.
 
     Args:
@@ -27,6 +27,8 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
         scope: the search scope (``None`` fields match any value).
         recipe: retrievers, candidate depth, fusion, RRF k, default ``k`` and bank kind.
         k: results wanted (default ``recipe.k``); ``k <= 0`` gives [].
+        store: the store whose chunks rank a bank's items for the ``"chunk"`` retriever (the
+            chunk search is :data:`~memfrontier.retrieve.recipes.HYBRID_RRF`, as deep as the others).
 
     Returns:
         :class:`~memfrontier.core.types.Hit` (chunks) or :class:`~memfrontier.store.bank.BankHit`
@@ -35,7 +37,8 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
         retriever that returned the document. Ties: the best single rank, then the id.
 
     Raises:
-        ValueError: a bank searched with a recipe without ``kind``, or a store with one.
+        ValueError: a bank searched with a recipe without ``kind``, or a store with one; a
+            ``"chunk"`` retriever without ``store``.
     """
     k = recipe.k if k is None else int(k)
     if k <= 0 or not query.strip():
@@ -52,6 +55,14 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
     rankings: dict[str, list[str]] = {}
     raw: dict[str, dict[str, float]] = {}
     for name in recipe.retrievers:
+        if name == "chunk":
+            if store is None:
+                raise ValueError(f"recipe {recipe.name!r} ranks items by their chunks: pass the store")
+            ranked = _chunk_ranks(index, store, query, scope, recipe.kind, n)
+            rankings[name] = {d.id: r for d, r in ranked}
+            raw[name] = {d.id: 1.0 / r for d, r in ranked}
+            docs.update((d.id, d) for d, _ in ranked)
+            continue
         if name == "dense":
             found = index.search_dense(query, scope, n, query_vector=index.encode_query(query), **kw)
         else:
@@ -69,6 +80,21 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
             if is_bank
             else Hit(chunk=docs[doc_id], score=score, ranks=ranks)
         )
+    return out
+
+
+def _chunk_ranks(bank: MemoryBank, store, query: str, scope: Scope, kind: str, n: int | None) -> list[tuple]:
+    """``(item, rank)`` for the items of ``kind`` holding a record of the store's top-``n`` chunks
+    (:data:`HYBRID_RRF`): the best 1-based rank of such a chunk."""
+    by_record: dict[str, int] = {}
+    for rank, h in enumerate(hybrid_search(store, query, scope, HYBRID_RRF, k=n or len(store.chunks(scope))), 1):
+        for rid in h.chunk.record_ids:
+            by_record.setdefault(rid, rank)
+    out = []
+    for it in bank.items(scope, kind):
+        ranks = [by_record[i] for i in it.source_ids if i in by_record]
+        if ranks:
+            out.append((it, min(ranks)))
     return out
 
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 
 def rrf_fuse(
-    rankings: dict[str, list[str]],
+    rankings: dict[str, list[str] | dict[str, int]],
     k: int = 60,
     top_n: int | None = None,
 ) -> list[tuple[str, float, dict[str, int]]]:
     """Fuse ranked id lists with RRF.
 
     Args:
-        rankings: retriever name -> ids, best first.
+        rankings: retriever name -> ids, best first; or -> ``{id: rank}`` (1-based, ties allowed:
+            documents that share a container, e.g. the turns of one ranked chunk, share its rank).
         k: the RRF constant (60 in Cormack et al. 2009 and MemoryCPT); must be >= 0.
         top_n: keep only the best ``top_n`` results (None = all).
 
@@ -36,6 +37,11 @@ def rrf_fuse(
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     for name, ids in rankings.items():
+        if isinstance(ids, dict):
+            for doc_id, rank in ids.items():
+                scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (k + rank)
+                ranks.setdefault(doc_id, {})[name] = rank
+            continue
         seen: set[str] = set()
         rank = 0
         for doc_id in ids:

@@ -1,21 +1,34 @@
-"""``rag``: top-k hybrid (dense + BM25, RRF k=60) chunks (recipe :data:`~memfrontier.retrieve.recipes.HYBRID_RRF`)."""
+"""``rag``: the top hits of the shared hybrid search (dense + BM25, RRF k=60), read as they are.
+
+Two units (``unit``): the store's ~256-token chunks (recipe
+:data:`~memfrontier.retrieve.recipes.HYBRID_RRF`, the default and every paper's baseline), or single
+turns (the turn view :mod:`memfrontier.views.turns`, recipe
+:data:`~memfrontier.retrieve.recipes.TURNS_RRF`), where each hit may bring its neighbouring turns
+of the same session (``neighbours``) and a token budget (``max_tokens``) replaces the fixed ``k``.
+"""
 
 from __future__ import annotations
 
+import functools
+import threading
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ..core.render import render_dated
+from ..core.render import human_date, render_dated
 from ..core.threads import run_cpu
-from ..core.types import Budget, Context, Preference
+from ..core.timeutil import instant_key
+from ..core.types import Budget, Context, Preference, Scope
 from ..retrieve.hybrid import hybrid_search
-from ..retrieve.recipes import chunk_recipe
-from .base import MemoryEnv, Query, StrategyBase
+from ..retrieve.recipes import Unit, chunk_recipe
+from ..store.bank import BANK_VIEW, BankHit, BankItem, MemoryBank
+from ..views.turns import KIND as TURN_KIND
+from ..views.turns import build_turns, open_turn_bank
+from .base import BuildProgress, MemoryEnv, Query, StrategyBase
 from .config import Int, StrategyConfig
 
-#: The store's retrievers, fused by RRF (k=60) when more than one is named.
-Retriever = Literal["dense", "bm25"]
+#: The retrievers, fused by RRF when more than one is named; ``chunk`` (unit=turn): a turn ranked by its chunk.
+Retriever = Literal["dense", "bm25", "chunk"]
 
 
 class RagConfig(StrategyConfig):
@@ -23,15 +36,41 @@ class RagConfig(StrategyConfig):
 
     strategy = "rag"
 
-    k: Int = Field(8, ge=1, description="Chunks retrieved (top-k after RRF fusion, k_RRF = 60).")
-    retrievers: tuple[Retriever, ...] = Field(
-        ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi)."
+    k: Int = Field(
+        8, ge=1, description="Units retrieved (top-k after RRF fusion, k_RRF = 60); with max_tokens, the most."
     )
+    retrievers: tuple[Retriever, ...] = Field(
+        ("dense", "bm25"),
+        min_length=1,
+        description="Retrievers fused by RRF: dense (MiniLM cosine), bm25 (Okapi); with unit=turn, "
+        "('dense', 'bm25', 'chunk') adds each turn's chunk rank (recipe turns_chunks_rrf, RRF k=5).",
+    )
+    unit: Unit = Field(
+        "chunk",
+        description="What is searched: chunk (the store's ~256-token chunks) or turn (single turns, the "
+        "turn view, built once per scope with the embedder only).",
+    )
+    neighbours: Int = Field(
+        0, ge=0, description="unit=turn: turns before and after each hit, same session, added to the context."
+    )
+    max_tokens: Int | None = Field(
+        None,
+        ge=1,
+        description="unit=turn: context budget in retriever (MiniLM) tokens; hits (with their neighbours) "
+        "are taken in rank order while the context stays within it (None: the k hits, no budget).",
+    )
+
+    @model_validator(mode="after")
+    def _turn_options(self) -> "RagConfig":
+        if self.unit == "chunk" and (self.neighbours or self.max_tokens is not None):
+            raise ValueError("neighbours and max_tokens apply to unit=turn only")
+        chunk_recipe(self.retrievers, self.unit)  # a retriever tuple without a recipe: ValueError naming the choices
+        return self
 
 
 class Rag(StrategyBase):
-    """The top-``k`` chunks by hybrid search, in rank order, each with its session date
-    (options: :class:`RagConfig`)."""
+    """The top hits by hybrid search (options: :class:`RagConfig`): chunks in rank order, each with
+    its session date; or turns grouped by session in time order under each session's date."""
 
     name = "rag"
     prompt_version = "rag-v1"
@@ -41,18 +80,117 @@ class Rag(StrategyBase):
 
     def __init__(self, config: RagConfig | None = None):
         super().__init__(config)
-        self.recipe = chunk_recipe(self.config.retrievers)
+        self.recipe = chunk_recipe(self.config.retrievers, self.config.unit)
+        self._banks: dict[str, MemoryBank] = {}  # the turn view per store (its in-memory indexes persist)
+        self._lock = threading.Lock()
+        self._counters: dict[str, object] = {}
+
+    def turn_bank(self, env: MemoryEnv) -> MemoryBank:
+        """The turn view of ``env.store``, opened once per store."""
+        key = str(env.store.view_dir(BANK_VIEW))
+        with self._lock:
+            if key not in self._banks:
+                self._banks[key] = open_turn_bank(env.store)
+            return self._banks[key]
 
     @property
     def recipes(self) -> tuple[str, ...]:
         """Names of the search recipes this strategy runs (provenance)."""
         return (self.recipe.name,)
 
+    async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
+        """unit=turn: the turn view of ``scope`` (embedder only; nothing to build for chunks)."""
+        if self.config.unit == "turn":
+            await run_cpu(build_turns, self.turn_bank(env), env.store, scope)
+
+    def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        return self.config.unit == "chunk" or self.turn_bank(env).count(scope, TURN_KIND) > 0
+
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
-        # the search embeds the query and scans the store (CPU-bound): off the event loop
+        # the search embeds the query and scans the index (CPU-bound): off the event loop
+        if self.config.unit == "turn":
+            return await run_cpu(self._turn_context, query, env)
         hits = await run_cpu(hybrid_search, env.store, query.text, query.scope, self.recipe, k=self.config.k)
         evidence: list[str] = []
         for h in hits:
             evidence.extend(i for i in h.chunk.record_ids if i not in evidence)
         text = render_dated([(h.chunk.timestamp, h.chunk.text) for h in hits])
         return Context(text=text, evidence_ids=evidence, meta={"chunks": [h.chunk.id for h in hits]})
+
+    def _counter(self, env: MemoryEnv):
+        """The embedder's token count, remembered per text (turns and date lines recur across queries)."""
+        key = str(env.store.view_dir(BANK_VIEW))
+        with self._lock:
+            if key not in self._counters:
+                self._counters[key] = functools.lru_cache(maxsize=1 << 16)(env.store.embedder.count_tokens)
+            return self._counters[key]
+
+    def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
+        bank = self.turn_bank(env)
+        hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
+        picked = select_turns(
+            hits,
+            bank.items(query.scope, TURN_KIND),
+            self._counter(env),
+            neighbours=self.config.neighbours,
+            max_tokens=self.config.max_tokens,
+        )
+        evidence = [i for it in picked for i in it.source_ids]
+        return Context(
+            text=render_turns(picked),
+            evidence_ids=list(dict.fromkeys(evidence)),
+            meta={"turns": len(picked), "hits": len(hits)},
+        )
+
+
+def _date_line(ts: str | None) -> str:
+    return f"({human_date(ts)})" if ts else "(undated)"
+
+
+def select_turns(
+    hits: list[BankHit], items: list[BankItem], count_tokens, *, neighbours: int = 0, max_tokens: int | None = None
+) -> list[BankItem]:
+    """The turns a context shows: each hit in rank order with its ``neighbours`` turns before and
+    after it in its session (from ``items``, the scope's turn items), taken while the rendered
+    context (:func:`render_turns`) stays within ``max_tokens`` tokens by ``count_tokens`` (None: no
+    budget); a hit whose turns would exceed it is skipped and the next one tried. A turn is shown
+    once. Returns the turns in context order (sessions by time, turns by position)."""
+    where = {(it.meta.get("session_id"), it.meta.get("position")): it for it in items}
+    chosen: dict[str, BankItem] = {}
+    sessions: set[str | None] = set()
+    used = 0
+    for h in hits:
+        sid, pos = h.item.meta.get("session_id"), h.item.meta.get("position")
+        group = [h.item]
+        if neighbours and isinstance(pos, int):
+            group = [where[(sid, p)] for p in range(pos - neighbours, pos + neighbours + 1) if (sid, p) in where]
+            if h.item.id not in {g.id for g in group}:
+                group.append(h.item)
+        new = [g for g in group if g.id not in chosen]
+        if not new:
+            continue
+        cost = sum(count_tokens(g.render()) for g in new)
+        if sid not in sessions:
+            cost += count_tokens(_date_line(h.item.timestamp))
+        if max_tokens is not None and used + cost > max_tokens:
+            continue
+        used += cost
+        sessions.add(sid)
+        chosen.update((g.id, g) for g in new)
+    return sorted(
+        chosen.values(),
+        key=lambda it: (instant_key(it.timestamp), str(it.meta.get("session_id")), it.meta.get("position", 0)),
+    )
+
+
+def render_turns(turns: list[BankItem]) -> str:
+    """Turns (in context order) as text: one ``(8 May 2023)`` line per session, then its turns, one a line."""
+    out: list[str] = []
+    last = object()
+    for it in turns:
+        sid = it.meta.get("session_id")
+        if sid != last:
+            out.append(_date_line(it.timestamp))
+            last = sid
+        out.append(it.render())
+    return "\n".join(out)

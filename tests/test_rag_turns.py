@@ -1,0 +1,149 @@
+"""``rag`` over single turns: the turn view, neighbour expansion, the token budget and the
+session-grouped rendering (real SQLite, bm25s and MiniLM)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memfrontier.core.types import Budget, Record, Scope
+from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.retrieve.hybrid import hybrid_search
+from memfrontier.retrieve.recipes import TURNS_BM25, TURNS_CHUNKS_RRF, TURNS_RRF, Recipe
+from memfrontier.retrieve.rrf import rrf_fuse
+from memfrontier.store.sqlite import SQLiteStore
+from memfrontier.strategies import MemoryEnv, Query, get_strategy
+from memfrontier.strategies.config import StrategyConfigError
+from memfrontier.views.turns import KIND, build_turns, open_turn_bank
+
+A = Scope(user_id="alice")
+S1 = [
+    ("Ana", "Good morning, how was your weekend?"),
+    ("Ben", "Great, I adopted a grey kitten named Pixel."),
+    ("Ana", "Lovely! What does Pixel like to eat?"),
+    ("Ben", "Mostly tuna, and she sleeps on my keyboard."),
+    ("Ana", "I am training for the Lisbon marathon in October."),
+]
+S2 = [
+    ("Ben", "My sister bought a red bicycle yesterday."),
+    ("Ana", "Does she ride it to work?"),
+]
+
+
+def recs() -> list[Record]:
+    out = []
+    for sid, ts, turns in (("s1", "2023-05-08T13:56:00+00:00", S1), ("s2", "2023-06-02T09:00:00+00:00", S2)):
+        for i, (who, text) in enumerate(turns, start=1):
+            out.append(Record(id=f"{sid}:{i}", scope=A, session_id=sid, speaker=who, timestamp=ts, text=text))
+    return out
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return MiniLMEmbedder()
+
+
+@pytest.fixture
+def env(tmp_path, minilm):
+    store = SQLiteStore(tmp_path / "m", minilm)
+    store.add(recs())
+    yield MemoryEnv(store=store, llm=None, answer_llm=None)
+    store.close()
+
+
+def ctx(env, question: str, **options):
+    strat = get_strategy("rag", {"unit": "turn", "retrievers": ["bm25"], **options})
+    asyncio.run(strat.build(env, A))
+    return asyncio.run(strat.context(Query(text=question, scope=A), env, None, Budget()))
+
+
+def test_turn_view_has_one_item_per_record_and_rebuilds_nothing(env):
+    bank = open_turn_bank(env.store)
+    assert build_turns(bank, env.store, A) == {"added": 7, "removed": 0, "kept": 0}
+    assert build_turns(bank, env.store, A) == {"added": 0, "removed": 0, "kept": 7}
+    items = bank.items(A, KIND)
+    assert [it.source_ids for it in items] == [[r.id] for r in recs()]
+    assert items[1].text == 'Ben said, "Great, I adopted a grey kitten named Pixel."'
+    assert [it.meta["position"] for it in items] == [0, 1, 2, 3, 4, 0, 1]
+    env.store.delete("s2:2", A)  # the delete reaches the turn view (the banks' purger)
+    assert [it.source_ids for it in bank.items(A, KIND)][-1] == ["s2:1"]
+    assert build_turns(bank, env.store, A) == {"added": 0, "removed": 0, "kept": 6}
+
+
+def test_one_turn_hit_reads_that_turn_under_its_session_date(env):
+    c = ctx(env, "marathon", k=1)
+    assert c.evidence_ids == ["s1:5"]
+    assert c.text == '(8 May 2023)\nAna said, "I am training for the Lisbon marathon in October."'
+
+
+def test_neighbours_add_the_turns_around_each_hit_in_session_order(env):
+    c = ctx(env, "tuna", k=1, neighbours=1)
+    assert c.evidence_ids == ["s1:3", "s1:4", "s1:5"]
+    # a hit at the end of a session has one neighbour; two sessions read in time order, one date line each
+    c = ctx(env, "bicycle tuna", k=2, neighbours=1)
+    assert c.evidence_ids == ["s1:3", "s1:4", "s1:5", "s2:1", "s2:2"]
+    assert c.text.splitlines()[0] == "(8 May 2023)" and c.text.splitlines()[4] == "(2 June 2023)"
+    assert len(c.text.splitlines()) == 7
+
+
+def test_the_token_budget_takes_hits_in_rank_order_while_they_fit(env, minilm):
+    n = minilm.count_tokens
+    date = n("(8 May 2023)")
+    kitten = n('Ben said, "Great, I adopted a grey kitten named Pixel."')
+    c = ctx(env, "kitten", k=5, max_tokens=date + kitten)
+    assert c.evidence_ids == ["s1:2"]
+    c = ctx(env, "kitten", k=5, max_tokens=date + kitten - 1)
+    assert c.evidence_ids == [] and c.text == ""
+    # one budget for a hit and its neighbours: a group that does not fit is skipped, the next hit tried
+    s1_group = date + sum(n(f'{who} said, "{text}"') for who, text in S1[2:5])
+    s2_group = n("(2 June 2023)") + sum(n(f'{who} said, "{text}"') for who, text in S2)
+    assert s2_group < s1_group
+    c = ctx(env, "tuna bicycle", k=2, neighbours=1, max_tokens=s1_group - 1)
+    assert c.evidence_ids == ["s2:1", "s2:2"]
+    c = ctx(env, "tuna bicycle", k=2, neighbours=1, max_tokens=s1_group + s2_group)
+    assert c.evidence_ids == ["s1:3", "s1:4", "s1:5", "s2:1", "s2:2"]
+
+
+def test_turn_recipes_and_options_are_validated():
+    assert get_strategy("rag", {"unit": "turn"}).recipe is TURNS_RRF
+    assert get_strategy("rag", {"unit": "turn", "retrievers": ["bm25"]}).recipes == (TURNS_BM25.name,)
+    with pytest.raises((StrategyConfigError, ValueError), match="unit=turn only"):
+        get_strategy("rag", {"neighbours": 1})
+    with pytest.raises((StrategyConfigError, ValueError)):
+        get_strategy("rag", {"unit": "turn", "max_tokens": 0})
+
+
+def test_chunk_rag_is_unchanged(env):
+    strat = get_strategy("rag", {"k": 1})
+    assert strat.is_built(env, A)
+    c = asyncio.run(strat.context(Query(text="marathon", scope=A), env, None, Budget()))
+    assert c.evidence_ids == [r.id for r in recs() if r.session_id == "s1"]
+    assert c.text.startswith('(8 May 2023) Ana said, "Good morning')
+
+
+def test_rrf_takes_tied_ranks_from_a_mapping():
+    fused = rrf_fuse({"bm25": ["x", "y"], "chunk": {"x": 1, "y": 1, "z": 2}}, k=0)
+    assert fused == [("x", 2.0, {"bm25": 1, "chunk": 1}), ("y", 1.5, {"bm25": 2, "chunk": 1}), ("z", 0.5, {"chunk": 2})]
+
+
+def test_the_chunk_retriever_ranks_each_turn_by_its_chunk(env):
+    bank = get_strategy("rag", {"unit": "turn"}).turn_bank(env)
+    build_turns(bank, env.store, A)
+    # each session is one chunk here: the five turns of session s1 share its rank, s2's come next
+    only_chunks = Recipe(name="chunk_only", retrievers=("chunk",), kind="turn")
+    hits = hybrid_search(bank, "marathon", A, only_chunks, k=10, store=env.store)
+    assert [h.ranks["chunk"] for h in hits] == [1] * 5 + [2] * 2
+    assert {h.item.source_ids[0] for h in hits[:5]} == {f"s1:{i}" for i in range(1, 6)}
+    with pytest.raises(ValueError, match="pass the store"):
+        hybrid_search(bank, "marathon", A, only_chunks, k=10)
+    # fused with dense and BM25 at RRF k=5: the tuna turn leads, its score the sum over its three ranks
+    top = hybrid_search(bank, "tuna", A, TURNS_CHUNKS_RRF, k=3, store=env.store)[0]
+    assert top.item.source_ids == ["s1:4"] and top.ranks["bm25"] == 1 and top.ranks["chunk"] == 1
+    assert top.score == pytest.approx(sum(1 / (5 + r) for r in top.ranks.values()))
+    c = ctx(env, "tuna", k=1, retrievers=["dense", "bm25", "chunk"])
+    assert c.evidence_ids == ["s1:4"]
+    with pytest.raises((StrategyConfigError, ValueError)):
+        get_strategy("rag", {"retrievers": ["dense", "bm25", "chunk"]})  # chunk ranks turns, not chunks
+    with pytest.raises(ValueError, match="needs a recipe with a kind"):
+        Recipe(name="bad", retrievers=("dense", "chunk"))
