@@ -642,29 +642,6 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
 RECONNECT_S = 1.0
 
 
-def terminate_sessions(dsn: str) -> int:
-    """``pg_terminate_backend`` every other client session of ``dsn``'s database (an administrator's
-    kill); returns how many, once they have exited."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        pids = [
-            p
-            for (p,) in admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-            )
-        ]
-        for pid in pids:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        deadline = time.time() + 10
-        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
-            if time.time() > deadline:
-                break
-            time.sleep(0.02)
-    return len(pids)
-
-
 def stored_ids(dsn: str, user: str, ids: list[str]) -> set[str]:
     """Which of ``ids`` the database holds for ``user`` (read on a connection of its own, not the
     store's)."""
@@ -720,6 +697,7 @@ class LoadThreads:
 def connection_kills(stores: Stores, threads: int, kills: int, downs: list[float], settle_s: float = 2.0) -> list[dict]:
     """(k): the events in turn, each under its own load (see the module docstring)."""
     from memfrontier import Memory
+    from memfrontier.store.embedded_pg import terminate_sessions
 
     if stores.backend != "postgres":
         raise SystemExit("the connection-kill scenario needs --store postgres")

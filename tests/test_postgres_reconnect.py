@@ -17,6 +17,7 @@ import pytest
 from memfrontier.core.errors import StoreError, StoreUnavailableError
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
+from memfrontier.store.embedded_pg import terminate_sessions
 from memfrontier.store.postgres import PostgresStore
 
 A = Scope(user_id="alice")
@@ -36,26 +37,6 @@ HISTORY = [
 @pytest.fixture(scope="module")
 def minilm():
     return MiniLMEmbedder()
-
-
-def terminate_sessions(dsn: str) -> int:
-    """``pg_terminate_backend`` every other client session of ``dsn``'s database (what an
-    administrator does); returns how many, once they have all exited."""
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        pids = [
-            p
-            for (p,) in admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-            )
-        ]
-        for pid in pids:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        deadline = time.time() + 10
-        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
-            assert time.time() < deadline
-            time.sleep(0.02)
-    return len(pids)
 
 
 def test_every_call_finds_a_new_connection_after_its_sessions_are_terminated(pg_database, tmp_path, minilm):

@@ -43,6 +43,7 @@ from memfrontier.server.keys import PG_SCHEMA, SQLiteKeyStore, open_key_store
 from memfrontier.server.rest import ServeSettings, create_app
 from memfrontier.server.slots import Slot
 from memfrontier.server.tenants import client_scope, tenant_scope
+from memfrontier.store.embedded_pg import terminate_sessions
 
 SECRET = "My locker code is 4417."
 MODEL = "gemma-3-270m-q4_k_m"  # priced in the packaged book: 0.01 / 0.02 USD per 1M tokens
@@ -888,28 +889,6 @@ def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
     mem.close()
 
 
-def _terminate_sessions(dsn: str) -> int:
-    """``pg_terminate_backend`` every other client session of ``dsn``'s database; returns how many,
-    once they have exited."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        pids = [
-            p
-            for (p,) in admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-            )
-        ]
-        for pid in pids:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        deadline = time.time() + 10
-        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
-            assert time.time() < deadline
-            time.sleep(0.02)
-    return len(pids)
-
-
 def test_service_on_postgres_answers_after_its_sessions_are_terminated(pg_database, tmp_path, minilm):
     """As `memfrontier serve` runs (store and keys in one PostgreSQL database): an administrator
     ends every session of the service; the next search and add answer 200 (was: 503 on every
@@ -923,11 +902,11 @@ def test_service_on_postgres_answers_after_its_sessions_are_terminated(pg_databa
         r = h.post("/v1/memories", json={"messages": [{"content": SECRET, "id": "m1"}], "user_id": "u"})
         assert r.status_code == 200 and r.json()["added"] == ["m1"]
         for i in range(3):
-            assert _terminate_sessions(url) >= 2  # the store's and the key store's
+            assert terminate_sessions(url) >= 2  # the store's and the key store's
             r = h.post("/v1/search", json={"query": "locker code", "user_id": "u", "k": 1})
             assert r.status_code == 200, r.text
             assert [x["chunk"]["record_ids"] for x in r.json()["hits"]] == [["m1"]]
-            assert _terminate_sessions(url) >= 2
+            assert terminate_sessions(url) >= 2
             note = {"messages": [{"content": f"Note {i}.", "id": f"n{i}"}], "user_id": "u", "session_id": f"s{i}"}
             r = h.post("/v1/memories", json=note)
             assert r.status_code == 200 and r.json()["added"] == [f"n{i}"], r.text

