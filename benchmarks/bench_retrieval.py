@@ -201,13 +201,20 @@ def plot(rows: dict[str, dict], title: str, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", nargs="+", default=["locomo-train", "locomo-test", "longmemeval"])
+    ap = argparse.ArgumentParser(
+        description="Evidence recall against the answerer's context tokens, per retrieval configuration (no LLM)."
+    )
+    ap.add_argument(
+        "--sets",
+        nargs="+",
+        default=["locomo-train", "locomo-test", "longmemeval"],
+        help="locomo-train (the training pool: tune here), locomo-test (report only), longmemeval (default: all three)",
+    )
     ap.add_argument("--only", nargs="+", default=None, help="configuration labels (default: all)")
     ap.add_argument("--lme-limit", type=int, default=100, help="LongMemEval questions sampled (0: skip)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the LongMemEval sample")
     ap.add_argument("--stores", default=str(ROOT / "runs" / "retrieval"), help="where the stores are built (reused)")
-    ap.add_argument("--out", default=str(ROOT / "results" / "retrieval"))
+    ap.add_argument("--out", default=str(ROOT / "results" / "retrieval"), help="where retrieval.{json,md} and plots go")
     ap.add_argument(
         "--merge", nargs="+", default=None, help="retrieval.json files of runs over different sets: write them as one"
     )
