@@ -27,7 +27,7 @@ def but(*values: str) -> str:
 #: model, an endpoint, a file or a cache).
 DECISIONS: dict[str, dict[str, str]] = {
     "longctx": {"max_context_tokens": TENANT, "reserve_tokens": TENANT},
-    "rag": {"k": TENANT, "retrievers": TENANT},
+    "rag": {"k": TENANT, "retrievers": TENANT, "unit": TENANT, "neighbours": TENANT, "max_tokens": TENANT},
     "oracle": {},
     "budgetmem": {
         "k": TENANT,

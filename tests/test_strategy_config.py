@@ -162,11 +162,19 @@ def test_the_config_preference_wins_else_the_caller_else_perf():
 
 def test_config_hash_is_canonical_json_of_every_option():
     cfg = strategy_config("rag", {"k": 3})
-    expected = hashlib.sha256(b'{"k":3,"retrievers":["dense","bm25"],"strategy":"rag"}').hexdigest()[:16]
+    expected = hashlib.sha256(
+        b'{"k":3,"max_tokens":null,"neighbours":0,"retrievers":["dense","bm25"],"strategy":"rag","unit":"chunk"}'
+    ).hexdigest()[:16]
     assert cfg.config_hash() == expected
     assert strategy_config("rag").config_hash() == strategy_config("rag", {"k": 8}).config_hash()
     assert _config_provenance(get_strategy("rag", k=3)) == {
-        "strategy_config": {"k": 3, "retrievers": ["dense", "bm25"]},
+        "strategy_config": {
+            "k": 3,
+            "retrievers": ["dense", "bm25"],
+            "unit": "chunk",
+            "neighbours": 0,
+            "max_tokens": None,
+        },
         "strategy_config_hash": expected,
     }
     assert strategy_config("oracle").config_hash() == hashlib.sha256(b'{"strategy":"oracle"}').hexdigest()[:16]
@@ -194,6 +202,9 @@ def test_eval_config_validates_strategy_options_when_made():
     assert EvalConfig(strategy="rag", strategy_options=RagConfig(k=3)).strategy_options == {
         "k": 3,
         "retrievers": ["dense", "bm25"],
+        "unit": "chunk",
+        "neighbours": 0,
+        "max_tokens": None,
     }
 
 
