@@ -154,6 +154,9 @@ def test_a_turn_renders_said_or_colon():
     assert r.render() == r.render("said") == 'Ben said, "Great, I adopted a grey kitten named Pixel."'
     assert r.render("colon") == "Ben: Great, I adopted a grey kitten named Pixel."
     assert Record(id="x", text=" no speaker ").render("colon") == "no speaker"
+    pic = Record(id="p", speaker="Ana", text="Look!", images=[{"id": "i1", "caption": "a grey kitten"}])
+    assert pic.render() == 'Ana said, "Look! [shared image: a grey kitten]"'
+    assert pic.render("colon") == "Ana: Look! [image: a grey kitten]"
 
 
 def test_colon_turns_read_and_count_as_colon_lines(env, minilm):

@@ -135,8 +135,8 @@ class Record(BaseModel):
 
     def render(self, style: TurnStyle = "said") -> str:
         """The text a retriever and a reader see: speaker, text, image captions (LoCoMo style).
-        ``style``: ``said`` (``Ana said, "text"``, what the stores index) or ``colon`` (``Ana: text``,
-        the same turn in fewer tokens)."""
+        ``style``: ``said`` (``Ana said, "text [shared image: caption]"``, what the stores index) or
+        ``colon`` (``Ana: text [image: caption]``, the same turn in fewer tokens)."""
         body = self.text.strip()
         if self.kind == "step":
             parts = [f"step {self.step_index}" if self.step_index is not None else "step"]
@@ -149,7 +149,8 @@ class Record(BaseModel):
             body = "; ".join(parts)
         caps = [im.caption.strip() for im in self.images if im.caption.strip()]
         if caps:
-            body = f"{body} [shared image: {'; '.join(caps)}]" if body else f"[shared image: {'; '.join(caps)}]"
+            shown = f"[{'image' if style == 'colon' else 'shared image'}: {'; '.join(caps)}]"
+            body = f"{body} {shown}" if body else shown
         if not self.speaker:
             return body
         return f"{self.speaker}: {body}" if style == "colon" else f'{self.speaker} said, "{body}"'
