@@ -49,12 +49,13 @@ from memfrontier.eval.datasets import DATASET_FILES, data_root  # noqa: E402
 from memfrontier.eval.datasets.locomo import load_locomo, locomo_split  # noqa: E402
 from memfrontier.eval.datasets.longmemeval import load_longmemeval  # noqa: E402
 from memfrontier.eval.metrics import evidence_recall  # noqa: E402
+from memfrontier.frontier.spec import load_spec  # noqa: E402
 from memfrontier.store.open import open_store  # noqa: E402
 from memfrontier.strategies import get_strategy  # noqa: E402
 from memfrontier.strategies.base import MemoryEnv, Query  # noqa: E402
 
-#: The frontier spec's ``rag-turns`` options (src/memfrontier/frontier/default.yaml).
-RAG_TURNS = {"unit": "turn", "retrievers": ["dense", "bm25", "chunk"], "k": 64, "max_tokens": 672}
+#: The options of the frontier spec's configurations (src/memfrontier/frontier/default.yaml) by label.
+FRONTIER = {c.label: c.options for c in load_spec().configurations}
 #: label -> (strategy, options). The reference points first, then the turn configurations.
 CONFIGS: dict[str, tuple[str, dict]] = {
     "oracle": ("oracle", {}),
@@ -69,8 +70,9 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "turns-k16-bm25": ("rag", {"unit": "turn", "k": 16, "retrievers": ["bm25"]}),
     "turns-k8-n1": ("rag", {"unit": "turn", "k": 8, "neighbours": 1}),
     "turns-chunks-k16": ("rag", {"unit": "turn", "k": 16, "retrievers": ["dense", "bm25", "chunk"]}),
-    # the configuration chosen on the training pool (frontier label rag-turns)
-    "rag-turns": ("rag", RAG_TURNS),
+    # the configurations chosen on the training pool (frontier labels rag-turns, rag-turns-v2)
+    "rag-turns": ("rag", FRONTIER["rag-turns"]),
+    "rag-turns-v2": ("rag", FRONTIER["rag-turns-v2"]),
 }
 REFERENCE = "rag-k8"
 

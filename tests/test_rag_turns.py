@@ -147,3 +147,40 @@ def test_the_chunk_retriever_ranks_each_turn_by_its_chunk(env):
         get_strategy("rag", {"retrievers": ["dense", "bm25", "chunk"]})  # chunk ranks turns, not chunks
     with pytest.raises(ValueError, match="needs a recipe with a kind"):
         Recipe(name="bad", retrievers=("dense", "chunk"))
+
+
+def test_a_turn_renders_said_or_colon():
+    r = recs()[1]
+    assert r.render() == r.render("said") == 'Ben said, "Great, I adopted a grey kitten named Pixel."'
+    assert r.render("colon") == "Ben: Great, I adopted a grey kitten named Pixel."
+    assert Record(id="x", text=" no speaker ").render("colon") == "no speaker"
+    pic = Record(id="p", speaker="Ana", text="Look!", images=[{"id": "i1", "caption": "a grey kitten"}])
+    assert pic.render() == 'Ana said, "Look! [shared image: a grey kitten]"'
+    assert pic.render("colon") == "Ana: Look! [image: a grey kitten]"
+
+
+def test_colon_turns_read_and_count_as_colon_lines(env, minilm):
+    c = ctx(env, "marathon", k=1, turn_style="colon")
+    assert c.text == "(8 May 2023)\nAna: I am training for the Lisbon marathon in October."
+    # the budget counts the colon text: the said line is longer, the colon one fits exactly
+    n = minilm.count_tokens
+    fits = n("(8 May 2023)") + n("Ben: Great, I adopted a grey kitten named Pixel.")
+    assert fits < n("(8 May 2023)") + n('Ben said, "Great, I adopted a grey kitten named Pixel."')
+    assert ctx(env, "kitten", k=5, max_tokens=fits, turn_style="colon").evidence_ids == ["s1:2"]
+    assert ctx(env, "kitten", k=5, max_tokens=fits).evidence_ids == []
+    assert ctx(env, "kitten", k=5, max_tokens=fits - 1, turn_style="colon").evidence_ids == []
+
+
+def test_neighbour_hits_gives_neighbours_to_the_first_hits_only(env):
+    bank = open_turn_bank(env.store)
+    build_turns(bank, env.store, A)
+    first, second = (h.item.source_ids[0] for h in hybrid_search(bank, "bicycle tuna", A, TURNS_BM25, k=2))
+    assert {first, second} == {"s1:4", "s2:1"}
+    around = {"s1:4": ["s1:3", "s1:4", "s1:5"], "s2:1": ["s2:1", "s2:2"]}
+    c = ctx(env, "bicycle tuna", k=2, neighbours=1, neighbour_hits=1)
+    assert sorted(c.evidence_ids) == sorted(around[first] + [second])
+    c = ctx(env, "bicycle tuna", k=2, neighbours=1, neighbour_hits=2)
+    assert sorted(c.evidence_ids) == sorted(around[first] + around[second])
+    for bad in ({"neighbour_hits": 1}, {"turn_style": "colon"}):
+        with pytest.raises((StrategyConfigError, ValueError), match="unit=turn only"):
+            get_strategy("rag", bad)

@@ -18,6 +18,8 @@ from .text import check_id, clean_text, require_non_blank
 from .timeutil import canonical_timestamp
 
 RecordKind = Literal["turn", "paragraph", "step"]
+#: How :meth:`Record.render` frames the speaker: ``Ana said, "text"`` or ``Ana: text``.
+TurnStyle = Literal["said", "colon"]
 
 
 class ImageRef(BaseModel):
@@ -131,8 +133,10 @@ class Record(BaseModel):
         v = v if v is None else clean_text(v)
         return require_non_blank(v, "role") if info.field_name == "role" else v
 
-    def render(self) -> str:
-        """The text a retriever and a reader see: speaker, text, image captions (LoCoMo style)."""
+    def render(self, style: TurnStyle = "said") -> str:
+        """The text a retriever and a reader see: speaker, text, image captions (LoCoMo style).
+        ``style``: ``said`` (``Ana said, "text [shared image: caption]"``, what the stores index) or
+        ``colon`` (``Ana: text [image: caption]``, the same turn in fewer tokens)."""
         body = self.text.strip()
         if self.kind == "step":
             parts = [f"step {self.step_index}" if self.step_index is not None else "step"]
@@ -145,8 +149,11 @@ class Record(BaseModel):
             body = "; ".join(parts)
         caps = [im.caption.strip() for im in self.images if im.caption.strip()]
         if caps:
-            body = f"{body} [shared image: {'; '.join(caps)}]" if body else f"[shared image: {'; '.join(caps)}]"
-        return f'{self.speaker} said, "{body}"' if self.speaker else body
+            shown = f"[{'image' if style == 'colon' else 'shared image'}: {'; '.join(caps)}]"
+            body = f"{body} {shown}" if body else shown
+        if not self.speaker:
+            return body
+        return f"{self.speaker}: {body}" if style == "colon" else f'{self.speaker} said, "{body}"'
 
 
 def record_id(scope: Scope, session_id: str, position: int, speaker: str, text: str, timestamp: str | None) -> str:

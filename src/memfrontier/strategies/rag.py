@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from ..core.render import human_date, render_dated
 from ..core.threads import run_cpu
 from ..core.timeutil import instant_key
-from ..core.types import Budget, Context, Preference, Scope
+from ..core.types import Budget, Context, Preference, Scope, TurnStyle
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import Unit, chunk_recipe
 from ..store.bank import BANK_VIEW, BankHit, BankItem, MemoryBank
@@ -53,17 +53,29 @@ class RagConfig(StrategyConfig):
     neighbours: Int = Field(
         0, ge=0, description="unit=turn: turns before and after each hit, same session, added to the context."
     )
+    neighbour_hits: Int | None = Field(
+        None,
+        ge=1,
+        description="unit=turn: only the first this many hits (in rank order) bring their neighbours "
+        "(None: every hit).",
+    )
     max_tokens: Int | None = Field(
         None,
         ge=1,
         description="unit=turn: context budget in retriever (MiniLM) tokens; hits (with their neighbours) "
         "are taken in rank order while the context stays within it (None: the k hits, no budget).",
     )
+    turn_style: TurnStyle = Field(
+        "said",
+        description='unit=turn: how a turn reads in the context: said (Ana said, "text", as indexed) or '
+        "colon (Ana: text, fewer tokens, so a budget holds more turns).",
+    )
 
     @model_validator(mode="after")
     def _turn_options(self) -> "RagConfig":
-        if self.unit == "chunk" and (self.neighbours or self.max_tokens is not None):
-            raise ValueError("neighbours and max_tokens apply to unit=turn only")
+        turn_only = self.neighbours or self.neighbour_hits is not None or self.max_tokens is not None
+        if self.unit == "chunk" and (turn_only or self.turn_style != "said"):
+            raise ValueError("neighbours, neighbour_hits, max_tokens and turn_style apply to unit=turn only")
         chunk_recipe(self.retrievers, self.unit)  # a retriever tuple without a recipe: ValueError naming the choices
         return self
 
@@ -128,19 +140,38 @@ class Rag(StrategyBase):
     def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
         bank = self.turn_bank(env)
         hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
+        render = self._renderer(env, query.scope, [h.item for h in hits])
         picked = select_turns(
             hits,
             bank.items(query.scope, TURN_KIND),
             self._counter(env),
             neighbours=self.config.neighbours,
+            neighbour_hits=self.config.neighbour_hits,
             max_tokens=self.config.max_tokens,
+            render=render,
         )
         evidence = [i for it in picked for i in it.source_ids]
         return Context(
-            text=render_turns(picked),
+            text=render_turns(picked, render),
             evidence_ids=list(dict.fromkeys(evidence)),
             meta={"turns": len(picked), "hits": len(hits)},
         )
+
+    def _renderer(self, env: MemoryEnv, scope: Scope, items: list[BankItem]):
+        """A turn item's context text in ``turn_style``: the item's own text (said), or its records
+        re-rendered (colon; those of ``items`` read in one store call, any other on first use)."""
+        if self.config.turn_style == "said":
+            return BankItem.render
+        style = self.config.turn_style
+        recs = {r.id: r for r in env.store.get([i for it in items for i in it.source_ids], scope)}
+
+        def render(it: BankItem) -> str:
+            missing = [i for i in it.source_ids if i not in recs]
+            if missing:
+                recs.update((r.id, r) for r in env.store.get(missing, scope))
+            return " ".join(recs[i].render(style) for i in it.source_ids if i in recs) or it.render()
+
+        return render
 
 
 def _date_line(ts: str | None) -> str:
@@ -148,28 +179,37 @@ def _date_line(ts: str | None) -> str:
 
 
 def select_turns(
-    hits: list[BankHit], items: list[BankItem], count_tokens, *, neighbours: int = 0, max_tokens: int | None = None
+    hits: list[BankHit],
+    items: list[BankItem],
+    count_tokens,
+    *,
+    neighbours: int = 0,
+    neighbour_hits: int | None = None,
+    max_tokens: int | None = None,
+    render=BankItem.render,
 ) -> list[BankItem]:
     """The turns a context shows: each hit in rank order with its ``neighbours`` turns before and
-    after it in its session (from ``items``, the scope's turn items), taken while the rendered
-    context (:func:`render_turns`) stays within ``max_tokens`` tokens by ``count_tokens`` (None: no
-    budget); a hit whose turns would exceed it is skipped and the next one tried. A turn is shown
+    after it in its session (from ``items``, the scope's turn items; only the first
+    ``neighbour_hits`` hits bring them, every hit when None), taken while the rendered
+    context (:func:`render_turns` with ``render``, a turn's text) stays within ``max_tokens`` tokens
+    by ``count_tokens`` (None: no budget); a hit whose turns would exceed it is skipped and the next one tried. A turn is shown
     once. Returns the turns in context order (sessions by time, turns by position)."""
     where = {(it.meta.get("session_id"), it.meta.get("position")): it for it in items}
     chosen: dict[str, BankItem] = {}
     sessions: set[str | None] = set()
     used = 0
-    for h in hits:
+    for rank, h in enumerate(hits):
         sid, pos = h.item.meta.get("session_id"), h.item.meta.get("position")
         group = [h.item]
-        if neighbours and isinstance(pos, int):
-            group = [where[(sid, p)] for p in range(pos - neighbours, pos + neighbours + 1) if (sid, p) in where]
+        near = neighbours if neighbour_hits is None or rank < neighbour_hits else 0
+        if near and isinstance(pos, int):
+            group = [where[(sid, p)] for p in range(pos - near, pos + near + 1) if (sid, p) in where]
             if h.item.id not in {g.id for g in group}:
                 group.append(h.item)
         new = [g for g in group if g.id not in chosen]
         if not new:
             continue
-        cost = sum(count_tokens(g.render()) for g in new)
+        cost = sum(count_tokens(render(g)) for g in new)
         if sid not in sessions:
             cost += count_tokens(_date_line(h.item.timestamp))
         if max_tokens is not None and used + cost > max_tokens:
@@ -183,8 +223,9 @@ def select_turns(
     )
 
 
-def render_turns(turns: list[BankItem]) -> str:
-    """Turns (in context order) as text: one ``(8 May 2023)`` line per session, then its turns, one a line."""
+def render_turns(turns: list[BankItem], render=BankItem.render) -> str:
+    """Turns (in context order) as text: one ``(8 May 2023)`` line per session, then its turns
+    (``render``: a turn's text), one a line."""
     out: list[str] = []
     last = object()
     for it in turns:
@@ -192,5 +233,5 @@ def render_turns(turns: list[BankItem]) -> str:
         if sid != last:
             out.append(_date_line(it.timestamp))
             last = sid
-        out.append(it.render())
+        out.append(render(it))
     return "\n".join(out)
