@@ -27,7 +27,15 @@ def but(*values: str) -> str:
 #: model, an endpoint, a file or a cache).
 DECISIONS: dict[str, dict[str, str]] = {
     "longctx": {"max_context_tokens": TENANT, "reserve_tokens": TENANT},
-    "rag": {"k": TENANT, "retrievers": TENANT, "unit": TENANT, "neighbours": TENANT, "max_tokens": TENANT},
+    "rag": {
+        "k": TENANT,
+        "retrievers": TENANT,
+        "unit": TENANT,
+        "neighbours": TENANT,
+        "max_tokens": TENANT,
+        "neighbour_hits": TENANT,
+        "turn_style": TENANT,
+    },
     "oracle": {},
     "budgetmem": {
         "k": TENANT,

@@ -163,7 +163,8 @@ def test_the_config_preference_wins_else_the_caller_else_perf():
 def test_config_hash_is_canonical_json_of_every_option():
     cfg = strategy_config("rag", {"k": 3})
     expected = hashlib.sha256(
-        b'{"k":3,"max_tokens":null,"neighbours":0,"retrievers":["dense","bm25"],"strategy":"rag","unit":"chunk"}'
+        b'{"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"retrievers":["dense","bm25"],'
+        b'"strategy":"rag","turn_style":"said","unit":"chunk"}'
     ).hexdigest()[:16]
     assert cfg.config_hash() == expected
     assert strategy_config("rag").config_hash() == strategy_config("rag", {"k": 8}).config_hash()
@@ -173,7 +174,9 @@ def test_config_hash_is_canonical_json_of_every_option():
             "retrievers": ["dense", "bm25"],
             "unit": "chunk",
             "neighbours": 0,
+            "neighbour_hits": None,
             "max_tokens": None,
+            "turn_style": "said",
         },
         "strategy_config_hash": expected,
     }
@@ -204,7 +207,9 @@ def test_eval_config_validates_strategy_options_when_made():
         "retrievers": ["dense", "bm25"],
         "unit": "chunk",
         "neighbours": 0,
+        "neighbour_hits": None,
         "max_tokens": None,
+        "turn_style": "said",
     }
 
 
