@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from fakes import ScriptedClient
-from mcp import Client
+from test_mcp_arguments import calls as mcp_calls
 from test_server import running
 
 from memfrontier.api import AsyncMemory, Memory
@@ -87,20 +87,6 @@ def rest(location, minilm, tmp_path_factory):
 def _client(rest):
     url, key = rest
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
-
-
-def _mcp(location, batch):
-    """Run ``batch`` (tool name, arguments) through an in-process MCP server over ``location``."""
-    service = MemoryService(location)
-
-    async def main():
-        async with Client(build_server(service)) as c:
-            return [await c.call_tool(name, args) for name, args in batch]
-
-    try:
-        return asyncio.run(main())
-    finally:
-        service.close()
 
 
 def _text(result) -> str:
@@ -188,7 +174,7 @@ def test_rest_nul_is_replaced_in_text_and_422_in_ids_on_both_stores(rest):
 
 def test_mcp_nul_is_replaced_in_a_query_and_refused_in_ids_on_both_stores(location, mem):
     mem.add([{"content": "jasmine tea in the garden", "id": "mn"}], user_id="mnul")
-    found, bad_scope, bad_id = _mcp(
+    found, bad_scope, bad_id = mcp_calls(
         location,
         [
             ("search", {"query": "jasmine\x00tea", "user_id": "mnul"}),
@@ -250,7 +236,7 @@ def test_rest_answers_422_naming_a_blank_timestamp_role_session_or_query(rest, b
 
 
 def test_mcp_refuses_a_blank_query_or_question_by_name(location):
-    results = _mcp(
+    results = mcp_calls(
         location,
         [
             ("search", {"query": "  ", "user_id": "mb"}),
