@@ -849,6 +849,15 @@ def test_requests_are_served_while_a_slot_acquisition_waits(service, key_a, monk
     assert codes == [200]
 
 
+def _wait_released(keys, wait_s: float = 10.0) -> list:
+    """The slots ``keys`` holds once its requests' slots are released (a slot is released as its
+    request ends, which may follow the reply), waiting up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while keys.held() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return keys.held()
+
+
 def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
     """The service's 429 counts the tenant's requests in every worker: another process's key store
     on the same location (another worker) holds slots that this worker's requests see, and a
@@ -863,11 +872,14 @@ def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
     settings = ServeSettings(store=str(tmp_path / "store"), keys=key_location, max_in_flight=2)
     with running(create_app(settings, memory=mem, keys=mine)) as url, _raw({"url": url}, key) as h:
         assert h.post("/v1/memories", json={"messages": "I live in Porto.", "user_id": "u"}).status_code == 200
+        _wait_released(mine)  # the add's slot is released as the request ends, which may follow the reply
         held = [other.acquire("acme", 2), other.acquire("acme", 2)]  # the other worker runs two requests
+        assert None not in held
         r = h.get("/v1/usage")
         assert r.status_code == 429 and r.json()["error"] == "too_many_requests" and r.headers["retry-after"] == "1"
         other.release(held[0])
-        assert h.get("/v1/usage").status_code == 200 and mine.held() == []  # the request's slot is freed after it
+        assert h.get("/v1/usage").status_code == 200
+        assert _wait_released(mine) == []  # the request's slot is freed after it
         other.close()  # the other worker goes away: its slots with it
 
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as h2:
@@ -880,9 +892,7 @@ def test_in_flight_limit_holds_across_workers(key_location, tmp_path, minilm):
             third = open_key_store(key_location)  # so a third worker finds one slot of two
             assert third.acquire("acme", 2) == Slot("acme", 1) and third.acquire("acme", 2) is None
             t.join()
-            deadline = time.time() + 10  # the slot is freed as the request ends, which may follow the reply
-            while mine.held() and time.time() < deadline:
-                time.sleep(0.01)
+            _wait_released(mine)
             assert third.acquire("acme", 2) == Slot("acme", 0)
             third.close()
     mine.close()
