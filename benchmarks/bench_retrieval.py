@@ -70,9 +70,13 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "turns-k16-bm25": ("rag", {"unit": "turn", "k": 16, "retrievers": ["bm25"]}),
     "turns-k8-n1": ("rag", {"unit": "turn", "k": 8, "neighbours": 1}),
     "turns-chunks-k16": ("rag", {"unit": "turn", "k": 16, "retrievers": ["dense", "bm25", "chunk"]}),
-    # the configurations chosen on the training pool (frontier labels rag-turns, rag-turns-v2)
+    # the configurations chosen on the training pool (frontier labels rag-turns, rag-turns-v2,
+    # rag-turns-rr: its reranker was trained on the training pool, so its row there is in-sample)
     "rag-turns": ("rag", FRONTIER["rag-turns"]),
     "rag-turns-v2": ("rag", FRONTIER["rag-turns-v2"]),
+    "turns-colon": ("rag", {**FRONTIER["rag-turns"], "turn_style": "colon"}),
+    "turns-rr": ("rag", {**FRONTIER["rag-turns"], "rerank": True}),
+    "rag-turns-rr": ("rag", FRONTIER["rag-turns-rr"]),
 }
 REFERENCE = "rag-k8"
 

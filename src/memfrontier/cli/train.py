@@ -1,5 +1,5 @@
 """The ``train`` commands (BudgetMem tier router, MemoryCPT LoRA-A / LoRA-B, MemPilot orchestrator, the
-``auto`` strategy router) and ``export sft`` (their training data)."""
+``auto`` strategy router, rag's turn reranker) and ``export sft`` (their training data)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..train.configs import (
     QARConfig,
     RouterPPOConfig,
     StrategyRouterConfig,
+    TurnRerankerConfig,
 )
 from .app import (
     _fail,
@@ -184,6 +185,23 @@ def train_strategy_router_cmd(ctx: typer.Context):
         f"wrote {res['router']}, {res['validation_json']}, {res['validation_md']} "
         f"(use: eval --strategy auto --set router={res['router']} --set preference=balanced)"
     )
+
+
+@train_command("turn-reranker", TurnRerankerConfig)
+def train_turn_reranker_cmd(ctx: typer.Context):
+    """Train rag's turn reranker (`--set rerank=true` with unit=turn) on the LoCoMo training pool's gold evidence;
+    writes the reranker file with its leave-one-conversation-out validation (recall@10/@20, fused vs reranked)."""
+    from ..train.turn_reranker import train_turn_reranker
+
+    cfg = train_config(ctx, TurnRerankerConfig)
+    with known_errors():
+        res = train_turn_reranker(cfg, on_progress=lambda event, **info: err.print(f"[dim]{event}[/dim] {info}"))
+    rec = res["validation"]["recall"]
+    console.print(
+        f"{res['questions']} questions in {res['seconds']:.0f}s; leave-one-conversation-out recall@10 "
+        f"{rec['fused@10']:.3f} -> {rec['reranked@10']:.3f}, recall@20 {rec['fused@20']:.3f} -> {rec['reranked@20']:.3f}"
+    )
+    console.print(f"wrote {res['out']}")
 
 
 @export_app.command("sft")

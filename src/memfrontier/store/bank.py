@@ -418,6 +418,13 @@ class MemoryBank:
         """Items of ``kind`` in ``scope`` (None fields match any), chronological."""
         return list(self._load(scope, kind)[1])
 
+    def vectors(self, scope: Scope, kind: str) -> tuple[list[BankItem], np.ndarray]:
+        """The items of ``kind`` in ``scope`` (chronological, as :meth:`items`) and their embeddings,
+        float32 ``(len(items), dim)``, row ``i`` for item ``i`` (unit length: cosine = dot product).
+        The matrix is the bank's cached one: do not modify it."""
+        _, items, matrix, _ = self._load(scope, kind)
+        return list(items), matrix
+
     def count(self, scope: Scope, kind: str) -> int:
         return len(self._load(scope, kind)[1])
 

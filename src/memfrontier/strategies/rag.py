@@ -4,7 +4,8 @@ Two units (``unit``): the store's ~256-token chunks (recipe
 :data:`~memfrontier.retrieve.recipes.HYBRID_RRF`, the default and every paper's baseline), or single
 turns (the turn view :mod:`memfrontier.views.turns`, recipe
 :data:`~memfrontier.retrieve.recipes.TURNS_RRF`), where each hit may bring its neighbouring turns
-of the same session (``neighbours``) and a token budget (``max_tokens``) replaces the fixed ``k``.
+of the same session (``neighbours``), a learned reranker may re-order the candidates (``rerank``,
+:mod:`memfrontier.retrieve.rerank`) and a token budget (``max_tokens``) replaces the fixed ``k``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..core.timeutil import instant_key
 from ..core.types import Budget, Context, Preference, Scope, TurnStyle
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import Unit, chunk_recipe
+from ..retrieve.rerank import load_reranker
 from ..store.bank import BANK_VIEW, BankHit, BankItem, MemoryBank
 from ..views.turns import KIND as TURN_KIND
 from ..views.turns import build_turns, open_turn_bank
@@ -65,6 +67,11 @@ class RagConfig(StrategyConfig):
         description="unit=turn: context budget in retriever (MiniLM) tokens; hits (with their neighbours) "
         "are taken in rank order while the context stays within it (None: the k hits, no budget).",
     )
+    rerank: bool = Field(
+        False,
+        description="unit=turn: re-order the k candidates with the learned turn reranker (trained on the "
+        "LoCoMo training pool; memfrontier.retrieve.rerank) before the budget takes them.",
+    )
     turn_style: TurnStyle = Field(
         "said",
         description='unit=turn: how a turn reads in the context: said (Ana said, "text", as indexed) or '
@@ -73,9 +80,9 @@ class RagConfig(StrategyConfig):
 
     @model_validator(mode="after")
     def _turn_options(self) -> "RagConfig":
-        turn_only = self.neighbours or self.neighbour_hits is not None or self.max_tokens is not None
+        turn_only = self.neighbours or self.neighbour_hits is not None or self.max_tokens is not None or self.rerank
         if self.unit == "chunk" and (turn_only or self.turn_style != "said"):
-            raise ValueError("neighbours, neighbour_hits, max_tokens and turn_style apply to unit=turn only")
+            raise ValueError("neighbours, neighbour_hits, max_tokens, rerank and turn_style apply to unit=turn only")
         chunk_recipe(self.retrievers, self.unit)  # a retriever tuple without a recipe: ValueError naming the choices
         return self
 
@@ -107,7 +114,10 @@ class Rag(StrategyBase):
 
     @property
     def recipes(self) -> tuple[str, ...]:
-        """Names of the search recipes this strategy runs (provenance)."""
+        """Names of the search recipes this strategy runs (provenance); with ``rerank``, the reranker
+        as ``turn_reranker:<first 12 hex digits of its file's sha256>``."""
+        if self.config.rerank:
+            return (self.recipe.name, f"turn_reranker:{(load_reranker().sha256 or '')[:12]}")
         return (self.recipe.name,)
 
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
@@ -140,6 +150,8 @@ class Rag(StrategyBase):
     def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
         bank = self.turn_bank(env)
         hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
+        if self.config.rerank:
+            hits = load_reranker().rerank(bank, query.scope, TURN_KIND, query.text, hits, self._counter(env))
         render = self._renderer(env, query.scope, [h.item for h in hits])
         picked = select_turns(
             hits,

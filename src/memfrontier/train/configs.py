@@ -7,7 +7,8 @@ line can read the configs without loading torch.
 * :class:`QADConfig` -- MemoryCPT LoRA-A, SFT on teacher traces (:func:`~memfrontier.train.lora_sft.train_lora_sft`);
 * :class:`QARConfig` -- MemoryCPT LoRA-B, GRPO on the summarizer (:func:`~memfrontier.train.qar.train_qar`);
 * :class:`OrchestratorGRPOConfig` -- the MemPilot policy, GRPO (:func:`~memfrontier.train.mempilot_trainer.train_orchestrator`);
-* :class:`StrategyRouterConfig` -- the ``auto`` strategy's router (:func:`~memfrontier.train.strategy_router.train_strategy_router`).
+* :class:`StrategyRouterConfig` -- the ``auto`` strategy's router (:func:`~memfrontier.train.strategy_router.train_strategy_router`);
+* :class:`TurnRerankerConfig` -- ``rag``'s turn reranker (:func:`~memfrontier.train.turn_reranker.train_turn_reranker`).
 """
 
 from __future__ import annotations
@@ -303,4 +304,33 @@ class StrategyRouterConfig(BaseModel):
     )
 
 
-__all__ = ["OrchestratorGRPOConfig", "QADConfig", "QARConfig", "RouterPPOConfig", "StrategyRouterConfig"]
+class TurnRerankerConfig(BaseModel):
+    """``rag``'s learned turn reranker (:mod:`memfrontier.retrieve.rerank`), fitted on the LoCoMo
+    training pool's gold evidence (never the test split)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path = Field(
+        Path("runs/turn_reranker/turn_reranker.json"),
+        description="The reranker file to write (the shipped one: src/memfrontier/retrieve/turn_reranker.json)",
+    )
+    store: Path = Field(
+        Path("runs/turn_reranker/store"),
+        description="Store directory for the training conversations and their turn view, reused across runs",
+    )
+    data_root: Path | None = Field(None, description="Benchmark data root (default ../shared/data)")
+    candidates: int = Field(64, ge=2, description="Turns the hybrid search hands the reranker per question (rag's k)")
+    hidden: int = Field(32, ge=1, description="Hidden ReLU units")
+    epochs: int = Field(8, ge=1, description="Passes over the training pairs (AdamW, batches of 512)")
+    weight_decay: float = Field(1e-3, ge=0, description="AdamW weight decay")
+    seed: int = Field(0, description="Seed of the initialisation and the batch order")
+
+
+__all__ = [
+    "OrchestratorGRPOConfig",
+    "QADConfig",
+    "QARConfig",
+    "RouterPPOConfig",
+    "StrategyRouterConfig",
+    "TurnRerankerConfig",
+]
