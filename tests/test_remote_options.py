@@ -35,6 +35,7 @@ DECISIONS: dict[str, dict[str, str]] = {
         "max_tokens": TENANT,
         "neighbour_hits": TENANT,
         "turn_style": TENANT,
+        "rerank": TENANT,
     },
     "oracle": {},
     "budgetmem": {

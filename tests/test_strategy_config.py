@@ -32,6 +32,18 @@ from memfrontier.strategies.memorycpt.config import ABLATIONS
 run = CliRunner().invoke
 
 
+#: Every option of a rag config with k=3 (the rest at their defaults), as configs dump them.
+RAG_K3 = {
+    "k": 3,
+    "retrievers": ["dense", "bm25"],
+    "unit": "chunk",
+    "neighbours": 0,
+    "neighbour_hits": None,
+    "max_tokens": None,
+    "rerank": False,
+    "turn_style": "said",
+}
+
 def test_every_strategy_has_a_config_whose_defaults_build_it():
     for name, cls in STRATEGIES.items():
         if name == "auto":  # a router file is its one required option
@@ -163,21 +175,13 @@ def test_the_config_preference_wins_else_the_caller_else_perf():
 def test_config_hash_is_canonical_json_of_every_option():
     cfg = strategy_config("rag", {"k": 3})
     expected = hashlib.sha256(
-        b'{"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"retrievers":["dense","bm25"],'
+        b'{"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"rerank":false,"retrievers":["dense","bm25"],'
         b'"strategy":"rag","turn_style":"said","unit":"chunk"}'
     ).hexdigest()[:16]
     assert cfg.config_hash() == expected
     assert strategy_config("rag").config_hash() == strategy_config("rag", {"k": 8}).config_hash()
     assert _config_provenance(get_strategy("rag", k=3)) == {
-        "strategy_config": {
-            "k": 3,
-            "retrievers": ["dense", "bm25"],
-            "unit": "chunk",
-            "neighbours": 0,
-            "neighbour_hits": None,
-            "max_tokens": None,
-            "turn_style": "said",
-        },
+        "strategy_config": RAG_K3,
         "strategy_config_hash": expected,
     }
     assert strategy_config("oracle").config_hash() == hashlib.sha256(b'{"strategy":"oracle"}').hexdigest()[:16]
@@ -202,15 +206,7 @@ def test_set_values_are_read_as_yaml_and_keys_are_checked():
 def test_eval_config_validates_strategy_options_when_made():
     with pytest.raises(ValueError, match="strategy rag: k=2.5"):
         EvalConfig(strategy="rag", strategy_options={"k": 2.5})
-    assert EvalConfig(strategy="rag", strategy_options=RagConfig(k=3)).strategy_options == {
-        "k": 3,
-        "retrievers": ["dense", "bm25"],
-        "unit": "chunk",
-        "neighbours": 0,
-        "neighbour_hits": None,
-        "max_tokens": None,
-        "turn_style": "said",
-    }
+    assert EvalConfig(strategy="rag", strategy_options=RagConfig(k=3)).strategy_options == RAG_K3
 
 
 @pytest.fixture
