@@ -184,3 +184,27 @@ def test_neighbour_hits_gives_neighbours_to_the_first_hits_only(env):
     for bad in ({"neighbour_hits": 1}, {"turn_style": "colon"}):
         with pytest.raises((StrategyConfigError, ValueError), match="unit=turn only"):
             get_strategy("rag", bad)
+
+
+def test_the_turn_view_is_confined_to_its_scope(env):
+    """Another user's turns (some more relevant) never reach alice's context, by any retriever, with
+    neighbours, the chunk retriever or the reranker; deleting all of bob's records leaves alice's turns."""
+    bob = Scope(user_id="bob")
+    env.store.add(
+        [
+            Record(id=f"b:{i}", scope=bob, session_id="b", speaker="Bob", timestamp="2023-05-09T10:00:00+00:00", text=t)
+            for i, t in enumerate(["Pixel the kitten eats tuna every day.", "My marathon is in Lisbon too."], 1)
+        ]
+    )
+    opts = {"unit": "turn", "retrievers": ["dense", "bm25", "chunk"], "k": 64}
+    for extra in ({}, {"neighbours": 2}, {"rerank": True, "turn_style": "colon"}):
+        strat = get_strategy("rag", {**opts, **extra})
+        for scope in (A, bob):
+            asyncio.run(strat.build(env, scope))
+        a = asyncio.run(strat.context(Query(text="Pixel kitten tuna marathon", scope=A), env, None, Budget()))
+        b = asyncio.run(strat.context(Query(text="Pixel kitten tuna marathon", scope=bob), env, None, Budget()))
+        assert a.evidence_ids and all(not i.startswith("b:") for i in a.evidence_ids), extra
+        assert sorted(b.evidence_ids) == ["b:1", "b:2"], extra
+    bank = open_turn_bank(env.store)
+    assert env.store.delete_all(bob) >= 2
+    assert bank.items(bob, KIND) == [] and len(bank.items(A, KIND)) == 7
