@@ -11,7 +11,8 @@ ids; questions without gold evidence left out), context tokens = the context tex
 answerer's tokenizer (the Qwen2.5 1.5B bench model's vocabulary, loaded alone; MiniLM's WordPiece
 when that model is not installed, and the file says which), and the query-time overhead = the
 wall time of ``context`` (query embedding, search, context building), after one warm-up query per
-scope (index loads).
+scope (index loads).  Each configuration's recall minus rag-k8's is paired by question, with its 95%
+bootstrap interval (:func:`~memfrontier.frontier.stats.paired_diff_ci`, the frontier's).
 
 Sets: LoCoMo training pool (the eight non-test conversations, categories 1-4), LoCoMo test split
 (conv-49, conv-50, categories 1-4), reported apart, and LongMemEval oracle (a seeded sample of
@@ -50,6 +51,7 @@ from memfrontier.eval.datasets.locomo import load_locomo, locomo_split  # noqa: 
 from memfrontier.eval.datasets.longmemeval import load_longmemeval  # noqa: E402
 from memfrontier.eval.metrics import evidence_recall  # noqa: E402
 from memfrontier.frontier.spec import load_spec  # noqa: E402
+from memfrontier.frontier.stats import paired_diff_ci  # noqa: E402
 from memfrontier.store.open import open_store  # noqa: E402
 from memfrontier.strategies import get_strategy  # noqa: E402
 from memfrontier.strategies.base import MemoryEnv, Query  # noqa: E402
@@ -107,6 +109,7 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
     ``measured(rows)``, if given, after each configuration (the rows so far)."""
     questions = [q for c in convs for q in c.questions if q.evidence_ids]
     out = {}
+    per_question: dict[str, dict[str, float]] = {}  # label -> question id -> recall (paired differences)
     for label in labels:
         name, options = CONFIGS[label]
         strat = get_strategy(name, options)
@@ -123,6 +126,7 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
             ms.append(1e3 * (time.perf_counter() - t0))
             recalls.append(evidence_recall(q.evidence_ids, ctx.evidence_ids))
             tokens.append(count_tokens(ctx.text))
+        per_question[label] = {q.id: r for q, r in zip(questions, recalls)}
         out[label] = {
             "strategy": name,
             "options": options,
@@ -133,6 +137,8 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
             "overhead_ms_p50": pct(ms, 0.5),
             "overhead_ms_p95": pct(ms, 0.95),
         }
+        if REFERENCE in per_question and label != REFERENCE:
+            out[label]["d_recall_vs_ref"] = paired_diff_ci(per_question[label], per_question[REFERENCE])
         r = out[label]
         print(
             f"  {label:18s} recall {r['evidence_recall']:.3f}  tokens {r['context_tokens_mean']:7.0f}  "
@@ -152,14 +158,16 @@ def ingest(store, convs) -> None:
 def table(rows: dict[str, dict]) -> str:
     ref = rows.get(REFERENCE)
     lines = [
-        "| configuration | options | n | evidence recall | context tokens (mean) | tokens vs rag-k8 | overhead p50 ms | overhead p95 ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| configuration | options | n | evidence recall | recall - rag-k8 [95% CI] | context tokens (mean) | tokens vs rag-k8 | overhead p50 ms | overhead p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in rows.items():
         rel = f"{r['context_tokens_mean'] / ref['context_tokens_mean']:.0%}" if ref else "-"
         opts = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-"
+        d = r.get("d_recall_vs_ref")
+        diff = f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d and d.get("n") else "-"
         lines.append(
-            f"| {label} | {opts} | {r['n']} | {r['evidence_recall']:.3f} | {r['context_tokens_mean']:.0f} | {rel} | "
+            f"| {label} | {opts} | {r['n']} | {r['evidence_recall']:.3f} | {diff} | {r['context_tokens_mean']:.0f} | {rel} | "
             f"{r['overhead_ms_p50']:.1f} | {r['overhead_ms_p95']:.1f} |"
         )
     return "\n".join(lines)
