@@ -34,6 +34,14 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
+def minilm():
+    """The real MiniLM embedder (one intra-op thread), loaded once for the whole test run."""
+    from memfrontier.embed.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder(num_threads=1)
+
+
+@pytest.fixture(scope="session")
 def locomo_slice(tmp_path_factory):
     """``locomo_slice(*conversation_ids, sessions=2) -> data root`` (for ``data_root=`` /
     ``--data-root``) whose ``locomo/locomo10.json`` holds those real LoCoMo conversations cut to

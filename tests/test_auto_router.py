@@ -165,13 +165,6 @@ def test_router_file_of_another_version_or_format_is_refused(tmp_path):
 
 
 # --- the strategy on a real store -----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def minilm():
-    from memfrontier.embed.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder(num_threads=1)
-
-
 EVAN = Scope(user_id="evan")
 
 

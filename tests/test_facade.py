@@ -17,7 +17,6 @@ from memfrontier.core.errors import EmptyScopeError, empty_scope_message
 from memfrontier.core.fallbacks import FallbackError
 from memfrontier.core.ledger import Call, current_ledger, record_fallback
 from memfrontier.core.types import Context
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.strategies import ViewNotBuiltError
 
 VERBS = ("add", "search", "ask", "build", "get", "delete", "delete_all", "usage")
@@ -78,11 +77,6 @@ class ScriptedView:
 
     async def context(self, query, env, pref, budget) -> Context:
         return Context(text="Ana moved to Lisbon in May.", evidence_ids=["r1"])
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder(num_threads=1)
 
 
 @pytest.fixture()

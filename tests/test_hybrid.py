@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from memfrontier.core.types import Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import (
     BM25_ONLY,
@@ -31,11 +30,6 @@ from memfrontier.strategies.memorycpt.recipes import RECIPES as MEMORYCPT_RECIPE
 from memfrontier.strategies.mempilot.recipes import RECIPES as MEMPILOT_RECIPES
 
 A, B = Scope(user_id="alice"), Scope(user_id="bob")
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
 
 
 @pytest.fixture

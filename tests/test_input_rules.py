@@ -20,17 +20,11 @@ from test_server import running
 
 from memfrontier.api import AsyncMemory, Memory
 from memfrontier.core.types import Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.keys import SQLiteKeyStore
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.server.rest import ServeSettings, create_app
 
 MODEL = "gemma-3-270m-q4_k_m"
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder(num_threads=1)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,7 +15,6 @@ from memfrontier.api import Memory
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import load_dataset
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.retrieve.hybrid import hybrid_search
@@ -156,11 +155,6 @@ def test_relative_dates_need_a_session_date():
 
 
 # --- memory bank: RRF over episodic and semantic indices ----------------------------------------
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
-
-
 def _item(i, kind, text, ts="2023-05-08T13:56", sources=None):
     return BankItem(
         id=f"{kind}-{i}",

@@ -16,7 +16,6 @@ import pytest
 
 from memfrontier.core.errors import StoreError, StoreUnavailableError
 from memfrontier.core.types import Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.store.embedded_pg import terminate_sessions
 from memfrontier.store.postgres import PostgresStore
 
@@ -32,11 +31,6 @@ HISTORY = [
     turn(2, "My sister lives in Quito."),
     turn(3, "I bake rye bread on Sundays.", session="s2"),
 ]
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
 
 
 def test_every_call_finds_a_new_connection_after_its_sessions_are_terminated(pg_database, tmp_path, minilm):

@@ -142,13 +142,6 @@ def records() -> list[Record]:
     ]
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    from memfrontier.embed.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder(num_threads=1)
-
-
 def pool_profile() -> PoolProfile:
     return PoolProfile(
         name="test",

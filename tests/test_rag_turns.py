@@ -8,7 +8,6 @@ import asyncio
 import pytest
 
 from memfrontier.core.types import Budget, Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import TURNS_BM25, TURNS_CHUNKS_RRF, TURNS_RRF, Recipe
 from memfrontier.retrieve.rrf import rrf_fuse
@@ -37,11 +36,6 @@ def recs() -> list[Record]:
         for i, (who, text) in enumerate(turns, start=1):
             out.append(Record(id=f"{sid}:{i}", scope=A, session_id=sid, speaker=who, timestamp=ts, text=text))
     return out
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
 
 
 @pytest.fixture

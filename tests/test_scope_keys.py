@@ -9,7 +9,6 @@ import sqlite3
 import pytest
 
 from memfrontier.core.types import Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.graph import graph_exists, open_graph, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import BM25_ONLY, HYBRID_RRF
@@ -23,11 +22,6 @@ FIRST = Scope(user_id="x|y")
 SECOND = Scope(user_id="x", agent_id="y|")
 LOCKER = "My locker code is 4417."
 LEMONS = "Remind me to buy lemons and basil."
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
 
 
 def test_keys_are_injective_and_empty_ids_are_rejected():

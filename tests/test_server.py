@@ -75,11 +75,6 @@ def running(app):
 
 
 @pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder(num_threads=1)
-
-
-@pytest.fixture(scope="module")
 def service(tmp_path_factory, minilm):
     root = tmp_path_factory.mktemp("svc")
     mem = AsyncMemory.open(root / "store", llm=ScriptedClient(_script, model_id=MODEL), embedder=minilm)

@@ -55,11 +55,6 @@ class CountingEmbedder:
         return self.inner.count_tokens(text)
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
-
-
 @pytest.fixture
 def emb(minilm):
     return CountingEmbedder(minilm)

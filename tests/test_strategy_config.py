@@ -44,6 +44,7 @@ RAG_K3 = {
     "turn_style": "said",
 }
 
+
 def test_every_strategy_has_a_config_whose_defaults_build_it():
     for name, cls in STRATEGIES.items():
         if name == "auto":  # a router file is its one required option

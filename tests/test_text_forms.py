@@ -14,7 +14,6 @@ from memfrontier import Memory
 from memfrontier.cli import app
 from memfrontier.core.jsonio import jsonl_lines
 from memfrontier.core.types import Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.runner import _read_done
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.automem.corpus import ScopedCorpus
@@ -24,11 +23,6 @@ from memfrontier.strategies.automem.tools.rg import rg
 SEPARATORS = "\u2028\u2029\u0085\x1c\x1d\x1e\x0b\x0c"
 NFD, NFC = unicodedata.normalize("NFD", "Zoë visited Málaga café"), "Zoë visited Málaga café"
 assert NFD != NFC
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder(num_threads=1)
 
 
 def test_jsonl_lines_split_on_newline_only():

@@ -12,7 +12,6 @@ import pytest
 from test_rag_turns import A, recs
 
 from memfrontier.core.types import Budget, Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import TURNS_CHUNKS_RRF
 from memfrontier.retrieve.rerank import (
@@ -27,7 +26,6 @@ from memfrontier.retrieve.rerank import (
     turn_features,
     write_reranker_file,
 )
-from memfrontier.store.bank import BankHit
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import MemoryEnv, Query, get_strategy
 from memfrontier.strategies.config import StrategyConfigError
@@ -36,11 +34,6 @@ from memfrontier.views.turns import KIND, build_turns, open_turn_bank
 N = len(SCALAR_FEATURES)
 COL = {name: i for i, name in enumerate(SCALAR_FEATURES)}
 Q = "What does the kitten Pixel eat?"
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
 
 
 @pytest.fixture
@@ -96,7 +89,18 @@ def test_an_image_turn_is_flagged(tmp_path, minilm):
     from memfrontier.core.types import ImageRef
 
     s = SQLiteStore(tmp_path / "i", minilm)
-    s.add([Record(id="x:1", scope=A, session_id="x", speaker="Ana", text="look", images=[ImageRef(id="im1", caption="a red bike")])])
+    s.add(
+        [
+            Record(
+                id="x:1",
+                scope=A,
+                session_id="x",
+                speaker="Ana",
+                text="look",
+                images=[ImageRef(id="im1", caption="a red bike")],
+            )
+        ]
+    )
     build_turns(open_turn_bank(s), s, A)
     _, hits, _, _, (x, _) = features(s, "red bike")
     assert x[0, COL["image"]] == 1.0
@@ -160,7 +164,9 @@ def test_rerank_orders_by_score_and_keeps_the_fused_order_on_ties(store):
     assert [h.item.id for h in out] == [h.item.id for h in reversed(hits)]
     assert out[0].score == pytest.approx(math.log(7), abs=1e-5)
     flat = TurnReranker(small_file(dim=dim, w_v=[[0.0] * dim], embedding_model=bank.embedder.model_id))
-    assert [h.item.id for h in flat.rerank(bank, A, KIND, Q, hits, store.embedder.count_tokens)] == [h.item.id for h in hits]
+    assert [h.item.id for h in flat.rerank(bank, A, KIND, Q, hits, store.embedder.count_tokens)] == [
+        h.item.id for h in hits
+    ]
     assert flat.rerank(bank, A, KIND, Q, [], store.embedder.count_tokens) == []
     with pytest.raises(RerankerFileError, match="trained on m embeddings"):
         TurnReranker(small_file(dim=dim)).rerank(bank, A, KIND, Q, hits, store.embedder.count_tokens)

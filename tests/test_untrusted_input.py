@@ -17,7 +17,6 @@ from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.text import clean_text
 from memfrontier.core.timeutil import canonical_timestamp, instant_key, parse_instant, read_date
 from memfrontier.core.types import Context, ImageRef, Question, Record, Scope
-from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.llm.parsing import parse_json
 from memfrontier.store.bank import MemoryBank, Trace
@@ -40,11 +39,6 @@ SCOPE = Scope(user_id="u")
 SESSION = "2023-05-08T13:56"
 # two instants: written later as text, the first is the later instant
 LATE_LOCAL, EARLY_UTC = "2023-05-08T23:30:00-05:00", "2023-05-09T01:00:00+00:00"
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return MiniLMEmbedder()
 
 
 def priced(client) -> MeteredLLM:

@@ -100,9 +100,13 @@ class RerankerFile(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> "RerankerFile":
         if self.format != RERANKER_FORMAT or self.version != RERANKER_VERSION:
-            raise ValueError(f"format {self.format!r} v{self.version}, this code reads {RERANKER_FORMAT!r} v{RERANKER_VERSION}")
+            raise ValueError(
+                f"format {self.format!r} v{self.version}, this code reads {RERANKER_FORMAT!r} v{RERANKER_VERSION}"
+            )
         if list(self.scalars) != list(SCALAR_FEATURES):
-            raise ValueError(f"scalar features {self.scalars} are not the ones this code computes ({list(SCALAR_FEATURES)})")
+            raise ValueError(
+                f"scalar features {self.scalars} are not the ones this code computes ({list(SCALAR_FEATURES)})"
+            )
         n, h = len(self.scalars), len(self.b_h)
         shapes = {
             "mean": (len(self.mean), n),
@@ -254,7 +258,9 @@ class TurnReranker:
         h = np.maximum(products @ self._w_v.T + z @ self._w_s.T + self._b_h, 0.0)
         return h @ self._w_o + z @ self._w_l + self.file.b_o
 
-    def rerank(self, bank: MemoryBank, scope: Scope, kind: str, question: str, hits: list[BankHit], count_tokens) -> list[BankHit]:
+    def rerank(
+        self, bank: MemoryBank, scope: Scope, kind: str, question: str, hits: list[BankHit], count_tokens
+    ) -> list[BankHit]:
         """``hits`` re-ordered by score, best first (ties: the fused order); each hit's ``score``
         becomes the reranker's. Raises :class:`RerankerFileError` when the bank's embedding model is
         not the one the reranker was trained on."""

@@ -90,7 +90,12 @@ def collect(cfg: TurnRerankerConfig, on_progress=None) -> tuple[list[Question], 
                 on_progress("collected", conversation=c.id, questions=len(out))
     finally:
         store.close()
-    data = {"file": str(path), "sha256": sha256_file(path), "conversations": [c.id for c in convs], "questions": len(out)}
+    data = {
+        "file": str(path),
+        "sha256": sha256_file(path),
+        "conversations": [c.id for c in convs],
+        "questions": len(out),
+    }
     return out, data
 
 
