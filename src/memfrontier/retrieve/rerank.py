@@ -6,7 +6,9 @@ embedding, the turns' stored embeddings, BM25, the fused and chunk ranks), so re
 costs a few milliseconds of numpy. The model is a small two-layer network (one hidden layer of
 ``hidden`` ReLU units plus a linear term), trained on the LoCoMo training pool's gold evidence by
 ``memfrontier train turn-reranker`` (:mod:`memfrontier.train.turn_reranker`) and shipped as
-:data:`DEFAULT_RERANKER`, a versioned JSON document (no pickle, no code).
+:data:`DEFAULT_RERANKER`, a versioned JSON document (no pickle, no code). It learned short two-person chat
+turns: on LongMemEval's long user/assistant turns it lowers recall (``results/retrieval/``), so
+``rag`` uses it only when asked (``rerank: true``).
 
 Per candidate turn ``t`` of query ``q`` (scores over the turns of the scope):
 

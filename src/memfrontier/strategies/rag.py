@@ -69,8 +69,9 @@ class RagConfig(StrategyConfig):
     )
     rerank: bool = Field(
         False,
-        description="unit=turn: re-order the k candidates with the learned turn reranker (trained on the "
-        "LoCoMo training pool; memfrontier.retrieve.rerank) before the budget takes them.",
+        description="unit=turn: re-order the k candidates with the learned turn reranker before the budget "
+        "takes them (memfrontier.retrieve.rerank). Trained on LoCoMo's two-person chats: it lowers recall "
+        "on histories of long assistant answers (LongMemEval; results/retrieval).",
     )
     turn_style: TurnStyle = Field(
         "said",
