@@ -191,7 +191,7 @@ def test_the_turn_view_is_confined_to_its_scope(env):
         ]
     )
     opts = {"unit": "turn", "retrievers": ["dense", "bm25", "chunk"], "k": 64}
-    for extra in ({}, {"neighbours": 2}, {"rerank": True, "turn_style": "colon"}):
+    for extra in ({}, {"neighbours": 2}, {"rerank": True, "turn_style": "colon", "max_tokens": 4000}):
         strat = get_strategy("rag", {**opts, **extra})
         for scope in (A, bob):
             asyncio.run(strat.build(env, scope))

@@ -229,6 +229,8 @@ def test_rag_reranks_turns_and_says_so(store):
     assert plain.recipes == ("turns_chunks_rrf",)
     with pytest.raises(StrategyConfigError, match="rerank"):
         get_strategy("rag", {"rerank": True})
+    with pytest.raises(StrategyConfigError, match="set max_tokens too"):  # without a budget it would change nothing
+        get_strategy("rag", {**opts, "rerank": True})
 
 
 def test_fit_learns_a_planted_rule_and_is_deterministic():

@@ -189,7 +189,7 @@ def train_strategy_router_cmd(ctx: typer.Context):
 
 @train_command("turn-reranker", TurnRerankerConfig)
 def train_turn_reranker_cmd(ctx: typer.Context):
-    """Train rag's turn reranker (`--set rerank=true` with unit=turn) on the LoCoMo training pool's gold evidence;
+    """Train rag's turn reranker (`--set rerank=true` with unit=turn and max_tokens) on the LoCoMo training pool's gold evidence;
     writes the reranker file with its leave-one-conversation-out validation (recall@10/@20, fused vs reranked)."""
     from ..train.turn_reranker import train_turn_reranker
 

@@ -69,8 +69,8 @@ class RagConfig(StrategyConfig):
     )
     rerank: bool = Field(
         False,
-        description="unit=turn: re-order the k candidates with the learned turn reranker before the budget "
-        "takes them (memfrontier.retrieve.rerank). Trained on LoCoMo's two-person chats: it lowers recall "
+        description="unit=turn, with max_tokens: re-order the k candidates with the learned turn reranker "
+        "before the budget takes them (memfrontier.retrieve.rerank). Trained on LoCoMo's two-person chats: it lowers recall "
         "on histories of long assistant answers (LongMemEval; results/retrieval).",
     )
     turn_style: TurnStyle = Field(
@@ -84,6 +84,12 @@ class RagConfig(StrategyConfig):
         turn_only = self.neighbours or self.neighbour_hits is not None or self.max_tokens is not None or self.rerank
         if self.unit == "chunk" and (turn_only or self.turn_style != "said"):
             raise ValueError("neighbours, neighbour_hits, max_tokens, rerank and turn_style apply to unit=turn only")
+        if self.rerank and self.max_tokens is None:
+            # turns are shown in time order, so without a budget the k candidates all go in whatever their order
+            raise ValueError(
+                "rerank chooses which candidates a token budget keeps: set max_tokens too "
+                "(the frontier's rag-turns-rr: k=64, max_tokens=672, retrievers [dense, bm25, chunk])"
+            )
         chunk_recipe(self.retrievers, self.unit)  # a retriever tuple without a recipe: ValueError naming the choices
         return self
 
