@@ -202,3 +202,54 @@ def test_the_turn_view_is_confined_to_its_scope(env):
     bank = open_turn_bank(env.store)
     assert env.store.delete_all(bob) >= 2
     assert bank.items(bob, KIND) == [] and len(bank.items(A, KIND)) == 7
+
+
+def test_queries_keep_the_turn_view_in_line_with_the_store(env, tmp_path, minilm, monkeypatch):
+    """A record added after the build (by this store object or another one on the same folder) is
+    in the next turn context without a rebuild; a deleted one is gone; an unchanged store is not
+    re-read (the store's write counter)."""
+    import memfrontier.strategies.rag as rag_module
+
+    calls = []
+    real = rag_module.build_turns
+    monkeypatch.setattr(rag_module, "build_turns", lambda *a: calls.append(1) or real(*a))
+    strat = get_strategy("rag", {"unit": "turn", "retrievers": ["bm25"], "k": 1})
+    asyncio.run(strat.build(env, A))
+
+    def ask(q):
+        return asyncio.run(strat.context(Query(text=q, scope=A), env, None, Budget())).evidence_ids
+
+    assert ask("marathon") == ["s1:5"]
+    assert ask("marathon") == ["s1:5"]
+    assert len(calls) == 2  # the build, then one sync at the first query; the second query read nothing
+    env.store.add([Record(id="s3:1", scope=A, session_id="s3", speaker="Ana", text="I bought a canoe in Porto.")])
+    assert ask("canoe Porto") == ["s3:1"]
+    other = SQLiteStore(tmp_path / "m", minilm)  # another writer of the same store
+    try:
+        other.add([Record(id="s3:2", scope=A, session_id="s3", speaker="Ben", text="Kayaks tip over on the Douro.")])
+    finally:
+        other.close()
+    assert ask("kayaks Douro") == ["s3:2"]
+    env.store.delete("s3:2", A)
+    assert ask("kayaks Douro") != ["s3:2"]
+    assert "s3:2" not in [i for it in open_turn_bank(env.store).items(A, KIND) for i in it.source_ids]
+
+
+def test_on_postgres_a_record_added_after_the_build_is_in_the_next_turn_context(pg_database, tmp_path, minilm):
+    """PostgreSQL keeps no write counter: each query brings the turn view in line with the records."""
+    from memfrontier.store.postgres import PostgresStore
+
+    with PostgresStore(pg_database(), minilm, directory=tmp_path / "views") as store:
+        store.add(recs())
+        env = MemoryEnv(store=store, llm=None, answer_llm=None)
+        strat = get_strategy("rag", {"unit": "turn", "retrievers": ["bm25"], "k": 1})
+        asyncio.run(strat.build(env, A))
+
+        def ask(q):
+            return asyncio.run(strat.context(Query(text=q, scope=A), env, None, Budget())).evidence_ids
+
+        assert ask("marathon") == ["s1:5"]
+        store.add([Record(id="s3:1", scope=A, session_id="s3", speaker="Ana", text="I bought a canoe in Porto.")])
+        assert ask("canoe Porto") == ["s3:1"]
+        store.delete("s3:1", A)
+        assert ask("canoe Porto") != ["s3:1"]

@@ -175,7 +175,8 @@ def ask(
     build: bool = typer.Option(
         False,
         "--build",
-        help="Build the strategy's memory view (memorycpt, mempilot, automem; auto: those of its configurations) "
+        help="Build the strategy's memory view (rag with unit=turn, memorycpt, mempilot, automem; auto: those of its "
+        "configurations) "
         "for this scope first when it is missing, and report what building cost. Without it, "
         "asking a strategy whose view was never built is refused.",
     ),

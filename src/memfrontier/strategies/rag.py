@@ -50,7 +50,7 @@ class RagConfig(StrategyConfig):
     unit: Unit = Field(
         "chunk",
         description="What is searched: chunk (the store's ~256-token chunks) or turn (single turns, the "
-        "turn view, built once per scope with the embedder only).",
+        "turn view, built once per scope with the embedder only, then kept in line with the store by each query).",
     )
     neighbours: Int = Field(
         0, ge=0, description="unit=turn: turns before and after each hit, same session, added to the context."
@@ -110,6 +110,8 @@ class Rag(StrategyBase):
         self._banks: dict[str, MemoryBank] = {}  # the turn view per store (its in-memory indexes persist)
         self._lock = threading.Lock()
         self._counters: dict[str, object] = {}
+        self._sync_lock = threading.Lock()  # one turn-view sync at a time (concurrent first queries)
+        self._synced: dict[tuple[str, str], int] = {}  # (view folder, scope key) -> store generation in line with
 
     def turn_bank(self, env: MemoryEnv) -> MemoryBank:
         """The turn view of ``env.store``, opened once per store."""
@@ -133,7 +135,27 @@ class Rag(StrategyBase):
             await run_cpu(build_turns, self.turn_bank(env), env.store, scope)
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
+        """unit=turn: whether the scope's turn view was built (queries then keep it in line with
+        the store: :meth:`current_turn_bank`); always True for chunks."""
         return self.config.unit == "chunk" or self.turn_bank(env).count(scope, TURN_KIND) > 0
+
+    def current_turn_bank(self, env: MemoryEnv, scope: Scope) -> MemoryBank:
+        """The turn view, first brought in line with ``env.store``'s records of ``scope`` when the
+        store was written since it last was (records added after the build are searchable at once,
+        edited or deleted ones gone). Incremental: only new turns are embedded, no model call. A
+        store with a write counter (``generation``: SQLite) is compared by it, so an unchanged store
+        costs one counter read; one without (PostgreSQL) reads the scope's records each time."""
+        bank = self.turn_bank(env)
+        gen = getattr(env.store, "generation", None)
+        key = (str(env.store.view_dir(BANK_VIEW)), scope.key())
+        if gen is not None and self._synced.get(key) == gen:
+            return bank
+        with self._sync_lock:
+            if gen is None or self._synced.get(key) != gen:
+                build_turns(bank, env.store, scope)
+                if gen is not None:
+                    self._synced[key] = gen
+        return bank
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         # the search embeds the query and scans the index (CPU-bound): off the event loop
@@ -155,7 +177,7 @@ class Rag(StrategyBase):
             return self._counters[key]
 
     def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
-        bank = self.turn_bank(env)
+        bank = self.current_turn_bank(env, query.scope)
         hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
         if self.config.rerank:
             hits = load_reranker().rerank(bank, query.scope, TURN_KIND, query.text, hits, self._counter(env))
