@@ -279,10 +279,11 @@ class TurnReranker:
         return [hits[i].model_copy(update={"score": float(scores[i])}) for i in order]
 
 
-@functools.lru_cache(maxsize=4)
-def load_reranker(path: str = str(DEFAULT_RERANKER)) -> TurnReranker:
-    """The reranker at ``path``, loaded once per process (default: the shipped one)."""
-    return TurnReranker.load(path)
+@functools.lru_cache(maxsize=1)
+def load_reranker() -> TurnReranker:
+    """The shipped reranker (:data:`DEFAULT_RERANKER`), loaded once per process. Raises
+    RerankerFileError when the file is missing or does not match this version's features."""
+    return TurnReranker.load(DEFAULT_RERANKER)
 
 
 __all__ = [
