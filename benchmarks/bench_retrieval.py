@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import statistics
 import sys
 import time
@@ -48,7 +47,7 @@ from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
 from memfrontier.embed.query import _CACHES  # noqa: E402
 from memfrontier.eval.datasets import DATASET_FILES, data_root  # noqa: E402
 from memfrontier.eval.datasets.locomo import load_locomo, locomo_split  # noqa: E402
-from memfrontier.eval.datasets.longmemeval import load_longmemeval  # noqa: E402
+from memfrontier.eval.datasets.longmemeval import load_longmemeval, longmemeval_sample  # noqa: E402
 from memfrontier.eval.metrics import evidence_recall  # noqa: E402
 from memfrontier.frontier.spec import load_spec  # noqa: E402
 from memfrontier.frontier.stats import paired_diff_ci  # noqa: E402
@@ -263,7 +262,7 @@ def main() -> None:
     if "longmemeval" in args.sets and args.lme_limit > 0:
         files["longmemeval"] = data_root() / DATASET_FILES["longmemeval"]
         convs = load_longmemeval(files["longmemeval"])
-        convs = sorted(random.Random(args.seed).sample(convs, min(args.lme_limit, len(convs))), key=lambda c: c.id)
+        convs = longmemeval_sample(convs, args.lme_limit, args.seed)
         store = open_store(Path(args.stores) / "longmemeval", embedder)
         ingest(store, convs)
         env = MemoryEnv(store=store, llm=None, answer_llm=None)

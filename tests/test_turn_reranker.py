@@ -206,13 +206,32 @@ def test_the_shipped_reranker_was_trained_on_the_training_pool_and_validated(min
     assert f.embedding_model == minilm.model_id and len(f.w_v[0]) == minilm.dim
     p = f.provenance
     assert p["split"] == "train" and "commit" in p and p["seed"] == 0
-    loc = p["data"]["locomo"]
+    loc, lme = p["data"]["locomo"], p["data"]["longmemeval"]
+    assert loc["file"] == "locomo/locomo10.json" and not p["dirty"]
     assert len(loc["sha256"]) == 64 and "conv-49" not in loc["conversations"] and "conv-50" not in loc["conversations"]
     assert len(loc["conversations"]) == 8
-    rec = f.validation["recall"]
-    assert f.validation["method"] == "leave one conversation out" and f.validation["folds"] == 8
-    assert rec["reranked@10"] > rec["fused@10"] and rec["reranked@20"] > rec["fused@20"]
+    assert lme["questions"] == p["training"]["longmemeval"] == 160 == len(lme["conversations"])
+    assert f.validation["locomo"]["method"] == "leave one conversation out" and f.validation["locomo"]["folds"] == 8
+    assert f.validation["longmemeval"]["folds"] == 5
+    for v in f.validation.values():
+        rec = v["recall"]
+        assert rec["reranked@10"] > rec["fused@10"] and rec["reranked@20"] > rec["fused@20"]
     assert DEFAULT_RERANKER.stat().st_size < 400_000
+
+
+def test_the_longmemeval_training_pool_leaves_out_every_report_sample(tmp_path):
+    """The bench's seed-0 samples and the frontier's 30-question slice are never trained on."""
+    from memfrontier.eval.datasets import DATASET_FILES, data_root
+    from memfrontier.eval.datasets.longmemeval import load_longmemeval, longmemeval_sample
+    from memfrontier.eval.runner import select_questions
+    from memfrontier.train.turn_reranker import longmemeval_training_pool
+
+    convs = load_longmemeval(data_root() / DATASET_FILES["longmemeval"])
+    pool = {c.id for c in longmemeval_training_pool(convs)}
+    reported = {c.id for n in (40, 100) for c in longmemeval_sample(convs, n)}
+    reported |= {q.conversation_id for q in select_questions(convs, 30, 42)}
+    assert not pool & reported and len(pool) + len(reported) == len(convs) == 500
+    assert len(pool) == 375 and len(reported) == 125
 
 
 def test_rag_reranks_turns_and_says_so(store):
@@ -236,7 +255,7 @@ def test_rag_reranks_turns_and_says_so(store):
 def test_fit_learns_a_planted_rule_and_is_deterministic():
     """Labels are 1 where cos > 0.5: the fitted reranker ranks those first."""
     from memfrontier.train.configs import TurnRerankerConfig
-    from memfrontier.train.turn_reranker import Question, fit, recall_at
+    from memfrontier.train.turn_reranker import Question, fit, folds, recall_at
 
     rng = np.random.default_rng(0)
     qs = []
@@ -246,7 +265,7 @@ def test_fit_learns_a_planted_rule_and_is_deterministic():
         prod = rng.normal(scale=0.05, size=(20, 3)).astype(np.float32)
         y = (x[:, COL["cos"]] > 0.5).astype(np.float32)
         src = [[f"{j}:{i}"] for i in range(20)]
-        qs.append(Question("c", x, prod, y, src, [s[0] for s, t in zip(src, y) if t]))
+        qs.append(Question("lme:q" if j % 2 else f"c{j % 4}", x, prod, y, src, [s[0] for s, t in zip(src, y) if t]))
     cfg = TurnRerankerConfig(epochs=30, hidden=4)
     w = fit(qs, cfg)
     assert w == fit(qs, cfg)
@@ -260,3 +279,8 @@ def test_fit_learns_a_planted_rule_and_is_deterministic():
     assert np.mean(got) > 0.8 and np.mean(chance) < 0.6
     q = qs[0]
     assert recall_at(q, list(range(20)), 20) == 1.0 and recall_at(q, [], 5) == 0.0
+    parts = folds(qs)  # LoCoMo: one fold per conversation; LongMemEval: 5 folds of its questions
+    assert parts["locomo"] == [list(range(c, 60, 4)) for c in (0, 2)]
+    assert (
+        sorted(i for f in parts["longmemeval"] for i in f) == list(range(1, 60, 2)) and len(parts["longmemeval"]) == 5
+    )

@@ -189,18 +189,21 @@ def train_strategy_router_cmd(ctx: typer.Context):
 
 @train_command("turn-reranker", TurnRerankerConfig)
 def train_turn_reranker_cmd(ctx: typer.Context):
-    """Train rag's turn reranker (`--set rerank=true` with unit=turn and max_tokens) on the LoCoMo training pool's gold evidence;
-    writes the reranker file with its leave-one-conversation-out validation (recall@10/@20, fused vs reranked)."""
+    """Train rag's turn reranker (`--set rerank=true` with unit=turn and max_tokens) on the gold evidence of the
+    LoCoMo and LongMemEval training pools; writes the reranker file with its held-out validation per dataset
+    (recall@10/@20, fused vs reranked)."""
     from ..train.turn_reranker import train_turn_reranker
 
     cfg = train_config(ctx, TurnRerankerConfig)
     with known_errors():
         res = train_turn_reranker(cfg, on_progress=lambda event, **info: err.print(f"[dim]{event}[/dim] {info}"))
-    rec = res["validation"]["recall"]
-    console.print(
-        f"{res['questions']} questions in {res['seconds']:.0f}s; leave-one-conversation-out recall@10 "
-        f"{rec['fused@10']:.3f} -> {rec['reranked@10']:.3f}, recall@20 {rec['fused@20']:.3f} -> {rec['reranked@20']:.3f}"
-    )
+    console.print(f"{res['questions']} questions in {res['seconds']:.0f}s")
+    for name, v in res["validation"].items():
+        rec = v["recall"]
+        console.print(
+            f"{name} ({v['method']}, {v['questions']} questions): recall@10 {rec['fused@10']:.3f} -> "
+            f"{rec['reranked@10']:.3f}, recall@20 {rec['fused@20']:.3f} -> {rec['reranked@20']:.3f}"
+        )
     console.print(f"wrote {res['out']}")
 
 

@@ -305,8 +305,9 @@ class StrategyRouterConfig(BaseModel):
 
 
 class TurnRerankerConfig(BaseModel):
-    """``rag``'s learned turn reranker (:mod:`memfrontier.retrieve.rerank`), fitted on the LoCoMo
-    training pool's gold evidence (never the test split)."""
+    """``rag``'s learned turn reranker (:mod:`memfrontier.retrieve.rerank`), fitted on the gold
+    evidence of the LoCoMo training pool and of LongMemEval's training pool (never a test question:
+    :mod:`memfrontier.train.turn_reranker`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -320,6 +321,11 @@ class TurnRerankerConfig(BaseModel):
     )
     data_root: Path | None = Field(None, description="Benchmark data root (default ../shared/data)")
     candidates: int = Field(64, ge=2, description="Turns the hybrid search hands the reranker per question (rag's k)")
+    longmemeval: int = Field(
+        160,
+        ge=0,
+        description="LongMemEval questions drawn (seed) from its training pool, beside LoCoMo's (0: LoCoMo only)",
+    )
     hidden: int = Field(32, ge=1, description="Hidden ReLU units")
     epochs: int = Field(8, ge=1, description="Passes over the training pairs (AdamW, batches of 512)")
     weight_decay: float = Field(1e-3, ge=0, description="AdamW weight decay")

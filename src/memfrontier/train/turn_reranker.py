@@ -1,21 +1,27 @@
-"""Train ``rag``'s turn reranker (:mod:`memfrontier.retrieve.rerank`) on the LoCoMo training pool.
+"""Train ``rag``'s turn reranker (:mod:`memfrontier.retrieve.rerank`) on two kinds of history.
 
-Data: every training-pool question with gold evidence (categories 1-4 of the eight non-test
-conversations); its candidates are the ``candidates`` turns of rag's turn search (recipe
-``turns_chunks_rrf``: turn dense + BM25 + the turn's chunk rank, RRF k=5) over its conversation,
-labelled 1 when the turn is one of the question's evidence records. The test split is never read.
+Data: every question with gold evidence of (1) the LoCoMo training pool (categories 1-4 of the
+eight non-test conversations: two people chatting, short turns) and (2) ``longmemeval`` questions
+of the LongMemEval training pool (:func:`longmemeval_training_pool`: a user and an assistant, long
+answers). Trained on LoCoMo alone, the reranker learnt that longer turns are more often evidence
+and, on LongMemEval, spent the token budget on one or two long answers. A question's candidates are
+the ``candidates`` turns of rag's turn search (recipe ``turns_chunks_rrf``: turn dense + BM25 + the
+turn's chunk rank, RRF k=5) over its conversation, labelled 1 when the turn is one of its evidence
+records. No test question (LoCoMo's conv-49 and conv-50, LongMemEval's report samples) is read.
 
 Objective: binary cross-entropy of the reranker's score (a logit) against the label, AdamW
-(lr 3e-3, batches of 512, ``epochs`` passes, the products scaled by :data:`PRODUCT_SCALE`), on one CPU thread; seeded, so a rerun writes the same
-weights on the same machine and library versions.
+(lr 3e-3, batches of 512, ``epochs`` passes, the products scaled by :data:`PRODUCT_SCALE`), on one
+CPU thread; seeded, so a rerun writes the same weights on the same machine and library versions.
 
-Validation: leave one conversation out (eight folds): recall@10 and recall@20 (share of a
-question's evidence among its first 10 / 20 turns) of the held-out conversation's questions in the
-reranked order against the fused order, averaged over questions. The file keeps the report.
+Validation, each against the fused order: leave one LoCoMo conversation out (eight folds, every
+LongMemEval question in training) and five folds of the LongMemEval questions (every LoCoMo
+question in training); recall@10 and recall@20 (share of a question's evidence among its first
+10 / 20 turns), averaged over the held-out questions. The file keeps the report.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 
@@ -26,6 +32,8 @@ from ..core.types import Scope
 from ..embed.minilm import MiniLMEmbedder
 from ..eval.datasets import DATASET_FILES, data_root
 from ..eval.datasets.locomo import load_locomo, locomo_split
+from ..eval.datasets.longmemeval import load_longmemeval, longmemeval_sample
+from ..eval.runner import select_questions
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.rerank import SCALAR_FEATURES, RerankerFile, turn_features, write_reranker_file
 from ..store.open import open_store
@@ -38,6 +46,12 @@ BATCH = 512
 #: The products q*t (each about 1/dim) are multiplied by this while training, so that their weights
 #: start and decay on the scale of the standardised scalars'; the file holds ``w_v`` times it.
 PRODUCT_SCALE = 20.0
+#: LongMemEval conversations the reports read, never trained on: the retrieval bench's samples of
+#: these sizes (seed 0) and the frontier's slices of these limits (seed 42, eval's default).
+REPORT_SAMPLES = (40, 100)
+REPORT_SLICES = (30,)
+#: Folds of the LongMemEval questions in the validation.
+LME_FOLDS = 5
 
 
 @dataclass
@@ -53,50 +67,70 @@ class Question:
     gold: list[str]
 
 
+def longmemeval_training_pool(convs: list) -> list:
+    """The LongMemEval conversations (one per question) outside every report sample
+    (:data:`REPORT_SAMPLES`, :data:`REPORT_SLICES`), in file order."""
+    reserved = {c.id for n in REPORT_SAMPLES for c in longmemeval_sample(convs, n, 0)}
+    owner = {q.id: c.id for c in convs for q in c.questions}
+    reserved |= {owner[q.id] for n in REPORT_SLICES for q in select_questions(convs, n, 42)}
+    return [c for c in convs if c.id not in reserved]
+
+
 def collect(cfg: TurnRerankerConfig, on_progress=None) -> tuple[list[Question], dict]:
-    """The training questions (see the module docstring) and the data's provenance
-    (``{"file", "sha256", "conversations", "questions"}``)."""
-    path = data_root(cfg.data_root) / DATASET_FILES["locomo"]
-    convs = locomo_split(load_locomo(path), "train")
+    """The training questions (see the module docstring) and the data's provenance (per dataset:
+    ``{"file"`` (relative to the data root), ``"sha256", "conversations", "questions"}``).
+    LongMemEval questions' ``conversation`` is prefixed ``lme:``."""
+    root = data_root(cfg.data_root)
+    sources = [("locomo", "", locomo_split(load_locomo(root / DATASET_FILES["locomo"]), "train"))]
+    if cfg.longmemeval:
+        pool = longmemeval_training_pool(load_longmemeval(root / DATASET_FILES["longmemeval"]))
+        picked = sorted(random.Random(cfg.seed).sample(pool, min(cfg.longmemeval, len(pool))), key=lambda c: c.id)
+        sources.append(("longmemeval", "lme:", picked))
     store = open_store(cfg.store, MiniLMEmbedder())
     rag = Rag(RagConfig(unit="turn", retrievers=("dense", "bm25", "chunk"), k=cfg.candidates))
     count = store.embedder.count_tokens
     out: list[Question] = []
+    data: dict[str, dict] = {}
     try:
         bank = open_turn_bank(store)
-        for c in convs:
-            store.add(c.records)  # content-addressed: a rerun adds nothing
-            scope = Scope(user_id=c.id)
-            build_turns(bank, store, scope)
-            for q in c.questions:
-                if not q.evidence_ids:
-                    continue
-                hits = hybrid_search(bank, q.question, scope, rag.recipe, k=cfg.candidates, store=store)
-                qv = bank.encode_query(q.question)
-                bm25 = {it.id: s for it, s in bank.search_bm25(q.question, scope, None, kind=KIND)}
-                scalars, products = turn_features(bank, scope, KIND, q.question, hits, qv, bm25, count)
-                gold = set(q.evidence_ids)
-                out.append(
-                    Question(
-                        conversation=c.id,
-                        scalars=scalars,
-                        products=products,
-                        labels=np.asarray([float(any(s in gold for s in h.item.source_ids)) for h in hits], np.float32),
-                        sources=[list(h.item.source_ids) for h in hits],
-                        gold=list(q.evidence_ids),
-                    )
-                )
-            if on_progress:
-                on_progress("collected", conversation=c.id, questions=len(out))
+        for name, prefix, convs in sources:
+            n0 = len(out)
+            for c in convs:
+                store.add(c.records)  # content-addressed: a rerun adds nothing
+                scope = Scope(user_id=c.id)
+                build_turns(bank, store, scope)
+                for q in c.questions:
+                    if q.evidence_ids:
+                        out.append(_question(bank, store, rag, scope, prefix + c.id, q, cfg.candidates, count))
+                if on_progress:
+                    on_progress("collected", dataset=name, conversation=c.id, questions=len(out) - n0)
+            path = root / DATASET_FILES[name]
+            data[name] = {
+                "file": DATASET_FILES[name],
+                "sha256": sha256_file(path),
+                "conversations": [c.id for c in convs],
+                "questions": len(out) - n0,
+            }
     finally:
         store.close()
-    data = {
-        "file": str(path),
-        "sha256": sha256_file(path),
-        "conversations": [c.id for c in convs],
-        "questions": len(out),
-    }
     return out, data
+
+
+def _question(bank, store, rag: Rag, scope: Scope, conversation: str, q, k: int, count) -> Question:
+    """One question's candidates (rag's turn search), their features and labels."""
+    hits = hybrid_search(bank, q.question, scope, rag.recipe, k=k, store=store)
+    qv = bank.encode_query(q.question)
+    bm25 = {it.id: s for it, s in bank.search_bm25(q.question, scope, None, kind=KIND)}
+    scalars, products = turn_features(bank, scope, KIND, q.question, hits, qv, bm25, count)
+    gold = set(q.evidence_ids)
+    return Question(
+        conversation=conversation,
+        scalars=scalars,
+        products=products,
+        labels=np.asarray([float(any(s in gold for s in h.item.source_ids)) for h in hits], np.float32),
+        sources=[list(h.item.source_ids) for h in hits],
+        gold=list(q.evidence_ids),
+    )
 
 
 def fit(questions: list[Question], cfg: TurnRerankerConfig) -> dict:
@@ -155,29 +189,53 @@ def recall_at(q: Question, order: list[int], k: int) -> float:
     return len(got & set(q.gold)) / len(set(q.gold))
 
 
+def folds(questions: list[Question]) -> dict[str, list[list[int]]]:
+    """The validation folds as lists of question indices, per dataset: each LoCoMo conversation
+    alone (``locomo``); the LongMemEval questions (``lme:`` conversations) in :data:`LME_FOLDS`
+    contiguous parts of their sorted order (``longmemeval``). A dataset without questions is absent."""
+    loc: dict[str, list[int]] = {}
+    lme: list[int] = []
+    for i, q in enumerate(questions):
+        if q.conversation.startswith("lme:"):
+            lme.append(i)
+        else:
+            loc.setdefault(q.conversation, []).append(i)
+    out = {"locomo": [loc[c] for c in sorted(loc)]} if loc else {}
+    if lme:
+        lme.sort(key=lambda i: questions[i].conversation)
+        out["longmemeval"] = [list(map(int, f)) for f in np.array_split(lme, min(LME_FOLDS, len(lme)))]
+    return out
+
+
 def validate(questions: list[Question], cfg: TurnRerankerConfig, embedding_model: str, on_progress=None) -> dict:
-    """Leave-one-conversation-out recall@10 / @20, fused vs reranked order (module docstring)."""
+    """Per dataset, recall@10 / @20 of its held-out folds (:func:`folds`), fused vs reranked order,
+    each fold scored by a reranker fitted on every other question (module docstring)."""
     from ..retrieve.rerank import TurnReranker
 
-    per: dict[str, list[float]] = {f"{o}@{k}": [] for o in ("fused", "reranked") for k in (10, 20)}
-    convs = sorted({q.conversation for q in questions})
-    for held in convs:
-        weights = fit([q for q in questions if q.conversation != held], cfg)
-        model = TurnReranker(RerankerFile(embedding_model=embedding_model, scalars=list(SCALAR_FEATURES), **weights))
-        for q in (q for q in questions if q.conversation == held):
-            s = model.score(q.scalars, q.products)
-            reranked = sorted(range(len(s)), key=lambda i: (-float(s[i]), i))
-            for k in (10, 20):
-                per[f"fused@{k}"].append(recall_at(q, list(range(len(s))), k))
-                per[f"reranked@{k}"].append(recall_at(q, reranked, k))
-        if on_progress:
-            on_progress("validated", held_out=held)
-    return {
-        "method": "leave one conversation out",
-        "folds": len(convs),
-        "questions": len(questions),
-        "recall": {k: round(float(np.mean(v)), 4) for k, v in per.items()},
-    }
+    report: dict[str, dict] = {}
+    for name, parts in folds(questions).items():
+        per: dict[str, list[float]] = {f"{o}@{k}": [] for o in ("fused", "reranked") for k in (10, 20)}
+        for part in parts:
+            held = set(part)
+            weights = fit([q for i, q in enumerate(questions) if i not in held], cfg)
+            model = TurnReranker(
+                RerankerFile(embedding_model=embedding_model, scalars=list(SCALAR_FEATURES), **weights)
+            )
+            for q in (questions[i] for i in part):
+                s = model.score(q.scalars, q.products)
+                reranked = sorted(range(len(s)), key=lambda i: (-float(s[i]), i))
+                for k in (10, 20):
+                    per[f"fused@{k}"].append(recall_at(q, list(range(len(s))), k))
+                    per[f"reranked@{k}"].append(recall_at(q, reranked, k))
+            if on_progress:
+                on_progress("validated", dataset=name, held_out=len(part))
+        report[name] = {
+            "method": "leave one conversation out" if name == "locomo" else f"{len(parts)} folds of questions",
+            "folds": len(parts),
+            "questions": sum(map(len, parts)),
+            "recall": {k: round(float(np.mean(v)), 4) for k, v in per.items()},
+        }
+    return report
 
 
 def train_turn_reranker(cfg: TurnRerankerConfig, on_progress=None) -> dict:
@@ -197,12 +255,13 @@ def train_turn_reranker(cfg: TurnRerankerConfig, on_progress=None) -> dict:
         scalars=list(SCALAR_FEATURES),
         **weights,
         provenance=provenance(
-            data={"locomo": data},
+            data=data,
             split="train",
             seed=cfg.seed,
             models={"embedder": model_id},
             training={
                 "candidates": cfg.candidates,
+                "longmemeval": cfg.longmemeval,
                 "hidden": cfg.hidden,
                 "epochs": cfg.epochs,
                 "weight_decay": cfg.weight_decay,
@@ -218,4 +277,13 @@ def train_turn_reranker(cfg: TurnRerankerConfig, on_progress=None) -> dict:
     return {"out": cfg.out, "validation": validation, "questions": len(questions), "seconds": time.perf_counter() - t0}
 
 
-__all__ = ["Question", "collect", "fit", "recall_at", "train_turn_reranker", "validate"]
+__all__ = [
+    "Question",
+    "collect",
+    "fit",
+    "folds",
+    "longmemeval_training_pool",
+    "recall_at",
+    "train_turn_reranker",
+    "validate",
+]

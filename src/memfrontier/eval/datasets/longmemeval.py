@@ -12,6 +12,7 @@ haystack session id repeats inside one question (13 questions in S), later occur
 from __future__ import annotations
 
 import os
+import random
 import re
 from datetime import datetime
 
@@ -142,3 +143,10 @@ def load_longmemeval(path: str | os.PathLike | None = None) -> list[Conversation
     (fine for oracle and S; M is about 2.7 GB).
     """
     return load_conversations("longmemeval", path, _convert)
+
+
+def longmemeval_sample(convs: list[Conversation], n: int, seed: int = 0) -> list[Conversation]:
+    """``n`` of ``convs`` (one per question) drawn by ``random.Random(seed).sample``, sorted by id:
+    the retrieval bench's LongMemEval sample (``benchmarks/bench_retrieval.py --lme-limit n --seed
+    seed``); all of them when ``n`` is not smaller."""
+    return sorted(random.Random(seed).sample(convs, min(n, len(convs))), key=lambda c: c.id)
