@@ -70,8 +70,8 @@ class RagConfig(StrategyConfig):
     rerank: bool = Field(
         False,
         description="unit=turn, with max_tokens: re-order the k candidates with the learned turn reranker "
-        "before the budget takes them (memfrontier.retrieve.rerank). Trained on LoCoMo's two-person chats: it lowers recall "
-        "on histories of long assistant answers (LongMemEval; results/retrieval).",
+        "before the budget takes them (memfrontier.retrieve.rerank; trained on LoCoMo's and LongMemEval's "
+        "training pools; recall in results/retrieval).",
     )
     turn_style: TurnStyle = Field(
         "said",
