@@ -139,3 +139,29 @@ def test_run_cpu_runs_off_the_loop_in_the_pool_with_the_callers_context():
     assert name.startswith("memfrontier-cpu") and name != loop_thread
     assert (seen, total) == ("this question's ledger", 3)
     assert cpu_executor() is cpu_executor()
+
+
+def _openblas_threads_after(code: str, **env_over: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMFRONTIER_BLAS_THREADS", "OPENBLAS_NUM_THREADS")}
+    env.update(env_over)
+    probe = (
+        f"{code}\nfrom threadpoolctl import threadpool_info\n"
+        "print(max(i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas'))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    return out.returncode, out.stdout.strip() or out.stderr
+
+
+def test_numpys_openblas_runs_one_thread_once_an_embedder_or_the_cpu_pool_exists():
+    """Fresh processes: OpenBLAS's own default (the cores, here 2) until the memory path starts."""
+    cores = os.cpu_count() or 1
+    assert _openblas_threads_after("import numpy") == (0, str(cores))
+    assert _openblas_threads_after("from memfrontier.embed.minilm import MiniLMEmbedder; MiniLMEmbedder()") == (0, "1")
+    assert _openblas_threads_after("from memfrontier.core.threads import cpu_executor; cpu_executor()") == (0, "1")
+    assert _openblas_threads_after(
+        "from memfrontier.core.threads import cpu_executor; cpu_executor()", MEMFRONTIER_BLAS_THREADS="2"
+    ) == (0, "2")
+    rc, err = _openblas_threads_after(
+        "from memfrontier.core.threads import cpu_executor; cpu_executor()", MEMFRONTIER_BLAS_THREADS="0"
+    )
+    assert rc != 0 and "MEMFRONTIER_BLAS_THREADS must be a positive integer" in err

@@ -31,6 +31,14 @@ runs on. Hence:
   every core busy; more workers than cores only time-slice the same cores, and each question's
   search then takes longer (at concurrency 16 on 2 cores the loop would otherwise run up to
   ``min(32, cores + 4)`` searches at once in asyncio's default pool).
+- **NumPy's BLAS (OpenBLAS): 1 thread by default.** The memory path's matrix products are small
+  (a query against a scope's few hundred vectors, a reranker's 64 candidates), a few tens of
+  microseconds on one thread. OpenBLAS splits them over every core and its threads spin while they
+  wait: with two other processes busy on the 2-core box, ``M @ q`` for a 600 x 384 matrix and a
+  64 x 384 by 384 x 32 product took 8.0 ms p50 with OpenBLAS's default threads against 47 us with
+  one (quiet: 50 us and 43 us; ``benchmarks/bench_blas_threads.py``). The count is set once per
+  process (threadpoolctl, OpenBLAS only: torch keeps its own count), when the CPU pool or the
+  first embedder is made (:func:`apply_blas_threads`); ``MEMFRONTIER_BLAS_THREADS`` raises it.
 - **BM25**: scored in Python/numpy over the store's term index (SQLite store) or inside
   PostgreSQL, in the CPU pool's thread, one thread per query; nothing to set.
 - **The embedded LLM (llama.cpp)**: ``os.cpu_count()`` by default (decoding is the work the user
@@ -56,8 +64,12 @@ TORCH_THREADS_ENV = "MEMFRONTIER_TORCH_THREADS"
 LLM_THREADS_ENV = "MEMFRONTIER_LLM_THREADS"
 #: Environment variable: threads of the CPU pool (:func:`cpu_executor`; default ``os.cpu_count()``).
 CPU_WORKERS_ENV = "MEMFRONTIER_CPU_WORKERS"
+#: Environment variable: OpenBLAS threads of NumPy (positive integer; default :data:`DEFAULT_BLAS_THREADS`).
+BLAS_THREADS_ENV = "MEMFRONTIER_BLAS_THREADS"
 #: torch intra-op threads when nothing is configured.
 DEFAULT_TORCH_THREADS = 1
+#: OpenBLAS threads when nothing is configured.
+DEFAULT_BLAS_THREADS = 1
 
 
 def passive_omp_wait() -> None:
@@ -90,6 +102,15 @@ def torch_threads(explicit: int | None = None) -> int:
     if raw is None or raw.strip() == "":
         return DEFAULT_TORCH_THREADS
     return _positive(raw, TORCH_THREADS_ENV)
+
+
+def blas_threads() -> int:
+    """OpenBLAS threads: ``$MEMFRONTIER_BLAS_THREADS``, else 1. Raises :class:`ThreadConfigError`
+    if it is not a positive integer."""
+    raw = os.environ.get(BLAS_THREADS_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_BLAS_THREADS
+    return _positive(raw, BLAS_THREADS_ENV)
 
 
 def llm_threads(explicit: int | None = None) -> int:
@@ -125,6 +146,7 @@ def cpu_executor() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            apply_blas_threads()
             _POOL = ThreadPoolExecutor(max_workers=cpu_workers(), thread_name_prefix="memfrontier-cpu")
         return _POOL
 
@@ -154,13 +176,37 @@ def apply_torch_threads(explicit: int | None = None) -> int:
     return n
 
 
+_BLAS_LOCK = threading.Lock()
+_BLAS_APPLIED: int | None = None
+
+
+def apply_blas_threads() -> int:
+    """Limit the OpenBLAS libraries loaded in this process (NumPy's) to :func:`blas_threads`
+    threads, once per process (later calls return the count; a changed variable is not re-read).
+    Returns the count."""
+    global _BLAS_APPLIED
+    with _BLAS_LOCK:
+        if _BLAS_APPLIED is None:
+            n = blas_threads()
+            import numpy  # noqa: F401  (its OpenBLAS must be loaded to be found)
+            from threadpoolctl import ThreadpoolController
+
+            ThreadpoolController().select(internal_api="openblas").limit(limits=n)
+            _BLAS_APPLIED = n
+        return _BLAS_APPLIED
+
+
 __all__ = [
+    "BLAS_THREADS_ENV",
     "CPU_WORKERS_ENV",
+    "DEFAULT_BLAS_THREADS",
     "DEFAULT_TORCH_THREADS",
     "LLM_THREADS_ENV",
     "TORCH_THREADS_ENV",
     "ThreadConfigError",
+    "apply_blas_threads",
     "apply_torch_threads",
+    "blas_threads",
     "cpu_executor",
     "cpu_workers",
     "llm_threads",

@@ -34,7 +34,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..core.text import clean_text
-from ..core.threads import apply_torch_threads, passive_omp_wait, torch_threads
+from ..core.threads import apply_blas_threads, apply_torch_threads, passive_omp_wait, torch_threads
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: Environment variable: the embedder backend, ``auto`` (default), ``onnx`` or ``torch``.
@@ -151,6 +151,7 @@ class MiniLMEmbedder:
         backend: str | None = None,
     ):
         _set_offline_env()
+        apply_blas_threads()  # the searches over this embedder's vectors (core.threads)
         self.backend = embed_backend(backend)
         if device != "cpu" and self.backend == "auto":
             self.backend = "torch"  # the ONNX path runs on CPU
