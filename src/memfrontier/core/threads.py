@@ -34,9 +34,10 @@ runs on. Hence:
 - **NumPy's BLAS (OpenBLAS): 1 thread by default.** The memory path's matrix products are small
   (a query against a scope's few hundred vectors, a reranker's 64 candidates), a few tens of
   microseconds on one thread. OpenBLAS splits them over every core and its threads spin while they
-  wait: with two other processes busy on the 2-core box, ``M @ q`` for a 600 x 384 matrix and a
-  64 x 384 by 384 x 32 product took 8.0 ms p50 with OpenBLAS's default threads against 47 us with
-  one (quiet: 50 us and 43 us; ``benchmarks/bench_blas_threads.py``). The count is set once per
+  wait: beside two 1.5B-model frontier runs on the 2-core box, ``M @ q`` for a 600 x 384 matrix and
+  a 64 x 384 by 384 x 32 product took 12 ms p95 with OpenBLAS's default threads against 63 us with
+  one (quiet: about 50 us either way; ``benchmarks/bench_blas_threads.py``). Applying it costs
+  ~50 ms once per process (threadpoolctl finds the loaded libraries). The count is set once per
   process (threadpoolctl, OpenBLAS only: torch keeps its own count), when the CPU pool or the
   first embedder is made (:func:`apply_blas_threads`); ``MEMFRONTIER_BLAS_THREADS`` raises it.
 - **BM25**: scored in Python/numpy over the store's term index (SQLite store) or inside

@@ -219,6 +219,16 @@ def turn_features(
     return np.asarray(scalars, dtype=np.float32), matrix[rows] * q[None, :]
 
 
+def hit_features(
+    bank: MemoryBank, scope: Scope, kind: str, question: str, hits: list[BankHit], count_tokens
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`turn_features` of ``hits`` with the query's embedding and its BM25 scores over every
+    item of ``kind`` in ``scope`` read from ``bank`` (what the reranker and its trainer score)."""
+    qv = bank.encode_query(question)
+    bm25 = {it.id: s for it, s in bank.search_bm25(question, scope, None, kind=kind)}
+    return turn_features(bank, scope, kind, question, hits, qv, bm25, count_tokens)
+
+
 def question_onehot(question: str) -> list[float]:
     """The question's first word (lower case, letters only) one-hot over :data:`QUESTION_WORDS`."""
     words = question.strip().split()
@@ -272,9 +282,7 @@ class TurnReranker:
             raise RerankerFileError(
                 f"the reranker was trained on {self.file.embedding_model} embeddings, the bank holds {bank.embedder.model_id}"
             )
-        qv = bank.encode_query(question)
-        bm25 = {it.id: s for it, s in bank.search_bm25(question, scope, None, kind=kind)}
-        scores = self.score(*turn_features(bank, scope, kind, question, hits, qv, bm25, count_tokens))
+        scores = self.score(*hit_features(bank, scope, kind, question, hits, count_tokens))
         order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), i))
         return [hits[i].model_copy(update={"score": float(scores[i])}) for i in order]
 
@@ -293,6 +301,7 @@ __all__ = [
     "RerankerFile",
     "RerankerFileError",
     "TurnReranker",
+    "hit_features",
     "load_reranker",
     "question_onehot",
     "read_reranker_file",

@@ -35,7 +35,7 @@ from ..eval.datasets.locomo import load_locomo, locomo_split
 from ..eval.datasets.longmemeval import load_longmemeval, longmemeval_sample
 from ..eval.runner import select_questions
 from ..retrieve.hybrid import hybrid_search
-from ..retrieve.rerank import SCALAR_FEATURES, RerankerFile, turn_features, write_reranker_file
+from ..retrieve.rerank import SCALAR_FEATURES, RerankerFile, hit_features, write_reranker_file
 from ..store.open import open_store
 from ..strategies.rag import Rag, RagConfig
 from ..views.turns import KIND, build_turns, open_turn_bank
@@ -119,9 +119,7 @@ def collect(cfg: TurnRerankerConfig, on_progress=None) -> tuple[list[Question], 
 def _question(bank, store, rag: Rag, scope: Scope, conversation: str, q, k: int, count) -> Question:
     """One question's candidates (rag's turn search), their features and labels."""
     hits = hybrid_search(bank, q.question, scope, rag.recipe, k=k, store=store)
-    qv = bank.encode_query(q.question)
-    bm25 = {it.id: s for it, s in bank.search_bm25(q.question, scope, None, kind=KIND)}
-    scalars, products = turn_features(bank, scope, KIND, q.question, hits, qv, bm25, count)
+    scalars, products = hit_features(bank, scope, KIND, q.question, hits, count)
     gold = set(q.evidence_ids)
     return Question(
         conversation=conversation,
