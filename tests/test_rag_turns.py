@@ -207,7 +207,7 @@ def test_the_turn_view_is_confined_to_its_scope(env):
 def test_queries_keep_the_turn_view_in_line_with_the_store(env, tmp_path, minilm, monkeypatch):
     """A record added after the build (by this store object or another one on the same folder) is
     in the next turn context without a rebuild; a deleted one is gone; an unchanged store is not
-    re-read (the store's write counter)."""
+    re-read, nor is one written only in another scope (the store's per-scope write counter)."""
     import memfrontier.strategies.rag as rag_module
 
     calls = []
@@ -222,6 +222,8 @@ def test_queries_keep_the_turn_view_in_line_with_the_store(env, tmp_path, minilm
     assert ask("marathon") == ["s1:5"]
     assert ask("marathon") == ["s1:5"]
     assert len(calls) == 2  # the build, then one sync at the first query; the second query read nothing
+    env.store.add([Record(id="b1", scope=Scope(user_id="bob"), speaker="Bob", text="I run marathons too.")])
+    assert ask("marathon") == ["s1:5"] and len(calls) == 2  # another scope's write: nothing to re-read
     env.store.add([Record(id="s3:1", scope=A, session_id="s3", speaker="Ana", text="I bought a canoe in Porto.")])
     assert ask("canoe Porto") == ["s3:1"]
     other = SQLiteStore(tmp_path / "m", minilm)  # another writer of the same store

@@ -1327,3 +1327,31 @@ def test_store_files_are_private_under_umask_022(tmp_path, minilm):
     files = {k: v for k, v in modes.items() if not (tmp_path / k).is_dir()}
     assert {"mem/store.db", "mem/store.db-wal", "mem/store.db-shm", "mem/banks/facts.db"} <= set(files)
     assert set(files.values()) == {"0o600"}, files
+
+
+def test_scope_generation_moves_only_with_the_scopes_it_covers(tmp_path, minilm):
+    """SQLite's per-scope write counter: a write or delete in a scope moves the counter of every
+    search scope that covers it (any writer of the folder), a write elsewhere or a re-run of the
+    same ingest does not; exact scopes, partial ones and non-ASCII ids alike."""
+    ana_a, ana_b, zoe = Scope(user_id="ana", agent_id="a1"), Scope(user_id="ana", agent_id="b|2"), Scope(user_id="zoë")
+    exact = Scope(user_id="ana", agent_id="a1", run_id="r1")
+    with SQLiteStore(tmp_path / "s", minilm) as s:
+        assert s.scope_generation(ana_a) == 0 and s.scope_generation(Scope()) == 0
+        s.add([Record(id="1", scope=ana_a, text="I live in Porto.")])
+        g1 = s.generation
+        s.add([Record(id="1", scope=zoe, text="I live in Quito.")])
+        g2 = s.generation
+        assert (s.scope_generation(ana_a), s.scope_generation(Scope(user_id="ana")), s.scope_generation(zoe)) == (g1, g1, g2)
+        assert s.scope_generation(Scope()) == g2 and s.scope_generation(Scope(user_id="zo")) == 0
+        assert s.add([Record(id="1", scope=ana_a, text="I live in Porto.")]).added == []  # the same ingest again
+        s.add([Record(id="2", scope=ana_b, text="I moved to Braga.")])
+        g3 = s.generation
+        assert (s.scope_generation(ana_a), s.scope_generation(ana_b), s.scope_generation(Scope(user_id="ana"))) == (g1, g3, g3)
+        with SQLiteStore(tmp_path / "s", minilm) as other:  # another writer of the same folder
+            other.add([Record(id="3", scope=exact, text="Run r1 starts today.")])
+            g4 = other.generation
+        assert s.scope_generation(exact) == g4 and s.scope_generation(ana_a) == g4  # ana_a covers run r1
+        assert s.scope_generation(ana_b) == g3 and s.scope_generation(zoe) == g2
+        assert s.scope_generation(Scope(user_id="ana", agent_id="a1", run_id="r2")) == 0
+        assert s.delete("1", zoe)
+        assert s.scope_generation(zoe) == s.generation > g4 and s.scope_generation(ana_b) == g3

@@ -718,6 +718,10 @@ class PostgresStore(StoreSeam):
             ).fetchall()
         return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
 
+    def scope_generation(self, scope: Scope) -> None:
+        """None: this store keeps no write counter (see :meth:`MemoryStore.scope_generation`)."""
+        return None
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:

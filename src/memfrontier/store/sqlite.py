@@ -640,6 +640,25 @@ class SQLiteStore(StoreSeam):
             except sqlite3.Error as e:
                 raise StoreError(f"read from store {self.db_path} failed: {e}") from e
 
+    def scope_generation(self, scope: Scope) -> int:
+        """The store generation at which a record of a scope inside ``scope`` last changed (0: none
+        ever did), from ``scope_gen``: one indexed read when every id of ``scope`` is set, else a
+        scan of the per-scope stamps. A write to another scope leaves it unchanged. See
+        :meth:`MemoryStore.scope_generation`."""
+        if None not in (scope.user_id, scope.agent_id, scope.run_id):
+            sql, params = "SELECT generation FROM scope_gen WHERE scope_key = ?", [scope.key()]
+        else:
+            fields = [(i, v) for i, v in enumerate((scope.user_id, scope.agent_id, scope.run_id)) if v is not None]
+            where = " AND ".join(f"json_extract(scope_key, '$[{i}]') = ?" for i, _ in fields) or "TRUE"
+            sql, params = f"SELECT MAX(generation) FROM scope_gen WHERE {where}", [v for _, v in fields]
+        with self._lock:
+            self._check_open()
+            try:
+                row = self._conn.execute(sql, params).fetchone()
+            except sqlite3.Error as e:
+                raise StoreError(f"read from store {self.db_path} failed: {e}") from e
+        return int(row[0]) if row and row[0] is not None else 0
+
     # -- search primitives ----------------------------------------------------------------
     #
     # In memory, the searchable state is a ScopeIndex (memfrontier.store.scope_index): one

@@ -111,7 +111,7 @@ class Rag(StrategyBase):
         self._lock = threading.Lock()
         self._counters: dict[str, object] = {}
         self._sync_lock = threading.Lock()  # one turn-view sync at a time (concurrent first queries)
-        self._synced: dict[tuple[str, str], int] = {}  # (view folder, scope key) -> store generation in line with
+        self._synced: dict[tuple[str, str], int] = {}  # (view folder, scope key) -> scope generation in line with
 
     def turn_bank(self, env: MemoryEnv) -> MemoryBank:
         """The turn view of ``env.store``, opened once per store."""
@@ -143,10 +143,12 @@ class Rag(StrategyBase):
         """The turn view, first brought in line with ``env.store``'s records of ``scope`` when the
         store was written since it last was (records added after the build are searchable at once,
         edited or deleted ones gone). Incremental: only new turns are embedded, no model call. A
-        store with a write counter (``generation``: SQLite) is compared by it, so an unchanged store
-        costs one counter read; one without (PostgreSQL) reads the scope's records each time."""
+        store that counts its writes per scope (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`:
+        SQLite) is compared by that counter, so a scope whose records did not change costs one
+        read, whatever other scopes were written; one without (PostgreSQL) reads the scope's
+        records each time."""
         bank = self.turn_bank(env)
-        gen = getattr(env.store, "generation", None)
+        gen = env.store.scope_generation(scope)
         key = (str(env.store.view_dir(BANK_VIEW)), scope.key())
         if gen is not None and self._synced.get(key) == gen:
             return bank

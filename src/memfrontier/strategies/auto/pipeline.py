@@ -120,9 +120,10 @@ class Auto(StrategyBase):
         return sum_usage_records(seen)
 
     def _scope(self, env: MemoryEnv, scope: Scope) -> tuple[ScopeStats, dict[str, bool]]:
-        """The scope's size and which configurations' views are built, cached per store generation
-        (a store without a generation counter is read every time)."""
-        gen = getattr(env.store, "generation", None)
+        """The scope's size and which configurations' views are built, cached per scope generation
+        (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`; a store without the counter
+        is read every time)."""
+        gen = env.store.scope_generation(scope)
         key = scope.key()
         with self._lock:
             hit = self._scopes.get(key)
