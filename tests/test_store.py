@@ -1341,12 +1341,20 @@ def test_scope_generation_moves_only_with_the_scopes_it_covers(tmp_path, minilm)
         g1 = s.generation
         s.add([Record(id="1", scope=zoe, text="I live in Quito.")])
         g2 = s.generation
-        assert (s.scope_generation(ana_a), s.scope_generation(Scope(user_id="ana")), s.scope_generation(zoe)) == (g1, g1, g2)
+        assert (s.scope_generation(ana_a), s.scope_generation(Scope(user_id="ana")), s.scope_generation(zoe)) == (
+            g1,
+            g1,
+            g2,
+        )
         assert s.scope_generation(Scope()) == g2 and s.scope_generation(Scope(user_id="zo")) == 0
         assert s.add([Record(id="1", scope=ana_a, text="I live in Porto.")]).added == []  # the same ingest again
         s.add([Record(id="2", scope=ana_b, text="I moved to Braga.")])
         g3 = s.generation
-        assert (s.scope_generation(ana_a), s.scope_generation(ana_b), s.scope_generation(Scope(user_id="ana"))) == (g1, g3, g3)
+        assert (s.scope_generation(ana_a), s.scope_generation(ana_b), s.scope_generation(Scope(user_id="ana"))) == (
+            g1,
+            g3,
+            g3,
+        )
         with SQLiteStore(tmp_path / "s", minilm) as other:  # another writer of the same folder
             other.add([Record(id="3", scope=exact, text="Run r1 starts today.")])
             g4 = other.generation
