@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from memfrontier.core.jsonio import write_json_atomic  # noqa: E402
 from memfrontier.core.provenance import git_commit, provenance, sha256_file  # noqa: E402
 from memfrontier.core.types import Budget, Scope  # noqa: E402
 from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
@@ -289,7 +290,7 @@ def merge(paths: list[str], out: Path) -> None:
             results[s], by_set[s] = rows, d["provenance"]
     lme = max(d.get("lme_limit", 0) for d in docs)
     doc = {"provenance_by_set": by_set, "lme_limit": lme, "reference": REFERENCE, "results": results}
-    (out / "retrieval.json").write_text(json.dumps(doc, indent=2, default=str))
+    write_json_atomic(out / "retrieval.json", doc)
     commits = sorted({p.get("commit", "?") for p in by_set.values()})
     tokenizer = next(iter(by_set.values()))["models"]["context_tokenizer"]
     seed = by_set.get("longmemeval", {}).get("seed", 0)
@@ -300,13 +301,14 @@ def write(out: Path, results: dict, files: dict, args, embedder, tokenizer) -> N
     """The JSON, markdown and plots of the sets measured so far."""
 
     prov = provenance(
-        data={name: {"file": str(f), "sha256": sha256_file(f)} for name, f in files.items()},
+        # the file relative to the data root (the same on every machine), as the trainers record it
+        data={name: {"file": DATASET_FILES[name], "sha256": sha256_file(f)} for name, f in files.items()},
         seed=args.seed,
         models={"embedder": embedder.model_id, "context_tokenizer": tokenizer},
         **args.code,
     )
     doc = {"provenance": prov, "lme_limit": args.lme_limit, "reference": REFERENCE, "results": results}
-    (out / "retrieval.json").write_text(json.dumps(doc, indent=2, default=str))
+    write_json_atomic(out / "retrieval.json", doc)
     cmd = f"python benchmarks/bench_retrieval.py --sets {' '.join(args.sets)} --lme-limit {args.lme_limit}"
     render(out, results, tokenizer, args.lme_limit, args.seed, f"`{cmd}`; commit {prov.get('commit', '?')}")
 
