@@ -285,12 +285,16 @@ def test_the_chosen_member_runs_under_the_preference_auto_decided_under(tmp_path
 
 
 class _Unbuilt:
-    """A configuration whose offline view was never built for any scope."""
+    """A configuration whose offline view is not built for any scope (until ``built`` is set)."""
 
     name, prompt_version, recipes = "memorycpt", "x", ()
 
+    def __init__(self):
+        self.built, self.asked = False, 0
+
     def is_built(self, env, scope):
-        return False
+        self.asked += 1
+        return self.built
 
 
 def test_auto_leaves_out_configurations_whose_view_is_not_built(tmp_path, minilm):
@@ -299,11 +303,23 @@ def test_auto_leaves_out_configurations_whose_view_is_not_built(tmp_path, minilm
     path = write_router(
         tmp_path / "r.json", config("rag", "rag", f1=target(0.3)), config("cpt", "memorycpt", f1=target(0.9))
     )
-    auto = Auto(AutoConfig(router=path), members={"cpt": _Unbuilt()})
+    cpt = _Unbuilt()
+    auto = Auto(AutoConfig(router=path), members={"cpt": cpt})
     assert not auto.is_built(env, EVAN)
     ctx = asyncio.run(auto.context(Query(text="What colour is the car?", scope=EVAN), env, PERF, Budget()))
     assert ctx.meta["auto"]["configuration"] == "rag" and ctx.meta["auto"]["unbuilt"] == ["cpt"]
     assert set(ctx.meta["auto"]["predictions"]) == {"rag"}
+    # a view built later (no record is written) is found at the next question; once built, the
+    # scope's state is kept until its records change
+    cpt.built = True
+    query = Query(text="What colour is the car?", scope=EVAN)
+    decision, _, unbuilt = auto.route(query, env, PERF, Budget())
+    assert (decision.label, unbuilt) == ("cpt", [])
+    asked = cpt.asked
+    assert auto.route(query, env, PERF, Budget())[0].label == "cpt" and cpt.asked == asked
+    store.add([Record(id="new", scope=EVAN, session_id="s9", speaker="Evan", text="I sold the car.")])
+    auto.route(query, env, PERF, Budget())
+    assert cpt.asked == asked + 1
     with pytest.raises(ValueError, match="not configurations of the router"):
         Auto(AutoConfig(router=path), members={"nope": _Unbuilt()})
     from memfrontier.strategies import StrategyConfigError

@@ -237,10 +237,17 @@ def test_queries_keep_the_turn_view_in_line_with_the_store(env, tmp_path, minilm
     assert "s3:2" not in [i for it in open_turn_bank(env.store).items(A, KIND) for i in it.source_ids]
 
 
-def test_on_postgres_a_record_added_after_the_build_is_in_the_next_turn_context(pg_database, tmp_path, minilm):
-    """PostgreSQL keeps no write counter: each query brings the turn view in line with the records."""
+def test_on_postgres_a_record_added_after_the_build_is_in_the_next_turn_context(
+    pg_database, tmp_path, minilm, monkeypatch
+):
+    """On PostgreSQL too (its write counter is kept by triggers): an added record is in the next
+    turn context, a deleted one gone, and an unchanged scope is not re-read."""
+    import memfrontier.strategies.rag as rag_module
     from memfrontier.store.postgres import PostgresStore
 
+    calls = []
+    real = rag_module.build_turns
+    monkeypatch.setattr(rag_module, "build_turns", lambda *a: calls.append(1) or real(*a))
     with PostgresStore(pg_database(), minilm, directory=tmp_path / "views") as store:
         store.add(recs())
         env = MemoryEnv(store=store, llm=None, answer_llm=None)
@@ -251,6 +258,8 @@ def test_on_postgres_a_record_added_after_the_build_is_in_the_next_turn_context(
             return asyncio.run(strat.context(Query(text=q, scope=A), env, None, Budget())).evidence_ids
 
         assert ask("marathon") == ["s1:5"]
+        store.add([Record(id="b1", scope=Scope(user_id="bob"), speaker="Bob", text="I run marathons too.")])
+        assert ask("marathon") == ["s1:5"] and len(calls) == 2  # the build, one sync; bob's write: none
         store.add([Record(id="s3:1", scope=A, session_id="s3", speaker="Ana", text="I bought a canoe in Porto.")])
         assert ask("canoe Porto") == ["s3:1"]
         store.delete("s3:1", A)

@@ -708,8 +708,38 @@ def _stats(conn) -> dict[str, tuple[int, int]]:
     return {r[0]: (r[4], r[5]) for r in rows}
 
 
+def _back_to_schema_7(conn) -> None:
+    """Undo schema 8 by hand: no per-scope write counter (triggers, table, sequence)."""
+    for event in ("insert", "delete"):
+        conn.execute(f"DROP TRIGGER records_scope_gen_{event} ON records")
+        conn.execute(f"DROP FUNCTION scope_gen_{event}()")
+    conn.execute("DROP TABLE scope_gen")
+    conn.execute("DROP SEQUENCE scope_gen_seq")
+    conn.execute("DELETE FROM schema_version WHERE version > 7")
+
+
+def test_postgres_schema_7_store_gets_the_write_counter(pg_database, tmp_path, minilm):
+    """Opening a schema-7 database stamps the scopes present; from then on each write moves the
+    counter of the scopes it touched only."""
+    import psycopg
+
+    dsn = pg_database("v7")
+    with PostgresStore(dsn, minilm, directory=tmp_path / "v7") as s:
+        s.add(ALICE + BOB)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _back_to_schema_7(conn)
+    with PostgresStore(dsn, minilm, directory=tmp_path / "v7") as s:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert {r[0] for r in conn.execute("SELECT scope_key FROM scope_gen")} == {A.key(), B.key()}
+        a, b = s.scope_generation(A), s.scope_generation(B)
+        assert a > 0 and b > 0 and a != b and s.scope_generation(Scope()) == a + b
+        s.add([turn(9, "Bob's news: a new bike.", scope=B)])
+        assert s.scope_generation(A) == a and s.scope_generation(B) > b
+
+
 def _back_to_schema_6(conn) -> None:
-    """Undo schema 7 by hand: the BM25 triggers go, ``bm25_scope_stats`` is ``scope_stats`` again."""
+    """Undo schemas 8 and 7 by hand: the BM25 triggers go, ``bm25_scope_stats`` is ``scope_stats`` again."""
+    _back_to_schema_7(conn)
     conn.execute("DROP TRIGGER chunks_bm25_insert ON chunks")
     conn.execute("DROP TRIGGER chunks_bm25_delete ON chunks")
     conn.execute("ALTER TABLE bm25_scope_stats RENAME TO scope_stats")
@@ -884,7 +914,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
                 ).fetchall()
     assert sum(len(r) for r in reference.values()) > 20
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
-    assert s.schema_version() == SCHEMA_VERSION == 7
+    assert s.schema_version() == SCHEMA_VERSION == 8
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert len(_postings(conn)) == conn.execute("SELECT sum(tsv_len) FROM chunks").fetchone()[0] > 0
         assert conn.execute("SELECT to_regclass('chunks_tsv')").fetchone()[0] is None
@@ -1329,37 +1359,42 @@ def test_store_files_are_private_under_umask_022(tmp_path, minilm):
     assert set(files.values()) == {"0o600"}, files
 
 
-def test_scope_generation_moves_only_with_the_scopes_it_covers(tmp_path, minilm):
-    """SQLite's per-scope write counter: a write or delete in a scope moves the counter of every
-    search scope that covers it (any writer of the folder), a write elsewhere or a re-run of the
-    same ingest does not; exact scopes, partial ones and non-ASCII ids alike."""
+def test_scope_generation_moves_only_with_the_scopes_it_covers(open_store, emb):
+    """The per-scope write counter: a write or delete in a scope moves the counter of every search
+    scope that covers it (whichever store object of the database wrote), a write elsewhere or a
+    re-run of the same ingest does not; exact scopes, partial ones and non-ASCII ids alike."""
     ana_a, ana_b, zoe = Scope(user_id="ana", agent_id="a1"), Scope(user_id="ana", agent_id="b|2"), Scope(user_id="zoë")
     exact = Scope(user_id="ana", agent_id="a1", run_id="r1")
-    with SQLiteStore(tmp_path / "s", minilm) as s:
-        assert s.scope_generation(ana_a) == 0 and s.scope_generation(Scope()) == 0
-        s.add([Record(id="1", scope=ana_a, text="I live in Porto.")])
-        g1 = s.generation
-        s.add([Record(id="1", scope=zoe, text="I live in Quito.")])
-        g2 = s.generation
-        assert (s.scope_generation(ana_a), s.scope_generation(Scope(user_id="ana")), s.scope_generation(zoe)) == (
-            g1,
-            g1,
-            g2,
-        )
-        assert s.scope_generation(Scope()) == g2 and s.scope_generation(Scope(user_id="zo")) == 0
-        assert s.add([Record(id="1", scope=ana_a, text="I live in Porto.")]).added == []  # the same ingest again
-        s.add([Record(id="2", scope=ana_b, text="I moved to Braga.")])
-        g3 = s.generation
-        assert (s.scope_generation(ana_a), s.scope_generation(ana_b), s.scope_generation(Scope(user_id="ana"))) == (
-            g1,
-            g3,
-            g3,
-        )
-        with SQLiteStore(tmp_path / "s", minilm) as other:  # another writer of the same folder
-            other.add([Record(id="3", scope=exact, text="Run r1 starts today.")])
-            g4 = other.generation
-        assert s.scope_generation(exact) == g4 and s.scope_generation(ana_a) == g4  # ana_a covers run r1
-        assert s.scope_generation(ana_b) == g3 and s.scope_generation(zoe) == g2
-        assert s.scope_generation(Scope(user_id="ana", agent_id="a1", run_id="r2")) == 0
-        assert s.delete("1", zoe)
-        assert s.scope_generation(zoe) == s.generation > g4 and s.scope_generation(ana_b) == g3
+    scopes = {
+        "ana_a": ana_a,
+        "ana_b": ana_b,
+        "ana": Scope(user_id="ana"),
+        "zoe": zoe,
+        "all": Scope(),
+        "exact": exact,
+        "zo": Scope(user_id="zo"),
+        "run2": Scope(user_id="ana", agent_id="a1", run_id="r2"),
+    }
+    s = open_store("gen", emb)
+    seen = {k: s.scope_generation(v) for k, v in scopes.items()}
+
+    def moved() -> set[str]:
+        now = {k: s.scope_generation(v) for k, v in scopes.items()}
+        out = {k for k in now if now[k] != seen[k]}
+        seen.update(now)
+        return out
+
+    s.add([Record(id="1", scope=ana_a, text="I live in Porto.")])
+    assert moved() == {"ana_a", "ana", "all"}
+    s.add([Record(id="1", scope=zoe, text="I live in Quito.")])
+    assert moved() == {"zoe", "all"}
+    assert s.add([Record(id="1", scope=ana_a, text="I live in Porto.")]).added == []  # the same ingest again
+    assert moved() == set()
+    s.add([Record(id="2", scope=ana_b, text="I moved to Braga.")])
+    assert moved() == {"ana_b", "ana", "all"}
+    open_store("gen", emb).add([Record(id="3", scope=exact, text="Run r1 starts today.")])  # another writer
+    assert moved() == {"exact", "ana_a", "ana", "all"}
+    assert s.delete("1", zoe)
+    assert moved() == {"zoe", "all"}
+    assert s.delete_all(Scope(user_id="ana")) == 3
+    assert moved() == {"ana_a", "ana_b", "ana", "exact", "all"}

@@ -84,12 +84,12 @@ class MemoryStore(Protocol):
         """Top-``k`` chunks in ``scope`` with BM25 > 0, statistics of the scope's own chunks."""
         ...
 
-    def scope_generation(self, scope: Scope) -> int | None:
+    def scope_generation(self, scope: Scope) -> int:
         """A write counter of the records inside ``scope``: two reads return the same number only if
         no record of a scope ``scope`` matches was written or deleted between them, by any process
-        or store object. ``None`` when the store keeps no such counter (PostgreSQL): a cache derived
-        from the records must then read them again. What a view kept in line with the records
-        (the turn view, the router's scope statistics) compares to skip the re-read."""
+        or store object (a write in another scope leaves it alone). What a cache derived from the
+        records (rag's turn view, the router's scope statistics) compares to skip re-reading them.
+        Read it before the records it guards: a write in between then shows at the next read."""
         ...
 
     def delete(self, record_id: str, scope: Scope) -> bool:

@@ -718,9 +718,17 @@ class PostgresStore(StoreSeam):
             ).fetchall()
         return [(ch, s) for ch, s in self._ranked(rows, float) if s > 0]
 
-    def scope_generation(self, scope: Scope) -> None:
-        """None: this store keeps no write counter (see :meth:`MemoryStore.scope_generation`)."""
-        return None
+    @_reconnecting(idempotent=True)
+    def scope_generation(self, scope: Scope) -> int:
+        """The sum of the write stamps of the scopes inside ``scope`` (0: none written since schema
+        8), kept by triggers on ``records`` (schema 8): it changes exactly when a record of one of
+        them is inserted or deleted, by any writer. One indexed read. See
+        :meth:`MemoryStore.scope_generation`."""
+        where, params = self._scope_where(scope)
+        with self._read_tx() as c:
+            return int(
+                c.execute(f"SELECT COALESCE(sum(generation), 0) FROM scope_gen WHERE {where}", params).fetchone()[0]
+            )
 
     # -- lifecycle ------------------------------------------------------------------------
 

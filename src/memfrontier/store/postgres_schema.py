@@ -141,23 +141,23 @@ _POSTINGS_ADD = "INSERT INTO postings (lexeme, user_id, agent_id, run_id, chunk_
 _POSTINGS_DROP = "DELETE FROM postings WHERE chunk_id = ANY(ARRAY(SELECT id FROM old_chunks))"
 
 
-def _chunk_triggers(name: str, on_insert: list[str], on_delete: list[str]) -> list[str]:
+def _triggers(table: str, name: str, on_insert: list[str], on_delete: list[str]) -> list[str]:
     """Statements (re)creating the plpgsql functions ``{name}_insert()`` / ``{name}_delete()``, which
     run the statements ``on_insert`` / ``on_delete``, and the statement-level triggers
-    ``chunks_{name}_insert`` (AFTER INSERT, the statement's rows as ``new_chunks``) and
-    ``chunks_{name}_delete`` (AFTER DELETE, ``old_chunks``) on ``chunks`` that call them."""
+    ``{table}_{name}_insert`` (AFTER INSERT, the statement's rows as ``new_{table}``) and
+    ``{table}_{name}_delete`` (AFTER DELETE, ``old_{table}``) on ``table`` that call them."""
     out = []
     for event, rows, body in (
-        ("insert", "NEW TABLE AS new_chunks", on_insert),
-        ("delete", "OLD TABLE AS old_chunks", on_delete),
+        ("insert", f"NEW TABLE AS new_{table}", on_insert),
+        ("delete", f"OLD TABLE AS old_{table}", on_delete),
     ):
         statements = "".join(stmt + ";\n" for stmt in body)
         out += [
             f"CREATE OR REPLACE FUNCTION {name}_{event}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
             f"BEGIN\n{statements}RETURN NULL;\nEND $$",
-            f"DROP TRIGGER IF EXISTS chunks_{name}_{event} ON chunks",
+            f"DROP TRIGGER IF EXISTS {table}_{name}_{event} ON {table}",
             (
-                f"CREATE TRIGGER chunks_{name}_{event} AFTER {event.upper()} ON chunks REFERENCING {rows} "
+                f"CREATE TRIGGER {table}_{name}_{event} AFTER {event.upper()} ON {table} REFERENCING {rows} "
                 f"FOR EACH STATEMENT EXECUTE FUNCTION {name}_{event}()"
             ),
         ]
@@ -177,7 +177,7 @@ def _chunk_triggers(name: str, on_insert: list[str], on_delete: list[str]) -> li
 # the triggers locks ``chunks`` against writes until the migration commits, so the resync is exact.
 # (A chunk's text and scope are never updated in place, its id hashes them: no UPDATE trigger.)
 _V6 = [
-    *_chunk_triggers("postings", [_POSTINGS_ADD], [_POSTINGS_DROP]),
+    *_triggers("chunks", "postings", [_POSTINGS_ADD], [_POSTINGS_DROP]),
     (
         f"DELETE FROM postings p WHERE octet_length(p.lexeme) > {MAX_LEXEME_BYTES} "
         "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)"
@@ -209,7 +209,8 @@ _V7 = [
     "DROP TRIGGER IF EXISTS chunks_postings_delete ON chunks",
     "DROP FUNCTION IF EXISTS postings_insert()",
     "DROP FUNCTION IF EXISTS postings_delete()",
-    *_chunk_triggers(
+    *_triggers(
+        "chunks",
         "bm25",
         [
             _POSTINGS_ADD,
@@ -231,12 +232,43 @@ _V7 = [
     *_scope_stats_table("bm25_scope_stats"),
 ]
 
+
+def _stamp(rows: str) -> str:
+    """The trigger statement stamping each scope of the transition table ``rows`` with the next
+    value of ``scope_gen_seq`` (scopes in key order: two statements lock their rows alike)."""
+    return (
+        "INSERT INTO scope_gen AS g (scope_key, user_id, agent_id, run_id, generation) "
+        f"SELECT scope_key, user_id, agent_id, run_id, nextval('scope_gen_seq') FROM (SELECT DISTINCT "
+        f"scope_key, user_id, agent_id, run_id FROM {rows} ORDER BY scope_key) k "
+        "ON CONFLICT (scope_key) DO UPDATE SET generation = excluded.generation"
+    )
+
+
+# v8: a per-scope write counter (``MemoryStore.scope_generation``): every statement that inserts or
+# deletes records stamps each of its scopes in ``scope_gen`` with the next value of a sequence
+# (statement-level triggers on ``records``, so every writer stamps). A scope's writers hold its
+# advisory lock, so its stamp only grows, and the sum of the stamps of the scopes a search scope
+# covers changes exactly when a record of one of them did: a view kept in line with the records
+# (rag's turn view) compares it instead of reading the records at every query. Filled for the
+# scopes present. (Records are never updated in place: no UPDATE trigger.)
+_V8 = [
+    "CREATE SEQUENCE scope_gen_seq",
+    """CREATE TABLE scope_gen (
+        scope_key text COLLATE "C" PRIMARY KEY,
+        user_id text COLLATE "C", agent_id text COLLATE "C", run_id text COLLATE "C",
+        generation bigint NOT NULL)""",
+    "CREATE INDEX scope_gen_user ON scope_gen (user_id)",
+    *_triggers("records", "scope_gen", [_stamp("new_records")], [_stamp("old_records")]),
+    _stamp("records"),
+]
+
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8}
 # 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
 # 5: BM25 postings (the full-text index dropped); 6: the postings kept by triggers on ``chunks``
 # (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme);
-# 7: the scope statistics kept by the same triggers (renamed bm25_scope_stats, resynced)
+# 7: the scope statistics kept by the same triggers (renamed bm25_scope_stats, resynced);
+# 8: the per-scope write counter, kept by triggers on ``records``
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

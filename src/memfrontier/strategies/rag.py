@@ -142,21 +142,19 @@ class Rag(StrategyBase):
     def current_turn_bank(self, env: MemoryEnv, scope: Scope) -> MemoryBank:
         """The turn view, first brought in line with ``env.store``'s records of ``scope`` when the
         store was written since it last was (records added after the build are searchable at once,
-        edited or deleted ones gone). Incremental: only new turns are embedded, no model call. A
-        store that counts its writes per scope (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`:
-        SQLite) is compared by that counter, so a scope whose records did not change costs one
-        read, whatever other scopes were written; one without (PostgreSQL) reads the scope's
-        records each time."""
+        edited or deleted ones gone). Incremental: only new turns are embedded, no model call. The
+        store's per-scope write counter (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`)
+        says when: a scope whose records did not change costs one counter read, whatever other
+        scopes were written."""
         bank = self.turn_bank(env)
         gen = env.store.scope_generation(scope)
         key = (str(env.store.view_dir(BANK_VIEW)), scope.key())
-        if gen is not None and self._synced.get(key) == gen:
+        if self._synced.get(key) == gen:
             return bank
         with self._sync_lock:
-            if gen is None or self._synced.get(key) != gen:
+            if self._synced.get(key) != gen:
                 build_turns(bank, env.store, scope)
-                if gen is not None:
-                    self._synced[key] = gen
+                self._synced[key] = gen
         return bank
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:

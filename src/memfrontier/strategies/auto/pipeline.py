@@ -80,7 +80,7 @@ class Auto(StrategyBase):
             c.label: given[c.label] if c.label in given else get_strategy(c.strategy, c.options)
             for c in self.router.file.configurations
         }
-        self._scopes: dict[str, tuple[int | None, ScopeStats, dict[str, bool]]] = {}
+        self._scopes: dict[str, tuple[int, ScopeStats, dict[str, bool]]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -120,17 +120,21 @@ class Auto(StrategyBase):
         return sum_usage_records(seen)
 
     def _scope(self, env: MemoryEnv, scope: Scope) -> tuple[ScopeStats, dict[str, bool]]:
-        """The scope's size and which configurations' views are built, cached per scope generation
-        (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`; a store without the counter
-        is read every time)."""
+        """The scope's size and which configurations' views are built. Both are kept while the
+        scope's records do not change (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`);
+        a view not built yet is looked for again at every call (it may be built meanwhile, which
+        writes no record)."""
         gen = env.store.scope_generation(scope)
         key = scope.key()
         with self._lock:
             hit = self._scopes.get(key)
-        if hit is not None and gen is not None and hit[0] == gen:
-            return hit[1], hit[2]
-        stats = scope_stats(env.store, scope)
-        built = {label: view_built(m, env, scope) for label, m in self.members.items()}
+        if hit is not None and hit[0] == gen:
+            stats, built = hit[1], dict(hit[2])
+            if all(built.values()):
+                return stats, built
+        else:
+            stats, built = scope_stats(env.store, scope), {}
+        built = {label: built.get(label) or view_built(m, env, scope) for label, m in self.members.items()}
         with self._lock:
             self._scopes[key] = (gen, stats, built)
         return stats, built
