@@ -1373,6 +1373,8 @@ def test_scope_generation_moves_only_with_the_scopes_it_covers(open_store, emb):
         "all": Scope(),
         "exact": exact,
         "zo": Scope(user_id="zo"),
+        "ana2": Scope(user_id="ana2"),
+        "agent_a1": Scope(agent_id="a1"),
         "run2": Scope(user_id="ana", agent_id="a1", run_id="r2"),
     }
     s = open_store("gen", emb)
@@ -1385,16 +1387,18 @@ def test_scope_generation_moves_only_with_the_scopes_it_covers(open_store, emb):
         return out
 
     s.add([Record(id="1", scope=ana_a, text="I live in Porto.")])
-    assert moved() == {"ana_a", "ana", "all"}
+    assert moved() == {"ana_a", "ana", "all", "agent_a1"}
     s.add([Record(id="1", scope=zoe, text="I live in Quito.")])
     assert moved() == {"zoe", "all"}
     assert s.add([Record(id="1", scope=ana_a, text="I live in Porto.")]).added == []  # the same ingest again
     assert moved() == set()
     s.add([Record(id="2", scope=ana_b, text="I moved to Braga.")])
     assert moved() == {"ana_b", "ana", "all"}
+    s.add([Record(id="1", scope=Scope(user_id="ana2", agent_id="a1"), text="A second Ana.")])
+    assert moved() == {"ana2", "all", "agent_a1"}
     open_store("gen", emb).add([Record(id="3", scope=exact, text="Run r1 starts today.")])  # another writer
-    assert moved() == {"exact", "ana_a", "ana", "all"}
+    assert moved() == {"exact", "ana_a", "ana", "all", "agent_a1"}
     assert s.delete("1", zoe)
     assert moved() == {"zoe", "all"}
-    assert s.delete_all(Scope(user_id="ana")) == 3
-    assert moved() == {"ana_a", "ana_b", "ana", "exact", "all"}
+    assert s.delete_all(Scope(user_id="ana")) == 3  # not ana2's
+    assert moved() == {"ana_a", "ana_b", "ana", "exact", "all", "agent_a1"}

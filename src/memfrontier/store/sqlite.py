@@ -642,15 +642,23 @@ class SQLiteStore(StoreSeam):
 
     def scope_generation(self, scope: Scope) -> int:
         """The store generation at which a record of a scope inside ``scope`` last changed (0: none
-        ever did), from ``scope_gen``: one indexed read when every id of ``scope`` is set, else a
-        scan of the per-scope stamps. A write to another scope leaves it unchanged. See
+        ever did), from ``scope_gen``: one indexed read when every id of ``scope`` is set, a range of
+        the index (the user's scopes) when the user id is, else a scan of the per-scope stamps. A
+        write to another scope leaves it unchanged. See
         :meth:`MemoryStore.scope_generation`."""
         if None not in (scope.user_id, scope.agent_id, scope.run_id):
             sql, params = "SELECT generation FROM scope_gen WHERE scope_key = ?", [scope.key()]
         else:
-            fields = [(i, v) for i, v in enumerate((scope.user_id, scope.agent_id, scope.run_id)) if v is not None]
-            where = " AND ".join(f"json_extract(scope_key, '$[{i}]') = ?" for i, _ in fields) or "TRUE"
-            sql, params = f"SELECT MAX(generation) FROM scope_gen WHERE {where}", [v for _, v in fields]
+            conds, params = [], []
+            if scope.user_id is not None:  # the keys that start '["<user>",': a range of the primary key
+                lo = json.dumps([scope.user_id], ensure_ascii=True)[:-1] + ","
+                conds.append("scope_key >= ? AND scope_key < ?")
+                params += [lo, lo[:-1] + chr(ord(",") + 1)]
+            for i, v in ((1, scope.agent_id), (2, scope.run_id)):
+                if v is not None:
+                    conds.append(f"json_extract(scope_key, '$[{i}]') = ?")
+                    params.append(v)
+            sql = f"SELECT MAX(generation) FROM scope_gen WHERE {' AND '.join(conds) or 'TRUE'}"
         with self._lock:
             self._check_open()
             try:
