@@ -94,6 +94,8 @@ def test_choice_names_are_defined_once_by_the_configs():
         ({"k": 0}, ["k=0", "greater than or equal to 1"]),
         ({"kk": 3}, ["unknown key 'kk'", "keys: k, retrievers"]),
         ({"retrievers": ["dense", "sparse"]}, ["unknown retrievers", "dense, bm25"]),
+        ({"unit": "turn", "rerank": "yes"}, ["rerank='yes'", "valid boolean"]),
+        ({"unit": "turn", "rerank": 1}, ["rerank=1", "valid boolean"]),
     ],
 )
 def test_rag_config_errors_name_the_key_and_what_is_allowed(bad, words):
@@ -120,6 +122,9 @@ def test_config_rules_of_the_papers():
     with pytest.raises(StrategyConfigError, match="strategy automem: unknown key 'limits.rg_max_hitz'"):
         strategy_config("automem", limits={"rg_max_hitz": 3})
     assert get_strategy("automem", limits={"rg_max_hits": 3}).config.limits.rg_max_hits == 3
+    with pytest.raises(StrategyConfigError, match="single_pass='no'"):  # a switch is true or false only
+        strategy_config("automem", single_pass="no")
+    assert strategy_config("automem", {"single_pass": False}).single_pass is False
     with pytest.raises(StrategyConfigError, match="expected RagConfig"):
         strategy_config("rag", BudgetMemConfig())
 

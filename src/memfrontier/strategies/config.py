@@ -4,8 +4,9 @@ A config holds a strategy's serialisable options, each field documented (type, d
 paper's section or equation). It is the one source of them: a strategy is built as
 ``Cls(config, *, runtime objects)`` and reads ``self.config``; the config validates, the
 strategy does not check again. Configs are
-frozen, reject unknown keys (``extra="forbid"``) and take numbers strictly (:data:`Int` /
-:data:`Float`: ``k=2.5``, ``k="2"`` or ``k=True`` is an error, not 2 or 1); paths and choices may be
+frozen, reject unknown keys (``extra="forbid"``) and take numbers and switches strictly (:data:`Int` /
+:data:`Float`: ``k=2.5``, ``k="2"`` or ``k=True`` is an error, not 2 or 1; :data:`Bool`:
+``rerank="yes"`` or ``rerank=1`` is an error, not True); paths and choices may be
 given as strings (JSON, YAML, ``--set``). :meth:`StrategyConfig.from_options` turns a ``ValidationError`` into a
 :class:`StrategyConfigError` whose message names the key and, for a choice, the allowed values.
 
@@ -28,11 +29,14 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, ValidationError
 
 #: Field types for numbers: a bool, a string or (for Int) a fractional float is rejected.
 Int = StrictInt
 Float = StrictFloat
+#: Field type for a switch: only ``true`` / ``false`` (a string such as "no" or a number is rejected;
+#: ``--set key=false`` is read as YAML, so it is a bool).
+Bool = StrictBool
 
 
 #: The metadata keys of the service's option policy (see the module docstring).

@@ -27,7 +27,7 @@ from ..store.bank import BANK_VIEW, BankHit, BankItem, MemoryBank
 from ..views.turns import KIND as TURN_KIND
 from ..views.turns import build_turns, open_turn_bank
 from .base import BuildProgress, MemoryEnv, Query, StrategyBase
-from .config import Int, StrategyConfig
+from .config import Bool, Int, StrategyConfig
 
 #: The retrievers, fused by RRF when more than one is named; ``chunk`` (unit=turn): a turn ranked by its chunk.
 Retriever = Literal["dense", "bm25", "chunk"]
@@ -67,7 +67,7 @@ class RagConfig(StrategyConfig):
         description="unit=turn: context budget in retriever (MiniLM) tokens; hits (with their neighbours) "
         "are taken in rank order while the context stays within it (None: the k hits, no budget).",
     )
-    rerank: bool = Field(
+    rerank: Bool = Field(
         False,
         description="unit=turn, with max_tokens: re-order the k candidates with the learned turn reranker "
         "before the budget takes them (memfrontier.retrieve.rerank; trained on LoCoMo's and LongMemEval's "

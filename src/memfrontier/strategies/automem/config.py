@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from ...graph import BACKENDS
-from ..config import Int, StrategyConfig, operator_only, operator_values
+from ..config import Bool, Int, StrategyConfig, operator_only, operator_values
 from .tools.limits import ToolLimits
 
 
@@ -16,13 +16,13 @@ class AutoMEMConfig(StrategyConfig):
 
     strategy = "automem"
 
-    single_pass: bool = Field(
+    single_pass: Bool = Field(
         False,
         description="The single-pass variant (Sec. 4.3): one plan of parallel "
         "tool calls, no judge, no dump (k_max = 1).",
     )
     k_max: Int = Field(3, ge=1, description="Plan -> execute -> judge rounds at most (Sec. 4.2).")
-    judge_every_round: bool = Field(
+    judge_every_round: Bool = Field(
         True,
         description="Ask the judge after every round, as Algorithm 1 does. "
         "False (our lean variant, a departure from the paper): skip it after the last "

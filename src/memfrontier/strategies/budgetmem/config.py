@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..config import Int, StrategyConfig, operator_only, operator_values
+from ..config import Bool, Int, StrategyConfig, operator_only, operator_values
 
 #: The five extraction modules (Sec. 4.1): filter (Eq. 4), entity / temporal / topic (Eq. 5), summary (Eq. 6).
 Module = Literal["filter", "entity", "temporal", "topic", "summary"]
@@ -43,7 +43,7 @@ class BudgetMemConfig(StrategyConfig):
         description="A trained tier-router checkpoint (router_best.pt from "
         "`train router`); it picks each module's tier per question (Sec. 4.3).",
     )
-    greedy: bool = Field(True, description="Router: argmax tiers (True) or sample them (training rollouts).")
+    greedy: Bool = Field(True, description="Router: argmax tiers (True) or sample them (training rollouts).")
     max_relations: Int = Field(10, ge=1, description="Relations each extraction module returns at most.")
     retrievers: tuple[Literal["dense", "bm25"], ...] = Field(
         ("dense", "bm25"), min_length=1, description="Retrievers fused by RRF (k=60) for the top-K chunks."

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ...core.types import Budget, PreferenceSpec
-from ..config import Float, Int, StrategyConfig, operator_only, operator_values
+from ..config import Bool, Float, Int, StrategyConfig, operator_only, operator_values
 from .compressed_bank import KINDS
 from .pool import PROFILES
 
@@ -57,9 +57,9 @@ class MemPilotConfig(StrategyConfig):
     )
     max_rounds: Int = Field(6, ge=1, description="Policy turns per trajectory (Table 5: 6).")
     temperature: Float = Field(0.0, ge=0, description="Policy sampling temperature (0: greedy).")
-    constrained: bool = Field(True, description="Grammar-constrained policy output (the action format, Eq. 20).")
-    first_turn_tools: bool = Field(True, description="The first turn must call a tool.")
-    answer_after_repeat: bool = Field(True, description="Answer once the policy repeats a call.")
+    constrained: Bool = Field(True, description="Grammar-constrained policy output (the action format, Eq. 20).")
+    first_turn_tools: Bool = Field(True, description="The first turn must call a tool.")
+    answer_after_repeat: Bool = Field(True, description="Answer once the policy repeats a call.")
     policy_max_tokens: Int = Field(256, ge=8, description="Tokens per policy turn at most.")
     max_observation_tokens: Int = Field(1024, ge=16, description="Tokens of one tool observation at most.")
     delegate_timeout_s: Float | None = Field(None, gt=0, description="Timeout of one delegate call (s).")
