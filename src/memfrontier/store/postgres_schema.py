@@ -235,20 +235,22 @@ _V7 = [
 
 def _stamp(rows: str) -> str:
     """The trigger statement stamping each scope of the transition table ``rows`` with the next
-    value of ``scope_gen_seq`` (scopes in key order: two statements lock their rows alike)."""
+    value of ``scope_gen_seq``, or its old stamp + 1 when that is larger (a writer that took its
+    value first may commit last), so a stamp only grows; scopes in key order (two statements lock
+    their rows alike)."""
     return (
         "INSERT INTO scope_gen AS g (scope_key, user_id, agent_id, run_id, generation) "
         f"SELECT scope_key, user_id, agent_id, run_id, nextval('scope_gen_seq') FROM (SELECT DISTINCT "
         f"scope_key, user_id, agent_id, run_id FROM {rows} ORDER BY scope_key) k "
-        "ON CONFLICT (scope_key) DO UPDATE SET generation = excluded.generation"
+        "ON CONFLICT (scope_key) DO UPDATE SET generation = GREATEST(g.generation + 1, excluded.generation)"
     )
 
 
 # v8: a per-scope write counter (``MemoryStore.scope_generation``): every statement that inserts or
 # deletes records stamps each of its scopes in ``scope_gen`` with the next value of a sequence
-# (statement-level triggers on ``records``, so every writer stamps). A scope's writers hold its
-# advisory lock, so its stamp only grows, and the sum of the stamps of the scopes a search scope
-# covers changes exactly when a record of one of them did: a view kept in line with the records
+# (statement-level triggers on ``records``, so every writer stamps). A stamp only grows (see
+# ``_stamp``), so the sum of the stamps of the scopes a search scope covers changes exactly when a
+# record of one of them did: a view kept in line with the records
 # (rag's turn view) compares it instead of reading the records at every query. Filled for the
 # scopes present. (Records are never updated in place: no UPDATE trigger.)
 _V8 = [
