@@ -12,7 +12,10 @@ of each query (sync, search, context building; no model call) in four settings, 
   every scope's turn view (SQLite's store-wide counter did) or at every query (PostgreSQL before
   schema 8 had no counter);
 * ``same-scope``: a record of the queried scope is written before each query (re-read and one new
-  turn embedded).
+  turn embedded);
+* ``new-strategy``: each query runs on a strategy built for it, as every ``ask`` naming a strategy
+  did before the facade kept them (``AsyncMemory.strategy``): the turn view opened, re-read and
+  indexed again per query.
 
 Prints p50 / p95 ms and each setting's p50 over ``quiet``'s. Beside a 1.5B answerer run on one of
 two cores (2026-12-03), conv-49, 40 queries: SQLite quiet 11.4 ms p50, other-scope 11.6 (1.02x),
@@ -68,22 +71,25 @@ def main() -> None:
             n[0] += 1
             store.add([Record(id=f"bench-{n[0]}", scope=to, session_id="bench", speaker="X", text=f"Note {n[0]}.")])
 
-        before = {  # what happens before each query (not timed)
-            "quiet": lambda: None,
-            "other-scope": lambda: write(Scope(user_id="bench-other-tenant")),
-            "re-read": rag._synced.clear,  # the query then re-reads the scope's records
-            "same-scope": lambda: write(scope),
+        kept = lambda: rag  # noqa: E731
+        settings = {  # what happens before each query (not timed), and the strategy that answers it
+            "quiet": (lambda: None, kept),
+            "other-scope": (lambda: write(Scope(user_id="bench-other-tenant")), kept),
+            "re-read": (rag._synced.clear, kept),  # the query then re-reads the scope's records
+            "same-scope": (lambda: write(scope), kept),
+            "new-strategy": (lambda: None, lambda: get_strategy("rag", options)),
         }
         rows = {}
         for q in questions[:5]:  # warm-up: thread pools, tokenizer, page cache
             asyncio.run(rag.context(Query(text=q, scope=scope), env, None, Budget()))
-        for name, step in before.items():
+        for name, (step, strategy) in settings.items():
             times = []
             for q in questions:
                 step()
+                answering = strategy()
                 _CACHES.clear()  # each query embeds its text (no vector left by the setting before)
                 t = time.perf_counter()
-                asyncio.run(rag.context(Query(text=q, scope=scope), env, None, Budget()))
+                asyncio.run(answering.context(Query(text=q, scope=scope), env, None, Budget()))
                 times.append((time.perf_counter() - t) * 1e3)
             rows[name] = (statistics.median(times), statistics.quantiles(times, n=20)[-1])
         store.close()

@@ -11,7 +11,7 @@ import httpx2 as httpx
 import pytest
 from fakes import ScriptedClient
 
-from memfrontier.api import BUILD_ADVICE, AsyncMemory, Memory, unbuilt_view_message
+from memfrontier.api import BUILD_ADVICE, STRATEGY_CACHE_SIZE, AsyncMemory, Memory, unbuilt_view_message
 from memfrontier.client import AsyncMemoryClient, MemoryClient
 from memfrontier.core.errors import EmptyScopeError, empty_scope_message
 from memfrontier.core.fallbacks import FallbackError
@@ -137,9 +137,11 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
     said = {}  # where -> the refused build's message
     monkeypatch.setattr(rest, "STRATEGIES", {**rest.STRATEGIES, "scripted_view": object})
     monkeypatch.setattr(rest, "check_remote_options", lambda name, options: None)
-    monkeypatch.setattr(rest, "get_strategy", lambda name, options: views[(options or {}).get("v", "ok")])
     mem = AsyncMemory.open(
         tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm
+    )
+    monkeypatch.setattr(  # the facade's strategy by name (the ask and build verbs pass their object through)
+        mem, "strategy", lambda s, options=None: views[(options or {}).get("v", "ok")] if isinstance(s, str) else s
     )
     keys = SQLiteKeyStore(tmp_path / "keys.db")
     key = keys.create("t")[1]
@@ -171,7 +173,11 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
 
     service = MemoryService(tmp_path / "store")
     service._mem = mem
-    service.strategy = lambda name, options=None: views["bad"] if (options or {}).get("v") else ScriptedView(0)
+
+    async def strategy(name, options=None):
+        return views["bad"] if (options or {}).get("v") else ScriptedView(0)
+
+    service.strategy = strategy
     server = build_server(service)
 
     async def over_mcp():
@@ -214,3 +220,28 @@ def test_a_scope_id_that_is_not_one_is_named_without_a_pydantic_dump(memory):
         memory.ask("Where?", user_id="")
     text = str(e.value)
     assert "user_id" in text and "pydantic" not in text and "errors.pydantic.dev" not in text
+
+
+def test_a_strategy_named_by_calls_is_built_once_per_configuration_and_stays_in_line(memory):
+    aio = memory.aio
+    turns = {"unit": "turn", "k": 16}
+    first = aio.strategy("rag", turns)
+    assert aio.strategy("rag", {"k": 16, "unit": "turn", "neighbours": 0}) is first  # the same effective options
+    assert aio.strategy("rag", {"unit": "turn", "k": 8}) is not first
+    view = ScriptedView(fallbacks=0)
+    assert aio.strategy(view) is view
+    with pytest.raises(ValueError, match="strategy_options apply to a strategy given by name"):
+        aio.strategy(view, {"k": 1})
+    with pytest.raises(ValueError, match="unknown strategy 'nope'"):
+        aio.strategy("nope")
+    # asks by name run the kept strategy, whose turn view follows records added between them
+    memory.add(["I moved to Lisbon in May."], user_id="ana")
+    memory.ask("Where did Ana move?", user_id="ana", strategy="rag", strategy_options=turns, build=True)
+    porto = memory.add(["In June I moved on to Porto."], user_id="ana").added
+    ans = memory.ask("Where did Ana move in June?", user_id="ana", strategy="rag", strategy_options=turns)
+    assert set(porto) <= set(ans.evidence_ids) and aio.strategy("rag", turns) is first
+    # the latest STRATEGY_CACHE_SIZE are kept: the least recently used is built again
+    for k in range(1, STRATEGY_CACHE_SIZE + 1):
+        aio.strategy("rag", {"k": k})
+    assert aio.strategy("rag", {"k": STRATEGY_CACHE_SIZE}) is aio.strategy("rag", {"k": STRATEGY_CACHE_SIZE})
+    assert aio.strategy("rag", turns) is not first

@@ -172,6 +172,6 @@ def test_options_selecting_what_the_operator_did_not_configure_are_tool_errors(s
         ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2'"),
     ):
         with pytest.raises(ValueError, match=f"^{message}: not settable over the service"):
-            service.strategy(name, options)
-    assert service.strategy("budgetmem", {"tiering": "reasoning"}).config.tiering == "reasoning"
+            asyncio.run(service.strategy(name, options))
+    assert asyncio.run(service.strategy("budgetmem", {"tiering": "reasoning"})).config.tiering == "reasoning"
     service.close()

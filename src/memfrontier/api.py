@@ -21,6 +21,7 @@ import asyncio
 import contextvars
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,8 +52,14 @@ from .strategies import (
     StrategyConfig,
     ViewNotBuiltError,
     get_strategy,
+    strategy_config,
     view_built,
 )
+
+#: Strategies named by a call are built once per configuration and kept, the latest this many (a
+#: service's tenants send free-form options): their views' in-memory indexes and loaded files then
+#: persist across calls instead of being rebuilt by each one.
+STRATEGY_CACHE_SIZE = 16
 
 
 class BuildReport(BaseModel):
@@ -200,6 +207,8 @@ class AsyncMemory:
         self.answerer = Answerer(answer_llm)
         self.fallback_threshold = fallback_threshold
         self._totals: dict[str, dict[str, float]] = {}
+        self._strategies: OrderedDict[str, Strategy] = OrderedDict()  # config hash -> strategy, latest last
+        self._strategies_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -324,7 +333,7 @@ class AsyncMemory:
         some role's error or fallback share is above ``fallback_threshold`` (the view built so far
         is kept), ValueError without a scope id or for a rejected option."""
         scope = scope_for_write("build", user_id, agent_id, run_id)
-        strat = self._strategy(strategy, strategy_options)
+        strat = self.strategy(strategy, strategy_options)
         await self._require_records(scope)
         ledger = Ledger()
         try:
@@ -364,10 +373,31 @@ class AsyncMemory:
         if (await asyncio.to_thread(self.store.count, scope))["records"] == 0:
             raise EmptyScopeError(empty_scope_message())
 
-    def _strategy(self, strategy: str | Strategy, options: StrategyConfig | dict | None) -> Strategy:
-        if options is not None and not isinstance(strategy, str):
-            raise ValueError("strategy_options apply to a strategy given by name")
-        return get_strategy(strategy, options) if isinstance(strategy, str) else strategy
+    def strategy(self, strategy: str | Strategy, options: StrategyConfig | dict | None = None) -> Strategy:
+        """The strategy a call runs: one given as an object is used as it is; one given by name is
+        built from its config (:func:`~memfrontier.strategies.strategy_config`) once per effective
+        configuration (its ``config_hash``) and kept, the latest :data:`STRATEGY_CACHE_SIZE`, so
+        every ``ask``/``build`` naming it (Python, CLI, REST, MCP) shares its views' in-memory
+        indexes (a turn view reloaded and re-synced per call cost rag-turns-rr ~10x its context
+        step). A file an option names (a router, an adapter) is read when the strategy is built.
+        Raises ValueError for an unknown name, a rejected option, or options with a strategy object."""
+        if not isinstance(strategy, str):
+            if options is not None:
+                raise ValueError("strategy_options apply to a strategy given by name")
+            return strategy
+        cfg = strategy_config(strategy, options)
+        key = cfg.config_hash()
+        with self._strategies_lock:
+            if (hit := self._strategies.get(key)) is not None:
+                self._strategies.move_to_end(key)
+                return hit
+        built = get_strategy(strategy, cfg)  # may load files: outside the lock
+        with self._strategies_lock:
+            hit = self._strategies.setdefault(key, built)
+            self._strategies.move_to_end(key)
+            while len(self._strategies) > STRATEGY_CACHE_SIZE:
+                self._strategies.popitem(last=False)
+            return hit
 
     def _add_totals(self, usage: Usage) -> None:
         for stage, u in usage.by_stage.items():
@@ -409,7 +439,7 @@ class AsyncMemory:
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
         if question_date is not None:  # a date that is not one (or not one in years 1-9999) is named now
             canonical_timestamp(question_date, what="question_date")
-        strat = self._strategy(strategy, strategy_options)
+        strat = self.strategy(strategy, strategy_options)
         if isinstance(preference, str):  # a bad argument is named before the scope is read
             preference = Preference.preset(preference)
         ledger = Ledger()

@@ -106,7 +106,6 @@ class MemoryService:
         }
         self.limits = limits or ToolLimits()
         self._mem = None
-        self._strategies: dict = {}
         self._lock = asyncio.Lock()
 
     async def memory(self):
@@ -144,19 +143,16 @@ class MemoryService:
             return None
         return open_graph("ladybug", root, scope, read_only=True)
 
-    def strategy(self, name: str, options: dict[str, Any] | None = None):
-        """The strategy ``name`` built from its config with ``options`` (cached per config;
-        raises ValueError naming a rejected option, or one the service's option policy refuses,
-        :func:`~memfrontier.server.options.check_remote_options`)."""
-        from ..strategies import get_strategy, strategy_config
+    async def strategy(self, name: str, options: dict[str, Any] | None = None):
+        """The strategy ``name`` with ``options`` under the service's option policy
+        (:func:`~memfrontier.server.options.check_remote_options`), built and kept by the facade
+        (:meth:`~memfrontier.api.AsyncMemory.strategy`); raises ValueError naming a rejected option."""
+        from ..strategies import strategy_config
         from .options import check_remote_options
 
         check_remote_options(name, options)
-        cfg = strategy_config(name, options or {})
-        key = (name, cfg.config_hash())
-        if key not in self._strategies:
-            self._strategies[key] = get_strategy(name, cfg)
-        return self._strategies[key]
+        cfg = strategy_config(name, options)  # a rejected option is named before the store opens
+        return (await self.memory()).strategy(name, cfg)
 
     def close(self) -> None:
         if self._mem is not None:
@@ -355,7 +351,7 @@ def build_server(service: MemoryService):
     )
     async def ask(args: AskArgs, scope: Scope) -> dict[str, Any]:
         mem = await service.memory()
-        strategy = service.strategy(args.strategy, args.options)
+        strategy = await service.strategy(args.strategy, args.options)
         ans = await mem.ask(
             args.question,
             user_id=scope.user_id,

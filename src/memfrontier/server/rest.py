@@ -59,14 +59,12 @@ from ..llm import default_llm
 from ..llm.base import LLMError
 from ..store.base import AddResult
 from ..store.postgres import is_postgres_url
-from ..strategies import STRATEGIES, ViewNotBuiltError, get_strategy
+from ..strategies import STRATEGIES, ViewNotBuiltError
 from .keys import KeyStore, open_key_store
 from .options import check_remote_options
 from .tenants import client_scope, tenant_scope
 
 SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
-#: ``auto`` strategies kept built per worker (one per distinct set of request options).
-AUTO_CACHE_SIZE = 16
 # 200 characters: three ASCII ids with the tenant prefix stay under the store's 1,024-byte scope key
 # (memfrontier.store.records.MAX_KEY_BYTES); mostly non-ASCII ones may not, and the add is then a 422.
 ScopeId = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
@@ -294,29 +292,22 @@ async def _bill(request: Request, name: str, e: FallbackError) -> None:
 def _strategy(request: Request, name: str, options: dict[str, Any] | None):
     """The request's strategy under the service's option policy
     (:func:`~memfrontier.server.options.check_remote_options`: 422 for an unknown strategy, an
-    option naming a file, a model or an endpoint, or a value selecting one the operator did not configure). ``auto`` routes with the operator's router file (``ServeSettings.router``;
-    ValueError, 422, when the server has none) and is built once per set of options, the latest
-    :data:`AUTO_CACHE_SIZE` kept (loading the router and building its configurations' strategies
-    is not per-request work)."""
+    option naming a file, a model or an endpoint, or a value selecting one the operator did not
+    configure), built and kept by the facade (:meth:`~memfrontier.api.AsyncMemory.strategy`). ``auto``
+    routes with the operator's router file (``ServeSettings.router``; ValueError, 422, when the
+    server has none)."""
     if name not in STRATEGIES:
         raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     check_remote_options(name, options)
-    if name != "auto":
-        return get_strategy(name, options)
-    settings: ServeSettings = request.app.state.settings
-    if settings.router is None:
-        raise ValueError(
-            "strategy auto: this server has no router file; its operator starts it with "
-            "`memfrontier serve --router FILE`"
-        )
-    opts = {**(options or {}), "router": settings.router}
-    key = json.dumps(opts, sort_keys=True, default=str)
-    cache: dict = request.app.state.auto_strategies
-    if key not in cache:
-        if len(cache) >= AUTO_CACHE_SIZE:  # tenants' preference weights are free-form: keep the latest few
-            cache.pop(next(iter(cache)))
-        cache[key] = get_strategy(name, opts)
-    return cache[key]
+    if name == "auto":
+        settings: ServeSettings = request.app.state.settings
+        if settings.router is None:
+            raise ValueError(
+                "strategy auto: this server has no router file; its operator starts it with "
+                "`memfrontier serve --router FILE`"
+            )
+        options = {**(options or {}), "router": settings.router}
+    return _memory(request).strategy(name, options)
 
 
 class NoQueryInAccessLog(logging.Filter):
@@ -387,7 +378,6 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
     )
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.state.settings = settings
-    app.state.auto_strategies = {}
 
     handlers = [
         (
