@@ -320,6 +320,14 @@ def test_auto_leaves_out_configurations_whose_view_is_not_built(tmp_path, minilm
     store.add([Record(id="new", scope=EVAN, session_id="s9", speaker="Evan", text="I sold the car.")])
     auto.route(query, env, PERF, Budget())
     assert cpt.asked == asked + 1
+    # a second store whose scope has the same key and write counter is its own scope
+    other = evan_store(tmp_path / "other", minilm)
+    other.add([Record(id=f"o{i}", scope=EVAN, session_id="s8", speaker="Evan", text=f"Note {i}.") for i in (1, 2)])
+    other_env = MemoryEnv(store=other, llm=None, answer_llm=None)
+    assert other.scope_generation(EVAN) == store.scope_generation(EVAN)
+    assert auto._scope(env, EVAN)[0] == ScopeStats(records=13, sessions=7)
+    assert auto._scope(other_env, EVAN)[0] == ScopeStats(records=14, sessions=7)
+    other.close()
     with pytest.raises(ValueError, match="not configurations of the router"):
         Auto(AutoConfig(router=path), members={"nope": _Unbuilt()})
     from memfrontier.strategies import StrategyConfigError

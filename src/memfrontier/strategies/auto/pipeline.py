@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 from ...core.ledger import sum_usage_records
 from ...core.types import Budget, Context, Preference, Scope
@@ -80,7 +81,8 @@ class Auto(StrategyBase):
             c.label: given[c.label] if c.label in given else get_strategy(c.strategy, c.options)
             for c in self.router.file.configurations
         }
-        self._scopes: dict[str, tuple[int, ScopeStats, dict[str, bool]]] = {}
+        # per store (one strategy may serve several), scope key -> (its write counter, stats, built views)
+        self._scopes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     @property
@@ -127,7 +129,7 @@ class Auto(StrategyBase):
         gen = env.store.scope_generation(scope)
         key = scope.key()
         with self._lock:
-            hit = self._scopes.get(key)
+            hit = self._scopes.setdefault(env.store, {}).get(key)
         if hit is not None and hit[0] == gen:
             stats, built = hit[1], dict(hit[2])
             if all(built.values()):
@@ -136,7 +138,7 @@ class Auto(StrategyBase):
             stats, built = scope_stats(env.store, scope), {}
         built = {label: built.get(label) or view_built(m, env, scope) for label, m in self.members.items()}
         with self._lock:
-            self._scopes[key] = (gen, stats, built)
+            self._scopes.setdefault(env.store, {})[key] = (gen, stats, built)
         return stats, built
 
     def _check_embedder(self, env: MemoryEnv) -> None:
