@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import hashlib
+import json
+import logging
 import os
 import socket
 import threading
@@ -727,7 +729,7 @@ def test_images_from_the_network_are_urls_not_server_paths(service, key_a):
         assert h.delete("/v1/memories", params={"user_id": "uma"}).json() == {"deleted": 2}
 
 
-def test_auto_routes_with_the_operators_router_file_only(service, key_a, tmp_path, minilm):
+def test_auto_routes_with_the_operators_router_file_only(service, key_a, tmp_path, minilm, caplog):
     from memfrontier.core.types import Preference
 
     with MemoryClient(service["url"], key_a) as m:
@@ -751,6 +753,20 @@ def test_auto_routes_with_the_operators_router_file_only(service, key_a, tmp_pat
         routed = ans.meta["auto"]
         assert routed["configuration"] == "rag-k1" and routed["preference"] == Preference.preset("cost").model_dump()
         assert ans.usage.query.calls == 1  # the answer only: routing makes no model call
+    # a router fit on another embedder is the operator's to fix: 500, its problem in the server's log only
+    raw = json.loads(router.read_text())
+    raw["features"]["embedding_model"] = "other-embedder"
+    (tmp_path / "private").mkdir()
+    other = tmp_path / "private" / "other-router.json"
+    other.write_text(json.dumps(raw))
+    settings = ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db"), router=str(other))
+    with running(create_app(settings, memory=mem, keys=keys)) as url, MemoryClient(url, key) as m:
+        with caplog.at_level(logging.ERROR, logger="memfrontier.server.rest"):
+            with pytest.raises(ServiceError) as e:
+                m.ask("Where do I live?", user_id="cy", strategy="auto")
+        assert (e.value.status, e.value.kind) == (500, "server_file") and "private" not in e.value.message
+        assert not isinstance(e.value, ValueError)  # not the caller's invalid request
+        assert "the router was fit on other-embedder" in caplog.text
     mem.close()
     keys.close()
 

@@ -49,6 +49,13 @@ def explain_validation(what: str, e: ValidationError, unknown: str = "unknown fi
     return f"{n} validation error{'s' if n > 1 else ''} for {what}: " + "; ".join(parts)
 
 
+class ArtifactError(ValueError):
+    """A file the memory loads to work (a strategy router, the turn reranker, a BudgetMem router
+    checkpoint, model weights) that cannot be used: unreadable, of another version, or made for
+    another embedder. Whoever configured the file fixes it; a service answers its callers 500
+    without the file's path (:mod:`memfrontier.server.rest`)."""
+
+
 class EmptyScopeError(ValueError):
     """A question asked of a scope that holds no records: the answer would come from no memory (a
     confident invented answer, billed to the caller). Add records first, or check the scope ids."""

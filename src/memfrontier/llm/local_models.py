@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..core.errors import ArtifactError
 from ..core.threads import llm_threads
 from .base import LLMError
 from .defaults import default_llm
@@ -185,7 +186,7 @@ class ModelFetchError(ModelNotInstalledError):
     The message names the offline route (``scripts/fetch_models_pypi.py``)."""
 
 
-class IntegrityError(ValueError):
+class IntegrityError(ArtifactError):
     """A file does not have the expected size or sha256; nothing was installed."""
 
 

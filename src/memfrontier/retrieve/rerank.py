@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..core.errors import ArtifactError
 from ..core.jsonio import write_json_atomic
 from ..core.types import Scope
 from ..store.bank import BankHit, MemoryBank
@@ -71,7 +72,7 @@ SCALAR_FEATURES = (
 ) + tuple(f"q_{w}" for w in QUESTION_WORDS)
 
 
-class RerankerFileError(ValueError):
+class RerankerFileError(ArtifactError):
     """A reranker file that cannot be used: not JSON, another format or version, shapes that do not
     agree, or features this code does not compute. The message names the file and the problem."""
 

@@ -48,7 +48,7 @@ except ModuleNotFoundError as e:
     raise MissingExtraError("memfrontier serve", "serve", [e.name or "fastapi"]) from e
 
 from ..api import Answer, AsyncMemory, BuildReport
-from ..core.errors import EmptyScopeError, RecordConflictError, StoreError, StoreUnavailableError
+from ..core.errors import ArtifactError, EmptyScopeError, RecordConflictError, StoreError, StoreUnavailableError
 from ..core.fallbacks import FallbackError
 from ..core.files import private_dir
 from ..core.ledger import BudgetExceededError, Usage
@@ -193,6 +193,19 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _artifact_error(e: ArtifactError) -> JSONResponse:
+    """500 for a file of the operator's that cannot serve the request (a router, the reranker, a
+    checkpoint, model weights: :class:`~memfrontier.core.errors.ArtifactError`): logged with its
+    message, which may name server paths; the caller is told whose it is, not where it is."""
+    logging.getLogger(__name__).error("a server file cannot serve a request: %s", e)
+    return _error(
+        500,
+        "server_file",
+        "a file of this server's configuration (a router, reranker or model) cannot serve this "
+        "request; its operator's log names the problem",
+    )
 
 
 def _error(status: int, kind: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -399,6 +412,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         (LLMError, lambda e: _error(502, "model_error", str(e))),
         (StoreUnavailableError, lambda e: _error(503, "store_unavailable", str(e), {"Retry-After": "1"})),
         (StoreError, lambda e: _error(503, "store_error", str(e))),
+        (ArtifactError, _artifact_error),  # a ValueError, but the operator's to fix: before ValueError
         (ValueError, lambda e: _error(422, "invalid", str(e))),
         (Exception, lambda e: _error(500, "internal", "internal server error")),  # no trace reaches the client
     ]

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ...core.errors import ArtifactError
 from ...core.jsonio import write_json_atomic
 from .decision import Prediction, Scales
 from .features import FEATURE_VERSION, SCALAR_FEATURES
@@ -41,7 +42,7 @@ TARGETS = ("f1", "usd", "proxy_s", "tokens")
 RESOURCES = ("usd", "proxy_s", "tokens")
 
 
-class RouterFileError(ValueError):
+class RouterFileError(ArtifactError):
     """A router file that cannot be used: not JSON, another format or version, inconsistent
     shapes, or features this code does not compute. The message names the file and the problem."""
 

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...core.errors import ArtifactError
 from .config import MODULES, TIERS
 
 CHECKPOINT_FORMAT = "memfrontier.budgetmem.tier_router"
@@ -53,7 +54,7 @@ def router_dir_name(lam: float) -> str:
     return f"lambda_{lam:g}"
 
 
-class RouterCheckpointError(ValueError):
+class RouterCheckpointError(ArtifactError):
     """A router checkpoint is unreadable or does not match the configured pipeline."""
 
 
