@@ -265,6 +265,48 @@ def test_cli_ingest_file_refuses_a_blank_or_nul_field_by_line_before_writing(tmp
     assert not (store / "store.db").exists() or Memory.open(store).aio.store.count()["records"] == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--user-id", " "], "user_id is blank (' '): give a value or leave it out"),
+        (["--user-id", ""], "user_id is empty (''): give a value or leave it out"),
+        (["--user-id", "u", "--session-id", " "], "--session-id is blank"),
+        (["--user-id", "u", "--file", "."], "is a folder; give a JSONL file of messages"),
+    ],
+)
+def test_cli_ingest_names_a_bad_flag_as_the_flag_before_opening_a_store(tmp_path, monkeypatch, args, error):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "msgs.jsonl").write_text(json.dumps({"content": "Bruno likes jazz."}) + "\n")
+    file_args = [] if "--file" in args else ["--file", "msgs.jsonl"]
+    res = CliRunner().invoke(app, ["ingest", "--store", "store", *file_args, *args])
+    assert res.exit_code == 2 and error in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "store").exists()  # refused before the store was created
+
+
+def test_a_store_flag_naming_a_file_says_so(tmp_path):
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    f = tmp_path / "chat.jsonl"
+    f.write_text("{}\n")
+    res = CliRunner().invoke(app, ["search", "--store", str(f), "--user-id", "u", "jazz"])
+    assert res.exit_code == 2 and "is a file, not a memory store" in " ".join(res.output.split()), res.output
+    assert f.read_text() == "{}\n"
+
+
+def test_an_empty_message_is_named_by_its_position_not_a_record_id(tmp_path):
+    with Memory.open(tmp_path / "store") as m:
+        for content, word in (("", "empty"), ("  ", "blank")):
+            with pytest.raises(ValueError, match=f"^message 1.content is {word}: a message needs text or an image$"):
+                m.add([{"content": "Bruno likes jazz."}, {"content": content}], user_id="u")
+        assert m.aio.store.count()["records"] == 0
+
+
 # --- (c) NaN and infinity: JSON bodies may spell them (Python's json reads NaN / Infinity) ----------
 NON_FINITE = ["NaN", "Infinity", "-Infinity"]
 

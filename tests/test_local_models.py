@@ -252,7 +252,7 @@ def test_asking_for_a_model_not_installed_says_how_to_install_it(tmp_path, monke
     with pytest.raises(
         ModelNotInstalledError,
         match=r"'qwen2.5-1.5b' is not installed .*install it with: python -m "
-        r"memfrontier.llm.local_models install qwen2.5-1.5b \(or, in a source checkout: make bench-model\)",
+        r"memfrontier.llm.local_models install qwen2.5-1.5b \(or, in a source checkout: make model\)",
     ):
         make_llm("local:qwen2.5-1.5b")
     with pytest.raises(ModelNotInstalledError, match="make bench-model"):

@@ -48,7 +48,10 @@ RAG_K3 = {
 def test_every_strategy_has_a_config_whose_defaults_build_it():
     for name, cls in STRATEGIES.items():
         if name == "auto":  # a router file is its one required option
-            with pytest.raises(StrategyConfigError, match="strategy auto: router: Field required"):
+            with pytest.raises(
+                StrategyConfigError,
+                match="strategy auto: router is required: A router file from `memfrontier train strategy-router`",
+            ):
                 get_strategy(name)
             continue
         s = get_strategy(name)
@@ -280,7 +283,10 @@ def test_cli_option_errors_name_the_key_and_run_nothing(tmp_path, captured):
     res = run(app, ["eval", "--strategy", "rag", "--strategy-config", str(f), *out])
     assert res.exit_code == 2 and "is for strategy 'budgetmem', not 'rag'" in " ".join(res.output.split())
     res = run(app, ["eval", "--strategy", "auto", *out])  # a required option is named by its key
-    assert res.exit_code == 2 and "strategy auto: router: Field required" in res.output
+    assert (
+        res.exit_code == 2
+        and "strategy auto: router is required: A router file from `memfrontier train strategy-router`" in res.output
+    )
     res = run(app, ["eval", "--strategy", "magic", *out])
     assert res.exit_code == 2 and "unknown strategy 'magic'" in res.output
     assert captured == [] and not (tmp_path / "o").exists()
@@ -293,9 +299,17 @@ def test_config_command_lists_keys_types_defaults_and_docs():
     assert rows["k"] == {
         "name": "k",
         "type": "int",
+        "required": False,
         "default": 5,
         "doc": "Chunks retrieved per question (top-K, Sec. 5.2: K=5).",
     }
+    res = run(app, ["config", "auto", "--json"])
+    assert [(r["name"], r["required"], r["default"]) for r in json.loads(res.output)["auto"]][0] == (
+        "router",
+        True,
+        None,
+    )
+    assert "required" in run(app, ["config", "auto"], env={"COLUMNS": "200"}).output
     assert rows["tiering"]["type"] == "'implementation' | 'reasoning' | 'capacity'"
     res = run(app, ["config", "--json"])
     assert set(json.loads(res.output)) == set(STRATEGIES)

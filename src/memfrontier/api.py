@@ -34,7 +34,7 @@ from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, 
 from .core.ledger import USAGE_FIELDS, Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
-from .core.text import clean_text
+from .core.text import clean_text, require_non_blank
 from .core.threads import run_cpu
 from .core.timeutil import canonical_timestamp
 from .core.types import Budget, Hit, Preference, Record, Scope
@@ -106,7 +106,11 @@ def unbuilt_view_message(strategy: str) -> str:
 
 
 def _scope(user_id, agent_id, run_id) -> Scope:
-    """The scope of the ids; a ValueError naming the id that is not one (empty, too long...)."""
+    """The scope of the ids; a ValueError naming the id that is not one (empty or blank: no record
+    has one; too long...)."""
+    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+        if isinstance(value, str):
+            require_non_blank(value, name)
     try:
         return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
     except ValidationError as e:

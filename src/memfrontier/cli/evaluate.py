@@ -55,7 +55,7 @@ def config_cmd(
         for col in ("key", "type", "default", "meaning"):
             t.add_column(col, overflow="fold")
         for row in cls.describe():
-            t.add_row(row["name"], row["type"], repr(row["default"]), row["doc"])
+            t.add_row(row["name"], row["type"], "required" if row["required"] else repr(row["default"]), row["doc"])
         if not cls.model_fields:
             t.add_row("-", "-", "-", "no options")
         console.print(t)

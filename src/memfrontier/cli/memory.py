@@ -12,6 +12,7 @@ import typer
 from ..core.words import plural
 from .app import (
     OPT_ALLOW_UNPRICED,
+    OPT_BASE_URL,
     OPT_LLM,
     OPT_PRICE_BOOK,
     OPT_STRATEGY,
@@ -61,7 +62,7 @@ def ingest(
 
     A progress bar on stderr follows each conversation's turns as they are embedded (--dataset)
     or the sessions of --file."""
-    from ..api import Memory
+    from ..api import Memory, scope_for_write
 
     if (dataset is None) == (file is None):
         _fail("give exactly one of --dataset or --file")
@@ -69,8 +70,13 @@ def ingest(
         _fail("--data-file goes with --dataset")
     if file is not None and (user_id, agent_id, run_id) == (None, None, None):
         _fail("--file needs a scope: give --user-id, --agent-id or --run-id (whose memory the messages are)")
+    if file is not None and not session_id.strip():
+        _fail(f"--session-id is {'empty' if not session_id else 'blank'}: give the session of lines without one")
     if dataset is not None and (user_id, agent_id, run_id) != (None, None, None):
         _fail("--user-id/--agent-id/--run-id go with --file (a --dataset's conversations are scoped by their ids)")
+    if file is not None:
+        with known_errors():  # an id that cannot be one is named before the store is opened
+            scope_for_write("ingest --file", user_id, agent_id, run_id)
     by_session = _read_messages(file, session_id) if file is not None else {}  # checked whole before a store is opened
     if file is not None and not by_session:
         _fail(f"{file} holds no messages; nothing was written")
@@ -109,6 +115,8 @@ def _read_messages(file: Path, default_session: str) -> dict[str, list[dict]]:
     from ..core.messages import messages_to_records
     from ..core.types import Scope
 
+    if file.is_dir():
+        _fail(f"{file} is a folder; give a JSONL file of messages (one JSON object per line)")
     if not file.is_file():
         _fail(f"no such file: {file}")
     try:
@@ -158,7 +166,7 @@ def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: 
 @app.command(cls=with_blocks(strategy_args=STRATEGY_BLOCK))
 def ask(
     ctx: typer.Context,
-    question: str = typer.Argument(...),
+    question: str = typer.Argument(..., help="The question, answered from the scope's memory."),
     store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
     user_id: Optional[str] = typer.Option(
         None, help="Scope: the user whose memory answers (one scope id is required)."
@@ -181,7 +189,7 @@ def ask(
         "asking a strategy whose view was never built is refused.",
     ),
     llm: str = OPT_LLM,
-    base_url: Optional[str] = typer.Option(None),
+    base_url: Optional[str] = OPT_BASE_URL,
     preference: Optional[str] = typer.Option(
         None, help="perf | balanced | cost (default: the strategy config's, else perf)"
     ),
@@ -273,7 +281,7 @@ def ask(
 
 @app.command()
 def search(
-    query: str = typer.Argument(...),
+    query: str = typer.Argument(..., help="What to look for in the scope's memory."),
     store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
     user_id: Optional[str] = typer.Option(
         None, help="Scope: the user whose memory is searched (one scope id is required)."

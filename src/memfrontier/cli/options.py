@@ -216,6 +216,8 @@ def _existing_store(store: str | Path) -> str | Path:
     store = store_location(str(store))
     if isinstance(store, str):
         return store
+    if store.exists() and not store.is_dir():
+        _fail(f"{store} is a file, not a memory store (a store is a folder: `memfrontier ingest --store DIR ...`)")
     if not (store / "store.db").is_file():
         _fail(f"no memory store at {store}; create one with `memfrontier ingest --store {store} ...`")
     return store

