@@ -382,8 +382,8 @@ class AsyncMemory:
         built from its config (:func:`~memfrontier.strategies.strategy_config`) once per effective
         configuration (its ``config_hash``) and kept, the latest :data:`STRATEGY_CACHE_SIZE`, so
         every ``ask``/``build`` naming it (Python, CLI, REST, MCP) shares its views' in-memory
-        indexes (a turn view reloaded and re-synced per call cost rag-turns-rr ~10x its context
-        step). A file an option names (a router, an adapter) is read when the strategy is built.
+        indexes instead of reopening and re-reading them per call. A file an option names (a
+        router, an adapter) is read when the strategy is built.
         Raises ValueError for an unknown name, a rejected option, or options with a strategy object."""
         if not isinstance(strategy, str):
             if options is not None:
