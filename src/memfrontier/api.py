@@ -106,11 +106,7 @@ def unbuilt_view_message(strategy: str) -> str:
 
 
 def _scope(user_id, agent_id, run_id) -> Scope:
-    """The scope of the ids; a ValueError naming the id that is not one (empty or blank: no record
-    has one; too long...)."""
-    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
-        if isinstance(value, str):
-            require_non_blank(value, name)
+    """The scope of the ids; a ValueError naming the id that is not one (empty, too long...)."""
     try:
         return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
     except ValidationError as e:
@@ -151,6 +147,16 @@ def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Sc
             f"records is a separate opt-in: all_scopes=True)"
         )
     return scope
+
+
+def scope_for_add(user_id, agent_id, run_id) -> Scope:
+    """The scope records are added under (no id given: records that carry their own). Raises
+    ValueError as :func:`_scope` and for a blank id, which no stored record may have (a lookup with
+    one just finds nothing)."""
+    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+        if isinstance(value, str):
+            require_non_blank(value, name)
+    return _scope(user_id, agent_id, run_id)
 
 
 def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
@@ -283,7 +289,7 @@ class AsyncMemory:
         the same content is skipped (re-adding adds nothing), with other content it raises
         :class:`~memfrontier.store.base.RecordConflictError` (a ValueError) and nothing is written.
         Raises ValueError when a record would have no scope id."""
-        scope = _scope(user_id, agent_id, run_id)
+        scope = scope_for_add(user_id, agent_id, run_id)
         records = messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
         if any(r.scope == Scope() for r in records):  # it could never be searched nor deleted by its owner
             raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")

@@ -62,7 +62,7 @@ def ingest(
 
     A progress bar on stderr follows each conversation's turns as they are embedded (--dataset)
     or the sessions of --file."""
-    from ..api import Memory, scope_for_write
+    from ..api import Memory, scope_for_add
 
     if (dataset is None) == (file is None):
         _fail("give exactly one of --dataset or --file")
@@ -76,7 +76,7 @@ def ingest(
         _fail("--user-id/--agent-id/--run-id go with --file (a --dataset's conversations are scoped by their ids)")
     if file is not None:
         with known_errors():  # an id that cannot be one is named before the store is opened
-            scope_for_write("ingest --file", user_id, agent_id, run_id)
+            scope_for_add(user_id, agent_id, run_id)
     by_session = _read_messages(file, session_id) if file is not None else {}  # checked whole before a store is opened
     if file is not None and not by_session:
         _fail(f"{file} holds no messages; nothing was written")

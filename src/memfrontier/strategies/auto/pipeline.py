@@ -129,7 +129,8 @@ class Auto(StrategyBase):
         gen = env.store.scope_generation(scope)
         key = scope.key()
         with self._lock:
-            hit = self._scopes.setdefault(env.store, {}).get(key)
+            scopes = self._scopes.setdefault(env.store, {})
+            hit = scopes.get(key)
         if hit is not None and hit[0] == gen:
             stats, built = hit[1], dict(hit[2])
             if all(built.values()):
@@ -138,7 +139,7 @@ class Auto(StrategyBase):
             stats, built = scope_stats(env.store, scope), {}
         built = {label: built.get(label) or view_built(m, env, scope) for label, m in self.members.items()}
         with self._lock:
-            self._scopes.setdefault(env.store, {})[key] = (gen, stats, built)
+            scopes[key] = (gen, stats, built)
         return stats, built
 
     def _check_embedder(self, env: MemoryEnv) -> None:
