@@ -673,6 +673,23 @@ def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     res = run(app, ["train", "strategy-router", "--from", str(frontier), "--out", str(router), "--val-share", "0.25"])
     assert res.exit_code == 0, res.output
     assert Router.load(router).labels == ["rag-k1", "rag-k3"]
+    # from the frontier's export (ids and scores, no question text): the text is read from the run's
+    # data, and the router is the same one
+    exported = tmp_path / "exported"
+    res = run(
+        app, ["frontier", "--spec", str(spec), "--report-only", "--out", str(frontier), "--export", str(exported)]
+    )
+    assert res.exit_code == 0, res.output
+    assert all("question" not in json.loads(x) for x in (exported / "configs/rag-k1/predictions.jsonl").open())
+    again = tmp_path / "router-from-export.json"
+    res = run(
+        app,
+        ["train", "strategy-router", "--from", str(exported), "--out", str(again), "--val-share", "0.25",
+         "--store", str(frontier / "store")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    first, second = json.loads(router.read_text()), json.loads(again.read_text())
+    assert second["configurations"] == first["configurations"] and second["scales"] == first["scales"]
     out = tmp_path / "auto"
     res = run(
         app,
@@ -737,3 +754,19 @@ def test_frontier_train_and_eval_auto_end_to_end(tmp_path, locomo_slice):
     assert [json.loads(x)["id"] for x in (out / "predictions.jsonl").read_text().splitlines()] == [
         r["id"] for r in rows
     ]
+
+
+@pytest.mark.data
+def test_exported_rows_get_their_question_text_from_the_runs_data(locomo_slice):
+    from memfrontier.eval.datasets import load_dataset
+    from memfrontier.train.strategy_router import with_question_text
+
+    data = locomo_slice("conv-41")
+    run_config = {"dataset": "locomo", "split": "train", "data_root": str(data)}
+    first = load_dataset("locomo", "train", data_root=data)[0].questions[0]
+    rows = {first.id: {"id": first.id, "f1": 0.5}, "kept": {"id": "kept", "question": "As it was?", "f1": 1.0}}
+    filled = with_question_text(rows, run_config)
+    assert filled[first.id] == {"id": first.id, "f1": 0.5, "question": first.question} and first.question
+    assert filled["kept"] is rows["kept"] and "question" not in rows[first.id]  # the caller's rows unchanged
+    with pytest.raises(ValueError, match=r"1 exported question id\(s\) are not in the run's data \(conv-9:q0"):
+        with_question_text({**rows, "conv-9:q0": {"id": "conv-9:q0"}}, run_config)

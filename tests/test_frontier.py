@@ -667,7 +667,7 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
         app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out), "--export", str(dest)]
     )
     assert res.exit_code == 0, res.output
-    assert "exported 2 configurations" in " ".join(res.output.split())
+    assert "exported 2 finished configurations" in " ".join(res.output.split())
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert "configs/memorycpt/predictions.jsonl" in files and "configs/rag/run.json" in files
     assert "configs/rag/summary.json" in files and "frontier.md" in files and "frontier.csv" in files
@@ -712,3 +712,56 @@ def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_
         )
         assert res.exit_code == 2 and "exists and is not a folder" in " ".join(res.output.split()), res.output
     assert sorted(p.name for p in (tmp_path / "d").rglob("*")) == ["configs", "rag"]
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_a_started_configuration_exported_resumes_on_another_machine(tmp_path, locomo_slice):
+    """A frontier longer than one machine's stay: a configuration exported before it finished
+    (answered rows, no summary) is reported as started, and copied into another --out resumes
+    there after its last answered question; a finished export is never replaced by a partial one."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: s\nconfigurations:\n  - {label: oracle, strategy: oracle}\n")
+    data = str(locomo_slice("conv-49"))
+    out, dest, elsewhere = tmp_path / "out", tmp_path / "results", tmp_path / "elsewhere"
+    args = ["frontier", "--spec", str(spec), "--limit", "3", "--data-root", data]
+    assert CliRunner().invoke(app, [*args, "--out", str(out)]).exit_code == 0
+    run_dir = out / "configs" / "oracle"
+    full = (run_dir / "predictions.jsonl").read_text().splitlines()
+    (run_dir / "summary.json").unlink()  # stopped after two answers
+    (run_dir / "predictions.jsonl").write_text("".join(x + "\n" for x in full[:2]))
+
+    res = CliRunner().invoke(app, [*args, "--report-only", "--out", str(out), "--export", str(dest)])
+    assert "exported 0 finished configurations and 1 started (oracle" in " ".join(res.output.split()), res.output
+    carried = dest / "configs" / "oracle"
+    assert sorted(p.name for p in carried.iterdir()) == ["predictions.jsonl", "run.json"]
+    assert [json.loads(x)["id"] for x in (carried / "predictions.jsonl").read_text().splitlines()] == [
+        json.loads(x)["id"] for x in full[:2]
+    ]
+    assert all("question" not in json.loads(x) for x in (carried / "predictions.jsonl").read_text().splitlines())
+    res = CliRunner().invoke(app, [*args, "--report-only", "--out", str(dest)])
+    assert res.exit_code == 1 and "oracle: started: 2 questions answered" in " ".join(res.output.split())
+
+    shutil.copytree(carried, elsewhere / "configs" / "oracle")
+    res = CliRunner().invoke(app, [*args, "--out", str(elsewhere)])
+    assert res.exit_code == 0, res.output
+    assert "oracle: resuming, 2 of 3 questions already answered" in " ".join(res.output.split())
+    rows = [json.loads(x) for x in (elsewhere / "configs/oracle/predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [json.loads(x)["id"] for x in full]
+    assert "question" not in rows[0] and "question" in rows[2]  # only the third was asked here
+    summary = json.loads((elsewhere / "configs/oracle/summary.json").read_text())
+    assert summary["questions"] == 3
+
+    # finished there, exported again: the finished export stands against a later partial one
+    res = CliRunner().invoke(app, [*args, "--report-only", "--out", str(elsewhere), "--export", str(dest)])
+    assert "exported 1 finished configuration to" in " ".join(res.output.split()), res.output
+    assert (carried / "summary.json").is_file() and len((carried / "predictions.jsonl").read_text().splitlines()) == 3
+    res = CliRunner().invoke(app, [*args, "--report-only", "--out", str(out), "--export", str(dest)])
+    assert "exported 0 finished configurations to" in " ".join(res.output.split()), res.output
+    assert (carried / "summary.json").is_file() and len((carried / "predictions.jsonl").read_text().splitlines()) == 3

@@ -180,7 +180,7 @@ def frontier_cmd(
         None,
         "--export",
         metavar="DIR",
-        help="Also write DIR (a folder outside OUT): each finished configuration's run.json, summary.json and predictions without the questions', gold answers' or retrieved text, and a report over every configuration DIR holds (publishable; --report-only --out DIR rebuilds it; DIR/configs/LABEL copied into another --out counts there as finished).",
+        help="Also write DIR (a folder outside OUT): each configuration's run.json, predictions without the questions', gold answers' or retrieved text and, once finished, summary.json, and a report over every configuration DIR holds (publishable; --report-only --out DIR rebuilds it). DIR/configs/LABEL copied into another --out counts there as finished, or, exported before it finished, resumes there: with --report-only, this carries a long frontier to another machine.",
     ),
 ):
     """Run every configuration of a spec on the same questions (one ledger each, construction built once in a shared store) and write the quality-cost-latency frontier with 95% bootstrap intervals.
@@ -250,6 +250,8 @@ def frontier_cmd(
                 )
             )
     rows = {x["label"]: x for x in report["rows"]}
+    if export is not None:
+        _export(fspec, base, run.out, export, report, reference)
     if not report["files"]:
         _fail(
             f"no configuration has finished in {run.out} with these options; no report written "
@@ -269,18 +271,6 @@ def frontier_cmd(
         f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
         + (f", {' and '.join(plots)}" if plots else "")
     )
-    if export is not None:
-        from ..frontier.export import export_results
-
-        finished = [x["label"] for x in report["rows"] if x["status"] == "ok" or x["status"].startswith("refused")]
-        with known_errors():
-            exported = export_results(run.out, export, finished)
-            published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
-        held = sum(1 for x in published["rows"] if x["status"] == "ok")
-        console.print(
-            f"exported {plural(len(exported), 'configuration')} to {export}; its report covers the "
-            f"{plural(held, 'finished configuration')} it holds ({published['files'].get('md', 'none written')})"
-        )
     if report_only:
         return
     missing = [label for label in report["selected"] if rows[label]["status"] != "ok"]
@@ -290,6 +280,29 @@ def frontier_cmd(
             f"{len(missing)} of {plural(len(report['selected']), 'configuration')} did not finish: {', '.join(missing)}",
             code=3 if refused else 1,
         )
+
+
+def _export(fspec, base, out: Path, export: Path, report: dict, reference: str | None) -> None:
+    """``frontier --export``: the configurations of ``report`` with answers (finished, refused or
+    started) into ``export``, then the report of what ``export`` holds."""
+    from ..frontier.export import export_results
+    from ..frontier.run import run_frontier
+
+    with known_errors():
+        exported = export_results(out, export, [x["label"] for x in report["rows"]])
+        published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
+    held = sum(1 for x in published["rows"] if x["status"] == "ok")
+    started = exported["started"]
+    console.print(
+        f"exported {plural(len(exported['finished']), 'finished configuration')}"
+        + (
+            f" and {len(started)} started ({', '.join(started)}: copied into another --out, each resumes there)"
+            if started
+            else ""
+        )
+        + f" to {export}; its report covers the {plural(held, 'finished configuration')} it holds "
+        f"({published['files'].get('md', 'none written')})"
+    )
 
 
 @app.command()

@@ -17,8 +17,9 @@ What the export is good for:
 - ``memfrontier frontier --report-only --out DEST`` rebuilds the same report from it (every
   interval and paired difference is computed from the rows it keeps);
 - ``DEST/configs/<label>/`` copied into another frontier's ``configs/`` is a finished configuration
-  there (``run.json`` records the run's options, not its paths), so a long frontier keeps what has
-  finished when it moves to another machine.
+  there (``run.json`` records the run's options, not its paths), or, for one exported before it
+  finished, a started one that resumes after its last answered question: a long frontier keeps
+  what it has done when it moves to another machine.
 """
 
 from __future__ import annotations
@@ -91,31 +92,40 @@ def check_export_dest(out: Path, dest: Path) -> None:
             raise ValueError(f"--export {dest}: {p} exists and is not a folder")
 
 
-def export_results(out: Path, dest: Path, labels: list[str]) -> list[str]:
+def export_results(out: Path, dest: Path, labels: list[str]) -> dict[str, list[str]]:
     """Write the publishable results of the frontier in ``out`` into ``dest``: for each of ``labels``
-    finished there (``configs/<label>/summary.json``), ``run.json``, ``summary.json`` and the rows
-    of ``predictions.jsonl`` as :func:`published_row` keeps them. Files are written atomically;
-    configurations of ``dest`` not in ``labels`` are left as they are. The report is not written
-    here (see the module's docstring).
+    with a ``configs/<label>/run.json`` and at least one answered question there, ``run.json``, the
+    rows of ``predictions.jsonl`` as :func:`published_row` keeps them and, once it has finished,
+    ``summary.json``. A started configuration (no summary yet) is exported too: its folder copied
+    into another frontier's ``configs/`` resumes there after its last answered question (its store
+    is rebuilt), so a run longer than one machine's stay carries on elsewhere. Files are written
+    atomically; configurations of ``dest`` not in ``labels`` are left as they are, and so is one
+    finished there when it has only started in ``out``. The report is not written here (see the module's
+    docstring).
 
-    Returns the labels exported. Raises ValueError as :func:`check_export_dest` does, before
-    anything is written.
+    Returns ``{"finished": labels, "started": labels}`` exported. Raises ValueError as
+    :func:`check_export_dest` does, before anything is written.
     """
     check_export_dest(out, dest)
     out, dest = Path(out), Path(dest)
-    done = []
+    done: dict[str, list[str]] = {"finished": [], "started": []}
     for label in labels:
         src = out / "configs" / label
-        if not (src / "summary.json").is_file():
+        if not (src / "run.json").is_file() or not (src / "predictions.jsonl").is_file():
+            continue
+        rows = [published_row(r) for _, r in read_jsonl_objects(src / "predictions.jsonl")]
+        finished = (src / "summary.json").is_file()
+        if not rows and not finished:
             continue
         target = dest / "configs" / label
+        if not finished and (target / "summary.json").is_file():  # finished there: a partial run never replaces it
+            continue
         target.mkdir(parents=True, exist_ok=True)
-        rows = [published_row(r) for _, r in read_jsonl_objects(src / "predictions.jsonl")]
         write_text_atomic(target / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         for name in ("run.json", "summary.json"):
             if (src / name).is_file():
                 _copy_atomic(src / name, target / name)
-        done.append(label)
+        done["finished" if finished else "started"].append(label)
     return done
 
 

@@ -187,6 +187,33 @@ def _refuse_test_split(label: str, cfg: dict, rows: dict[str, dict]) -> None:
         )
 
 
+def with_question_text(rows: dict[str, dict], run_config: dict) -> dict[str, dict]:
+    """``rows`` (id -> prediction row), each with its ``question`` text: an exported run
+    (:mod:`memfrontier.frontier.export`) keeps ids and scores, not the benchmark's text, so a row
+    without it gets it from the run's dataset (``run_config``: the summary's ``config``: its data
+    file or data root, else the default data folder, ``MEMFRONTIER_DATA``). The data is read only
+    when a row lacks its text. Raises DatasetError (data missing) or ValueError naming a question
+    id the data does not hold (another data file than the run's)."""
+    missing = {i for i, r in rows.items() if not isinstance(r.get("question"), str)}
+    if not missing:
+        return rows
+    from ..eval.datasets import load_dataset
+
+    convs = load_dataset(
+        run_config.get("dataset", "locomo"),
+        run_config.get("split"),
+        data_root=run_config.get("data_root"),
+        data_file=run_config.get("data_file"),
+    )
+    text = {q.id: q.question for c in convs for q in c.questions}
+    if unknown := sorted(i for i in missing if i not in text):
+        raise ValueError(
+            f"{len(unknown)} exported question id(s) are not in the run's data ({unknown[0]}, ...): "
+            "the router needs the data file the frontier ran on (MEMFRONTIER_DATA names its folder)"
+        )
+    return {i: r if i not in missing else {**r, "question": text[i]} for i, r in rows.items()}
+
+
 def targets(row: dict) -> dict[str, float]:
     """A prediction row's training targets: F1, USD, latency-proxy seconds and query tokens."""
     q = row.get("usage", {}).get("by_stage", {}).get("query", {})
@@ -267,7 +294,7 @@ def _scale(values: np.ndarray) -> float:
     return s if s > 0 and math.isfinite(s) else 1.0
 
 
-def _features(configs: list[ConfigRecords], ids: list[str], store, embedder) -> np.ndarray:
+def _features(rows: dict[str, dict], ids: list[str], store, embedder) -> np.ndarray:
     from ..store.open import open_store
     from ..store.postgres import is_postgres_url
 
@@ -276,7 +303,6 @@ def _features(configs: list[ConfigRecords], ids: list[str], store, embedder) -> 
             f"the frontier's store {store} is missing (the scope sizes are read from it); "
             f"pass --store with the store the frontier ran on"
         )
-    rows = configs[0].rows
     opened = open_store(store, embedder)
     try:
         stats: dict[str, ScopeStats] = {}
@@ -375,6 +401,7 @@ def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dic
         for i in shared
         if not (dataset == "locomo" and str(configs[0].rows[i].get("category")) in LOCOMO_EXCLUDED)
     }
+    rows = with_question_text(rows, configs[0].summary.get("config", {}))
     train_ids, val_ids = split_questions(rows, val_share, seed)
     if len(rows) < MIN_QUESTIONS:
         notes.append(f"{len(rows)} questions: fewer than the {MIN_QUESTIONS} a measurement needs")
@@ -383,7 +410,7 @@ def train_strategy_router(config: StrategyRouterConfig, *, embedder=None) -> dic
 
         embedder = MiniLMEmbedder()
     store = store or configs[0].summary.get("config", {}).get("store") or frontier_dir / "store"
-    x_all = _features(configs, train_ids + val_ids, store, embedder)
+    x_all = _features(rows, train_ids + val_ids, store, embedder)
     x_train, x_val = x_all[: len(train_ids)], x_all[len(train_ids) :]
     y_train, y_val = _target_matrix(configs, train_ids), _target_matrix(configs, val_ids)
     models = []
