@@ -234,6 +234,10 @@ def test_a_strategy_named_by_calls_is_built_once_per_configuration_and_stays_in_
         aio.strategy(view, {"k": 1})
     with pytest.raises(ValueError, match="unknown strategy 'nope'"):
         aio.strategy("nope")
+    # a named configuration is the strategy with its options: the same kept object
+    rr = {"unit": "turn", "retrievers": ["dense", "bm25", "chunk"], "k": 64, "max_tokens": 672}
+    assert aio.strategy("rag-turns") is aio.strategy("rag", rr)
+    assert aio.strategy("rag-turns", {"k": 16}) is aio.strategy("rag", {**rr, "k": 16})
     # asks by name run the kept strategy, whose turn view follows records added between them
     memory.add(["I moved to Lisbon in May."], user_id="ana")
     memory.ask("Where did Ana move?", user_id="ana", strategy="rag", strategy_options=turns, build=True)

@@ -695,6 +695,11 @@ def test_options_selecting_models_the_operator_did_not_configure_are_422(
             json={"question": "Where do I live?", "user_id": "pat", "strategy": "rag", "strategy_options": {"k": 1}},
         )  # a value-only option
         assert r.status_code == 200 and r.json()["text"] == "Lisbon", r.text
+        r = h.post(  # a named configuration (rag with the turn options) is a strategy name
+            "/v1/ask",
+            json={"question": "Where do I live?", "user_id": "pat", "strategy": "rag-turns-rr", "build": True},
+        )
+        assert r.status_code == 200 and r.json()["text"] == "Lisbon", r.text
         assert h.delete("/v1/memories", params={"user_id": "pat"}).json() == {"deleted": 1}
     assert no_model_clients == []
 

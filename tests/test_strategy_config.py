@@ -315,6 +315,45 @@ def test_config_command_lists_keys_types_defaults_and_docs():
     assert set(json.loads(res.output)) == set(STRATEGIES)
     res = run(app, ["ask", "--help"], env={"COLUMNS": "200"})
     assert "longctx | rag | oracle | budgetmem | memorycpt | mempilot | automem" in res.output
+    assert "or a named configuration: rag-turns | rag-turns-rr" in " ".join(res.output.split())
+
+
+def test_a_named_configuration_is_its_strategy_with_its_options_wherever_a_name_is_read(tmp_path):
+    """rag-turns-rr is rag with six options: the same config (hash), the same eval run identity as
+    the spelled-out one, the default frontier spec's row with the options of its published run, and
+    options given with the name override its own."""
+    from pathlib import Path
+
+    from memfrontier.frontier.spec import DEFAULT_SPEC, load_spec
+
+    spelled = {
+        "unit": "turn",
+        "retrievers": ["dense", "bm25", "chunk"],
+        "k": 64,
+        "max_tokens": 672,
+        "turn_style": "colon",
+        "rerank": True,
+    }
+    named = strategy_config("rag-turns-rr")
+    assert isinstance(named, RagConfig) and named.config_hash() == strategy_config("rag", spelled).config_hash()
+    assert strategy_config("rag-turns-rr", {"k": 32}).k == 32 and strategy_config("rag-turns-rr").k == 64
+    assert strategy_config("rag-turns", RagConfig(k=16)).k == 16  # a config given with the name: its set fields win
+    assert strategy_config("rag-turns").rerank is False and strategy_config("rag-turns").max_tokens == 672
+    with pytest.raises(ValueError, match="available: auto, .*, rag, rag-turns, rag-turns-rr$"):
+        strategy_config("rag-turns-xx")
+    cfg = EvalConfig(strategy="rag-turns-rr", out=tmp_path / "r")
+    assert (cfg.strategy, cfg.strategy_options) == ("rag", spelled)
+    assert cfg.identity() == EvalConfig(strategy="rag", strategy_options=spelled, out=tmp_path / "s").identity()
+    published = Path(__file__).parents[1] / "results" / "frontier-locomo-full-1.5b" / "configs"
+    spec = {fc.label: fc for fc in load_spec(DEFAULT_SPEC).configurations}
+    for label in ("rag-turns", "rag-turns-rr"):
+        run_json = json.loads((published / label / "run.json").read_text())
+        assert (spec[label].strategy, spec[label].options) == (run_json["strategy"], run_json["strategy_options"])
+    # the CLI: --strategy takes it, `config` shows its values as the defaults
+    rows = {r["name"]: r for r in json.loads(run(app, ["config", "rag-turns-rr", "--json"]).output)["rag-turns-rr"]}
+    assert (rows["max_tokens"]["default"], rows["rerank"]["default"], rows["neighbours"]["default"]) == (672, True, 0)
+    res = run(app, ["ask", "x", "--strategy", "rag-turn"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "rag-turns, rag-turns-rr" in " ".join(res.output.split())
 
 
 def test_ask_refuses_a_view_that_was_never_built(tmp_path):

@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from ..core.version import __version__
 from ..llm import DEFAULT_LLM, LLM_ENV, default_llm
-from ..strategies import STRATEGIES
+from ..strategies import NAMED_CONFIGURATIONS, STRATEGIES, STRATEGY_NAMES
 
 
 def plain_flags(command, ctx):
@@ -132,12 +132,12 @@ OPT_SPLIT = typer.Option(
     None,
     help="test | train | val | all (default: test where the dataset has one; locomo test: conv-49/50, categories 1-4).",
 )
-STRATEGY_HELP = " | ".join(STRATEGIES)
+STRATEGY_HELP = " | ".join(STRATEGIES) + f"; or a named configuration: {' | '.join(NAMED_CONFIGURATIONS)}"
 
 
 def _strategy_name(value: str) -> str:
-    if value not in STRATEGIES:
-        raise typer.BadParameter(f"unknown strategy {value!r}; choose one of: {', '.join(STRATEGIES)}")
+    if value not in STRATEGY_NAMES:
+        raise typer.BadParameter(f"unknown strategy {value!r}; choose one of: {', '.join(STRATEGY_NAMES)}")
     return value
 
 

@@ -40,21 +40,30 @@ def config_cmd(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the fields as JSON."),
 ):
-    """The options of a strategy's config: key, type, default and meaning (for --set / --strategy-config)."""
+    """The options of a strategy's config: key, type, default and meaning (for --set / --strategy-config).
+    For a named configuration, the defaults are its own values (--set still overrides them)."""
     from rich.table import Table
 
-    from ..strategies import strategy_class
+    from ..strategies import NAMED_CONFIGURATIONS, strategy_class
+
+    def fields(n: str) -> list[dict]:
+        own = NAMED_CONFIGURATIONS[n][1] if n in NAMED_CONFIGURATIONS else {}
+        return [
+            {**row, "default": own[row["name"]], "required": False} if row["name"] in own else row
+            for row in strategy_class(n).config_class.describe()
+        ]
 
     names = [strategy] if strategy else list(STRATEGIES)
     if as_json:
-        console.print_json(data={n: strategy_class(n).config_class.describe() for n in names}, default=str)
+        console.print_json(data={n: fields(n) for n in names}, default=str)
         return
     for n in names:
         cls = strategy_class(n).config_class
-        t = Table(title=f"{n} ({cls.__name__})", title_justify="left")
+        of = f"{NAMED_CONFIGURATIONS[n][0]}, " if n in NAMED_CONFIGURATIONS else ""
+        t = Table(title=f"{n} ({of}{cls.__name__})", title_justify="left")
         for col in ("key", "type", "default", "meaning"):
             t.add_column(col, overflow="fold")
-        for row in cls.describe():
+        for row in fields(n):
             t.add_row(row["name"], row["type"], "required" if row["required"] else repr(row["default"]), row["doc"])
         if not cls.model_fields:
             t.add_row("-", "-", "-", "no options")

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ..core.pricebook import PriceBook
 from ..core.provenance import sha256_file
-from ..strategies import StrategyConfig, strategy_config
+from ..strategies import StrategyConfig, resolve_named, strategy_config
 from . import datasets
 from .fallbacks import DEFAULT_THRESHOLD
 
@@ -75,6 +75,13 @@ class EvalConfig(BaseModel):
     @classmethod
     def _config_as_options(cls, v):
         return v.as_json() if isinstance(v, StrategyConfig) else v
+
+    @model_validator(mode="after")
+    def _named_configuration(self):
+        """A named configuration (``rag-turns-rr``) is run as its strategy and options: the same
+        run, and the same ``run.json`` identity, as one that spells them out."""
+        self.strategy, self.strategy_options = resolve_named(self.strategy, self.strategy_options)
+        return self
 
     @field_validator("ray")
     @classmethod

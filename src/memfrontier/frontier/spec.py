@@ -1,5 +1,6 @@
 """The frontier's list of configurations: a YAML file of ``{label, strategy, options, requires}``
-entries (a default one ships next to this module as ``default.yaml``).
+entries (a default one ships next to this module as ``default.yaml``). ``strategy`` may be a named
+configuration (:mod:`memfrontier.strategies.named`), read as its strategy and options.
 
 ``requires`` lists what a configuration needs besides the run's options: a file path (a trained
 router checkpoint) or ``model:NAME``, an embedded model of the registry
@@ -14,10 +15,11 @@ import re
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.errors import explain_validation
 from ..llm.local_models import INSTALL_HINT, is_installed, resolve_local
+from ..strategies.named import resolve_named
 
 DEFAULT_SPEC = Path(__file__).with_name("default.yaml")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -42,6 +44,13 @@ class FrontierConfig(BaseModel):
         if not _LABEL.match(v):
             raise ValueError(f"label {v!r} must be 1-64 characters of letters, digits, '.', '_' or '-'")
         return v
+
+    @model_validator(mode="after")
+    def _named_configuration(self):
+        """``strategy: rag-turns-rr`` (a named configuration) is that strategy with its options,
+        under those given: the run is the one that spells them out."""
+        self.strategy, self.options = resolve_named(self.strategy, self.options)
+        return self
 
     @field_validator("requires")
     @classmethod

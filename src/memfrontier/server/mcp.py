@@ -53,7 +53,7 @@ require_extra("mcp", "mcp", feature="memfrontier mcp")  # imported by the tools'
 
 LOOPBACK_NAMES = ("localhost",)
 #: Strategies the MCP ``ask`` tool answers with.
-AskStrategy = Literal["rag", "longctx", "automem"]
+AskStrategy = Literal["rag", "rag-turns", "rag-turns-rr", "longctx", "automem"]
 
 ScopeField = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 

@@ -59,7 +59,7 @@ from ..llm import default_llm
 from ..llm.base import LLMError
 from ..store.base import AddResult
 from ..store.postgres import is_postgres_url
-from ..strategies import STRATEGIES, ViewNotBuiltError
+from ..strategies import STRATEGY_NAMES, ViewNotBuiltError
 from .keys import KeyStore, open_key_store
 from .options import check_remote_options
 from .tenants import client_scope, tenant_scope
@@ -309,8 +309,8 @@ def _strategy(request: Request, name: str, options: dict[str, Any] | None):
     configure), built and kept by the facade (:meth:`~memfrontier.api.AsyncMemory.strategy`). ``auto``
     routes with the operator's router file (``ServeSettings.router``; ValueError, 422, when the
     server has none)."""
-    if name not in STRATEGIES:
-        raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    if name not in STRATEGY_NAMES:
+        raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
     check_remote_options(name, options)
     if name == "auto":
         settings: ServeSettings = request.app.state.settings

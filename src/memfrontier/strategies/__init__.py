@@ -24,6 +24,7 @@ from .base import (
     view_built,
 )
 from .config import StrategyConfig, StrategyConfigError
+from .named import NAMED_CONFIGURATIONS, resolve_named
 
 #: name -> (module under this package, class); the one list of strategies.
 _CLASSES: dict[str, tuple[str, str]] = {
@@ -75,10 +76,18 @@ def __getattr__(name: str):  # the config classes, imported on first use (PEP 56
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: Every name a strategy can be asked for by: the strategies, then the named configurations.
+STRATEGY_NAMES: tuple[str, ...] = (*_CLASSES, *NAMED_CONFIGURATIONS)
+
+
 def strategy_class(name: str) -> type:
-    """Raises ValueError for an unknown name, listing the known ones."""
+    """The class of strategy ``name`` (a named configuration's: its strategy's). Raises ValueError
+    for an unknown name, listing the known ones."""
+    name = resolve_named(name)[0]
     if name not in _CLASSES:
-        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(sorted(_CLASSES))}")
+        raise ValueError(
+            f"unknown strategy {name!r}; available: {', '.join([*sorted(_CLASSES), *NAMED_CONFIGURATIONS])}"
+        )
     return STRATEGIES[name]
 
 
@@ -86,7 +95,8 @@ def strategy_config(
     name: str, config: StrategyConfig | dict[str, Any] | None = None, /, **options: Any
 ) -> StrategyConfig:
     """The validated config of strategy ``name`` from a config, a dict of options and/or keywords
-    (keywords override).
+    (keywords override). A named configuration (:data:`NAMED_CONFIGURATIONS`) is its strategy's
+    config with its options, under those given.
 
     Raises:
         ValueError: unknown strategy; :class:`StrategyConfigError` (a ValueError) for options the
@@ -97,10 +107,10 @@ def strategy_config(
     if isinstance(config, StrategyConfig):
         if not isinstance(config, cls):
             raise StrategyConfigError(f"strategy {name}: got a {type(config).__name__}, expected {cls.__name__}")
-        if not options:
+        if not options and name not in NAMED_CONFIGURATIONS:
             return config
         config = config.model_dump(exclude_unset=True)
-    return cls.from_options({**(config or {}), **options})
+    return cls.from_options(resolve_named(name, {**(config or {}), **options})[1])
 
 
 def get_strategy(name: str, config: StrategyConfig | dict[str, Any] | None = None, /, **options: Any) -> Strategy:
@@ -122,8 +132,11 @@ __all__ = [
     "resolve_preference",
     "strategy_class",
     "strategy_config",
+    "resolve_named",
     "view_built",
+    "NAMED_CONFIGURATIONS",
     "STRATEGIES",
+    "STRATEGY_NAMES",
     "BUILT_VIEWS",
     *_CONFIGS,
 ]
