@@ -1130,3 +1130,32 @@ def test_a_key_in_a_query_string_stays_out_of_the_access_log(caplog):
         )
     assert caplog.messages == ['127.0.0.1:5000 - "GET /v1/search HTTP/1.1" 401']
     assert "mf-secret-123" not in caplog.text
+
+
+def test_a_strategy_is_built_off_the_event_loop(service, key_a, monkeypatch):
+    """The facade's strategy (whose first build reads files: a router, the reranker) is asked for in
+    a worker thread, so one request's build does not stall the others' event loop."""
+    import asyncio
+
+    seen = []
+    kept = AsyncMemory.strategy
+
+    def strategy(self, name, options=None):
+        if isinstance(name, str):  # built from a name (the facade's own calls pass the built object on)
+            try:
+                asyncio.get_running_loop()
+                seen.append("event loop")
+            except RuntimeError:
+                seen.append("worker thread")
+        return kept(self, name, options)
+
+    monkeypatch.setattr(AsyncMemory, "strategy", strategy)
+    with _raw(service, key_a) as h:
+        assert (
+            h.post("/v1/memories", json={"messages": "I moved to Lisbon in May.", "user_id": "wu"}).status_code == 200
+        )
+        r = h.post("/v1/ask", json={"question": "Where do I live?", "user_id": "wu", "strategy": "rag"})
+        assert r.status_code == 200, r.text
+        assert h.post("/v1/build", json={"user_id": "wu", "strategy": "rag-turns"}).status_code == 200
+        assert h.delete("/v1/memories", params={"user_id": "wu"}).json() == {"deleted": 1}
+    assert seen == ["worker thread", "worker thread"]

@@ -302,11 +302,12 @@ async def _bill(request: Request, name: str, e: FallbackError) -> None:
         await _in_thread(request.app.state.tenants.keys.record_usage, name, usage)
 
 
-def _strategy(request: Request, name: str, options: dict[str, Any] | None):
+async def _strategy(request: Request, name: str, options: dict[str, Any] | None):
     """The request's strategy under the service's option policy
     (:func:`~memfrontier.server.options.check_remote_options`: 422 for an unknown strategy, an
     option naming a file, a model or an endpoint, or a value selecting one the operator did not
-    configure), built and kept by the facade (:meth:`~memfrontier.api.AsyncMemory.strategy`). ``auto``
+    configure), built and kept by the facade (:meth:`~memfrontier.api.AsyncMemory.strategy`) in a
+    worker thread (a first build reads files: a router, the reranker), off the event loop. ``auto``
     routes with the operator's router file (``ServeSettings.router``; ValueError, 422, when the
     server has none)."""
     if name not in STRATEGY_NAMES:
@@ -320,7 +321,7 @@ def _strategy(request: Request, name: str, options: dict[str, Any] | None):
                 "`memfrontier serve --router FILE`"
             )
         options = {**(options or {}), "router": settings.router}
-    return _memory(request).strategy(name, options)
+    return await _in_thread(_memory(request).strategy, name, options)
 
 
 class NoQueryInAccessLog(logging.Filter):
@@ -463,7 +464,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
     @app.post("/v1/ask", response_model=Answer, responses={409: {"model": ErrorBody}, 502: {"model": ErrorBody}})
     async def ask(body: AskBody, name: Tenant, request: Request) -> Answer:
         _one_scope(body.all_scopes)
-        strat = _strategy(request, body.strategy, body.strategy_options)
+        strat = await _strategy(request, body.strategy, body.strategy_options)
         mem = _memory(request)
         try:
             ans = await mem.ask(
@@ -483,7 +484,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
 
     @app.post("/v1/build", response_model=BuildReport, responses={422: {"model": ErrorBody}, 502: {"model": ErrorBody}})
     async def build(body: BuildBody, name: Tenant, request: Request) -> BuildReport:
-        strat = _strategy(request, body.strategy, body.strategy_options)
+        strat = await _strategy(request, body.strategy, body.strategy_options)
         try:
             report = await _memory(request).build(strat, **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
         except FallbackError as e:
