@@ -146,13 +146,14 @@ class MemoryService:
     async def strategy(self, name: str, options: dict[str, Any] | None = None):
         """The strategy ``name`` with ``options`` under the service's option policy
         (:func:`~memfrontier.server.options.check_remote_options`), built and kept by the facade
-        (:meth:`~memfrontier.api.AsyncMemory.strategy`); raises ValueError naming a rejected option."""
+        (:meth:`~memfrontier.api.AsyncMemory.strategy`) in a worker thread (a first build reads
+        files), off the event loop; raises ValueError naming a rejected option."""
         from ..strategies import strategy_config
         from .options import check_remote_options
 
         check_remote_options(name, options)
         cfg = strategy_config(name, options)  # a rejected option is named before the store opens
-        return (await self.memory()).strategy(name, cfg)
+        return await asyncio.to_thread((await self.memory()).strategy, name, cfg)
 
     def close(self) -> None:
         if self._mem is not None:
