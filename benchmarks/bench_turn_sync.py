@@ -13,9 +13,9 @@ of each query (sync, search, context building; no model call) in four settings, 
   schema 8 had no counter);
 * ``same-scope``: a record of the queried scope is written before each query (re-read and one new
   turn embedded);
-* ``new-strategy``: each query runs on a strategy built for it, as every ``ask`` naming a strategy
-  did before the facade kept them (``AsyncMemory.strategy``): the turn view opened, re-read and
-  indexed again per query.
+* ``new-strategy``: each query runs on a strategy built for it (another configuration reading the
+  same store): before the turn view was shared per store (``views.turns.turn_view``) each strategy
+  opened, re-read and indexed its own copy; now it reads the store's one.
 
 Prints p50 / p95 ms and each setting's p50 over ``quiet``'s. Beside a 1.5B answerer run on one of
 two cores (2026-12-03), conv-49, 40 queries: SQLite quiet 11.4 ms p50, other-scope 11.6 (1.02x),
@@ -48,6 +48,7 @@ from memfrontier.frontier.spec import load_spec  # noqa: E402
 from memfrontier.store.open import open_store  # noqa: E402
 from memfrontier.strategies import get_strategy  # noqa: E402
 from memfrontier.strategies.base import MemoryEnv, Query  # noqa: E402
+from memfrontier.views.turns import turn_view  # noqa: E402
 
 
 def main() -> None:
@@ -76,7 +77,7 @@ def main() -> None:
         settings = {  # what happens before each query (not timed), and the strategy that answers it
             "quiet": (lambda: None, kept),
             "other-scope": (lambda: write(Scope(user_id="bench-other-tenant")), kept),
-            "re-read": (rag._synced.clear, kept),  # the query then re-reads the scope's records
+            "re-read": (turn_view(store)._synced.clear, kept),  # the query then re-reads the scope's records
             "same-scope": (lambda: write(scope), kept),
             "new-strategy": (lambda: None, lambda: get_strategy("rag", options)),
         }

@@ -135,7 +135,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
 
     views = {"ok": ScriptedView(fallbacks=0), "bad": ScriptedView(fallbacks=1)}
     said = {}  # where -> the refused build's message
-    monkeypatch.setattr(rest, "STRATEGIES", {**rest.STRATEGIES, "scripted_view": object})
+    monkeypatch.setattr(rest, "STRATEGY_NAMES", (*rest.STRATEGY_NAMES, "scripted_view"))
     monkeypatch.setattr(rest, "check_remote_options", lambda name, options: None)
     mem = AsyncMemory.open(
         tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm

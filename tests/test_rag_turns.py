@@ -207,23 +207,28 @@ def test_the_turn_view_is_confined_to_its_scope(env):
 def test_queries_keep_the_turn_view_in_line_with_the_store(env, tmp_path, minilm, monkeypatch):
     """A record added after the build (by this store object or another one on the same folder) is
     in the next turn context without a rebuild; a deleted one is gone; an unchanged store is not
-    re-read, nor is one written only in another scope (the store's per-scope write counter)."""
-    import memfrontier.strategies.rag as rag_module
+    re-read, nor is one written only in another scope (the store's per-scope write counter). Every
+    strategy reading the store shares its one turn view: another configuration neither copies nor
+    re-reads it."""
+    import memfrontier.views.turns as turns_module
 
     calls = []
-    real = rag_module.build_turns
-    monkeypatch.setattr(rag_module, "build_turns", lambda *a: calls.append(1) or real(*a))
+    real = turns_module.build_turns
+    monkeypatch.setattr(turns_module, "build_turns", lambda *a: calls.append(1) or real(*a))
     strat = get_strategy("rag", {"unit": "turn", "retrievers": ["bm25"], "k": 1})
     asyncio.run(strat.build(env, A))
 
-    def ask(q):
-        return asyncio.run(strat.context(Query(text=q, scope=A), env, None, Budget())).evidence_ids
+    def ask(q, s=strat):
+        return asyncio.run(s.context(Query(text=q, scope=A), env, None, Budget())).evidence_ids
 
     assert ask("marathon") == ["s1:5"]
     assert ask("marathon") == ["s1:5"]
-    assert len(calls) == 2  # the build, then one sync at the first query; the second query read nothing
+    assert len(calls) == 1  # the build; the queries read nothing
+    other_config = get_strategy("rag-turns-rr")
+    assert other_config.turn_bank(env) is strat.turn_bank(env) and other_config.is_built(env, A)
+    assert "s1:5" in ask("marathon", other_config) and len(calls) == 1
     env.store.add([Record(id="b1", scope=Scope(user_id="bob"), speaker="Bob", text="I run marathons too.")])
-    assert ask("marathon") == ["s1:5"] and len(calls) == 2  # another scope's write: nothing to re-read
+    assert ask("marathon") == ["s1:5"] and len(calls) == 1  # another scope's write: nothing to re-read
     env.store.add([Record(id="s3:1", scope=A, session_id="s3", speaker="Ana", text="I bought a canoe in Porto.")])
     assert ask("canoe Porto") == ["s3:1"]
     other = SQLiteStore(tmp_path / "m", minilm)  # another writer of the same store
@@ -242,12 +247,12 @@ def test_on_postgres_a_record_added_after_the_build_is_in_the_next_turn_context(
 ):
     """On PostgreSQL too (its write counter is kept by triggers): an added record is in the next
     turn context, a deleted one gone, and an unchanged scope is not re-read."""
-    import memfrontier.strategies.rag as rag_module
+    import memfrontier.views.turns as turns_module
     from memfrontier.store.postgres import PostgresStore
 
     calls = []
-    real = rag_module.build_turns
-    monkeypatch.setattr(rag_module, "build_turns", lambda *a: calls.append(1) or real(*a))
+    real = turns_module.build_turns
+    monkeypatch.setattr(turns_module, "build_turns", lambda *a: calls.append(1) or real(*a))
     with PostgresStore(pg_database(), minilm, directory=tmp_path / "views") as store:
         store.add(recs())
         env = MemoryEnv(store=store, llm=None, answer_llm=None)
@@ -259,7 +264,7 @@ def test_on_postgres_a_record_added_after_the_build_is_in_the_next_turn_context(
 
         assert ask("marathon") == ["s1:5"]
         store.add([Record(id="b1", scope=Scope(user_id="bob"), speaker="Bob", text="I run marathons too.")])
-        assert ask("marathon") == ["s1:5"] and len(calls) == 2  # the build, one sync; bob's write: none
+        assert ask("marathon") == ["s1:5"] and len(calls) == 1  # the build; bob's write: nothing to re-read
         store.add([Record(id="s3:1", scope=A, session_id="s3", speaker="Ana", text="I bought a canoe in Porto.")])
         assert ask("canoe Porto") == ["s3:1"]
         store.delete("s3:1", A)

@@ -25,7 +25,7 @@ from ..retrieve.recipes import Unit, chunk_recipe
 from ..retrieve.rerank import load_reranker
 from ..store.bank import BANK_VIEW, BankHit, BankItem, MemoryBank
 from ..views.turns import KIND as TURN_KIND
-from ..views.turns import build_turns, open_turn_bank
+from ..views.turns import turn_view
 from .base import BuildProgress, MemoryEnv, Query, StrategyBase
 from .config import Bool, Int, StrategyConfig
 
@@ -107,19 +107,13 @@ class Rag(StrategyBase):
     def __init__(self, config: RagConfig | None = None):
         super().__init__(config)
         self.recipe = chunk_recipe(self.config.retrievers, self.config.unit)
-        self._banks: dict[str, MemoryBank] = {}  # the turn view per store (its in-memory indexes persist)
         self._lock = threading.Lock()
         self._counters: dict[str, object] = {}
-        self._sync_lock = threading.Lock()  # one turn-view sync at a time (concurrent first queries)
-        self._synced: dict[tuple[str, str], int] = {}  # (view folder, scope key) -> scope generation in line with
 
     def turn_bank(self, env: MemoryEnv) -> MemoryBank:
-        """The turn view of ``env.store``, opened once per store."""
-        key = str(env.store.view_dir(BANK_VIEW))
-        with self._lock:
-            if key not in self._banks:
-                self._banks[key] = open_turn_bank(env.store)
-            return self._banks[key]
+        """The turn view's bank of ``env.store``, shared with every strategy reading that store
+        (:func:`~memfrontier.views.turns.turn_view`)."""
+        return turn_view(env.store).bank
 
     @property
     def recipes(self) -> tuple[str, ...]:
@@ -132,7 +126,7 @@ class Rag(StrategyBase):
     async def build(self, env: MemoryEnv, scope: Scope, progress: BuildProgress | None = None) -> None:
         """unit=turn: the turn view of ``scope`` (embedder only; nothing to build for chunks)."""
         if self.config.unit == "turn":
-            await run_cpu(build_turns, self.turn_bank(env), env.store, scope)
+            await run_cpu(turn_view(env.store).current, env.store, scope)
 
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         """unit=turn: whether the scope's turn view was built (queries then keep it in line with
@@ -141,21 +135,11 @@ class Rag(StrategyBase):
 
     def current_turn_bank(self, env: MemoryEnv, scope: Scope) -> MemoryBank:
         """The turn view, first brought in line with ``env.store``'s records of ``scope`` when the
-        store was written since it last was (records added after the build are searchable at once,
-        edited or deleted ones gone). Incremental: only new turns are embedded, no model call. The
-        store's per-scope write counter (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`)
-        says when: a scope whose records did not change costs one counter read, whatever other
-        scopes were written."""
-        bank = self.turn_bank(env)
-        gen = env.store.scope_generation(scope)
-        key = (str(env.store.view_dir(BANK_VIEW)), scope.key())
-        if self._synced.get(key) == gen:
-            return bank
-        with self._sync_lock:
-            if self._synced.get(key) != gen:
-                build_turns(bank, env.store, scope)
-                self._synced[key] = gen
-        return bank
+        store was written in that scope since it last was (records added after the build are
+        searchable at once, edited or deleted ones gone; only new turns are embedded, no model
+        call): :meth:`~memfrontier.views.turns.TurnView.current`, shared by the strategies reading
+        the store."""
+        return turn_view(env.store).current(env.store, scope)
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         # the search embeds the query and scans the index (CPU-bound): off the event loop

@@ -12,11 +12,17 @@ as a chunk's); ``source_ids`` = ``[record id]``; ``meta`` = ``{"session_id", "po
 record's 0-based place in its session, chronological). Item ids derive from the scope, the record
 id and the rendered text, so rebuilding adds nothing and a changed record gets a new item.
 Building needs no model call: only the embedder (construction cost in USD is zero).
+
+:func:`turn_view` gives every strategy reading one store the same :class:`TurnView`: one bank (one
+copy of its in-memory indexes) and one record of which store generation each scope's items are in
+line with, whichever configurations (``rag-turns``, ``rag-turns-rr``, ``auto``'s members) ask.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
+import weakref
 
 from ..core.timeutil import instant_key
 from ..core.types import Record, Scope
@@ -33,6 +39,48 @@ def open_turn_bank(store) -> MemoryBank:
         StoreError: the store has no directory, or the bank was built with another embedding model.
     """
     return MemoryBank.for_store(store, BANK_NAME)
+
+
+class TurnView:
+    """The turn view of one store: its bank and, per scope, the store's write counter
+    (:meth:`~memfrontier.store.base.MemoryStore.scope_generation`) its items are in line with.
+    Thread-safe: one sync at a time; a scope whose records did not change costs one counter read."""
+
+    def __init__(self, store):
+        self.bank = open_turn_bank(store)
+        self._lock = threading.Lock()
+        self._synced: dict[str, int] = {}  # scope key -> scope generation the items are in line with
+
+    def current(self, store, scope: Scope) -> MemoryBank:
+        """The bank, first brought in line with ``store``'s records of ``scope`` (:func:`build_turns`:
+        new turns embedded, changed or deleted ones gone) when the store was written in that scope
+        since it last was."""
+        gen = store.scope_generation(scope)
+        key = scope.key()
+        if self._synced.get(key) == gen:
+            return self.bank
+        with self._lock:
+            if self._synced.get(key) != gen:
+                build_turns(self.bank, store, scope)
+                self._synced[key] = gen
+        return self.bank
+
+
+_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_VIEWS_LOCK = threading.Lock()
+
+
+def turn_view(store) -> TurnView:
+    """The :class:`TurnView` of ``store``, one per store object while it lives (opened on first use).
+
+    Raises:
+        StoreError: as :func:`open_turn_bank`.
+    """
+    with _VIEWS_LOCK:
+        view = _VIEWS.get(store)
+        if view is None:
+            view = _VIEWS[store] = TurnView(store)
+        return view
 
 
 def turn_item_id(record: Record, position: int, session_ts: str | None) -> str:
@@ -81,4 +129,13 @@ def build_turns(bank: MemoryBank, store, scope: Scope) -> dict[str, int]:
     return {"added": len(todo), "removed": len(stale), "kept": len(have) - len(stale)}
 
 
-__all__ = ["BANK_NAME", "KIND", "build_turns", "open_turn_bank", "turn_item_id", "turn_items"]
+__all__ = [
+    "BANK_NAME",
+    "KIND",
+    "TurnView",
+    "build_turns",
+    "open_turn_bank",
+    "turn_item_id",
+    "turn_items",
+    "turn_view",
+]
