@@ -21,7 +21,9 @@ Prints p50 / p95 ms and each setting's p50 over ``quiet``'s. Beside a 1.5B answe
 two cores (2026-12-03), conv-49, 40 queries: SQLite quiet 11.4 ms p50, other-scope 11.6 (1.02x),
 re-read 30.9 (2.71x), same-scope 61.8; PostgreSQL (embedded server) 18.6, 19.0 (1.02x), 37.4 (2.02x),
 71.2. 2026-12-04, SQLite, 40 queries: beside a 1.5B answerer run quiet 12.0 ms, new-strategy 67.4
-(5.63x); with the answerer paused 12.5 and 67.4 (5.39x).
+(5.63x); with the answerer paused 12.5 and 67.4 (5.39x). Once the turn view was shared per store
+(same day, beside a 1.5B run): quiet 12.2 ms, new-strategy 17.0 (1.39x; its token-count cache starts
+cold).
 
     python benchmarks/bench_turn_sync.py                       # SQLite, about a minute
     python benchmarks/bench_turn_sync.py --store postgresql://localhost/mf   # an empty database
