@@ -142,3 +142,24 @@ def test_a_number_without_a_file_is_caught(found):
     assert len(unmatched(table.format("0.472"), found)) == 1  # oracle's F1, not rag's
     assert len(unmatched(table.format("0.403"), found)) == 1  # rag's F1 on LongMemEval
     assert unmatched(table.replace("LoCoMo", "LongMemEval").format("0.403"), found) == []
+
+
+def test_the_results_page_shows_finished_rows_only(tmp_path, monkeypatch):
+    """The docs' results hook keeps the rows with numbers and drops the configurations that did not
+    run or, exported before they finished, only started."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_hook", ROOT / "docs" / "hooks" / "results.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "frontier.md").write_text(
+        "# frontier\n\n| configuration | n | F1 |\n|---|---|---|\n| rag | 40 | 0.370 |\n"
+        "| automem | - | started: 12 questions answered | |\n| longctx | - | not run yet | |\n"
+    )
+    monkeypatch.setattr(hook, "RESULTS", tmp_path)
+    page = hook.on_page_markdown("<!-- results: f -->", None, None, None)
+    assert "| rag | 40 | 0.370 |" in page and "## frontier" in page
+    assert "automem" not in page and "longctx" not in page
+    with pytest.raises(FileNotFoundError):
+        hook.frontier_table("missing")

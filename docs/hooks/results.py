@@ -1,7 +1,8 @@
 """MkDocs hook: the results page is generated from the exported runs under ``results/``.
 
 A line ``<!-- results: DIR -->`` in a page is replaced by ``results/DIR/frontier.md`` with its
-"not run" rows left out, so the docs show only numbers that have files. A missing export is an
+"not run" and "started" rows (a configuration exported before it finished) left out, so the docs
+show only numbers of finished runs that have files. A missing export is an
 error (the build fails), never an empty table.
 """
 
@@ -16,11 +17,11 @@ MARKER = re.compile(r"^<!-- results: ([\w.-]+) -->$", re.M)
 
 def frontier_table(name: str) -> str:
     """``results/NAME/frontier.md`` with its title demoted one level and its rows of configurations
-    that did not run dropped. Raises FileNotFoundError when the export is missing."""
+    that did not run or have not finished dropped. Raises FileNotFoundError when the export is missing."""
     text = (RESULTS / name / "frontier.md").read_text("utf-8")
     out = []
     for line in text.splitlines():
-        if re.match(r"^\| [^|]+ \| - \| not run", line):
+        if re.match(r"^\| [^|]+ \| - \| (not run|started)", line):
             continue
         if line.startswith("#"):
             line = "#" + line
