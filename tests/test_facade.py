@@ -98,7 +98,7 @@ def test_python_refuses_an_empty_scope_and_an_unbuilt_view_and_builds_when_asked
     view = ScriptedView(fallbacks=0)
     with pytest.raises(ViewNotBuiltError) as e:
         memory.ask("Where does Ana live?", user_id="ana", strategy=view)
-    assert str(e.value) == unbuilt_view_message("scripted_view")
+    assert str(e.value) == unbuilt_view_message("scripted_view memory view")
     ans = memory.ask("Where does Ana live?", user_id="ana", strategy=view, build=True)
     assert ans.text == "Lisbon" and ans.build is not None
     assert ans.build.usage.calls == 10 and ans.usage.construction.calls == 10  # the build's calls are billed
@@ -158,7 +158,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
             await client.add(["I moved to Lisbon in May."], user_id="ana")
             with pytest.raises(UnbuiltViewError) as e:
                 await client.ask("Where?", user_id="ana", strategy="scripted_view")
-            assert e.value.message == unbuilt_view_message("scripted_view") and e.value.status == 409
+            assert e.value.message == unbuilt_view_message("scripted_view memory view") and e.value.status == 409
             with pytest.raises(RefusedBuildError) as e:
                 await client.build("scripted_view", user_id="ana", strategy_options={"v": "bad"})
             assert e.value.status == 422 and e.value.message.startswith("role 'segmenter': 0 of 10 calls failed")
@@ -188,7 +188,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
         await mem.add(["I moved to Lisbon in May."], user_id="ana")  # MCP scopes carry no tenant prefix
         with pytest.raises(ToolError) as e:
             await server.call_tool("ask", {"question": "Where?", "user_id": "ana", "strategy": "automem"})
-        assert unbuilt_view_message("scripted_view") in str(e.value)
+        assert unbuilt_view_message("scripted_view memory view") in str(e.value)
         with pytest.raises(ToolError, match="role 'segmenter': 0 of 10 calls failed") as e:
             await server.call_tool(
                 "ask",

@@ -738,7 +738,9 @@ def test_a_started_configuration_exported_resumes_on_another_machine(tmp_path, l
     (run_dir / "predictions.jsonl").write_text("".join(x + "\n" for x in full[:2]))
 
     res = CliRunner().invoke(app, [*args, "--report-only", "--out", str(out), "--export", str(dest)])
-    assert "exported 0 finished configurations and 1 started (oracle" in " ".join(res.output.split()), res.output
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0 and "exported 0 finished configurations and 1 started (oracle" in said, res.output
+    assert "it holds no finished configuration yet, so no report was written there" in said
     carried = dest / "configs" / "oracle"
     assert sorted(p.name for p in carried.iterdir()) == ["predictions.jsonl", "run.json"]
     assert [json.loads(x)["id"] for x in (carried / "predictions.jsonl").read_text().splitlines()] == [
@@ -763,5 +765,7 @@ def test_a_started_configuration_exported_resumes_on_another_machine(tmp_path, l
     assert "exported 1 finished configuration to" in " ".join(res.output.split()), res.output
     assert (carried / "summary.json").is_file() and len((carried / "predictions.jsonl").read_text().splitlines()) == 3
     res = CliRunner().invoke(app, [*args, "--report-only", "--out", str(out), "--export", str(dest)])
-    assert "exported 0 finished configurations to" in " ".join(res.output.split()), res.output
+    said = " ".join(res.output.split())
+    assert "exported 0 finished configurations to" in said, res.output
+    assert f"not exported: oracle (started here, finished in {dest}: the finished run is kept)" in said
     assert (carried / "summary.json").is_file() and len((carried / "predictions.jsonl").read_text().splitlines()) == 3

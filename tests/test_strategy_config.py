@@ -361,12 +361,22 @@ def test_ask_refuses_a_view_that_was_never_built(tmp_path):
     f.write_text(json.dumps({"content": "Ana moved to Lisbon in May.", "speaker": "Ana"}) + "\n")
     store = str(tmp_path / "store")
     assert run(app, ["ingest", "--store", store, "--file", str(f), "--user-id", "ana"]).exit_code == 0
-    for strategy in ("memorycpt", "mempilot", "automem"):
+    views = {s: f"{s} memory view" for s in ("memorycpt", "mempilot", "automem")}
+    for strategy, view in {**views, "rag-turns-rr": "turn view (rag, unit=turn)"}.items():
         res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", strategy])
         text = " ".join(res.output.split())
         assert res.exit_code == 2, (strategy, res.output)
-        assert f"the {strategy} memory view of this scope was never built" in text
+        assert f"the {view} of this scope was never built" in text
         assert 'ask again with build=True (REST "build": true, MCP build: true, CLI --build)' in text
+    # options given with a named configuration are read over its own: a turn budget, not a chunk option
+    res = run(
+        app,
+        ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--strategy", "rag-turns-rr"]
+        + ["--set", "max_tokens=300", "--set", "neighbours=1"],
+    )
+    assert res.exit_code == 2 and "the turn view (rag, unit=turn) of this scope was never built" in " ".join(
+        res.output.split()
+    ), res.output
 
 
 @pytest.mark.slow

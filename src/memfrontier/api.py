@@ -96,10 +96,11 @@ BUILD_ADVICE = (
 )
 
 
-def unbuilt_view_message(strategy: str) -> str:
-    """The one message of a question refused because ``strategy``'s view of the scope was never built."""
+def unbuilt_view_message(view: str) -> str:
+    """The one message of a question refused because ``view`` (a strategy's ``view_name``, e.g. "automem
+    memory view") of the scope was never built."""
     return (
-        f"the {strategy} memory view of this scope was never built, so the answer would come from no "
+        f"the {view} of this scope was never built, so the answer would come from no "
         f'evidence; ask again with build=True (REST "build": true, MCP build: true, CLI --build) to '
         f"build it first"
     )
@@ -459,7 +460,9 @@ class AsyncMemory:
                 await self._require_records(scope)
                 if not await asyncio.to_thread(view_built, strat, self.env, scope):
                     if not build:
-                        raise ViewNotBuiltError(unbuilt_view_message(strat.name))
+                        raise ViewNotBuiltError(
+                            unbuilt_view_message(getattr(strat, "view_name", f"{strat.name} memory view"))
+                        )
                     report = await self._gated_build(strat, scope, ledger)
                 elif (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
                     raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())

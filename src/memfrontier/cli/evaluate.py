@@ -261,6 +261,8 @@ def frontier_cmd(
     rows = {x["label"]: x for x in report["rows"]}
     if export is not None:
         _export(fspec, base, run.out, export, report, reference)
+    if not report["files"] and report_only and export is not None:
+        return  # an export of started configurations, carried elsewhere: done, nothing to report yet
     if not report["files"]:
         _fail(
             f"no configuration has finished in {run.out} with these options; no report written "
@@ -279,6 +281,7 @@ def frontier_cmd(
         f"{ok}/{plural(len(report['rows']), 'configuration')} on {plural(len(report['question_ids']), 'question')}; "
         f"wrote {files['md']} (the tables), {files['json'].name} and {files['csv'].name} (every field)"
         + (f", {' and '.join(plots)}" if plots else "")
+        + (f", {files['html'].name} (the interactive page)" if "html" in files else "")
     )
     if report_only:
         return
@@ -301,7 +304,7 @@ def _export(fspec, base, out: Path, export: Path, report: dict, reference: str |
         exported = export_results(out, export, [x["label"] for x in report["rows"]])
         published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
     held = sum(1 for x in published["rows"] if x["status"] == "ok")
-    started = exported["started"]
+    started, kept = exported["started"], exported["kept"]
     console.print(
         f"exported {plural(len(exported['finished']), 'finished configuration')}"
         + (
@@ -309,9 +312,15 @@ def _export(fspec, base, out: Path, export: Path, report: dict, reference: str |
             if started
             else ""
         )
-        + f" to {export}; its report covers the {plural(held, 'finished configuration')} it holds "
-        f"({published['files'].get('md', 'none written')})"
+        + f" to {export}; "
+        + (
+            f"its report covers the {plural(held, 'finished configuration')} it holds ({published['files']['md']})"
+            if published["files"]
+            else "it holds no finished configuration yet, so no report was written there"
+        )
     )
+    if kept:
+        console.print(f"not exported: {', '.join(kept)} (started here, finished in {export}: the finished run is kept)")
 
 
 @app.command()

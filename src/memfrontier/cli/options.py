@@ -143,8 +143,10 @@ def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:
     """The validated options of ``strategy``'s config, from (in increasing precedence) the
     ``--strategy-config`` file, ``fixed`` options of the command and ``--set``. Exits 2 with a
     message naming the key and the allowed values. Returns the given options only (defaults stay
-    implicit), as JSON values, ready for :class:`~memfrontier.eval.runner.EvalConfig`."""
-    from ..strategies import StrategyConfigError, strategy_class
+    implicit), as JSON values, ready for :class:`~memfrontier.eval.runner.EvalConfig`. For a named
+    configuration they are validated over its own options (``--set max_tokens=300`` on
+    ``rag-turns-rr`` is a turn budget) and returned with them."""
+    from ..strategies import StrategyConfigError, resolve_named, strategy_class
 
     cls = strategy_class(strategy).config_class
     opts: dict = {}
@@ -158,6 +160,7 @@ def strategy_options(strategy: str, strategy_args: dict, **fixed) -> dict:
         for text in strategy_args.get("set_options") or ():
             path, value = cls.parse_assignment(text)
             put(opts, path, value)
+        opts = resolve_named(strategy, opts)[1]
         try:
             cfg = cls.from_options(opts)
         except StrategyConfigError as e:

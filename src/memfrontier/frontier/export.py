@@ -103,12 +103,13 @@ def export_results(out: Path, dest: Path, labels: list[str]) -> dict[str, list[s
     finished there when it has only started in ``out``. The report is not written here (see the module's
     docstring).
 
-    Returns ``{"finished": labels, "started": labels}`` exported. Raises ValueError as
+    Returns ``{"finished": labels, "started": labels}`` exported and ``"kept"``: the labels started
+    in ``out`` left as they are because they have finished in ``dest``. Raises ValueError as
     :func:`check_export_dest` does, before anything is written.
     """
     check_export_dest(out, dest)
     out, dest = Path(out), Path(dest)
-    done: dict[str, list[str]] = {"finished": [], "started": []}
+    done: dict[str, list[str]] = {"finished": [], "started": [], "kept": []}
     for label in labels:
         src = out / "configs" / label
         if not (src / "run.json").is_file() or not (src / "predictions.jsonl").is_file():
@@ -119,6 +120,7 @@ def export_results(out: Path, dest: Path, labels: list[str]) -> dict[str, list[s
             continue
         target = dest / "configs" / label
         if not finished and (target / "summary.json").is_file():  # finished there: a partial run never replaces it
+            done["kept"].append(label)
             continue
         target.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

@@ -224,6 +224,11 @@ class StrategyBase:
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         return True
 
+    @property
+    def view_name(self) -> str:
+        """The strategy's built view as messages name it ("the ... of this scope was never built")."""
+        return f"{self.name} memory view"
+
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
         return {}
 

@@ -128,6 +128,11 @@ class Rag(StrategyBase):
         if self.config.unit == "turn":
             await run_cpu(turn_view(env.store).current, env.store, scope)
 
+    @property
+    def view_name(self) -> str:
+        """unit=turn: the turn view (which rag-turns and rag-turns-rr read); else the base's."""
+        return "turn view (rag, unit=turn)" if self.config.unit == "turn" else super().view_name
+
     def is_built(self, env: MemoryEnv, scope: Scope) -> bool:
         """unit=turn: whether the scope's turn view was built (queries then keep it in line with
         the store: :meth:`current_turn_bank`); always True for chunks."""
