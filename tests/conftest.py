@@ -49,11 +49,16 @@ def locomo_slice(tmp_path_factory):
     ``conv-49:q<i>`` are renumbered within the slice). Tests that check how a run behaves, not
     what a whole conversation holds, then embed ~40 turns per conversation instead of ~600:
     conv-49 / conv-50 / conv-41 keep 39 / 40 / 44 turns and 13 / 4 / 8 scored questions with 2
-    sessions. Reads the benchmark data: use it from tests marked ``data``."""
+    sessions. Reads the benchmark data when first called (not when requested, so a fixture that
+    only may call it works without the data): use it from tests marked ``data``."""
+    import functools
     import json
     import re
 
-    samples = json.loads((data_root() / "locomo" / "locomo10.json").read_text("utf-8"))
+    @functools.cache
+    def read_samples() -> list:
+        return json.loads((data_root() / "locomo" / "locomo10.json").read_text("utf-8"))
+
     made: dict[tuple, object] = {}
 
     def make(*conversation_ids: str, sessions: int = 2):
@@ -67,7 +72,7 @@ def locomo_slice(tmp_path_factory):
             }
 
         out = []
-        for s in samples:
+        for s in read_samples():
             if s["sample_id"] not in conversation_ids:
                 continue
             qa = [

@@ -219,6 +219,7 @@ def test_the_shipped_reranker_was_trained_on_the_training_pool_and_validated(min
     assert DEFAULT_RERANKER.stat().st_size < 400_000
 
 
+@pytest.mark.data
 def test_the_longmemeval_training_pool_leaves_out_every_report_sample(tmp_path):
     """The bench's seed-0 samples and the frontier's 30-question slice are never trained on."""
     from memfrontier.eval.datasets import DATASET_FILES, data_root
