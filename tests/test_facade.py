@@ -140,7 +140,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
     mem = AsyncMemory.open(
         tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm
     )
-    monkeypatch.setattr(  # the facade's strategy by name (the ask and build verbs pass their object through)
+    monkeypatch.setattr(  # the facade's strategy by name (REST and MCP ask for it by name)
         mem, "strategy", lambda s, options=None: views[(options or {}).get("v", "ok")] if isinstance(s, str) else s
     )
     keys = SQLiteKeyStore(tmp_path / "keys.db")
@@ -174,10 +174,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
     service = MemoryService(tmp_path / "store")
     service._mem = mem
 
-    async def strategy(name, options=None):
-        return views["bad"] if (options or {}).get("v") else ScriptedView(0)
-
-    service.strategy = strategy
+    service.strategy_config = lambda name, options=None: options  # the scripted views take no config
     server = build_server(service)
 
     async def over_mcp():
@@ -192,7 +189,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
         with pytest.raises(ToolError, match="role 'segmenter': 0 of 10 calls failed") as e:
             await server.call_tool(
                 "ask",
-                {"question": "Where?", "user_id": "ana", "strategy": "automem", "options": {"v": 1}, "build": True},
+                {"question": "Where?", "user_id": "ana", "strategy": "automem", "options": {"v": "bad"}, "build": True},
             )
         said["mcp"] = str(e.value).removeprefix("Error executing tool ask: ")
         with pytest.raises(FallbackError) as e:

@@ -131,7 +131,7 @@ def test_options_selecting_what_the_operator_did_not_configure_are_tool_errors(s
     """The REST policy (memfrontier.server.options), with the same messages, as tool errors; a
     value-only option still answers."""
     prefix = "Error executing tool ask: "
-    neo4j, planner, url, ok = calls(
+    neo4j, planner, url, ok, named = calls(
         store_path,
         [
             ("ask", {"question": "hi", "strategy": "automem", "options": {"graph": "neo4j"}, "user_id": "alice"}),
@@ -154,6 +154,10 @@ def test_options_selecting_what_the_operator_did_not_configure_are_tool_errors(s
                 },
             ),
             ("ask", {"question": "What is the dog called?", "options": {"k": 1}, "user_id": "alice"}),
+            (
+                "ask",
+                {"question": "What is the dog called?", "strategy": "rag-turns", "build": True, "user_id": "alice"},
+            ),
         ],
     )
     assert neo4j.is_error and text(neo4j) == prefix + (
@@ -166,12 +170,13 @@ def test_options_selecting_what_the_operator_did_not_configure_are_tool_errors(s
             f"cache, which only the server's operator chooses)"
         )
     assert not ok.is_error and ok.structured_content["evidence_ids"]
+    assert not named.is_error and named.structured_content["strategy"] == "rag-turns"  # the name asked for
     service = MemoryService(store_path)  # the strategies the ask tool does not offer go through the same check
     for name, options, message in (
         ("budgetmem", {"tiering": "capacity"}, "strategy_options.tiering='capacity'"),
         ("mempilot", {"compressor": "llmlingua2"}, "strategy_options.compressor='llmlingua2'"),
     ):
         with pytest.raises(ValueError, match=f"^{message}: not settable over the service"):
-            asyncio.run(service.strategy(name, options))
-    assert asyncio.run(service.strategy("budgetmem", {"tiering": "reasoning"})).config.tiering == "reasoning"
+            service.strategy_config(name, options)
+    assert service.strategy_config("budgetmem", {"tiering": "reasoning"}).tiering == "reasoning"
     service.close()

@@ -69,14 +69,15 @@ class BuildReport(BaseModel):
     (:func:`~memfrontier.core.fallbacks.fallback_report`; over every build of the view when the
     view records its construction, else this build's)."""
 
-    strategy: str
+    strategy: str  # as Answer.strategy
     usage: StageUsage
     fallbacks: dict
 
 
 class Answer(BaseModel):
     """An answer with the context's evidence record ids and its usage by stage
-    (tokens, USD, latency proxy seconds, wall seconds)."""
+    (tokens, USD, latency proxy seconds, wall seconds). ``strategy`` is the name asked for (a
+    named configuration's own, e.g. ``rag-turns-rr``), or the strategy object's ``name``."""
 
     text: str
     evidence_ids: list[str] = Field(default_factory=list)
@@ -94,6 +95,12 @@ BUILD_ADVICE = (
     "What was built is kept; build it with a stronger model, or open the memory with a higher "
     "fallback_threshold to accept it."
 )
+
+
+def _asked_name(strategy: str | Strategy) -> str:
+    """The name an answer or build report carries: the one asked for (a named configuration's own),
+    or a strategy object's ``name``."""
+    return strategy if isinstance(strategy, str) else strategy.name
 
 
 def unbuilt_view_message(view: str) -> str:
@@ -344,13 +351,14 @@ class AsyncMemory:
         some role's error or fallback share is above ``fallback_threshold`` (the view built so far
         is kept), ValueError without a scope id or for a rejected option."""
         scope = scope_for_write("build", user_id, agent_id, run_id)
-        strat = self.strategy(strategy, strategy_options)
+        strat = await self._strategy(strategy, strategy_options)
         await self._require_records(scope)
         ledger = Ledger()
         try:
-            return await self._gated_build(strat, scope, ledger)
+            report = await self._gated_build(strat, scope, ledger)
         finally:
             self._add_totals(ledger.usage())
+        return report.model_copy(update={"strategy": _asked_name(strategy)})
 
     async def _gated_build(
         self, strat: Strategy, scope: Scope, ledger: Ledger, progress: BuildProgress | None = None
@@ -410,6 +418,14 @@ class AsyncMemory:
                 self._strategies.popitem(last=False)
             return hit
 
+    async def _strategy(self, strategy: str | Strategy, options: StrategyConfig | dict | None) -> Strategy:
+        """:meth:`strategy` for :meth:`ask` and :meth:`build`: one given by name is built in a worker
+        thread (a first build reads files: a router, the reranker), off the event loop that serves
+        other requests (REST, MCP)."""
+        if not isinstance(strategy, str):
+            return self.strategy(strategy, options)
+        return await asyncio.to_thread(self.strategy, strategy, options)
+
     def _add_totals(self, usage: Usage) -> None:
         for stage, u in usage.by_stage.items():
             acc = self._totals.setdefault(stage, dict.fromkeys(USAGE_FIELDS, 0))
@@ -450,7 +466,7 @@ class AsyncMemory:
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
         if question_date is not None:  # a date that is not one (or not one in years 1-9999) is named now
             canonical_timestamp(question_date, what="question_date")
-        strat = self.strategy(strategy, strategy_options)
+        strat = await self._strategy(strategy, strategy_options)
         if isinstance(preference, str):  # a bad argument is named before the scope is read
             preference = Preference.preset(preference)
         ledger = Ledger()
@@ -478,7 +494,9 @@ class AsyncMemory:
             )
         finally:
             self._add_totals(ledger.usage())
-        return ans.model_copy(update={"build": report})
+        name = _asked_name(strategy)
+        build_report = report.model_copy(update={"strategy": name}) if report is not None else None
+        return ans.model_copy(update={"build": build_report, "strategy": name})
 
     async def answer(
         self,

@@ -203,7 +203,6 @@ def ask(
     """Answer one question from a store and print the answer with its cost."""
     from ..api import AsyncMemory, build_progress
     from ..core.types import Budget
-    from ..strategies import get_strategy
 
     if router is not None and strategy not in ("auto", "budgetmem"):
         _fail("--router applies to --strategy auto or budgetmem only")
@@ -228,7 +227,8 @@ def ask(
                     agent_id=agent_id,
                     run_id=run_id,
                     all_scopes=all_scopes,
-                    strategy=get_strategy(strategy, options),
+                    strategy=strategy,
+                    strategy_options=options,
                     preference=preference,
                     budget=Budget(max_usd=max_usd, max_tokens=max_tokens),
                     build=build,

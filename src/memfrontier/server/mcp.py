@@ -143,17 +143,17 @@ class MemoryService:
             return None
         return open_graph("ladybug", root, scope, read_only=True)
 
-    async def strategy(self, name: str, options: dict[str, Any] | None = None):
-        """The strategy ``name`` with ``options`` under the service's option policy
-        (:func:`~memfrontier.server.options.check_remote_options`), built and kept by the facade
-        (:meth:`~memfrontier.api.AsyncMemory.strategy`) in a worker thread (a first build reads
-        files), off the event loop; raises ValueError naming a rejected option."""
+    @staticmethod
+    def strategy_config(name: str, options: dict[str, Any] | None = None):
+        """The config the strategy ``name`` runs with ``options`` under the service's option policy
+        (:func:`~memfrontier.server.options.check_remote_options`); raises ValueError naming a
+        rejected option, before the store opens. The facade builds and keeps the strategy
+        (:meth:`~memfrontier.api.AsyncMemory.strategy`, off the event loop)."""
         from ..strategies import strategy_config
         from .options import check_remote_options
 
         check_remote_options(name, options)
-        cfg = strategy_config(name, options)  # a rejected option is named before the store opens
-        return await asyncio.to_thread((await self.memory()).strategy, name, cfg)
+        return strategy_config(name, options)
 
     def close(self) -> None:
         if self._mem is not None:
@@ -352,13 +352,14 @@ def build_server(service: MemoryService):
     )
     async def ask(args: AskArgs, scope: Scope) -> dict[str, Any]:
         mem = await service.memory()
-        strategy = await service.strategy(args.strategy, args.options)
+        cfg = service.strategy_config(args.strategy, args.options)
         ans = await mem.ask(
             args.question,
             user_id=scope.user_id,
             agent_id=scope.agent_id,
             run_id=scope.run_id,
-            strategy=strategy,
+            strategy=args.strategy,
+            strategy_options=cfg,
             budget=Budget(max_usd=args.max_usd),
             build=args.build,
         )

@@ -302,14 +302,13 @@ async def _bill(request: Request, name: str, e: FallbackError) -> None:
         await _in_thread(request.app.state.tenants.keys.record_usage, name, usage)
 
 
-async def _strategy(request: Request, name: str, options: dict[str, Any] | None):
-    """The request's strategy under the service's option policy
+def _strategy_options(request: Request, name: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The options a request's strategy runs with, under the service's option policy
     (:func:`~memfrontier.server.options.check_remote_options`: 422 for an unknown strategy, an
     option naming a file, a model or an endpoint, or a value selecting one the operator did not
-    configure), built and kept by the facade (:meth:`~memfrontier.api.AsyncMemory.strategy`) in a
-    worker thread (a first build reads files: a router, the reranker), off the event loop. ``auto``
-    routes with the operator's router file (``ServeSettings.router``; ValueError, 422, when the
-    server has none)."""
+    configure); the facade builds and keeps the strategy (:meth:`~memfrontier.api.AsyncMemory.strategy`,
+    off the event loop). ``auto`` routes with the operator's router file (``ServeSettings.router``;
+    ValueError, 422, when the server has none)."""
     if name not in STRATEGY_NAMES:
         raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
     check_remote_options(name, options)
@@ -321,7 +320,7 @@ async def _strategy(request: Request, name: str, options: dict[str, Any] | None)
                 "`memfrontier serve --router FILE`"
             )
         options = {**(options or {}), "router": settings.router}
-    return await _in_thread(_memory(request).strategy, name, options)
+    return options
 
 
 class NoQueryInAccessLog(logging.Filter):
@@ -464,12 +463,13 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
     @app.post("/v1/ask", response_model=Answer, responses={409: {"model": ErrorBody}, 502: {"model": ErrorBody}})
     async def ask(body: AskBody, name: Tenant, request: Request) -> Answer:
         _one_scope(body.all_scopes)
-        strat = await _strategy(request, body.strategy, body.strategy_options)
+        options = _strategy_options(request, body.strategy, body.strategy_options)
         mem = _memory(request)
         try:
             ans = await mem.ask(
                 body.question,
-                strategy=strat,
+                strategy=body.strategy,
+                strategy_options=options,
                 preference=body.preference,
                 budget=body.budget,
                 question_date=body.question_date,
@@ -484,9 +484,11 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
 
     @app.post("/v1/build", response_model=BuildReport, responses={422: {"model": ErrorBody}, 502: {"model": ErrorBody}})
     async def build(body: BuildBody, name: Tenant, request: Request) -> BuildReport:
-        strat = await _strategy(request, body.strategy, body.strategy_options)
+        options = _strategy_options(request, body.strategy, body.strategy_options)
         try:
-            report = await _memory(request).build(strat, **_scope_kw(name, body.user_id, body.agent_id, body.run_id))
+            report = await _memory(request).build(
+                body.strategy, strategy_options=options, **_scope_kw(name, body.user_id, body.agent_id, body.run_id)
+            )
         except FallbackError as e:
             await _bill(request, name, e)
             raise
