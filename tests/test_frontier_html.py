@@ -155,6 +155,25 @@ def test_an_exported_run_without_the_benchmark_text_shows_ids(tmp_path):
     assert "This export holds no benchmark text" in page and '"question":null' in page.replace(" ", "")
 
 
+def test_a_question_shows_its_text_from_any_configuration_that_holds_it(tmp_path):
+    """A configuration resumed from an export holds no text in its carried rows: the question and
+    gold come from another configuration's row, whichever comes first."""
+    rows = _rows([0.5, 1.0, 0.0, 0.5], 2e-4, 4.0, ["Paris", "oil", "a cat", "May"])
+    carried = [published_row(r) for r in rows[:2]] + rows[2:]  # two carried rows, two answered here
+    _write_run(tmp_path / "rr", carried)
+    _write_run(tmp_path / "rag", rows)
+    runs = [
+        {"label": "rr", "strategy": "rag", "dir": tmp_path / "rr"},
+        {"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"},
+    ]
+    report = build_report(runs)
+    q = {x["id"]: x for x in page_data(report, {"rr": carried, "rag": rows})["questions"]}
+    assert [q[i]["question"] for i in ("q0", "q1", "q2")] == QUESTIONS[:3]
+    assert q["q0"]["gold"] == "gold 0" and q["q0"]["category"] == rows[0]["category"]
+    alone = page_data(build_report(runs[:1]), {"rr": carried})["questions"]  # no other row holds it
+    assert [x["question"] for x in alone] == [None, None, QUESTIONS[2], QUESTIONS[3]]
+
+
 def _chromium_or_skip():
     """Playwright's sync API, or a skip naming what is missing (a failure under CI=true)."""
     missing = []

@@ -50,8 +50,9 @@ def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
     rows hold, in the order of the first configuration's ``predictions.jsonl``, each ``{"id", "category", "question", "gold", "spread",
     "answers"}`` where ``answers`` holds per configuration (``configs`` order) ``[prediction, f1,
     USD×1e4, proxy s]`` or None when it has no row there, and ``spread`` is the largest minus the
-    smallest F1 (0 with fewer than two). ``question``/``gold`` are None when the rows lack them
-    (exported runs). Non-finite numbers become None."""
+    smallest F1 (0 with fewer than two). ``category``/``question``/``gold`` come from the first
+    configuration's row that holds them (a row carried from an export holds no text), None when none
+    does. Non-finite numbers become None."""
     ok = [x for x in report["rows"] if x.get("status") == "ok" and x.get("f1") is not None]
     configs = [
         {
@@ -84,7 +85,11 @@ def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
     questions = []
     for qid in order:
         rows = [by_label[c["label"]].get(qid) for c in configs]
-        first = next((r for r in rows if r is not None), {})
+        held = [r for r in rows if r is not None]
+
+        def first(key: str):  # from any row that holds it: a carried row (an export's) holds no text
+            return next((r[key] for r in held if r.get(key) is not None), None)
+
         answers = []
         for r in rows:
             if r is None:
@@ -103,9 +108,9 @@ def page_data(report: dict, predictions: Mapping[str, list[dict]]) -> dict:
         questions.append(
             {
                 "id": _text(qid),
-                "category": _text(first.get("category")),
-                "question": _text(first.get("question")),
-                "gold": _text(first.get("gold")),
+                "category": _text(first("category")),
+                "question": _text(first("question")),
+                "gold": _text(first("gold")),
                 "spread": max(f1s) - min(f1s) if len(f1s) > 1 else 0.0,
                 "answers": answers,
             }
