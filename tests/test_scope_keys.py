@@ -76,6 +76,33 @@ def test_banks_keep_colliding_scopes_apart(tmp_path, minilm):
     bank.close()
 
 
+def test_a_bank_reads_exactly_the_scopes_a_search_scope_covers(tmp_path, minilm, monkeypatch):
+    """The bank selects a search scope's rows in SQL (the key, a range of the user's keys, or
+    json_extract of the other ids): for every search scope the items are those Scope.matches
+    admits, with user ids that share a prefix, hold a quote or a comma, or are not ASCII; the
+    loaded scopes are kept least recently read first out, at most CACHED_SCOPES."""
+    from memfrontier.store import bank as bank_module
+
+    users = ["ana", "ana2", "an", 'ana"', "ana,", "\u00e9", "\u00e9\u00e9", "x|y"]
+    scopes = [Scope(user_id=u) for u in users]
+    scopes += [Scope(user_id="ana", agent_id="bot"), Scope(user_id="ana", agent_id="bot", run_id="r1")]
+    scopes += [Scope(user_id="ana2", run_id="r1"), Scope(agent_id="bot"), Scope(run_id="r1")]
+    bank = MemoryBank(tmp_path / "bank.db", minilm)
+    bank.apply([BankItem(id=f"f{i}", kind="fact", scope=sc, text=f"fact {i}") for i, sc in enumerate(scopes)])
+    searches = [*scopes, Scope(), Scope(agent_id="bot", run_id="r1"), Scope(user_id="nobody")]
+    for search in searches:
+        want = sorted(f"f{i}" for i, sc in enumerate(scopes) if search.matches(sc))
+        assert sorted(it.id for it in bank.items(search, "fact")) == want, search
+    assert [it.id for it in bank.items(Scope(user_id="ana"), "fact")] == ["f0", "f8", "f9"]
+    monkeypatch.setattr(bank_module, "CACHED_SCOPES", 3)
+    bank._cache.clear()
+    for search in searches:
+        assert len(bank.items(search, "fact")) == sum(search.matches(sc) for sc in scopes)
+        assert len(bank._cache) <= 3
+    assert [k[0] for k in bank._cache] == [sc.key() for sc in searches[-3:]]  # the three read last
+    bank.close()
+
+
 def test_graph_folders_keep_colliding_scopes_apart(tmp_path):
     notes = {
         FIRST: Note(LOCKER, ["Ann"], "codes", "2023-07-01T09:00:00", "s1", ["r1"]),

@@ -29,6 +29,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,9 +43,12 @@ from ..core.purgers import Purge, register_view_purger
 from ..core.types import Scope
 from ..embed.query import encode_query
 from .bm25 import BM25Index, TermCache
-from .records import Presence
+from .records import Presence, scope_key_where
 
 SCOPE_KEY_VERSION = "2"  # meta 'scope_keys': rows keyed by Scope.key()
+#: The (scope, kind) entries a bank keeps loaded (items, embeddings, BM25 index), least recently
+#: read dropped first: a service reads many tenants' scopes through one bank.
+CACHED_SCOPES = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -207,7 +211,7 @@ class MemoryBank:
         self.embedder = embedder
         self._lock = threading.RLock()
         # (scope key, kind) -> (scope, items, matrix, BM25 index or None until a BM25 search)
-        self._cache: dict[tuple[str, str], list] = {}
+        self._cache: OrderedDict[tuple[str, str], list] = OrderedDict()  # LRU, at most CACHED_SCOPES
         self._terms = TermCache()
         self._data_version: int | None = None  # PRAGMA data_version: another connection wrote
         try:
@@ -389,11 +393,13 @@ class MemoryBank:
                 self._cache.clear()
             hit = self._cache.get(key)
             if hit is not None:
+                self._cache.move_to_end(key)
                 return hit
+            where, params = scope_key_where(scope)  # the scope's rows only; matches() below checks each
             rows = self._conn.execute(
                 "SELECT id, kind, scope_json, title, text, timestamp, source_ids, meta_json, vector FROM items "
-                "WHERE kind = ? ORDER BY timestamp IS NOT NULL, timestamp, seq",
-                (kind,),
+                f"WHERE kind = ? AND {where} ORDER BY timestamp IS NOT NULL, timestamp, seq",
+                (kind, *params),
             ).fetchall()
             items, vecs = [], []
             for r in rows:
@@ -412,6 +418,8 @@ class MemoryBank:
                     vecs.append(np.frombuffer(r[8], dtype=np.float32))
             matrix = np.vstack(vecs) if vecs else np.zeros((0, int(self.embedder.dim)), dtype=np.float32)
             self._cache[key] = entry = [scope, items, matrix, None]
+            while len(self._cache) > CACHED_SCOPES:  # a service's many tenants: the least recent goes
+                self._cache.popitem(last=False)
             return entry
 
     def items(self, scope: Scope, kind: str) -> list[BankItem]:

@@ -1,5 +1,6 @@
 """What both stores (SQLite, PostgreSQL) do the same way with records, apart from SQL: the
-records row layout, checking an ``add`` batch, conflicts, an ``add``'s result, embedding and token counting through the
+records row layout, checking an ``add`` batch, a scope's rows in a table keyed by the scope key
+(:func:`scope_key_where`), conflicts, an ``add``'s result, embedding and token counting through the
 store's embedder, the embedder-mismatch message, view folders, and the purge intent a delete
 writes (:mod:`.purge` carries it out)."""
 
@@ -343,3 +344,24 @@ def purge_intent(rows, whole: Scope | None) -> str:
         "records": [[json.loads(sj), sorted(ids)] for sj, ids in sorted(by_scope.items())],
     }
     return json.dumps(intent, ensure_ascii=False)
+
+
+def scope_key_where(scope: Scope) -> tuple[str, list]:
+    """``(SQL condition, params)`` selecting, in SQLite, the rows of a table keyed by ``scope_key``
+    (:meth:`~memfrontier.core.types.Scope.key`, the JSON array ``[user, agent, run]``) inside a
+    search ``scope`` (``None`` fields match anything; ``TRUE`` when every field is ``None``): the
+    key itself when every id is set (one indexed read), a range of an index on ``scope_key`` when
+    the user id is (the keys that start ``["<user>",``: the user id is closed by its quote, so no
+    other user's keys fall in it), and ``json_extract`` of the other ids set."""
+    if None not in (scope.user_id, scope.agent_id, scope.run_id):
+        return "scope_key = ?", [scope.key()]
+    conds, params = [], []
+    if scope.user_id is not None:
+        lo = json.dumps([scope.user_id], ensure_ascii=True)[:-1] + ","
+        conds.append("scope_key >= ? AND scope_key < ?")
+        params += [lo, lo[:-1] + chr(ord(",") + 1)]
+    for i, v in ((1, scope.agent_id), (2, scope.run_id)):
+        if v is not None:
+            conds.append(f"json_extract(scope_key, '$[{i}]') = ?")
+            params.append(v)
+    return " AND ".join(conds) or "TRUE", params

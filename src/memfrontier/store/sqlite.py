@@ -71,6 +71,7 @@ from .records import (
     purge_intent,
     record_row,
     row_to_record,
+    scope_key_where,
 )
 from .scope_index import Partition, Patch, ScopeIndex
 from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
@@ -646,19 +647,8 @@ class SQLiteStore(StoreSeam):
         the index (the user's scopes) when the user id is, else a scan of the per-scope stamps. A
         write to another scope leaves it unchanged. See
         :meth:`MemoryStore.scope_generation`."""
-        if None not in (scope.user_id, scope.agent_id, scope.run_id):
-            sql, params = "SELECT generation FROM scope_gen WHERE scope_key = ?", [scope.key()]
-        else:
-            conds, params = [], []
-            if scope.user_id is not None:  # the keys that start '["<user>",': a range of the primary key
-                lo = json.dumps([scope.user_id], ensure_ascii=True)[:-1] + ","
-                conds.append("scope_key >= ? AND scope_key < ?")
-                params += [lo, lo[:-1] + chr(ord(",") + 1)]
-            for i, v in ((1, scope.agent_id), (2, scope.run_id)):
-                if v is not None:
-                    conds.append(f"json_extract(scope_key, '$[{i}]') = ?")
-                    params.append(v)
-            sql = f"SELECT MAX(generation) FROM scope_gen WHERE {' AND '.join(conds) or 'TRUE'}"
+        where, params = scope_key_where(scope)
+        sql = f"SELECT MAX(generation) FROM scope_gen WHERE {where}"
         with self._lock:
             self._check_open()
             try:
