@@ -23,6 +23,7 @@ from memfrontier.strategies.automem.graph_notes import (
     grounded,
     make_windows,
     notes_from_reply,
+    read_reply,
     step_note,
 )
 
@@ -251,6 +252,16 @@ def test_notes_that_copy_a_turn_or_name_the_examples_people_are_dropped():
         )
         assert notes_from_reply(copies_only, w) is None  # the window falls back to its turns
     assert ledger.events == {"indexer.copied_note": 2, "indexer.example_echo": 1}
+    # the fallback's reason: what most refused notes met (the window's fallback record names it)
+    with use_ledger(Ledger()):
+        assert read_reply(copies_only, w) == (None, "copied_turns")
+        assert read_reply(reply, w)[1] is None
+        assert read_reply('{"notes": []}', w) == (None, "invalid")
+        assert read_reply("garbage", w) == (None, "unparsable")
+        assert read_reply('{"notes": [{"topic": "x"}]}', w) == (None, "invalid")
+        vague = {"text": "They talked about many things and plans together.", "speakers": ["Evan"], "topic": "x"}
+        copy = json.loads(copies_only)["notes"][0]
+        assert read_reply(json.dumps({"notes": [vague, vague, copy]}), w) == (None, "ungrounded")
 
 
 def test_the_indexer_prompts_examples_pass_its_own_checks():

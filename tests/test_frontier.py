@@ -523,8 +523,25 @@ def test_a_run_above_the_fallback_threshold_is_refused_unless_allowed(tmp_path):
     runs = [{"label": "rag", "strategy": "rag", "dir": tmp_path / "rag"}]
     row = build_report(runs)["rows"][0]
     assert row["status"].startswith("refused") and "budgetmem.filter.high" in row["status"]
+    s["fallbacks"] = {  # with the shares (as fallback_report writes them), the row says how much fell back
+        "threshold": 0.05,
+        "by_role": {
+            "indexer": {"calls": 73, "errors": 0, "fallbacks": 34, "error_share": 0.0, "fallback_share": 34 / 73,
+                        "top_rejection": "copied_turns (30)"},
+            "answerer": {"calls": 2, "errors": 1, "fallbacks": 0, "error_share": 0.5, "fallback_share": 0.0},
+        },
+        "exceeded": ["indexer", "answerer"],
+    }  # fmt: skip
+    (tmp_path / "rag" / "summary.json").write_text(json.dumps(s))
+    report = build_report(runs)
+    assert report["rows"][0]["status"] == (
+        "refused: model calls failed or fell back above the threshold in indexer: of 73 calls 34 fell back "
+        "(47%), most often copied_turns (30); answerer: of 2 calls 1 failed (50%) "
+        "(threshold 5%; --allow-fallbacks keeps the row)"
+    )
+    assert "| rag | - | refused: model calls failed" in render_markdown(report)  # not "not run"
     kept = build_report(runs, allow_fallbacks=True)
-    assert kept["rows"][0]["status"] == "ok" and "budgetmem.filter.high" in render_markdown(kept)
+    assert kept["rows"][0]["status"] == "ok" and "rag (indexer, answerer)" in render_markdown(kept)
 
 
 @pytest.mark.slow

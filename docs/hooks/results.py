@@ -2,7 +2,8 @@
 
 A line ``<!-- results: DIR -->`` in a page is replaced by ``results/DIR/frontier.md`` with its
 "not run" and "started" rows (a configuration exported before it finished) left out, so the docs
-show only numbers of finished runs that have files. A missing export is an
+show only numbers of finished runs that have files; a run refused for its fallbacks keeps its row,
+which says why. A missing export is an
 error (the build fails), never an empty table.
 """
 

@@ -177,6 +177,28 @@ def config_row(
     return row
 
 
+def refused_reason(fallbacks: dict) -> str:
+    """Why a run's row is refused, from its summary's ``fallbacks``
+    (:func:`~memfrontier.core.fallbacks.fallback_report`): each role above the threshold with its
+    failed and fell-back calls, e.g. ``indexer: 34 of 73 calls fell back (47%); threshold 5%``."""
+    parts = []
+    for role in fallbacks["exceeded"]:
+        v = fallbacks.get("by_role", {}).get(role)
+        if not v:  # a summary without the shares names the role only
+            parts.append(role)
+            continue
+        said = [f"{v['errors']} failed ({v['error_share']:.0%})"] if v.get("errors") else []
+        said += [f"{v['fallbacks']} fell back ({v['fallback_share']:.0%})"] if v.get("fallbacks") else []
+        top = f", most often {v['top_rejection']}" if v.get("top_rejection") else ""
+        parts.append(f"{role}: of {v['calls']} calls {' and '.join(said) or 'none failed'}{top}")
+    threshold = fallbacks.get("threshold")
+    return (
+        "model calls failed or fell back above the threshold in "
+        + "; ".join(parts)
+        + (f" (threshold {threshold:.0%}; --allow-fallbacks keeps the row)" if threshold is not None else "")
+    )
+
+
 def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0, allow_fallbacks: bool = False) -> dict:
     """The frontier over ``runs``: dicts with ``label``, ``strategy`` and either ``dir`` (an eval
     output folder) or ``status`` (why it did not run). Every configuration is scored on the questions
@@ -196,11 +218,9 @@ def build_report(runs: Sequence[dict], *, reference: str = "rag", seed: int = 0,
         except FileNotFoundError:
             status[r["label"]] = "no summary.json (run not finished)"
             continue
-        exceeded = run[0].get("fallbacks", {}).get("exceeded", [])
-        if exceeded and not allow_fallbacks:
-            status[r["label"]] = (
-                f"refused: model calls failed or fell back above the threshold in {', '.join(exceeded)}"
-            )
+        fallbacks = run[0].get("fallbacks", {})
+        if fallbacks.get("exceeded") and not allow_fallbacks:
+            status[r["label"]] = f"refused: {refused_reason(fallbacks)}"
             continue
         loaded[r["label"]] = run
     finished = [r for r in runs if r["label"] in loaded]

@@ -92,9 +92,10 @@ def table_header(reference: str) -> list[str]:
 
 def table_cells(x: dict, reference: str) -> list[str]:
     """The cells of report row ``x`` under :func:`table_header`: 15 strings for a finished
-    configuration; for one that did not finish, its label and why (``["rag", "not run: ..."]``)."""
+    configuration; for one that did not finish, its label and why (``["rag", "not run: ..."]``, or
+    ``"refused: ..."`` for a run above the fallback threshold)."""
     if x["status"] != "ok":
-        why = x["status"] if x["status"].startswith(("not run", "started")) else f"not run: {x['status']}"
+        why = x["status"] if x["status"].startswith(("not run", "started", "refused")) else f"not run: {x['status']}"
         return [x["label"], why]
     unpriced = x.get("unpriced_calls")
     return [

@@ -316,32 +316,50 @@ def grounded(note_text: str, w: Window) -> bool:
 
 def notes_from_reply(text: str, w: Window) -> list[Note] | None:
     """Validated, grounded notes from the indexer's raw reply, or None (counted) when it does not
-    parse or validate or no note is grounded. Counts ``parse_error.indexer`` (via
-    :func:`parse_or_count`), ``invalid_output.indexer`` or ``indexer.ungrounded_note``."""
+    parse or validate or no note is kept (:func:`read_reply`, whose reason this drops)."""
+    return read_reply(text, w)[0]
+
+
+#: Why no note of a reply was kept, as the window's fallback record names it: the reply did not
+#: parse (``unparsable``) or validate (``invalid``: no note is one), or every note was refused, by
+#: the rejection most of them met: too few of its words in the window
+#: (``ungrounded``), a copy of the window's turns (``copied_turns``), or the prompt's example people
+#: (``example_echo``).
+REJECTIONS = ("unparsable", "invalid", "ungrounded", "copied_turns", "example_echo")
+
+
+def read_reply(text: str, w: Window) -> tuple[list[Note] | None, str | None]:
+    """``(notes, None)`` from the indexer's raw reply: validated, grounded notes with matched
+    speakers; or ``(None, reason)`` (one of :data:`REJECTIONS`) when none is kept. Counts
+    ``parse_error.indexer`` (via :func:`parse_or_count`), ``invalid_output.indexer`` and, per
+    refused note, ``indexer.ungrounded_note``, ``indexer.copied_note`` or ``indexer.example_echo``."""
     res = parse_or_count(text, "parse_error.indexer", expect="object")
     if not res.ok:
-        return None
+        return None, "unparsable"
     try:
         out = NotesOut.model_validate(res.value)
     except ValidationError:
         count_event("invalid_output.indexer")
-        return None
+        return None, "invalid"
     first = w.records[0]
     rids = [r.id for r in w.records]
     turns = [r.text or r.render() for r in w.records]
     rendered = [r.render() for r in w.records]  # with the speakers' names: a speaker is no echo
-    kept = []
+    kept, refused = [], []
     for n in out.notes[:MAX_NOTES]:
         if not grounded(n.text, w):
             count_event("indexer.ungrounded_note")
+            refused.append("ungrounded")
         elif copies_turns(n.text, turns):
             count_event("indexer.copied_note")
+            refused.append("copied_turns")
         elif names_absent_people(n.text, EXAMPLE_NAMES, rendered):
             count_event("indexer.example_echo")
+            refused.append("example_echo")
         else:
             kept.append(n)
     if not kept:
-        return None
+        return None, max(REJECTIONS[2:], key=refused.count)  # NotesOut holds one note at least
     return [
         Note(
             text=n.text,
@@ -352,7 +370,7 @@ def notes_from_reply(text: str, w: Window) -> list[Note] | None:
             record_ids=rids,
         )
         for n in kept
-    ]
+    ], None
 
 
 async def summarize_window(llm: MeteredLLM, w: Window) -> list[Note]:
@@ -362,8 +380,8 @@ async def summarize_window(llm: MeteredLLM, w: Window) -> list[Note]:
     out = await llm.complete(
         window_prompt(w), role="indexer", max_tokens=MAX_TOKENS, temperature=0.0, json_schema=NOTES_SCHEMA
     )
-    notes = notes_from_reply(out.text, w)
+    notes, reason = read_reply(out.text, w)
     if notes is None:
-        record_fallback(role="indexer", module="indexer", reason="unparsable")
+        record_fallback(role="indexer", module="indexer", reason=reason)
         return fallback_notes(w)
     return notes
