@@ -58,6 +58,28 @@ def test_chunk_time_is_session_time():
     assert {c.timestamp for c in chunks} == {"2023-05-08T13:56:00+00:00"}  # first (non-None) record time of the session
 
 
+def test_a_session_written_over_several_days_is_cut_where_the_day_changes():
+    """Messages added to one session on different days (the default session of ad-hoc adds) keep
+    their own day: a chunk holds one day's dated records, dated by that day's first time; an undated
+    record joins the chunk it follows. day_times by hand."""
+    from memfrontier.core.timeutil import day_times
+
+    jan, jan2, nov = "2023-01-05T09:00:00+00:00", "2023-01-05T18:30:00+00:00", "2024-11-20T09:00:00+00:00"
+    assert day_times([jan2, None, nov, jan]) == [jan, jan, nov, jan]  # the day's first; undated: the session's
+    assert day_times([None, None]) == [None, None]
+    recs = [rec(1, "a", ts=jan2), rec(2, "b", ts=None), rec(3, "c", ts=nov), rec(4, "d", ts=nov), rec(5, "e", ts=jan)]
+    chunks = chunk_records(recs, words, max_tokens=100)
+    assert [(c.record_ids, c.timestamp) for c in chunks] == [
+        (["r1", "r2"], jan),
+        (["r3", "r4"], nov),
+        (["r5"], jan),
+    ]
+    one_day = [rec(i, "x", ts=t) for i, t in enumerate((jan2, jan, None))]  # one day: one chunk, as before
+    assert [(c.record_ids, c.timestamp) for c in chunk_records(one_day, words, max_tokens=100)] == [
+        (["r0", "r1", "r2"], jan)
+    ]
+
+
 def test_deterministic_ids():
     recs = [rec(i, f"turn number {i} about hiking") for i in range(10)]
     c1 = chunk_records(recs, words, max_tokens=12)

@@ -71,6 +71,29 @@ def test_one_turn_hit_reads_that_turn_under_its_session_date(env):
     assert c.text == '(8 May 2023)\nAna said, "I am training for the Lisbon marathon in October."'
 
 
+def test_a_session_written_over_two_days_reads_each_turn_under_its_own_day(tmp_path, minilm):
+    """Two messages of one session added a year apart: the turn context shows each under its own
+    date line, and so does chunk rag (one chunk per day)."""
+    store = SQLiteStore(tmp_path / "days", minilm)
+    store.add(
+        [
+            Record(id="m1", scope=A, speaker="Ana", timestamp="2023-01-05T09:00:00", text="I adopted a cat named Tom."),
+            Record(id="m2", scope=A, speaker="Ana", timestamp="2024-11-20T09:00:00", text="Tom the cat ran away."),
+        ]
+    )
+    env = MemoryEnv(store=store, llm=None, answer_llm=None)
+    c = ctx(env, "When did Ana's cat run away?", k=2)
+    assert c.text == (
+        '(5 January 2023)\nAna said, "I adopted a cat named Tom."\n(20 November 2024)\nAna said, "Tom the cat ran away."'
+    )
+    chunks = asyncio.run(get_strategy("rag").context(Query(text="cat", scope=A), env, None, Budget())).text
+    assert sorted(chunks.splitlines()) == [
+        '(20 November 2024) Ana said, "Tom the cat ran away."',
+        '(5 January 2023) Ana said, "I adopted a cat named Tom."',
+    ]
+    store.close()
+
+
 def test_neighbours_add_the_turns_around_each_hit_in_session_order(env):
     c = ctx(env, "tuna", k=1, neighbours=1)
     assert c.evidence_ids == ["s1:3", "s1:4", "s1:5"]

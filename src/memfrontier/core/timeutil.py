@@ -206,3 +206,27 @@ def instant_key(value: str | datetime | None) -> tuple[int, str]:
         return (1, value)
     parsed = parse_instant(value) if value is not None else None
     return (0, "") if parsed is None else (1, format_instant(parsed))
+
+
+def day_times(timestamps: list[str | None]) -> list[str | None]:
+    """The time each record of one session is dated by in memory (a chunk, a turn item): the
+    earliest of the session's timestamps on the record's calendar day (its date as written, the
+    day a context shows), so records added on different days of one session keep their own day;
+    an undated record takes the session's earliest timestamp (None when none is dated). A session
+    whose records share one day gets its earliest timestamp everywhere (each benchmark session)."""
+    dated = [t for t in timestamps if t is not None]
+    if not dated:
+        return [None] * len(timestamps)
+    first: dict[str, str] = {}
+    for t in sorted(dated, key=instant_key):
+        first.setdefault(_day(t), t)
+    session = min(dated, key=instant_key)
+    return [first[_day(t)] if t is not None else session for t in timestamps]
+
+
+def _day(ts: str) -> str:
+    """A timestamp's calendar day as written (its own offset), or the text when it does not parse."""
+    try:
+        return datetime.fromisoformat(ts).date().isoformat()
+    except ValueError:
+        return ts

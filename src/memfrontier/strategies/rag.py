@@ -226,7 +226,7 @@ def select_turns(
     once. Returns the turns in context order (sessions by time, turns by position)."""
     where = {(it.meta.get("session_id"), it.meta.get("position")): it for it in items}
     chosen: dict[str, BankItem] = {}
-    sessions: set[str | None] = set()
+    shown: set[tuple] = set()  # (session, day time) of the date lines so far
     used = 0
     for rank, h in enumerate(hits):
         sid, pos = h.item.meta.get("session_id"), h.item.meta.get("position")
@@ -240,12 +240,12 @@ def select_turns(
         if not new:
             continue
         cost = sum(count_tokens(render(g)) for g in new)
-        if sid not in sessions:
-            cost += count_tokens(_date_line(h.item.timestamp))
+        days = {(g.meta.get("session_id"), g.timestamp) for g in new} - shown  # the date lines they add
+        cost += sum(count_tokens(_date_line(ts)) for _, ts in days)
         if max_tokens is not None and used + cost > max_tokens:
             continue
         used += cost
-        sessions.add(sid)
+        shown |= days
         chosen.update((g.id, g) for g in new)
     return sorted(
         chosen.values(),
@@ -254,14 +254,15 @@ def select_turns(
 
 
 def render_turns(turns: list[BankItem], render=BankItem.render) -> str:
-    """Turns (in context order) as text: one ``(8 May 2023)`` line per session, then its turns
+    """Turns (in context order) as text: one ``(8 May 2023)`` line per session and day (a turn
+    item is dated by its day in the session: :mod:`memfrontier.views.turns`), then its turns
     (``render``: a turn's text), one a line."""
     out: list[str] = []
     last = object()
     for it in turns:
-        sid = it.meta.get("session_id")
-        if sid != last:
+        key = (it.meta.get("session_id"), it.timestamp)
+        if key != last:
             out.append(_date_line(it.timestamp))
-            last = sid
+            last = key
         out.append(render(it))
     return "\n".join(out)

@@ -7,8 +7,9 @@ do not answer the question. The turn view indexes each record on its own, in a
 (:data:`~memfrontier.retrieve.recipes.TURNS_RRF`) by the shared hybrid search.
 
 Each item: ``kind`` :data:`KIND`; ``text`` = :meth:`Record.render` (speaker, text, image captions,
-as in a chunk); ``timestamp`` = the session's time (the earliest record timestamp of the session,
-as a chunk's); ``source_ids`` = ``[record id]``; ``meta`` = ``{"session_id", "position"}`` (the
+as in a chunk); ``timestamp`` = the record's day time in its session
+(:func:`~memfrontier.core.timeutil.day_times`, as a chunk's: the session's time when the session
+is one day); ``source_ids`` = ``[record id]``; ``meta`` = ``{"session_id", "position"}`` (the
 record's 0-based place in its session, chronological). Item ids derive from the scope, the record
 id and the rendered text, so rebuilding adds nothing and a changed record gets a new item.
 Building needs no model call: only the embedder (construction cost in USD is zero).
@@ -24,7 +25,7 @@ import hashlib
 import threading
 import weakref
 
-from ..core.timeutil import instant_key
+from ..core.timeutil import day_times
 from ..core.types import Record, Scope
 from ..store.bank import BankItem, MemoryBank
 
@@ -83,11 +84,11 @@ def turn_view(store) -> TurnView:
         return view
 
 
-def turn_item_id(record: Record, position: int, session_ts: str | None) -> str:
-    """The turn item id of ``record`` at ``position`` in a session of time ``session_ts``: ``"t-"`` +
-    24 hex digits of sha256(scope key, record id, position, session time, rendered text)."""
+def turn_item_id(record: Record, position: int, day_ts: str | None) -> str:
+    """The turn item id of ``record`` at ``position`` in its session, dated ``day_ts``: ``"t-"`` + 24
+    hex digits of sha256(scope key, record id, position, day time, rendered text)."""
     h = hashlib.sha256()
-    for part in (record.scope.key(), record.id, str(position), session_ts or "", record.render()):
+    for part in (record.scope.key(), record.id, str(position), day_ts or "", record.render()):
         h.update(part.encode("utf-8"))
         h.update(b"\x1f")
     return "t-" + h.hexdigest()[:24]
@@ -100,15 +101,14 @@ def turn_items(records: list[Record]) -> list[BankItem]:
         sessions.setdefault((r.scope.key(), r.session_id), []).append(r)
     out = []
     for recs in sessions.values():
-        session_ts = min((r.timestamp for r in recs if r.timestamp is not None), key=instant_key, default=None)
-        for pos, r in enumerate(recs):
+        for pos, (r, day_ts) in enumerate(zip(recs, day_times([r.timestamp for r in recs]))):
             out.append(
                 BankItem(
-                    id=turn_item_id(r, pos, session_ts),
+                    id=turn_item_id(r, pos, day_ts),
                     kind=KIND,
                     scope=r.scope,
                     text=r.render(),
-                    timestamp=session_ts,
+                    timestamp=day_ts,
                     source_ids=[r.id],
                     meta={"session_id": r.session_id, "position": pos},
                 )
