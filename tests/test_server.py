@@ -544,6 +544,8 @@ def test_requests_without_a_valid_key_get_401_and_touch_nothing(service, key_a):
         ({"query": "x", "user_id": ""}, "user_id"),
         ({"query": "x", "user_id": "u", "limit": 3}, "limit"),
         ({"query": "", "user_id": "u"}, "query"),
+        # the client's id as sent: the position in it, no tenant prefix, no validator's boilerplate
+        ({"query": "x", "user_id": "a\x00b"}, "user_id holds a NUL character (U+0000) at position 1"),
     ],
 )
 def test_search_validation_is_422_naming_the_parameter(service, key_a, payload, names):
@@ -551,6 +553,19 @@ def test_search_validation_is_422_naming_the_parameter(service, key_a, payload, 
         r = h.post("/v1/search", json=payload)
     assert r.status_code == 422 and r.json()["error"] == "invalid"
     assert names in r.json()["message"]
+    assert "tenant-a" not in r.json()["message"] and "pydantic" not in r.json()["message"]
+
+
+def test_a_lone_surrogate_in_a_query_or_question_is_replaced_as_on_every_path(service, key_a):
+    with _raw(service, key_a) as h:
+        assert h.post("/v1/memories", json={"messages": "My dog is called Rex.", "user_id": "sur"}).status_code == 200
+        json_type = {"Content-Type": "application/json"}
+        r = h.post("/v1/search", content=b'{"query": "dog \\ud83d", "user_id": "sur"}', headers=json_type)
+        assert r.status_code == 200 and "Rex" in r.json()["hits"][0]["chunk"]["text"], r.text
+        body = b'{"question": "Rex \\ud83d?", "user_id": "sur", "strategy": "memorycpt"}'
+        r = h.post("/v1/ask", content=body, headers=json_type)
+        assert r.status_code == 409 and r.json()["error"] == "view_not_built", r.text  # read, then refused
+        assert h.delete("/v1/memories", params={"user_id": "sur"}).json() == {"deleted": 1}
 
 
 def test_add_and_ask_errors(service, key_a):

@@ -35,7 +35,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.extras import MissingExtraError, require_extra
 
@@ -54,6 +54,7 @@ from ..core.files import private_dir
 from ..core.ledger import BudgetExceededError, Usage
 from ..core.messages import check_network_images
 from ..core.pricebook import UnpricedModelError
+from ..core.text import clean_text
 from ..core.types import Budget, Hit, Preference, Record
 from ..llm import default_llm
 from ..llm.base import LLMError
@@ -69,6 +70,9 @@ SETTINGS_ENV = "MEMFRONTIER_SERVE_SETTINGS"
 # (memfrontier.store.records.MAX_KEY_BYTES); mostly non-ASCII ones may not, and the add is then a 422.
 ScopeId = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 ScopeIdQ = Annotated[str | None, Query(min_length=1, max_length=200)]
+#: A query or a question: a lone surrogate (a ``"\ud83d"`` escape) or a NUL becomes U+FFFD before
+#: the string is checked, as on every other path (:func:`~memfrontier.core.text.clean_text`).
+AskedText = Annotated[str, BeforeValidator(lambda v: clean_text(v) if isinstance(v, str) else v), Field(min_length=1)]
 
 
 class ServeSettings(BaseModel):
@@ -122,7 +126,7 @@ class AddBody(ScopeBody):
 
 
 class SearchBody(ScopeBody):
-    query: str = Field(min_length=1)
+    query: AskedText
     k: int = Field(default=10, ge=1, le=200)
     all_scopes: bool = False  # the clients mirror Memory; every scope is not offered over HTTP (422)
 
@@ -133,7 +137,7 @@ class BuildBody(ScopeBody):
 
 
 class AskBody(BuildBody):
-    question: str = Field(min_length=1)
+    question: AskedText
     preference: str | Preference | None = None
     budget: Budget | None = None
     question_date: str | None = None

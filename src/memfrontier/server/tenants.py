@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 
+from pydantic import ValidationError
+
+from ..core.errors import explain_validation
 from ..core.types import Scope
 
 TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -30,11 +33,17 @@ def check_tenant(tenant: str) -> str:
 
 def tenant_scope(tenant: str, user_id: str | None, agent_id: str | None, run_id: str | None) -> Scope:
     """The store scope of a request of ``tenant``: each given id becomes ``<tenant>/<id>``, absent
-    ids stay ``None``. Raises ValueError when no id is given (a request never reads every scope)."""
+    ids stay ``None``. Raises ValueError when no id is given (a request never reads every scope) or
+    an id is not one (:class:`~memfrontier.core.types.Scope`'s rules; the message quotes the id as
+    sent, without the prefix)."""
     check_tenant(tenant)
     ids = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
     if all(v is None for v in ids.values()):
         raise ValueError("give a scope: at least one of user_id, agent_id, run_id")
+    try:  # the client's own ids first: an error names them as sent, never the tenant's prefix
+        Scope(**ids)
+    except ValidationError as e:
+        raise ValueError(explain_validation("the scope", e)) from None
     return Scope(**{k: None if v is None else f"{tenant}/{v}" for k, v in ids.items()})
 
 
