@@ -71,6 +71,29 @@ def test_configurations_at_the_same_point_share_one_plot_label():
     assert point_labels(rows, "usd") == [(0.39, 0.298, "rag-k4"), (0.395, 0.282, "auto-balanced = auto-cost")]
 
 
+def test_the_same_rows_draw_the_same_plot_files(tmp_path, monkeypatch):
+    """The label placement runs a fixed number of steps (not a time limit), so re-reporting a
+    frontier leaves its plots unchanged byte for byte, on a machine of any speed (here: one whose
+    clock runs a second per reading, as a time-limited placement would see on a slow machine)."""
+    import itertools
+
+    import adjustText
+
+    from memfrontier.frontier.plots import plot_frontier
+
+    def row(label, strategy, usd, f1, pareto=False):
+        return {"label": label, "strategy": strategy, "usd_x1e4_amortized": usd, "proxy_s": usd * 30, "f1": f1,
+                "f1_low": f1 - 0.1, "f1_high": f1 + 0.1, "pareto_cost": pareto, "pareto_latency": pareto}  # fmt: skip
+
+    rows = [row("rag", "rag", 0.73, 0.37, True), row("rag-k4", "rag", 0.38, 0.36, True)]
+    rows += [row(f"memorycpt-{i}", "memorycpt", 7.0, 0.25 + 0.01 * i) for i in range(3)]
+    first = plot_frontier(rows, tmp_path / "a", "t")
+    monkeypatch.setattr(adjustText, "timer", itertools.count().__next__)  # a slow machine's clock
+    again = plot_frontier(rows, tmp_path / "b", "t")
+    for key in ("plot_cost", "plot_latency"):
+        assert first[key].read_bytes() == again[key].read_bytes()
+
+
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
     vals = [0.0, 1.0] * 20
     m, lo, hi = bootstrap_ci(vals, seed=3)
@@ -536,7 +559,7 @@ def test_a_run_above_the_fallback_threshold_is_refused_unless_allowed(tmp_path):
     report = build_report(runs)
     assert report["rows"][0]["status"] == (
         "refused: model calls failed or fell back above the threshold in indexer: of 73 calls 34 fell back "
-        "(47%), most often copied_turns (30); answerer: of 2 calls 1 failed (50%) "
+        "(47%), top reason copied_turns (30); answerer: of 2 calls 1 failed (50%) "
         "(threshold 5%; --allow-fallbacks keeps the row)"
     )
     assert "| rag | - | refused: model calls failed" in render_markdown(report)  # not "not run"
@@ -633,6 +656,39 @@ def test_judge_accuracy_is_a_column_of_the_markdown_table(tmp_path):
     col = head.index(" judge accuracy ")
     cells = {line.split("|")[1].strip(): line.split("|")[col].strip() for line in md[4:6]}
     assert cells == {"rag": "0.667", "plain": "-"}  # 2 of 3 judged correct; an unjudged run shows none
+
+
+def test_report_only_names_a_refused_configuration_in_its_output(tmp_path):
+    """A run refused for its fallbacks is named on the terminal with why (once), not only in the
+    files, and the exit code of --report-only stays 0 (it reports, it runs nothing)."""
+    from typer.testing import CliRunner
+
+    from memfrontier.cli import app
+    from memfrontier.eval.runner import EvalConfig
+    from memfrontier.frontier.run import _eval_config, config_dir
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        "name: s\nconfigurations:\n  - {label: rag, strategy: rag}\n  - {label: am, strategy: automem}\n"
+    )
+    spec = load_spec(spec_file)
+    out = tmp_path / "out"
+    for i, label in enumerate(("rag", "am")):
+        _write_run(config_dir(out, label), _rows([0.5, 0.5], 1e-4))
+        ident = _eval_config(EvalConfig(strategy="rag"), out, spec.configurations[i]).identity()
+        (config_dir(out, label) / "run.json").write_text(json.dumps(ident))
+    summary = config_dir(out, "am") / "summary.json"
+    s = json.loads(summary.read_text())
+    s["fallbacks"] = {
+        "threshold": 0.05,
+        "by_role": {"indexer": {"calls": 10, "errors": 0, "fallbacks": 5, "error_share": 0.0, "fallback_share": 0.5}},
+        "exceeded": ["indexer"],
+    }
+    summary.write_text(json.dumps(s))
+    res = CliRunner().invoke(app, ["frontier", "--spec", str(spec_file), "--report-only", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert said.count("am: refused: model calls failed or fell back above the threshold in indexer: of 10 calls") == 1
 
 
 def test_an_export_keeps_no_benchmark_text_rebuilds_the_same_report_and_resumes_elsewhere(tmp_path):

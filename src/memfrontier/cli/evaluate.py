@@ -221,8 +221,11 @@ def frontier_cmd(
         task = bar.add_task("frontier", total=None)
 
         current = {"label": ""}
+        said: set[str] = set()  # the configurations whose outcome was printed while running
 
         def on_config(label: str, status: str) -> None:
+            if status not in ("start", "done"):
+                said.add(label)
             if status == "start":
                 current["label"] = label
                 ingest_row.prefix = f"{label}: "
@@ -259,6 +262,9 @@ def frontier_cmd(
                 )
             )
     rows = {x["label"]: x for x in report["rows"]}
+    for x in report["rows"]:  # refused when the report read its summary (e.g. --report-only)
+        if x["status"].startswith("refused") and x["label"] not in said:
+            err.print(f"{x['label']}: {x['status']}", markup=False)
     if export is not None:
         _export(fspec, base, run.out, export, report, reference)
     if not report["files"] and report_only and export is not None:

@@ -3,16 +3,22 @@ question, one colour per strategy family, Pareto points filled circles joined by
 hollow squares, the gold-evidence anchor (oracle) a star outside the Pareto set (the legend says
 which shape is which), 95% F1 intervals as bars. Configurations at the same point share one label
 ("auto-balanced = auto-cost"); labels are moved apart with adjustText so that none covers another (a
-thin line joins a moved label to its point)."""
+thin line joins a moved label to its point), in a fixed number of steps: the same rows draw the
+same file."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 from adjustText import adjust_text
 
 from ..eval.plots import COST_LABEL, _figure, _save
+
+#: adjustText's steps moving the labels apart: a fixed number, so a plot drawn again from the same
+#: rows is the same file on any machine.
+LABEL_STEPS = 300
 
 
 def point_labels(rows: Sequence[dict], x_key: str) -> list[tuple[float, float, str]]:
@@ -77,13 +83,22 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
     if log_x and all(r[x_key] and r[x_key] > 0 for r in rows if r[x_key] is not None):
         ax.set_xscale("log")
     labels = point_labels(rows, x_key)
+    ax.margins(x=0.15, y=0.08)  # room for the labels of the outermost points inside the axes
     if labels:
         xs, ys = [x for x, _, _ in labels], [y for _, y, _ in labels]
         texts = [ax.text(x, y, label, fontsize=7) for x, y, label in labels]
-        adjust_text(texts, x=xs, y=ys, ax=ax, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+        adjust_text(  # a fixed number of steps: its default (1 s of steps) moves labels by the machine's speed
+            texts,
+            x=xs,
+            y=ys,
+            ax=ax,
+            iter_lim=LABEL_STEPS,
+            time_lim=None,
+            arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5},
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("F1 (95% CI)")
-    ax.set_title(title)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 

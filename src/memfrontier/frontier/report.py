@@ -189,7 +189,7 @@ def refused_reason(fallbacks: dict) -> str:
             continue
         said = [f"{v['errors']} failed ({v['error_share']:.0%})"] if v.get("errors") else []
         said += [f"{v['fallbacks']} fell back ({v['fallback_share']:.0%})"] if v.get("fallbacks") else []
-        top = f", most often {v['top_rejection']}" if v.get("top_rejection") else ""
+        top = f", top reason {v['top_rejection']}" if v.get("top_rejection") else ""
         parts.append(f"{role}: of {v['calls']} calls {' and '.join(said) or 'none failed'}{top}")
     threshold = fallbacks.get("threshold")
     return (
