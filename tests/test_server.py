@@ -718,6 +718,7 @@ def test_options_selecting_models_the_operator_did_not_configure_are_422(
         assert r.json()["strategy"] == "rag-turns-rr"  # the name asked for, not its strategy's
         r = h.post("/v1/build", json={"user_id": "pat", "strategy": "rag-turns-rr"})
         assert r.status_code == 200 and r.json()["strategy"] == "rag-turns-rr", r.text
+        assert r.json()["usage"]["calls"] == 0 and r.json()["wall_s"] > 0  # no model call, yet it took time
         assert h.delete("/v1/memories", params={"user_id": "pat"}).json() == {"deleted": 1}
     assert no_model_clients == []
 

@@ -337,6 +337,18 @@ def test_a_named_configuration_is_its_strategy_with_its_options_wherever_a_name_
     named = strategy_config("rag-turns-rr")
     assert isinstance(named, RagConfig) and named.config_hash() == strategy_config("rag", spelled).config_hash()
     assert strategy_config("rag-turns-rr", {"k": 32}).k == 32 and strategy_config("rag-turns-rr").k == 64
+    # an option a named configuration refuses is named with it and the options it stands for
+    stands = "strategy rag-turns-rr (rag with unit=turn, retrievers=['dense', 'bm25', 'chunk'], k=64, max_tokens=672"
+    with pytest.raises(StrategyConfigError) as e:
+        strategy_config("rag-turns-rr", {"k": 0})
+    assert str(e.value).startswith(stands) and str(e.value).endswith(
+        "): k=0: Input should be greater than or equal to 1"
+    )
+    with pytest.raises(StrategyConfigError, match=r"rerank=True\): neighbours, .* apply to unit=turn only$"):
+        strategy_config("rag-turns-rr", {"unit": "chunk"})
+    for name in ("rag", "rag-turns-rr"):
+        with pytest.raises(StrategyConfigError, match=f"^strategy {name}: options must be a mapping .*, got list$"):
+            strategy_config(name, [("k", 4)])
     assert strategy_config("rag-turns", RagConfig(k=16)).k == 16  # a config given with the name: its set fields win
     assert strategy_config("rag-turns").rerank is False and strategy_config("rag-turns").max_tokens == 672
     with pytest.raises(ValueError, match="available: auto, .*, rag, rag-turns, rag-turns-rr$"):

@@ -63,8 +63,9 @@ STRATEGY_CACHE_SIZE = 16
 
 
 class BuildReport(BaseModel):
-    """What building a strategy's view of a scope did: its construction ``usage`` (calls, tokens,
-    USD, latency proxy and wall seconds of this build) and its ``fallbacks``: the error and
+    """What building a strategy's view of a scope did: its construction ``usage`` (the model calls
+    of this build: calls, tokens, USD, latency proxy, their wall seconds), ``wall_s`` (the build's
+    own seconds, embedding included) and its ``fallbacks``: the error and
     fallback shares per role of the view's construction
     (:func:`~memfrontier.core.fallbacks.fallback_report`; over every build of the view when the
     view records its construction, else this build's)."""
@@ -72,6 +73,7 @@ class BuildReport(BaseModel):
     strategy: str  # as Answer.strategy
     usage: StageUsage
     fallbacks: dict
+    wall_s: float = 0.0
 
 
 class Answer(BaseModel):
@@ -364,7 +366,9 @@ class AsyncMemory:
         self, strat: Strategy, scope: Scope, ledger: Ledger, progress: BuildProgress | None = None
     ) -> BuildReport:
         """:meth:`construct`, then the fallback gate over the view's construction."""
+        t0 = time.perf_counter()
         await self.construct(strat, scope, ledger, progress)
+        wall_s = time.perf_counter() - t0
         entry = {
             "calls_by_role": {r: st.calls for r, st in ledger.usage().by_role.items() if st.calls},
             "events": dict(ledger.events),
@@ -374,7 +378,7 @@ class AsyncMemory:
         report = await self._gate(strat, scope, entry)
         if report["exceeded"]:
             raise FallbackError(exceeded_message(report, BUILD_ADVICE), None, report=report, usage=ledger.usage())
-        return BuildReport(strategy=strat.name, usage=ledger.usage().construction, fallbacks=report)
+        return BuildReport(strategy=strat.name, usage=ledger.usage().construction, fallbacks=report, wall_s=wall_s)
 
     async def _gate(self, strat: Strategy, scope: Scope, entry: dict | None = None) -> dict:
         """The fallback report of ``strat``'s view of ``scope``: the construction record the view

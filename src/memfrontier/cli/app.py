@@ -152,7 +152,8 @@ OPT_SET = typer.Option(
     "--set",
     metavar="KEY=VALUE",
     help="A strategy-config option (repeatable; value read as YAML, nested keys with dots: "
-    "--set k=3 --set budget.max_usd=0.001). `memfrontier config STRATEGY` lists the keys.",
+    "--set k=3 for rag, --set budget.max_usd=0.001 for mempilot). `memfrontier config STRATEGY` "
+    "lists each strategy's keys.",
 )
 OPT_STRATEGY_CONFIG = typer.Option(
     None,

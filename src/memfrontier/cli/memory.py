@@ -194,7 +194,11 @@ def ask(
         None, help="perf | balanced | cost (default: the strategy config's, else perf)"
     ),
     max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
-    max_tokens: Optional[int] = typer.Option(None, help="Hard cap on the answer call's prompt+output tokens."),
+    max_tokens: Optional[int] = typer.Option(
+        None,
+        help="Hard cap on the answer call's prompt+output tokens (the question's budget; a turn "
+        "configuration's context size is its option: --set max_tokens=N).",
+    ),
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
     price_as: Optional[str] = typer.Option(None, help="Price the calls as this price-book model."),

@@ -110,7 +110,20 @@ def strategy_config(
         if not options and name not in NAMED_CONFIGURATIONS:
             return config
         config = config.model_dump(exclude_unset=True)
-    return cls.from_options(resolve_named(name, {**(config or {}), **options})[1])
+    elif config is not None and not isinstance(config, Mapping):
+        raise StrategyConfigError(
+            f"strategy {name}: options must be a mapping of names to values, got {type(config).__name__}"
+        )
+    if name not in NAMED_CONFIGURATIONS:
+        return cls.from_options({**(config or {}), **options})
+    strategy, own = NAMED_CONFIGURATIONS[name]
+    try:
+        return cls.from_options(resolve_named(name, {**(config or {}), **options})[1])
+    except StrategyConfigError as e:  # named as asked, with the options the name stands for
+        said = ", ".join(f"{k}={v}" for k, v in own.items())
+        raise StrategyConfigError(
+            f"strategy {name} ({strategy} with {said}): {str(e).removeprefix(f'strategy {strategy}: ')}"
+        ) from None
 
 
 def get_strategy(name: str, config: StrategyConfig | dict[str, Any] | None = None, /, **options: Any) -> Strategy:
