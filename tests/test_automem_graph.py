@@ -144,6 +144,13 @@ def test_make_windows_cuts_on_session_size_and_steps():
     assert ws[0].speakers == ["Ann"]
     with pytest.raises(ValueError):
         make_windows(recs, 0)
+    # one session written over two days: a window is one day's (it is dated by its first record)
+    days = [_turn(i, "s1", "Ann", f"t{i}", ts=t) for i, t in enumerate(["2023-01-05T09:00:00+00:00", None,
+            "2023-01-05T20:00:00+00:00", "2024-11-20T09:00:00+00:00", "2024-11-20T10:00:00+00:00"])]  # fmt: skip
+    assert [[r.id for r in w.records] for w in make_windows(days, window_turns=20)] == [
+        ["c:s1:0", "c:s1:1", "c:s1:2"],
+        ["c:s1:3", "c:s1:4"],
+    ]
 
 
 def test_step_note_keeps_step_and_action():

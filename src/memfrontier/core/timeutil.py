@@ -219,13 +219,14 @@ def day_times(timestamps: list[str | None]) -> list[str | None]:
         return [None] * len(timestamps)
     first: dict[str, str] = {}
     for t in sorted(dated, key=instant_key):
-        first.setdefault(_day(t), t)
+        first.setdefault(calendar_day(t), t)
     session = min(dated, key=instant_key)
-    return [first[_day(t)] if t is not None else session for t in timestamps]
+    return [first[calendar_day(t)] if t is not None else session for t in timestamps]
 
 
-def _day(ts: str) -> str:
-    """A timestamp's calendar day as written (its own offset), or the text when it does not parse."""
+def calendar_day(ts: str) -> str:
+    """A timestamp's calendar day as written (in its own offset), ``2023-05-08``; the text itself
+    when it does not parse. Two records are of one day in memory when these are equal."""
     try:
         return datetime.fromisoformat(ts).date().isoformat()
     except ValueError:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from ...core.ledger import count_event, record_fallback
 from ...core.render import human_date
+from ...core.timeutil import calendar_day
 from ...core.types import Record
 from ...graph.dedup import name_similarity, normalize_name
 from ...llm.metered import MeteredLLM
@@ -188,9 +189,17 @@ class Window:
         return h.hexdigest()[:24]
 
 
+def _new_day(cur: list[Record], r: Record) -> bool:
+    """Whether dated ``r`` is of another calendar day than the window's first dated record (a window
+    is dated by its first record: a session written over several days is cut where the day changes)."""
+    first = next((x.timestamp for x in cur if x.timestamp), None)
+    return bool(first and r.timestamp) and calendar_day(first) != calendar_day(r.timestamp)
+
+
 def make_windows(records: list[Record], window_turns: int) -> list[Window]:
     """Cut chronological ``records`` into windows: each trajectory step alone; other records in
-    runs of one session, at most ``window_turns`` long. Raises ValueError for ``window_turns < 1``."""
+    runs of one session and one calendar day, at most ``window_turns`` long. Raises ValueError for
+    ``window_turns < 1``."""
     if window_turns < 1:
         raise ValueError(f"window_turns must be >= 1, got {window_turns}")
     out: list[Window] = []
@@ -207,7 +216,7 @@ def make_windows(records: list[Record], window_turns: int) -> list[Window]:
             flush()
             out.append(Window([r], is_step=True, speakers=[r.speaker] if r.speaker else []))
             continue
-        if cur and (cur[-1].session_id != r.session_id or len(cur) >= window_turns):
+        if cur and (cur[-1].session_id != r.session_id or len(cur) >= window_turns or _new_day(cur, r)):
             flush()
         cur.append(r)
     flush()
