@@ -19,7 +19,7 @@ _TURNS: dict[str, Any] = {"unit": "turn", "retrievers": ["dense", "bm25", "chunk
 #: name -> (strategy, options).
 NAMED_CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     # single turns ranked by turn dense + BM25 + their chunk's rank (RRF), taken in rank order within
-    # 672 retriever tokens, grouped by session under its date
+    # 672 retriever tokens, grouped by session and day under its date
     "rag-turns": ("rag", _TURNS),
     # rag-turns' 64 candidates re-ordered by the learned turn reranker (trained on the training
     # pool's gold evidence: memfrontier train turn-reranker), read as "Ana: text"

@@ -96,7 +96,7 @@ class RagConfig(StrategyConfig):
 
 class Rag(StrategyBase):
     """The top hits by hybrid search (options: :class:`RagConfig`): chunks in rank order, each with
-    its session date; or turns grouped by session in time order under each session's date."""
+    its date; or turns grouped by session and day in time order under each day's date."""
 
     name = "rag"
     prompt_version = "rag-v1"
