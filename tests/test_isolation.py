@@ -159,6 +159,30 @@ def test_the_same_id_in_two_scopes_is_two_records(mem):
     assert [r.text for r in store.get(["msg-1"], Scope())] == ["I am allergic to peanuts."]
 
 
+def test_get_and_delete_by_id_refuse_an_id_several_sub_scopes_hold(mem):
+    """One user's record ids under three agent scopes: a get or delete naming the user alone is
+    refused as ambiguous (nothing deleted), naming no scope; with the whole scope it reaches that
+    record only. A blank id is refused by name."""
+    for agent in (None, "x", "y"):
+        mem.add([{"id": "note-1", "content": f"alice note via {agent}"}], user_id="alice", agent_id=agent)
+    mem.add([{"id": "solo", "content": "only one of these"}], user_id="alice", agent_id="x")
+    for call in (mem.get, mem.delete):
+        with pytest.raises(ValueError) as e:
+            call("note-1", user_id="alice")
+        assert str(e.value) == (
+            f"{call.__name__}: record id 'note-1' is held by 3 records in scopes inside this one (the same ids "
+            "under other agent_id or run_id values): give the record's agent_id and run_id as it was added"
+        )
+        with pytest.raises(ValueError, match="record id is (empty|blank)"):
+            call(" ", user_id="alice")
+    assert mem.get("note-1", user_id="alice", agent_id="y").text == "alice note via y"
+    assert mem.delete("note-1", user_id="alice", agent_id="x") is True
+    left = mem.aio.store.get(["note-1"], ALICE)
+    assert sorted(r.text for r in left) == ["alice note via None", "alice note via y"]
+    assert mem.get("solo", user_id="alice").scope == Scope(user_id="alice", agent_id="x")  # one: found
+    assert mem.delete("solo", user_id="alice") is True and mem.aio.store.get(["solo"], ALICE) == []
+
+
 def test_a_schema_1_store_is_migrated_on_open(tmp_path, embedder):
     path = tmp_path / "store"
     with SQLiteStore(path, embedder) as s:

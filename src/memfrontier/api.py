@@ -34,7 +34,7 @@ from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, 
 from .core.ledger import USAGE_FIELDS, Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
-from .core.text import clean_text, require_non_blank
+from .core.text import check_id, clean_text, require_non_blank
 from .core.threads import run_cpu
 from .core.timeutil import canonical_timestamp
 from .core.types import Budget, Hit, Preference, Record, Scope
@@ -121,6 +121,16 @@ def _scope(user_id, agent_id, run_id) -> Scope:
         return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
     except ValidationError as e:
         raise ValueError(explain_validation("the scope", e)) from None
+
+
+def ambiguous_record_message(what: str, record_id: str, n: int) -> str:
+    """The refusal of a ``get`` or ``delete`` whose id ``n`` records hold in scopes inside the one
+    given (ids are unique per scope; ``None`` scope fields match any): it names no scope, so a
+    service's tenant prefixes never show."""
+    return (
+        f"{what}: record id {record_id!r} is held by {n} records in scopes inside this one (the same "
+        "ids under other agent_id or run_id values): give the record's agent_id and run_id as it was added"
+    )
 
 
 def _text_asked(name: str, text) -> str:
@@ -544,17 +554,30 @@ class AsyncMemory:
 
     async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         """The caller's record ``record_id`` (ids are unique per scope, so the scope is required:
-        ValueError without one); None when the scope has no such record."""
-        scope = scope_for_write("get", user_id, agent_id, run_id)
-        found = await asyncio.to_thread(self.store.get, [record_id], scope)
-        return found[0] if found else None
+        ValueError without one); None when the scope has no such record. An id that several records
+        hold in scopes inside the one given (the same user's records under other agent or run ids)
+        is refused with ValueError (:func:`ambiguous_record_message`): name the record's whole scope."""
+        return await self._one_record("get", record_id, user_id, agent_id, run_id)
 
     async def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
         """Delete the caller's record ``record_id`` (ids are unique per scope, so the scope is
         required: ValueError without one) and everything derived from it in every view (chunks,
-        vectors, BM25, bank items, graph index). False when the scope has no such record."""
-        scope = scope_for_write("delete", user_id, agent_id, run_id)
-        return await asyncio.to_thread(self.store.delete, record_id, scope)
+        vectors, BM25, bank items, graph index). False when the scope has no such record; an id that
+        several records hold inside the scope is refused as :meth:`get` refuses it (nothing deleted)."""
+        found = await self._one_record("delete", record_id, user_id, agent_id, run_id)
+        if found is None:
+            return False
+        return await asyncio.to_thread(self.store.delete, found.id, found.scope)
+
+    async def _one_record(self, what: str, record_id: str, user_id, agent_id, run_id) -> Record | None:
+        """The one record ``record_id`` of the scope, or None; ValueError for a blank id, a missing
+        scope, or an id held by several records in scopes inside it."""
+        check_id(record_id, "record id")
+        scope = scope_for_write(what, user_id, agent_id, run_id)
+        found = await asyncio.to_thread(self.store.get, [record_id], scope)
+        if len(found) > 1:
+            raise ValueError(ambiguous_record_message(what, record_id, len(found)))
+        return found[0] if found else None
 
     async def delete_all(self, *, user_id=None, agent_id=None, run_id=None) -> int:
         """Delete every record of the scope and everything derived from them in every view; returns
