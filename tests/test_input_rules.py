@@ -369,6 +369,22 @@ def test_an_impossible_date_is_no_date_in_parse_timestamp_and_an_error_in_memory
     assert mem.aio.store.count() == before
 
 
+@pytest.mark.parametrize("date", ["01/02/2023", "1.2.2023 10:00", "12-11-23"])
+def test_a_numeric_date_whose_day_and_month_could_be_either_is_refused(mem, date):
+    """01/02/2023 is 1 February or 2 January: refused, naming the ambiguity; 13/01/2023 and
+    05/05/2023 say which field is which (or do not need to) and are read."""
+    from memfrontier.core.timeutil import read_date
+
+    assert read_date(date) is None
+    with pytest.raises(ValueError, match=rf"^timestamp '{date}' is ambiguous: its day and month could be either way"):
+        mem.add("x", user_id="dates", timestamp=date)
+    assert [read_date(d)[0].date().isoformat() for d in ("13/01/2023", "05/05/2023", "12/31/2023")] == [
+        "2023-01-13",
+        "2023-05-05",
+        "2023-12-31",
+    ]
+
+
 @pytest.mark.parametrize("date", [*IMPOSSIBLE, "(Mon) 17:50", "17:50", "May 2023"])
 def test_a_rest_timestamp_that_is_no_complete_date_is_422(rest, date):
     with _client(rest) as h:

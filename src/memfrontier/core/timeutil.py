@@ -28,6 +28,16 @@ DEFAULT_ZONE = timezone.utc
 _CANONICAL_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?\+00:00")
 _LOOSE_DATE_RE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?=$|[T ])")
 _YEAR_FIRST_RE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+_DAY_OR_MONTH_FIRST_RE = re.compile(r"^(\d{1,2})[-/.](\d{1,2})[-/.]\d{2,4}(?!\d)")
+
+
+def ambiguous_numeric_date(text: str) -> bool:
+    """Whether ``text`` starts with a numeric date whose day and month could be either way round
+    (``01/02/2023``: 1 February or 2 January); ``13/01/2023`` and ``05/05/2023`` are not."""
+    m = _DAY_OR_MONTH_FIRST_RE.match(text.strip())
+    return bool(m) and int(m[1]) <= 12 and int(m[2]) <= 12 and m[1].lstrip("0") != m[2].lstrip("0")
+
+
 #: What every reading assumes: English, and a date without an offset is UTC.
 _BASE_SETTINGS = {"RETURN_AS_TIMEZONE_AWARE": True, "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC"}
 _ABSOLUTE_SETTINGS = {
@@ -102,7 +112,9 @@ def read_date(
     ``"(Mon) 17:50"``, ``"May 2023"``, ``"yesterday"`` -> None). ``reference`` given (aware, or
     naive = :data:`DEFAULT_ZONE`): relative phrases and missing parts are resolved against it, an
     ambiguous one (``"Friday"``) towards ``prefer``. The wall clock is never read. A numeric date
-    written year first is read year-month-day, and an impossible one (``"2023/13/01"``) is None.
+    written year first is read year-month-day, and an impossible one (``"2023/13/01"``) is None;
+    one written day or month first whose two fields could be either (``"01/02/2023"``) is None
+    (:func:`ambiguous_numeric_date`).
 
     >>> read_date("last Friday", datetime(2023, 5, 8, 13, 56))[0].date().isoformat()
     '2023-05-05'
@@ -111,6 +123,8 @@ def read_date(
     """
     text = text.strip()
     if not text:
+        return None
+    if ambiguous_numeric_date(text):  # 01/02/2023: which field is the day is not written
         return None
     ymd = _YEAR_FIRST_RE.match(text)
     if ymd:
@@ -193,6 +207,11 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
         parsed = _instant(value)
     except OutOfRangeError:
         raise ValueError(f"{what} {value!r} falls outside years 1-9999 in UTC") from None
+    if parsed is None and isinstance(value, str) and ambiguous_numeric_date(value):
+        raise ValueError(
+            f"{what} {value!r} is ambiguous: its day and month could be either way round "
+            "(write it ISO-8601, year first, e.g. 2023-02-01)"
+        )
     if parsed is None:
         raise ValueError(f"{what} {value!r} is not a complete date (expected ISO-8601, e.g. 2023-05-08T13:56:00Z)")
     return format_instant(parsed)
