@@ -51,6 +51,19 @@ def test_bool_options_are_flags_in_help():
     assert "--no-merge" in _help("train", "qad")
 
 
+def test_trainer_help_shows_paths_as_written_and_a_set_example_that_fits():
+    """A path default reads as the path (no ``PosixPath(...)``), and each trainer's --set example
+    names one of its own fields, so it runs as shown."""
+    from memfrontier.cli.fields import _set_example
+    from memfrontier.train.configs import OrchestratorGRPOConfig, QADConfig, RouterPPOConfig, TurnRerankerConfig
+
+    qad = " ".join(_help("train", "qad").split())
+    assert "PosixPath" not in qad and "Default: runs/sft." in qad.replace("│ ", "")
+    for model in (QADConfig, RouterPPOConfig, OrchestratorGRPOConfig, TurnRerankerConfig):
+        key = _set_example(model).removeprefix("--set ").split("=")[0].split(".")[0]
+        assert key in model.model_fields, (model, key)
+
+
 def test_eval_help_is_grouped_in_panels():
     text = _help("eval")
     for panel in ("Run: questions and output", "Run: models", "Run: pricing", "Run: fallbacks", "Strategy options"):

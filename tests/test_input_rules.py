@@ -134,6 +134,19 @@ def test_nul_in_a_record_id_is_refused_by_name_on_both_stores(mem):
     assert mem.aio.store.count() == before
 
 
+def test_a_message_carrying_a_scope_id_is_refused_and_nothing_is_written(mem):
+    """A chat dict naming another user (``{"user_id": "mallory"}``) was stored under the caller's
+    scope, the key silently ignored: refused by name, the batch writes nothing."""
+    before = mem.aio.store.count()
+    for key in ("user_id", "agent_id", "run_id"):
+        with pytest.raises(ValueError) as e:
+            mem.add([{"content": "fine"}, {"content": "hi", key: "mallory"}], user_id="ana")
+        assert str(e.value) == (
+            f"message 1 has {key}: a message carries no scope; give user_id, agent_id or run_id to the call that adds it"
+        )
+    assert mem.aio.store.count() == before
+
+
 def test_a_record_changed_after_it_was_made_is_checked_before_a_write(mem):
     """``Record`` fields are not validated on assignment: the stores' batch check catches a NUL set
     afterwards, on both stores, before anything is written."""

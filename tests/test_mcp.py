@@ -240,6 +240,9 @@ def test_http_refuses_a_forged_host_or_origin_on_another_loopback_address(store_
         assert page.status_code == 403
         ok = httpx.post(url, json=init, headers=head, timeout=30)
         assert ok.status_code == 200, ok.text
+        from memfrontier import __version__
+
+        assert f'"serverInfo":{{"name":"memfrontier","version":"{__version__}"' in ok.text.replace(" ", "")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import typer
+from pydantic import BaseModel
 from typer.core import TyperCommand
 
 #: ``ctx.meta`` key under which :class:`BlockCommand` leaves each block's values.
@@ -115,6 +116,42 @@ def _yaml_value(value: str | None):
         return value
 
 
+def _shown(default):
+    """A default as the help shows it: paths as written (``runs/sft``, not ``PosixPath(...)``)."""
+    if isinstance(default, Path):
+        return default.as_posix()
+    if isinstance(default, (list, tuple)) and default and all(isinstance(d, Path) for d in default):
+        return ", ".join(d.as_posix() for d in default)
+    return default
+
+
+def _set_example(model) -> str:
+    """A ``--set`` example that fits ``model``: its first nested field's first key when it has one,
+    else its first field with a number, flag or text default (``--set preference.quality=1``,
+    ``--set epochs=8``)."""
+    for name, field in model.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel) and sub.model_fields:
+            key, inner = next(iter(sub.model_fields.items()))
+            return f"--set {name}.{key}={_example_value(inner)}"
+    scalar = [
+        (n, f)
+        for n, f in model.model_fields.items()
+        if isinstance(f.get_default(call_default_factory=True), (bool, int, float, str))
+    ]
+    name, field = scalar[0] if scalar else next(iter(model.model_fields.items()))
+    return f"--set {name}={_example_value(field)}"
+
+
+def _example_value(field) -> str:
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        return "true" if not default else "false"
+    if isinstance(default, (int, float, str)) and default != "":
+        return str(default)
+    return "VALUE"
+
+
 def model_options(model) -> list:
     """The parameters of pydantic ``model``'s fields (see the module docstring), plus ``--config
     FILE`` and ``--set KEY=VALUE``. Every option's default is None ("not given"): the model's
@@ -129,7 +166,7 @@ def model_options(model) -> list:
         tp, yaml_value = _cli_type(field.annotation)
         if yaml_value:
             doc += " (YAML)"
-        shown = default.as_posix() if isinstance(default, Path) else default
+        shown = _shown(default)
         help_ = f"{doc}. Default: {shown}." if default is not None else f"{doc}."
         if tp is bool:
             decl = flag if default is False else f"{flag}/--no-{flag[2:]}"
@@ -172,7 +209,7 @@ def model_options(model) -> list:
                 metavar="KEY=VALUE",
                 help=(
                     "Any field, nested ones too (repeatable; value read as YAML, nested keys with "
-                    "dots: --set preference.quality=1)."
+                    f"dots), e.g. {_set_example(model)}."
                 ),
             ),
         )

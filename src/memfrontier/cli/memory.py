@@ -293,7 +293,7 @@ def search(
     agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
     run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
     all_scopes: bool = typer.Option(False, "--all-scopes", help="Search every tenant's records (no scope id)."),
-    k: int = typer.Option(5, min=1, help="How many hits to print."),
+    k: int = typer.Option(5, "--k", "-k", min=1, help="How many hits to print."),
     max_chars: int = typer.Option(
         0,
         min=0,

@@ -132,6 +132,11 @@ def as_message_list(messages) -> list:
     )
 
 
+#: Keys a chat dict may not carry: a record's scope is the add call's (a message naming another
+#: user would otherwise be stored silently under the caller's).
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+
+
 def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=None) -> list[Record]:
     """Normalise ``messages`` (see the module docstring) into records with deterministic ids
     (:func:`~memfrontier.core.types.record_id`), all validated before the first is returned.
@@ -139,8 +144,8 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
     ``timestamp`` is the default for messages without their own. Raises ValueError naming the
     message (``message 2``) and field for malformed input, an unreadable timestamp, an empty or
     blank ``timestamp``, ``role``, ``id`` or ``session_id`` (absent is None or a missing key), a
-    ``content`` with neither text nor an image, and an
-    ``id`` or ``session_id`` holding NUL or a lone surrogate (:func:`~memfrontier.core.text.check_id`).
+    ``content`` with neither text nor an image, a message carrying a scope id (:data:`SCOPE_KEYS`),
+    and an ``id`` or ``session_id`` holding NUL or a lone surrogate (:func:`~memfrontier.core.text.check_id`).
     """
     check_id(session_id, "session_id")
     default_ts = canonical_timestamp(timestamp, what="timestamp")
@@ -156,6 +161,11 @@ def messages_to_records(messages, *, scope: Scope, session_id: str, timestamp=No
             raise ValueError(f"{where} must be a Record, a string or a dict with 'content'; got {type(m).__name__}")
         if "content" not in m:
             raise ValueError(f"{where} has no 'content'")
+        if scoped := [k for k in SCOPE_KEYS if k in m]:  # read nowhere: the call's scope is the record's
+            raise ValueError(
+                f"{where} has {', '.join(scoped)}: a message carries no scope; give user_id, agent_id or "
+                "run_id to the call that adds it"
+            )
         text, images = content_to_text(m["content"], f"{where}.content")
         if not text.strip() and not images:
             raise ValueError(f"{where}.content is {'empty' if not text else 'blank'}: a message needs text or an image")

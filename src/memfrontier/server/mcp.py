@@ -38,6 +38,7 @@ from ..core.errors import explain_validation
 from ..core.extras import require_extra
 from ..core.threads import run_cpu
 from ..core.types import Budget, Scope
+from ..core.version import __version__
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import HYBRID_RRF
 from ..strategies.automem.actions import (
@@ -249,6 +250,7 @@ def build_server(service: MemoryService):
 
     server = StrictServer(
         "memfrontier",
+        version=__version__,
         log_level="WARNING",
         instructions=(
             "Long-term memory. Every tool needs a scope (user_id, agent_id or run_id). Use search for "
