@@ -94,6 +94,19 @@ def test_a_session_written_over_two_days_reads_each_turn_under_its_own_day(tmp_p
     store.close()
 
 
+def test_a_turn_longer_than_the_whole_budget_is_counted_not_dropped_silently(env):
+    """Such a turn can never be shown: the context goes on with the next hits and the ledger says
+    why the best one is missing (event rag.turn_over_budget)."""
+    from memfrontier.core.ledger import Ledger, use_ledger
+
+    env.store.add([Record(id="big", scope=A, session_id="s9", speaker="Ana", text="marathon " * 400)])
+    ledger = Ledger()
+    with use_ledger(ledger):
+        c = ctx(env, "marathon", k=3, max_tokens=120)
+    assert "big" not in c.evidence_ids and c.evidence_ids == ["s1:5"]
+    assert ledger.events == {"rag.turn_over_budget": 1}
+
+
 def test_neighbours_add_the_turns_around_each_hit_in_session_order(env):
     c = ctx(env, "tuna", k=1, neighbours=1)
     assert c.evidence_ids == ["s1:3", "s1:4", "s1:5"]

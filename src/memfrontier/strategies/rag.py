@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ..core.ledger import count_event
 from ..core.render import human_date, render_dated
 from ..core.threads import run_cpu
 from ..core.timeutil import instant_key
@@ -222,7 +223,8 @@ def select_turns(
     after it in its session (from ``items``, the scope's turn items; only the first
     ``neighbour_hits`` hits bring them, every hit when None), taken while the rendered
     context (:func:`render_turns` with ``render``, a turn's text) stays within ``max_tokens`` tokens
-    by ``count_tokens`` (None: no budget); a hit whose turns would exceed it is skipped and the next one tried. A turn is shown
+    by ``count_tokens`` (None: no budget); a hit whose turns would exceed it is skipped and the next one tried (a
+    turn longer than the whole budget is counted, event ``rag.turn_over_budget``). A turn is shown
     once. Returns the turns in context order (sessions by time, turns by position)."""
     where = {(it.meta.get("session_id"), it.meta.get("position")): it for it in items}
     chosen: dict[str, BankItem] = {}
@@ -243,6 +245,8 @@ def select_turns(
         days = {(g.meta.get("session_id"), g.timestamp) for g in new} - shown  # the date lines they add
         cost += sum(count_tokens(_date_line(ts)) for _, ts in days)
         if max_tokens is not None and used + cost > max_tokens:
+            if cost > max_tokens and len(new) == 1:  # a turn longer than the whole budget: never shown
+                count_event("rag.turn_over_budget")
             continue
         used += cost
         shown |= days
