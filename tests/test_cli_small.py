@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from memfrontier.cli import app
 from memfrontier.cli.pricing import run_proxy_caption, usd_label
+from memfrontier.core.types import Scope
 from memfrontier.core.words import plural
 
 
@@ -93,3 +94,32 @@ def test_search_text_is_cut_only_at_a_word_and_says_so():
         == "Ana moved to Lisbon in …\n[cut at 22 of 53 characters; --max-chars 0 prints the whole text]"
     )
     assert cut_text(text, 21).startswith("Ana moved to Lisbon …")  # "in" would end past 21: cut before it
+
+
+def test_cli_delete_removes_one_record_or_a_whole_scope_and_says_when_there_is_none(tmp_path):
+    """``memfrontier delete RECORD_ID`` / ``--all`` on a real SQLite store: 0 when something went, 1
+    when the scope holds no such record (another user's record stays), 2 for a call without a scope
+    or with both forms."""
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"content": "I live in Lisbon.", "id": "a1"}\n{"content": "My dog is Rex.", "id": "a2"}\n')
+    store = str(tmp_path / "s")
+    for user in ("ana", "bob"):
+        assert CliRunner().invoke(app, ["ingest", "--store", store, "--file", str(f), "--user-id", user]).exit_code == 0
+
+    def delete(*args):
+        res = CliRunner().invoke(app, ["delete", *args, "--store", store])
+        return res.exit_code, " ".join(res.output.split())
+
+    assert delete("a1", "--user-id", "ana") == (0, "deleted 1 record and what was derived from it")
+    assert delete("a1", "--user-id", "ana") == (1, "error: no record 'a1' in this scope")
+    assert delete("--all", "--user-id", "ana") == (0, "deleted 1 record and what was derived from it")
+    assert delete("--all", "--user-id", "ana") == (1, "error: no records in this scope")
+    assert (
+        delete("a1")[0] == 2
+        and delete("a1", "--all", "--user-id", "bob")[0] == 2
+        and delete("--user-id", "bob")[0] == 2
+    )
+    from memfrontier import Memory
+
+    with Memory.open(store) as m:  # bob's records were never touched
+        assert sorted(r.id for r in m.aio.store.records(Scope(user_id="bob"))) == ["a1", "a2"]

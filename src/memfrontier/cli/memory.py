@@ -341,6 +341,34 @@ def search(
         console.print()
 
 
+@app.command()
+def delete(
+    record_id: Optional[str] = typer.Argument(None, help="The record to delete (leave out with --all)."),
+    store: str = typer.Option(..., help="Store directory or postgresql:// URL."),
+    user_id: Optional[str] = typer.Option(None, help="Scope: the user whose record it is (one scope id is required)."),
+    agent_id: Optional[str] = typer.Option(None, help="Scope: agent id."),
+    run_id: Optional[str] = typer.Option(None, help="Scope: run id."),
+    every: bool = typer.Option(False, "--all", help="Delete every record of the scope instead of one."),
+):
+    """Delete a record, or every record of a scope (--all), and everything derived from it in every
+    view (chunks, vectors, BM25, bank items, graph index), as Memory.delete / delete_all do.
+
+    Exit code 0 when something was deleted, 1 when the scope holds no such record."""
+    from ..api import Memory
+
+    if every == (record_id is not None):
+        _fail("give one of RECORD_ID (one record) or --all (every record of the scope)")
+    if (user_id, agent_id, run_id) == (None, None, None):
+        _fail("delete needs the record's scope: give --user-id, --agent-id or --run-id")
+    scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+    with known_errors():
+        with Memory.open(_existing_store(store), llm=NO_MODEL) as mem:
+            n = mem.delete_all(**scope) if every else int(mem.delete(record_id, **scope))
+    if not n:
+        _fail("no records in this scope" if every else f"no record {record_id!r} in this scope", code=1)
+    console.print(f"deleted {plural(n, 'record')} and what was derived from {'them' if n > 1 else 'it'}")
+
+
 def cut_text(text: str, max_chars: int) -> str:
     """``text`` whole when ``max_chars`` is 0 or it fits; else cut at the last space at or before
     ``max_chars`` (at ``max_chars`` when there is none) and followed by a line saying how much was
