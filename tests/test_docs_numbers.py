@@ -1,6 +1,6 @@
 """Every number in the README's results tables and in the "Which memory should I use?" tables
 (README and ``docs/which-memory.md``) is found in an exported file under ``results/``: a row of some
-``results/*/frontier.json``, printed rounded to as many decimals as the table shows.
+``results/*/frontier.json`` of a test-split run, printed rounded to as many decimals as the table shows.
 
 A table row is matched against the configurations it names: the ``results/DIR/configs/LABEL/``
 links in the row if any, else the backticked names of its first cell (or its first word), each
@@ -25,10 +25,14 @@ BENCHMARKS = {"locomo": "locomo", "longmemeval": "lme"}  # a word in the table -
 
 
 def exports() -> dict[tuple[str, str], dict]:
-    """(results folder, configuration label) -> its frontier.json row, for rows that ran."""
+    """(results folder, configuration label) -> its frontier.json row, for rows that ran, of the
+    exports the docs report: a training-split frontier (the strategy router's data) is not one."""
     out = {}
     for f in sorted(ROOT.glob("results/*/frontier.json")):
-        for row in json.loads(f.read_text("utf-8"))["rows"]:
+        doc = json.loads(f.read_text("utf-8"))
+        if doc.get("run_options", {}).get("split") == "train":
+            continue
+        for row in doc["rows"]:
             if row.get("status") == "ok":
                 out[(f.parent.name, row["label"])] = row
     return out
