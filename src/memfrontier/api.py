@@ -367,15 +367,15 @@ class AsyncMemory:
         await self._require_records(scope)
         ledger = Ledger()
         try:
-            report = await self._gated_build(strat, scope, ledger)
+            return await self._gated_build(strat, scope, ledger, name=_asked_name(strategy))
         finally:
             self._add_totals(ledger.usage())
-        return report.model_copy(update={"strategy": _asked_name(strategy)})
 
     async def _gated_build(
-        self, strat: Strategy, scope: Scope, ledger: Ledger, progress: BuildProgress | None = None
+        self, strat: Strategy, scope: Scope, ledger: Ledger, progress: BuildProgress | None = None, *, name: str
     ) -> BuildReport:
-        """:meth:`construct`, then the fallback gate over the view's construction."""
+        """:meth:`construct`, then the fallback gate over the view's construction; ``name``: the
+        strategy as the report names it (:func:`_asked_name`)."""
         t0 = time.perf_counter()
         await self.construct(strat, scope, ledger, progress)
         wall_s = time.perf_counter() - t0
@@ -388,7 +388,7 @@ class AsyncMemory:
         report = await self._gate(strat, scope, entry)
         if report["exceeded"]:
             raise FallbackError(exceeded_message(report, BUILD_ADVICE), None, report=report, usage=ledger.usage())
-        return BuildReport(strategy=strat.name, usage=ledger.usage().construction, fallbacks=report, wall_s=wall_s)
+        return BuildReport(strategy=name, usage=ledger.usage().construction, fallbacks=report, wall_s=wall_s)
 
     async def _gate(self, strat: Strategy, scope: Scope, entry: dict | None = None) -> dict:
         """The fallback report of ``strat``'s view of ``scope``: the construction record the view
@@ -493,7 +493,7 @@ class AsyncMemory:
                         raise ViewNotBuiltError(
                             unbuilt_view_message(getattr(strat, "view_name", f"{strat.name} memory view"))
                         )
-                    report = await self._gated_build(strat, scope, ledger)
+                    report = await self._gated_build(strat, scope, ledger, name=_asked_name(strategy))
                 elif (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
                     raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())
             ans = await self.answer(
@@ -508,9 +508,7 @@ class AsyncMemory:
             )
         finally:
             self._add_totals(ledger.usage())
-        name = _asked_name(strategy)
-        build_report = report.model_copy(update={"strategy": name}) if report is not None else None
-        return ans.model_copy(update={"build": build_report, "strategy": name})
+        return ans.model_copy(update={"build": report, "strategy": _asked_name(strategy)})
 
     async def answer(
         self,
