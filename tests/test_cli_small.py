@@ -65,6 +65,12 @@ def test_trainer_help_shows_paths_as_written_and_a_set_example_that_fits():
         assert key in model.model_fields, (model, key)
 
 
+def test_a_required_option_says_required_not_pydantics_sentinel():
+    text = " ".join(_help("train", "strategy-router").replace("│", " ").split())
+    assert "PydanticUndefined" not in text
+    assert "never the test split. Required." in text
+
+
 def test_eval_help_is_grouped_in_panels():
     text = _help("eval")
     for panel in ("Run: questions and output", "Run: models", "Run: pricing", "Run: fallbacks", "Strategy options"):

@@ -161,13 +161,17 @@ def model_options(model) -> list:
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         flag = extra.get("flag", "--" + name.replace("_", "-"))
-        default = field.get_default(call_default_factory=True)
+        default = None if field.is_required() else field.get_default(call_default_factory=True)
         doc = (field.description or "").rstrip(".")
         tp, yaml_value = _cli_type(field.annotation)
         if yaml_value:
             doc += " (YAML)"
-        shown = _shown(default)
-        help_ = f"{doc}. Default: {shown}." if default is not None else f"{doc}."
+        if field.is_required():
+            help_ = f"{doc}. Required."
+        elif default is not None:
+            help_ = f"{doc}. Default: {_shown(default)}."
+        else:
+            help_ = f"{doc}."
         if tp is bool:
             decl = flag if default is False else f"{flag}/--no-{flag[2:]}"
         else:
