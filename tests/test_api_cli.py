@@ -207,6 +207,46 @@ def test_every_commands_help_renders_and_keeps_its_placeholders():
     assert "configs/LABEL/" in " ".join(res.output.split())
 
 
+def test_off_a_terminal_progress_prints_a_line_a_minute_with_this_runs_pace():
+    """A run written to a log shows that it moves: a line at most once a minute and at the end,
+    the time left from this run's pace (a resumed run's earlier answers are not speed)."""
+    from memfrontier.cli.progress import _Pace
+
+    pace = _Pace()
+    assert pace.line(1000.0, 99, 160) is None  # resumed at 99: the pace starts here
+    assert pace.line(1030.0, 100, 160) is None  # under a minute since the start
+    # 60 s, 2 answered: 30 s each, 59 left -> 29:30
+    assert pace.line(1060.0, 101, 160) == ("101/160", "1:00 elapsed, ~29:30 left")
+    assert pace.line(1061.0, 101, 160) is None  # no move
+    assert pace.line(1100.0, 102, 160) is None  # 40 s since the last line
+    # the end is printed however soon after the last line
+    assert pace.line(4600.0, 160, 160) == ("160/160", "1:00:00 elapsed")
+    assert pace.line(4700.0, 0, 40) is None  # a new configuration: total changed, starts over
+    assert pace.line(4790.0, 4, 40) == ("4/40", "1:30 elapsed, ~13:30 left")
+
+
+def test_a_redirected_run_logs_its_progress(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from memfrontier.cli import progress
+
+    log = io.StringIO()
+    monkeypatch.setattr(progress, "err", Console(file=log, force_terminal=False, width=200))
+    clock = iter([0.0, 10.0, 70.0, 75.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    with progress._question_bar() as bar:
+        task = bar.add_task("loading", total=None)
+        bar.update(task, total=3, completed=0, description="ingesting")
+        bar.update(task, advance=1, description="answering · mean F1 0.500")
+        bar.update(task, advance=1, description="answering · mean F1 0.250")
+        bar.update(task, advance=1, description="answering · mean F1 0.333")
+    assert log.getvalue() == (
+        "2/3 answering · mean F1 0.250 · 1:10 elapsed, ~0:35 left\n3/3 answering · mean F1 0.333 · 1:15 elapsed\n"
+    )
+
+
 def test_oracle_outside_evaluation_is_refused(tmp_path):
     with Memory.open(tmp_path / "m") as m:
         m.add(["Bruno likes jazz."], user_id="u")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -16,11 +19,78 @@ from .app import (
     err,
 )
 
+#: Off a terminal, a task's progress line is printed at most this often (seconds), and when it ends.
+LOG_EVERY_S = 60.0
+
+
+class _LoggedProgress(Progress):
+    """A :class:`~rich.progress.Progress` that, where stderr is not a terminal (a log file, a
+    pipe), draws no bar but prints a plain line for a task whose count moved: at most once every
+    :data:`LOG_EVERY_S` seconds, and when it reaches its total (``112/160 answering · mean F1
+    0.301 · 4:05 elapsed, ~9:30 left``). The time left is this run's pace since the task's count
+    last started over (a resumed run's earlier answers do not count as speed). On a terminal it
+    is the usual bar."""
+
+    def __init__(self, *columns, **kwargs):
+        super().__init__(*columns, **kwargs)
+        self._paces: dict[TaskID, _Pace] = {}
+
+    def update(self, task_id: TaskID, **kwargs) -> None:
+        super().update(task_id, **kwargs)
+        self._log(task_id)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._log(task_id)
+
+    def _log(self, task_id: TaskID) -> None:
+        if not self.disable:
+            return
+        with self._lock:
+            task = self._tasks.get(task_id)
+        if task is None or task.total is None:
+            return
+        line = self._paces.setdefault(task_id, _Pace()).line(time.monotonic(), task.completed, task.total)
+        if line:
+            self.console.print(f"{line[0]} {task.description} · {line[1]}", markup=False, highlight=False)
+
+
+class _Pace:
+    """When a task's log line is due, and the time it has left, from counts seen over time."""
+
+    def __init__(self):
+        self.start: tuple[float, float] | None = None  # (time, count) where the count last started over
+        self.total = 0.0
+        self.last = (0.0, 0.0)  # (time, count) of the last line
+
+    def line(self, now: float, done: float, total: float) -> tuple[str, str] | None:
+        """``("112/160", "4:05 elapsed, ~9:30 left")`` when a line is due, else None."""
+        if self.start is None or total != self.total or done < self.last[1]:
+            self.start, self.total, self.last = (now, done), total, (now, done)
+            return None
+        ended = done >= total
+        if done == self.last[1] or not (ended or now - self.last[0] >= LOG_EVERY_S):
+            return None
+        self.last = (now, done)
+        elapsed = now - self.start[0]
+        timing = f"{_duration(elapsed)} elapsed"
+        if not ended:
+            left = (total - done) * elapsed / (done - self.start[1])
+            timing += f", ~{_duration(left)} left"
+        return f"{done:.0f}/{total:.0f}", timing
+
+
+def _duration(seconds: float) -> str:
+    """``"4:05"``, or ``"1:02:03"`` from an hour on."""
+    minutes, s = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{s:02d}" if minutes >= 60 else f"{minutes}:{s:02d}"
+
 
 def _question_bar():
-    """The progress bar of every long command, on stderr; drawn only on a terminal, so logs and
-    scripts that read stderr get the commands' own lines and nothing else."""
-    return Progress(
+    """The progress bar of every long command, on stderr. On a terminal it is drawn; on a log or
+    a pipe it prints a plain progress line now and then (:class:`_LoggedProgress`), so an
+    hours-long run written to a file shows that it moves and how far it has to go."""
+    return _LoggedProgress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
