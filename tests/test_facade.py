@@ -246,3 +246,29 @@ def test_a_strategy_named_by_calls_is_built_once_per_configuration_and_stays_in_
         aio.strategy("rag", {"k": k})
     assert aio.strategy("rag", {"k": STRATEGY_CACHE_SIZE}) is aio.strategy("rag", {"k": STRATEGY_CACHE_SIZE})
     assert aio.strategy("rag", turns) is not first
+
+
+def test_a_strategy_or_budget_of_the_wrong_type_is_named(memory):
+    """``strategy=None`` and ``budget=-1`` said AttributeError from deep inside; a budget given as
+    a mapping (as REST takes one) is read as a Budget."""
+    memory.add(["I moved to Lisbon in May."], user_id="ana")
+    with pytest.raises(ValueError, match="strategy must be a strategy name or a Strategy, not NoneType"):
+        memory.ask("Where?", user_id="ana", strategy=None)
+    with pytest.raises(ValueError, match="budget must be a Budget or a mapping .*, not int"):
+        memory.ask("Where?", user_id="ana", budget=-1)
+    with pytest.raises(ValueError, match="max_usd"):
+        memory.ask("Where?", user_id="ana", budget={"max_usd": -1.0})
+    assert memory.usage() == {}  # refused before any model call
+
+
+def test_budget_of_reads_a_mapping_and_refuses_other_types():
+    from memfrontier.core.types import Budget
+
+    assert Budget.of(None) == Budget()
+    assert Budget.of({"max_usd": 1e-6, "max_tokens": 500}) == Budget(max_usd=1e-6, max_tokens=500)
+    b = Budget(max_tokens=3)
+    assert Budget.of(b) is b
+    with pytest.raises(ValueError, match="not list"):
+        Budget.of([1e-6])
+    with pytest.raises(ValueError, match="extra"):
+        Budget.of({"usd": 1.0})

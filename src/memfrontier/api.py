@@ -22,7 +22,7 @@ import contextvars
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -413,7 +413,10 @@ class AsyncMemory:
         every ``ask``/``build`` naming it (Python, CLI, REST, MCP) shares its views' in-memory
         indexes instead of reopening and re-reading them per call. A file an option names (a
         router, an adapter) is read when the strategy is built.
-        Raises ValueError for an unknown name, a rejected option, or options with a strategy object."""
+        Raises ValueError for an unknown name, a rejected option, options with a strategy object,
+        or something that is neither a name nor a strategy (None, a number)."""
+        if not isinstance(strategy, str) and not callable(getattr(strategy, "context", None)):
+            raise ValueError(f"strategy must be a strategy name or a Strategy, not {type(strategy).__name__}")
         if not isinstance(strategy, str):
             if options is not None:
                 raise ValueError("strategy_options apply to a strategy given by name")
@@ -456,7 +459,7 @@ class AsyncMemory:
         strategy: str | Strategy = "rag",
         strategy_options: StrategyConfig | dict | None = None,
         preference: Preference | str | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping | None = None,
         question_date: str | None = None,
         build: bool = False,
         all_scopes: bool = False,
@@ -467,7 +470,8 @@ class AsyncMemory:
         ``strategy_options``: the named strategy's config or its options (e.g. ``{"k": 3}``; see
         ``memfrontier config STRATEGY``); ValueError names a rejected option. ``preference``: a
         preset name or a Preference; None names none (a strategy that reads one then runs under its
-        config's, else ``perf``: :func:`~memfrontier.strategies.base.resolve_preference`). Refused with
+        config's, else ``perf``: :func:`~memfrontier.strategies.base.resolve_preference`). ``budget``: a
+        Budget or a mapping of its caps (:meth:`~memfrontier.core.types.Budget.of`). Refused with
         EmptyScopeError when the scope has no records and ViewNotBuiltError when the strategy's view
         of the scope was never built; ``build=True`` builds it first (gated as :meth:`build`:
         FallbackError above the threshold; the report is ``Answer.build``); a view built earlier whose
@@ -481,8 +485,9 @@ class AsyncMemory:
         if question_date is not None:  # a date that is not one (or not one in years 1-9999) is named now
             canonical_timestamp(question_date, what="question_date")
         strat = await self._strategy(strategy, strategy_options)
-        if isinstance(preference, str):  # a bad argument is named before the scope is read
-            preference = Preference.preset(preference)
+        # bad arguments are named before the scope is read
+        preference = Preference.of(preference)
+        budget = Budget.of(budget)
         ledger = Ledger()
         report = None
         try:
@@ -517,7 +522,7 @@ class AsyncMemory:
         strategy: Strategy,
         *,
         preference: Preference | str | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping | None = None,
         question_date: str | None = None,
         gold_evidence_ids: list[str] | None = None,
         all_scopes: bool = False,
@@ -527,7 +532,7 @@ class AsyncMemory:
         ``scope`` and the answerer's reply, every call recorded in ``ledger`` (a new one when None).
         ``gold_evidence_ids`` is only read by the ``oracle`` strategy."""
         pref = Preference.of(preference)  # None: the caller names none (strategies.base.resolve_preference)
-        budget = budget or Budget()
+        budget = Budget.of(budget)
         ledger = ledger if ledger is not None else Ledger()
         query = Query(
             text=question,
@@ -672,7 +677,7 @@ class Memory:
         strategy: str | Strategy = "rag",
         strategy_options: StrategyConfig | dict | None = None,
         preference: Preference | str | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping | None = None,
         question_date: str | None = None,
         build: bool = False,
         all_scopes: bool = False,

@@ -22,6 +22,7 @@ also ``Memory``'s, with its messages: :class:`UnbuiltViewError` (a ``ViewNotBuil
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,7 +193,7 @@ class _Calls:
         strategy: str = "rag",
         strategy_options: dict[str, Any] | None = None,
         preference: Preference | str | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping | None = None,
         question_date: str | None = None,
         build: bool = False,
         all_scopes: bool = False,
@@ -206,7 +207,7 @@ class _Calls:
                     "strategy": strategy,
                     "strategy_options": strategy_options,
                     "preference": preference.model_dump() if isinstance(preference, Preference) else preference,
-                    "budget": budget.model_dump() if budget is not None else None,
+                    "budget": Budget.of(budget).model_dump() if budget is not None else None,
                     "question_date": question_date,
                     "build": build,
                     "all_scopes": all_scopes,
@@ -332,7 +333,7 @@ class MemoryClient:
         strategy: str = "rag",
         strategy_options: dict[str, Any] | None = None,
         preference: Preference | str | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping | None = None,
         question_date: str | None = None,
         build: bool = False,
         all_scopes: bool = False,
@@ -437,7 +438,7 @@ class AsyncMemoryClient:
         strategy: str = "rag",
         strategy_options: dict[str, Any] | None = None,
         preference: Preference | str | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Mapping | None = None,
         question_date: str | None = None,
         build: bool = False,
         all_scopes: bool = False,

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
@@ -300,6 +301,21 @@ class Budget(BaseModel):
     max_proxy_s: StrictFloat | None = None
 
     _finite = field_validator("max_usd", "max_tokens", "max_proxy_s")(_finite_non_negative)
+
+    @classmethod
+    def of(cls, spec: "Budget | Mapping | None") -> "Budget":
+        """A Budget from a Budget, a mapping of its caps (``{"max_usd": 1e-4}``, as REST sends
+        one) or None (no cap). Raises ValueError for anything else, naming its type, and for a
+        cap refused as above."""
+        if spec is None:
+            return cls()
+        if isinstance(spec, Budget):
+            return spec
+        if isinstance(spec, Mapping):
+            return cls.model_validate(dict(spec))
+        raise ValueError(
+            f"budget must be a Budget or a mapping of max_usd / max_tokens / max_proxy_s, not {type(spec).__name__}"
+        )
 
     def stricter(self, other: "Budget | None") -> "Budget":
         """The field-wise tighter of this budget and ``other`` (None = no cap; ``other`` None: self)."""
