@@ -389,6 +389,11 @@ def test_report_only_says_how_far_each_unfinished_configuration_got(tmp_path):
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
     assert (rep["run_options"]["llm"], rep["run_options"]["limit"]) == ("local:qwen2.5-1.5b", 40)
     assert "limit 2 given, 40 recorded" in rep["notes"][-1]
+    # options left at their defaults (as on a command line without the flag) are not "given"
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag"), out, report_only=True, given={"seed"}))
+    assert not any("as recorded" in n for n in rep["notes"])
+    rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True, given={"limit"}))
+    assert rep["notes"][-1] == "report of the runs as recorded (limit 2 given, 40 recorded)"
     assert rep["title"] == "frontier (s spec): locomo test, limit 40, local:qwen2.5-1.5b"
     (config_dir(out, "b") / "run.json").write_text(json.dumps({**ident, "limit": 10}))
     rep = asyncio.run(run_frontier(spec, EvalConfig(strategy="rag", limit=2), out, report_only=True))
@@ -487,6 +492,10 @@ def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
     assert fails("--report-only", "--out", str(out)) == (
         f"error: no frontier runs in {out} (no configs/ folder); give the --out of a frontier run"
     )
+    done = tmp_path / "done"
+    (done / "configs").mkdir(parents=True)  # a report is checked as a run is (it said "ΔF1 vs nosuch": all -)
+    res = CliRunner().invoke(app, ["frontier", "--report-only", "--reference", "nosuch", "--out", str(done)])
+    assert res.exit_code == 2 and "--reference 'nosuch' is not a configuration of the spec" in res.output
     spec.write_bytes(b"\xff\xfe")
     assert fails("--spec", str(spec)).startswith(f"error: cannot read frontier spec {spec}: 'utf-8' codec can't decode")
     spec.write_text("configurations:\n  - {label: rag, strategy: rag, bad: 1}\n  - {label: x}\n")

@@ -21,7 +21,7 @@ from .app import (
     err,
     known_errors,
 )
-from .fields import block, with_blocks
+from .fields import block, given, with_blocks
 from .options import (
     STRATEGY_BLOCK,
     run_block,
@@ -206,6 +206,7 @@ def frontier_cmd(
     from ..frontier.spec import load_spec
 
     run = run_options(ctx)
+    flags_given = given(ctx, "run")  # a report of recorded runs notes only the options set here
     with known_errors():
         fspec = load_spec(spec)
         labels = [x.strip() for x in only.split(",") if x.strip()] if only is not None else None
@@ -259,6 +260,7 @@ def frontier_cmd(
                     on_config=on_config,
                     on_progress=on_progress,
                     report_only=report_only,
+                    given=flags_given,
                 )
             )
     rows = {x["label"]: x for x in report["rows"]}
@@ -266,7 +268,7 @@ def frontier_cmd(
         if x["status"].startswith("refused") and x["label"] not in said:
             err.print(f"{x['label']}: {x['status']}", markup=False)
     if export is not None:
-        _export(fspec, base, run.out, export, report, reference)
+        _export(fspec, base, run.out, export, report, reference, flags_given)
     if not report["files"] and report_only and export is not None:
         return  # an export of started configurations, carried elsewhere: done, nothing to report yet
     if not report["files"]:
@@ -300,7 +302,7 @@ def frontier_cmd(
         )
 
 
-def _export(fspec, base, out: Path, export: Path, report: dict, reference: str | None) -> None:
+def _export(fspec, base, out: Path, export: Path, report: dict, reference: str | None, flags_given: set[str]) -> None:
     """``frontier --export``: the configurations of ``report`` with answers (finished, refused or
     started) into ``export``, then the report of what ``export`` holds."""
     from ..frontier.export import export_results
@@ -308,7 +310,9 @@ def _export(fspec, base, out: Path, export: Path, report: dict, reference: str |
 
     with known_errors():
         exported = export_results(out, export, [x["label"] for x in report["rows"]])
-        published = asyncio.run(run_frontier(fspec, base, export, reference=reference, report_only=True))
+        published = asyncio.run(
+            run_frontier(fspec, base, export, reference=reference, report_only=True, given=flags_given)
+        )
     held = sum(1 for x in published["rows"] if x["status"] == "ok")
     started, kept = exported["started"], exported["kept"]
     console.print(

@@ -14,7 +14,7 @@ identity unchanged) is not rerun, and an interrupted one resumes from its ``pred
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from ..eval.datasets import DatasetError
@@ -115,6 +115,7 @@ async def run_frontier(
     on_config: Callable[[str, str], None] | None = None,
     on_progress=None,
     report_only: bool = False,
+    given: Collection[str] | None = None,
 ) -> dict:
     """Run (or resume) the configurations named in ``labels`` (all when None), in that order, with the run
     options of ``base`` (dataset, split, limit, models, price book, seed...) and write the report into
@@ -138,8 +139,8 @@ async def run_frontier(
     """
     out = Path(out)
     notify = on_config or (lambda *_: None)
+    check_configurations(spec, labels, reference)
     if not report_only:
-        check_configurations(spec, labels, reference)
         to_run = [fc for fc in spec.select(labels) if not fc.unmet() and not _is_finished(_eval_config(base, out, fc))]
         if to_run:  # the data and models every configuration shares: one error, not one per configuration
             check_run(base)
@@ -184,7 +185,8 @@ async def run_frontier(
     report["spec"] = spec.model_dump(mode="json")
     options = base.model_dump(mode="json", exclude={"strategy", "strategy_options", "out", "store"})
     if report_only:  # the report is of the runs found: their recorded options, not this command's flags
-        options, note = _recorded_options([config_dir(out, r["label"]) for r in runs], options)
+        shown = options if given is None else {k: v for k, v in options.items() if k in given}
+        options, note = _recorded_options([config_dir(out, r["label"]) for r in runs], options, shown)
         if note:
             report["notes"].append(note)
     report["run_options"] = options
@@ -208,10 +210,11 @@ async def run_frontier(
 _CONFIG_KEYS = {"strategy", "strategy_options", "strategy_option_sha256"}
 
 
-def _recorded_options(dirs: list[Path], flags: dict) -> tuple[dict, str | None]:
+def _recorded_options(dirs: list[Path], flags: dict, given: dict) -> tuple[dict, str | None]:
     """The run options the configurations in ``dirs`` recorded (their ``run.json``, i.e.
-    :meth:`EvalConfig.identity` less the configuration's own fields), and a note when they differ
-    among themselves or from ``flags`` (the options given to ``--report-only``)."""
+    :meth:`EvalConfig.identity` less the configuration's own fields; ``flags`` where none is
+    recorded), and a note when they differ among themselves or from ``given`` (the options the
+    caller set)."""
     recorded = [json.loads((d / "run.json").read_text("utf-8")) for d in dirs if (d / "run.json").is_file()]
     if not recorded:
         return flags, None
@@ -223,7 +226,7 @@ def _recorded_options(dirs: list[Path], flags: dict) -> tuple[dict, str | None]:
             f"{k} {', '.join(v)}" for k, v in mixed.items()
         )
     options = {**flags, **{k: recorded[0].get(k) for k in keys}}
-    differ = [f"{k} {flags[k]!r} given, {options[k]!r} recorded" for k in keys if k in flags and flags[k] != options[k]]
+    differ = [f"{k} {given[k]!r} given, {options[k]!r} recorded" for k in keys if k in given and given[k] != options[k]]
     return options, ("report of the runs as recorded (" + "; ".join(differ) + ")") if differ else None
 
 
