@@ -451,6 +451,18 @@ def test_training_learns_which_configuration_wins_which_kind_of_question(tmp_pat
     store_env.store.close()
 
 
+def test_training_reads_the_store_and_never_creates_one(tmp_path, minilm):
+    """``--store`` naming a folder with no store in it is refused, and nothing is written there (it
+    was opened as a new, empty store: a store.db left behind, then "holds no record")."""
+    frontier = scripted_frontier(tmp_path / "frontier", minilm)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = ["train", "strategy-router", "--from", str(frontier), "--out", str(tmp_path / "r.json")]
+    res = run(app, [*args, "--store", str(empty)])
+    assert res.exit_code == 2 and f"the frontier's store {empty} is missing" in " ".join(res.output.split())
+    assert list(empty.iterdir()) == [] and not (tmp_path / "r.json").exists()
+
+
 class _Built:
     name, prompt_version, recipes = "stub", "x", ()
 

@@ -167,3 +167,11 @@ def test_the_results_page_shows_finished_rows_only(tmp_path, monkeypatch):
     assert "automem" not in page and "longctx" not in page
     with pytest.raises(FileNotFoundError):
         hook.frontier_table("missing")
+
+
+def test_the_docs_count_the_shipped_specs_configurations():
+    from memfrontier.frontier.spec import load_spec
+
+    n = len(load_spec(None).configurations)
+    assert f"every\nconfiguration ({n}) on all 314" in (ROOT / "docs" / "frontier.md").read_text("utf-8")
+    assert f"the shipped spec, {n} configurations x 314" in (ROOT / "docs" / "reproduce.md").read_text("utf-8")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 
 import httpx2 as httpx
 import pytest
@@ -217,6 +218,19 @@ def test_a_scope_id_that_is_not_one_is_named_without_a_pydantic_dump(memory):
         memory.ask("Where?", user_id="")
     text = str(e.value)
     assert "user_id" in text and "pydantic" not in text and "errors.pydantic.dev" not in text
+    # every verb says it as add does (delete_all said "1 validation error for the scope: ...")
+    said = "user_id is empty ('')"
+    for call in (
+        lambda: memory.add(["x"], user_id=""),
+        lambda: memory.search("x", user_id=""),
+        lambda: memory.get("r1", user_id=""),
+        lambda: memory.delete("r1", user_id=""),
+        lambda: memory.delete_all(user_id=""),
+    ):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            call()
+    with pytest.raises(ValueError, match=re.escape("agent_id is blank ('  ')")):
+        memory.delete_all(agent_id="  ")
 
 
 def test_a_strategy_named_by_calls_is_built_once_per_configuration_and_stays_in_line(memory):

@@ -116,7 +116,11 @@ def unbuilt_view_message(view: str) -> str:
 
 
 def _scope(user_id, agent_id, run_id) -> Scope:
-    """The scope of the ids; a ValueError naming the id that is not one (empty, too long...)."""
+    """The scope of the ids; a ValueError naming the id that is not one (empty or blank, which no
+    stored record may have; too long...)."""
+    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+        if isinstance(value, str):
+            require_non_blank(value, name)
     try:
         return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
     except ValidationError as e:
@@ -171,11 +175,7 @@ def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Sc
 
 def scope_for_add(user_id, agent_id, run_id) -> Scope:
     """The scope records are added under (no id given: records that carry their own). Raises
-    ValueError as :func:`_scope` and for a blank id, which no stored record may have (a lookup with
-    one just finds nothing)."""
-    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
-        if isinstance(value, str):
-            require_non_blank(value, name)
+    ValueError as :func:`_scope`."""
     return _scope(user_id, agent_id, run_id)
 
 

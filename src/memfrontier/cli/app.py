@@ -63,7 +63,7 @@ LLM_HELP = (
 train_app = typer.Typer(
     cls=Group,
     rich_markup_mode=HELP_MARKUP,
-    help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator.",
+    help="Train learned components: the BudgetMem tier router, MemoryCPT's LoRA-A (qad) and LoRA-B (qar), the MemPilot orchestrator, auto's strategy router and rag's turn reranker.",
     no_args_is_help=True,
 )
 sweep_app = typer.Typer(

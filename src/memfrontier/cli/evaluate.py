@@ -36,7 +36,10 @@ from .tables import frontier_table, route_table, tier_table, with_caption
 @app.command("config")
 def config_cmd(
     strategy: Optional[str] = typer.Argument(
-        None, parser=_strategy_name, metavar="[STRATEGY]", help=f"{STRATEGY_HELP} (default: every strategy)."
+        None,
+        parser=_strategy_name,
+        metavar="[STRATEGY]",
+        help=f"{STRATEGY_HELP} (default: every strategy, then the named configurations).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the fields as JSON."),
 ):
@@ -53,7 +56,7 @@ def config_cmd(
             for row in strategy_class(n).config_class.describe()
         ]
 
-    names = [strategy] if strategy else list(STRATEGIES)
+    names = [strategy] if strategy else [*STRATEGIES, *NAMED_CONFIGURATIONS]
     if as_json:
         console.print_json(data={n: fields(n) for n in names}, default=str)
         return

@@ -94,7 +94,8 @@ class PriceBook(BaseModel):
         if canon is None:
             raise UnpricedModelError(
                 f"model {model_id!r} is not in price book {self.version!r}; add it to a price book "
-                f"(--price-book FILE) or pass --allow-unpriced to record its calls as unpriced"
+                f"(--price-book FILE; price_book= in Python) or allow unpriced calls (--allow-unpriced; "
+                "allow_unpriced=True) to record its calls as unpriced"
             )
         return self.models[canon]
 

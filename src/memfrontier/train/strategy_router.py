@@ -297,8 +297,9 @@ def _scale(values: np.ndarray) -> float:
 def _features(rows: dict[str, dict], ids: list[str], store, embedder) -> np.ndarray:
     from ..store.open import open_store
     from ..store.postgres import is_postgres_url
+    from ..store.sqlite_schema import DB_NAME
 
-    if not is_postgres_url(store) and not Path(store).is_dir():
+    if not is_postgres_url(store) and not (Path(store) / DB_NAME).is_file():  # read, never created here
         raise FileNotFoundError(
             f"the frontier's store {store} is missing (the scope sizes are read from it); "
             f"pass --store with the store the frontier ran on"
