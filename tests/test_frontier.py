@@ -94,6 +94,28 @@ def test_the_same_rows_draw_the_same_plot_files(tmp_path, monkeypatch):
         assert first[key].read_bytes() == again[key].read_bytes()
 
 
+def test_the_outermost_labels_stay_inside_the_axes():
+    """A point at the right edge is labelled on its left ("memorycpt-no-qar" ran off the plot)."""
+    from memfrontier.eval.plots import _figure
+    from memfrontier.frontier.plots import _panel
+
+    def row(label, strategy, usd, f1):
+        return {"label": label, "strategy": strategy, "usd_x1e4_amortized": usd, "f1": f1, "f1_low": f1 - 0.1,
+                "f1_high": f1 + 0.1, "pareto_cost": False}  # fmt: skip
+
+    rows = [row("oracle", "oracle", 0.1, 0.47), row("rag", "rag", 0.73, 0.37)]
+    rows += [row(f"memorycpt-no-{x}", "memorycpt", 7.0, 0.25 + 0.02 * i) for i, x in enumerate(("qar", "fs", "x"))]
+    fig, (ax,) = _figure(1, width=7.0, height=5.0)
+    _panel(ax, rows, "usd_x1e4_amortized", "pareto_cost", "usd", "t", True)
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    texts = {t.get_text(): t.get_window_extent() for t in ax.texts}
+    assert len(texts) == 5
+    for label, b in texts.items():
+        assert box.x0 <= b.x0 and b.x1 <= box.x1, label
+    assert texts["memorycpt-no-qar"].x1 < ax.transData.transform((7.0, 0.25))[0]  # on the point's left
+
+
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
     vals = [0.0, 1.0] * 20
     m, lo, hi = bootstrap_ci(vals, seed=3)

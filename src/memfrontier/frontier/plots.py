@@ -19,6 +19,10 @@ from ..eval.plots import COST_LABEL, _figure, _save
 #: adjustText's steps moving the labels apart: a fixed number, so a plot drawn again from the same
 #: rows is the same file on any machine.
 LABEL_STEPS = 300
+#: Where (axes fraction) a point's label starts going to its left instead of its right.
+RIGHT_THIRD = 0.67
+#: Gap (axes fraction) between a point and the start of its label.
+LABEL_GAP = 0.012
 
 
 def point_labels(rows: Sequence[dict], x_key: str) -> list[tuple[float, float, str]]:
@@ -86,7 +90,14 @@ def _panel(ax, rows: Sequence[dict], x_key: str, pareto_key: str, xlabel: str, t
     ax.margins(x=0.15, y=0.08)  # room for the labels of the outermost points inside the axes
     if labels:
         xs, ys = [x for x, _, _ in labels], [y for _, y, _ in labels]
-        texts = [ax.text(x, y, label, fontsize=7) for x, y, label in labels]
+        ax.autoscale_view()
+        to_axes = ax.transData + ax.transAxes.inverted()
+        texts = []
+        for x, y, label in labels:  # a point in the right third is labelled on its left: inside the axes
+            ax_x, ax_y = to_axes.transform((x, y))
+            side = -1 if ax_x > RIGHT_THIRD else 1
+            tx, ty = to_axes.inverted().transform((ax_x + side * LABEL_GAP, ax_y))  # clear of the marker
+            texts.append(ax.text(tx, ty, label, fontsize=7, ha="left" if side > 0 else "right", va="center"))
         adjust_text(  # a fixed number of steps: its default (1 s of steps) moves labels by the machine's speed
             texts,
             x=xs,
