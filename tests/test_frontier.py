@@ -627,6 +627,7 @@ def test_frontier_runs_configurations_on_the_same_questions_and_resumes(tmp_path
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 1, res.output  # one configuration could not run: not a success
     assert "1 of 3 configurations did not finish: router" in " ".join(res.output.split())
+    assert "2/2 rag: answering · mean F1" in res.output  # off a terminal, a progress line per configuration
     rep = json.loads((out / "frontier.json").read_text())
     rows = {r["label"]: r for r in rep["rows"]}
     assert rows["router"]["status"] == f"not run: missing {tmp_path / 'none.pt'}"

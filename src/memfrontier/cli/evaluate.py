@@ -231,7 +231,7 @@ def frontier_cmd(
             if status not in ("start", "done"):
                 said.add(label)
             if status == "start":
-                current["label"] = label
+                current.update(label=label, f1s=[])
                 ingest_row.prefix = f"{label}: "
                 bar.update(task, description=f"{label}: starting", total=None, completed=0)
             elif status == "kept":
@@ -250,7 +250,10 @@ def frontier_cmd(
                         f"{current['label']}: resuming, {info['done']} of {plural(info['total'], 'question')} already answered"
                     )
             elif event == "question":
-                bar.update(task, advance=1)
+                f1s = current.setdefault("f1s", [])
+                f1s.append(info["row"]["f1"])
+                desc = f"{current['label']}: answering · mean F1 {sum(f1s) / len(f1s):.3f}"
+                bar.update(task, advance=1, description=desc)
 
         with known_errors(bar, interrupted=RESUME_HINT):
             report = asyncio.run(
