@@ -90,6 +90,19 @@ def test_count_tokens_exact(llm):
     assert llm.count_tokens("word " * 100) >= 100
 
 
+def test_provenance_records_the_llama_cpp_build_and_cpu_features_once_loaded(llm):
+    """The same prompt can end in another greedy answer on another CPU (near-tied tokens, other
+    SIMD kernels): a result file names the llama.cpp build and the CPU features it ran with."""
+    import llama_cpp
+
+    from memfrontier.core.provenance import provenance
+
+    assert llm.count_tokens("x") > 0  # loads the model
+    got = provenance()["llama_cpp"]
+    assert got["version"] == llama_cpp.__version__
+    assert "AVX" in got["system_info"] or "NEON" in got["system_info"]
+
+
 @pytest.mark.slow
 def test_short_completion_text_and_usage(llm):
     msgs = [{"role": "user", "content": "The capital of France is"}]

@@ -6,6 +6,7 @@ import datetime as _dt
 import hashlib
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 from .version import __version__
@@ -44,12 +45,31 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def llm_runtime() -> dict:
+    """``{"llama_cpp": {"version", "system_info"}}`` once this process has loaded an embedded
+    model (llama.cpp imported), else ``{}``. Its answers depend on the build and the CPU features
+    its kernels use (``AVX512 = 1 | ...``): the same prompt, greedily decoded, can end in another
+    answer on another CPU where two tokens are nearly tied, so a run reproduces to the digit on
+    the same build and CPU only."""
+    mod = sys.modules.get("llama_cpp")
+    if mod is None:
+        return {}
+    try:
+        info = mod.llama_print_system_info().decode("utf-8", "replace").strip()
+    except (AttributeError, OSError):
+        info = None
+    return {"llama_cpp": {"version": getattr(mod, "__version__", None), "system_info": info}}
+
+
 def provenance(**fields) -> dict:
-    """Common provenance plus the caller's fields (model ids, prompt versions, data sha256, seed...)."""
+    """Common provenance plus the caller's fields (model ids, prompt versions, data sha256, seed...);
+    with the embedded models' runtime (:func:`llm_runtime`) once one was loaded."""
     return {
         "memfrontier_version": __version__,
         **git_commit(),
         "python": platform.python_version(),
+        "machine": platform.machine(),
+        **llm_runtime(),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **fields,
     }
