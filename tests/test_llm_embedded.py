@@ -49,11 +49,14 @@ def test_prompt_users_do_not_load_the_llama_backend():
     ]
     code = (
         f"import importlib, os, sys; [importlib.import_module(m) for m in {mods!r}]; "
-        "print('memfrontier.llm.embedded' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))"
+        "from memfrontier.core.provenance import provenance; "
+        "print('memfrontier.llm.embedded' in sys.modules, os.environ.get('OMP_WAIT_POLICY'), "
+        "'llama_cpp' in provenance())"
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "None"], out.stderr
+    # nor does provenance (no llama_cpp entry without an embedded model loaded)
+    assert out.stdout.split() == ["False", "None", "False"], out.stderr
 
 
 def test_make_llm_local_is_embedded_and_lazy():
