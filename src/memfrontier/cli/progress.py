@@ -46,8 +46,7 @@ class _LoggedProgress(Progress):
     def _log(self, task_id: TaskID) -> None:
         if not self.disable:
             return
-        with self._lock:
-            task = self._tasks.get(task_id)
+        task = next((t for t in self.tasks if t.id == task_id), None)  # rich's public, locked copy
         if task is None or task.total is None:
             return
         line = self._paces.setdefault(task_id, _Pace()).line(time.monotonic(), task.completed, task.total)
