@@ -592,3 +592,59 @@ def test_ingest_command_reads_a_data_file_with_a_progress_bar_fit_for_logs(tmp_p
     bad = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "s2"), "--file", str(f), "--data-file", str(f)])
     assert bad.exit_code == 2 and "--data-file goes with --dataset" in bad.output
     assert not (tmp_path / "s2").exists()
+
+
+@needs_data
+def test_longmemeval_s_splits_hold_no_trained_question_and_its_report_slice_covers_every_type():
+    from memfrontier.eval.runner import select_questions
+    from memfrontier.retrieve.rerank import DEFAULT_RERANKER
+
+    test, train = load_dataset("longmemeval_s", "test"), load_dataset("longmemeval_s", "train")
+    assert (len(test), len(train)) == (106, 332)  # 438 S questions (shared/data/README.md)
+    test_ids, train_ids = {c.id for c in test}, {c.id for c in train}
+    assert not test_ids & train_ids
+    trained = json.loads(DEFAULT_RERANKER.read_text("utf-8"))["provenance"]["data"]["longmemeval"]["conversations"]
+    assert len(trained) == 160 and not test_ids & set(trained)  # the shipped reranker's draw (oracle ids)
+    report = select_questions(test, 60, 42)  # the frontier's report slice (--limit 60, seed 42)
+    counts = collections.Counter(q.category for q in report)
+    assert counts == {
+        "temporal-reasoning": 11,
+        "multi-session": 11,
+        "knowledge-update": 11,
+        "single-session-user": 11,
+        "single-session-assistant": 11,
+        "single-session-preference": 5,  # all this type's test questions
+    }
+    first = test[0]
+    assert 38 <= first.meta["n_sessions"] <= 58 and first.questions[0].question_date  # S: ~50 sessions, dated
+    with pytest.raises(ValueError, match="unknown split"):
+        load_dataset("longmemeval_s", "val")
+
+
+def test_a_gzip_data_file_is_read_and_a_broken_one_named(tmp_path):
+    import gzip
+
+    item = {
+        "question_id": "q1",
+        "question_type": "knowledge-update",
+        "question": "Where do I live?",
+        "answer": "Boston",
+        "question_date": "2023/05/30 (Tue) 23:40",
+        "haystack_dates": ["2023/05/01 (Mon) 10:00"],
+        "haystack_session_ids": ["answer_1"],
+        "haystack_sessions": [[{"role": "user", "content": "I moved to Boston.", "has_answer": True}]],
+        "answer_session_ids": ["answer_1"],
+    }
+    good = tmp_path / "s.json.gz"
+    good.write_bytes(gzip.compress(json.dumps([item]).encode()))
+    (conv,) = load_longmemeval(good)
+    assert conv.questions[0].question_date == "2023-05-30T23:40:00" and conv.questions[0].evidence_ids == [
+        "q1:answer_1:1"
+    ]
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(gzip.compress(json.dumps([item]).encode())[:-20])  # cut short
+    with pytest.raises(DatasetError, match="corrupt"):
+        load_longmemeval(broken)
+    (tmp_path / "plain.json.gz").write_text("[]")  # not gzip at all
+    with pytest.raises(DatasetError, match="corrupt"):
+        load_longmemeval(tmp_path / "plain.json.gz")

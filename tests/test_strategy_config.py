@@ -41,6 +41,7 @@ RAG_K3 = {
     "neighbour_hits": None,
     "max_tokens": None,
     "rerank": False,
+    "fold": 0.8,
     "turn_style": "said",
 }
 
@@ -184,7 +185,8 @@ def test_the_config_preference_wins_else_the_caller_else_perf():
 def test_config_hash_is_canonical_json_of_every_option():
     cfg = strategy_config("rag", {"k": 3})
     expected = hashlib.sha256(
-        b'{"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"rerank":false,"retrievers":["dense","bm25"],'
+        b'{"fold":0.8,"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"rerank":false,'
+        b'"retrievers":["dense","bm25"],'
         b'"strategy":"rag","turn_style":"said","unit":"chunk"}'
     ).hexdigest()[:16]
     assert cfg.config_hash() == expected

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from .core.fit import fit_lines, shrink_to_fit
 from .core.ledger import BudgetExceededError, count_event, current_ledger
+from .core.render import asked_on
 from .core.text import clean_text
 from .core.types import Budget, Context
 from .llm.metered import MeteredLLM
 
-__all__ = ["Answerer", "BudgetExceededError"]
+__all__ = ["Answerer", "BudgetExceededError", "prompt_version"]
 
 PROMPT_VERSION = "qa-memorycpt-v1"
+#: The prompt of a question asked at a known time (LongMemEval's reader is told the current date).
+DATED_PROMPT_VERSION = "qa-memorycpt-v1+date-v1"
 MAX_ANSWER_TOKENS = 32
 
 # MemoryCPT, Appendix B "Final QA Model Setup" (answer in <= 6 words).
@@ -28,6 +31,24 @@ QA_TEMPLATE = (
     "Question: {question}\n\n"
     "Answer:"
 )
+
+# The same, for a question asked at a known time: the date it is asked (as LongMemEval's reader
+# prompt gives it), and which of two dated statements of one thing is current.
+QA_DATED_TEMPLATE = (
+    "You are a QA assistant. Use ONLY the context below to answer the question.\n"
+    "If the context lacks the info, answer with your best guess from it.\n"
+    "Statements are dated; when two disagree, the later one is current.\n"
+    "Answer in <=6 words, no explanation.\n"
+    "Context: {ctx}\n\n"
+    "Today is {today}.\n"
+    "Question: {question}\n\n"
+    "Answer:"
+)
+
+
+def prompt_version(question_date: str | None) -> str:
+    """The answer prompt's version for a question asked at ``question_date`` (None: undated)."""
+    return PROMPT_VERSION if question_date is None else DATED_PROMPT_VERSION
 
 
 def _clean(text: str) -> str:
@@ -50,8 +71,12 @@ class Answerer:
         self.llm = llm
         self.max_answer_tokens = max_answer_tokens
 
-    def prompt(self, question: str, context: str) -> str:
-        return QA_TEMPLATE.format(ctx=context, question=question)
+    def prompt(self, question: str, context: str, question_date: str | None = None) -> str:
+        """The answer prompt: :data:`QA_TEMPLATE`, or :data:`QA_DATED_TEMPLATE` (the day it is asked,
+        ``"Tuesday, 30 May 2023"``) when ``question_date`` (an ISO timestamp) is given."""
+        if question_date is None:
+            return QA_TEMPLATE.format(ctx=context, question=question)
+        return QA_DATED_TEMPLATE.format(ctx=context, question=question, today=asked_on(question_date))
 
     def max_input_tokens(self, budget: Budget) -> int | None:
         """The largest prompt (tokens) whose predicted call fits the budget; None = no cap.
@@ -85,13 +110,13 @@ class Answerer:
                 caps.append(int(left / profile.in_s_per_token) if profile.in_s_per_token > 0 else 10**9)
         return min(caps) if caps else None
 
-    def fit(self, question: str, context: Context, budget: Budget) -> str:
+    def fit(self, question: str, context: Context, budget: Budget, question_date: str | None = None) -> str:
         """The context text cut to fit the model window and the budget (tail dropped, counted)."""
         limit = self.llm.context_tokens - self.max_answer_tokens - 8
         cap = self.max_input_tokens(budget)
         if cap is not None:
             limit = min(limit, cap)
-        overhead = self.llm.count_tokens(self.prompt(question, ""))
+        overhead = self.llm.count_tokens(self.prompt(question, "", question_date))
         if overhead > limit:
             raise BudgetExceededError(
                 f"the question alone needs {overhead} prompt tokens, but the budget leaves {max(limit, 0)} for the "
@@ -108,11 +133,15 @@ class Answerer:
         count_event("budget.context_truncated")
         return "\n".join(kept)
 
-    async def answer(self, question: str, context: Context, budget: Budget | None = None) -> str:
+    async def answer(
+        self, question: str, context: Context, budget: Budget | None = None, question_date: str | None = None
+    ) -> str:
+        """The answer to ``question`` from ``context`` (one call), within ``budget``; ``question_date``
+        (an ISO timestamp, None: undated) is the day the question is asked, given in the prompt."""
         question = clean_text(question)  # lone surrogates -> U+FFFD (the tokenizer cannot encode them)
-        text = self.fit(question, context, budget or Budget())
+        text = self.fit(question, context, budget or Budget(), question_date)
         out = await self.llm.complete(
-            [{"role": "user", "content": self.prompt(question, text)}],
+            [{"role": "user", "content": self.prompt(question, text, question_date)}],
             role="answerer",
             max_tokens=self.max_answer_tokens,
             temperature=0.0,

@@ -36,11 +36,12 @@ from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
 from .core.text import check_id, clean_text, require_non_blank
 from .core.threads import run_cpu
-from .core.timeutil import canonical_timestamp
+from .core.timeutil import canonical_timestamp, utc_now
 from .core.types import Budget, Hit, Preference, Record, Scope
 from .llm import default_llm, make_llm
 from .llm.base import ChatClient
 from .llm.metered import MeteredLLM
+from .retrieve.fold import FOLD_THRESHOLD
 from .retrieve.hybrid import hybrid_search
 from .retrieve.recipes import HYBRID_RRF
 from .store.base import AddResult, MemoryStore
@@ -89,6 +90,9 @@ class Answer(BaseModel):
     wall_s: float
     meta: dict = Field(default_factory=dict)
     build: BuildReport | None = None  # the view's build, when ``ask(build=True)`` built it first
+    #: when the question was asked (ISO, UTC): the caller's ``question_date``, or the time ``ask`` ran
+    #: when none was given; None for an undated question (:meth:`AsyncMemory.answer` without one)
+    question_date: str | None = None
 
 
 #: What a refused build tells its caller (Python, CLI, REST or MCP) to do: there is no per-call
@@ -325,13 +329,15 @@ class AsyncMemory:
     async def search(
         self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
     ) -> list[Hit]:
-        """Top-``k`` chunks of the scope by the :data:`~memfrontier.retrieve.recipes.HYBRID_RRF` recipe (dense + BM25, RRF k=60). Raises ValueError for a ``k``
-        that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a scope id unless
-        ``all_scopes=True`` (every tenant's records)."""
+        """Top-``k`` chunks of the scope by the :data:`~memfrontier.retrieve.recipes.HYBRID_RRF` recipe
+        (dense + BM25, RRF k=60), near-duplicates folded (:mod:`memfrontier.retrieve.fold`): ``k``
+        distinct chunks, each the latest of its copies, the copies' ids in ``Hit.folded``. Raises
+        ValueError for a ``k`` that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a
+        scope id unless ``all_scopes=True`` (every tenant's records)."""
         k = _positive_int("k", k)
         query = _text_asked("query", query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
-        return await run_cpu(hybrid_search, self.store, query, scope, HYBRID_RRF, k)
+        return await run_cpu(hybrid_search, self.store, query, scope, HYBRID_RRF, k, fold=FOLD_THRESHOLD)
 
     async def construct(
         self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None, progress: BuildProgress | None = None
@@ -479,11 +485,17 @@ class AsyncMemory:
         a scope id unless ``all_scopes=True`` (the context may then hold every tenant's records;
         neither rule is checked then, and nothing is built), and for a ``question_date`` that is not a
         complete date in years 1-9999 (UTC).
+
+        ``question_date``: when the question is asked (the strategies and the answer prompt read it,
+        so "how long ago" and "what is it now" can be answered); None means now, and the time used
+        is recorded in ``Answer.question_date``.
         """
         question = _text_asked("question", question)
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
-        if question_date is not None:  # a date that is not one (or not one in years 1-9999) is named now
-            canonical_timestamp(question_date, what="question_date")
+        # a date that is not one (or not one in years 1-9999) is named now; none given: asked now
+        question_date = canonical_timestamp(
+            question_date if question_date is not None else utc_now(), what="question_date"
+        )
         strat = await self._strategy(strategy, strategy_options)
         # bad arguments are named before the scope is read
         preference = Preference.of(preference)
@@ -544,7 +556,7 @@ class AsyncMemory:
         t0 = time.perf_counter()
         with use_ledger(ledger, "query"):
             ctx = await strategy.context(query, self.env, pref, budget)
-            text = await self.answerer.answer(question, ctx, budget)
+            text = await self.answerer.answer(question, ctx, budget, question_date)
         return Answer(
             text=text,
             evidence_ids=ctx.evidence_ids,
@@ -553,6 +565,7 @@ class AsyncMemory:
             usage=ledger.usage(),
             wall_s=time.perf_counter() - t0,
             meta=ctx.meta,
+            question_date=question_date,
         )
 
     async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:

@@ -127,7 +127,10 @@ OPT_ALLOW_UNPRICED = typer.Option(
 OPT_PRICE_AS = typer.Option(
     None, help="Price every call as this price-book model (e.g. qwen3-14b) to read a local run in hosted dollars."
 )
-OPT_DATASET = typer.Option("locomo", help="locomo | longmemeval | hotpotqa | mem_gallery")
+OPT_DATASET = typer.Option(
+    "locomo",
+    help="locomo | longmemeval (the oracle file) | longmemeval_s (the S setting, ~50 sessions a question) | hotpotqa | mem_gallery",
+)
 OPT_SPLIT = typer.Option(
     None,
     help="test | train | val | all (default: test where the dataset has one; locomo test: conv-49/50, categories 1-4).",

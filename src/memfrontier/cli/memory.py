@@ -40,7 +40,7 @@ NO_MODEL = "local"
 def ingest(
     store: str = typer.Option(..., help="Store directory (created if missing) or postgresql:// URL."),
     dataset: Optional[str] = typer.Option(
-        None, help="Ingest a benchmark: locomo | longmemeval | hotpotqa | mem_gallery."
+        None, help="Ingest a benchmark: locomo | longmemeval | longmemeval_s | hotpotqa | mem_gallery."
     ),
     conversation: Optional[list[str]] = typer.Option(None, help="Only these conversation ids (repeatable)."),
     file: Optional[Path] = typer.Option(

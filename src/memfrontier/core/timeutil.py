@@ -217,6 +217,11 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
     return format_instant(parsed)
 
 
+def utc_now() -> datetime:
+    """The current instant, timezone-aware UTC (a live ``ask``'s question time when none is given)."""
+    return datetime.now(timezone.utc)
+
+
 def instant_key(value: str | datetime | None) -> tuple[int, str]:
     """Sort key ordering timestamps by instant; missing or unreadable ones first (as the stores'
     ``ORDER BY timestamp IS NOT NULL, timestamp`` does). The key holds the canonical string

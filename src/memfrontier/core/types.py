@@ -183,6 +183,9 @@ class Hit(BaseModel):
     chunk: Chunk
     score: float
     ranks: dict[str, int] = Field(default_factory=dict)
+    #: ids of the near-duplicate chunks folded into this one, which is their latest
+    #: (:mod:`memfrontier.retrieve.fold`); empty when none was folded or the search did not fold
+    folded: list[str] = Field(default_factory=list)
 
 
 class Question(BaseModel):

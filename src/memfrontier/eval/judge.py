@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..core.ledger import count_event
 from ..llm.metered import MeteredLLM
+from .datasets import LONGMEMEVAL_DATASETS
 from .longmemeval_judge import PROMPT_VERSION as LONGMEMEVAL_PROMPT_VERSION
 from .longmemeval_judge import judge_prompt as longmemeval_prompt
 from .metrics import parse_judge_label
@@ -77,14 +78,14 @@ class Judge:
 
 def judge_prompt_version(dataset: str) -> str:
     """The judge prompt version a run on ``dataset`` uses (recorded in provenance)."""
-    return LONGMEMEVAL_PROMPT_VERSION if dataset == "longmemeval" else PROMPT_VERSION
+    return LONGMEMEVAL_PROMPT_VERSION if dataset in LONGMEMEVAL_DATASETS else PROMPT_VERSION
 
 
 def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None, *, dataset: str = "") -> Judge:
     """A :class:`Judge` on ``judge_llm`` (an LLM spec) or, by default, ``mem``'s answer model,
     made by :meth:`~memfrontier.strategies.base.MemoryEnv.model`: priced by the run's price book,
-    ``price_as`` and ``allow_unpriced``. ``dataset="longmemeval"`` selects that benchmark's protocol."""
+    ``price_as`` and ``allow_unpriced``. ``dataset="longmemeval"`` (or ``longmemeval_s``) selects that benchmark's protocol."""
     return Judge(
         mem.env.model(judge_llm, "judge", base_url=base_url),
-        protocol="longmemeval" if dataset == "longmemeval" else "memorycpt",
+        protocol="longmemeval" if dataset in LONGMEMEVAL_DATASETS else "memorycpt",
     )

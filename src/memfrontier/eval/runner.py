@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import json
 import os
-import random
-from collections import defaultdict
 from pathlib import Path
 
 from ..core.files import open_private, private_dir
@@ -22,35 +20,11 @@ from ..core.jsonio import jsonl_lines, write_json_atomic, write_text_atomic
 from ..core.types import Conversation, Question
 from . import datasets
 from .config import EvalConfig
+from .datasets.sampling import select_questions
 from .executor import Executor, LocalExecutor
 from .fallbacks import FallbackError, exceeded_message
 from .summary import build_summary, undated_sessions
 from .tasks import build_counts, open_run, prompt_versions
-
-
-def select_questions(convs: list[Conversation], limit: int | None, seed: int) -> list[Question]:
-    """All questions, or a ``limit``-sized slice that covers every category: shuffle each category
-    with ``seed`` and take them round-robin (categories in sorted order). Returned in dataset order."""
-    return stratified_sample([q for c in convs for q in c.questions], limit, seed)
-
-
-def stratified_sample(allq: list[Question], limit: int | None, seed: int) -> list[Question]:
-    """:func:`select_questions` over a list of questions (kept in their given order)."""
-    if limit is None or limit >= len(allq):
-        return allq
-    by_cat: dict[str, list[Question]] = defaultdict(list)
-    for q in allq:
-        by_cat[q.category].append(q)
-    rng = random.Random(seed)
-    for qs in by_cat.values():
-        rng.shuffle(qs)
-    picked: set[str] = set()
-    cats = sorted(by_cat)
-    while len(picked) < limit:
-        for c in cats:
-            if by_cat[c] and len(picked) < limit:
-                picked.add(by_cat[c].pop().id)
-    return [q for q in allq if q.id in picked]
 
 
 def _read_done(path: Path) -> dict[str, dict]:
@@ -178,13 +152,18 @@ async def run_eval(cfg: EvalConfig, *, on_progress=None, open_memory=None) -> di
 
     pred_path = out / "predictions.jsonl"
     done = _read_done(pred_path)
-    current = prompt_versions(strategy, cfg.dataset, cfg.judge)
-    other = [r["prompt_versions"] for r in done.values() if r.get("prompt_versions", current) != current]
+    dated = {q.id: q.question_date is not None for q in questions}
+    current = {d: prompt_versions(strategy, cfg.dataset, cfg.judge, d) for d in (False, True)}
+    other = [
+        r["prompt_versions"]
+        for r in done.values()
+        if r.get("prompt_versions", current[dated.get(r["id"], False)]) != current[dated.get(r["id"], False)]
+    ]
     if other:  # answers from older prompts and newer ones would be one row under one label
         mem.close()
         raise RunMismatchError(
             f"{out} holds {len(other)} answer{'s' if len(other) != 1 else ''} made with other prompt versions "
-            f"({other[0]}; this memfrontier: {current}); choose another --out or delete {out}"
+            f"({other[0]}; this memfrontier: {current[False]}, or {current[True]} for a dated question); choose another --out or delete {out}"
         )
     pending = [q for q in questions if q.id not in done]
     progress(

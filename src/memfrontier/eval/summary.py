@@ -92,7 +92,9 @@ def build_summary(
             memory_model=mem.env.llm.model_id,
             embedding_model=mem.store.embedder.model_id,
             judge_model=(cfg.judge_llm or mem.env.answer_llm.model_id) if cfg.judge else None,
-            prompt_versions=prompt_versions(strategy, cfg.dataset, cfg.judge),
+            prompt_versions=prompt_versions(
+                strategy, cfg.dataset, cfg.judge, any(r.get("question_date") is not None for r in rows)
+            ),
             price_book_version=mem.env.answer_llm.prices.version,
             priced_as=cfg.price_as,
             structured_output=structured_output_modes() if structured_output is None else structured_output,

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
+from ..answerer import prompt_version as answer_prompt_version
 from ..core.ledger import Ledger, use_ledger
 from ..core.threads import run_cpu
 from ..core.types import Conversation, Question, Scope
@@ -171,11 +171,12 @@ def _calls_and_failures(ledger: Ledger) -> dict:
     }
 
 
-def prompt_versions(strategy, dataset: str, judged: bool) -> dict[str, str]:
-    """The versions of the prompts a run's answers come from: the answerer's, the strategy's
-    (its memory-side roles: construction, planner, summarizer...) and, when judged, the judge's."""
+def prompt_versions(strategy, dataset: str, judged: bool, dated: bool = False) -> dict[str, str]:
+    """The versions of the prompts a run's answers come from: the answerer's (its dated prompt when
+    the questions carry the date they are asked, ``dated``), the strategy's (its memory-side roles: construction,
+    planner, summarizer...) and, when judged, the judge's."""
     return {
-        "answerer": QA_PROMPT_VERSION,
+        "answerer": answer_prompt_version("dated" if dated else None),
         "strategy": strategy.prompt_version,
         **({"judge": judge_prompt_version(dataset)} if judged else {}),
     }
@@ -199,6 +200,7 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
         "conversation_id": q.conversation_id,
         "category": q.category,
         "question": q.question,
+        "question_date": q.question_date,
         "gold": gold,
         "prediction": ans.text,
         "f1": score_f1(dataset, ans.text, q),
@@ -213,7 +215,7 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
         "usage": ans.usage.model_dump(),
         "strategy_meta": ans.meta,
         "call_errors": [{"role": c.role, "error": c.error} for c in ledger.calls if c.error][:5],
-        "prompt_versions": prompt_versions(strategy, dataset, judge is not None),
+        "prompt_versions": prompt_versions(strategy, dataset, judge is not None, q.question_date is not None),
     }
     if judge is not None:
         jl = Ledger()

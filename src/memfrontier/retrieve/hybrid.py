@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from ..core.types import Hit, Scope
 from ..store.bank import BankHit, MemoryBank
+from .fold import fold_near_duplicates
 from .recipes import HYBRID_RRF, Recipe
 from .rrf import rrf_fuse
 
 
-def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None = None, *, store=None) -> list:
+def hybrid_search(
+    index, query: str, scope: Scope, recipe: Recipe, k: int | None = None, *, store=None, fold: float | None = None
+) -> list:
     """Top-``k`` documents of ``index`` in ``scope`` for ``query``, by ``recipe``.
 
     Args:
@@ -29,6 +32,11 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
         k: results wanted (default ``recipe.k``); ``k <= 0`` gives [].
         store: the store whose chunks rank a bank's items for the ``"chunk"`` retriever (the
             chunk search is :data:`~memfrontier.retrieve.recipes.HYBRID_RRF`, as deep as the others).
+        fold: fold near-duplicates before the top ``k`` are taken
+            (:func:`~memfrontier.retrieve.fold.fold_near_duplicates` with this word-set Jaccard
+            threshold, e.g. :data:`~memfrontier.retrieve.fold.FOLD_THRESHOLD`): ``k`` distinct
+            documents, each the latest of its copies, at the rank of the best one (its score and
+            ranks), the copies' ids in ``folded``. None: no folding.
 
     Returns:
         :class:`~memfrontier.core.types.Hit` (chunks) or :class:`~memfrontier.store.bank.BankHit`
@@ -70,15 +78,23 @@ def hybrid_search(index, query: str, scope: Scope, recipe: Recipe, k: int | None
         rankings[name] = [d.id for d, _ in found]
         raw[name] = {d.id: s for d, s in found}
         docs.update((d.id, d) for d, _ in found)
-    fused = rrf_fuse(rankings, k=recipe.rrf_k, top_n=k)
+    fused = rrf_fuse(rankings, k=recipe.rrf_k, top_n=None if fold is not None else k)
     single = recipe.retrievers[0] if len(recipe.retrievers) == 1 else None
+    if fold is None:
+        groups = [(f, f, []) for f in fused]
+    else:
+        body = (lambda d: docs[d].render()) if is_bank else (lambda d: docs[d].text)
+        groups = fold_near_duplicates(
+            fused, lambda f: body(f[0]), lambda f: docs[f[0]].timestamp, threshold=fold, limit=k
+        )
     out = []
-    for doc_id, score, ranks in fused:
-        score = raw[single][doc_id] if single else score
+    for (doc_id, *_), (best_id, score, ranks), copies in groups:  # shown: the latest; ranked: the best
+        score = raw[single][best_id] if single else score
+        folded = [c[0] for c in copies]
         out.append(
-            BankHit(item=docs[doc_id], score=score, ranks=ranks)
+            BankHit(item=docs[doc_id], score=score, ranks=ranks, folded=folded)
             if is_bank
-            else Hit(chunk=docs[doc_id], score=score, ranks=ranks)
+            else Hit(chunk=docs[doc_id], score=score, ranks=ranks, folded=folded)
         )
     return out
 

@@ -107,6 +107,9 @@ class BankHit(BaseModel):
     item: BankItem
     score: float
     ranks: dict[str, int] = Field(default_factory=dict)
+    #: ids of the near-duplicate items folded into this one, which is their latest
+    #: (:mod:`memfrontier.retrieve.fold`); empty when none was folded or the search did not fold
+    folded: list[str] = Field(default_factory=list)
 
 
 class Trace(BaseModel):

@@ -44,10 +44,12 @@ class LongContext(StrategyBase):
         records = sorted(env.store.records(query.scope), key=lambda r: instant_key(r.timestamp))  # by instant
         newest_first = records[::-1]
         lines, used = fit_lines(
-            (render_dated([(r.timestamp, r.render())]) for r in newest_first), limit, env.answer_llm.count_tokens
+            (render_dated([(r.timestamp, r.render())], query.question_date) for r in newest_first),
+            limit,
+            env.answer_llm.count_tokens,
         )
         kept = newest_first[: len(lines)][::-1]
-        text = render_dated([(r.timestamp, r.render()) for r in kept])
+        text = render_dated([(r.timestamp, r.render()) for r in kept], query.question_date)
         return Context(
             text=text,
             evidence_ids=[r.id for r in kept],

@@ -34,7 +34,7 @@ class Oracle(StrategyBase):
             )
         found = {r.id: r for r in env.store.get(query.gold_evidence_ids, query.scope)}
         ordered = [r for r in env.store.records(query.scope) if r.id in found] if found else []
-        text = render_dated([(r.timestamp, r.render()) for r in ordered])
+        text = render_dated([(r.timestamp, r.render()) for r in ordered], query.question_date)
         meta = {"missing_evidence": [i for i in query.gold_evidence_ids if i not in found]}
         if not query.gold_evidence_ids:
             meta["no_gold_evidence"] = True

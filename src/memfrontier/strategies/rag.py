@@ -17,10 +17,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..core.ledger import count_event
-from ..core.render import human_date, render_dated
+from ..core.render import date_label, render_dated
 from ..core.threads import run_cpu
 from ..core.timeutil import instant_key
 from ..core.types import Budget, Context, Preference, Scope, TurnStyle
+from ..retrieve.fold import FOLD_THRESHOLD
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import Unit, chunk_recipe
 from ..retrieve.rerank import load_reranker
@@ -28,7 +29,7 @@ from ..store.bank import BANK_VIEW, BankHit, BankItem, MemoryBank
 from ..views.turns import KIND as TURN_KIND
 from ..views.turns import turn_view
 from .base import BuildProgress, MemoryEnv, Query, StrategyBase
-from .config import Bool, Int, StrategyConfig
+from .config import Bool, Float, Int, StrategyConfig
 
 #: The retrievers, fused by RRF when more than one is named; ``chunk`` (unit=turn): a turn ranked by its chunk.
 Retriever = Literal["dense", "bm25", "chunk"]
@@ -73,6 +74,15 @@ class RagConfig(StrategyConfig):
         description="unit=turn, with max_tokens: re-order the k candidates with the learned turn reranker "
         "before the budget takes them (memfrontier.retrieve.rerank; trained on LoCoMo's and LongMemEval's "
         "training pools; recall in results/retrieval).",
+    )
+    fold: Float | None = Field(
+        FOLD_THRESHOLD,
+        ge=0.0,
+        le=1.0,
+        description="Fold near-duplicate hits before the k are taken: units whose word sets overlap at least "
+        "this much (Jaccard) are one hit, shown as the latest of them (a chunk with how many times it was "
+        "said), so repeats do not crowd out other facts nor outrank a later correction "
+        "(memfrontier.retrieve.fold). None: no folding.",
     )
     turn_style: TurnStyle = Field(
         "said",
@@ -151,12 +161,15 @@ class Rag(StrategyBase):
         # the search embeds the query and scans the index (CPU-bound): off the event loop
         if self.config.unit == "turn":
             return await run_cpu(self._turn_context, query, env)
-        hits = await run_cpu(hybrid_search, env.store, query.text, query.scope, self.recipe, k=self.config.k)
+        hits = await run_cpu(
+            hybrid_search, env.store, query.text, query.scope, self.recipe, k=self.config.k, fold=self.config.fold
+        )
         evidence: list[str] = []
         for h in hits:
             evidence.extend(i for i in h.chunk.record_ids if i not in evidence)
-        text = render_dated([(h.chunk.timestamp, h.chunk.text) for h in hits])
-        return Context(text=text, evidence_ids=evidence, meta={"chunks": [h.chunk.id for h in hits]})
+        text = render_dated([(h.chunk.timestamp, _said(h.chunk.text, h.folded)) for h in hits], query.question_date)
+        meta = {"chunks": [h.chunk.id for h in hits], "folded": sum(len(h.folded) for h in hits)}
+        return Context(text=text, evidence_ids=evidence, meta=meta)
 
     def _counter(self, env: MemoryEnv):
         """The embedder's token count, remembered per text (turns and date lines recur across queries)."""
@@ -168,7 +181,9 @@ class Rag(StrategyBase):
 
     def _turn_context(self, query: Query, env: MemoryEnv) -> Context:
         bank = self.current_turn_bank(env, query.scope)
-        hits = hybrid_search(bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store)
+        hits = hybrid_search(
+            bank, query.text, query.scope, self.recipe, k=self.config.k, store=env.store, fold=self.config.fold
+        )
         if self.config.rerank:
             hits = load_reranker().rerank(bank, query.scope, TURN_KIND, query.text, hits, self._counter(env))
         render = self._renderer(env, query.scope, [h.item for h in hits])
@@ -180,12 +195,13 @@ class Rag(StrategyBase):
             neighbour_hits=self.config.neighbour_hits,
             max_tokens=self.config.max_tokens,
             render=render,
+            asked=query.question_date,
         )
         evidence = [i for it in picked for i in it.source_ids]
         return Context(
-            text=render_turns(picked, render),
+            text=render_turns(picked, render, query.question_date),
             evidence_ids=list(dict.fromkeys(evidence)),
-            meta={"turns": len(picked), "hits": len(hits)},
+            meta={"turns": len(picked), "hits": len(hits), "folded": sum(len(h.folded) for h in hits)},
         )
 
     def _renderer(self, env: MemoryEnv, scope: Scope, items: list[BankItem]):
@@ -205,8 +221,13 @@ class Rag(StrategyBase):
         return render
 
 
-def _date_line(ts: str | None) -> str:
-    return f"({human_date(ts)})" if ts else "(undated)"
+def _said(text: str, folded: list[str]) -> str:
+    """A chunk's context text, marked with how often it was said when copies were folded into it."""
+    return f"[said {len(folded) + 1} times] {text}" if folded else text
+
+
+def _date_line(ts: str | None, asked: str | None = None) -> str:
+    return f"({date_label(ts, asked)})" if ts else "(undated)"
 
 
 def select_turns(
@@ -218,12 +239,14 @@ def select_turns(
     neighbour_hits: int | None = None,
     max_tokens: int | None = None,
     render=BankItem.render,
+    asked: str | None = None,
 ) -> list[BankItem]:
     """The turns a context shows: each hit in rank order with its ``neighbours`` turns before and
     after it in its session (from ``items``, the scope's turn items; only the first
     ``neighbour_hits`` hits bring them, every hit when None), taken while the rendered
     context (:func:`render_turns` with ``render``, a turn's text) stays within ``max_tokens`` tokens
-    by ``count_tokens`` (None: no budget); a hit whose turns would exceed it is skipped and the next one tried (a
+    by ``count_tokens`` (None: no budget; date lines dated from ``asked``, the question's time, as
+    :func:`render_turns` writes them); a hit whose turns would exceed it is skipped and the next one tried (a
     turn longer than the whole budget is counted, event ``rag.turn_over_budget``). A turn is shown
     once. Returns the turns in context order (sessions by time, turns by position)."""
     where = {(it.meta.get("session_id"), it.meta.get("position")): it for it in items}
@@ -243,7 +266,7 @@ def select_turns(
             continue
         cost = sum(count_tokens(render(g)) for g in new)
         days = {(g.meta.get("session_id"), g.timestamp) for g in new} - shown  # the date lines they add
-        cost += sum(count_tokens(_date_line(ts)) for _, ts in days)
+        cost += sum(count_tokens(_date_line(ts, asked)) for _, ts in days)
         if max_tokens is not None and used + cost > max_tokens:
             if cost > max_tokens and len(new) == 1:  # a turn longer than the whole budget: never shown
                 count_event("rag.turn_over_budget")
@@ -257,16 +280,16 @@ def select_turns(
     )
 
 
-def render_turns(turns: list[BankItem], render=BankItem.render) -> str:
+def render_turns(turns: list[BankItem], render=BankItem.render, asked: str | None = None) -> str:
     """Turns (in context order) as text: one ``(8 May 2023)`` line per session and day (a turn
-    item is dated by its day in the session: :mod:`memfrontier.views.turns`), then its turns
-    (``render``: a turn's text), one a line."""
+    item is dated by its day in the session: :mod:`memfrontier.views.turns`; ``(8 May 2023, 22 days
+    ago)`` for a question asked at ``asked``), then its turns (``render``: a turn's text), one a line."""
     out: list[str] = []
     last = object()
     for it in turns:
         key = (it.meta.get("session_id"), it.timestamp)
         if key != last:
-            out.append(_date_line(it.timestamp))
+            out.append(_date_line(it.timestamp, asked))
             last = key
         out.append(render(it))
     return "\n".join(out)

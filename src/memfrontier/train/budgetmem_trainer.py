@@ -48,10 +48,10 @@ from ..core.ledger import Ledger, count_event, use_ledger
 from ..core.provenance import provenance, sha256_file
 from ..core.types import Question, Scope
 from ..eval import datasets
+from ..eval.datasets.sampling import stratified_sample
 from ..eval.judge import PROMPT_VERSION as JUDGE_PROMPT_VERSION
 from ..eval.judge import make_judge
 from ..eval.metrics import choice_ratios
-from ..eval.runner import stratified_sample
 from ..eval.tasks import score_f1
 from ..strategies.budgetmem import PROMPT_VERSION as BUDGETMEM_PROMPT_VERSION
 from ..strategies.budgetmem import BudgetMem, BudgetMemConfig, ModuleCache

@@ -47,8 +47,8 @@ from ..core.jsonio import read_jsonl_objects, write_json_atomic, write_text_atom
 from ..core.provenance import provenance
 from ..core.types import Preference, Question, Scope
 from ..eval.datasets.locomo import TEST_CONVERSATIONS
+from ..eval.datasets.sampling import stratified_sample
 from ..eval.metrics import LOCOMO_EXCLUDED
-from ..eval.runner import stratified_sample
 from ..strategies.auto.decision import decide, utility
 from ..strategies.auto.features import (
     FEATURE_VERSION,

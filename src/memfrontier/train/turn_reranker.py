@@ -32,8 +32,7 @@ from ..core.types import Scope
 from ..embed.minilm import MiniLMEmbedder
 from ..eval.datasets import DATASET_FILES, data_root
 from ..eval.datasets.locomo import load_locomo, locomo_split
-from ..eval.datasets.longmemeval import load_longmemeval, longmemeval_sample
-from ..eval.runner import select_questions
+from ..eval.datasets.longmemeval import load_longmemeval, report_reserve
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.rerank import SCALAR_FEATURES, RerankerFile, hit_features, write_reranker_file
 from ..store.open import open_store
@@ -46,10 +45,6 @@ BATCH = 512
 #: The products q*t (each about 1/dim) are multiplied by this while training, so that their weights
 #: start and decay on the scale of the standardised scalars'; the file holds ``w_v`` times it.
 PRODUCT_SCALE = 20.0
-#: LongMemEval conversations the reports read, never trained on: the retrieval bench's samples of
-#: these sizes (seed 0) and the frontier's slices of these limits (seed 42, eval's default).
-REPORT_SAMPLES = (40, 100)
-REPORT_SLICES = (30,)
 #: Folds of the LongMemEval questions in the validation.
 LME_FOLDS = 5
 
@@ -68,11 +63,9 @@ class Question:
 
 
 def longmemeval_training_pool(convs: list) -> list:
-    """The LongMemEval conversations (one per question) outside every report sample
-    (:data:`REPORT_SAMPLES`, :data:`REPORT_SLICES`), in file order."""
-    reserved = {c.id for n in REPORT_SAMPLES for c in longmemeval_sample(convs, n, 0)}
-    owner = {q.id: c.id for c in convs for q in c.questions}
-    reserved |= {owner[q.id] for n in REPORT_SLICES for q in select_questions(convs, n, 42)}
+    """The LongMemEval conversations (one per question) outside every report sample, in file order
+    (:func:`~memfrontier.eval.datasets.longmemeval.report_reserve` of ``convs``, the oracle file)."""
+    reserved = report_reserve(convs)
     return [c for c in convs if c.id not in reserved]
 
 

@@ -12,6 +12,7 @@ store refuses empty records, a benchmark file is read as its authors publish it.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -24,13 +25,18 @@ ENV_VAR = "MEMFRONTIER_DATA"
 DATASET_FILES: dict[str, str] = {
     "locomo": "locomo/locomo10.json",
     "longmemeval": "longmemeval/longmemeval_oracle.json",
+    "longmemeval_s": "longmemeval/longmemeval_s_dev.json.gz",
     "hotpotqa": "hotpotqa/hotpot_dev_distractor_v1_103.json",
     "mem_gallery": "mem_gallery/dialog",  # a folder of one JSON file per conversation
 }
 
+#: The datasets in LongMemEval's format, scored and judged by its protocol (oracle and S settings).
+LONGMEMEVAL_DATASETS = ("longmemeval", "longmemeval_s")
+
 SPLITS: dict[str, tuple[str, ...]] = {
     "locomo": ("test", "train", "all"),
     "longmemeval": ("all",),
+    "longmemeval_s": ("test", "train", "all"),
     "hotpotqa": ("all",),
     "mem_gallery": ("test", "train", "val", "all"),
 }
@@ -99,13 +105,15 @@ def dataset_path(name: str, path: str | os.PathLike | None = None) -> Path:
 
 
 def read_json(path: Path, dataset: str) -> Any:
-    """Parse a JSON file; raises :class:`DatasetError` (missing file, bad UTF-8, bad JSON)."""
+    """Parse a JSON file, gzip-compressed when its name ends in ``.gz``; raises :class:`DatasetError`
+    (missing file, bad gzip, bad UTF-8, bad JSON)."""
     if not path.is_file():
         raise DatasetError(f"{dataset} data file not found: {path} ; {_how_to_override()}")
     try:
-        with path.open("r", encoding="utf-8") as fh:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as fh:
             return json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
         raise DatasetError(f"{dataset} data file is corrupt or not JSON: {path}: {exc}") from exc
     except OSError as exc:
         raise DatasetError(f"cannot read {dataset} data file {path}: {exc}; {_how_to_override()}") from exc
@@ -116,8 +124,9 @@ def schema_error(path: Path, dataset: str, exc: BaseException) -> DatasetError:
     return DatasetError(f"{dataset} data file {path} does not match the expected schema: {type(exc).__name__}: {exc}")
 
 
-def load_conversations(name: str, path: str | os.PathLike | None, convert) -> list:
-    """Read dataset ``name``'s JSON list and ``convert`` each item into a Conversation.
+def load_conversations(name: str, path: str | os.PathLike | None, convert, keep=None) -> list:
+    """Read dataset ``name``'s JSON list and ``convert`` each item into a Conversation (only the items
+    for which ``keep(item)`` is true, when ``keep`` is given: a split read without converting the rest).
 
     Raises :class:`DatasetError` when the file is missing, not JSON, not a list, empty, or an item does
     not match the schema ``convert`` expects (KeyError/TypeError/ValueError/AttributeError).
@@ -129,7 +138,7 @@ def load_conversations(name: str, path: str | os.PathLike | None, convert) -> li
     if not data:
         raise DatasetError(f"{name} data file {p} holds no items (an empty list): nothing to evaluate")
     try:
-        convs = [convert(item) for item in data]
+        convs = [convert(item) for item in data if keep is None or keep(item)]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise schema_error(p, name, exc) from exc
     for c in convs:
@@ -179,7 +188,8 @@ def load_dataset(
     file, or another LoCoMo-format file) instead of the data root's default one.
 
     Splits: locomo ``test`` / ``train`` / ``all`` (see :func:`locomo_split`); mem_gallery ``train`` / ``val`` /
-    ``test`` / ``all`` (see :func:`mem_gallery_split`); the others ``all``.
+    ``test`` / ``all`` (see :func:`mem_gallery_split`); longmemeval_s (LongMemEval's S setting, ~50
+    sessions a question) ``test`` / ``train`` / ``all`` (see :func:`load_longmemeval_s`); the others ``all``.
     Returns ``list[Conversation]``. Raises ValueError for an unknown name or split and
     :class:`DatasetError` for a missing or corrupt file.
     """
@@ -202,6 +212,8 @@ def load_dataset(
         return locomo_split(load_locomo(path), split)
     if name == "longmemeval":
         return load_longmemeval(path)
+    if name == "longmemeval_s":
+        return load_longmemeval_s(path, split, data_root=_data_root(data_root))
     if name == "mem_gallery":
         return mem_gallery_split(load_mem_gallery(path), split)
     return load_hotpotqa(path)
@@ -210,13 +222,14 @@ def load_dataset(
 # Re-exports (imported last: the loaders import the helpers above).
 from .hotpotqa import load_hotpotqa  # noqa: E402
 from .locomo import load_locomo, locomo_split  # noqa: E402
-from .longmemeval import load_longmemeval  # noqa: E402
+from .longmemeval import load_longmemeval, load_longmemeval_s  # noqa: E402
 from .mem_gallery import load_mem_gallery, mem_gallery_split  # noqa: E402
 
 __all__ = [
     "DATASET_FILES",
     "DatasetError",
     "ENV_VAR",
+    "LONGMEMEVAL_DATASETS",
     "data_root",
     "dataset_path",
     "default_split",
@@ -225,6 +238,7 @@ __all__ = [
     "load_hotpotqa",
     "load_locomo",
     "load_longmemeval",
+    "load_longmemeval_s",
     "load_mem_gallery",
     "mem_gallery_split",
     "locomo_split",

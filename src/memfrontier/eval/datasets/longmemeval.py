@@ -1,5 +1,10 @@
 """LongMemEval loader (oracle, S or M file; xiaowu0162/LongMemEval, Wu et al., ICLR 2025).
 
+Two datasets read this format: ``longmemeval`` (the oracle file: each question's evidence sessions
+only) and ``longmemeval_s`` (the S setting, ``longmemeval_s_dev.json.gz``: ~50 sessions a question,
+most of them unrelated chats), whose ``test`` split holds only questions no trained part has seen
+(:func:`load_longmemeval_s`).
+
 One :class:`Conversation` per question (id = ``question_id``, scope ``user_id=question_id``): its
 haystack sessions become turn records. Session id ``f"{qid}:{haystack_session_id}"``; when a
 haystack session id repeats inside one question (13 questions in S), later occurrences get
@@ -15,10 +20,20 @@ import os
 import random
 import re
 from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
 
 from ...core.timeutil import parse_instant
 from ...core.types import Conversation, Question, Record, Scope
-from . import load_conversations
+from . import DATASET_FILES, load_conversations
+from .sampling import select_questions
+
+#: LongMemEval questions the reports read, never trained on: the retrieval bench's samples of the
+#: oracle file of these sizes (seed 0) and the frontier's oracle slices of these limits (seed 42,
+#: eval's default). Every trained part (the turn reranker) draws from the other questions, in either
+#: file (the oracle and S files share question ids).
+REPORT_SAMPLES = (40, 100)
+REPORT_SLICES = (30,)
 
 QUESTION_TYPES = (
     "temporal-reasoning",
@@ -150,3 +165,43 @@ def longmemeval_sample(convs: list[Conversation], n: int, seed: int = 0) -> list
     the retrieval bench's LongMemEval sample (``benchmarks/bench_retrieval.py --lme-limit n --seed
     seed``); all of them when ``n`` is not smaller."""
     return sorted(random.Random(seed).sample(convs, min(n, len(convs))), key=lambda c: c.id)
+
+
+def report_reserve(convs: list[Conversation]) -> set[str]:
+    """The ids of the conversations (one per question) of ``convs`` (the oracle file) that a report
+    reads (:data:`REPORT_SAMPLES`, :data:`REPORT_SLICES`): never trained on."""
+    reserved = {c.id for n in REPORT_SAMPLES for c in longmemeval_sample(convs, n, 0)}
+    owner = {q.id: c.id for c in convs for q in c.questions}
+    return reserved | {owner[q.id] for n in REPORT_SLICES for q in select_questions(convs, n, 42)}
+
+
+@lru_cache(maxsize=4)
+def _reserve_of(oracle: Path) -> frozenset[str]:
+    return frozenset(report_reserve(load_longmemeval(oracle)))
+
+
+def _oracle_file(data_root) -> Path:
+    from . import data_root as root
+
+    return root(data_root) / DATASET_FILES["longmemeval"]
+
+
+def load_longmemeval_s(
+    path: str | os.PathLike | None = None, split: str = "all", data_root: str | os.PathLike | None = None
+) -> list[Conversation]:
+    """LongMemEval's S setting (``longmemeval_s_dev.json.gz``, 438 questions, ~50 sessions each) ->
+    one Conversation per question, as :func:`load_longmemeval`.
+
+    ``split``: ``test``: the S questions in the report reserve (:func:`report_reserve` of the oracle
+    file under ``data_root``), which no trained part has seen in either file; the frontier's report
+    slice is 60 of them (``--limit 60``, seed 42, stratified by question type); ``train``: the
+    others (the training pool: what a trained part may read); ``all``. Only the split's items are
+    converted. Raises :class:`DatasetError` for a missing or corrupt file (the oracle file too, for
+    ``test`` and ``train``) and ValueError for another split."""
+    if split not in ("test", "train", "all"):
+        raise ValueError(f"unknown split {split!r} for longmemeval_s; choose one of ['test', 'train', 'all']")
+    keep = None
+    if split != "all":
+        reserve = _reserve_of(_oracle_file(data_root))
+        keep = lambda item: (str(item.get("question_id")) in reserve) == (split == "test")  # noqa: E731
+    return load_conversations("longmemeval_s", path, _convert, keep)
