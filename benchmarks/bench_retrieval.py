@@ -79,6 +79,10 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "turns-colon": ("rag", {**FRONTIER["rag-turns"], "turn_style": "colon"}),
     "turns-rr": ("rag", {**FRONTIER["rag-turns"], "rerank": True}),
     "rag-turns-rr": ("rag", FRONTIER["rag-turns-rr"]),
+    # near-duplicate folding (memfrontier.retrieve.fold) off: what folding changes at the same k / budget
+    "rag-k4-nofold": ("rag", {"k": 4, "fold": None}),
+    "rag-k8-nofold": ("rag", {"k": 8, "fold": None}),
+    "rag-turns-rr-nofold": ("rag", {**FRONTIER["rag-turns-rr"], "fold": None}),
 }
 REFERENCE = "rag-k8"
 
