@@ -97,7 +97,8 @@ def test_fold_keeps_the_latest_copy_at_the_best_copys_rank():
         ("b", "b", []),
     ]
     limited = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], limit=2)
-    assert [(k[0], [c[0] for c in cs]) for k, _, cs in limited] == [("a2", ["a1", "a3"]), ("x", [])]
+    # reading stops at the second group: a2 (rank 3) and a3 (rank 5) are not read
+    assert [(k[0], [c[0] for c in cs]) for k, _, cs in limited] == [("a1", []), ("x", [])]
     strict = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], threshold=1.0)
     assert [k[0] for k, _, _ in strict] == ["a3", "x", "a2", "b"]  # only the exact copy folds
     with pytest.raises(ValueError, match="threshold"):

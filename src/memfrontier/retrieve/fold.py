@@ -57,8 +57,8 @@ def fold_near_duplicates(
         time: a document's timestamp (ISO; None sorts first, as the stores order them).
         threshold: the Jaccard similarity in [0, 1] from which a document joins an earlier one's
             group (compared with the group's first, best-ranked, member).
-        limit: stop once this many groups are formed and the rest of ``ranked`` cannot add to them
-            (None: fold the whole list). A document after the limit still joins a group it repeats.
+        limit: stop once this many groups are formed (None: fold the whole list); the documents
+            after that point are not read, so a copy ranked below it does not join its group.
 
     Returns:
         ``[(kept, best, folded)]`` in the order of each group's best member: ``kept`` the group's
@@ -73,14 +73,16 @@ def fold_near_duplicates(
     heads: list[frozenset[str]] = []
     groups: list[list[tuple[int, T]]] = []
     for pos, doc in enumerate(ranked):
+        if limit is not None and len(groups) >= limit:
+            break
         words = word_set(text(doc))
+        n = len(words)
         for head, group in zip(heads, groups):
-            if jaccard(head, words) >= threshold:
+            # |a ∩ b| / |a ∪ b| <= min / max of the sizes: most pairs are ruled out without a set operation
+            if min(n, len(head)) >= threshold * max(n, len(head)) and jaccard(head, words) >= threshold:
                 group.append((pos, doc))
                 break
         else:
-            if limit is not None and len(groups) >= limit:
-                continue
             heads.append(words)
             groups.append([(pos, doc)])
     out = []
