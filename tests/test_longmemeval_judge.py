@@ -28,3 +28,21 @@ def test_unknown_type_is_refused():
 def test_braces_in_text_do_not_break_formatting():
     p = judge_prompt("single-session-user", "What is {x}?", "{y}", "{z}")
     assert "What is {x}?" in p and "Reference answer: {y}" in p
+
+
+def test_judge_agreement_counts_by_hand():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_judge_agreement.py"
+    spec = importlib.util.spec_from_file_location("bench_judge_agreement", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # (hand label, verdict): 3 of 5 agree; one false positive, one false negative; both raters say
+    # CORRECT 3 of 5 times: p_e = 0.6 * 0.6 + 0.4 * 0.4 = 0.52, kappa = (0.6 - 0.52) / 0.48
+    c = bench.counts([(True, True), (True, False), (False, False), (False, True), (True, True)])
+    assert c["n"] == 5 and c["accuracy"] == pytest.approx(0.6)
+    assert (c["false_positives"], c["false_negatives"]) == (1, 1)
+    assert c["kappa"] == pytest.approx(0.08 / 0.48)
+    assert bench.counts([(True, True), (True, True)])["kappa"] == 0.0  # p_e = 1: no agreement beyond chance to measure
+    assert bench.counts([]) == {"n": 0}
