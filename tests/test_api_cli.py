@@ -84,6 +84,16 @@ def test_cli_ingest_ask_search(tmp_path):
     assert res.exit_code == 0, res.output
     ans = json.loads(res.stdout)  # stderr may carry the model runtime's log lines
     assert ans["usage"]["by_stage"]["query"]["calls"] == 1 and ans["usage"]["by_stage"]["query"]["usd"] > 0
+    res = run(
+        app,
+        ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--json", "--question-date", "2023-05-30"],
+    )
+    ans = json.loads(res.stdout)  # asked as of that day: the context dates the session from it
+    assert (
+        ans["question_date"] == "2023-05-30T00:00:00+00:00" and "(8 May 2023, 22 days (3 weeks) ago)" in ans["context"]
+    )
+    res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--question-date", "soon"])
+    assert res.exit_code == 2 and "question_date" in res.output and "soon" in res.output
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana"])
     line = " ".join(res.stdout.split())  # one answer call, priced at the embedded model's proxy price
     assert res.exit_code == 0 and "1 call ·" in line and "(proxy USD: a nominal price" in line, line

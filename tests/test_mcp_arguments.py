@@ -83,7 +83,7 @@ def test_known_errors_keep_their_message(store_path):
     )
     assert opts.is_error and text(opts) == prefix + "strategy rag: k=2.5: Input should be a valid integer"
     assert unknown.is_error and text(unknown) == prefix + (
-        "strategy rag: unknown key 'depth'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, turn_style"
+        "strategy rag: unknown key 'depth'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, fold, turn_style"
     )
     assert unbuilt.is_error and text(unbuilt).startswith(
         prefix + "the automem memory view of this scope was never built"
@@ -110,6 +110,7 @@ def test_tool_schemas_are_unchanged_by_the_argument_models(store_path):
         "max_usd",
         "options",
         "build",
+        "question_date",
         "user_id",
         "agent_id",
         "run_id",

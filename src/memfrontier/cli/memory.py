@@ -193,6 +193,11 @@ def ask(
     preference: Optional[str] = typer.Option(
         None, help="perf | balanced | cost (default: the strategy config's, else perf)"
     ),
+    question_date: Optional[str] = typer.Option(
+        None,
+        help="When the question is asked (e.g. 2024-10-01T12:00); default now. The answer prompt and the "
+        "context's dates read it ('22 days ago').",
+    ),
     max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
     max_tokens: Optional[int] = typer.Option(
         None,
@@ -235,6 +240,7 @@ def ask(
                     strategy_options=options,
                     preference=preference,
                     budget=Budget(max_usd=max_usd, max_tokens=max_tokens),
+                    question_date=question_date,
                     build=build,
                 )
         finally:

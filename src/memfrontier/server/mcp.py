@@ -215,6 +215,14 @@ class AskArgs(ScopeArgs):
             "was never built (its cost is reported)."
         ),
     ] = False
+    question_date: Annotated[
+        str | None,
+        Field(
+            max_length=64,
+            description="When the question is asked (ISO 8601, e.g. 2024-10-01T12:00); default now. "
+            "The answer reads it ('22 days ago', what is current).",
+        ),
+    ] = None
 
 
 def _tool_errors() -> tuple[type[BaseException], ...]:
@@ -363,6 +371,7 @@ def build_server(service: MemoryService):
             strategy=args.strategy,
             strategy_options=cfg,
             budget=Budget(max_usd=args.max_usd),
+            question_date=args.question_date,
             build=args.build,
         )
         q = ans.usage.query
@@ -370,6 +379,7 @@ def build_server(service: MemoryService):
             "answer": ans.text,
             "evidence_ids": ans.evidence_ids,
             "strategy": ans.strategy,
+            "question_date": ans.question_date,
             "usage": {
                 "calls": q.calls,
                 "input_tokens": q.input_tokens,
