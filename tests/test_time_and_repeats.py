@@ -13,7 +13,7 @@ from memfrontier.answerer import DATED_PROMPT_VERSION, PROMPT_VERSION, Answerer,
 from memfrontier.api import Memory
 from memfrontier.core.render import age_words, asked_on, date_label, days_before, render_dated
 from memfrontier.core.types import Budget, Scope
-from memfrontier.retrieve.fold import fold_near_duplicates, jaccard, word_set
+from memfrontier.retrieve.fold import LOOKAHEAD, fold_near_duplicates, repeats, word_set
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import HYBRID_RRF
 from memfrontier.strategies import Query, get_strategy
@@ -75,19 +75,23 @@ def test_the_answer_prompt_gives_the_day_asked_and_keeps_the_undated_one_byte_fo
 # --- near-duplicate folding ----------------------------------------------------------------
 
 
-def test_word_sets_and_jaccard_by_hand():
+def test_word_sets_and_repeats_by_hand():
     assert word_set("I live in Seattle!") == {"i", "live", "in", "seattle"}
-    assert jaccard(word_set("I live in Seattle"), word_set("I still live in Seattle")) == 4 / 5
-    assert jaccard(word_set("my favourite colour is blue"), word_set("my favourite colour is green")) == 4 / 6
-    assert jaccard(frozenset(), frozenset()) == 1.0
+    assert repeats(word_set("I live in Seattle"), word_set("I still live in Seattle"))  # 4 of 5 words, one added
+    assert not repeats(word_set("I live in Seattle"), word_set("Oh and I still live in Seattle"))  # 4 of 7
+    assert repeats(word_set("I live in Seattle"), word_set("Oh and I still live in Seattle"), threshold=0.5)
+    # a changed word is never a repeat, whatever the overlap (12 of 14 words shared)
+    monday = "I have a dentist appointment with Dr Smith on Monday at the downtown clinic"
+    assert not repeats(word_set(monday), word_set(monday.replace("Monday", "Friday")), threshold=0.5)
+    assert repeats(frozenset(), frozenset())
 
 
 def test_fold_keeps_the_latest_copy_at_the_best_copys_rank():
     docs = [  # (id, text, time), best first
         ("a1", "I live in Seattle", "2024-01-05T10:00:00"),
         ("x", "I like pizza", "2024-02-01T10:00:00"),
-        ("a2", "I still live in Seattle", "2024-06-05T10:00:00"),  # 4/5 = 0.8: a copy of a1
-        ("b", "I moved to Boston", "2024-09-10T10:00:00"),  # 2/6 with a1: distinct
+        ("a2", "I still live in Seattle", "2024-06-05T10:00:00"),  # a1's words and one more: a copy
+        ("b", "I live in Boston", "2024-09-10T10:00:00"),  # one word changed: distinct
         ("a3", "I live in Seattle", "2024-03-05T10:00:00"),
     ]
     out = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2])
@@ -96,13 +100,21 @@ def test_fold_keeps_the_latest_copy_at_the_best_copys_rank():
         ("x", "x", []),
         ("b", "b", []),
     ]
-    limited = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], limit=2)
-    # reading stops at the second group: a2 (rank 3) and a3 (rank 5) are not read
-    assert [(k[0], [c[0] for c in cs]) for k, _, cs in limited] == [("a1", []), ("x", [])]
+    # one group wanted: the next max(1, LOOKAHEAD) documents are still read for its copies
+    (only,) = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], limit=1)
+    assert (only[0][0], [c[0] for c in only[2]]) == ("a2", ["a1", "a3"])
+    far = [docs[0], *[(f"n{i}", f"note {i}", None) for i in range(LOOKAHEAD)], docs[2]]
+    (first, *_), *_ = fold_near_duplicates(far, lambda d: d[1], lambda d: d[2], limit=1)
+    assert first[0] == "a1"  # a copy ranked past the look-ahead is not read
     strict = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], threshold=1.0)
     assert [k[0] for k, _, _ in strict] == ["a3", "x", "a2", "b"]  # only the exact copy folds
-    with pytest.raises(ValueError, match="threshold"):
-        fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], threshold=1.5)
+    by_scope = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], key=lambda d: d[0][0])
+    assert [k[0] for k, _, _ in by_scope] == ["a2", "x", "b"]  # a1, a2, a3 share the key "a"
+    split = fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], key=lambda d: d[0])
+    assert len(split) == 5  # every key its own: nothing folds across keys
+    for bad in (0.0, 0.49, 1.5):
+        with pytest.raises(ValueError, match="threshold"):
+            fold_near_duplicates(docs, lambda d: d[1], lambda d: d[2], threshold=bad)
 
 
 STALE = "I live in the city of Seattle, in a small flat near the lake."
@@ -164,6 +176,14 @@ def test_four_distinct_facts_reach_a_five_slot_search_next_to_a_repeated_one(mem
     (maria,) = [h for h in hits if repeated in h.chunk.text]
     assert maria.chunk.timestamp.startswith("2024-06-05") and len(maria.folded) == 5  # the latest, 5 copies folded
     assert mem.search(q, user_id="other-user", k=5) == []  # folding reads nothing outside the scope
+
+
+def test_two_tenants_saying_the_same_never_fold_together(mem):
+    secret = "The launch code for the vault is 7741."
+    for user in ("alice", "eve"):
+        mem.add({"role": "user", "content": secret}, user_id=user, session_id="s1", timestamp="2024-01-01")
+    hits = mem.search("launch code", all_scopes=True, k=5)
+    assert sorted(h.chunk.scope.user_id for h in hits) == ["alice", "eve"] and all(not h.folded for h in hits)
 
 
 def test_the_turn_view_folds_repeated_turns_too(mem):

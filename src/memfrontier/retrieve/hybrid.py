@@ -33,8 +33,8 @@ def hybrid_search(
         store: the store whose chunks rank a bank's items for the ``"chunk"`` retriever (the
             chunk search is :data:`~memfrontier.retrieve.recipes.HYBRID_RRF`, as deep as the others).
         fold: fold near-duplicates before the top ``k`` are taken
-            (:func:`~memfrontier.retrieve.fold.fold_near_duplicates` with this word-set Jaccard
-            threshold, e.g. :data:`~memfrontier.retrieve.fold.FOLD_THRESHOLD`): ``k`` distinct
+            (:func:`~memfrontier.retrieve.fold.fold_near_duplicates` with this threshold in [0.5,
+            1], e.g. :data:`~memfrontier.retrieve.fold.FOLD_THRESHOLD`; within one scope): ``k`` distinct
             documents, each the latest of its copies, at the rank of the best one (its score and
             ranks), the copies' ids in ``folded``. None: no folding.
 
@@ -85,7 +85,12 @@ def hybrid_search(
     else:
         body = (lambda d: docs[d].render()) if is_bank else (lambda d: docs[d].text)
         groups = fold_near_duplicates(
-            fused, lambda f: body(f[0]), lambda f: docs[f[0]].timestamp, threshold=fold, limit=k
+            fused,
+            lambda f: body(f[0]),
+            lambda f: docs[f[0]].timestamp,
+            threshold=fold,
+            limit=k,
+            key=lambda f: docs[f[0]].scope,  # two tenants' records never fold together
         )
     out = []
     for (doc_id, *_), (best_id, score, ranks), copies in groups:  # shown: the latest; ranked: the best

@@ -77,12 +77,12 @@ class RagConfig(StrategyConfig):
     )
     fold: Float | None = Field(
         FOLD_THRESHOLD,
-        ge=0.0,
+        ge=0.5,
         le=1.0,
-        description="Fold near-duplicate hits before the k are taken: units whose word sets overlap at least "
-        "this much (Jaccard) are one hit, shown as the latest of them (a chunk with how many times it was "
-        "said), so repeats do not crowd out other facts nor outrank a later correction "
-        "(memfrontier.retrieve.fold). None: no folding.",
+        description="Fold repeated hits before the k are taken: a unit whose words are all among another's and "
+        "at least this share of them (one said again, words added, none changed) is one hit with it, shown "
+        "as the latest of them (a chunk with how many times it was said), so repeats do not crowd out other "
+        "facts nor outrank a later correction (memfrontier.retrieve.fold). None: no folding.",
     )
     turn_style: TurnStyle = Field(
         "said",
