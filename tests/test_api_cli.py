@@ -79,6 +79,7 @@ def test_cli_ingest_ask_search(tmp_path):
     res = run(app, ["search", "sushi", "--store", store, "--user-id", "ana", "--k", "1", "--json"])
     hits = json.loads(res.stdout)  # the session whole (3 messages, one chunk), with its ids
     assert res.exit_code == 0 and len(hits) == 1 and hits[0]["session_id"] == "s1" and len(hits[0]["record_ids"]) == 3
+    assert hits[0]["folded"] == []  # nothing repeats it
     assert "寿司" in hits[0]["text"] and "fado" in hits[0]["text"] and hits[0]["id"].startswith("c-")
     res = run(app, ["ask", "Where did Ana move?", "--store", store, "--user-id", "ana", "--json"])
     assert res.exit_code == 0, res.output

@@ -648,3 +648,15 @@ def test_a_gzip_data_file_is_read_and_a_broken_one_named(tmp_path):
     (tmp_path / "plain.json.gz").write_text("[]")  # not gzip at all
     with pytest.raises(DatasetError, match="corrupt"):
         load_longmemeval(tmp_path / "plain.json.gz")
+
+
+def test_longmemeval_s_splits_name_the_oracle_file_they_need(tmp_path):
+    import gzip
+
+    s_file = tmp_path / "longmemeval" / "longmemeval_s_dev.json.gz"
+    s_file.parent.mkdir()
+    s_file.write_bytes(gzip.compress(b"[]"))
+    with pytest.raises(
+        DatasetError, match=r"drawn from the LongMemEval oracle file.*longmemeval_oracle.json.*split 'all'"
+    ):
+        load_dataset("longmemeval_s", "test", data_root=tmp_path)

@@ -32,6 +32,7 @@ def test_days_and_age_words_by_hand():
     assert age_words(22) == "22 days (3 weeks) ago"
     assert age_words(75) == "75 days (10 weeks, about 2 months) ago"  # 75 / 30.44 = 2.46
     assert age_words(365) == "365 days (52 weeks, about 12 months) ago"
+    assert age_words(800) == "800 days (about 2 years) ago"
     assert age_words(-1) == "1 day later" and age_words(-3) == "3 days later"
 
 
@@ -209,5 +210,6 @@ def test_ask_dates_the_question_now_when_none_is_given_and_shows_ages_in_the_con
     )
     assert dated.question_date == "2024-10-01T12:00:00+00:00"
     assert "(10 September 2024, 21 days (3 weeks) ago)" in dated.context
-    with pytest.raises(ValueError, match="question_date"):
-        mem.ask("Which city?", user_id="ana", question_date="")
+    for bad in ("", "-2023-05-30"):  # a signed year was read without its sign
+        with pytest.raises(ValueError, match="question_date"):
+            mem.ask("Which city?", user_id="ana", question_date=bad)

@@ -133,7 +133,8 @@ OPT_DATASET = typer.Option(
 )
 OPT_SPLIT = typer.Option(
     None,
-    help="test | train | val | all (default: test where the dataset has one; locomo test: conv-49/50, categories 1-4).",
+    help="test | train | all, and val for mem_gallery (default: test where the dataset has one; locomo test: "
+    "conv-49/50, categories 1-4; longmemeval_s test: the 106 questions no trained part has seen).",
 )
 STRATEGY_HELP = " | ".join(STRATEGIES) + f"; or a named configuration: {' | '.join(NAMED_CONFIGURATIONS)}"
 

@@ -283,7 +283,7 @@ def ask(
     console.print(
         f"{plural(q.calls, 'call')} · {q.input_tokens} in / {plural(q.output_tokens, 'out token')} · "
         f"${q.usd:.8f} {usd} · latency proxy {q.proxy_s:.2f}s · wall {ans.wall_s:.2f}s · "
-        f"evidence {plural(len(ans.evidence_ids), 'record')}"
+        f"evidence {plural(len(ans.evidence_ids), 'record')} · asked as of {ans.question_date}"
     )
     if ans.usage.events:
         console.print(f"events: {ans.usage.events}")
@@ -307,7 +307,10 @@ def search(
         help="Cut each hit's text at a word boundary near N characters, saying so (0: the whole text).",
     ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print the hits as JSON: id, score, ranks, text, session, timestamp, record ids."
+        False,
+        "--json",
+        help="Print the hits as JSON: id, score, ranks, text, session, timestamp, record ids, folded (the ids of "
+        "the chunks that repeat it, folded into this one, their latest).",
     ),
 ):
     """Hybrid (dense + BM25, RRF) search of one scope; prints the top chunks, whole, wrapped to the terminal."""
@@ -330,6 +333,7 @@ def search(
                     "session_id": h.chunk.session_id,
                     "timestamp": h.chunk.timestamp,
                     "record_ids": h.chunk.record_ids,
+                    "folded": h.folded,
                 }
                 for h in hits
             ]
@@ -341,7 +345,8 @@ def search(
         ranks = ", ".join(f"{name} #{r}" for name, r in h.ranks.items())
         console.print(
             f"[bold]{i}. RRF {h.score:.4f}[/bold] ({ranks}) [dim]session {escape(h.chunk.session_id)}, "
-            f"{h.chunk.timestamp or 'undated'}, {plural(len(h.chunk.record_ids), 'record')}[/dim]"
+            f"{h.chunk.timestamp or 'undated'}, {plural(len(h.chunk.record_ids), 'record')}"
+            f"{f'; the latest of {len(h.folded) + 1} copies' if h.folded else ''}[/dim]"
         )
         console.print(cut_text(h.chunk.text, max_chars), markup=False, highlight=False)
         console.print()

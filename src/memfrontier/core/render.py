@@ -44,17 +44,19 @@ def days_before(ts: str | None, asked: str | None) -> int | None:
 
 def age_words(days: int) -> str:
     """A distance in days as a context's date line says it: ``"today"``, ``"1 day ago"``,
-    ``"22 days (3 weeks) ago"``, ``"75 days (10 weeks, about 2 months) ago"``, ``"3 days later"``
-    (a block dated after the question)."""
+    ``"22 days (3 weeks) ago"``, ``"75 days (10 weeks, about 2 months) ago"``, ``"800 days (about 2
+    years) ago"``, ``"3 days later"`` (a block dated after the question). Days count in UTC."""
     if days == 0:
         return "today"
     if days < 0:
         return f"{-days} day{'s' if days != -1 else ''} later"
     parts = []
-    if days >= 14:
+    if 14 <= days < 730:
         parts.append(f"{days // 7} weeks")
-    if days >= 60:
+    if 60 <= days < 730:
         parts.append(f"about {round(days / 30.44)} months")
+    if days >= 730:
+        parts.append(f"about {round(days / 365.25)} years")
     return f"{days} day{'s' if days != 1 else ''}" + (f" ({', '.join(parts)})" if parts else "") + " ago"
 
 

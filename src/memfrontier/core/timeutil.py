@@ -168,6 +168,8 @@ def _instant(value: str | datetime | date | None) -> datetime | None:
         return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
     if not isinstance(value, str) or not value.strip():
         return None
+    if value.lstrip()[0] in "+-":  # a signed year ("-2023-05-30") is no date of ours: never read without its sign
+        return None
     parsed = parse_iso(value)
     if parsed is not None:
         return parsed

@@ -85,7 +85,7 @@ def data_root(explicit: str | os.PathLike | None = None) -> Path:
 _data_root = data_root  # load_dataset's parameter shadows the function name
 
 
-def _how_to_override() -> str:
+def how_to_override() -> str:
     return (
         f"set {ENV_VAR}=/path/to/data (the folder holding locomo/, longmemeval/, hotpotqa/), "
         "pass --data-root on the CLI, or give the loader an explicit file path"
@@ -108,7 +108,7 @@ def read_json(path: Path, dataset: str) -> Any:
     """Parse a JSON file, gzip-compressed when its name ends in ``.gz``; raises :class:`DatasetError`
     (missing file, bad gzip, bad UTF-8, bad JSON)."""
     if not path.is_file():
-        raise DatasetError(f"{dataset} data file not found: {path} ; {_how_to_override()}")
+        raise DatasetError(f"{dataset} data file not found: {path} ; {how_to_override()}")
     try:
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as fh:
@@ -116,7 +116,7 @@ def read_json(path: Path, dataset: str) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
         raise DatasetError(f"{dataset} data file is corrupt or not JSON: {path}: {exc}") from exc
     except OSError as exc:
-        raise DatasetError(f"cannot read {dataset} data file {path}: {exc}; {_how_to_override()}") from exc
+        raise DatasetError(f"cannot read {dataset} data file {path}: {exc}; {how_to_override()}") from exc
 
 
 def schema_error(path: Path, dataset: str, exc: BaseException) -> DatasetError:
@@ -168,7 +168,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     """Hex sha256 of a file's bytes (recorded with every result). Raises DatasetError if missing."""
     p = Path(path)
     if not p.is_file():
-        raise DatasetError(f"cannot hash {p}: file not found; {_how_to_override()}")
+        raise DatasetError(f"cannot hash {p}: file not found; {how_to_override()}")
     h = hashlib.sha256()
     with p.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -202,6 +202,15 @@ def load_longmemeval_s(
         raise ValueError(f"unknown split {split!r} for longmemeval_s; choose one of ['test', 'train', 'all']")
     keep = None
     if split != "all":
-        reserve = _reserve_of(_oracle_file(data_root))
+        oracle = _oracle_file(data_root)
+        if not oracle.is_file():
+            from . import DatasetError, how_to_override
+
+            raise DatasetError(
+                f"longmemeval_s's {split} split is drawn from the LongMemEval oracle file (its report reserve: "
+                f"the questions no trained part has seen), which is not at {oracle}: put longmemeval_oracle.json "
+                f"in the data root's longmemeval/ ({how_to_override()}), or read the S file whole with split 'all'"
+            )
+        reserve = _reserve_of(oracle)
         keep = lambda item: (str(item.get("question_id")) in reserve) == (split == "test")  # noqa: E731
     return load_conversations("longmemeval_s", path, _convert, keep)
