@@ -44,8 +44,10 @@ def repeats(a: frozenset[str], b: frozenset[str], threshold: float = FOLD_THRESH
     """Whether word sets ``a`` and ``b`` are one statement said twice: the smaller is a subset of the
     larger and holds at least ``threshold`` of its words (then their Jaccard similarity is that
     share). Two empty sets repeat each other."""
-    small, large = (a, b) if len(a) <= len(b) else (b, a)
-    return len(small) >= threshold * len(large) and small <= large
+    na, nb = len(a), len(b)
+    if na > nb:
+        a, b, na, nb = b, a, nb, na
+    return na >= threshold * nb and a <= b
 
 
 def fold_near_duplicates(
@@ -80,21 +82,22 @@ def fold_near_duplicates(
     """
     if not 0.5 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0.5, 1], got {threshold}")
-    heads: list[tuple[Hashable, frozenset[str]]] = []
+    heads: dict[Hashable, list[tuple[frozenset[str], int]]] = {}  # key -> (first member's words, group)
     groups: list[list[tuple[int, T]]] = []
     stop = None  # the position after which nothing is read
     for pos, doc in enumerate(ranked):
         if stop is not None and pos >= stop:
             break
-        words, k = word_set(text(doc)), key(doc) if key is not None else None
-        for (hk, head), group in zip(heads, groups):
-            if hk == k and repeats(head, words, threshold):
-                group.append((pos, doc))
+        words = word_set(text(doc))
+        same_key = heads.setdefault(key(doc) if key is not None else None, [])
+        for head, g in same_key:
+            if repeats(head, words, threshold):
+                groups[g].append((pos, doc))
                 break
         else:
             if stop is not None:  # the groups are formed: only copies of them are read now
                 continue
-            heads.append((k, words))
+            same_key.append((words, len(groups)))
             groups.append([(pos, doc)])
             if limit is not None and len(groups) >= limit:
                 stop = pos + 1 + max(limit, LOOKAHEAD)

@@ -90,7 +90,7 @@ def hybrid_search(
             lambda f: docs[f[0]].timestamp,
             threshold=fold,
             limit=k,
-            key=lambda f: docs[f[0]].scope,  # two tenants' records never fold together
+            key=lambda f: _scope_key(docs[f[0]].scope),  # two tenants' records never fold together
         )
     out = []
     for (doc_id, *_), (best_id, score, ranks), copies in groups:  # shown: the latest; ranked: the best
@@ -102,6 +102,10 @@ def hybrid_search(
             else Hit(chunk=docs[doc_id], score=score, ranks=ranks, folded=folded)
         )
     return out
+
+
+def _scope_key(scope: Scope) -> tuple:
+    return (scope.user_id, scope.agent_id, scope.run_id)
 
 
 def _chunk_ranks(bank: MemoryBank, store, query: str, scope: Scope, kind: str, n: int | None) -> list[tuple]:
