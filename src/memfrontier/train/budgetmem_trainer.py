@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..answerer import PROMPT_VERSION as QA_PROMPT_VERSION
+from ..answerer import prompt_version as answer_prompt_version
 from ..core.jsonio import json_safe, write_json_atomic
 from ..core.ledger import Ledger, count_event, use_ledger
 from ..core.provenance import provenance, sha256_file
@@ -82,15 +83,20 @@ class CachedAnswerer:
     def __init__(self, inner, cache: ModuleCache):
         self.inner, self.cache = inner, cache
 
-    async def answer(self, question, context, budget=None) -> str:
+    async def answer(self, question, context, budget=None, question_date=None) -> str:
         salt = {
             "model": self.inner.llm.model_id,
-            "prompt": QA_PROMPT_VERSION,
+            "prompt": answer_prompt_version(question_date),
             "context": context.text,
             "budget": budget.model_dump() if budget is not None else None,
+            **({"question_date": question_date} if question_date is not None else {}),  # undated: the keys of before
         }
         return await cached(
-            self.cache, question, "answerer", salt, lambda: self.inner.answer(question, context, budget)
+            self.cache,
+            question,
+            "answerer",
+            salt,
+            lambda: self.inner.answer(question, context, budget, question_date),
         )
 
 
