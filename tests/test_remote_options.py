@@ -36,6 +36,7 @@ DECISIONS: dict[str, dict[str, str]] = {
         "neighbour_hits": TENANT,
         "turn_style": TENANT,
         "rerank": TENANT,
+        "fold": TENANT,
     },
     "oracle": {},
     "budgetmem": {
