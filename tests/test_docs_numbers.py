@@ -110,9 +110,12 @@ def unmatched(text: str, found: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def found():
     found = exports()
-    assert {d for d, _ in found} == {"frontier-locomo-1.5b", "frontier-locomo-full-1.5b", "frontier-lme-1.5b"}, sorted(
-        found
-    )
+    assert {d for d, _ in found} == {
+        "frontier-locomo-1.5b",
+        "frontier-locomo-full-1.5b",
+        "frontier-lme-1.5b",
+        "frontier-lme-s-1.5b",
+    }, sorted(found)
     return found
 
 
