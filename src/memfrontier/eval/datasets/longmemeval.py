@@ -25,7 +25,8 @@ from pathlib import Path
 
 from ...core.timeutil import parse_instant
 from ...core.types import Conversation, Question, Record, Scope
-from . import DATASET_FILES, load_conversations
+from . import DATASET_FILES, DatasetError, how_to_override, load_conversations
+from . import data_root as find_data_root
 from .sampling import select_questions
 
 #: LongMemEval questions the reports read, never trained on: the retrieval bench's samples of the
@@ -181,9 +182,7 @@ def _reserve_of(oracle: Path) -> frozenset[str]:
 
 
 def _oracle_file(data_root) -> Path:
-    from . import data_root as root
-
-    return root(data_root) / DATASET_FILES["longmemeval"]
+    return find_data_root(data_root) / DATASET_FILES["longmemeval"]
 
 
 def load_longmemeval_s(
@@ -204,8 +203,6 @@ def load_longmemeval_s(
     if split != "all":
         oracle = _oracle_file(data_root)
         if not oracle.is_file():
-            from . import DatasetError, how_to_override
-
             raise DatasetError(
                 f"longmemeval_s's {split} split is drawn from the LongMemEval oracle file (its report reserve: "
                 f"the questions no trained part has seen), which is not at {oracle}: put longmemeval_oracle.json "
