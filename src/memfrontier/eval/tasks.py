@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..answerer import prompt_version as answer_prompt_version
+from ..answerer import DATED_PROMPT_VERSION, PROMPT_VERSION
 from ..core.ledger import Ledger, use_ledger
 from ..core.threads import run_cpu
 from ..core.types import Conversation, Question, Scope
@@ -176,7 +176,7 @@ def prompt_versions(strategy, dataset: str, judged: bool, dated: bool = False) -
     the questions carry the date they are asked, ``dated``), the strategy's (its memory-side roles: construction,
     planner, summarizer...) and, when judged, the judge's."""
     return {
-        "answerer": answer_prompt_version("dated" if dated else None),
+        "answerer": DATED_PROMPT_VERSION if dated else PROMPT_VERSION,
         "strategy": strategy.prompt_version,
         **({"judge": judge_prompt_version(dataset)} if judged else {}),
     }
