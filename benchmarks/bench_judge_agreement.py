@@ -66,6 +66,7 @@ async def judge_rows(args, rows: list[dict], questions: dict) -> list[dict]:
                 r["prediction"],
                 question_type=q.category,
                 abstention=q.abstention,
+                question_date=q.question_date,
             )
             out.append({**r, "verdict": verdict, "f1": score_f1(args.dataset, r["prediction"], q)})
             print(f"{i}/{len(rows)} {r['id']}: hand {r['correct']}, judge {verdict}", flush=True)
@@ -92,6 +93,7 @@ def main() -> None:
     questions = {q.id: q for c in load_dataset(args.dataset, args.split) for q in c.questions}
     rows = [{"id": x["id"], "correct": bool(x["correct"]), "prediction": preds[x["id"]]["prediction"]} for x in labels]
     judged = asyncio.run(judge_rows(args, rows, questions))
+    dated = all(questions[x["id"]].question_date for x in labels)  # LongMemEval's questions all carry one
 
     ok = [r for r in judged if r["verdict"] is not None]
     by_type: dict[str, list] = defaultdict(list)
@@ -113,7 +115,7 @@ def main() -> None:
             data_file=str(dataset_path(args.dataset)),
             data_sha256=sha256_file(dataset_path(args.dataset)),
             judge_model=args.llm,
-            prompt_versions={"judge": judge_prompt_version(args.dataset)},
+            prompt_versions={"judge": judge_prompt_version(args.dataset, dated)},
             predictions=str(args.predictions),
             predictions_sha256=sha256_file(args.predictions),
             labels=str(args.labels),
@@ -134,7 +136,7 @@ def main() -> None:
     md = [
         "# The judge against hand labels",
         "",
-        f"Judge: {args.llm}, prompt {judge_prompt_version(args.dataset)}; answers: `{args.predictions}`; hand labels: "
+        f"Judge: {args.llm}, prompt {judge_prompt_version(args.dataset, dated)}; answers: `{args.predictions}`; hand labels: "
         f"`{args.labels}` ({len(labels)} answers, {result['judge']['hand_correct'] * len(ok):.0f} of {len(ok)} "
         f"judged ones correct by hand). F1 as a verdict: F1 >= {F1_CORRECT}. Judge errors (no label): "
         f"{result['judge_errors']}.",

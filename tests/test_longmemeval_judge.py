@@ -20,6 +20,21 @@ def test_abstention_overrides_the_type():
     assert "does not contain the answer" in p and "Why it cannot be answered: never mentioned" in p
 
 
+def test_the_question_date_reaches_the_judge_and_its_version():
+    from memfrontier.eval.judge import judge_prompt_version
+
+    undated = judge_prompt("temporal-reasoning", "How many days ago did I buy it?", "19 days", "18 days")
+    dated = judge_prompt(
+        "temporal-reasoning", "How many days ago did I buy it?", "19 days", "18 days", question_date="2023-05-30T14:00:00"
+    )
+    assert "asked on" not in undated
+    assert "The question was asked on Tuesday, 30 May 2023.\nQuestion: How many days ago" in dated
+    assert dated.replace("The question was asked on Tuesday, 30 May 2023.\n", "") == undated
+    assert judge_prompt_version("longmemeval_s", dated=True) == "judge-longmemeval-v1+date-v1"
+    assert judge_prompt_version("longmemeval_s") == "judge-longmemeval-v1"
+    assert judge_prompt_version("locomo", dated=True) == "judge-memorycpt-v1"  # that judge is given no date
+
+
 def test_unknown_type_is_refused():
     with pytest.raises(ValueError, match="unknown LongMemEval question type"):
         judge_prompt("open-domain", "Q", "G", "R")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..core.ledger import count_event
 from ..llm.metered import MeteredLLM
 from .datasets import LONGMEMEVAL_DATASETS
+from .longmemeval_judge import DATED_PROMPT_VERSION as LONGMEMEVAL_DATED_PROMPT_VERSION
 from .longmemeval_judge import PROMPT_VERSION as LONGMEMEVAL_PROMPT_VERSION
 from .longmemeval_judge import judge_prompt as longmemeval_prompt
 from .metrics import parse_judge_label
@@ -45,7 +46,7 @@ class Judge:
 
     ``protocol``: ``memorycpt`` (one generous prompt, MemoryCPT App. B; LoCoMo and the others) or
     ``longmemeval`` (the benchmark's per-question-type rules, :mod:`.longmemeval_judge`; the call
-    then names the question's type and whether it is an abstention question).
+    then names the question's type, whether it is an abstention question and the date it was asked).
     """
 
     def __init__(self, llm: MeteredLLM, protocol: str = "memorycpt"):
@@ -53,13 +54,21 @@ class Judge:
             raise ValueError(f"unknown judge protocol {protocol!r}; choose one of {PROTOCOLS}")
         self.llm = llm
         self.protocol = protocol
-        self.prompt_version = LONGMEMEVAL_PROMPT_VERSION if protocol == "longmemeval" else PROMPT_VERSION
 
     async def __call__(
-        self, question: str, gold: str, generated: str, *, question_type: str | None = None, abstention: bool = False
+        self,
+        question: str,
+        gold: str,
+        generated: str,
+        *,
+        question_type: str | None = None,
+        abstention: bool = False,
+        question_date: str | None = None,
     ) -> bool | None:
         if self.protocol == "longmemeval":
-            prompt = longmemeval_prompt(question_type or "", question, gold, generated, abstention=abstention)
+            prompt = longmemeval_prompt(
+                question_type or "", question, gold, generated, abstention=abstention, question_date=question_date
+            )
         else:
             prompt = JUDGE_TEMPLATE.format(question=question, gold=gold, generated=generated)
         out = await self.llm.complete(
@@ -76,9 +85,13 @@ class Judge:
         return label == "CORRECT"
 
 
-def judge_prompt_version(dataset: str) -> str:
-    """The judge prompt version a run on ``dataset`` uses (recorded in provenance)."""
-    return LONGMEMEVAL_PROMPT_VERSION if dataset in LONGMEMEVAL_DATASETS else PROMPT_VERSION
+def judge_prompt_version(dataset: str, dated: bool = False) -> str:
+    """The judge prompt version of a question of ``dataset`` (recorded in provenance): LongMemEval's
+    dated prompt when the question carries the date it was asked (``dated``); the MemoryCPT judge
+    is never given a date."""
+    if dataset not in LONGMEMEVAL_DATASETS:
+        return PROMPT_VERSION
+    return LONGMEMEVAL_DATED_PROMPT_VERSION if dated else LONGMEMEVAL_PROMPT_VERSION
 
 
 def make_judge(mem, judge_llm: str | None = None, base_url: str | None = None, *, dataset: str = "") -> Judge:

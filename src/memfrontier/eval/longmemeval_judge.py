@@ -15,13 +15,20 @@ The rules per type follow the benchmark's authors (the wording here is ours):
 - abstention questions (ids ending in ``_abs``): correct when the response says the information is
   not available (or asks for it) instead of inventing an answer.
 
+The judge is told the date the question was asked, as the answerer is, so that "how many days
+ago" is graded against the same day.
+
 Token F1 stays beside accuracy in the report, but it is meaningless for the preference questions,
 whose gold is a rubric.
 """
 
 from __future__ import annotations
 
+from ..core.render import asked_on
+
 PROMPT_VERSION = "judge-longmemeval-v1"
+#: the version of a prompt that gives the question's date (:func:`judge_prompt` with ``question_date``)
+DATED_PROMPT_VERSION = "judge-longmemeval-v1+date-v1"
 
 QUESTION_TYPES = (
     "single-session-user",
@@ -76,8 +83,19 @@ _ABSTENTION = (
 )
 
 
-def judge_prompt(question_type: str, question: str, gold: str, generated: str, *, abstention: bool = False) -> str:
-    """The judge prompt for one LongMemEval question. Raises ValueError for an unknown question type."""
+def judge_prompt(
+    question_type: str,
+    question: str,
+    gold: str,
+    generated: str,
+    *,
+    abstention: bool = False,
+    question_date: str | None = None,
+) -> str:
+    """The judge prompt for one LongMemEval question; ``question_date`` (ISO timestamp, the time the
+    question was asked) adds a line with that day before the question (``DATED_PROMPT_VERSION``);
+    without it the prompt is ``PROMPT_VERSION``'s (an unreadable date is shown as given, as the answer
+    prompt shows it). Raises ValueError for an unknown question type."""
     if question_type not in QUESTION_TYPES:
         raise ValueError(f"unknown LongMemEval question type {question_type!r}; expected one of {QUESTION_TYPES}")
     if abstention:
@@ -86,4 +104,5 @@ def judge_prompt(question_type: str, question: str, gold: str, generated: str, *
         body = _PREFERENCE
     else:
         body = _FACT.replace("{extra}", _RULES.get(question_type, ""))
-    return _HEAD + body.format(question=question, gold=gold, generated=generated) + _TAIL.format()
+    day = f"The question was asked on {asked_on(question_date)}.\n" if question_date else ""
+    return _HEAD + day + body.format(question=question, gold=gold, generated=generated) + _TAIL.format()

@@ -174,11 +174,11 @@ def _calls_and_failures(ledger: Ledger) -> dict:
 def prompt_versions(strategy, dataset: str, judged: bool, dated: bool = False) -> dict[str, str]:
     """The versions of the prompts a run's answers come from: the answerer's (its dated prompt when
     the questions carry the date they are asked, ``dated``), the strategy's (its memory-side roles: construction,
-    planner, summarizer...) and, when judged, the judge's."""
+    planner, summarizer...) and, when judged, the judge's (dated as the answerer's is)."""
     return {
         "answerer": DATED_PROMPT_VERSION if dated else PROMPT_VERSION,
         "strategy": strategy.prompt_version,
-        **({"judge": judge_prompt_version(dataset)} if judged else {}),
+        **({"judge": judge_prompt_version(dataset, dated)} if judged else {}),
     }
 
 
@@ -226,6 +226,7 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
                 ans.text,
                 question_type=q.category,
                 abstention=q.abstention,
+                question_date=q.question_date,
             )
         row["judge"] = verdict
         row["judge_usd"] = jl.usd()
