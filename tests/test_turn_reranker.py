@@ -4,6 +4,7 @@ validation, scope confinement, the shipped file, and the trainer's fit (real SQL
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 
@@ -11,6 +12,9 @@ import numpy as np
 import pytest
 from test_rag_turns import A, recs
 
+from pydantic import ValidationError
+
+from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.types import Budget, Record, Scope
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import TURNS_CHUNKS_RRF
@@ -125,6 +129,8 @@ def small_file(hidden=1, dim=3, **over) -> RerankerFile:
         scalars=list(SCALAR_FEATURES),
         mean=[0.0] * N,
         std=[1.0] * N,
+        low=[-1e6] * N,
+        high=[1e6] * N,
         w_v=[[1.0] * dim] * hidden,
         w_s=[[0.0] * N] * hidden,
         b_h=[0.0] * hidden,
@@ -154,6 +160,32 @@ def test_the_score_is_the_two_layer_network_by_hand():
         TurnReranker(rf).score(x[:, :3], prod)
 
 
+def test_it_declines_candidates_outside_its_training_range(store):
+    low, high = [-1e6] * N, [1e6] * N
+    low[COL["session_cos"]], high[COL["session_cos"]] = 0.2, 0.9
+    m = TurnReranker(small_file(low=low, high=high))
+    x = np.zeros((8, N), np.float32)
+    x[:, COL["session_cos"]] = [0.5, 0.2, 0.9, 0.1, 0.5, 0.5, 0.5, 0.5]  # the bounds are inside; 0.1 is not
+    assert m.outside(x).tolist() == [False, False, False, True, False, False, False, False]
+    assert not m.declines(x)  # 1 of 8 outside: 0.125 <= DECLINE_SHARE
+    x[:2, COL["session_cos"]] = 0.95  # 3 of 8 outside: 0.375 > 0.25
+    assert m.declines(x)
+    assert not m.declines(x[:0])
+    with pytest.raises(ValidationError, match="low must not exceed high"):
+        small_file(low=[1.0] * N, high=[0.0] * N)
+
+    # on a bank: the same hits, in the fused order, and the decline counted
+    bank, hits, *_ = features(store)
+    everything_outside = TurnReranker(
+        small_file(dim=bank.embedder.dim, low=[5.0] * N, high=[6.0] * N, embedding_model=bank.embedder.model_id)
+    )
+    ledger = Ledger()
+    with use_ledger(ledger):
+        got = everything_outside.rerank(bank, A, KIND, Q, hits, bank.embedder.count_tokens)
+    assert [h.item.id for h in got] == [h.item.id for h in hits]
+    assert ledger.events.get("rerank.declined") == 1
+
+
 def test_rerank_orders_by_score_and_keeps_the_fused_order_on_ties(store):
     bank, hits, *_ = features(store)
     dim = bank.embedder.dim
@@ -176,7 +208,7 @@ def test_rerank_orders_by_score_and_keeps_the_fused_order_on_ties(store):
     "change, message",
     [
         ({"format": "other"}, "format"),
-        ({"version": 2}, "v2"),
+        ({"version": 1}, "v1"),  # before the training range was kept: retrain
         ({"scalars": list(SCALAR_FEATURES)[:-1]}, "scalar features"),
         ({"mean": [0.0] * (N - 1)}, "mean has"),
         ({"w_o": [1.0, 2.0]}, "w_o has"),
@@ -213,6 +245,11 @@ def test_the_shipped_reranker_was_trained_on_the_training_pool_and_validated(min
     assert len(lme["conversations"]) == p["training"]["longmemeval"] == 160 and lme["questions"] == 156
     assert f.validation["locomo"]["method"] == "leave one conversation out" and f.validation["locomo"]["folds"] == 8
     assert f.validation["longmemeval"]["folds"] == 5
+    s_file = p["data"]["longmemeval_s"]  # S histories (distractor sessions), none also drawn from the oracle file
+    assert len(s_file["conversations"]) == p["training"]["longmemeval_s"] == 40
+    assert not set(s_file["conversations"]) & set(lme["conversations"])
+    assert f.validation["longmemeval_s"]["folds"] == 5
+    assert all(lo <= hi for lo, hi in zip(f.low, f.high))
     for v in f.validation.values():
         rec = v["recall"]
         assert rec["reranked@10"] > rec["fused@10"] and rec["reranked@20"] > rec["fused@20"]
@@ -285,3 +322,7 @@ def test_fit_learns_a_planted_rule_and_is_deterministic():
     assert (
         sorted(i for f in parts["longmemeval"] for i in f) == list(range(1, 60, 2)) and len(parts["longmemeval"]) == 5
     )
+    s_questions = [dataclasses.replace(qs[j], conversation=f"lmes:q{j}") for j in range(7)]  # the S file's: folds of their own
+    parts = folds(qs + s_questions)
+    assert sorted(i for f in parts["longmemeval_s"] for i in f) == list(range(60, 67)) and len(parts["longmemeval_s"]) == 5
+    assert sorted(i for f in parts["longmemeval"] for i in f) == list(range(1, 60, 2))

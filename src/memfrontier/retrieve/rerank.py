@@ -24,6 +24,10 @@ Per candidate turn ``t`` of query ``q`` (scores over the turns of the scope):
 
 ``score = w_o . relu(W_v (q*t) + W_s z + b_h) + w_l . z + b_o`` with ``z = (x - mean) / std`` the
 standardised scalars; a higher score ranks first. The file's layout is :class:`RerankerFile`.
+
+It declines to rerank what it was not trained on: the file keeps each scalar's least and greatest
+value over its training candidates, and when more than :data:`DECLINE_SHARE` of a question's
+candidates have a scalar outside that range, the fused order is kept (event ``rerank.declined``).
 """
 
 from __future__ import annotations
@@ -38,15 +42,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core.errors import ArtifactError
+from ..core.ledger import count_event
 from ..core.jsonio import write_json_atomic
 from ..core.types import Scope
 from ..store.bank import BankHit, MemoryBank
 
 RERANKER_FORMAT = "memfrontier.turn-reranker"
 #: The file version this code reads and writes; another is refused (retrain).
-RERANKER_VERSION = 1
+RERANKER_VERSION = 2
 #: The shipped reranker (trained on the LoCoMo training pool).
 DEFAULT_RERANKER = Path(__file__).with_name("turn_reranker.json")
+#: The reranker declines a question (keeps the fused order) when more than this share of its
+#: candidates have a scalar outside the range seen in training (:meth:`TurnReranker.declines`).
+DECLINE_SHARE = 0.25
 #: A rank a retriever did not give (no BM25 term in common, no chunk among the chunk retriever's).
 ABSENT_RANK = 999
 #: First words of a question, one-hot (any other word: all zero).
@@ -80,8 +88,9 @@ class RerankerFileError(ArtifactError):
 class RerankerFile(BaseModel):
     """The reranker document. Weights: ``w_v`` ``(hidden, dim)``, ``w_s`` ``(hidden, n_scalars)``,
     ``b_h`` ``(hidden,)``, ``w_o`` ``(hidden,)``, ``w_l`` ``(n_scalars,)``, ``b_o``; ``mean`` and
-    ``std`` ``(n_scalars,)`` standardise the scalars. ``provenance``: what it was trained on;
-    ``validation``: its leave-one-conversation-out report."""
+    ``std`` ``(n_scalars,)`` standardise the scalars; ``low`` and ``high`` ``(n_scalars,)``: each
+    scalar's least and greatest value over the training candidates. ``provenance``: what it was
+    trained on; ``validation``: its leave-one-conversation-out report."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,6 +100,8 @@ class RerankerFile(BaseModel):
     scalars: list[str]
     mean: list[float]
     std: list[float]
+    low: list[float]
+    high: list[float]
     w_v: list[list[float]]
     w_s: list[list[float]]
     b_h: list[float]
@@ -114,6 +125,8 @@ class RerankerFile(BaseModel):
         shapes = {
             "mean": (len(self.mean), n),
             "std": (len(self.std), n),
+            "low": (len(self.low), n),
+            "high": (len(self.high), n),
             "w_l": (len(self.w_l), n),
             "w_o": (len(self.w_o), h),
             "w_v rows": (len(self.w_v), h),
@@ -126,6 +139,8 @@ class RerankerFile(BaseModel):
             raise ValueError("; ".join(bad))
         if any(s <= 0 for s in self.std):
             raise ValueError("std must be positive")
+        if any(lo > hi for lo, hi in zip(self.low, self.high)):
+            raise ValueError("low must not exceed high")
         return self
 
 
@@ -252,6 +267,10 @@ class TurnReranker:
         self._b_h = np.asarray(file.b_h, dtype=np.float32)
         self._w_o = np.asarray(file.w_o, dtype=np.float32)
         self._w_l = np.asarray(file.w_l, dtype=np.float32)
+        # float32 features compared with ranges rounded to 6 digits: a hair of slack either side
+        low, high = np.asarray(file.low, np.float64), np.asarray(file.high, np.float64)
+        slack = 1e-5 * np.maximum(np.abs(low), np.abs(high)) + 1e-6
+        self._low, self._high = low - slack, high + slack
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_RERANKER) -> "TurnReranker":
@@ -271,19 +290,35 @@ class TurnReranker:
         h = np.maximum(products @ self._w_v.T + z @ self._w_s.T + self._b_h, 0.0)
         return h @ self._w_o + z @ self._w_l + self.file.b_o
 
+    def outside(self, scalars: np.ndarray) -> np.ndarray:
+        """``(n,)`` bool: whether each of ``n`` candidates has a scalar (``(n, n_scalars)``) outside
+        the range the reranker saw in training (``low``/``high``)."""
+        x = np.asarray(scalars, np.float64)
+        return ((x < self._low) | (x > self._high)).any(axis=1)
+
+    def declines(self, scalars: np.ndarray) -> bool:
+        """Whether to keep the fused order for candidates with these scalars: more than
+        :data:`DECLINE_SHARE` of them are :meth:`outside` the training range."""
+        return len(scalars) > 0 and float(self.outside(scalars).mean()) > DECLINE_SHARE
+
     def rerank(
         self, bank: MemoryBank, scope: Scope, kind: str, question: str, hits: list[BankHit], count_tokens
     ) -> list[BankHit]:
         """``hits`` re-ordered by score, best first (ties: the fused order); each hit's ``score``
-        becomes the reranker's. Raises :class:`RerankerFileError` when the bank's embedding model is
-        not the one the reranker was trained on."""
+        becomes the reranker's. When it :meth:`declines` the candidates, ``hits`` as they are
+        (counted, event ``rerank.declined``). Raises :class:`RerankerFileError` when the bank's
+        embedding model is not the one the reranker was trained on."""
         if not hits:
             return []
         if bank.embedder.model_id != self.file.embedding_model:
             raise RerankerFileError(
                 f"the reranker was trained on {self.file.embedding_model} embeddings, the bank holds {bank.embedder.model_id}"
             )
-        scores = self.score(*hit_features(bank, scope, kind, question, hits, count_tokens))
+        scalars, products = hit_features(bank, scope, kind, question, hits, count_tokens)
+        if self.declines(scalars):
+            count_event("rerank.declined")
+            return list(hits)
+        scores = self.score(scalars, products)
         order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), i))
         return [hits[i].model_copy(update={"score": float(scores[i])}) for i in order]
 
@@ -296,6 +331,7 @@ def load_reranker() -> TurnReranker:
 
 
 __all__ = [
+    "DECLINE_SHARE",
     "DEFAULT_RERANKER",
     "QUESTION_WORDS",
     "SCALAR_FEATURES",

@@ -326,6 +326,12 @@ class TurnRerankerConfig(BaseModel):
         ge=0,
         description="LongMemEval questions drawn (seed) from its training pool, beside LoCoMo's (0: LoCoMo only)",
     )
+    longmemeval_s: int = Field(
+        40,
+        ge=0,
+        description="LongMemEval_S questions (~50 sessions each, most of them distractors) drawn (seed) from "
+        "its training split, none of them drawn from the oracle file too (0: none; each is ~1 minute of ingest)",
+    )
     hidden: int = Field(32, ge=1, description="Hidden ReLU units")
     epochs: int = Field(8, ge=1, description="Passes over the training pairs (AdamW, batches of 512)")
     weight_decay: float = Field(1e-3, ge=0, description="AdamW weight decay")

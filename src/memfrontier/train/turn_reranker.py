@@ -1,10 +1,13 @@
 """Train ``rag``'s turn reranker (:mod:`memfrontier.retrieve.rerank`) on two kinds of history.
 
 Data: every question with gold evidence of (1) the LoCoMo training pool (categories 1-4 of the
-eight non-test conversations: two people chatting, short turns) and (2) ``longmemeval`` questions
+eight non-test conversations: two people chatting, short turns), (2) ``longmemeval`` questions
 of the LongMemEval training pool (:func:`longmemeval_training_pool`: a user and an assistant, long
-answers). Trained on LoCoMo alone, the reranker learnt that longer turns are more often evidence
-and, on LongMemEval, spent the token budget on one or two long answers. A question's candidates are
+answers, only the evidence sessions) and (3) ``longmemeval_s`` questions of LongMemEval_S's
+training split (the same kind of history at its real scale, ~50 sessions of which most are
+distractors: what the reranker must learn to skip; none drawn in (2) as well, since the two files
+share question ids and so scopes). Trained on LoCoMo alone, the reranker learnt that longer turns
+are more often evidence and, on LongMemEval, spent the token budget on one or two long answers. A question's candidates are
 the ``candidates`` turns of rag's turn search (recipe ``turns_chunks_rrf``: turn dense + BM25 + the
 turn's chunk rank, RRF k=5) over its conversation, labelled 1 when the turn is one of its evidence
 records. No test question (LoCoMo's conv-49 and conv-50, LongMemEval's report samples) is read.
@@ -14,8 +17,8 @@ Objective: binary cross-entropy of the reranker's score (a logit) against the la
 CPU thread; seeded, so a rerun writes the same weights on the same machine and library versions.
 
 Validation, each against the fused order: leave one LoCoMo conversation out (eight folds, every
-LongMemEval question in training) and five folds of the LongMemEval questions (every LoCoMo
-question in training); recall@10 and recall@20 (share of a question's evidence among its first
+LongMemEval question in training) and, per LongMemEval file, five folds of its questions (every
+other question in training); recall@10 and recall@20 (share of a question's evidence among its first
 10 / 20 turns), averaged over the held-out questions. The file keeps the report.
 """
 
@@ -32,7 +35,7 @@ from ..core.types import Scope
 from ..embed.minilm import MiniLMEmbedder
 from ..eval.datasets import DATASET_FILES, data_root
 from ..eval.datasets.locomo import load_locomo, locomo_split
-from ..eval.datasets.longmemeval import load_longmemeval, report_reserve
+from ..eval.datasets.longmemeval import load_longmemeval, load_longmemeval_s, longmemeval_sample, report_reserve
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.rerank import SCALAR_FEATURES, RerankerFile, hit_features, write_reranker_file
 from ..store.open import open_store
@@ -45,8 +48,10 @@ BATCH = 512
 #: The products q*t (each about 1/dim) are multiplied by this while training, so that their weights
 #: start and decay on the scale of the standardised scalars'; the file holds ``w_v`` times it.
 PRODUCT_SCALE = 20.0
-#: Folds of the LongMemEval questions in the validation.
+#: Folds of each LongMemEval file's questions in the validation.
 LME_FOLDS = 5
+#: A training question's ``conversation`` prefix -> the dataset it comes from (LoCoMo's: none).
+PREFIXES = {"lme:": "longmemeval", "lmes:": "longmemeval_s"}
 
 
 @dataclass
@@ -72,13 +77,19 @@ def longmemeval_training_pool(convs: list) -> list:
 def collect(cfg: TurnRerankerConfig, on_progress=None) -> tuple[list[Question], dict]:
     """The training questions (see the module docstring) and the data's provenance (per dataset:
     ``{"file"`` (relative to the data root), ``"sha256", "conversations", "questions"}``).
-    LongMemEval questions' ``conversation`` is prefixed ``lme:``."""
+    A LongMemEval question's ``conversation`` is prefixed ``lme:`` (the oracle file) or ``lmes:`` (S)."""
     root = data_root(cfg.data_root)
     sources = [("locomo", "", locomo_split(load_locomo(root / DATASET_FILES["locomo"]), "train"))]
+    drawn: set[str] = set()
     if cfg.longmemeval:
         pool = longmemeval_training_pool(load_longmemeval(root / DATASET_FILES["longmemeval"]))
         picked = sorted(random.Random(cfg.seed).sample(pool, min(cfg.longmemeval, len(pool))), key=lambda c: c.id)
         sources.append(("longmemeval", "lme:", picked))
+        drawn = {c.id for c in picked}
+    if cfg.longmemeval_s:
+        pool = load_longmemeval_s(root / DATASET_FILES["longmemeval_s"], "train", data_root=root)
+        picked = longmemeval_sample([c for c in pool if c.id not in drawn], cfg.longmemeval_s, cfg.seed)
+        sources.append(("longmemeval_s", "lmes:", picked))
     store = open_store(cfg.store, MiniLMEmbedder())
     rag = Rag(RagConfig(unit="turn", retrievers=("dense", "bm25", "chunk"), k=cfg.candidates))
     count = store.embedder.count_tokens
@@ -133,7 +144,7 @@ def fit(questions: list[Question], cfg: TurnRerankerConfig) -> dict:
     xs = np.vstack([q.scalars for q in questions])
     xv = np.vstack([q.products for q in questions])
     y = np.concatenate([q.labels for q in questions])
-    mean, std = xs.mean(0), xs.std(0)
+    mean, std, low, high = xs.mean(0), xs.std(0), xs.min(0), xs.max(0)
     std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. a question word never seen) stays 0
     zs = torch.tensor((xs - mean) / std, dtype=torch.float32)
     pv = torch.tensor(xv * PRODUCT_SCALE, dtype=torch.float32)
@@ -159,6 +170,8 @@ def fit(questions: list[Question], cfg: TurnRerankerConfig) -> dict:
     return {
         "mean": _rounded(mean),
         "std": _rounded(std),
+        "low": _rounded(low),
+        "high": _rounded(high),
         "w_v": [_rounded(r) for r in dump(w_v.weight) * PRODUCT_SCALE],
         "w_s": [_rounded(r) for r in dump(w_s.weight)],
         "b_h": _rounded(dump(w_v.bias)),
@@ -182,19 +195,21 @@ def recall_at(q: Question, order: list[int], k: int) -> float:
 
 def folds(questions: list[Question]) -> dict[str, list[list[int]]]:
     """The validation folds as lists of question indices, per dataset: each LoCoMo conversation
-    alone (``locomo``); the LongMemEval questions (``lme:`` conversations) in :data:`LME_FOLDS`
-    contiguous parts of their sorted order (``longmemeval``). A dataset without questions is absent."""
+    alone (``locomo``); each LongMemEval file's questions (:data:`PREFIXES`) in :data:`LME_FOLDS`
+    contiguous parts of their sorted order (``longmemeval``, ``longmemeval_s``). A dataset without
+    questions is absent."""
     loc: dict[str, list[int]] = {}
-    lme: list[int] = []
+    lme: dict[str, list[int]] = {}
     for i, q in enumerate(questions):
-        if q.conversation.startswith("lme:"):
-            lme.append(i)
+        prefix = next((p for p in PREFIXES if q.conversation.startswith(p)), None)
+        if prefix:
+            lme.setdefault(PREFIXES[prefix], []).append(i)
         else:
             loc.setdefault(q.conversation, []).append(i)
     out = {"locomo": [loc[c] for c in sorted(loc)]} if loc else {}
-    if lme:
-        lme.sort(key=lambda i: questions[i].conversation)
-        out["longmemeval"] = [list(map(int, f)) for f in np.array_split(lme, min(LME_FOLDS, len(lme)))]
+    for name in sorted(lme):
+        idx = sorted(lme[name], key=lambda i: questions[i].conversation)
+        out[name] = [list(map(int, f)) for f in np.array_split(idx, min(LME_FOLDS, len(idx)))]
     return out
 
 
@@ -253,6 +268,7 @@ def train_turn_reranker(cfg: TurnRerankerConfig, on_progress=None) -> dict:
             training={
                 "candidates": cfg.candidates,
                 "longmemeval": cfg.longmemeval,
+                "longmemeval_s": cfg.longmemeval_s,
                 "hidden": cfg.hidden,
                 "epochs": cfg.epochs,
                 "weight_decay": cfg.weight_decay,
