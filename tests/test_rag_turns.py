@@ -107,6 +107,25 @@ def test_a_turn_longer_than_the_whole_budget_is_counted_not_dropped_silently(env
     assert ledger.events == {"rag.turn_over_budget": 1}
 
 
+def test_a_long_turn_is_shown_as_its_excerpt_and_leaves_room_for_others(env, minilm):
+    """With excerpt_tokens, the long answer's sentence about the question is shown (not the whole
+    answer, not nothing) and the budget still holds the next hit."""
+    filler = " ".join(f"Tip {i}: stretch before you run and rest after." for i in range(60))
+    long = f"{filler} Your marathon pace should be 5:40 per km. {filler}"
+    env.store.add([Record(id="big", scope=A, session_id="s9", speaker="assistant", text=long)])
+    assert minilm.count_tokens(long) > 400
+    c = ctx(env, "marathon pace", k=3, max_tokens=160)
+    assert "big" not in c.evidence_ids  # whole, it never fits
+    c = ctx(env, "marathon pace", k=3, max_tokens=160, excerpt_tokens=64)
+    assert "big" in c.evidence_ids
+    line = next(x for x in c.text.splitlines() if x.startswith("assistant said"))
+    assert "Your marathon pace should be 5:40 per km." in line and "…" in line
+    assert minilm.count_tokens(line) <= 64 + 8  # the excerpt within its limit, plus the speaker's words
+    assert "s1:5" in c.evidence_ids  # "I am training for the Lisbon marathon" still fits beside it
+    with pytest.raises(StrategyConfigError, match="unit=turn only"):
+        get_strategy("rag", {"excerpt_tokens": 64})
+
+
 def test_neighbours_add_the_turns_around_each_hit_in_session_order(env):
     c = ctx(env, "tuna", k=1, neighbours=1)
     assert c.evidence_ids == ["s1:3", "s1:4", "s1:5"]

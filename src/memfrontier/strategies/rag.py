@@ -21,6 +21,7 @@ from ..core.render import date_label, render_dated
 from ..core.threads import run_cpu
 from ..core.timeutil import instant_key
 from ..core.types import Budget, Context, Preference, Scope, TurnStyle
+from ..retrieve.excerpt import excerpt
 from ..retrieve.fold import FOLD_THRESHOLD
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import Unit, chunk_recipe
@@ -84,6 +85,13 @@ class RagConfig(StrategyConfig):
         "as the latest of them (a chunk with how many times it was said), so repeats do not crowd out other "
         "facts nor outrank a later correction (memfrontier.retrieve.fold). None: no folding.",
     )
+    excerpt_tokens: Int | None = Field(
+        None,
+        ge=16,
+        description="unit=turn: a turn longer than this many retriever tokens is shown as its excerpt, the run "
+        "of its sentences around the one sharing the most terms with the question (memfrontier.retrieve.excerpt), "
+        "so one long answer does not take the budget of several turns (None: turns shown whole).",
+    )
     turn_style: TurnStyle = Field(
         "said",
         description='unit=turn: how a turn reads in the context: said (Ana said, "text", as indexed) or '
@@ -92,9 +100,17 @@ class RagConfig(StrategyConfig):
 
     @model_validator(mode="after")
     def _turn_options(self) -> "RagConfig":
-        turn_only = self.neighbours or self.neighbour_hits is not None or self.max_tokens is not None or self.rerank
+        turn_only = (
+            self.neighbours
+            or self.neighbour_hits is not None
+            or self.max_tokens is not None
+            or self.rerank
+            or self.excerpt_tokens is not None
+        )
         if self.unit == "chunk" and (turn_only or self.turn_style != "said"):
-            raise ValueError("neighbours, neighbour_hits, max_tokens, rerank and turn_style apply to unit=turn only")
+            raise ValueError(
+                "neighbours, neighbour_hits, max_tokens, rerank, excerpt_tokens and turn_style apply to unit=turn only"
+            )
         if self.rerank and self.max_tokens is None:
             # turns are shown in time order, so without a budget the k candidates all go in whatever their order
             raise ValueError(
@@ -186,7 +202,7 @@ class Rag(StrategyBase):
         )
         if self.config.rerank:
             hits = load_reranker().rerank(bank, query.scope, TURN_KIND, query.text, hits, self._counter(env))
-        render = self._renderer(env, query.scope, [h.item for h in hits])
+        render = self._renderer(env, query.scope, [h.item for h in hits], query.text)
         picked = select_turns(
             hits,
             bank.items(query.scope, TURN_KIND),
@@ -204,19 +220,28 @@ class Rag(StrategyBase):
             meta={"turns": len(picked), "hits": len(hits), "folded": sum(len(h.folded) for h in hits)},
         )
 
-    def _renderer(self, env: MemoryEnv, scope: Scope, items: list[BankItem]):
-        """A turn item's context text in ``turn_style``: the item's own text (said), or its records
-        re-rendered (colon; those of ``items`` read in one store call, any other on first use)."""
-        if self.config.turn_style == "said":
+    def _renderer(self, env: MemoryEnv, scope: Scope, items: list[BankItem], question: str):
+        """A turn item's context text in ``turn_style``: the item's own text (said, shown whole), or
+        its records re-rendered (colon, or any style with ``excerpt_tokens``: a long record's text
+        cut to its :func:`~memfrontier.retrieve.excerpt.excerpt` for ``question``; the records of
+        ``items`` read in one store call, any other on first use)."""
+        limit = self.config.excerpt_tokens
+        if self.config.turn_style == "said" and limit is None:
             return BankItem.render
         style = self.config.turn_style
         recs = {r.id: r for r in env.store.get([i for it in items for i in it.source_ids], scope)}
+        count = self._counter(env)
+
+        def shown(r):
+            if limit is None:
+                return r.render(style)
+            return r.model_copy(update={"text": excerpt(r.text, question, limit, count)}).render(style)
 
         def render(it: BankItem) -> str:
             missing = [i for i in it.source_ids if i not in recs]
             if missing:
                 recs.update((r.id, r) for r in env.store.get(missing, scope))
-            return " ".join(recs[i].render(style) for i in it.source_ids if i in recs) or it.render()
+            return " ".join(shown(recs[i]) for i in it.source_ids if i in recs) or it.render()
 
         return render
 
