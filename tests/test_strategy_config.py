@@ -42,6 +42,7 @@ RAG_K3 = {
     "max_tokens": None,
     "rerank": False,
     "fold": 0.8,
+    "excerpt_tokens": None,
     "turn_style": "said",
 }
 
@@ -185,7 +186,7 @@ def test_the_config_preference_wins_else_the_caller_else_perf():
 def test_config_hash_is_canonical_json_of_every_option():
     cfg = strategy_config("rag", {"k": 3})
     expected = hashlib.sha256(
-        b'{"fold":0.8,"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"rerank":false,'
+        b'{"excerpt_tokens":null,"fold":0.8,"k":3,"max_tokens":null,"neighbour_hits":null,"neighbours":0,"rerank":false,'
         b'"retrievers":["dense","bm25"],'
         b'"strategy":"rag","turn_style":"said","unit":"chunk"}'
     ).hexdigest()[:16]
