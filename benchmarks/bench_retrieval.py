@@ -15,8 +15,11 @@ scope (index loads).  Each configuration's recall minus rag-k8's is paired by qu
 bootstrap interval (:func:`~memfrontier.frontier.stats.paired_diff_ci`, the frontier's).
 
 Sets: LoCoMo training pool (the eight non-test conversations, categories 1-4), LoCoMo test split
-(conv-49, conv-50, categories 1-4), reported apart, and LongMemEval oracle (a seeded sample of
-``--lme-limit`` questions: its haystacks are long to embed on two cores; 0 skips it).
+(conv-49, conv-50, categories 1-4), reported apart, LongMemEval oracle (a seeded sample of
+``--lme-limit`` questions: its haystacks are long to embed on two cores; 0 skips it) and
+LongMemEval_S's training split (``longmemeval_s-train``, asked for by name: the ``--s-limit``
+questions the frontier's ``--split train --limit N --seed 42`` answers, ~50 sessions each, about a
+minute of embedding per question on two cores; its store can be the frontier's, ``--s-store``).
 
 Writes ``<out>/retrieval.json`` (every configuration x set: n, mean recall, mean / p50 context
 tokens, overhead p50 / p95 ms; provenance), ``<out>/retrieval.md`` and one recall-vs-tokens plot
@@ -25,6 +28,7 @@ per set (``<out>/recall_tokens_<set>.png``).
     python benchmarks/bench_retrieval.py                          # all sets (about 10-15 min on 2 cores)
     python benchmarks/bench_retrieval.py --sets locomo-train      # tune on the training pool only
     python benchmarks/bench_retrieval.py --lme-limit 0 --only rag-k8 rag-turns
+    python benchmarks/bench_retrieval.py --sets longmemeval_s-train --s-limit 30 --only rag-k8 rag-turns-rr
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
 from memfrontier.embed.query import _CACHES  # noqa: E402
 from memfrontier.eval.datasets import DATASET_FILES, data_root  # noqa: E402
 from memfrontier.eval.datasets.locomo import load_locomo, locomo_split  # noqa: E402
-from memfrontier.eval.datasets.longmemeval import load_longmemeval, longmemeval_sample  # noqa: E402
+from memfrontier.eval.datasets.longmemeval import load_longmemeval, load_longmemeval_s, longmemeval_sample  # noqa: E402
+from memfrontier.eval.datasets.sampling import select_questions  # noqa: E402
 from memfrontier.eval.metrics import evidence_recall  # noqa: E402
 from memfrontier.frontier.spec import load_spec  # noqa: E402
 from memfrontier.frontier.stats import paired_diff_ci  # noqa: E402
@@ -83,6 +88,10 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "rag-k4-nofold": ("rag", {"k": 4, "fold": None}),
     "rag-k8-nofold": ("rag", {"k": 8, "fold": None}),
     "rag-turns-rr-nofold": ("rag", {**FRONTIER["rag-turns-rr"], "fold": None}),
+    # a long turn shown as its excerpt of at most this many retriever tokens (memfrontier.retrieve.excerpt)
+    "rag-turns-rr-x96": ("rag", {**FRONTIER["rag-turns-rr"], "excerpt_tokens": 96}),
+    "rag-turns-rr-x160": ("rag", {**FRONTIER["rag-turns-rr"], "excerpt_tokens": 160}),
+    "rag-turns-rr-x224": ("rag", {**FRONTIER["rag-turns-rr"], "excerpt_tokens": 224}),
 }
 REFERENCE = "rag-k8"
 
@@ -226,11 +235,14 @@ def main() -> None:
         "--sets",
         nargs="+",
         default=["locomo-train", "locomo-test", "longmemeval"],
-        help="locomo-train (the training pool: tune here), locomo-test (report only), longmemeval (default: all three)",
+        help="locomo-train (the training pool: tune here), locomo-test (report only), longmemeval (default: all "
+        "three), longmemeval_s-train (LongMemEval_S's training split: tune here)",
     )
     ap.add_argument("--only", nargs="+", default=None, help="configuration labels (default: all)")
     ap.add_argument("--lme-limit", type=int, default=100, help="LongMemEval questions sampled (0: skip)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the LongMemEval sample")
+    ap.add_argument("--s-limit", type=int, default=30, help="LongMemEval_S training questions (the frontier's slice)")
+    ap.add_argument("--s-store", default=None, help="the store holding them (e.g. a frontier's OUT/store; default under --stores)")
     ap.add_argument("--stores", default=str(ROOT / "runs" / "retrieval"), help="where the stores are built (reused)")
     ap.add_argument("--out", default=str(ROOT / "results" / "retrieval"), help="where retrieval.{json,md} and plots go")
     ap.add_argument(
@@ -263,6 +275,18 @@ def main() -> None:
             print(f"{s}: {sum(len(c.questions) for c in part)} questions", flush=True)
             save = partial(saved, results, s, out, files, args, embedder, tokenizer)
             asyncio.run(run_set(env, part, labels, count_tokens, save))
+        store.close()
+    if "longmemeval_s-train" in args.sets and args.s_limit > 0:
+        files["longmemeval_s"] = data_root() / DATASET_FILES["longmemeval_s"]
+        convs = load_longmemeval_s(files["longmemeval_s"], "train")
+        picked = {q.conversation_id for q in select_questions(convs, args.s_limit, 42)}
+        convs = [c for c in convs if c.id in picked]
+        store = open_store(Path(args.s_store) if args.s_store else Path(args.stores) / "longmemeval_s", embedder)
+        ingest(store, convs)
+        env = MemoryEnv(store=store, llm=None, answer_llm=None)
+        print(f"longmemeval_s-train: {len(convs)} questions", flush=True)
+        save = partial(saved, results, "longmemeval_s-train", out, files, args, embedder, tokenizer)
+        asyncio.run(run_set(env, convs, labels, count_tokens, save))
         store.close()
     if "longmemeval" in args.sets and args.lme_limit > 0:
         files["longmemeval"] = data_root() / DATASET_FILES["longmemeval"]
@@ -331,6 +355,7 @@ def render(out: Path, results: dict, tokenizer: str, lme_limit: int, seed: int, 
         "locomo-train": "LoCoMo training pool (8 conversations, categories 1-4)",
         "locomo-test": "LoCoMo test split (conv-49, conv-50, categories 1-4)",
         "longmemeval": f"LongMemEval oracle ({lme_limit} sampled questions, seed {seed})",
+        "longmemeval_s-train": "LongMemEval_S training split (the frontier's --split train slice, seed 42)",
     }
     for s, rows in results.items():
         md += ["", f"## {titles[s]}", "", table(rows), "", f"![recall vs tokens](recall_tokens_{s}.png)"]
