@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from memfrontier.core.jsonio import write_json_atomic  # noqa: E402
+from memfrontier.core.ledger import Ledger, use_ledger  # noqa: E402
 from memfrontier.core.provenance import git_commit, provenance, sha256_file  # noqa: E402
 from memfrontier.core.types import Budget, Scope  # noqa: E402
 from memfrontier.embed.minilm import MiniLMEmbedder  # noqa: E402
@@ -132,10 +133,12 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
             await strat.context(Query(text="hello", scope=scope, gold_evidence_ids=[]), env, None, Budget())
         _CACHES.clear()  # every configuration encodes its queries itself (no vector left by the one before)
         recalls, tokens, ms = [], [], []
+        ledger = Ledger()  # counts the reranker's declines (rerank.declined)
         for q in questions:
             query = Query(text=q.question, scope=Scope(user_id=q.conversation_id), gold_evidence_ids=q.evidence_ids)
             t0 = time.perf_counter()
-            ctx = await strat.context(query, env, None, Budget())
+            with use_ledger(ledger):
+                ctx = await strat.context(query, env, None, Budget())
             ms.append(1e3 * (time.perf_counter() - t0))
             recalls.append(evidence_recall(q.evidence_ids, ctx.evidence_ids))
             tokens.append(count_tokens(ctx.text))
@@ -149,6 +152,7 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
             "context_tokens_p50": pct(tokens, 0.5),
             "overhead_ms_p50": pct(ms, 0.5),
             "overhead_ms_p95": pct(ms, 0.95),
+            "rerank_declined": ledger.events.get("rerank.declined", 0),
         }
         if REFERENCE in per_question and label != REFERENCE:
             out[label]["d_recall_vs_ref"] = paired_diff_ci(per_question[label], per_question[REFERENCE])
@@ -171,8 +175,8 @@ def ingest(store, convs) -> None:
 def table(rows: dict[str, dict]) -> str:
     ref = rows.get(REFERENCE)
     lines = [
-        "| configuration | options | n | evidence recall | recall - rag-k8 [95% CI] | context tokens (mean) | tokens vs rag-k8 | overhead p50 ms | overhead p95 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| configuration | options | n | evidence recall | recall - rag-k8 [95% CI] | context tokens (mean) | tokens vs rag-k8 | overhead p50 ms | overhead p95 ms | reranker declined |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in rows.items():
         rel = f"{r['context_tokens_mean'] / ref['context_tokens_mean']:.0%}" if ref else "-"
@@ -181,7 +185,7 @@ def table(rows: dict[str, dict]) -> str:
         diff = f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d and d.get("n") else "-"
         lines.append(
             f"| {label} | {opts} | {r['n']} | {r['evidence_recall']:.3f} | {diff} | {r['context_tokens_mean']:.0f} | {rel} | "
-            f"{r['overhead_ms_p50']:.1f} | {r['overhead_ms_p95']:.1f} |"
+            f"{r['overhead_ms_p50']:.1f} | {r['overhead_ms_p95']:.1f} | {r.get('rerank_declined', '-')} |"
         )
     return "\n".join(lines)
 
@@ -348,7 +352,9 @@ def render(out: Path, results: dict, tokenizer: str, lme_limit: int, seed: int, 
         "No LLM: each configuration's context (the `rag` strategy's, through the shared hybrid search) "
         "scored by evidence recall (gold evidence turns present in the context) against its size in "
         f"the answerer's tokens ({tokenizer}). Overhead: wall time of the context step per question "
-        "(query embedding, search, context building) on this machine, shared with other jobs. "
+        "(query embedding, search, context building) on this machine, shared with other jobs. Reranker "
+        "declined: questions whose candidates the turn reranker left in the fused order (outside its "
+        "training range). "
         f"Made by {how}; provenance in retrieval.json.",
     ]
     titles = {
