@@ -16,7 +16,7 @@ from memfrontier.cli import app
 from memfrontier.core.ledger import BudgetExceededError
 from memfrontier.core.types import Budget, Context, Preference, Record, Scope
 from memfrontier.frontier.report import build_report, render_markdown
-from memfrontier.strategies import MemoryEnv, Query, get_strategy
+from memfrontier.strategies import MemoryEnv, Query, effective_budget, get_strategy
 from memfrontier.strategies.auto import Auto, AutoConfig, Router, RouterFileError
 from memfrontier.strategies.auto.decision import Prediction, Scales, decide, utility
 from memfrontier.strategies.auto.features import SCALAR_FEATURES, ScopeStats, feature_vector, question_features
@@ -235,9 +235,11 @@ def test_auto_routes_by_question_kind_delegates_and_records_the_decision(tmp_pat
     with pytest.raises(BudgetExceededError, match="rag-k1, is predicted at 1e-05 USD"):
         ask("What colour is Evan's car?", Budget(max_usd=5e-6))
     # the strategy's own preference wins over the caller's: cost (1, 1, 0.25) on the temporal question:
-    # k1 0.8 - 0.1 = 0.7 > k4 0.5 - 0.4 = 0.1; its own budget is combined with the caller's
+    # k1 0.8 - 0.1 = 0.7 > k4 0.5 - 0.4 = 0.1; its own budget, combined with the caller's by the facade
+    # (effective_budget), is the one it routes under
     own = get_strategy("auto", router=str(tmp_path / "r.json"), preference="cost", budget={"max_usd": 2e-5})
-    ctx = asyncio.run(own.context(Query(text="What colour is Evan's car?", scope=EVAN), env, PERF, Budget()))
+    limit = effective_budget(own.config, Budget())
+    ctx = asyncio.run(own.context(Query(text="What colour is Evan's car?", scope=EVAN), env, PERF, limit))
     assert ctx.meta["auto"]["configuration"] == "rag-k1" and ctx.meta["auto"]["budget"]["max_usd"] == 2e-5
     assert ctx.meta["auto"]["preference"] == COST.model_dump() and ctx.meta["auto"]["preference_source"] == "config"
     store.close()
@@ -275,11 +277,12 @@ def test_the_chosen_member_runs_under_the_preference_auto_decided_under(tmp_path
             AutoConfig(router=path, preference=configured, budget=Budget(max_usd=2e-5)),
             members={"rag-k1": k1, "rag-k4": k4},
         )
-        ctx = asyncio.run(auto.context(q, env, caller, Budget(max_tokens=500)))
+        ctx = asyncio.run(auto.context(q, env, caller, effective_budget(auto.config, Budget(max_tokens=500))))
         assert (
             ctx.meta["auto"]["preference"] == decided.model_dump() and ctx.meta["auto"]["preference_source"] == source
         )
-        # the member is handed the decided preference and the combined budget, not the caller's
+        # the member is handed the decided preference and the question's effective budget (the caller's
+        # made stricter by auto's own, as the facade hands it)
         assert k1.asked == [(decided, Budget(max_usd=2e-5, max_tokens=500))] and k4.asked == []
     store.close()
 

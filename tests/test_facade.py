@@ -18,7 +18,7 @@ from memfrontier.core.errors import EmptyScopeError, empty_scope_message
 from memfrontier.core.fallbacks import FallbackError
 from memfrontier.core.ledger import Call, current_ledger, record_fallback
 from memfrontier.core.types import Context
-from memfrontier.strategies import ViewNotBuiltError
+from memfrontier.strategies import StrategyConfig, ViewNotBuiltError
 
 VERBS = ("add", "search", "ask", "build", "get", "delete", "delete_all", "usage")
 MODEL = "gemma-3-270m-q4_k_m"
@@ -51,6 +51,8 @@ class ScriptedView:
     name = "scripted_view"
     prompt_version = "v1"
     recipes = ()
+    config_class = StrategyConfig
+    config = StrategyConfig()  # no options of its own (the Strategy protocol's attribute)
 
     def __init__(self, fallbacks: int):
         self.fallbacks = fallbacks

@@ -83,7 +83,7 @@ def test_known_errors_keep_their_message(store_path):
     )
     assert opts.is_error and text(opts) == prefix + "strategy rag: k=2.5: Input should be a valid integer"
     assert unknown.is_error and text(unknown) == prefix + (
-        "strategy rag: unknown key 'depth'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, fold, turn_style"
+        "strategy rag: unknown key 'depth'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, fold, excerpt_tokens, turn_style"
     )
     assert unbuilt.is_error and text(unbuilt).startswith(
         prefix + "the automem memory view of this scope was never built"

@@ -37,6 +37,7 @@ DECISIONS: dict[str, dict[str, str]] = {
         "turn_style": TENANT,
         "rerank": TENANT,
         "fold": TENANT,
+        "excerpt_tokens": TENANT,
     },
     "oracle": {},
     "budgetmem": {

@@ -52,6 +52,7 @@ from .strategies import (
     Strategy,
     StrategyConfig,
     ViewNotBuiltError,
+    effective_budget,
     get_strategy,
     strategy_config,
     view_built,
@@ -542,9 +543,11 @@ class AsyncMemory:
     ) -> Answer:
         """The unchecked answer step of :meth:`ask`: ``strategy``'s context for ``question`` in
         ``scope`` and the answerer's reply, every call recorded in ``ledger`` (a new one when None).
-        ``gold_evidence_ids`` is only read by the ``oracle`` strategy."""
+        ``gold_evidence_ids`` is only read by the ``oracle`` strategy. The question runs under
+        ``budget`` made stricter by the configuration's own caps
+        (:func:`~memfrontier.strategies.base.effective_budget`), in ``context`` and the answer call."""
         pref = Preference.of(preference)  # None: the caller names none (strategies.base.resolve_preference)
-        budget = Budget.of(budget)
+        budget = effective_budget(strategy.config, Budget.of(budget))
         ledger = ledger if ledger is not None else Ledger()
         query = Query(
             text=question,

@@ -20,6 +20,7 @@ from .base import (
     Strategy,
     StrategyBase,
     ViewNotBuiltError,
+    effective_budget,
     resolve_preference,
     view_built,
 )
@@ -141,6 +142,7 @@ __all__ = [
     "StrategyConfig",
     "StrategyConfigError",
     "ViewNotBuiltError",
+    "effective_budget",
     "get_strategy",
     "resolve_preference",
     "strategy_class",

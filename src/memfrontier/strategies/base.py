@@ -21,7 +21,7 @@ from ..core.types import Budget, Context, Preference, PreferenceSpec, Scope
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
-from .config import StrategyConfig
+from .config import BudgetedConfig, StrategyConfig
 
 #: ``progress(done, total, unit)``: an offline construction's progress, called once before the
 #: first step (``done`` 0) and after each step (``done`` of ``total`` steps of ``unit``, e.g.
@@ -231,6 +231,14 @@ class StrategyBase:
 
     def construction_usage(self, env: MemoryEnv, scope: Scope) -> dict:
         return {}
+
+
+def effective_budget(config: StrategyConfig, caller: Budget) -> Budget:
+    """The hard caps a question runs under: ``caller``'s budget made stricter, cap by cap, by the
+    configuration's own (:class:`~memfrontier.strategies.config.BudgetedConfig`: ``auto``,
+    ``mempilot``; other configurations have none). The facade computes it once per question and
+    hands it to the strategy's ``context`` and to the answer call."""
+    return caller.stricter(config.budget) if isinstance(config, BudgetedConfig) else caller
 
 
 def resolve_preference(configured: PreferenceSpec | None, caller: Preference | None) -> tuple[Preference, str]:

@@ -29,7 +29,9 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+
+from ..core.types import Budget
 
 #: Field types for numbers: a bool, a string or (for Int) a fractional float is rejected.
 Int = StrictInt
@@ -161,9 +163,12 @@ class StrategyConfig(BaseModel):
     @classmethod
     def describe(cls) -> list[dict[str, Any]]:
         """One row per field: ``name``, ``type``, ``required``, ``default`` (None when required) and
-        ``doc`` (for ``--help`` and ``memfrontier config``)."""
+        ``doc`` (for ``--help`` and ``memfrontier config``); the strategy's own fields first, those
+        every budgeted config shares (:class:`BudgetedConfig`) after them."""
         rows = []
-        for name, f in cls.model_fields.items():
+        shared = set(BudgetedConfig.model_fields) if issubclass(cls, BudgetedConfig) else set()
+        ordered = sorted(cls.model_fields.items(), key=lambda kv: kv[0] in shared)  # stable: own order kept
+        for name, f in ordered:
             rows.append(
                 {
                     "name": name,
@@ -184,6 +189,19 @@ class StrategyConfig(BaseModel):
         JSON; equal for equal effective options however they were given."""
         text = json.dumps({"strategy": self.strategy, **self.as_json()}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class BudgetedConfig(StrategyConfig):
+    """A strategy config with hard caps of its own (``auto``, ``mempilot``). A question runs under
+    the caller's budget made stricter, cap by cap, by these
+    (:func:`memfrontier.strategies.base.effective_budget`), in the strategy's work and in the
+    answer call alike."""
+
+    budget: Budget | None = Field(
+        None,
+        description="Hard caps {max_usd, max_tokens, max_proxy_s} per question (USD, tokens, latency-proxy "
+        "seconds), combined with the caller's (the tighter cap wins) for the strategy's calls and the answer's.",
+    )
 
 
 def _literal_values(tp) -> tuple[Any, ...]:

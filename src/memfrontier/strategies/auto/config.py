@@ -6,11 +6,11 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from ...core.types import Budget, PreferenceSpec
-from ..config import StrategyConfig, operator_only
+from ...core.types import PreferenceSpec
+from ..config import BudgetedConfig, operator_only
 
 
-class AutoConfig(StrategyConfig):
+class AutoConfig(BudgetedConfig):
     """Options of ``auto``: the router file, the preference it decides under and a hard budget."""
 
     strategy = "auto"
@@ -25,11 +25,6 @@ class AutoConfig(StrategyConfig):
         description="perf | balanced | cost or weights {quality, cost, latency} "
         "the decision maximises (MemPilot Eq. 10 presets); when set it is this configuration's and wins over the "
         "caller's; default: the caller's preference, else perf (strategies.base.resolve_preference).",
-    )
-    budget: Budget | None = Field(
-        None,
-        description="Hard caps {max_usd, max_tokens, max_proxy_s} per "
-        "question, combined with the caller's (the tighter cap wins).",
     )
 
     @model_validator(mode="after")

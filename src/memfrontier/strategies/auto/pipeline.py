@@ -174,15 +174,15 @@ class Auto(StrategyBase):
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         """Decide under the preference :func:`~memfrontier.strategies.base.resolve_preference` gives
-        and the tighter of ``budget`` and the config's, then run the chosen member under that same
-        preference and budget."""
+        and ``budget`` (the question's effective caps: the caller's made stricter by the config's,
+        :func:`~memfrontier.strategies.base.effective_budget`), then run the chosen member under
+        that same preference and budget."""
         pref, source = resolve_preference(self.config.preference, preference)
-        limit = budget.stricter(self.config.budget)
         t0 = time.perf_counter()
-        decision, preds, unbuilt = self.route(query, env, pref, limit)
+        decision, preds, unbuilt = self.route(query, env, pref, budget)
         route_ms = (time.perf_counter() - t0) * 1e3
         member = self.members[decision.label]
-        ctx = await member.context(query, env, pref, limit)
+        ctx = await member.context(query, env, pref, budget)
         routed = {
             "configuration": decision.label,
             "strategy": member.name,
@@ -204,7 +204,7 @@ class Auto(StrategyBase):
             "unbuilt": unbuilt,
             "preference": pref.model_dump(),
             "preference_source": source,
-            "budget": limit.model_dump(),
+            "budget": budget.model_dump(),
             "scales": self.router.file.scales.model_dump(),
             "route_ms": route_ms,
             "router_sha256": self.router.sha256,

@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ...core.types import Budget, PreferenceSpec
-from ..config import Bool, Float, Int, StrategyConfig, operator_only, operator_values
+from ...core.types import PreferenceSpec
+from ..config import Bool, BudgetedConfig, Float, Int, operator_only, operator_values
 from .compressed_bank import KINDS
 from .pool import PROFILES
 
@@ -23,7 +23,7 @@ BankKind = Literal[KINDS]
 PoolName = Literal[PROFILES]
 
 
-class MemPilotConfig(StrategyConfig):
+class MemPilotConfig(BudgetedConfig):
     """Options of ``mempilot`` (defaults: MemPilot Sec. 4 and Table 5)."""
 
     strategy = "mempilot"
@@ -64,11 +64,6 @@ class MemPilotConfig(StrategyConfig):
     max_observation_tokens: Int = Field(1024, ge=16, description="Tokens of one tool observation at most.")
     delegate_timeout_s: Float | None = Field(None, gt=0, description="Timeout of one delegate call (s).")
     rollout_key: str = Field("0", description="Mixed into the per-rollout permutation of tools and model cards.")
-    budget: Budget | None = Field(
-        None,
-        description="Hard caps {max_usd, max_tokens, max_proxy_s} per question "
-        "(USD, tokens, proxy seconds of Eq. 15-19), combined with the caller's (the tighter cap wins).",
-    )
     bank_file: Path | None = Field(
         None,
         json_schema_extra=operator_only(),

@@ -168,9 +168,10 @@ class MemPilot(StrategyBase):
 
     async def context(self, query: Query, env: MemoryEnv, preference: Preference | None, budget: Budget) -> Context:
         """One trajectory under the preference :func:`~memfrontier.strategies.base.resolve_preference`
-        gives (the config's, else the caller's, else perf) and the tighter of ``budget`` and the config's."""
+        gives (the config's, else the caller's, else perf) and ``budget`` (the question's effective
+        caps: the caller's made stricter by the config's, :func:`~memfrontier.strategies.base.effective_budget`)."""
         pref, source = resolve_preference(self.config.preference, preference)
-        orch = self.orchestrator(env, pref, budget.stricter(self.config.budget))
+        orch = self.orchestrator(env, pref, budget)
         traj = await orch.run(query.text, query.scope, self.config.rollout_key)
         ctx = self.to_context(traj, orch, pref)
         ctx.meta["preference_source"] = source
