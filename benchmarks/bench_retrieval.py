@@ -246,7 +246,9 @@ def main() -> None:
     ap.add_argument("--lme-limit", type=int, default=100, help="LongMemEval questions sampled (0: skip)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the LongMemEval sample")
     ap.add_argument("--s-limit", type=int, default=30, help="LongMemEval_S training questions (the frontier's slice)")
-    ap.add_argument("--s-store", default=None, help="the store holding them (e.g. a frontier's OUT/store; default under --stores)")
+    ap.add_argument(
+        "--s-store", default=None, help="the store holding them (e.g. a frontier's OUT/store; default under --stores)"
+    )
     ap.add_argument("--stores", default=str(ROOT / "runs" / "retrieval"), help="where the stores are built (reused)")
     ap.add_argument("--out", default=str(ROOT / "results" / "retrieval"), help="where retrieval.{json,md} and plots go")
     ap.add_argument(

@@ -62,3 +62,50 @@ def test_a_budget_set_only_in_the_configuration_binds_the_answer_call(tmp_path, 
         assert strat.seen == Budget(max_tokens=own_cap)
         assert ans.usage.events["budget.context_truncated"] == 1
         assert prompt_words + ans.usage.query.output_tokens <= own_cap
+
+
+def test_the_ledger_says_what_is_left_of_a_budget_with_calls_in_flight():
+    from memfrontier.core.ledger import Call, Ledger
+
+    ledger = Ledger()
+    ledger.record(
+        Call(stage="query", role="a", model_id="m", input_tokens=300, output_tokens=50, usd=2e-5, proxy_s=1.0)
+    )
+    ledger.record(Call(stage="construction", role="b", model_id="m", input_tokens=9_000, usd=1.0, proxy_s=60.0))
+    budget = Budget(max_usd=5e-5, max_tokens=1_000, max_proxy_s=3.0)
+    left = ledger.remaining(budget)  # construction is not the question's: 5e-5 - 2e-5, 1000 - 350, 3 - 1
+    assert (left.max_usd, left.max_tokens, left.max_proxy_s) == (pytest.approx(3e-5), 650, pytest.approx(2.0))
+    with ledger.reserve(1e-5, 100, 0.5):  # a call in flight holds its worst case
+        left = ledger.remaining(budget)
+        assert (left.max_usd, left.max_tokens, left.max_proxy_s) == (pytest.approx(2e-5), 550, pytest.approx(1.5))
+        assert not ledger.exhausted(budget) and ledger.exhausted(Budget(max_tokens=450))  # 350 + 100 = 450
+    assert ledger.remaining(Budget(max_tokens=200)).max_tokens == 0  # spent past the cap: 0, never negative
+    assert ledger.exhausted(Budget(max_tokens=350)) and not ledger.exhausted(Budget(max_tokens=351))
+    assert ledger.remaining(Budget()) == Budget() and not ledger.exhausted(Budget())
+
+
+def test_the_largest_prompt_that_fits_inverts_the_price_and_the_latency_proxy():
+    from memfrontier.core.pricebook import LatencyProfile, ModelPrice, PriceBook
+    from memfrontier.llm.metered import MeteredLLM
+
+    book = PriceBook(
+        version="t",
+        models={
+            "m": ModelPrice(
+                input_usd_per_mtok=1.0,
+                output_usd_per_mtok=4.0,
+                latency=LatencyProfile(base_s=0.5, in_s_per_token=0.001, out_s_per_token=0.01),
+            )
+        },
+    )
+    llm = MeteredLLM(ScriptedClient([], model_id="m"), book)
+    # tokens: 1000 - 32 answer tokens = 968
+    assert llm.max_prompt_tokens(Budget(max_tokens=1_000), 32) == 968
+    # USD: (1e-3 - 4e-6 * 100) / 1e-6 = 600 prompt tokens
+    assert llm.max_prompt_tokens(Budget(max_usd=1e-3), 100) == 600
+    # proxy: (2.0 - 0.5 - 0.01 * 50) / 0.001 = 1000 prompt tokens; the tightest cap wins
+    assert llm.max_prompt_tokens(Budget(max_proxy_s=2.0), 50) == 1_000
+    # all three at 100 answer tokens: USD 600, tokens 600, proxy (2.0 - 0.5 - 1.0) / 0.001 = 500
+    assert llm.max_prompt_tokens(Budget(max_usd=1e-3, max_tokens=700, max_proxy_s=2.0), 100) == 500
+    assert llm.max_prompt_tokens(Budget(), 100) is None
+    assert llm.max_prompt_tokens(Budget(max_tokens=10), 32) == -22  # not even an empty prompt fits

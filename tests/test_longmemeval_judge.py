@@ -25,7 +25,11 @@ def test_the_question_date_reaches_the_judge_and_its_version():
 
     undated = judge_prompt("temporal-reasoning", "How many days ago did I buy it?", "19 days", "18 days")
     dated = judge_prompt(
-        "temporal-reasoning", "How many days ago did I buy it?", "19 days", "18 days", question_date="2023-05-30T14:00:00"
+        "temporal-reasoning",
+        "How many days ago did I buy it?",
+        "19 days",
+        "18 days",
+        question_date="2023-05-30T14:00:00",
     )
     assert "asked on" not in undated
     assert "The question was asked on Tuesday, 30 May 2023.\nQuestion: How many days ago" in dated

@@ -10,9 +10,8 @@ import math
 
 import numpy as np
 import pytest
-from test_rag_turns import A, recs
-
 from pydantic import ValidationError
+from test_rag_turns import A, recs
 
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.types import Budget, Record, Scope
@@ -322,7 +321,11 @@ def test_fit_learns_a_planted_rule_and_is_deterministic():
     assert (
         sorted(i for f in parts["longmemeval"] for i in f) == list(range(1, 60, 2)) and len(parts["longmemeval"]) == 5
     )
-    s_questions = [dataclasses.replace(qs[j], conversation=f"lmes:q{j}") for j in range(7)]  # the S file's: folds of their own
+    s_questions = [
+        dataclasses.replace(qs[j], conversation=f"lmes:q{j}") for j in range(7)
+    ]  # the S file's: folds of their own
     parts = folds(qs + s_questions)
-    assert sorted(i for f in parts["longmemeval_s"] for i in f) == list(range(60, 67)) and len(parts["longmemeval_s"]) == 5
+    assert (
+        sorted(i for f in parts["longmemeval_s"] for i in f) == list(range(60, 67)) and len(parts["longmemeval_s"]) == 5
+    )
     assert sorted(i for f in parts["longmemeval"] for i in f) == list(range(1, 60, 2))

@@ -79,36 +79,14 @@ class Answerer:
         return QA_DATED_TEMPLATE.format(ctx=context, question=question, today=asked_on(question_date))
 
     def max_input_tokens(self, budget: Budget) -> int | None:
-        """The largest prompt (tokens) whose predicted call fits the budget; None = no cap.
-
-        Uses the answer model's price (MemoryCPT Eq. 4) and latency profile (MemPilot Eq. 15)
-        with the output at its cap of ``max_answer_tokens``, against what the strategy left of
-        the budget (the current ledger's query-stage spend is subtracted first).
-        """
+        """The largest prompt (tokens) whose call, with the output at its cap of
+        ``max_answer_tokens``, fits what the strategy left of ``budget`` (the current ledger's
+        :meth:`~memfrontier.core.ledger.Ledger.remaining`, calls in flight included) by the answer
+        model's price and latency profile (:meth:`~memfrontier.llm.metered.MeteredLLM.max_prompt_tokens`);
+        None = no cap."""
         ledger = current_ledger()
-        if ledger is not None and (budget.max_usd, budget.max_tokens, budget.max_proxy_s) != (None, None, None):
-            spent = ledger.usage().query
-            budget = Budget(  # what is left, 0 once spent (a Budget cap is >= 0)
-                max_usd=None if budget.max_usd is None else max(budget.max_usd - spent.usd, 0.0),
-                max_tokens=None
-                if budget.max_tokens is None
-                else max(budget.max_tokens - spent.input_tokens - spent.output_tokens, 0),
-                max_proxy_s=None if budget.max_proxy_s is None else max(budget.max_proxy_s - spent.proxy_s, 0.0),
-            )
-        caps = []
-        out = self.max_answer_tokens
-        if budget.max_tokens is not None:
-            caps.append(budget.max_tokens - out)
-        price = self.llm.price
-        if budget.max_usd is not None and price is not None:
-            left = budget.max_usd - 1e-6 * price.output_usd_per_mtok * out
-            caps.append(int(left / (1e-6 * price.input_usd_per_mtok)) if price.input_usd_per_mtok > 0 else 10**9)
-        if budget.max_proxy_s is not None:
-            profile = (price.latency if price else None) or self.llm.prices.fallback_latency
-            if profile is not None:
-                left = budget.max_proxy_s - profile.base_s - profile.out_s_per_token * out
-                caps.append(int(left / profile.in_s_per_token) if profile.in_s_per_token > 0 else 10**9)
-        return min(caps) if caps else None
+        left = ledger.remaining(budget) if ledger is not None else budget
+        return self.llm.max_prompt_tokens(left, self.max_answer_tokens)
 
     def fit(self, question: str, context: Context, budget: Budget, question_date: str | None = None) -> str:
         """The context text cut to fit the model window and the budget (tail dropped, counted)."""

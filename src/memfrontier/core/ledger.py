@@ -269,6 +269,31 @@ class Ledger:
         return rec
 
     # --- hard budgets ----------------------------------------------------------------------
+    def _committed(self, stage: Stage) -> tuple[float, int, float]:
+        """(USD, tokens, proxy seconds) of ``stage``'s calls plus the worst cases of those in flight."""
+        u, n, s = _spent([c for c in self.calls if c.stage == stage])
+        for r_usd, r_n, r_s in self._reserved:
+            u, n, s = u + r_usd, n + r_n, s + r_s
+        return u, n, s
+
+    def remaining(self, budget: Budget, stage: Stage = "query") -> Budget:
+        """What is left of each cap of ``budget`` once ``stage``'s spend and the calls in flight are
+        taken off (0 once a cap is reached; a cap that is None stays None)."""
+        if budget.max_usd is None and budget.max_tokens is None and budget.max_proxy_s is None:
+            return budget
+        u, n, s = self._committed(stage)
+        return Budget(
+            max_usd=None if budget.max_usd is None else max(budget.max_usd - u, 0.0),
+            max_tokens=None if budget.max_tokens is None else max(budget.max_tokens - n, 0),
+            max_proxy_s=None if budget.max_proxy_s is None else max(budget.max_proxy_s - s, 0.0),
+        )
+
+    def exhausted(self, budget: Budget, stage: Stage = "query") -> bool:
+        """Whether some cap of ``budget`` is used up by ``stage``'s spend and the calls in flight:
+        no further paid call can fit it."""
+        left = self.remaining(budget, stage)
+        return any(cap is not None and cap <= 0 for cap in (left.max_usd, left.max_tokens, left.max_proxy_s))
+
     def would_exceed(
         self, budget: Budget, *, usd: float | None = 0.0, tokens: int = 0, proxy_s: float = 0.0, stage: Stage = "query"
     ) -> str | None:
@@ -278,9 +303,7 @@ class Ledger:
         USD cap, since its cost is unknown."""
         if budget.max_usd is None and budget.max_tokens is None and budget.max_proxy_s is None:
             return None
-        u, n, s = _spent([c for c in self.calls if c.stage == stage])
-        for r_usd, r_n, r_s in self._reserved:
-            u, n, s = u + r_usd, n + r_n, s + r_s
+        u, n, s = self._committed(stage)
         if budget.max_usd is not None:
             if usd is None:
                 return f"an unpriced call cannot be held to max_usd={budget.max_usd}"

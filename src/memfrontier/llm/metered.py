@@ -115,6 +115,26 @@ class MeteredLLM:
         _, charged, n_img = self._charged(messages, new_input_tokens)
         return self._proxy_s(charged, max_tokens, n_img)
 
+    def max_prompt_tokens(self, budget: Budget, max_tokens: int) -> int | None:
+        """The largest prompt, in tokens, whose call with output at ``max_tokens`` fits every cap of
+        ``budget`` (what is left of a question's budget: :meth:`~memfrontier.core.ledger.Ledger.remaining`),
+        by the model's price (MemoryCPT Eq. 4) and latency profile (MemPilot Eq. 15); None when no
+        cap applies (or an unpriced model meets only a USD cap). May be negative: not even an empty
+        prompt fits."""
+        caps = []
+        if budget.max_tokens is not None:
+            caps.append(budget.max_tokens - max_tokens)
+        price = self.price
+        if budget.max_usd is not None and price is not None:
+            left = budget.max_usd - 1e-6 * price.output_usd_per_mtok * max_tokens
+            caps.append(int(left / (1e-6 * price.input_usd_per_mtok)) if price.input_usd_per_mtok > 0 else 10**9)
+        if budget.max_proxy_s is not None:
+            profile = (price.latency if price else None) or self.prices.fallback_latency
+            if profile is not None:
+                left = budget.max_proxy_s - profile.base_s - profile.out_s_per_token * max_tokens
+                caps.append(int(left / profile.in_s_per_token) if profile.in_s_per_token > 0 else 10**9)
+        return min(caps) if caps else None
+
     def over_budget(
         self, messages: list[Message], max_tokens: int, budget: Budget | None, *, new_input_tokens: int | None = None
     ) -> str | None:

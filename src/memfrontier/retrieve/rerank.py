@@ -42,8 +42,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core.errors import ArtifactError
-from ..core.ledger import count_event
 from ..core.jsonio import write_json_atomic
+from ..core.ledger import count_event
 from ..core.types import Scope
 from ..store.bank import BankHit, MemoryBank
 

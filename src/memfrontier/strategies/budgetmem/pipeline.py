@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.ledger import Ledger, current_ledger
+from ...core.ledger import current_ledger
 from ...core.threads import run_cpu
 from ...core.types import Budget, Context, Preference
 from ...retrieve.hybrid import hybrid_search
@@ -31,14 +31,6 @@ from .engine import BudgetMemModules
 from .modules import EXTRACTORS, ModuleResult, SummaryInput
 from .prompts import PROMPT_VERSION
 from .tiering import make_tiering
-
-
-def _budget_spent(budget: Budget, ledger: Ledger | None) -> bool:
-    """True once the question's query-stage spend reached one of the budget's hard caps."""
-    if ledger is None:
-        return False
-    # any further paid call (the smallest: one token, one proxy second's worth) would cross a cap
-    return ledger.would_exceed(budget, usd=1e-12, tokens=1, proxy_s=1e-9) is not None
 
 
 class BudgetMem(StrategyBase):
@@ -192,7 +184,7 @@ class BudgetMem(StrategyBase):
         results: dict[str, ModuleResult] = {}
 
         async def run(module: str, inp: Any, tier: str) -> ModuleResult:
-            spent = _budget_spent(budget, ledger)  # a hard cap reached: no more paid calls
+            spent = ledger is not None and ledger.exhausted(budget)  # a hard cap reached: no more paid calls
             if spent and ledger is not None:
                 ledger.count(f"budget.rules_only.{module}")
             res = await rt.run_traced(rt.modules[module], q, inp, tier, rules_only=spent, budget=budget)
@@ -225,7 +217,7 @@ class BudgetMem(StrategyBase):
         meta["filtered_chunks"] = [c.id for c in filtered]
         meta["relations"] = {m: len(results[m].output) for m in EXTRACTORS}
         meta["filter_passthrough"] = any(e.startswith("filter.empty.") for e in results["filter"].events)
-        if _budget_spent(budget, ledger):
+        if ledger is not None and ledger.exhausted(budget):
             meta["budget_spent"] = True
         evidence: list[str] = []
         for c in filtered:

@@ -238,7 +238,7 @@ class Orchestrator:
     def _cap_reached(self) -> bool:
         """No further paid call fits the hard budget (the query stage's spend reached a cap)."""
         ledger = current_ledger()
-        return ledger is not None and ledger.would_exceed(self.budget, usd=1e-12, tokens=1, proxy_s=1e-9) is not None
+        return ledger is not None and ledger.exhausted(self.budget)
 
     # -- the loop --------------------------------------------------------------------------
     def start(self, question: str, rollout_key: str = "0") -> Trajectory:
