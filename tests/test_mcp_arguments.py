@@ -50,7 +50,8 @@ def test_arguments_are_strict_and_unknown_names_refused(store_path):
             ("search", {"query": "beagle", "k": True, "user_id": "alice"}),
             ("search", {"query": "beagle", "limit": 3, "user_id": "alice"}),
             ("rg", {"patterns": ["Biscuit"], "ignore_case": "yes", "user_id": "alice"}),
-            ("ask", {"question": "hi", "user_id": "alice", "budget": 1}),
+            ("ask", {"question": "hi", "user_id": "alice", "max_usd": 1e-5}),  # the caps are under budget
+            ("ask", {"question": "hi", "user_id": "alice", "budget": {"max_usd": -1.0}}),
         ],
     )
     assert not ok.is_error and len(ok.structured_content["hits"]) == 2
@@ -60,7 +61,8 @@ def test_arguments_are_strict_and_unknown_names_refused(store_path):
         "1 validation error for search: k: Input should be a valid integer (got True)",
         "1 validation error for search: limit: unknown parameter",
         "1 validation error for rg: ignore_case: Input should be a valid boolean (got 'yes')",
-        "1 validation error for ask: budget: unknown parameter",
+        "1 validation error for ask: max_usd: unknown parameter",
+        "1 validation error for ask: budget.max_usd: max_usd must be a finite number >= 0, got -1.0",
     ]
     for res, want in zip(bad, expected, strict=True):
         assert res.is_error and text(res) == want
@@ -70,7 +72,7 @@ def test_known_errors_keep_their_message(store_path):
     small, opts, unknown, unbuilt = calls(
         store_path,
         [
-            ("ask", {"question": "What is the dog called?", "max_usd": 1e-12, "user_id": "alice"}),
+            ("ask", {"question": "What is the dog called?", "budget": {"max_usd": 1e-12}, "user_id": "alice"}),
             ("ask", {"question": "hi", "options": {"k": 2.5}, "user_id": "alice"}),
             ("ask", {"question": "hi", "options": {"depth": 2}, "user_id": "alice"}),
             ("ask", {"question": "hi", "strategy": "automem", "user_id": "eve"}),
@@ -107,7 +109,8 @@ def test_tool_schemas_are_unchanged_by_the_argument_models(store_path):
     assert set(schemas["ask"]["properties"]) == {
         "question",
         "strategy",
-        "max_usd",
+        "preference",
+        "budget",
         "options",
         "build",
         "question_date",

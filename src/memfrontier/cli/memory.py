@@ -201,8 +201,11 @@ def ask(
     max_usd: Optional[float] = typer.Option(None, help="Hard cap on this question's USD."),
     max_tokens: Optional[int] = typer.Option(
         None,
-        help="Hard cap on the answer call's prompt+output tokens (the question's budget; a turn "
+        help="Hard cap on this question's tokens, input + output of every call it makes (a turn "
         "configuration's context size is its option: --set max_tokens=N).",
+    ),
+    max_proxy_s: Optional[float] = typer.Option(
+        None, help="Hard cap on this question's latency proxy, seconds (MemPilot Eq. 15-19)."
     ),
     price_book: Optional[Path] = OPT_PRICE_BOOK,
     allow_unpriced: bool = OPT_ALLOW_UNPRICED,
@@ -239,7 +242,7 @@ def ask(
                     strategy=strategy,
                     strategy_options=options,
                     preference=preference,
-                    budget=Budget(max_usd=max_usd, max_tokens=max_tokens),
+                    budget=Budget(max_usd=max_usd, max_tokens=max_tokens, max_proxy_s=max_proxy_s),
                     question_date=question_date,
                     build=build,
                 )

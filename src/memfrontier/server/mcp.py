@@ -7,7 +7,7 @@ Tools (AutoMEM's memory tools, arXiv 2606.04315, Sec. 5, plus hybrid search and 
 * ``rg(patterns, ignore_case)`` - regular expressions over the scope's raw records.
 * ``read(ids)`` - full records by id.
 * ``index_query(cypher)`` - one read-only Cypher query on the scope's graph index.
-* ``ask(question, strategy, max_usd, options, build)`` - an answer with its usage (tokens, USD);
+* ``ask(question, strategy, preference, budget, options, build)`` - an answer with its usage (tokens, USD);
   ``options`` are the strategy config's values (``memfrontier config STRATEGY``) under the
   service's option policy (:func:`~memfrontier.server.options.check_remote_options`, as REST);
   ``build`` builds the strategy's missing view first. Refusals are the facade's
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..core.errors import explain_validation
 from ..core.extras import require_extra
 from ..core.threads import run_cpu
-from ..core.types import Budget, Scope
+from ..core.types import Budget, Preference, Scope
 from ..core.version import __version__
 from ..retrieve.hybrid import hybrid_search
 from ..retrieve.recipes import HYBRID_RRF
@@ -201,8 +201,19 @@ class IndexQueryArgs(ScopeArgs):
 class AskArgs(ScopeArgs):
     question: Annotated[str, Field(min_length=1, max_length=2000)]
     strategy: AskStrategy = "rag"
-    max_usd: Annotated[
-        float | None, Field(gt=0, allow_inf_nan=False, description="Hard USD cap of this question (finite).")
+    preference: Annotated[
+        str | Preference | None,
+        Field(
+            description="perf | balanced | cost, or weights {quality, cost, latency}: the trade-off a strategy "
+            "that reads one weighs (a configuration's own preference wins)."
+        ),
+    ] = None
+    budget: Annotated[
+        Budget | None,
+        Field(
+            description="Hard caps of this question, each optional and >= 0: {max_usd, max_tokens (input + output "
+            "of every call), max_proxy_s (latency-proxy seconds)}, as REST takes them."
+        ),
     ] = None
     options: Annotated[
         dict[str, Any] | None,
@@ -370,7 +381,8 @@ def build_server(service: MemoryService):
             run_id=scope.run_id,
             strategy=args.strategy,
             strategy_options=cfg,
-            budget=Budget(max_usd=args.max_usd),
+            preference=args.preference,
+            budget=args.budget,
             question_date=args.question_date,
             build=args.build,
         )
