@@ -282,28 +282,29 @@ def main() -> None:
             save = partial(saved, results, s, out, files, args, embedder, tokenizer)
             asyncio.run(run_set(env, part, labels, count_tokens, save))
         store.close()
+    measure = partial(measure_set, results, out, files, args, embedder, tokenizer, labels, count_tokens)
     if "longmemeval_s-train" in args.sets and args.s_limit > 0:
         files["longmemeval_s"] = data_root() / DATASET_FILES["longmemeval_s"]
         convs = load_longmemeval_s(files["longmemeval_s"], "train")
         picked = {q.conversation_id for q in select_questions(convs, args.s_limit, 42)}
-        convs = [c for c in convs if c.id in picked]
-        store = open_store(Path(args.s_store) if args.s_store else Path(args.stores) / "longmemeval_s", embedder)
-        ingest(store, convs)
-        env = MemoryEnv(store=store, llm=None, answer_llm=None)
-        print(f"longmemeval_s-train: {len(convs)} questions", flush=True)
-        save = partial(saved, results, "longmemeval_s-train", out, files, args, embedder, tokenizer)
-        asyncio.run(run_set(env, convs, labels, count_tokens, save))
-        store.close()
+        where = Path(args.s_store) if args.s_store else Path(args.stores) / "longmemeval_s"
+        measure("longmemeval_s-train", [c for c in convs if c.id in picked], where)
     if "longmemeval" in args.sets and args.lme_limit > 0:
         files["longmemeval"] = data_root() / DATASET_FILES["longmemeval"]
-        convs = load_longmemeval(files["longmemeval"])
-        convs = longmemeval_sample(convs, args.lme_limit, args.seed)
-        store = open_store(Path(args.stores) / "longmemeval", embedder)
+        convs = longmemeval_sample(load_longmemeval(files["longmemeval"]), args.lme_limit, args.seed)
+        measure("longmemeval", convs, Path(args.stores) / "longmemeval")
+
+
+def measure_set(results, out, files, args, embedder, tokenizer, labels, count_tokens, name, convs, where) -> None:
+    """Set ``name``: ``convs`` added to the store at ``where`` (kept), then every configuration."""
+    store = open_store(where, embedder)
+    try:
         ingest(store, convs)
         env = MemoryEnv(store=store, llm=None, answer_llm=None)
-        print(f"longmemeval: {len(convs)} questions sampled", flush=True)
-        save = partial(saved, results, "longmemeval", out, files, args, embedder, tokenizer)
+        print(f"{name}: {len(convs)} questions", flush=True)
+        save = partial(saved, results, name, out, files, args, embedder, tokenizer)
         asyncio.run(run_set(env, convs, labels, count_tokens, save))
+    finally:
         store.close()
 
 
