@@ -423,3 +423,15 @@ def test_ask_build_builds_the_view_reports_its_cost_and_then_answers(tmp_path):
     assert json.loads(res.stdout)["strategy"] == "mempilot"
     res = CliRunner().invoke(app, args)  # built now: no refusal, nothing rebuilt
     assert res.exit_code == 0 and "built the" not in res.stderr
+
+
+def test_one_set_parser_reads_a_trainers_options_as_a_strategys():
+    from memfrontier.cli.fields import model_values
+    from memfrontier.train.configs import TurnRerankerConfig
+
+    got = model_values(TurnRerankerConfig, {"set_options": ("longmemeval-s=0", "candidates=32")}, set())
+    assert got == {"longmemeval_s": 0, "candidates": 32}  # '-' read as '_', values as YAML
+    with pytest.raises(ValueError, match="unknown key 'nope'; keys: out, store, data_root"):
+        model_values(TurnRerankerConfig, {"set_options": ("nope=1",)}, set())
+    with pytest.raises(ValueError, match="--set takes KEY=VALUE, got 'candidates'"):
+        model_values(TurnRerankerConfig, {"set_options": ("candidates",)}, set())

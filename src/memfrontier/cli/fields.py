@@ -28,6 +28,8 @@ import typer
 from pydantic import BaseModel
 from typer.core import TyperCommand
 
+from ..strategies.config import parse_assignment
+
 #: ``ctx.meta`` key under which :class:`BlockCommand` leaves each block's values.
 META_KEY = "memfrontier.blocks"
 
@@ -227,14 +229,6 @@ def model_options(model) -> list:
     return params_of(fields)
 
 
-def parse_assignment(text: str) -> tuple[tuple[str, ...], Any]:
-    """``"a.b=VALUE"`` -> ``(("a", "b"), yaml(VALUE))``; ValueError without ``=``."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--set {text!r}: expected KEY=VALUE")
-    return tuple(key.strip().split(".")), _yaml_value(value)
-
-
 def put(options: dict, path: tuple[str, ...], value) -> None:
     """Set ``options[path[0]][path[1]]... = value``, creating (copies of) the nested mappings."""
     for part in path[:-1]:
@@ -277,5 +271,5 @@ def model_values(model, values: dict[str, Any], given_names: set[str]) -> dict[s
             value = _yaml_value(value)
         out[name] = value
     for text in values.get("set_options") or ():
-        put(out, *parse_assignment(text))
+        put(out, *parse_assignment(model, text))
     return out

@@ -128,37 +128,15 @@ class StrategyConfig(BaseModel):
 
     @classmethod
     def parse_assignment(cls, text: str) -> tuple[tuple[str, ...], Any]:
-        """``"key=value"`` (``--set``) as ``(key path, value)``. The key may use ``-`` for ``_`` and
-        dots for a nested field (``budget.max_usd=0.01``); the value is read as YAML (``3``,
-        ``2.5``, ``true``, ``null``, ``[dense]``, ``{quality: 1, cost: 2}``), except that a number or
-        boolean given to a text-only field stays text (``rollout_key=7``).
+        """``"key=value"`` (``--set``) as ``(key path, value)``, by :func:`parse_assignment`.
 
         Raises:
             StrategyConfigError: no ``=``, or a key the config does not have (the keys are listed).
         """
-        import yaml
-
-        key, sep, raw = text.partition("=")
-        path = tuple(p.strip().replace("-", "_") for p in key.split("."))
-        if not sep or not all(path):
-            raise StrategyConfigError(f"strategy {cls.strategy}: --set takes KEY=VALUE, got {text!r}")
-        field = cls.model_fields.get(path[0])
-        if field is None:
-            raise StrategyConfigError(
-                f"strategy {cls.strategy}: unknown key {path[0]!r}; keys: {', '.join(cls.model_fields) or '(none)'}"
-            )
         try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
-        if (
-            len(path) == 1
-            and isinstance(value, (bool, int, float))
-            and not _accepts_scalar(field.annotation, value)
-            and {str, Path} & set(_leaves(field.annotation))
-        ):
-            value = raw
-        return path, value
+            return parse_assignment(cls, text)
+        except ValueError as e:
+            raise StrategyConfigError(f"strategy {cls.strategy}: {e}") from None
 
     @classmethod
     def describe(cls) -> list[dict[str, Any]]:
@@ -202,6 +180,36 @@ class BudgetedConfig(StrategyConfig):
         description="Hard caps {max_usd, max_tokens, max_proxy_s} per question (USD, tokens, latency-proxy "
         "seconds), combined with the caller's (the tighter cap wins) for the strategy's calls and the answer's.",
     )
+
+
+def parse_assignment(model: type[BaseModel], text: str) -> tuple[tuple[str, ...], Any]:
+    """``"key=value"`` (``--set``, for a strategy's config or a trainer's) as ``(key path, value)``
+    for ``model``'s fields. The key may use ``-`` for ``_`` and dots for a nested field
+    (``budget.max_usd=0.01``); the value is read as YAML (``3``, ``2.5``, ``true``, ``null``,
+    ``[dense]``, ``{quality: 1, cost: 2}``), except that a number or boolean given to a text-only
+    field stays text (``rollout_key=7``). Raises ValueError: no ``=``, or a key ``model`` does not
+    have (its keys are listed)."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    path = tuple(p.strip().replace("-", "_") for p in key.split("."))
+    if not sep or not all(path):
+        raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
+    field = model.model_fields.get(path[0])
+    if field is None:
+        raise ValueError(f"unknown key {path[0]!r}; keys: {', '.join(model.model_fields) or '(none)'}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    if (
+        len(path) == 1
+        and isinstance(value, (bool, int, float))
+        and not _accepts_scalar(field.annotation, value)
+        and {str, Path} & set(_leaves(field.annotation))
+    ):
+        value = raw
+    return path, value
 
 
 def _literal_values(tp) -> tuple[Any, ...]:
