@@ -32,8 +32,11 @@ def excerpt(text: str, question: str, max_tokens: int, count_tokens: Callable[[s
     The run starts at the sentence with the most distinct BM25 terms of ``question`` (the first of
     equals) and takes the next sentence before or after it, the one with more question terms
     first (after it on a tie), while the excerpt, joined by spaces with :data:`GAP` marking each
-    cut end, stays within ``max_tokens``. A first sentence longer than ``max_tokens`` on its own
-    is cut to its leading words that fit. Raises ValueError for ``max_tokens < 1``.
+    cut end, stays within ``max_tokens`` (counted sentence by sentence and summed: exact for a
+    tokenizer that splits at spaces first, as MiniLM's WordPiece does, and never under the count of
+    the joined text for one that adds a start or end token per call). A first sentence longer than
+    ``max_tokens`` on its own is cut to its leading words that fit. Raises ValueError for
+    ``max_tokens < 1``.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -46,26 +49,24 @@ def excerpt(text: str, question: str, max_tokens: int, count_tokens: Callable[[s
     score = [len(asked & set(bm25_terms(p))) for p in parts]
     best = max(range(len(parts)), key=lambda i: (score[i], -i))
     lo = hi = best
+    sizes, gap, last = [count_tokens(p) for p in parts], count_tokens(GAP), len(parts) - 1
 
-    def render(a: int, b: int) -> str:
-        body = " ".join(parts[a : b + 1])
-        return f"{GAP + ' ' if a > 0 else ''}{body}{' ' + GAP if b < len(parts) - 1 else ''}"
+    def size(a: int, b: int) -> int:
+        return sum(sizes[a : b + 1]) + gap * ((a > 0) + (b < last))
 
-    if count_tokens(render(lo, hi)) > max_tokens:
+    if size(lo, hi) > max_tokens:
         return _leading_words(parts[best], lo > 0, max_tokens, count_tokens)
     while True:
         steps = []
-        if hi + 1 < len(parts):
+        if hi < last:
             steps.append((score[hi + 1], 1, lo, hi + 1))
         if lo > 0:
             steps.append((score[lo - 1], 0, lo - 1, hi))
-        grown = False
-        for _, _, a, b in sorted(steps, reverse=True):
-            if count_tokens(render(a, b)) <= max_tokens:
-                lo, hi, grown = a, b, True
-                break
-        if not grown:
-            return render(lo, hi)
+        fits = [(a, b) for _, _, a, b in sorted(steps, reverse=True) if size(a, b) <= max_tokens]
+        if not fits:
+            body = " ".join(parts[lo : hi + 1])
+            return f"{GAP + ' ' if lo > 0 else ''}{body}{' ' + GAP if hi < last else ''}"
+        lo, hi = fits[0]
 
 
 def _leading_words(sentence: str, cut_before: bool, max_tokens: int, count_tokens) -> str:

@@ -237,11 +237,16 @@ class Rag(StrategyBase):
                 return r.render(style)
             return r.model_copy(update={"text": excerpt(r.text, question, limit, count)}).render(style)
 
+        texts: dict[str, str] = {}  # item id -> its text: the budget and the context read it more than once
+
         def render(it: BankItem) -> str:
+            if it.id in texts:
+                return texts[it.id]
             missing = [i for i in it.source_ids if i not in recs]
             if missing:
                 recs.update((r.id, r) for r in env.store.get(missing, scope))
-            return " ".join(shown(recs[i]) for i in it.source_ids if i in recs) or it.render()
+            texts[it.id] = " ".join(shown(recs[i]) for i in it.source_ids if i in recs) or it.render()
+            return texts[it.id]
 
         return render
 
