@@ -478,7 +478,7 @@ def test_frontier_mistakes_fail_before_anything_runs(tmp_path):
     assert fails("--spec", str(spec), "--out", str(out)) == (
         "error: the frontier spec cannot run as given (nothing was run): a: unknown strategy 'nosuch'; available: "
         "auto, automem, budgetmem, longctx, memorycpt, mempilot, oracle, rag, rag-turns, rag-turns-rr; b: strategy rag: k='banana': Input "
-        "should be a valid integer; rag: strategy rag: unknown key 'nosuchkey'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, fold, turn_style"
+        "should be a valid integer; rag: strategy rag: unknown key 'nosuchkey'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, fold, excerpt_tokens, turn_style"
     )
     assert fails("--only", ",,", "--out", str(out)) == "error: no configuration named (an empty --only)"
     assert fails("--only", "", "--out", str(out)) == "error: no configuration named (an empty --only)"

@@ -356,7 +356,14 @@ def test_mcp_refuses_a_non_finite_budget_or_option(location, literal):
     server = build_server(service)
     try:
         for args, error in (
-            (f'{{"question": "what tea?", "user_id": "mn", "max_usd": {literal}}}', "max_usd.*finite number"),
+            (
+                f'{{"question": "what tea?", "user_id": "mn", "budget": {{"max_usd": {literal}}}}}',
+                "max_usd.*finite number",
+            ),
+            (
+                f'{{"question": "q", "user_id": "mn", "budget": {{"max_proxy_s": {literal}}}}}',
+                "max_proxy_s.*finite number",
+            ),
             (f'{{"question": "q", "user_id": "mn", "options": {{"k": {literal}}}}}', "k=.*valid integer"),
         ):
             with pytest.raises(ToolError, match=error) as err:
