@@ -4,11 +4,11 @@ likely each turn is to be evidence for the question.
 No extra model runs at query time: every feature comes from what the search already has (the query
 embedding, the turns' stored embeddings, BM25, the fused and chunk ranks), so reranking 64 turns
 costs a few milliseconds of numpy. The model is a small two-layer network (one hidden layer of
-``hidden`` ReLU units plus a linear term), trained on the LoCoMo training pool's gold evidence by
-``memfrontier train turn-reranker`` (:mod:`memfrontier.train.turn_reranker`) and shipped as
-:data:`DEFAULT_RERANKER`, a versioned JSON document (no pickle, no code). It learned short two-person chat
-turns: on LongMemEval's long user/assistant turns it lowers recall (``results/retrieval/``), so
-``rag`` uses it only when asked (``rerank: true``).
+``hidden`` ReLU units plus a linear term), trained on the gold evidence of the LoCoMo, LongMemEval
+(oracle) and LongMemEval_S training pools by ``memfrontier train turn-reranker``
+(:mod:`memfrontier.train.turn_reranker`) and shipped as :data:`DEFAULT_RERANKER`, a versioned JSON
+document (no pickle, no code). ``rag`` uses it when asked (``rerank: true``; the named
+configuration ``rag-turns-rr``).
 
 Per candidate turn ``t`` of query ``q`` (scores over the turns of the scope):
 
@@ -50,7 +50,7 @@ from ..store.bank import BankHit, MemoryBank
 RERANKER_FORMAT = "memfrontier.turn-reranker"
 #: The file version this code reads and writes; another is refused (retrain).
 RERANKER_VERSION = 2
-#: The shipped reranker (trained on the LoCoMo training pool).
+#: The shipped reranker (trained on the LoCoMo, LongMemEval and LongMemEval_S training pools).
 DEFAULT_RERANKER = Path(__file__).with_name("turn_reranker.json")
 #: The reranker declines a question (keeps the fused order) when more than this share of its
 #: candidates have a scalar outside the range seen in training (:meth:`TurnReranker.declines`).
