@@ -11,6 +11,7 @@ dropped, stemmed), grown sentence by sentence toward the better-matching side wh
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -19,6 +20,12 @@ from ..store.bm25 import bm25_terms
 #: Where a text is cut into sentences: after ``.``, ``!`` or ``?`` followed by space, and at line breaks.
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\s*\n+\s*")
 GAP = "…"
+
+
+@functools.lru_cache(maxsize=256)
+def _terms(text: str) -> frozenset[str]:
+    """The distinct BM25 terms of ``text`` (a question is excerpted against every long turn it meets)."""
+    return frozenset(bm25_terms(text))
 
 
 def sentences(text: str) -> list[str]:
@@ -45,7 +52,7 @@ def excerpt(text: str, question: str, max_tokens: int, count_tokens: Callable[[s
     parts = sentences(text)
     if not parts:
         return ""
-    asked = set(bm25_terms(question))
+    asked = _terms(question)
     score = [len(asked & set(bm25_terms(p))) for p in parts]
     best = max(range(len(parts)), key=lambda i: (score[i], -i))
     lo = hi = best
