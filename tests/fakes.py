@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Callable
 
 from memfrontier.llm.base import Completion
@@ -87,3 +88,47 @@ class ScriptedClient:
             return reply
         n_in = sum(self.count_tokens(message_text(m.get("content"))) for m in messages)
         return Completion(text=reply, model_id=self.model_id, input_tokens=n_in, output_tokens=self.count_tokens(reply))
+
+
+def schema_instance(schema: dict, text: str = "x", defs: dict | None = None):
+    """The smallest instance of a JSON ``schema`` (the subset the strategies ask with: ``$ref``,
+    ``anyOf``/``oneOf`` (first branch), ``const``, ``enum`` (first value), objects (their required
+    properties), arrays (``minItems`` items), strings (``text``), numbers (``minimum`` or 0),
+    booleans (False))."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    if "$ref" in schema:
+        return schema_instance(defs[schema["$ref"].rsplit("/", 1)[-1]], text, defs)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return schema_instance(schema[key][0], text, defs)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next(k for k in kind if k != "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {k: schema_instance(props.get(k, {}), text, defs) for k in schema.get("required", list(props))}
+    if kind == "array":
+        return [schema_instance(schema.get("items", {}), text, defs) for _ in range(schema.get("minItems", 0))]
+    if kind == "string":
+        return text
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    return None
+
+
+def any_schema_script(text: str) -> Callable[[list[dict], dict], str]:
+    """A :class:`ScriptedClient` script that replies ``text`` to a free-text call and the smallest
+    instance of the call's ``json_schema`` (:func:`schema_instance`) to a structured one: every
+    strategy's control flow runs to its end on it (the outputs are poor, never malformed)."""
+
+    def script(messages: list[dict], kw: dict) -> str:
+        schema = kw.get("json_schema")
+        return text if not schema else json.dumps(schema_instance(schema, text))
+
+    return script

@@ -177,7 +177,7 @@ def test_budget_stops_before_a_call_it_cannot_afford(store, graph):
     ledger = Ledger()
     a = agent(store, graph, client, budget=Budget(max_usd=1e-9), priced=True)
     res = run(a.run("How old is Biscuit?"), ledger)
-    assert res.stopped == "budget" and ledger.calls == [] and ledger.events == {"automem.budget_stop": 1}
+    assert res.stopped == "budget" and ledger.calls == [] and ledger.events == {"budget.call_refused.planner": 1}
     # a cap that fits the planner call (its prompt, 160 output tokens) but not a second call as long
     n = PrefixMeter().measure("planner", a.messages("How old is Biscuit?", None, [], "x"), a.planner).prompt_tokens
     cap = 1e-6 * (0.01 * (n + 200) + 0.02 * 160)

@@ -33,11 +33,12 @@ from memfrontier.client import (
     ConflictError,
     InvalidRequestError,
     MemoryClient,
+    ServiceBudgetError,
     ServiceEmptyScopeError,
     ServiceError,
 )
 from memfrontier.core.errors import StoreError
-from memfrontier.core.ledger import StageUsage, Usage
+from memfrontier.core.ledger import BudgetExceededError, StageUsage, Usage
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.data import service_data
@@ -586,6 +587,17 @@ def test_add_and_ask_errors(service, key_a):
         with pytest.raises(ServiceError) as e:
             m.ask("q?", user_id="fay", strategy="memorycpt")  # its view was never built
         assert e.value.status == 409 and e.value.kind == "view_not_built"
+        assert m.delete_all(user_id="fay") == 1
+        m.add("I live in Lisbon.", user_id="fay")
+        with _raw(service, key_a) as h:  # a budget too small for the question: refused, the refusal in its usage
+            body = {"question": "Where do I live?", "user_id": "fay", "budget": {"max_tokens": 5}}
+            r = h.post("/v1/ask", json=body)
+        assert r.status_code == 422 and r.json()["error"] == "budget"
+        assert r.json()["usage"]["events"] == {"budget.call_refused.answerer": 1}
+        assert r.json()["usage"]["by_stage"] == {}  # nothing was spent
+        with pytest.raises(BudgetExceededError, match="the question alone needs") as e:  # as Memory raises it
+            m.ask("Where do I live?", user_id="fay", budget={"max_tokens": 5})
+        assert isinstance(e.value, ServiceBudgetError) and e.value.usage.events == {"budget.call_refused.answerer": 1}
         assert m.delete_all(user_id="fay") == 1
 
 

@@ -96,6 +96,7 @@ class Answerer:
             limit = min(limit, cap)
         overhead = self.llm.count_tokens(self.prompt(question, "", question_date))
         if overhead > limit:
+            count_event("budget.call_refused.answerer")
             raise BudgetExceededError(
                 f"the question alone needs {overhead} prompt tokens, but the budget leaves {max(limit, 0)} for the "
                 f"prompt once {self.max_answer_tokens} tokens are reserved for the answer; raise the budget"

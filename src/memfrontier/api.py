@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 from .answerer import Answerer
 from .core.errors import EmptyScopeError, empty_scope_message, explain_validation
 from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
-from .core.ledger import USAGE_FIELDS, Ledger, StageUsage, Usage, use_ledger
+from .core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, StageUsage, Usage, use_ledger
 from .core.messages import messages_to_records
 from .core.pricebook import PriceBook
 from .core.text import check_id, clean_text, require_non_blank
@@ -558,8 +558,12 @@ class AsyncMemory:
         )
         t0 = time.perf_counter()
         with use_ledger(ledger, "query"):
-            ctx = await strategy.context(query, self.env, pref, budget)
-            text = await self.answerer.answer(question, ctx, budget, question_date)
+            try:
+                ctx = await strategy.context(query, self.env, pref, budget)
+                text = await self.answerer.answer(question, ctx, budget, question_date)
+            except BudgetExceededError as exc:  # refused: what was spent before, and the refusal's event
+                exc.usage = ledger.usage()
+                raise
         return Answer(
             text=text,
             evidence_ids=ctx.evidence_ids,

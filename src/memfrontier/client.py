@@ -14,7 +14,8 @@ for a record id stored with other content raises :class:`ConflictError` (a
 :class:`~memfrontier.store.base.RecordConflictError`); the facade's refusals raise errors that are
 also ``Memory``'s, with its messages: :class:`UnbuiltViewError` (a ``ViewNotBuiltError``),
 :class:`ServiceEmptyScopeError` (an ``EmptyScopeError``), :class:`RefusedBuildError` (a
-``FallbackError``); every other non-2xx raises
+``FallbackError``), :class:`ServiceBudgetError` (a ``BudgetExceededError`` with the question's
+``usage`` up to the refusal); every other non-2xx raises
 :class:`ServiceError` with ``status``, ``kind`` and the server's message. ``get`` returns None and
 ``delete`` False for an absent record (404), as ``Memory`` does.
 """
@@ -31,6 +32,7 @@ import httpx2 as httpx
 from .api import Answer, BuildReport
 from .core.errors import EmptyScopeError, RecordConflictError
 from .core.fallbacks import FallbackError
+from .core.ledger import BudgetExceededError, Usage
 from .core.text import check_id, clean_json, clean_text
 from .core.types import Budget, Hit, Preference, Record
 from .store.base import AddResult
@@ -71,8 +73,22 @@ class RefusedBuildError(ServiceError, FallbackError):
     summary = report = usage = None
 
 
+class ServiceBudgetError(InvalidRequestError, BudgetExceededError):
+    """422 ``budget``: the question cannot be answered within its budget (``Memory`` raises
+    :class:`~memfrontier.core.ledger.BudgetExceededError` with the same message); ``usage``: the
+    question's :class:`~memfrontier.core.ledger.Usage` up to the refusal (the refusal's
+    ``budget.call_refused.<role>`` event), None when the server sent none."""
+
+    usage: Usage | None = None
+
+
 #: error kind -> the typed error of that refusal (else by status).
-_KINDS = {"view_not_built": UnbuiltViewError, "empty_scope": ServiceEmptyScopeError, "fallbacks": RefusedBuildError}
+_KINDS = {
+    "view_not_built": UnbuiltViewError,
+    "empty_scope": ServiceEmptyScopeError,
+    "fallbacks": RefusedBuildError,
+    "budget": ServiceBudgetError,
+}
 
 
 @dataclass(frozen=True)
@@ -132,12 +148,15 @@ def _raise_for(resp: httpx.Response) -> None:
     try:
         body = resp.json()
         kind, message = body.get("error", "error"), body.get("message", resp.text)
-    except ValueError:
-        kind, message = "error", resp.text
+    except (ValueError, AttributeError):
+        body, kind, message = {}, "error", resp.text
     cls = _KINDS.get(kind) or (
         InvalidRequestError if resp.status_code == 422 else ConflictError if resp.status_code == 409 else ServiceError
     )
-    raise cls(resp.status_code, kind, message)
+    err = cls(resp.status_code, kind, message)
+    if cls is ServiceBudgetError and isinstance(body.get("usage"), dict):
+        err.usage = Usage.model_validate(body["usage"])
+    raise err
 
 
 def _kind(resp: httpx.Response) -> str | None:

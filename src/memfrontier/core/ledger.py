@@ -39,7 +39,14 @@ _ids = itertools.count(1)
 
 
 class BudgetExceededError(RuntimeError):
-    """A call (or the smallest useful prompt) would break the caller's hard :class:`Budget`."""
+    """A call (or the smallest useful prompt) would break the caller's hard :class:`Budget`; every
+    refusal is counted as a ``budget.call_refused.<role>`` event. ``usage``: the question's
+    :class:`Usage` up to the refusal (what was spent before it, and the refusal's event), set by
+    the facade (:meth:`memfrontier.api.AsyncMemory.answer`); None where the error is raised."""
+
+    def __init__(self, message: str, usage: "Usage | None" = None):
+        super().__init__(message)
+        self.usage = usage
 
 
 class Call(BaseModel):

@@ -156,6 +156,7 @@ class Deleted(BaseModel):
 class ErrorBody(BaseModel):
     error: str
     message: str
+    usage: Usage | None = Field(None, description="422 budget: the question's usage up to the refusal.")
 
 
 # --- the middle layers --------------------------------------------------------------------------
@@ -212,8 +213,15 @@ def _artifact_error(e: ArtifactError) -> JSONResponse:
     )
 
 
-def _error(status: int, kind: str, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": kind, "message": message}, status_code=status, headers=headers)
+def _error(status: int, kind: str, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+    return JSONResponse({"error": kind, "message": message, **extra}, status_code=status, headers=headers)
+
+
+def _budget_error(e: BudgetExceededError) -> JSONResponse:
+    """422 ``budget``, with the question's usage up to the refusal (what it spent, the refusal's
+    ``budget.call_refused.<role>`` event) when the facade attached it."""
+    usage = {} if e.usage is None else {"usage": e.usage.model_dump(mode="json")}
+    return _error(422, "budget", str(e), **usage)
 
 
 class _Tenants:
@@ -411,7 +419,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         (ViewNotBuiltError, lambda e: _error(409, "view_not_built", str(e))),
         (EmptyScopeError, lambda e: _error(422, "empty_scope", str(e))),
         (FallbackError, lambda e: _error(422, "fallbacks", str(e))),
-        (BudgetExceededError, lambda e: _error(422, "budget", str(e))),
+        (BudgetExceededError, _budget_error),
         (UnpricedModelError, lambda e: _error(500, "unpriced_model", str(e.args[0] if e.args else e))),
         (LLMError, lambda e: _error(502, "model_error", str(e))),
         (StoreUnavailableError, lambda e: _error(503, "store_unavailable", str(e), {"Retry-After": "1"})),
@@ -464,7 +472,11 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         )
         return SearchResult(hits=[_out_hit(name, h) for h in hits])
 
-    @app.post("/v1/ask", response_model=Answer, responses={409: {"model": ErrorBody}, 502: {"model": ErrorBody}})
+    @app.post(
+        "/v1/ask",
+        response_model=Answer,
+        responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}, 502: {"model": ErrorBody}},
+    )
     async def ask(body: AskBody, name: Tenant, request: Request) -> Answer:
         _one_scope(body.all_scopes)
         options = _strategy_options(request, body.strategy, body.strategy_options)

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 
-from ...core.ledger import sum_usage_records
+from ...core.ledger import BudgetExceededError, count_event, sum_usage_records
 from ...core.types import Budget, Context, Preference, Scope
 from ..base import (
     BuildProgress,
@@ -179,7 +179,11 @@ class Auto(StrategyBase):
         that same preference and budget."""
         pref, source = resolve_preference(self.config.preference, preference)
         t0 = time.perf_counter()
-        decision, preds, unbuilt = self.route(query, env, pref, budget)
+        try:
+            decision, preds, unbuilt = self.route(query, env, pref, budget)
+        except BudgetExceededError:  # no configuration fits: the question is refused, and that is counted
+            count_event("budget.call_refused.router")
+            raise
         route_ms = (time.perf_counter() - t0) * 1e3
         member = self.members[decision.label]
         ctx = await member.context(query, env, pref, budget)

@@ -24,7 +24,7 @@ Single pass (``run_single_pass``): K_max = 1, no dump, no judge: one planner cal
 four actions, which run concurrently, and the answerer reads their results.
 
 Budget: before each call the agent predicts its USD (MemoryCPT Eq. 4, output at its cap) and
-latency proxy (MemPilot Eq. 15) and stops the loop (event ``automem.budget_stop``) when the
+latency proxy (MemPilot Eq. 15) and stops the loop (event ``budget.call_refused.<role>``) when the
 question's query-stage spend would pass the caller's ``max_usd`` / ``max_proxy_s``.
 """
 
@@ -161,11 +161,12 @@ class AutoMemAgent:
         self, meter: PrefixMeter, llm: MeteredLLM, role: str, messages: list[dict], *, max_tokens: int, schema: dict
     ) -> str | None:
         """One metered call, or None when its worst case (prompt, ``max_tokens`` of output) could
-        cross the hard budget (counted ``automem.budget_stop``; no call made)."""
+        cross the hard budget (counted ``budget.call_refused.<role>``, as the metered model counts a
+        refused call; no call made)."""
         rec = meter.measure(role, messages, llm)
         if llm.over_budget(messages, max_tokens, self.budget) is not None:
             meter.calls.pop()
-            count_event("automem.budget_stop")
+            count_event(f"budget.call_refused.{role}")
             return None
         out = await llm.complete(messages, role=role, max_tokens=max_tokens, temperature=0.0, json_schema=schema)
         rec.cached_tokens = out.cached_tokens
