@@ -153,20 +153,22 @@ async def train_orchestrator(cfg: OrchestratorGRPOConfig, *, on_progress: Callab
     lm, tok = load_causal_lm(None, copy=True)
     model = get_peft_model(lm, lora_config(cfg.rank, cfg.alpha, cfg.dropout))
     policy = HFPolicy(model, tok, seed=cfg.seed)
-    strat = MemPilot(MemPilotConfig(pool=cfg.pool, preference=pref, compressor="offline"), policy=policy)
-    for c in convs:
-        await asyncio.to_thread(mem.store.add, c.records)
-        await mem.construct(strat, Scope(user_id=c.id))
-        progress("ingest", conversation=c.id, records=len(c.records))
-    orch = strat.orchestrator(
-        mem.env,
-        pref,
-        Budget(),
+    # the rollouts' turn options are the strategy's config, as an evaluation reads them
+    rollout = MemPilotConfig(
+        pool=cfg.pool,
+        preference=pref,
+        compressor="offline",
         temperature=cfg.temperature,
         max_rounds=cfg.max_rounds,
         policy_max_tokens=cfg.policy_max_tokens,
         max_observation_tokens=cfg.max_observation_tokens,
     )
+    strat = MemPilot(rollout, policy=policy)
+    for c in convs:
+        await asyncio.to_thread(mem.store.add, c.records)
+        await mem.construct(strat, Scope(user_id=c.id))
+        progress("ingest", conversation=c.id, records=len(c.records))
+    orch = strat.orchestrator(mem.env, pref, Budget())
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=cfg.lr)
     snap = lora_snapshot(model)

@@ -55,12 +55,12 @@ from ...llm.base import LLMError, LLMTimeoutError, Message
 from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_json
 from . import prompts
+from .config import MemPilotConfig
 from .pool import ModelPool
 from .protocol import (
     CURATE,
     MAX_EVIDENCE,
     MAX_PARALLEL,
-    MAX_ROUNDS,
     RETRIEVE,
     TOOL_NAMES,
     Decision,
@@ -178,16 +178,11 @@ class Orchestrator:
         env: the :class:`~memfrontier.strategies.base.MemoryEnv` that makes the delegates' clients.
         preference: lambda shown to the policy (see :func:`prompts.preference_line`).
         budget: hard caps of the query stage (see the module docstring).
-        max_rounds: policy turns at most (6); the last turn may only answer.
-        temperature: policy sampling temperature (0 = greedy, evaluation; 1.0 for GRPO rollouts).
-        constrained: decode each turn against the JSON decision schema (llama.cpp grammar /
-            response_format); otherwise the policy writes tagged text (``<tool_call>``, ``<answer>``).
-        first_turn_tools: the first turn may only call tools (at least one memory call, Eq. 20);
-            a scaffold for untrained policies, applied with ``constrained`` only.
-        answer_after_repeat: after a turn whose calls all repeated earlier ones, the next turn may
-            only answer (a scaffold: a small policy otherwise repeats itself until the round limit).
-        policy_max_tokens / max_observation_tokens / delegate_timeout_s: per-turn output cap, cap on one
-            tool result as the policy sees it (policy tokens), and a wall-clock limit per delegate call.
+        config: the strategy's :class:`~.config.MemPilotConfig`; the orchestrator reads its turn
+            options as they are (``max_rounds``, ``temperature``, ``constrained``,
+            ``first_turn_tools``, ``answer_after_repeat``, ``policy_max_tokens``,
+            ``max_observation_tokens``, ``delegate_timeout_s``: see the config's field docs);
+            default: the config's defaults.
     """
 
     def __init__(
@@ -199,31 +194,21 @@ class Orchestrator:
         env,
         preference: Preference | None = None,
         budget: Budget | None = None,
-        max_rounds: int = MAX_ROUNDS,
-        temperature: float = 0.0,
-        constrained: bool = True,
-        first_turn_tools: bool = True,
-        answer_after_repeat: bool = True,
-        policy_max_tokens: int = 256,
-        max_observation_tokens: int = 1024,
-        delegate_timeout_s: float | None = None,
+        config: MemPilotConfig | None = None,
     ):
-        if max_rounds < 1:
-            raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         self.pool = pool
         self.views = views
         self.policy = policy
         self.env = env
         self.preference = preference or Preference()
         self.budget = budget or Budget()
-        self.max_rounds = int(max_rounds)
-        self.temperature = float(temperature)
-        self.constrained = bool(constrained)
-        self.first_turn_tools = bool(first_turn_tools)
-        self.answer_after_repeat = bool(answer_after_repeat)
-        self.policy_max_tokens = int(policy_max_tokens)
-        self.max_observation_tokens = int(max_observation_tokens)
-        self.delegate_timeout_s = delegate_timeout_s if delegate_timeout_s is not None else pool.profile.timeout_s
+        self.config = config if config is not None else MemPilotConfig()
+
+    @property
+    def delegate_timeout_s(self) -> float:
+        """A delegate call's wall-clock limit (s): the config's, else the pool profile's."""
+        own = self.config.delegate_timeout_s
+        return own if own is not None else self.pool.profile.timeout_s
 
     # -- accounting ------------------------------------------------------------------------
     @staticmethod
@@ -251,7 +236,7 @@ class Orchestrator:
             [self.pool.profile.card(m) for m in models],
             self.preference,
             question,
-            text_mode=not self.constrained,
+            text_mode=not self.config.constrained,
         )
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": prompts.policy_user(question)}]
         return Trajectory(
@@ -272,13 +257,13 @@ class Orchestrator:
 
     async def _loop(self, traj: Trajectory, scope: Scope) -> None:
         appended = 0  # environment tokens appended since the last generation (charged input, Eq. 14)
-        for turn in range(self.max_rounds):
-            final = turn == self.max_rounds - 1
+        for turn in range(self.config.max_rounds):
+            final = turn == self.config.max_rounds - 1
             if turn > 0 and not traj.stopped_by_budget and self._cap_reached():
                 traj.stopped_by_budget = True
                 count_event("budget.curation_stopped")
-            answer_only = final or traj.stopped_by_budget or (self.answer_after_repeat and traj.only_repeats)
-            if answer_only and not self.constrained:
+            answer_only = final or traj.stopped_by_budget or (self.config.answer_after_repeat and traj.only_repeats)
+            if answer_only and not self.config.constrained:
                 msg = {"role": "user", "content": prompts.ANSWER_NOW}
                 traj.messages.append(msg)
                 appended += self.policy.count_tokens(msg["content"])
@@ -307,18 +292,18 @@ class Orchestrator:
             count_event(f"{EVENT}.no_answer")
 
     async def _policy_turn(self, traj: Trajectory, turn: int, answer_only: bool, appended: int) -> Decision | None:
-        allow_answer = answer_only or not (turn == 0 and self.first_turn_tools)
+        allow_answer = answer_only or not (turn == 0 and self.config.first_turn_tools)
         schema = (
             decision_schema(traj.model_order, traj.tool_order, allow_tools=not answer_only, allow_answer=allow_answer)
-            if self.constrained
+            if self.config.constrained
             else None
         )
         try:
             out = await self.policy.complete(
                 traj.messages,
                 role="policy",
-                max_tokens=self.policy_max_tokens,
-                temperature=self.temperature,
+                max_tokens=self.config.policy_max_tokens,
+                temperature=self.config.temperature,
                 json_schema=schema,
                 budget=self.budget,
                 new_input_tokens=None if turn == 0 else appended,
@@ -331,7 +316,7 @@ class Orchestrator:
             return None  # counted as llm_error.policy by the metered client
         call = traj.account.calls[-1]
         raw = out.text.strip()
-        if self.constrained:
+        if self.config.constrained:
             parsed = parse_json(raw, expect="object")
             text = (render_decision(parsed.value) if parsed.ok else None) or raw
         else:
@@ -479,10 +464,10 @@ class Orchestrator:
 
     def _cap(self, text: str) -> str:
         """Cut an observation to ``max_observation_tokens`` policy tokens (event ``mempilot.observation_truncated``)."""
-        if self.policy.count_tokens(text) <= self.max_observation_tokens:
+        if self.policy.count_tokens(text) <= self.config.max_observation_tokens:
             return text
         count_event(f"{EVENT}.observation_truncated")
-        return shrink_to_fit(text, self.max_observation_tokens, self.policy.count_tokens, 0.85) + " [...]"
+        return shrink_to_fit(text, self.config.max_observation_tokens, self.policy.count_tokens, 0.85) + " [...]"
 
     # -- probes (training only) ------------------------------------------------------------
     async def probe(self, traj: Trajectory, t: int, max_tokens: int = 48) -> str | None:
@@ -492,7 +477,7 @@ class Orchestrator:
         msgs = traj.messages[: traj.prefix_ends[t]]
         with use_ledger(Ledger()):
             try:
-                if self.constrained:
+                if self.config.constrained:
                     out = await self.policy.complete(
                         msgs,
                         role="probe",

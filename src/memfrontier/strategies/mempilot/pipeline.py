@@ -92,21 +92,6 @@ class MemPilot(StrategyBase):
         self.route_backends = dict(route_backends or {})
         self._bank: MemoryBank | None = None
 
-    @property
-    def options(self) -> dict:
-        """The :class:`Orchestrator` options of the config."""
-        c = self.config
-        return dict(
-            max_rounds=c.max_rounds,
-            temperature=c.temperature,
-            constrained=c.constrained,
-            first_turn_tools=c.first_turn_tools,
-            answer_after_repeat=c.answer_after_repeat,
-            policy_max_tokens=c.policy_max_tokens,
-            max_observation_tokens=c.max_observation_tokens,
-            delegate_timeout_s=c.delegate_timeout_s,
-        )
-
     # -- wiring ----------------------------------------------------------------------------
     def bank(self, env: MemoryEnv) -> MemoryBank:
         """The compressed bank M of ``env``'s store (``<store>/banks/mempilot.db``)."""
@@ -137,10 +122,9 @@ class MemPilot(StrategyBase):
                 self._policy = env.llm.client
         return self._policy
 
-    def orchestrator(self, env: MemoryEnv, preference: Preference, budget: Budget, **overrides) -> Orchestrator:
+    def orchestrator(self, env: MemoryEnv, preference: Preference, budget: Budget) -> Orchestrator:
         from .views import DualView
 
-        opts = {**self.options, **overrides}
         # priced as the pool's policy_price_as, else as the model running it (a LoRA policy: its base)
         policy = env.model(self.policy(env), "policy", self.adapter, stands_for=self.profile.policy_price_as)
         return Orchestrator(
@@ -150,7 +134,7 @@ class MemPilot(StrategyBase):
             env=env,
             preference=preference,
             budget=budget,
-            **opts,
+            config=self.config,
         )
 
     # -- Strategy protocol -----------------------------------------------------------------

@@ -28,7 +28,6 @@ from typing import Any
 RETRIEVE = "retrieve_memory"
 CURATE = "runtime_memory"
 TOOL_NAMES = (RETRIEVE, CURATE)
-MAX_ROUNDS = 6  # policy turns per trajectory (MemPilot Table 5: 6 assistant turns)
 MAX_PARALLEL = 2  # concurrent tool calls per turn, one latency stage (Eq. 18)
 MAX_EVIDENCE = 5  # items retrieved per call (Table 5)
 MAX_TEXT_CHARS = 512  # retrieval_query / instruction length limit (released tool schema)
@@ -289,7 +288,6 @@ __all__ = [
     "CURATE",
     "MAX_EVIDENCE",
     "MAX_PARALLEL",
-    "MAX_ROUNDS",
     "MAX_TEXT_CHARS",
     "REQUIRED",
     "RETRIEVE",
