@@ -322,8 +322,8 @@ def _populate_views(m, users: list[str]) -> None:
     a MemoryCPT-like bank with a trace, and a Ladybug graph with its notes cache."""
     from memfrontier.core.jsonio import write_json_atomic
     from memfrontier.core.types import Scope
-    from memfrontier.graph import GRAPH_VIEW, open_graph, state_dir
     from memfrontier.store.bank import BankItem, MemoryBank, Trace
+    from memfrontier.strategies.automem.graph import GRAPH_VIEW, open_graph, state_dir
     from memfrontier.strategies.automem.graph_builder import graph_from_notes
     from memfrontier.strategies.automem.graph_notes import Note
     from memfrontier.strategies.mempilot.compress import OfflineCompressor
@@ -492,11 +492,11 @@ def scope_probes(stores: Stores) -> tuple[list[dict], list[str]]:
     from memfrontier import Memory
     from memfrontier.cli import app
     from memfrontier.core.types import Budget, Preference, Scope
-    from memfrontier.graph import GRAPH_VIEW, open_graph
     from memfrontier.retrieve.hybrid import hybrid_search
     from memfrontier.server.mcp import MemoryService, build_server
     from memfrontier.store.bank import BankItem, MemoryBank
     from memfrontier.strategies import Query, get_strategy
+    from memfrontier.strategies.automem.graph import GRAPH_VIEW, open_graph
     from memfrontier.strategies.automem.graph_builder import graph_from_notes
     from memfrontier.strategies.automem.graph_notes import Note
     from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC

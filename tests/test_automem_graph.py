@@ -12,10 +12,10 @@ from memfrontier.core.fallbacks import fallback_report
 from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Record, Scope
-from memfrontier.graph import GraphQueryError, ladybug_store, open_graph, state_dir
-from memfrontier.graph.dedup import dedup_names, name_similarity, normalize_name
-from memfrontier.graph.guard import CypherRejected, check_read_only, strip_literals
 from memfrontier.llm.metered import MeteredLLM
+from memfrontier.strategies.automem.graph import GraphQueryError, ladybug_store, open_graph, state_dir
+from memfrontier.strategies.automem.graph.dedup import dedup_names, name_similarity, normalize_name
+from memfrontier.strategies.automem.graph.guard import CypherRejected, check_read_only, strip_literals
 from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
 from memfrontier.strategies.automem.graph_notes import (
     Note,
@@ -580,7 +580,7 @@ def test_neo4j_backend_same_queries_and_namespaces():
         with pytest.raises(CypherRejected):
             a.query("MATCH (m:Memory) DETACH DELETE m")
     finally:
-        from memfrontier.graph.backend import GraphData
+        from memfrontier.strategies.automem.graph.backend import GraphData
 
         a.replace(GraphData())
         b.replace(GraphData())

@@ -19,11 +19,11 @@ from memfrontier.core.ledger import Ledger, use_ledger
 from memfrontier.core.pricebook import PriceBook
 from memfrontier.core.types import Budget, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
-from memfrontier.graph import SCHEMA_HINT, open_graph
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.strategies import AutoMEMConfig, get_strategy
 from memfrontier.strategies.automem.actions import Action, parse_action
 from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.strategies.automem.graph import SCHEMA_HINT, open_graph
 from memfrontier.strategies.automem.loop import AutoMemAgent, parse_verdict
 from memfrontier.strategies.automem.pipeline import AutoMem
 from memfrontier.strategies.automem.prefix import PrefixMeter

@@ -14,12 +14,12 @@ from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.eval.datasets import DatasetError
 from memfrontier.eval.datasets.trajectories import load_trajectories
-from memfrontier.graph import open_graph, state_dir
 from memfrontier.llm.embedded import EmbeddedLLM
 from memfrontier.llm.metered import MeteredLLM
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies.automem.actions import Action
 from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.strategies.automem.graph import open_graph, state_dir
 from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
 from memfrontier.strategies.automem.graph_notes import Note
 from memfrontier.strategies.automem.tools import (

@@ -546,8 +546,8 @@ def test_the_graph_folder_database_and_notes_are_private(tmp_path, umask_022):
 
     from memfrontier.core.ledger import Ledger, use_ledger
     from memfrontier.core.pricebook import PriceBook
-    from memfrontier.graph import open_graph, state_dir
     from memfrontier.llm.metered import MeteredLLM
+    from memfrontier.strategies.automem.graph import open_graph, state_dir
     from memfrontier.strategies.automem.graph_builder import GraphIndexer, graph_from_notes
 
     g = open_graph("ladybug", tmp_path / "graph", U)

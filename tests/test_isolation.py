@@ -40,7 +40,6 @@ from memfrontier.core.purgers import (
 )
 from memfrontier.core.types import Record, Scope
 from memfrontier.embed.minilm import MiniLMEmbedder
-from memfrontier.graph import GRAPH_VIEW, open_graph, purge_graph_view, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.server.mcp import MemoryService, build_server
 from memfrontier.store.bank import BankItem, MemoryBank, Trace
@@ -51,6 +50,7 @@ from memfrontier.store.purge import covering_scopes, view_root_id
 from memfrontier.store.sqlite import SQLiteStore
 from memfrontier.strategies import Query, get_strategy, strategy_class
 from memfrontier.strategies.automem.corpus import ScopedCorpus
+from memfrontier.strategies.automem.graph import GRAPH_VIEW, open_graph, purge_graph_view, state_dir
 from memfrontier.strategies.automem.graph_builder import graph_from_notes
 from memfrontier.strategies.automem.graph_notes import Note
 from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_EPISODIC
@@ -550,7 +550,7 @@ def test_a_delete_in_a_process_that_never_imported_the_graph_package_removes_its
         "s = SQLiteStore(sys.argv[1], E())\n"
         "assert s.delete('r-1', Scope(user_id='u', run_id='r'))\n"
         "s.close()\n"
-        "assert 'memfrontier.graph' not in sys.modules, 'the graph package was imported'\n"
+        "assert 'memfrontier.strategies.automem.graph' not in sys.modules, 'the graph package was imported'\n"
         "print('deleted')\n"
     )
     out = subprocess.run(
@@ -628,7 +628,7 @@ def test_a_neo4j_graph_opened_through_a_view_folder_is_purged_on_its_server(tmp_
     purger then empties the namespaces of the covering scopes on the server (a fake driver here:
     no Neo4j server in the tests)."""
     from memfrontier.core.purgers import required_purgers
-    from memfrontier.graph import NEO4J_MARK, neo4j_store
+    from memfrontier.strategies.automem.graph import NEO4J_MARK, neo4j_store
 
     replaced = []
 

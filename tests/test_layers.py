@@ -1,10 +1,10 @@
 """Imports flow one way (DESIGN.md): a module imports only from the floors below its own.
 
-core <- llm/embed <- store/graph <- views <- retrieve <- strategies (+ answerer) <- api <- client
+core <- llm/embed <- store <- views <- retrieve <- strategies (+ answerer) <- api <- client
 <- eval <- train <- frontier/server <- cli. Every import is checked, function-local (lazy) ones
 included, by walking each module's syntax tree. Beside the floors:
 
-* two rooms on one floor do not import each other (``store`` and ``graph`` are siblings);
+* two rooms on one floor do not import each other (``llm`` and ``embed`` are siblings);
 * a paper's package (``strategies/<paper>/``) imports no other paper, and the strategies' shared
   modules (``base``, ``config``, ``rag``...) import no paper;
 * no two modules import each other, directly or through others (no cycle).
@@ -22,7 +22,6 @@ FLOORS = {
     "llm": 1,
     "embed": 1,
     "store": 2,
-    "graph": 2,
     "views": 3,
     "retrieve": 4,
     "strategies": 5,
@@ -178,8 +177,8 @@ def test_the_walker_sees_lazy_relative_sideways_and_cross_paper_imports(tmp_path
     probe.write_text("def f():\n    from ..api import Memory\n")
     up = _check("store/probe.py", ("store", "probe"), _imports(probe, ("store", "probe")))
     assert len(up) == 1 and "a floor above" in up[0]
-    probe.write_text("from ..graph import open_graph\n")
-    side = _check("store/probe.py", ("store", "probe"), _imports(probe, ("store", "probe")))
+    probe.write_text("from ..embed.minilm import MiniLMEmbedder\n")
+    side = _check("llm/probe.py", ("llm", "probe"), _imports(probe, ("llm", "probe")))
     assert len(side) == 1 and "sibling room" in side[0]
     probe.write_text("from ..mempilot.config import MemPilotConfig\nfrom .config import AutoConfig\n")
     cross = _check(

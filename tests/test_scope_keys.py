@@ -9,11 +9,11 @@ import sqlite3
 import pytest
 
 from memfrontier.core.types import Record, Scope
-from memfrontier.graph import graph_exists, open_graph, state_dir
 from memfrontier.retrieve.hybrid import hybrid_search
 from memfrontier.retrieve.recipes import BM25_ONLY, HYBRID_RRF
 from memfrontier.store.bank import BankItem, MemoryBank
 from memfrontier.store.sqlite import SQLiteStore
+from memfrontier.strategies.automem.graph import graph_exists, open_graph, state_dir
 from memfrontier.strategies.automem.graph_builder import graph_from_notes
 from memfrontier.strategies.automem.graph_notes import Note
 from memfrontier.strategies.memorycpt.recipes import MEMORYCPT_SEMANTIC

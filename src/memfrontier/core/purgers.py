@@ -4,7 +4,7 @@ A view (the memory banks, the graph index...) registers a :data:`ViewPurger` und
 with :func:`register_view_purger`; on every delete the store calls each registered purger with
 the view's folder (``<view root>/<name>``, which may not exist) and the :class:`Purge`
 (:mod:`memfrontier.store.purge` runs them). The registry sits on the ground floor so that the
-store and the views beside it (``graph``) reach it without importing each other.
+store and the views above it (AutoMEM's ``graph``) reach it without the store importing them.
 
 A process calls only the purgers of the packages it imported. What makes a delete complete in
 every process is the contract of the store's view folders plus one declaration:

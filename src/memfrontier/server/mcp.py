@@ -137,7 +137,7 @@ class MemoryService:
 
     def graph(self, store, scope: Scope):
         """The scope's Ladybug graph in ``store`` opened read-only, or None when none was built."""
-        from ..graph import GRAPH_VIEW, graph_exists, open_graph
+        from ..strategies.automem.graph import GRAPH_VIEW, graph_exists, open_graph
 
         root = store.view_dir(GRAPH_VIEW)
         if not graph_exists("ladybug", root, scope):

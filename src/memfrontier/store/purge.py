@@ -11,8 +11,8 @@ A delete in the store (:meth:`~memfrontier.store.sqlite.SQLiteStore.delete` /
    index's per-scope folders, whose database, notes cache and build meta go together);
 2. every purger registered with :func:`~memfrontier.core.purgers.register_view_purger` runs on its
    folder: the memory banks' (:mod:`memfrontier.store.bank`, imported here so that every store
-   process has it) and those of the view packages the process imported (``memfrontier.graph``:
-   a graph kept on a Neo4j server);
+   process has it) and those of the view packages the process imported
+   (``memfrontier.strategies.automem.graph``: a graph kept on a Neo4j server);
 3. a view folder that declared a purger this process has not registered
    (:func:`~memfrontier.core.purgers.require_view_purger`) defers the intent for this root
    (:class:`~memfrontier.core.purgers.PurgeDeferred`): it stays pending, and a process with the

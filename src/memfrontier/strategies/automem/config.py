@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...graph import BACKENDS
 from ..config import Bool, Int, StrategyConfig, operator_only, operator_values
+from .graph import BACKENDS
 from .tools.limits import ToolLimits
 
 

@@ -1,7 +1,7 @@
 """Build one scope's graph index from its records (AutoMEM, arXiv 2606.04315, Sec. 5).
 
 records -> windows -> notes (one ``indexer`` call per window, :mod:`.notes`) -> deduplicated
-Speaker / Topic names (:mod:`.dedup`) -> :class:`~memfrontier.graph.backend.GraphData` ->
+Speaker / Topic names (:mod:`.dedup`) -> :class:`~memfrontier.strategies.automem.graph.backend.GraphData` ->
 backend. Runs in a strategy's ``build`` (ledger stage ``construction``).
 
 Idempotent and resumable: the notes of every window are cached in ``<state dir>/notes.json``
@@ -28,10 +28,10 @@ from ...core.jsonio import write_json_atomic
 from ...core.ledger import current_ledger, sum_usage_records
 from ...core.timeutil import instant_key
 from ...core.types import Record
-from ...graph.backend import GraphBackend, GraphData
-from ...graph.dedup import dedup_names, normalize_name
-from ...graph.schema import SCHEMA_VERSION
 from ...llm.metered import MeteredLLM
+from .graph.backend import GraphBackend, GraphData
+from .graph.dedup import dedup_names, normalize_name
+from .graph.schema import SCHEMA_VERSION
 from .graph_notes import PROMPT_VERSION, Note, make_windows, summarize_window
 
 NOTES_FILE = "notes.json"

@@ -42,10 +42,10 @@ from ...core.ledger import count_event, record_fallback
 from ...core.render import human_date
 from ...core.timeutil import calendar_day
 from ...core.types import Record
-from ...graph.dedup import name_similarity, normalize_name
 from ...llm.metered import MeteredLLM
 from ...llm.parsing import parse_or_count
 from ...views.copies import copies_turns, names_absent_people
+from .graph.dedup import name_similarity, normalize_name
 
 PROMPT_VERSION = "automem-indexer-v4"
 MAX_NOTES = 4

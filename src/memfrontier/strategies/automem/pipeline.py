@@ -1,7 +1,7 @@
 """``automem``: the AutoMEM agentic memory harness (arXiv 2606.04315) as a memfrontier strategy.
 
 ``build`` (stage ``construction``) builds the scope's graph index from write-time summary notes
-(:mod:`memfrontier.graph`; role ``indexer``, one call per window of turns). ``context`` (stage
+(:mod:`memfrontier.strategies.automem.graph`; role ``indexer``, one call per window of turns). ``context`` (stage
 ``query``) runs Algorithm 1 (:class:`~memfrontier.strategies.automem.loop.AutoMemAgent`; roles ``planner``,
 ``judge``, ``dump``) or, with ``single_pass=True``, the single-pass variant, and returns the
 trace as the context; the shared answerer makes the one answer call over it (role ``answerer``).
@@ -20,19 +20,19 @@ import threading
 from typing import Any
 
 from ...core.types import Budget, Context, Preference, Scope
-from ...graph import (
+from ...llm.metered import MeteredLLM
+from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
+from . import prompts
+from .config import AutoMEMConfig
+from .corpus import ScopedCorpus
+from .graph import (
     GRAPH_VIEW,
     SCHEMA_HINT,
     graph_exists,
     open_graph,
     state_dir,
 )
-from ...graph.backend import GraphBackend, GraphData
-from ...llm.metered import MeteredLLM
-from ..base import BuildProgress, MemoryEnv, Query, StrategyBase
-from . import prompts
-from .config import AutoMEMConfig
-from .corpus import ScopedCorpus
+from .graph.backend import GraphBackend, GraphData
 from .graph_builder import GraphIndexer
 from .graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
 from .loop import AutoMemAgent

@@ -14,10 +14,10 @@ import asyncio
 
 from ....core.ledger import count_event
 from ....core.types import Budget
-from ....graph.backend import GraphBackend
 from ....llm.metered import MeteredLLM
 from ..actions import Action
 from ..corpus import ScopedCorpus
+from ..graph.backend import GraphBackend
 from ..observation import Observation
 from .dump import dump
 from .index_query import index_query

@@ -1,7 +1,7 @@
 """``index_query``: one read-only Cypher query against the scope's graph index (AutoMEM, arXiv
 2606.04315, Sec. 5; no model inside).
 
-The guard (:func:`memfrontier.graph.guard.check_read_only`) rejects writes before the database
+The guard (:func:`memfrontier.strategies.automem.graph.guard.check_read_only`) rejects writes before the database
 sees them (``rejected``); the backend caps rows (``index_max_rows``) and time
 (``index_timeout_s``; ``timeout``); a query the database cannot run is an ``error`` observation
 with the database's message; a scope without a graph is ``no_index``. Rows render as
@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ....graph.backend import GraphBackend, GraphQueryError
-from ....graph.guard import CypherRejected
 from ..corpus import ScopedCorpus
+from ..graph.backend import GraphBackend, GraphQueryError
+from ..graph.guard import CypherRejected
 from ..observation import Observation
 from .limits import ToolLimits
 

@@ -1,9 +1,9 @@
 """The graph-index backend interface, the data written to it and the errors it raises.
 
 Two backends implement :class:`GraphBackend` with the same Cypher (AutoMEM, arXiv 2606.04315,
-Sec. 5): :class:`~memfrontier.graph.ladybug_store.LadybugGraph` (embedded, the default; one
+Sec. 5): :class:`~memfrontier.strategies.automem.graph.ladybug_store.LadybugGraph` (embedded, the default; one
 database file per scope inside the store's directory, so a query can only ever see its own
-scope) and :class:`~memfrontier.graph.neo4j_store.Neo4jGraph` (a Neo4j server through the
+scope) and :class:`~memfrontier.strategies.automem.graph.neo4j_store.Neo4jGraph` (a Neo4j server through the
 ``neo4j`` driver; scopes share a database and are told apart by the ``ns`` property).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..core.errors import StoreError
+from ....core.errors import StoreError
 
 
 class GraphError(StoreError):
@@ -32,7 +32,7 @@ class GraphQueryError(RuntimeError):
 @dataclass
 class GraphData:
     """Everything one scope's graph holds. Node dicts carry the properties of
-    :data:`~memfrontier.graph.schema.NODE_PROPERTIES`; edges are ``(source id, target id)``."""
+    :data:`~memfrontier.strategies.automem.graph.schema.NODE_PROPERTIES`; edges are ``(source id, target id)``."""
 
     memories: list[dict] = field(default_factory=list)
     speakers: list[dict] = field(default_factory=list)
@@ -75,8 +75,8 @@ class GraphBackend(Protocol):
     def query(
         self, cypher: str, params: dict | None = None, *, max_rows: int = 50, timeout_s: float = 2.0
     ) -> QueryRows:
-        """Run one read-only query (checked by :func:`~memfrontier.graph.guard.check_read_only`
-        first: raises :class:`~memfrontier.graph.guard.CypherRejected` for writes). Raises
+        """Run one read-only query (checked by :func:`~memfrontier.strategies.automem.graph.guard.check_read_only`
+        first: raises :class:`~memfrontier.strategies.automem.graph.guard.CypherRejected` for writes). Raises
         :class:`GraphQueryError` when the database reports an error or the time limit passes."""
         ...
 

@@ -2,7 +2,7 @@
 
 One database file per scope, ``<store dir>/graph/<Scope.slug()>/graph.lbug``: a query opened for a
 scope physically cannot read another scope's notes, whatever Cypher the planner writes. Reads run
-inside ``BEGIN TRANSACTION READ ONLY`` after the guard (:mod:`memfrontier.graph.guard`), with the
+inside ``BEGIN TRANSACTION READ ONLY`` after the guard (:mod:`memfrontier.strategies.automem.graph.guard`), with the
 connection's query timeout set to the caller's limit (Ladybug interrupts the query: reported as
 :class:`GraphQueryError` with ``kind="timeout"``). A ``Connection`` is not shared across threads
 concurrently: every call holds the instance lock.
@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..core.extras import require_extra
-from ..core.files import private_dir, private_file
+from ....core.extras import require_extra
+from ....core.files import private_dir, private_file
 from .backend import GraphData, GraphError, GraphQueryError, QueryRows
 from .guard import check_read_only
 from .schema import EDGES, NODE_PROPERTIES, ladybug_ddl
@@ -43,7 +43,7 @@ class LadybugGraph:
     """One scope's graph in ``directory`` (created on the first write).
 
     Args:
-        directory: the scope's folder (see :func:`memfrontier.graph.state_dir`).
+        directory: the scope's folder (see :func:`memfrontier.strategies.automem.graph.state_dir`).
         read_only: open the database read-only (queries only; ``replace`` raises GraphError).
         threads: Ladybug worker threads per query.
     Raises GraphError when the database cannot be opened (e.g. locked by another writer).

@@ -16,8 +16,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..core.purgers import Purge, register_view_purger, require_view_purger
-from ..core.types import Scope
+from ....core.purgers import Purge, register_view_purger, require_view_purger
+from ....core.types import Scope
 from .backend import GraphBackend, GraphData, GraphError, GraphQueryError, QueryRows
 from .guard import CypherRejected, check_read_only
 from .schema import SCHEMA_HINT
