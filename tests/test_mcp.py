@@ -10,9 +10,11 @@ import sys
 import time
 
 import pytest
+from fakes import ScriptedClient
 from mcp import Client, StdioServerParameters
 from test_automem_tools import RUN, build_store
 
+from memfrontier import Memory
 from memfrontier.embed.minilm import MiniLMEmbedder
 from memfrontier.server.mcp import is_loopback
 
@@ -54,6 +56,12 @@ def test_stdio_round_trip_lists_tools_and_calls_search_and_rg(store_path):
             hits = found.structured_content["hits"]
             assert hits and all(i.startswith("alice:") for h in hits for i in h["record_ids"])
             assert "alice:a1:0" in hits[0]["record_ids"]
+            # the facade's search, the same hits (its recipe, its near-duplicate folding)
+            with Memory.open(
+                store_path, llm=ScriptedClient(model_id="gemma-3-270m-q4_k_m"), embedder=MiniLMEmbedder()
+            ) as m:
+                same = m.search("beagle named Biscuit", k=5, user_id="alice")
+            assert [(h["chunk_id"], h["folded"]) for h in hits] == [(h.chunk.id, h.folded) for h in same]
 
             rg = await c.call_tool("rg", {"patterns": ["Biscuit"], "user_id": "alice"})
             assert not rg.is_error

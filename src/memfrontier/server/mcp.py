@@ -36,11 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import explain_validation
 from ..core.extras import require_extra
-from ..core.threads import run_cpu
 from ..core.types import Budget, Preference, Scope
 from ..core.version import __version__
-from ..retrieve.hybrid import hybrid_search
-from ..retrieve.recipes import HYBRID_RRF
 from ..strategies.automem.actions import (
     CYPHER_MAX_CHARS,
     MAX_IDS,
@@ -319,10 +316,10 @@ def build_server(service: MemoryService):
 
     @scoped_tool(SearchArgs, "Hybrid (dense + BM25, RRF) search over the scope's memory; returns the top-k chunks.")
     async def search(args: SearchArgs, scope: Scope) -> dict[str, Any]:
-        if not args.query.strip():
-            raise ToolError("query is empty")
-        mem = await service.memory()
-        hits = await run_cpu(hybrid_search, mem.store, args.query, scope, HYBRID_RRF, args.k)
+        mem = await service.memory()  # the facade's search: its checks, its recipe, copies folded
+        hits = await mem.search(
+            args.query, user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id, k=args.k
+        )
         return {
             "hits": [
                 {
@@ -332,6 +329,7 @@ def build_server(service: MemoryService):
                     "timestamp": h.chunk.timestamp,
                     "text": h.chunk.text,
                     "record_ids": h.chunk.record_ids,
+                    "folded": h.folded,  # the near-duplicate chunks this one (their latest) stands for
                 }
                 for h in hits
             ]

@@ -1,51 +1,32 @@
-"""The ``Memory`` facade (mem0-like): open a store, add history, search it, ask questions.
-
->>> from memfrontier import Memory
->>> with Memory.open("./mem") as m:                                    # doctest: +SKIP
-...     m.add([{"role": "user", "content": "I moved to Lisbon in May."}], user_id="ana")
-...     ans = m.ask("Where does Ana live?", user_id="ana", strategy="rag")
-...     ans.text, ans.usage.query.usd
-
-Sync facade over the async core (:class:`AsyncMemory`); use the async class inside a running loop.
-One :class:`Memory` may be shared by many threads (as an HTTP client is).
-
-Scopes are a security boundary. Every ``search`` / ``ask`` / ``delete`` / ``delete_all`` names at
-least one of ``user_id``, ``agent_id``, ``run_id`` (as in mem0), else ``ValueError``; searching or
-asking over every tenant's records is a separate, explicit opt-in: ``all_scopes=True``. Record ids
-are unique per scope: ``delete(record_id, user_id=...)`` can only reach the caller's own record.
-"""
+"""The async core of the facade: :class:`AsyncMemory`."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
-
-from .answerer import Answerer
-from .core.errors import EmptyScopeError, empty_scope_message, explain_validation
-from .core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
-from .core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, StageUsage, Usage, use_ledger
-from .core.messages import messages_to_records
-from .core.pricebook import PriceBook
-from .core.text import check_id, clean_text, require_non_blank
-from .core.threads import run_cpu
-from .core.timeutil import canonical_timestamp, utc_now
-from .core.types import Budget, Hit, Preference, Record, Scope
-from .llm import default_llm, make_llm
-from .llm.base import ChatClient
-from .llm.metered import MeteredLLM
-from .retrieve.fold import FOLD_THRESHOLD
-from .retrieve.hybrid import hybrid_search
-from .retrieve.recipes import HYBRID_RRF
-from .store.base import AddResult, MemoryStore
-from .strategies import (
+from ..answerer import Answerer
+from ..core.errors import EmptyScopeError, empty_scope_message
+from ..core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
+from ..core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, Usage, use_ledger
+from ..core.messages import messages_to_records
+from ..core.pricebook import PriceBook
+from ..core.text import check_id
+from ..core.threads import run_cpu
+from ..core.timeutil import canonical_timestamp, utc_now
+from ..core.types import Budget, Hit, Preference, Record, Scope
+from ..llm import default_llm, make_llm
+from ..llm.base import ChatClient
+from ..llm.metered import MeteredLLM
+from ..retrieve.fold import FOLD_THRESHOLD
+from ..retrieve.hybrid import hybrid_search
+from ..retrieve.recipes import HYBRID_RRF
+from ..store.base import AddResult, MemoryStore
+from ..strategies import (
     BuildProgress,
     MemoryEnv,
     Query,
@@ -57,156 +38,24 @@ from .strategies import (
     strategy_config,
     view_built,
 )
+from .models import Answer, BuildReport
+from .rules import (
+    BUILD_ADVICE,
+    ambiguous_record_message,
+    asked_name,
+    current_build_progress,
+    positive_int,
+    scope_for_add,
+    scope_for_read,
+    scope_for_write,
+    text_asked,
+    unbuilt_view_message,
+)
 
 #: Strategies named by a call are built once per configuration and kept, the latest this many (a
 #: service's tenants send free-form options): their views' in-memory indexes and loaded files then
 #: persist across calls instead of being rebuilt by each one.
 STRATEGY_CACHE_SIZE = 16
-
-
-class BuildReport(BaseModel):
-    """What building a strategy's view of a scope did: its construction ``usage`` (the model calls
-    of this build: calls, tokens, USD, latency proxy, their wall seconds), ``wall_s`` (the build's
-    own seconds, embedding included) and its ``fallbacks``: the error and
-    fallback shares per role of the view's construction
-    (:func:`~memfrontier.core.fallbacks.fallback_report`; over every build of the view when the
-    view records its construction, else this build's)."""
-
-    strategy: str  # as Answer.strategy
-    usage: StageUsage
-    fallbacks: dict
-    wall_s: float = 0.0
-
-
-class Answer(BaseModel):
-    """An answer with the context's evidence record ids and its usage by stage
-    (tokens, USD, latency proxy seconds, wall seconds). ``strategy`` is the name asked for (a
-    named configuration's own, e.g. ``rag-turns-rr``), or the strategy object's ``name``."""
-
-    text: str
-    evidence_ids: list[str] = Field(default_factory=list)
-    context: str = ""
-    strategy: str
-    usage: Usage
-    wall_s: float
-    meta: dict = Field(default_factory=dict)
-    build: BuildReport | None = None  # the view's build, when ``ask(build=True)`` built it first
-    #: when the question was asked (ISO, UTC): the caller's ``question_date``, or the time ``ask`` ran
-    #: when none was given; None for an undated question (:meth:`AsyncMemory.answer` without one)
-    question_date: str | None = None
-
-
-#: What a refused build tells its caller (Python, CLI, REST or MCP) to do: there is no per-call
-#: override, as ``eval --allow-fallbacks`` is for a run.
-BUILD_ADVICE = (
-    "What was built is kept; build it with a stronger model, or open the memory with a higher "
-    "fallback_threshold to accept it."
-)
-
-
-def _asked_name(strategy: str | Strategy) -> str:
-    """The name an answer or build report carries: the one asked for (a named configuration's own),
-    or a strategy object's ``name``."""
-    return strategy if isinstance(strategy, str) else strategy.name
-
-
-def unbuilt_view_message(view: str) -> str:
-    """The one message of a question refused because ``view`` (a strategy's ``view_name``, e.g. "automem
-    memory view") of the scope was never built."""
-    return (
-        f"the {view} of this scope was never built, so the answer would come from no "
-        f'evidence; ask again with build=True (REST "build": true, MCP build: true, CLI --build) to '
-        f"build it first"
-    )
-
-
-def _scope(user_id, agent_id, run_id) -> Scope:
-    """The scope of the ids; a ValueError naming the id that is not one (empty or blank, which no
-    stored record may have; too long...)."""
-    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
-        if isinstance(value, str):
-            require_non_blank(value, name)
-    try:
-        return Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
-    except ValidationError as e:
-        raise ValueError(explain_validation("the scope", e)) from None
-
-
-def ambiguous_record_message(what: str, record_id: str, n: int) -> str:
-    """The refusal of a ``get`` or ``delete`` whose id ``n`` records hold in scopes inside the one
-    given (ids are unique per scope; ``None`` scope fields match any): it names no scope, so a
-    service's tenant prefixes never show."""
-    return (
-        f"{what}: record id {record_id!r} is held by {n} records in scopes inside this one (the same "
-        "ids under other agent_id or run_id values): give the record's agent_id and run_id as it was added"
-    )
-
-
-def _text_asked(name: str, text) -> str:
-    """``text`` (a question or a query) cleaned as stored text is (:func:`~memfrontier.core.text.clean_text`);
-    a ValueError naming ``name`` when it is not a string or holds nothing to look for."""
-    if not isinstance(text, str):
-        raise ValueError(f"{name} must be a string, got {type(text).__name__}")
-    text = clean_text(text)
-    if not text.strip():
-        raise ValueError(f"{name} is empty: there is nothing to look for")
-    return text
-
-
-def _positive_int(name: str, value) -> int:
-    """``value`` when it is an int >= 1 (not a bool); else ValueError naming the parameter."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
-
-
-def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Scope:
-    """The scope a read (``what``: "search", "ask") runs in: at least one id, or ``all_scopes=True``
-    and no id. Raises ValueError otherwise (the message names the missing parameters)."""
-    scope = _scope(user_id, agent_id, run_id)
-    if all_scopes:
-        if scope != Scope():
-            raise ValueError(
-                f"{what}: all_scopes=True reads every scope; do not combine it with user_id/agent_id/run_id"
-            )
-        return scope
-    if scope == Scope():
-        raise ValueError(
-            f"{what} needs a scope: give user_id, agent_id or run_id (reading every tenant's "
-            f"records is a separate opt-in: all_scopes=True)"
-        )
-    return scope
-
-
-def scope_for_add(user_id, agent_id, run_id) -> Scope:
-    """The scope records are added under (no id given: records that carry their own). Raises
-    ValueError as :func:`_scope`."""
-    return _scope(user_id, agent_id, run_id)
-
-
-def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
-    """The scope of a delete or a view build: at least one id. Raises ValueError otherwise."""
-    scope = _scope(user_id, agent_id, run_id)
-    if scope == Scope():
-        raise ValueError(f"{what} needs the scope of the records: give user_id, agent_id or run_id")
-    return scope
-
-
-_BUILD_PROGRESS: contextvars.ContextVar[BuildProgress | None] = contextvars.ContextVar("build_progress", default=None)
-
-
-@contextmanager
-def build_progress(callback: BuildProgress | None) -> Iterator[None]:
-    """Within this block (this thread or task and what it starts), every build the facade runs
-    (:meth:`AsyncMemory.build`, ``ask(build=True)``) reports ``callback(done, total, unit)`` after
-    each step of a construction made of steps. Progress is a concern of the caller's display,
-    not an argument of the memory's methods, so :class:`Memory`, :class:`AsyncMemory` and the
-    REST clients keep the same signatures."""
-    token = _BUILD_PROGRESS.set(callback)
-    try:
-        yield
-    finally:
-        _BUILD_PROGRESS.reset(token)
 
 
 class AsyncMemory:
@@ -277,8 +126,8 @@ class AsyncMemory:
         ``fallback_threshold``: the share of a role's construction calls that may fail or fall back
         before a build is refused (as ``eval --fallback-threshold``).
         """
-        from .embed.minilm import MiniLMEmbedder
-        from .store.open import open_store
+        from ..embed.minilm import MiniLMEmbedder
+        from ..store.open import open_store
 
         prices = price_book if isinstance(price_book, PriceBook) else PriceBook.load(price_book)
         if llm is None:
@@ -335,8 +184,8 @@ class AsyncMemory:
         distinct chunks, each the latest of its copies, the copies' ids in ``Hit.folded``. Raises
         ValueError for a ``k`` that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a
         scope id unless ``all_scopes=True`` (every tenant's records)."""
-        k = _positive_int("k", k)
-        query = _text_asked("query", query)  # valid Unicode in NFC, as stored text is (core.text)
+        k = positive_int("k", k)
+        query = text_asked("query", query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
         return await run_cpu(hybrid_search, self.store, query, scope, HYBRID_RRF, k, fold=FOLD_THRESHOLD)
 
@@ -352,7 +201,7 @@ class AsyncMemory:
         scope_for_write("build", scope.user_id, scope.agent_id, scope.run_id)
         ledger = ledger if ledger is not None else Ledger()
         with use_ledger(ledger, "construction"):
-            await strategy.build(self.env, scope, progress if progress is not None else _BUILD_PROGRESS.get())
+            await strategy.build(self.env, scope, progress if progress is not None else current_build_progress())
         return ledger
 
     async def build(
@@ -374,7 +223,7 @@ class AsyncMemory:
         await self._require_records(scope)
         ledger = Ledger()
         try:
-            return await self._gated_build(strat, scope, ledger, name=_asked_name(strategy))
+            return await self._gated_build(strat, scope, ledger, name=asked_name(strategy))
         finally:
             self._add_totals(ledger.usage())
 
@@ -382,7 +231,7 @@ class AsyncMemory:
         self, strat: Strategy, scope: Scope, ledger: Ledger, progress: BuildProgress | None = None, *, name: str
     ) -> BuildReport:
         """:meth:`construct`, then the fallback gate over the view's construction; ``name``: the
-        strategy as the report names it (:func:`_asked_name`)."""
+        strategy as the report names it (:func:`asked_name`)."""
         t0 = time.perf_counter()
         await self.construct(strat, scope, ledger, progress)
         wall_s = time.perf_counter() - t0
@@ -491,7 +340,7 @@ class AsyncMemory:
         so "how long ago" and "what is it now" can be answered); None means now, and the time used
         is recorded in ``Answer.question_date``.
         """
-        question = _text_asked("question", question)
+        question = text_asked("question", question)
         scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
         # a date that is not one (or not one in years 1-9999) is named now; none given: asked now
         question_date = canonical_timestamp(
@@ -511,7 +360,7 @@ class AsyncMemory:
                         raise ViewNotBuiltError(
                             unbuilt_view_message(getattr(strat, "view_name", f"{strat.name} memory view"))
                         )
-                    report = await self._gated_build(strat, scope, ledger, name=_asked_name(strategy))
+                    report = await self._gated_build(strat, scope, ledger, name=asked_name(strategy))
                 elif (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
                     raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())
             ans = await self.answer(
@@ -526,7 +375,7 @@ class AsyncMemory:
             )
         finally:
             self._add_totals(ledger.usage())
-        return ans.model_copy(update={"build": report, "strategy": _asked_name(strategy)})
+        return ans.model_copy(update={"build": report, "strategy": asked_name(strategy)})
 
     async def answer(
         self,
@@ -615,152 +464,3 @@ class AsyncMemory:
 
     def close(self) -> None:
         self.store.close()
-
-
-async def _drain() -> None:
-    """Wait for every other task of the running loop, then its default executor's threads."""
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.get_running_loop().shutdown_default_executor()
-
-
-class Memory:
-    """Synchronous facade: the same methods, parameters and defaults as :class:`AsyncMemory`'s verbs
-    (see its docstrings).
-
-    Safe to share across threads: every call is submitted to one private event loop that runs in
-    a daemon thread (``asyncio.run_coroutine_threadsafe``) and the calling thread waits for its
-    result; the store underneath serialises writes. :meth:`close` stops the loop and joins the
-    thread. Calling a sync method from inside the facade's own loop raises RuntimeError (use
-    :attr:`aio` there).
-    """
-
-    def __init__(self, inner: AsyncMemory):
-        self._inner = inner
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="memfrontier-memory-loop", daemon=True)
-        self._thread.start()
-        self._closed = False
-        self._close_lock = threading.Lock()
-
-    @classmethod
-    def open(cls, path: str | Path, **kwargs) -> "Memory":
-        """See :meth:`AsyncMemory.open`."""
-        return cls(AsyncMemory.open(path, **kwargs))
-
-    @property
-    def aio(self) -> AsyncMemory:
-        return self._inner
-
-    def _run(self, coro):
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("a sync Memory method was called from its own event loop; await Memory.aio instead")
-        with self._close_lock:  # a call is either submitted before close() drains, or refused
-            if self._closed:
-                coro.close()
-                raise RuntimeError("this Memory is closed")
-            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return fut.result()
-
-    def add(
-        self,
-        messages,
-        *,
-        user_id=None,
-        agent_id=None,
-        run_id=None,
-        session_id: str = "default",
-        timestamp: str | None = None,
-    ) -> AddResult:
-        return self._run(
-            self._inner.add(
-                messages, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id, timestamp=timestamp
-            )
-        )
-
-    def search(
-        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
-    ) -> list[Hit]:
-        return self._run(
-            self._inner.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
-        )
-
-    def ask(
-        self,
-        question: str,
-        *,
-        user_id=None,
-        agent_id=None,
-        run_id=None,
-        strategy: str | Strategy = "rag",
-        strategy_options: StrategyConfig | dict | None = None,
-        preference: Preference | str | None = None,
-        budget: Budget | Mapping | None = None,
-        question_date: str | None = None,
-        build: bool = False,
-        all_scopes: bool = False,
-    ) -> Answer:
-        return self._run(
-            self._inner.ask(
-                question,
-                user_id=user_id,
-                agent_id=agent_id,
-                run_id=run_id,
-                strategy=strategy,
-                strategy_options=strategy_options,
-                preference=preference,
-                budget=budget,
-                question_date=question_date,
-                build=build,
-                all_scopes=all_scopes,
-            )
-        )
-
-    def build(
-        self,
-        strategy: str | Strategy = "rag",
-        *,
-        user_id=None,
-        agent_id=None,
-        run_id=None,
-        strategy_options: StrategyConfig | dict | None = None,
-    ) -> BuildReport:
-        return self._run(
-            self._inner.build(
-                strategy, user_id=user_id, agent_id=agent_id, run_id=run_id, strategy_options=strategy_options
-            )
-        )
-
-    def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
-        return self._run(self._inner.get(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
-
-    def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
-        return self._run(self._inner.delete(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
-
-    def delete_all(self, *, user_id=None, agent_id=None, run_id=None) -> int:
-        return self._run(self._inner.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id))
-
-    def usage(self) -> dict[str, dict[str, float]]:
-        return self._run(self._inner.usage())
-
-    def close(self) -> None:
-        """Finish the calls in flight, stop the loop, join its thread, close the store. Idempotent."""
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("Memory.close() was called from its own event loop; close it from another thread")
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        asyncio.run_coroutine_threadsafe(_drain(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-        self._inner.close()
-
-    def __enter__(self) -> "Memory":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
