@@ -94,7 +94,7 @@ def test_stdio_validates_arguments_and_honours_scope(store_path):
             assert "4711" not in graph.structured_content["text"]
 
             no_scope = await c.call_tool("rg", {"patterns": ["Biscuit"]})
-            assert no_scope.is_error and "give a scope" in text(no_scope)
+            assert no_scope.is_error and "every tool needs a scope: give user_id, agent_id or run_id" in text(no_scope)
             for name, args in [
                 ("search", {"query": "x", "k": 0, "user_id": "alice"}),
                 ("search", {"query": "", "user_id": "alice"}),

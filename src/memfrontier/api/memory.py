@@ -18,7 +18,7 @@ from ..core.pricebook import PriceBook
 from ..core.text import check_id
 from ..core.threads import run_cpu
 from ..core.timeutil import canonical_timestamp, utc_now
-from ..core.types import Budget, Hit, Preference, Record, Scope
+from ..core.types import Budget, Hit, Preference, Record, Scope, missing_scope_message
 from ..llm import default_llm, make_llm
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
@@ -166,7 +166,7 @@ class AsyncMemory:
         scope = scope_for_add(user_id, agent_id, run_id)
         records = messages_to_records(messages, scope=scope, session_id=session_id, timestamp=timestamp)
         if any(r.scope == Scope() for r in records):  # it could never be searched nor deleted by its owner
-            raise ValueError("add needs a scope: give user_id, agent_id or run_id (or Records that carry one)")
+            raise ValueError(missing_scope_message("add", "or Records that carry one"))
         return await run_cpu(self.store.add, records)
 
     async def warm_answerer(self) -> None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from ..core.errors import explain_validation
 from ..core.text import clean_text, require_non_blank
-from ..core.types import Scope
+from ..core.types import Scope, missing_scope_message
 from ..strategies import BuildProgress, Strategy
 
 #: What a refused build tells its caller (Python, CLI, REST or MCP) to do: there is no per-call
@@ -90,8 +90,7 @@ def scope_for_read(what: str, user_id, agent_id, run_id, all_scopes: bool) -> Sc
         return scope
     if scope == Scope():
         raise ValueError(
-            f"{what} needs a scope: give user_id, agent_id or run_id (reading every tenant's "
-            f"records is a separate opt-in: all_scopes=True)"
+            missing_scope_message(what, "reading every tenant's records is a separate opt-in: all_scopes=True")
         )
     return scope
 
@@ -106,7 +105,7 @@ def scope_for_write(what: str, user_id, agent_id, run_id) -> Scope:
     """The scope of a delete or a view build: at least one id. Raises ValueError otherwise."""
     scope = scope_of(user_id, agent_id, run_id)
     if scope == Scope():
-        raise ValueError(f"{what} needs the scope of the records: give user_id, agent_id or run_id")
+        raise ValueError(missing_scope_message(what))
     return scope
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..core.types import missing_scope_message
 from ..core.words import plural
 from .app import (
     OPT_ALLOW_UNPRICED,
@@ -30,6 +31,16 @@ from .options import (
 )
 from .pricing import usd_label
 from .progress import IngestRow, _question_bar
+
+
+def as_flags(message: str) -> str:
+    """A facade message in the command line's terms (``user_id`` -> ``--user-id``...)."""
+    return (
+        message.replace("all_scopes=True", "--all-scopes")
+        .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
+        .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id")
+    )
+
 
 #: The model of the commands that call none (ingest, search): the packaged Gemma 3 270M, whose file is
 #: never loaded, so they work before the default model (memfrontier.llm.DEFAULT_LLM) is installed.
@@ -69,7 +80,7 @@ def ingest(
     if data_file is not None and dataset is None:
         _fail("--data-file goes with --dataset")
     if file is not None and (user_id, agent_id, run_id) == (None, None, None):
-        _fail("--file needs a scope: give --user-id, --agent-id or --run-id (whose memory the messages are)")
+        _fail(as_flags(missing_scope_message("--file", "whose memory the messages are")))
     if file is not None and not session_id.strip():
         _fail(f"--session-id is {'empty' if not session_id else 'blank'}: give the session of lines without one")
     if dataset is not None and (user_id, agent_id, run_id) != (None, None, None):
@@ -155,12 +166,7 @@ def _check_scope(what: str, user_id, agent_id, run_id, all_scopes: bool, store: 
     try:
         scope_for_read(what, user_id, agent_id, run_id, all_scopes)
     except ValueError as e:
-        _fail(
-            str(e)
-            .replace("all_scopes=True", "--all-scopes")
-            .replace("user_id/agent_id/run_id", "--user-id/--agent-id/--run-id")
-            .replace("user_id, agent_id or run_id", "--user-id, --agent-id or --run-id")
-        )
+        _fail(as_flags(str(e)))
 
 
 @app.command(cls=with_blocks(strategy_args=STRATEGY_BLOCK))

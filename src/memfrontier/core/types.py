@@ -37,6 +37,13 @@ class ImageRef(BaseModel):
         return clean_text(v)
 
 
+def missing_scope_message(what: str, hint: str = "") -> str:
+    """The one refusal of ``what`` (a call, a flag: ``"search"``, ``"--file"``) made without a scope
+    id, on every path (Python, CLI, REST, MCP, the store); ``hint`` adds why or what else is
+    possible."""
+    return f"{what} needs a scope: give user_id, agent_id or run_id" + (f" ({hint})" if hint else "")
+
+
 class Scope(BaseModel):
     """Who a record belongs to. ``None`` on a search means "any"; on a record it means "unset".
 

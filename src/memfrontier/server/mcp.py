@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import explain_validation
 from ..core.extras import require_extra
-from ..core.types import Budget, Preference, Scope
+from ..core.types import Budget, Preference, Scope, missing_scope_message
 from ..core.version import __version__
 from ..strategies.automem.actions import (
     CYPHER_MAX_CHARS,
@@ -125,7 +125,7 @@ class MemoryService:
                 raise ValueError(f"{k}={v!r} is outside this server's scope")
             out[k] = pin if pin is not None else v
         if all(v is None for v in out.values()):
-            raise ValueError("give a scope: at least one of user_id, agent_id, run_id")
+            raise ValueError(missing_scope_message("every tool"))
         return Scope(**out)
 
     async def corpus(self, scope: Scope) -> ScopedCorpus:

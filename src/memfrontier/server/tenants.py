@@ -17,7 +17,7 @@ import re
 from pydantic import ValidationError
 
 from ..core.errors import explain_validation
-from ..core.types import Scope
+from ..core.types import Scope, missing_scope_message
 
 TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -39,7 +39,7 @@ def tenant_scope(tenant: str, user_id: str | None, agent_id: str | None, run_id:
     check_tenant(tenant)
     ids = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
     if all(v is None for v in ids.values()):
-        raise ValueError("give a scope: at least one of user_id, agent_id, run_id")
+        raise ValueError(missing_scope_message("a request"))
     try:  # the client's own ids first: an error names them as sent, never the tenant's prefix
         Scope(**ids)
     except ValidationError as e:

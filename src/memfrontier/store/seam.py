@@ -29,7 +29,7 @@ from typing import Self
 import numpy as np
 
 from ..core.errors import EmbeddingMismatchError
-from ..core.types import Chunk, Record, Scope
+from ..core.types import Chunk, Record, Scope, missing_scope_message
 from ..embed.query import encode_query
 from .purge import apply_pending, purges_due
 from .records import (
@@ -221,7 +221,7 @@ class StoreSeam:
                 ``record_id`` holds NUL or a lone surrogate (:func:`~memfrontier.store.records.lookup_ids`).
         """
         if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
-            raise ValueError("delete needs the record's scope: at least one of user_id, agent_id, run_id")
+            raise ValueError(missing_scope_message("delete", "record ids are unique per scope"))
         (record_id,) = lookup_ids([record_id])
         where, params = self._scope_where(scope)
         return self._delete_where(f"id = {self._PH} AND {where}", [record_id, *params]) > 0
@@ -234,7 +234,7 @@ class StoreSeam:
             ValueError: every field of ``scope`` is ``None`` (that would wipe the store).
         """
         if scope.user_id is None and scope.agent_id is None and scope.run_id is None:
-            raise ValueError("delete_all needs a scope with at least one of user_id, agent_id, run_id set")
+            raise ValueError(missing_scope_message("delete_all", "without one it would wipe the store"))
         where, params = self._scope_where(scope)
         return self._delete_where(where, params, whole=scope)
 

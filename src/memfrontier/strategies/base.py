@@ -17,7 +17,7 @@ from pydantic import BaseModel, field_validator, model_validator
 from ..core.ledger import count_event
 from ..core.pricebook import PriceBook
 from ..core.text import clean_text
-from ..core.types import Budget, Context, Preference, PreferenceSpec, Scope
+from ..core.types import Budget, Context, Preference, PreferenceSpec, Scope, missing_scope_message
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
 from ..store.base import MemoryStore
@@ -50,10 +50,7 @@ class Query(BaseModel):
     def _scoped(self) -> "Query":
         empty = self.scope.user_id is None and self.scope.agent_id is None and self.scope.run_id is None
         if empty and not self.all_scopes:
-            raise ValueError(
-                "a query needs a scope: at least one of user_id, agent_id, run_id "
-                "(every tenant's records only with all_scopes=True)"
-            )
+            raise ValueError(missing_scope_message("a query", "every tenant's records only with all_scopes=True"))
         if self.all_scopes and not empty:
             raise ValueError("all_scopes=True reads every scope; do not combine it with a scope id")
         return self

@@ -8,7 +8,7 @@ so a record outside the scope cannot be shown, whatever id a planner or a client
 from __future__ import annotations
 
 from ...core.render import human_date
-from ...core.types import Record, Scope
+from ...core.types import Record, Scope, missing_scope_message
 from ...store.base import MemoryStore
 
 #: Sessions listed in the catalog (first and last halves when there are more).
@@ -30,8 +30,7 @@ class ScopedCorpus:
     def __init__(self, store: MemoryStore, scope: Scope, *, all_scopes: bool = False):
         if (scope == Scope()) != all_scopes:
             raise ValueError(
-                "a corpus needs a scope (user_id, agent_id or run_id); every tenant's records "
-                "only with all_scopes=True and no id"
+                missing_scope_message("a corpus", "every tenant's records only with all_scopes=True and no id")
             )
         self.store = store
         self.scope = scope
