@@ -138,7 +138,7 @@ def test_rest_and_mcp_refuse_with_the_facades_messages(tmp_path, minilm, monkeyp
 
     views = {"ok": ScriptedView(fallbacks=0), "bad": ScriptedView(fallbacks=1)}
     said = {}  # where -> the refused build's message
-    monkeypatch.setattr(rest, "STRATEGY_NAMES", (*rest.STRATEGY_NAMES, "scripted_view"))
+    monkeypatch.setattr(rest, "check_strategy_name", lambda name: name)  # the scripted view is no registered name
     monkeypatch.setattr(rest, "check_remote_options", lambda name, options: None)
     mem = AsyncMemory.open(
         tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm

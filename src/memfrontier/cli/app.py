@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from ..core.version import __version__
 from ..llm import DEFAULT_LLM, LLM_ENV, default_llm
-from ..strategies import NAMED_CONFIGURATIONS, STRATEGIES, STRATEGY_NAMES
+from ..strategies import NAMED_CONFIGURATIONS, STRATEGIES, check_strategy_name
 
 
 def plain_flags(command, ctx):
@@ -140,9 +140,10 @@ STRATEGY_HELP = " | ".join(STRATEGIES) + f"; or a named configuration: {' | '.jo
 
 
 def _strategy_name(value: str) -> str:
-    if value not in STRATEGY_NAMES:
-        raise typer.BadParameter(f"unknown strategy {value!r}; choose one of: {', '.join(STRATEGY_NAMES)}")
-    return value
+    try:
+        return check_strategy_name(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 OPT_STRATEGY = typer.Option(

@@ -60,7 +60,7 @@ from ..llm import default_llm
 from ..llm.base import LLMError
 from ..store.base import AddResult
 from ..store.postgres import is_postgres_url
-from ..strategies import STRATEGY_NAMES, ViewNotBuiltError
+from ..strategies import ViewNotBuiltError, check_strategy_name
 from .keys import KeyStore, open_key_store
 from .options import check_remote_options
 from .tenants import client_scope, tenant_scope
@@ -321,8 +321,7 @@ def _strategy_options(request: Request, name: str, options: dict[str, Any] | Non
     configure); the facade builds and keeps the strategy (:meth:`~memfrontier.api.AsyncMemory.strategy`,
     off the event loop). ``auto`` routes with the operator's router file (``ServeSettings.router``;
     ValueError, 422, when the server has none)."""
-    if name not in STRATEGY_NAMES:
-        raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+    check_strategy_name(name)
     check_remote_options(name, options)
     if name == "auto":
         settings: ServeSettings = request.app.state.settings

@@ -81,15 +81,20 @@ def __getattr__(name: str):  # the config classes, imported on first use (PEP 56
 STRATEGY_NAMES: tuple[str, ...] = (*_CLASSES, *NAMED_CONFIGURATIONS)
 
 
-def strategy_class(name: str) -> type:
-    """The class of strategy ``name`` (a named configuration's: its strategy's). Raises ValueError
-    for an unknown name, listing the known ones."""
-    name = resolve_named(name)[0]
-    if name not in _CLASSES:
+def check_strategy_name(name: object) -> str:
+    """``name`` when it names a strategy or a named configuration (:data:`STRATEGY_NAMES`); else the
+    one ValueError every surface gives (Python, CLI, REST, MCP), listing the known names."""
+    if not isinstance(name, str) or name not in STRATEGY_NAMES:
         raise ValueError(
             f"unknown strategy {name!r}; available: {', '.join([*sorted(_CLASSES), *NAMED_CONFIGURATIONS])}"
         )
-    return STRATEGIES[name]
+    return name
+
+
+def strategy_class(name: str) -> type:
+    """The class of strategy ``name`` (a named configuration's: its strategy's). Raises ValueError
+    for an unknown name (:func:`check_strategy_name`)."""
+    return STRATEGIES[resolve_named(check_strategy_name(name))[0]]
 
 
 def strategy_config(
@@ -152,6 +157,7 @@ __all__ = [
     "NAMED_CONFIGURATIONS",
     "STRATEGIES",
     "STRATEGY_NAMES",
+    "check_strategy_name",
     "BUILT_VIEWS",
     *_CONFIGS,
 ]
