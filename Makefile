@@ -1,7 +1,8 @@
 # `make demo`: set up, install the default model (Qwen2.5-Coder-1.5B-Instruct, 1.1 GB) and run the
 #   main job: `rag` on a 20-question LoCoMo test slice (~10 min on two cores), then what its F1 means
 #   next to the README's figure (results/frontier-locomo-1.5b).
-# `make test`: set up, lint (ruff check and format --check), run the test suite (on the small packaged model), then build the docs
+# `make test`: set up, lint (ruff check and format --check), run the test suite (on the small packaged model; two
+#   workers, each test file on one of them: pytest-xdist), then build the docs
 #   (strict: a broken link fails). Needs no model download.
 # `make docs`: serve the docs locally.
 # `make model`: install the default model; `make bench-model`: the Qwen2.5-Coder 1.5B and 0.5B GGUFs
@@ -34,7 +35,7 @@ demo: model
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs: $(VENV)/.installed
