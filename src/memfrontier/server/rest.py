@@ -21,6 +21,10 @@ The OpenAPI schema is at ``/openapi.json`` (docs at ``/docs``).
 
 Tenancy, the option policy, error codes and running several workers: ``docs/service.md``
 ("The REST contract").
+
+Its length (over 500 lines): the endpoints, the error mapping and the three ASGI layers (body
+limit, keys, in-flight slots) of one app; the rules they apply are the facade's
+(:mod:`memfrontier.api.rules`), the tenant scopes live in :mod:`.tenants` and the keys in :mod:`.keys`.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ Rows are keyed by :meth:`~memfrontier.core.types.Scope.key` (injective). A bank 
 old ``|``-joined keys is migrated when opened: item keys recomputed from each item's scope; done
 marks and traces whose old key parses unambiguously (no ``|`` inside an id) are re-keyed, the
 others dropped (those units are rebuilt).
+
+Its length (over 500 lines) is one bank file's: schema, writes, both search primitives and the
+purge of one SQLite file.
 """
 
 from __future__ import annotations

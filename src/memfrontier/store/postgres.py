@@ -26,6 +26,10 @@ connection dropped and the call could not be completed, or no connection came wi
 ``connect_timeout_s`` (the call may be made again; 503 with ``Retry-After`` over REST),
 :class:`EmbeddingMismatchError` when the store was built with another embedding model id or
 dimension, ``ValueError`` for invalid input (as SQLiteStore).
+
+Its length (over 500 lines) is one backend's: every :class:`~memfrontier.store.base.MemoryStore`
+member over one connection pool and its advisory locks, which a split would scatter (the schema
+and its migrations are apart).
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ locked beyond the timeout, the directory or ``store.db`` removed or replaced sin
 write checks the file's device and inode first, so it fails instead of being acknowledged and lost), :class:`EmbeddingMismatchError` when the store was built with another
 embedding model id or dimension, ``ValueError`` for invalid input (empty record, all-``None``
 scope in ``delete_all``).
+
+Its length (over 500 lines) is one backend's: every :class:`~memfrontier.store.base.MemoryStore`
+member over one connection, schema and write discipline, which a split would scatter.
 """
 
 from __future__ import annotations

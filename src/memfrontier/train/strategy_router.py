@@ -29,6 +29,9 @@ Protocol (``memfrontier train strategy-router --from FRONTIER_DIR``):
 
 Outputs: the router file (:mod:`memfrontier.strategies.auto.router`) and, next to it,
 ``<name>.validation.json`` and ``<name>.validation.md``.
+
+Its length (over 500 lines) is one trainer's protocol: records, the test-split guard, features,
+the fit and its validation report.
 """
 
 from __future__ import annotations
