@@ -226,6 +226,12 @@ def test_strategy_runs_with_per_role_models_and_records_the_trace(store):
     assert ans.meta["graph"] == "ladybug" and "(:Memory)-[:SAID_BY]->(:Speaker {name})" in planner.prompts[0]
     assert ans.meta["trace"][0]["observation"].startswith("rg ['years old']: 1 record match")
     assert ans.meta["trace"][0]["judge"]["sufficient"] is True
+    from memfrontier.eval.reports.automem import _stats
+    from memfrontier.strategies.automem.meta import AutoMemMeta
+
+    assert set(ans.meta) == set(AutoMemMeta.model_fields)  # the declared shape, read by the run report
+    stats = _stats([{"strategy_meta": ans.meta, "usage": ans.usage.model_dump(), "f1": 1.0, "usd": 0.0}])
+    assert stats["steps_per_question"] == ans.meta["steps"] and stats["judged_sufficient"] == 1.0
     assert "[1] rg ['years old']" in ans.context
     strat.close()
 

@@ -161,6 +161,15 @@ def test_retrieve_and_curate_in_one_stage_with_kv_prefix_accounting(store):
     assert (m["rounds"], m["retrieve_calls"], m["curate_calls"], m["delegate_calls"]) == (2, 1, 1, 1)
     assert m["routes"] == ["model_txt"] and m["route_models"] == {"model_txt": "meta-llama/llama-3.1-8b-instruct"}
     assert m["policy_answer"] == "a red silk dress"
+    # the meta is the strategy's declared shape, and the run report reads it through that shape
+    from memfrontier.eval.reports.mempilot import run_stats
+    from memfrontier.strategies.mempilot.meta import MemPilotMeta
+
+    assert strat.meta_model is MemPilotMeta and set(m) == set(MemPilotMeta.model_fields)
+    row = {"strategy_meta": m, "f1": 0.5, "usd": 1e-5, "proxy_s": 2.0, "gold": "red silk dress"}
+    stats = run_stats([row, {"strategy_meta": {"route": "x"}, "f1": 0.0, "usd": 0.0, "proxy_s": 0.0}])
+    assert stats["n"] == 1 and stats["rounds_per_question"] == 2.0 and stats["delegate_calls_per_question"] == 1.0
+    assert stats["route_share"] == {"model_txt": 1.0} and stats["policy_answer_f1"] == 1.0
     # the answerer's context: compressed bank texts and the delegate's findings (no policy reasoning)
     assert "Lena considered a red silk dress and a blue gown" in ctx.text and "date: 2024-05-01" in ctx.text
     assert "<tool_call>" not in ctx.text and "ana:D1:0" in ctx.evidence_ids

@@ -87,8 +87,10 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
     --strategy-config FILE; `memfrontier config STRATEGY` lists the keys, types and defaults.
     """
     from ..eval.fallbacks import FallbackError
+    from ..eval.reports import meta_report
     from ..eval.reports.summary import construction_table, fallback_table, summary_table
     from ..eval.runner import run_eval
+    from ..strategies import strategy_class
 
     run, strategy_args = run_options(ctx), block(ctx, "strategy_args")
     with known_errors():
@@ -143,14 +145,8 @@ def eval_cmd(ctx: typer.Context, strategy: str = OPT_STRATEGY):
             console.print(tier_table(choices["tiers"], "tier planned per module"))
     elif choices.get("tiers"):
         console.print(tier_table(choices["tiers"]))
-    if strategy == "mempilot":
-        from ..eval.reports.mempilot import read_rows, run_stats, stats_table
-
-        console.print(stats_table(run_stats(read_rows(out / "predictions.jsonl"))))
-    if strategy == "automem":
-        from ..eval.reports.automem import automem_table
-
-        console.print(automem_table(out / "predictions.jsonl"))
+    if (table := meta_report(strategy_class(strategy).meta_model, out / "predictions.jsonl")) is not None:
+        console.print(table)
     if choices.get("route"):
         console.print(route_table(choices["route"]["configuration"]))
     if undated := summary.get("undated_sessions"):

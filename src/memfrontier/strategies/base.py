@@ -204,9 +204,12 @@ class StrategyBase:
     strategy over raw records (nothing to build, always built, no construction usage).
 
     ``config`` None means the config class's defaults; a config of another class raises
-    TypeError. Subclasses set ``name``, ``prompt_version``, ``recipes`` and ``config_class``."""
+    TypeError. Subclasses set ``name``, ``prompt_version``, ``recipes`` and ``config_class``, and
+    ``meta_model`` when their context carries a report of its own (``Context.meta`` is then that
+    model's JSON dump; the run reports read it through the model, never by the strategy's name)."""
 
     config_class: type[StrategyConfig]
+    meta_model: type[BaseModel] | None = None
 
     def __init__(self, config: StrategyConfig | None = None):
         if config is None:

@@ -13,24 +13,16 @@ import json
 from pathlib import Path
 
 from ...core.jsonio import jsonl_lines
+from ...strategies.automem.meta import AutoMemMeta
 
 
 def _stats(rows: list[dict]) -> dict:
     n = len(rows)
     q = [r.get("usage", {}).get("by_stage", {}).get("query", {}) for r in rows]
-    metas = [r.get("strategy_meta") or {} for r in rows]
-    pre_tok = sum(
-        c.get("stable_prefix_tokens", 0)
-        for m in metas
-        for c in m.get("calls", [])
-        if c.get("stable_prefix_fraction") is not None
-    )
-    all_tok = sum(
-        c.get("prompt_tokens", 0)
-        for m in metas
-        for c in m.get("calls", [])
-        if c.get("stable_prefix_fraction") is not None
-    )
+    metas = [AutoMemMeta.of_row(r) for r in rows]
+    prefixed = [c for m in metas for c in m.calls if c.stable_prefix_fraction is not None]
+    pre_tok = sum(c.stable_prefix_tokens for c in prefixed)
+    all_tok = sum(c.prompt_tokens for c in prefixed)
     roles: dict[str, int] = {}
     for r in rows:
         for role, u in r.get("usage", {}).get("by_role", {}).items():
@@ -42,8 +34,8 @@ def _stats(rows: list[dict]) -> dict:
         "input_tokens_per_question": sum(u.get("input_tokens", 0) for u in q) / n if n else None,
         "output_tokens_per_question": sum(u.get("output_tokens", 0) for u in q) / n if n else None,
         "usd_per_question": sum(r.get("usd", 0.0) for r in rows) / n if n else None,
-        "steps_per_question": sum(m.get("steps", 0) for m in metas) / n if n else None,
-        "judged_sufficient": sum(1 for m in metas if m.get("stopped") == "sufficient") / n if n else None,
+        "steps_per_question": sum(m.steps for m in metas) / n if n else None,
+        "judged_sufficient": sum(1 for m in metas if m.stopped == "sufficient") / n if n else None,
         "stable_prefix_fraction": pre_tok / all_tok if all_tok else None,
         "f1": sum(r.get("f1", 0.0) for r in rows) / n if n else None,
     }

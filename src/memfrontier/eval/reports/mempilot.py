@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from ...core.jsonio import jsonl_lines
+from ...strategies.mempilot.meta import MemPilotMeta
 from ..metrics import token_f1
 
 STAT_KEYS = ("delegate_calls", "image_accesses", "image_requests", "retrieve_calls", "curate_calls", "rounds")
@@ -40,26 +41,24 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def run_stats(rows: list[dict]) -> dict:
-    """Averages over the rows that carry MemPilot meta (see the module docstring)."""
-    rows = [r for r in rows if isinstance(r.get("strategy_meta"), dict) and "rounds" in r["strategy_meta"]]
+    """Averages over the rows that carry MemPilot meta (:class:`MemPilotMeta`; see the module docstring)."""
+    pairs = [(r, m) for r in rows if (m := MemPilotMeta.of_row(r)) is not None]
+    rows, metas = [r for r, _ in pairs], [m for _, m in pairs]
     n = len(rows)
-    metas = [r["strategy_meta"] for r in rows]
-    routes = Counter(rt for m in metas for rt in m.get("routes", []))
+    routes = Counter(rt for m in metas for rt in m.routes)
     total = sum(routes.values())
     judged = [r["judge"] for r in rows if isinstance(r.get("judge"), (int, float))]
     out = {
         "n": n,
         "f1": _mean([r["f1"] for r in rows]),
         "judge": _mean([float(j) for j in judged]),
-        "policy_answer_f1": _mean(
-            [token_f1(m.get("policy_answer") or "", r.get("gold") or "") for r, m in zip(rows, metas)]
-        ),
+        "policy_answer_f1": _mean([token_f1(m.policy_answer or "", r.get("gold") or "") for r, m in zip(rows, metas)]),
         "usd_per_question": _mean([r["usd"] for r in rows]),
         "proxy_s_per_question": _mean([r["proxy_s"] for r in rows]),
-        "format_valid_share": _mean([1.0 if m.get("format_valid") else 0.0 for m in metas]),
-        **{f"{k}_per_question": _mean([float(m.get(k, 0)) for m in metas]) for k in STAT_KEYS},
+        "format_valid_share": _mean([1.0 if m.format_valid else 0.0 for m in metas]),
+        **{f"{k}_per_question": _mean([float(getattr(m, k)) for m in metas]) for k in STAT_KEYS},
         "route_share": {rt: c / total for rt, c in routes.most_common()},
-        "route_models": {rt: model for m in metas for rt, model in m.get("route_models", {}).items()},
+        "route_models": {rt: model for m in metas for rt, model in m.route_models.items()},
     }
     return out
 

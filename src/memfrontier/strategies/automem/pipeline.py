@@ -36,6 +36,7 @@ from .graph.backend import GraphBackend, GraphData
 from .graph_builder import GraphIndexer
 from .graph_notes import PROMPT_VERSION as INDEXER_PROMPT_VERSION
 from .loop import AutoMemAgent
+from .meta import AutoMemMeta
 from .tools import Toolbox
 
 
@@ -58,6 +59,7 @@ class AutoMem(StrategyBase):
 
     name = "automem"
     config_class = AutoMEMConfig
+    meta_model = AutoMemMeta
     config: AutoMEMConfig
     prompt_version = f"{prompts.PROMPT_VERSION}+{INDEXER_PROMPT_VERSION}"
     recipes: tuple[str, ...] = ()  # no search recipe
@@ -192,17 +194,15 @@ class AutoMem(StrategyBase):
         )
         run = agent.run_single_pass if self.config.single_pass else agent.run
         result = await run(query.text, query.question_date)
-        meta = {
+        meta = AutoMemMeta(
             **result.meta(),
-            "graph": graph.kind if graph is not None else None,
-            "k_max": self.k_max,
-            "models": {
-                "planner": agent.planner.model_id,
-                "judge": agent.judge.model_id,
-                "dump": env.answer_llm.model_id,
-            },
-        }
-        return Context(text=result.context_text(), evidence_ids=result.evidence_ids(), meta=meta)
+            graph=graph.kind if graph is not None else None,
+            k_max=self.k_max,
+            models={"planner": agent.planner.model_id, "judge": agent.judge.model_id, "dump": env.answer_llm.model_id},
+        )
+        return Context(
+            text=result.context_text(), evidence_ids=result.evidence_ids(), meta=meta.model_dump(mode="json")
+        )
 
     def close(self) -> None:
         """Close the open graph handles."""

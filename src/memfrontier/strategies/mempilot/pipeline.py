@@ -21,6 +21,7 @@ from .accounting import format_gate
 from .compress import Compressor, make_compressor
 from .compressed_bank import build_from_store, import_jsonl, open_bank
 from .config import ANSWER_MODES, MemPilotConfig
+from .meta import MemPilotMeta
 from .orchestrator import Orchestrator, Trajectory
 from .pool import ModelPool, PoolProfile
 from .prompts import PROMPT_VERSION
@@ -57,18 +58,13 @@ class MemPilot(StrategyBase):
     A route's embedded model that is not installed raises
     :class:`~memfrontier.llm.local_models.ModelNotInstalledError` here.
 
-    ``Context.meta``: ``policy_answer``, ``answer_mode``, ``format_valid`` / ``gate_reasons``
-    (Eq. 20), ``rounds``, ``retrieve_calls`` / ``curate_calls`` (valid calls run, repeats excluded),
-    ``repeated_calls``, ``invalid_calls``, ``delegate_calls`` (attempted external
-    calls, N_ext of Eq. 22), ``image_requests`` / ``image_accesses`` (images asked for / sent),
-    ``routes`` (route id per delegate call), ``route_models``, ``tool_errors``, ``trajectory_usd`` and
-    ``trajectory_proxy_s`` (Eq. 14 / Eq. 19, the policy and delegates, without the answerer),
-    ``stopped_by_budget``, ``preference`` and ``preference_source`` (config, caller or default), ``pool``.
+    ``Context.meta``: a :class:`~.meta.MemPilotMeta` (its fields say what each holds).
     """
 
     name = "mempilot"
     prompt_version = PROMPT_VERSION
     config_class = MemPilotConfig
+    meta_model = MemPilotMeta
     config: MemPilotConfig
     recipes = (MEMPILOT_BANK.name, MEMPILOT_RAW.name)  # RETRIEVE over the bank, CURATE's raw chunks
 
@@ -157,12 +153,12 @@ class MemPilot(StrategyBase):
         pref, source = resolve_preference(self.config.preference, preference)
         orch = self.orchestrator(env, pref, budget)
         traj = await orch.run(query.text, query.scope, self.config.rollout_key)
-        ctx = self.to_context(traj, orch, pref)
-        ctx.meta["preference_source"] = source
-        return ctx
+        return self.to_context(traj, orch, pref, source)
 
-    def to_context(self, traj: Trajectory, orch: Orchestrator, preference: Preference) -> Context:
-        """The answerer's context and the trajectory's report (see the class docstring)."""
+    def to_context(
+        self, traj: Trajectory, orch: Orchestrator, preference: Preference, preference_source: str | None = None
+    ) -> Context:
+        """The answerer's context and the trajectory's report (:class:`~.meta.MemPilotMeta`)."""
 
         gate = format_gate(traj.segments, set(orch.pool.ids), tool_errors=traj.tool_errors)
         usd, secs = orch.spent(traj)
@@ -173,34 +169,33 @@ class MemPilot(StrategyBase):
             text = f"Answer found by the memory agent: {traj.answer}\n\n{text}".strip()
         calls = traj.calls
         delegated = [c for c in calls if c.delegated]
-        meta = {
-            "policy_answer": traj.answer,
-            "answer_mode": self.config.answer_mode,
-            "format_valid": gate.valid,
-            "gate_reasons": gate.reasons,
-            "rounds": len(traj.turns),
-            "retrieve_calls": sum(
-                1 for c in calls if c.tool == "retrieve_memory" and c.error is None and not c.repeated
-            ),
-            "curate_calls": sum(1 for c in calls if c.tool == "runtime_memory" and c.error is None and not c.repeated),
-            "repeated_calls": sum(1 for c in calls if c.repeated),
-            "invalid_calls": sum(1 for c in calls if c.error and not c.delegated),
-            "delegate_calls": len(delegated),
-            "routes": [c.route for c in delegated],
-            "route_models": {c.route: c.model for c in delegated},
-            "image_requests": sum(c.images_requested for c in calls),
-            "image_accesses": sum(c.images_sent for c in calls),
-            "tool_errors": traj.tool_errors,
-            "trajectory_usd": usd,
-            "trajectory_proxy_s": secs,
-            "stopped_by_budget": traj.stopped_by_budget,
-            "policy_error": traj.policy_error,
-            "preference": preference.model_dump(),
-            "pool": self.profile.name,
-            "tool_order": traj.tool_order,
-            "segments": traj.segments,
-        }
-        return Context(text=text, evidence_ids=evidence_ids, meta=meta)
+        meta = MemPilotMeta(
+            policy_answer=traj.answer,
+            answer_mode=self.config.answer_mode,
+            format_valid=gate.valid,
+            gate_reasons=gate.reasons,
+            rounds=len(traj.turns),
+            retrieve_calls=sum(1 for c in calls if c.tool == "retrieve_memory" and c.error is None and not c.repeated),
+            curate_calls=sum(1 for c in calls if c.tool == "runtime_memory" and c.error is None and not c.repeated),
+            repeated_calls=sum(1 for c in calls if c.repeated),
+            invalid_calls=sum(1 for c in calls if c.error and not c.delegated),
+            delegate_calls=len(delegated),
+            routes=[c.route for c in delegated],
+            route_models={c.route: c.model for c in delegated},
+            image_requests=sum(c.images_requested for c in calls),
+            image_accesses=sum(c.images_sent for c in calls),
+            tool_errors=traj.tool_errors,
+            trajectory_usd=usd,
+            trajectory_proxy_s=secs,
+            stopped_by_budget=traj.stopped_by_budget,
+            policy_error=traj.policy_error,
+            preference=preference,
+            preference_source=preference_source,
+            pool=self.profile.name,
+            tool_order=traj.tool_order,
+            segments=traj.segments,
+        )
+        return Context(text=text, evidence_ids=evidence_ids, meta=meta.model_dump(mode="json"))
 
 
 __all__ = ["ANSWER_MODES", "MemPilot"]
