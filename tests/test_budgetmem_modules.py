@@ -67,7 +67,7 @@ def chunks(memory):
 
 @pytest.fixture(scope="module")
 def rt(memory):
-    return BudgetMemModules(memory.aio.env, "implementation", module_topk=2, max_relations=4)
+    return BudgetMemModules(memory.aio.env, "implementation", config=BudgetMemConfig(module_topk=2, max_relations=4))
 
 
 def module_input(module: str, chunks: list[Chunk]):
@@ -169,7 +169,7 @@ def test_low_temporal_resolves_relative_dates_against_the_session_date(rt):
     with use_ledger(ledger):
         out = run(rt.temporal.run("When did Evan go hiking?", [chunk], "low"))
     assert out[0] == "2023-05-17: Evan: I went hiking yesterday with my dog."
-    rt_all = BudgetMemModules(rt.env, max_relations=10)
+    rt_all = BudgetMemModules(rt.env, config=BudgetMemConfig(max_relations=10))
     with use_ledger(Ledger()):
         facts = run(rt_all.temporal.run("painting", [chunk], "low"))
     assert "2023-05-12: Sam: Last Friday I started painting." in facts
@@ -197,7 +197,7 @@ def fake_env(memory, client) -> MemoryEnv:
 def test_unparseable_high_output_falls_back_to_mid_and_is_counted(memory, chunks):
     rt = BudgetMemModules(
         fake_env(memory, ScriptedClient(["Sure! Evan went to Jasper."], model_id="scripted-fake", repeat_last=True)),
-        module_topk=2,
+        config=BudgetMemConfig(module_topk=2),
     )
     ledger = Ledger()
     with use_ledger(ledger):
@@ -215,7 +215,9 @@ def test_unparseable_high_output_falls_back_to_mid_and_is_counted(memory, chunks
 
 
 def test_wrong_number_of_filter_scores_falls_back(memory, chunks):
-    rt = BudgetMemModules(fake_env(memory, ScriptedClient(['{"answer": [7]}'], repeat_last=True)), module_topk=2)
+    rt = BudgetMemModules(
+        fake_env(memory, ScriptedClient(['{"answer": [7]}'], repeat_last=True)), config=BudgetMemConfig(module_topk=2)
+    )
     ledger = Ledger()
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.filter, QUESTION, chunks, "high"))
@@ -225,7 +227,7 @@ def test_wrong_number_of_filter_scores_falls_back(memory, chunks):
 
 def test_llm_tierings_fall_through_every_tier_to_the_rules(memory, chunks):
     client = ScriptedClient(["no json", "still none", "nothing"])
-    rt = BudgetMemModules(fake_env(memory, client), ReasoningTiering(), module_topk=2)
+    rt = BudgetMemModules(fake_env(memory, client), ReasoningTiering(), config=BudgetMemConfig(module_topk=2))
     ledger = Ledger()
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.temporal, QUESTION, chunks, "high"))
@@ -259,7 +261,7 @@ def test_valid_scripted_json_is_used(memory, chunks):
 @pytest.mark.slow
 def test_cache_returns_the_same_output_without_new_calls(memory, chunks, tmp_path):
     cache = ModuleCache(tmp_path / "cache.json")
-    rt = BudgetMemModules(memory.aio.env, module_topk=2, max_relations=4, cache=cache)
+    rt = BudgetMemModules(memory.aio.env, cache=cache, config=BudgetMemConfig(module_topk=2, max_relations=4))
     ledger = Ledger()
     with use_ledger(ledger):
         first = run(rt.run_traced(rt.topic, QUESTION, chunks, "high"))
@@ -278,7 +280,11 @@ def test_cache_returns_the_same_output_without_new_calls(memory, chunks, tmp_pat
     assert len(other.calls) == 1
     # persisted: a fresh cache from the file hits without a model call
     cache.save()
-    rt2 = BudgetMemModules(memory.aio.env, module_topk=2, max_relations=4, cache=ModuleCache(tmp_path / "cache.json"))
+    rt2 = BudgetMemModules(
+        memory.aio.env,
+        cache=ModuleCache(tmp_path / "cache.json"),
+        config=BudgetMemConfig(module_topk=2, max_relations=4),
+    )
     with use_ledger(Ledger()) as again:
         third = run(rt2.topic.run(QUESTION, chunks, "high"))
     assert third == first.output and again.calls == []
@@ -292,7 +298,7 @@ def test_reasoning_and_capacity_tierings_run_on_the_embedded_model(memory, chunk
         (ReasoningTiering(), "mid"),
         (CapacityTiering({"low": "local", "mid": "local", "high": "local"}), "low"),
     ):
-        rt = BudgetMemModules(memory.aio.env, tiering, module_topk=1, max_relations=3)
+        rt = BudgetMemModules(memory.aio.env, tiering, config=BudgetMemConfig(module_topk=1, max_relations=3))
         ledger = Ledger()
         with use_ledger(ledger):
             res = run(rt.run_traced(rt.entity, QUESTION, small, tier))
@@ -363,7 +369,9 @@ def test_capacity_local_mid_tier_runs_on_the_installed_qwen_0_5b(memory, chunks)
         pytest.skip(f"bench model not installed: {e}")
     small = chunks[:1]
     ledger = Ledger()
-    rt = BudgetMemModules(memory.aio.env, CapacityTiering("local"), module_topk=1, max_relations=3)
+    rt = BudgetMemModules(
+        memory.aio.env, CapacityTiering("local"), config=BudgetMemConfig(module_topk=1, max_relations=3)
+    )
     with use_ledger(ledger):
         res = run(rt.run_traced(rt.entity, QUESTION, small, "mid"))
     check_contract("entity", res.output, small, 1, 3)

@@ -17,7 +17,7 @@ from ...core.ledger import BudgetExceededError, count_event, current_ledger, rec
 from ...core.types import Budget
 from . import prompts
 from .cache import ModuleCache, input_hash
-from .config import MODULES
+from .config import MODULES, BudgetMemConfig
 from .modules import FLOOR, MODULE_CLASSES, Module, ModuleResult
 from .tiering import TIERS, ModuleOutputError, Tiering, lower_tier, make_tiering, run_local
 
@@ -31,8 +31,9 @@ class BudgetMemModules:
     Args:
         env: store (its ``embedder`` is the MiniLM used by Mid tiers and the router) and models.
         tiering: ``"implementation"`` / ``"reasoning"`` / ``"capacity"`` or a Tiering.
-        module_topk: chunks the filter keeps (default 5).
-        max_relations: relations an extraction module returns at most (default 10).
+        config: the strategy's :class:`~.config.BudgetMemConfig`; the engine reads ``module_topk``
+            (chunks the filter keeps) and ``max_relations`` (relations an extraction module returns
+            at most) from it. Default: the config's defaults.
         mid_threshold: Mid filter score threshold (0.7 cos + 0.3 overlap; default 0.3).
         mid_min_sim: Mid extraction similarity floor (default 0.2).
         cache: module output cache (None = off).
@@ -45,19 +46,15 @@ class BudgetMemModules:
         env,
         tiering: str | Tiering = "implementation",
         *,
-        module_topk: int = 5,
-        max_relations: int = 10,
+        config: BudgetMemConfig | None = None,
         mid_threshold: float = 0.3,
         mid_min_sim: float = 0.2,
         cache: ModuleCache | None = None,
         embed_cache_size: int = 4096,
     ):
-        if module_topk < 1 or max_relations < 1:
-            raise ValueError("module_topk and max_relations must be >= 1")
         self.env = env
         self.tiering = make_tiering(tiering)
-        self.module_topk = module_topk
-        self.max_relations = max_relations
+        self.config = config if config is not None else BudgetMemConfig()
         self.mid_threshold = mid_threshold
         self.mid_min_sim = mid_min_sim
         self.cache = cache
@@ -67,6 +64,16 @@ class BudgetMemModules:
         self.modules: dict[str, Module] = {m: MODULE_CLASSES[m](self) for m in MODULES}
         for m, mod in self.modules.items():
             setattr(self, m, mod)
+
+    @property
+    def module_topk(self) -> int:
+        """Chunks the filter keeps (``config.module_topk``)."""
+        return self.config.module_topk
+
+    @property
+    def max_relations(self) -> int:
+        """Relations an extraction module returns at most (``config.max_relations``)."""
+        return self.config.max_relations
 
     # --- embeddings -----------------------------------------------------------------------------
     @property

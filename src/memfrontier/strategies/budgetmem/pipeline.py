@@ -95,13 +95,7 @@ class BudgetMem(StrategyBase):
     def runtime(self, env: MemoryEnv) -> BudgetMemModules:
         """The modules bound to ``env`` (rebuilt when the env changes)."""
         if self._runtime is None or self._runtime.env is not env:
-            self._runtime = BudgetMemModules(
-                env,
-                self.tiering,
-                module_topk=self.config.module_topk,
-                max_relations=self.config.max_relations,
-                cache=self.cache,
-            )
+            self._runtime = BudgetMemModules(env, self.tiering, config=self.config, cache=self.cache)
         return self._runtime
 
     def router(self, env: MemoryEnv):
