@@ -51,6 +51,7 @@ EXTRA_MODULES = (
     "datasets",  # train
     "ray",  # ray
     "neo4j",  # neo4j
+    "opentelemetry",  # otel
 )
 
 _HIDE = f"""
@@ -375,6 +376,7 @@ def test_pyproject_declares_a_core_and_an_extra_per_concern():
         "scikit-learn",
         "ray",
         "neo4j",
+        "opentelemetry-sdk",
         "pytest",
     ):
         assert name not in core, name

@@ -50,7 +50,13 @@ import pytest
 from memfrontier.eval.datasets import data_root
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "docs/getting-started.md", "docs/python.md", "docs/service.md"]
+DOCS = [
+    "README.md",
+    "docs/getting-started.md",
+    "docs/python.md",
+    "docs/service.md",
+    "docs/integrations/opentelemetry.md",
+]
 CLI = str(Path(sys.executable).with_name("memfrontier"))
 TIMEOUT_S = 600
 

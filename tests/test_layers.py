@@ -1,6 +1,6 @@
 """Imports flow one way (DESIGN.md): a module imports only from the floors below its own.
 
-core <- llm/embed <- store <- views <- retrieve <- strategies (+ answerer) <- api <- client
+core <- llm/embed <- store <- views <- retrieve <- strategies (+ answerer) <- api <- client/integrations
 <- eval <- train <- frontier/server <- cli. Every import is checked, function-local (lazy) ones
 included, by walking each module's syntax tree. Beside the floors:
 
@@ -28,6 +28,7 @@ FLOORS = {
     "answerer": 5,
     "api": 6,
     "client": 7,
+    "integrations": 7,
     "eval": 8,
     "train": 9,
     "frontier": 10,

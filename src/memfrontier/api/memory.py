@@ -14,6 +14,7 @@ from ..core.errors import EmptyScopeError, empty_scope_message
 from ..core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
 from ..core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, Usage, use_ledger
 from ..core.messages import messages_to_records
+from ..core.observers import AskRecord, notify_asked
 from ..core.pricebook import PriceBook
 from ..core.text import check_id
 from ..core.threads import run_cpu
@@ -405,14 +406,35 @@ class AsyncMemory:
             gold_evidence_ids=gold_evidence_ids,
             all_scopes=all_scopes,
         )
-        t0 = time.perf_counter()
-        with use_ledger(ledger, "query"):
-            try:
-                ctx = await strategy.context(query, self.env, pref, budget)
-                text = await self.answerer.answer(question, ctx, budget, question_date)
-            except BudgetExceededError as exc:  # refused: what was spent before, and the refusal's event
-                exc.usage = ledger.usage()
-                raise
+        t0, started = time.perf_counter(), time.time()
+        text = error = None
+        try:
+            with use_ledger(ledger, "query"):
+                try:
+                    ctx = await strategy.context(query, self.env, pref, budget)
+                    text = await self.answerer.answer(question, ctx, budget, question_date)
+                except BudgetExceededError as exc:  # refused: what was spent before, and the refusal's event
+                    exc.usage = ledger.usage()
+                    raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:  # the observers (a tracer) see every question, answered or not
+            config = getattr(strategy, "config", None)
+            notify_asked(
+                AskRecord(
+                    question=question,
+                    scope=scope,
+                    strategy=strategy.name,
+                    config_hash=config.config_hash() if config is not None else None,
+                    budget=budget,
+                    ledger=ledger,
+                    started_unix_s=started,
+                    ended_unix_s=time.time(),
+                    answer=text,
+                    error=error,
+                )
+            )
         return Answer(
             text=text,
             evidence_ids=ctx.evidence_ids,

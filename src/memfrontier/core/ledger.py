@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import time
 from collections import Counter
 from typing import Literal
 
@@ -70,6 +71,9 @@ class Call(BaseModel):
     parallel_stage: str = ""
     error: str | None = None
     flags: list[str] = Field(default_factory=list)  # e.g. ``provider_cost_rejected``, ``cached_tokens_clamped``
+    #: when the call ended (UNIX seconds), set by :meth:`Ledger.record` when it is recorded; it began
+    #: ``wall_s`` earlier (what a trace of the question shows: :mod:`memfrontier.integrations.otel`)
+    ended_unix_s: float | None = None
 
 
 class FallbackRecord(BaseModel):
@@ -233,6 +237,8 @@ class Ledger:
 
     # --- writing -------------------------------------------------------------------------
     def record(self, call: Call) -> Call:
+        if call.ended_unix_s is None:
+            call.ended_unix_s = time.time()
         if not call.parallel_stage:
             call.parallel_stage = _parallel.get() or f"s{next(_ids)}"
         self.calls.append(call)
