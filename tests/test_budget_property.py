@@ -120,11 +120,13 @@ def memory(tmp_path_factory, minilm):
     mem.close()
 
 
-def ask(mem: AsyncMemory, strategy, budget: Budget | None) -> tuple[Ledger, str | None, BudgetExceededError | None]:
+def ask(
+    mem: AsyncMemory, strategy, budget: Budget | None, question: tuple[str, str | None] = QUESTION
+) -> tuple[Ledger, str | None, BudgetExceededError | None]:
     ledger = Ledger()
     try:
         ans = asyncio.run(
-            mem.answer(QUESTION[0], SCOPE, strategy, budget=budget, question_date=QUESTION[1], ledger=ledger)
+            mem.answer(question[0], SCOPE, strategy, budget=budget, question_date=question[1], ledger=ledger)
         )
     except BudgetExceededError as exc:
         return ledger, None, exc
@@ -196,3 +198,46 @@ def test_the_embedded_model_keeps_within_the_cap(tmp_path, minilm, label, budget
     # each cap leaves room for the question but not for its whole context: answered, the cut counted
     assert refused is None and text, refused
     assert ledger.usage().events == {"budget.context_truncated": 1}
+
+
+FACTS = [
+    "I work as a nurse at the city hospital.",
+    "Last month I quit nursing and became a teacher.",
+    "My sister lives in Porto.",
+    "I adopted a cat named Pixel.",
+    "I now teach maths at a secondary school.",
+]
+
+
+@pytest.mark.slow
+def test_caps_just_around_the_cut_hold_with_the_embedded_model(tmp_path, minilm):
+    """Caps where the answer call starts cutting its context: the model's own count (its tokenizer,
+    its template) must not cross them. Sizing the prompt as the question's tokens plus the
+    context's spent one token over max_tokens at 10 of these 16 caps (token counts of parts do not
+    add up to the whole's)."""
+    from memfrontier.llm.embedded import EmbeddedLLM
+
+    mem = AsyncMemory.open(tmp_path / "store", llm=EmbeddedLLM(), embedder=minilm)
+    try:
+
+        async def setup():
+            for i, fact in enumerate(FACTS):
+                await mem.add([{"role": "user", "content": fact}], user_id="ana", session_id=f"s{i}")
+
+        asyncio.run(setup())
+        strat = mem.strategy("rag")
+        job = ("What is Ana's job now?", None)
+        free, _, _ = ask(mem, strat, None, job)
+        usd, _, proxy_s = spent(free)
+        budgets = [Budget(max_tokens=n) for n in range(100, 116)]
+        budgets += [Budget(max_usd=usd * (0.5 + 0.04 * i)) for i in range(13)]
+        budgets += [Budget(max_proxy_s=proxy_s * (0.5 + 0.04 * i)) for i in range(13)]
+        over, cut = [], 0
+        for budget in budgets:
+            ledger, _, _ = ask(mem, strat, budget, job)
+            over += [f"{budget}: {o}" for o in within(budget, spent(ledger))]
+            cut += "budget.context_truncated" in ledger.usage().events
+    finally:
+        mem.close()
+    assert not over, over
+    assert cut >= 10  # the caps did cut contexts (they were not all refused outright)

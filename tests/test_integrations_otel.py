@@ -120,7 +120,51 @@ def test_every_call_of_a_many_call_strategy_is_a_child_and_they_add_up(traced):
     children = [s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id]
     assert len(children) == len(ledger.calls) >= 2
     assert sorted(c.attributes["memfrontier.call.role"] for c in children) == sorted(c.role for c in ledger.calls)
-    assert sum(c.attributes["memfrontier.cost.usd"] for c in children) == pytest.approx(ans.usage.query.usd)
-    assert (
-        sum(c.attributes["gen_ai.usage.input_tokens"] for c in children) == root.attributes["gen_ai.usage.input_tokens"]
+    chats = [c for c in children if c.name.startswith("chat ")]
+    local = [c for c in children if c.name.startswith("memfrontier.local ")]
+    assert len(chats) == sum(not c.local for c in ledger.calls) and len(local) == sum(c.local for c in ledger.calls)
+    assert all("gen_ai.operation.name" not in c.attributes for c in local)  # rules and routers are no chat
+    assert sum(c.attributes["memfrontier.cost.usd"] for c in chats) == pytest.approx(ans.usage.query.usd)
+    assert sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats) == root.attributes["gen_ai.usage.input_tokens"]
+
+
+def test_ask_names_the_configuration_asked_for_and_traces_refusals_before_the_answer(traced):
+    from memfrontier.strategies import ViewNotBuiltError
+
+    mem, exporter, _ = traced
+    with pytest.raises(ViewNotBuiltError):  # its turn view was never built: refused before any call
+        asyncio.run(mem.ask("Where is item 7?", user_id="ana", strategy="rag-turns-rr"))
+    (refused,) = exporter.get_finished_spans()
+    assert refused.name == "memfrontier.ask rag-turns-rr" and refused.status.status_code == StatusCode.ERROR
+    assert "ViewNotBuiltError" in refused.status.description
+    exporter.clear()
+    ans = asyncio.run(mem.ask("Where is item 7?", user_id="ana", strategy="rag-turns-rr", build=True))
+    (root,) = [s for s in exporter.get_finished_spans() if s.name.startswith("memfrontier.ask")]
+    assert root.name == "memfrontier.ask rag-turns-rr" and root.attributes["memfrontier.strategy"] == ans.strategy
+    assert root.status.status_code == StatusCode.UNSET
+
+
+def test_the_command_line_traces_to_stderr_when_the_environment_says_so(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from memfrontier.integrations.otel import OTEL_ENV
+
+    env = {**__import__("os").environ, OTEL_ENV: "console", "MEMFRONTIER_LLM": "local"}
+    cli = [sys.executable, "-m", "memfrontier.cli"]
+    store = str(tmp_path / "mem")
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"role": "user", "content": "I moved to Lisbon in May 2023."}\n', "utf-8")
+    subprocess.run([*cli, "ingest", "--store", store, "--file", str(chat), "--user-id", "ana"], env=env, check=True)
+    p = subprocess.run(
+        [*cli, "ask", "--store", store, "--user-id", "ana", "--json", "Where does Ana live?"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert __import__("json").loads(p.stdout)["text"]  # stdout stays the answer's JSON
+    assert '"name": "memfrontier.ask rag"' in p.stderr and '"gen_ai.request.model"' in p.stderr
+    bad = subprocess.run([*cli, "ask", "--help"], env={**env, OTEL_ENV: "loud"}, capture_output=True, text=True)
+    assert bad.returncode != 0 and "MEMFRONTIER_OTEL='loud'" in bad.stderr

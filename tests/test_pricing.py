@@ -309,10 +309,12 @@ def test_every_strategy_honours_a_hard_budget(tmp_path, minilm, name):
     query = [c for c in free_ledger.calls if c.stage == "query"]
     (answer,) = [c for c in query if c.role == "answerer"]
     before = sum(c.usd for c in query if c.role != "answerer")  # what the strategy's own calls cost
-    # the least and the most the answer call may cost: its prompt with no context / the full one,
-    # each with the output at its 32-token cap (MemoryCPT Eq. 4 at 0.10 / 0.24 USD per 1M tokens)
-    floor = 1e-6 * (0.10 * len(Answerer(None).prompt(QUESTION, "").split()) + 0.24 * 32)
-    ceiling = before + 1e-6 * (0.10 * answer.input_tokens + 0.24 * 32)
+    # the least and the most the answer call may cost: its prompt with no context / the full one (as
+    # predicted before the call: its message template included), each with the output at its
+    # 32-token cap (MemoryCPT Eq. 4 at 0.10 / 0.24 USD per 1M tokens)
+    t = MESSAGE_OVERHEAD_TOKENS
+    floor = 1e-6 * (0.10 * (len(Answerer(None).prompt(QUESTION, "").split()) + t) + 0.24 * 32)
+    ceiling = before + 1e-6 * (0.10 * (answer.input_tokens + t) + 0.24 * 32)
     cap = (floor + ceiling) / 2  # between the answer alone and the whole unbudgeted question
     ans, ledger, _ = ask(tmp_path, minilm, name, budget=Budget(max_usd=cap))
     assert not isinstance(ans, Exception), ans

@@ -88,27 +88,59 @@ class Answerer:
         left = ledger.remaining(budget) if ledger is not None else budget
         return self.llm.max_prompt_tokens(left, self.max_answer_tokens)
 
+    def prompt_tokens(self, question: str, context: str, question_date: str | None = None) -> int:
+        """The answer call's prompt, in tokens, as the hard budget predicts it before the call
+        (:meth:`~memfrontier.llm.metered.MeteredLLM.prompt_tokens`: the rendered prompt and its
+        message template)."""
+        return self.llm.prompt_tokens([{"role": "user", "content": self.prompt(question, context, question_date)}])[0]
+
+    def _refusal(self, needed: int, budget: Budget) -> str:
+        """Why the question alone cannot be asked within ``budget``: the cap that binds, and the room it leaves."""
+        ledger = current_ledger()
+        left = ledger.remaining(budget) if ledger is not None else budget
+        rooms = {
+            cap: self.llm.max_prompt_tokens(Budget(**{cap: value}), self.max_answer_tokens)
+            for cap, value in left.model_dump().items()
+            if value is not None
+        }
+        rooms = {cap: room for cap, room in rooms.items() if room is not None and room < needed}
+        if not rooms:
+            return f"the question alone needs {needed} prompt tokens, more than the model's window leaves"
+        cap, room = min(rooms.items(), key=lambda kv: kv[1])
+        return (
+            f"the question alone needs {needed} prompt tokens with {self.max_answer_tokens} reserved for the answer, "
+            f"but {cap}={getattr(budget, cap)} (what is left of it: {getattr(left, cap):.6g}) leaves room for "
+            f"{max(room, 0)}; raise {cap}"
+        )
+
     def fit(self, question: str, context: Context, budget: Budget, question_date: str | None = None) -> str:
-        """The context text cut to fit the model window and the budget (tail dropped, counted)."""
-        limit = self.llm.context_tokens - self.max_answer_tokens - 8
+        """The context text cut to fit the model window and the budget (tail dropped, counted):
+        whole lines from the top while the call's predicted prompt (:meth:`prompt_tokens`) fits, so
+        the call's worst case never crosses a cap. Raises BudgetExceededError (counted
+        ``budget.call_refused.answerer``) when not even the question fits."""
+        limit = self.llm.context_tokens - self.max_answer_tokens  # prompt_tokens counts the template
         cap = self.max_input_tokens(budget)
         if cap is not None:
             limit = min(limit, cap)
-        overhead = self.llm.count_tokens(self.prompt(question, "", question_date))
+        overhead = self.prompt_tokens(question, "", question_date)
         if overhead > limit:
             count_event("budget.call_refused.answerer")
-            raise BudgetExceededError(
-                f"the question alone needs {overhead} prompt tokens, but the budget leaves {max(limit, 0)} for the "
-                f"prompt once {self.max_answer_tokens} tokens are reserved for the answer; raise the budget"
-            )
-        room = limit - overhead
+            raise BudgetExceededError(self._refusal(overhead, budget))
         text = context.text
-        if self.llm.count_tokens(text) <= room:
+        if self.prompt_tokens(question, text, question_date) <= limit:
             return text
         lines = text.splitlines()
-        kept, _ = fit_lines(lines, room, self.llm.count_tokens)  # whole lines from the top while they fit
+        kept, _ = fit_lines(lines, limit - overhead, self.llm.count_tokens)  # whole lines from the top
         if not kept and lines:  # one line larger than the room (a huge record): cut it
-            kept = [shrink_to_fit(lines[0], room, self.llm.count_tokens, 0.9)]
+            kept = [shrink_to_fit(lines[0], limit - overhead, self.llm.count_tokens, 0.9)]
+        # token counts of parts do not add up exactly to the whole's: drop lines until the whole fits
+        while kept and self.prompt_tokens(question, "\n".join(kept), question_date) > limit:
+            if len(kept) == 1:
+                kept = [shrink_to_fit(kept[0], self.llm.count_tokens(kept[0]) - 8, self.llm.count_tokens, 0.9)]
+                if not kept[0]:
+                    kept = []
+            else:
+                kept.pop()
         count_event("budget.context_truncated")
         return "\n".join(kept)
 
@@ -122,6 +154,7 @@ class Answerer:
         out = await self.llm.complete(
             [{"role": "user", "content": self.prompt(question, text, question_date)}],
             role="answerer",
+            budget=budget,  # the last check: the call's worst case, as fit predicted it
             max_tokens=self.max_answer_tokens,
             temperature=0.0,
             single_line=True,

@@ -14,7 +14,7 @@ from ..core.errors import EmptyScopeError, empty_scope_message
 from ..core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
 from ..core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, Usage, use_ledger
 from ..core.messages import messages_to_records
-from ..core.observers import AskRecord, notify_asked
+from ..core.observers import AskRecord, notify_asked, observed
 from ..core.pricebook import PriceBook
 from ..core.text import check_id
 from ..core.threads import run_cpu
@@ -352,18 +352,14 @@ class AsyncMemory:
         preference = Preference.of(preference)
         budget = Budget.of(budget)
         ledger = Ledger()
-        report = None
+        label, started = asked_name(strategy), time.time()
         try:
-            if not all_scopes:
-                await self._require_records(scope)
-                if not await asyncio.to_thread(view_built, strat, self.env, scope):
-                    if not build:
-                        raise ViewNotBuiltError(
-                            unbuilt_view_message(getattr(strat, "view_name", f"{strat.name} memory view"))
-                        )
-                    report = await self._gated_build(strat, scope, ledger, name=asked_name(strategy))
-                elif (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
-                    raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())
+            try:
+                report = await self._check_asked(strat, scope, ledger, build=build, all_scopes=all_scopes, name=label)
+            except BaseException as exc:  # refused before the answer step: the observers see it too
+                effective = effective_budget(getattr(strat, "config", None), budget)
+                _observe(question, scope, strat, label, effective, ledger, started, None, exc)
+                raise
             ans = await self.answer(
                 question,
                 scope,
@@ -373,10 +369,28 @@ class AsyncMemory:
                 question_date=question_date,
                 all_scopes=all_scopes,
                 ledger=ledger,
+                label=label,
             )
         finally:
             self._add_totals(ledger.usage())
-        return ans.model_copy(update={"build": report, "strategy": asked_name(strategy)})
+        return ans.model_copy(update={"build": report, "strategy": label})
+
+    async def _check_asked(
+        self, strat: Strategy, scope: Scope, ledger: Ledger, *, build: bool, all_scopes: bool, name: str
+    ) -> BuildReport | None:
+        """The rules before a question is answered (see :meth:`ask`): records in the scope, the
+        strategy's view built (or built now, gated, when ``build``; its report is returned) and not
+        refused for its fallbacks. Nothing is checked with ``all_scopes``."""
+        if all_scopes:
+            return None
+        await self._require_records(scope)
+        if not await asyncio.to_thread(view_built, strat, self.env, scope):
+            if not build:
+                raise ViewNotBuiltError(unbuilt_view_message(getattr(strat, "view_name", f"{strat.name} memory view")))
+            return await self._gated_build(strat, scope, ledger, name=name)
+        if (kept := await self._gate(strat, scope))["exceeded"]:  # a view built earlier, refused then
+            raise FallbackError(exceeded_message(kept, BUILD_ADVICE), None, report=kept, usage=ledger.usage())
+        return None
 
     async def answer(
         self,
@@ -390,12 +404,15 @@ class AsyncMemory:
         gold_evidence_ids: list[str] | None = None,
         all_scopes: bool = False,
         ledger: Ledger | None = None,
+        label: str | None = None,
     ) -> Answer:
         """The unchecked answer step of :meth:`ask`: ``strategy``'s context for ``question`` in
         ``scope`` and the answerer's reply, every call recorded in ``ledger`` (a new one when None).
         ``gold_evidence_ids`` is only read by the ``oracle`` strategy. The question runs under
         ``budget`` made stricter by the configuration's own caps
-        (:func:`~memfrontier.strategies.base.effective_budget`), in ``context`` and the answer call."""
+        (:func:`~memfrontier.strategies.base.effective_budget`), in ``context`` and the answer call.
+        ``label``: the name the question's observers are given (the one asked for; default
+        ``strategy.name``)."""
         pref = Preference.of(preference)  # None: the caller names none (strategies.base.resolve_preference)
         budget = effective_budget(strategy.config, Budget.of(budget))
         ledger = ledger if ledger is not None else Ledger()
@@ -420,21 +437,7 @@ class AsyncMemory:
             error = exc
             raise
         finally:  # the observers (a tracer) see every question, answered or not
-            config = getattr(strategy, "config", None)
-            notify_asked(
-                AskRecord(
-                    question=question,
-                    scope=scope,
-                    strategy=strategy.name,
-                    config_hash=config.config_hash() if config is not None else None,
-                    budget=budget,
-                    ledger=ledger,
-                    started_unix_s=started,
-                    ended_unix_s=time.time(),
-                    answer=text,
-                    error=error,
-                )
-            )
+            _observe(question, scope, strategy, label, budget, ledger, started, text, error)
         return Answer(
             text=text,
             evidence_ids=ctx.evidence_ids,
@@ -486,3 +489,33 @@ class AsyncMemory:
 
     def close(self) -> None:
         self.store.close()
+
+
+def _observe(
+    question: str,
+    scope: Scope,
+    strategy: Strategy,
+    label: str | None,
+    budget: Budget,
+    ledger: Ledger,
+    started: float,
+    answer: str | None,
+    error: BaseException | None,
+) -> None:
+    """Hand the question to its observers (:mod:`memfrontier.core.observers`), when there are any."""
+    if not observed():
+        return
+    notify_asked(
+        AskRecord(
+            question=question,
+            scope=scope,
+            strategy=label or strategy.name,
+            config=getattr(strategy, "config", None),
+            budget=budget,
+            ledger=ledger,
+            started_unix_s=started,
+            ended_unix_s=time.time(),
+            answer=answer,
+            error=error,
+        )
+    )

@@ -3,6 +3,7 @@ several commands (one definition, one help text) and the one error handler every
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 
@@ -107,6 +108,11 @@ def _root(
     ),
 ) -> None:
     """memfrontier: long-term memory for LLM agents with measured quality, cost and latency."""
+    if os.environ.get("MEMFRONTIER_OTEL", "").strip() not in ("", "0"):  # questions as traces (docs: OpenTelemetry)
+        with known_errors():  # a missing extra or an unknown value: one error line
+            from ..integrations.otel import instrument_from_env
+
+            instrument_from_env()
 
 
 # Options shared by several commands (one definition, one help text).

@@ -74,6 +74,8 @@ class Call(BaseModel):
     #: when the call ended (UNIX seconds), set by :meth:`Ledger.record` when it is recorded; it began
     #: ``wall_s`` earlier (what a trace of the question shows: :mod:`memfrontier.integrations.otel`)
     ended_unix_s: float | None = None
+    #: local work recorded as a call (:meth:`Ledger.record_local`: rules, a router), not a model call
+    local: bool = False
 
 
 class FallbackRecord(BaseModel):
@@ -258,6 +260,7 @@ class Ledger:
                 usd=0.0,
                 proxy_s=0.0,
                 wall_s=max(float(wall_s), 1e-9),
+                local=True,
             )
         )
 

@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .ledger import Ledger
 from .types import Budget, Scope
@@ -19,22 +20,30 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AskRecord:
-    """One question as the facade ran it. ``strategy``: the name asked for; ``config_hash``: the
-    strategy's configuration (:meth:`~memfrontier.strategies.config.StrategyConfig.config_hash`,
-    None for a strategy object without a config); ``budget``: the effective budget (the caller's
+    """One question as the facade ran it. ``strategy``: the name asked for (a named configuration's
+    own); ``config``: the strategy's configuration (None for a strategy object without one; its
+    :meth:`config_hash` names it); ``budget``: the effective budget (the caller's
     made stricter by the configuration's); ``started_unix_s`` / ``ended_unix_s``: UNIX seconds;
     ``answer``: the answer's text, None when ``error`` (the exception that ended it) is set."""
 
     question: str
     scope: Scope
     strategy: str
-    config_hash: str | None
+    config: Any
     budget: Budget
     ledger: Ledger
     started_unix_s: float
     ended_unix_s: float
     answer: str | None = None
     error: BaseException | None = None
+
+    def config_hash(self) -> str | None:
+        """The configuration's hash (:meth:`~memfrontier.strategies.config.StrategyConfig.config_hash`);
+        None without a config, or for one holding runtime objects that have no JSON form."""
+        try:
+            return self.config.config_hash() if self.config is not None else None
+        except Exception:  # e.g. a client object among the options
+            return None
 
 
 AskObserver = Callable[[AskRecord], None]
@@ -56,6 +65,11 @@ def remove_ask_observer(observer: AskObserver) -> None:
             _observers.remove(observer)
 
 
+def observed() -> bool:
+    """Whether any observer is registered (the facade builds no record otherwise)."""
+    return bool(_observers)
+
+
 def notify_asked(record: AskRecord) -> None:
     """Hand ``record`` to every observer; an observer's exception is logged, not raised."""
     with _lock:
@@ -67,4 +81,4 @@ def notify_asked(record: AskRecord) -> None:
             log.exception("ask observer %r failed", observer)
 
 
-__all__ = ["AskObserver", "AskRecord", "add_ask_observer", "notify_asked", "remove_ask_observer"]
+__all__ = ["AskObserver", "AskRecord", "add_ask_observer", "notify_asked", "observed", "remove_ask_observer"]

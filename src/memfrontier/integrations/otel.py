@@ -4,9 +4,11 @@
 >>> instrument()          # spans go to the global tracer provider            # doctest: +SKIP
 
 After :func:`instrument`, every question the facade answers (``Memory.ask``, REST, MCP, ``eval``)
-becomes one span ``memfrontier.ask {strategy}`` with a child span per model call and per unit of
-local work its ledger recorded (a router, a reranker, rules), in the caller's current trace. The
-children follow the OpenTelemetry GenAI semantic conventions: ``chat {model}`` spans with
+becomes one span ``memfrontier.ask {strategy}`` (the name asked for: ``rag-turns-rr``) with a child
+span per model call and per unit of local work its ledger recorded (``memfrontier.local {role}``:
+BudgetMem's router and rules), in the caller's current trace; a question refused before its
+answer step (an empty scope, an unbuilt view) is a span too. The model calls follow the
+OpenTelemetry GenAI semantic conventions: ``chat {model}`` spans with
 ``gen_ai.operation.name`` (``chat``), ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` and
 ``gen_ai.usage.output_tokens``. The conventions have no cost attribute, so ours carry it:
 
@@ -26,12 +28,17 @@ children follow the OpenTelemetry GenAI semantic conventions: ``chat {model}`` s
 A question refused or failed ends its span with status ERROR and the exception recorded. The spans
 are written from the ledger once the question ends (a call's start is its end less its wall
 time), so tracing adds no work to the calls themselves. Nothing is traced until :func:`instrument`
-is called: which exporter receives the spans is the application's choice (the SDK's
-``TracerProvider``, or the standard ``OTEL_*`` environment variables read by
-``opentelemetry-instrument``).
+is called, in the application, or by :data:`OTEL_ENV` in the command line (``ask``, ``eval``,
+``frontier``, ``mcp``) and the service's workers: ``MEMFRONTIER_OTEL=console`` prints the spans to
+stderr, ``MEMFRONTIER_OTEL=global`` sends them to the global provider that ``opentelemetry-instrument``
+sets up from the standard ``OTEL_*`` environment variables. ``instrument()`` called again replaces
+the provider it was given before.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 from ..core.extras import require_extra
 from ..core.ledger import Call
@@ -51,7 +58,14 @@ def _ns(unix_s: float) -> int:
 
 
 def call_attributes(call: Call) -> dict[str, object]:
-    """A model call's span attributes (GenAI conventions plus ``memfrontier.*``)."""
+    """A model call's span attributes (GenAI conventions plus ``memfrontier.*``); local work (a
+    router, rules: ``Call.local``) carries only the ``memfrontier.*`` ones."""
+    if call.local:
+        return {
+            "memfrontier.call.role": call.role,
+            "memfrontier.call.stage": call.stage,
+            "memfrontier.local.model": call.model_id,
+        }
     attrs: dict[str, object] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": call.model_id,
@@ -85,8 +99,8 @@ def ask_attributes(record: AskRecord) -> dict[str, object]:
         "gen_ai.usage.output_tokens": sum(s.output_tokens for s in usage.by_stage.values()),
         "memfrontier.fallbacks": len(usage.fallbacks),
     }
-    if record.config_hash is not None:
-        attrs["memfrontier.config_hash"] = record.config_hash
+    if (config_hash := record.config_hash()) is not None:
+        attrs["memfrontier.config_hash"] = config_hash
     for cap, value in record.budget.model_dump().items():
         if value is not None:
             attrs[f"memfrontier.budget.{cap}"] = value
@@ -109,9 +123,8 @@ def _observe(record: AskRecord) -> None:
     parent = trace.set_span_in_context(span)
     for c in calls:
         end = c.ended_unix_s if c.ended_unix_s is not None else record.ended_unix_s
-        child = tracer.start_span(
-            f"chat {c.model_id}", context=parent, start_time=_ns(end - c.wall_s), attributes=call_attributes(c)
-        )
+        name = f"memfrontier.local {c.role}" if c.local else f"chat {c.model_id}"
+        child = tracer.start_span(name, context=parent, start_time=_ns(end - c.wall_s), attributes=call_attributes(c))
         if c.error is not None:
             child.set_status(Status(StatusCode.ERROR, c.error))
         child.end(end_time=_ns(end))
@@ -134,4 +147,38 @@ def uninstrument() -> None:
     remove_ask_observer(_observe)
 
 
-__all__ = ["TRACER_NAME", "ask_attributes", "call_attributes", "instrument", "uninstrument"]
+#: Environment variable that turns tracing on in the command line and the service's workers:
+#: ``console`` (spans printed to stderr), ``global`` (the global tracer provider, as
+#: ``opentelemetry-instrument`` configures it from the ``OTEL_*`` variables); unset, empty or ``0``: off.
+OTEL_ENV = "MEMFRONTIER_OTEL"
+
+
+def instrument_from_env() -> str | None:
+    """:func:`instrument` as :data:`OTEL_ENV` says (the mode, or None when off). Raises ValueError
+    naming the values for any other."""
+    mode = os.environ.get(OTEL_ENV, "").strip().lower()
+    if mode in ("", "0"):
+        return None
+    if mode == "console":
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+        instrument(provider)
+    elif mode in ("1", "global"):
+        instrument()
+    else:
+        raise ValueError(f"{OTEL_ENV}={mode!r}: use console, global (or 1), or leave it unset")
+    return mode
+
+
+__all__ = [
+    "OTEL_ENV",
+    "TRACER_NAME",
+    "ask_attributes",
+    "call_attributes",
+    "instrument",
+    "instrument_from_env",
+    "uninstrument",
+]

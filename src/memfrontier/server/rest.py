@@ -556,6 +556,10 @@ def app_from_env() -> FastAPI:
     raw = os.environ.get(SETTINGS_ENV)
     if not raw:
         raise RuntimeError(f"{SETTINGS_ENV} is not set; start the service with `memfrontier serve`")
+    if os.environ.get("MEMFRONTIER_OTEL", "").strip() not in ("", "0"):  # each worker traces its questions
+        from ..integrations.otel import instrument_from_env
+
+        instrument_from_env()
     return create_app(ServeSettings.model_validate(json.loads(raw)))
 
 
