@@ -80,9 +80,7 @@ def test_known_errors_keep_their_message(store_path):
     )
     prefix = "Error executing tool ask: "  # the SDK's prefix; the cause follows it (no longer a bare prefix)
     assert small.is_error and text(small).startswith(prefix + "the question alone needs ")
-    assert text(small).endswith(
-        "the budget leaves 0 for the prompt once 32 tokens are reserved for the answer; raise the budget"
-    )
+    assert text(small).endswith("but max_usd=1e-12 (what is left of it: 1e-12) leaves room for 0; raise max_usd")
     assert opts.is_error and text(opts) == prefix + "strategy rag: k=2.5: Input should be a valid integer"
     assert unknown.is_error and text(unknown) == prefix + (
         "strategy rag: unknown key 'depth'; keys: k, retrievers, unit, neighbours, neighbour_hits, max_tokens, rerank, fold, excerpt_tokens, turn_style"
