@@ -129,18 +129,19 @@ class Answerer:
         text = context.text
         if self.prompt_tokens(question, text, question_date) <= limit:
             return text
+
+        def whole(ctx: str) -> int:
+            return self.prompt_tokens(question, ctx, question_date)
+
         lines = text.splitlines()
-        kept, _ = fit_lines(lines, limit - overhead, self.llm.count_tokens)  # whole lines from the top
-        if not kept and lines:  # one line larger than the room (a huge record): cut it
-            kept = [shrink_to_fit(lines[0], limit - overhead, self.llm.count_tokens, 0.9)]
-        # token counts of parts do not add up exactly to the whole's: drop lines until the whole fits
-        while kept and self.prompt_tokens(question, "\n".join(kept), question_date) > limit:
-            if len(kept) == 1:
-                kept = [shrink_to_fit(kept[0], self.llm.count_tokens(kept[0]) - 8, self.llm.count_tokens, 0.9)]
-                if not kept[0]:
-                    kept = []
-            else:
-                kept.pop()
+        # whole lines from the top by their own counts (a huge first record: that line alone); the
+        # parts' counts do not add up to the whole's, so lines are dropped until the whole fits,
+        # and a last line left alone is cut to fit
+        kept = fit_lines(lines, limit - overhead, self.llm.count_tokens)[0] or lines[:1]
+        while len(kept) > 1 and whole("\n".join(kept)) > limit:
+            kept.pop()
+        if len(kept) == 1:
+            kept = [shrink_to_fit(kept[0], limit, whole, 0.9)]
         count_event("budget.context_truncated")
         return "\n".join(kept)
 
