@@ -19,7 +19,7 @@ if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $LLAMA_VERSION (one time, a few minutes)..."
   .venv/bin/python -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
 fi
-# Every extra (serve, postgres, mcp, graph, train, ray, neo4j) and the dev tools: the demo, the
+# Every extra (serve, postgres, mcp, graph, train, ray, neo4j, otel, langgraph, agents, llamaindex) and the dev tools: the demo, the
 # benchmarks and the whole test suite. `pip install .` alone is the light core (see pyproject.toml).
 .venv/bin/python -m pip install -q --find-links "$WHEELS" -e ".[all,dev]"
 # The browser of frontier.html's test (tests/test_frontier_html.py): Debian's chromium, driven by the

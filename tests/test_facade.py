@@ -20,7 +20,7 @@ from memfrontier.core.ledger import Call, current_ledger, record_fallback
 from memfrontier.core.types import Context
 from memfrontier.strategies import StrategyConfig, ViewNotBuiltError
 
-VERBS = ("add", "search", "ask", "build", "get", "delete", "delete_all", "usage")
+VERBS = ("add", "search", "ask", "recall", "build", "get", "records", "delete", "delete_all", "usage")
 MODEL = "gemma-3-270m-q4_k_m"
 
 
@@ -288,3 +288,77 @@ def test_budget_of_reads_a_mapping_and_refuses_other_types():
         Budget.of([1e-6])
     with pytest.raises(ValueError, match="extra"):
         Budget.of({"usd": 1.0})
+
+
+def test_recall_returns_the_strategys_context_without_an_answer_call_and_cuts_it_by_whole_lines(memory):
+    with pytest.raises(EmptyScopeError):
+        memory.recall("Where does Ana live?", user_id="ana")
+    memory.add(
+        ["I moved to Lisbon in May.", "My sister Joana lives in Porto.", "I work at a bakery on Rua Augusta."],
+        user_id="ana",
+        session_id="s1",
+        timestamp="2026-05-02T10:00:00Z",
+    )
+    memory.add(["Bob likes Lisbon too."], user_id="bob")
+    got = memory.recall("Where does Ana live?", user_id="ana", question_date="2026-10-01")
+    assert "Lisbon in May" in got.context and "Bob" not in got.context  # the scope holds
+    assert got.usage.query.calls == 0 and got.strategy == "rag" and not got.truncated  # no model call
+    assert got.question_date == "2026-10-01T00:00:00+00:00" and len(got.evidence_ids) == 3
+    lines = got.context.splitlines()
+    count = memory.aio.answerer.llm.count_tokens
+    room = count(lines[0]) + 1  # the first line alone
+    cut = memory.recall("Where does Ana live?", user_id="ana", question_date="2026-10-01", max_context_tokens=room)
+    assert cut.truncated and cut.context == lines[0] and count(cut.context) <= room
+    assert cut.evidence_ids == got.evidence_ids  # the ids the context was built from, all of them
+    for bad in (0, 2.5, "3"):
+        with pytest.raises(ValueError, match="max_context_tokens"):
+            memory.recall("Where?", user_id="ana", max_context_tokens=bad)
+    view = ScriptedView(fallbacks=0)
+    with pytest.raises(ViewNotBuiltError):
+        memory.recall("Where?", user_id="ana", strategy=view)
+    built = memory.recall("Where?", user_id="ana", strategy=view, build=True)
+    assert built.context == "Ana moved to Lisbon in May." and built.build.usage.calls == 10
+
+
+def test_records_lists_a_scopes_records_oldest_first_by_session_and_the_latest_n(memory):
+    memory.add(["first", "second"], user_id="ana", session_id="s1", timestamp="2026-01-01T00:00:00Z")
+    memory.add(["third"], user_id="ana", session_id="s2", timestamp="2026-02-01T00:00:00Z")
+    memory.add(["bob's"], user_id="bob", session_id="s1")
+    assert [r.text for r in memory.records(user_id="ana")] == ["first", "second", "third"]
+    assert [r.text for r in memory.records(user_id="ana", session_id="s1")] == ["first", "second"]
+    assert [r.text for r in memory.records(user_id="ana", limit=2)] == ["second", "third"]
+    assert memory.records(user_id="carol") == []
+    with pytest.raises(ValueError, match="user_id"):
+        memory.records()
+    with pytest.raises(ValueError, match="limit"):
+        memory.records(user_id="ana", limit=0)
+
+
+def test_recall_and_records_over_http_keep_to_the_tenant_and_the_scope(tmp_path, minilm):
+    from memfrontier.server import rest
+    from memfrontier.server.keys import SQLiteKeyStore
+
+    mem = AsyncMemory.open(
+        tmp_path / "store", llm=ScriptedClient(["Lisbon"], repeat_last=True, model_id=MODEL), embedder=minilm
+    )
+    keys = SQLiteKeyStore(tmp_path / "keys.db")
+    key_a, key_b = keys.create("a")[1], keys.create("b")[1]
+    app = rest.create_app(
+        rest.ServeSettings(store=str(tmp_path / "store"), keys=str(tmp_path / "keys.db")), memory=mem, keys=keys
+    )
+
+    async def over_http():
+        async with app.router.lifespan_context(app):
+            a = AsyncMemoryClient("http://t", key_a, transport=httpx.ASGITransport(app=app))
+            b = AsyncMemoryClient("http://t", key_b, transport=httpx.ASGITransport(app=app))
+            await a.add(["I moved to Lisbon in May.", "I love tiles."], user_id="ana", session_id="s1")
+            await b.add(["I moved to Berlin."], user_id="ana", session_id="s1")  # another tenant's "ana"
+            got = await a.recall("Where do I live?", user_id="ana", max_context_tokens=500)
+            assert "Lisbon" in got.context and "Berlin" not in got.context and got.usage.query.calls == 0
+            listed = await a.records(user_id="ana", session_id="s1")
+            assert [r.text for r in listed] == ["I moved to Lisbon in May.", "I love tiles."]
+            assert listed[0].scope.user_id == "ana"  # the tenant's own name for the scope
+            assert [r.text for r in await b.records(user_id="ana", limit=5)] == ["I moved to Berlin."]
+            assert [r.text for r in await a.records(user_id="ana", limit=1)] == ["I love tiles."]
+
+    asyncio.run(over_http())

@@ -8,7 +8,7 @@ call's predicted tokens, USD and proxy seconds fit; the cut is counted in the le
 
 from __future__ import annotations
 
-from .core.fit import fit_lines, shrink_to_fit
+from .core.fit import cut_to_tokens
 from .core.ledger import BudgetExceededError, count_event, current_ledger
 from .core.render import asked_on
 from .core.text import clean_text
@@ -126,24 +126,16 @@ class Answerer:
         if overhead > limit:
             count_event("budget.call_refused.answerer")
             raise BudgetExceededError(self._refusal(overhead, budget))
-        text = context.text
-        if self.prompt_tokens(question, text, question_date) <= limit:
-            return text
-
-        def whole(ctx: str) -> int:
-            return self.prompt_tokens(question, ctx, question_date)
-
-        lines = text.splitlines()
-        # whole lines from the top by their own counts (a huge first record: that line alone); the
-        # parts' counts do not add up to the whole's, so lines are dropped until the whole fits,
-        # and a last line left alone is cut to fit
-        kept = fit_lines(lines, limit - overhead, self.llm.count_tokens)[0] or lines[:1]
-        while len(kept) > 1 and whole("\n".join(kept)) > limit:
-            kept.pop()
-        if len(kept) == 1:
-            kept = [shrink_to_fit(kept[0], limit, whole, 0.9)]
-        count_event("budget.context_truncated")
-        return "\n".join(kept)
+        text, cut = cut_to_tokens(
+            context.text,
+            limit,
+            self.llm.count_tokens,
+            whole=lambda ctx: self.prompt_tokens(question, ctx, question_date),
+            overhead=overhead,
+        )
+        if cut:
+            count_event("budget.context_truncated")
+        return text
 
     async def answer(
         self, question: str, context: Context, budget: Budget | None = None, question_date: str | None = None

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from .api import Answer, BuildReport
+from .api import Answer, BuildReport, Recall
 from .core.errors import EmptyScopeError, RecordConflictError
 from .core.fallbacks import FallbackError
 from .core.ledger import BudgetExceededError, Usage
@@ -236,6 +236,37 @@ class _Calls:
         )
 
     @staticmethod
+    def recall(
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str = "rag",
+        strategy_options: dict[str, Any] | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | Mapping | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+        max_context_tokens: int | None = None,
+    ) -> _Call:
+        call = _Calls.ask(
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            preference=preference,
+            budget=budget,
+            question_date=question_date,
+            build=build,
+            all_scopes=all_scopes,
+        )
+        return _Call("POST", "/v1/recall", {**call.json, "max_context_tokens": max_context_tokens})
+
+    @staticmethod
     def build(
         strategy: str = "rag",
         *,
@@ -255,6 +286,15 @@ class _Calls:
         return _Call(
             "GET", f"/v1/records/{_segment(record_id)}", params=_scope(user_id, agent_id, run_id), missing_ok=True
         )
+
+    @staticmethod
+    def records(
+        *, user_id=None, agent_id=None, run_id=None, session_id: str | None = None, limit: int | None = None
+    ) -> _Call:
+        if session_id is not None:
+            check_id(session_id, "session_id")
+        extra = {k: v for k, v in (("session_id", session_id), ("limit", limit)) if v is not None}
+        return _Call("GET", "/v1/records", params={**_scope(user_id, agent_id, run_id), **extra})
 
     @staticmethod
     def delete(record_id: str, *, user_id=None, agent_id=None, run_id=None) -> _Call:
@@ -288,6 +328,8 @@ _PARSE = {
     "add": AddResult.model_validate,
     "search": lambda b: [Hit.model_validate(h) for h in b["hits"]],
     "ask": Answer.model_validate,
+    "recall": Recall.model_validate,
+    "records": lambda b: [Record.model_validate(r) for r in b["records"]],
     "build": BuildReport.model_validate,
     "get": lambda b: None if b is None else Record.model_validate(b),
     "delete": lambda b: b is not None,
@@ -372,6 +414,38 @@ class MemoryClient:
             all_scopes=all_scopes,
         )
 
+    def recall(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str = "rag",
+        strategy_options: dict[str, Any] | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | Mapping | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+        max_context_tokens: int | None = None,
+    ) -> Recall:
+        return self._do(
+            "recall",
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            preference=preference,
+            budget=budget,
+            question_date=question_date,
+            build=build,
+            all_scopes=all_scopes,
+            max_context_tokens=max_context_tokens,
+        )
+
     def build(
         self,
         strategy: str = "rag",
@@ -387,6 +461,13 @@ class MemoryClient:
 
     def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         return self._do("get", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+    def records(
+        self, *, user_id=None, agent_id=None, run_id=None, session_id: str | None = None, limit: int | None = None
+    ) -> list[Record]:
+        return self._do(
+            "records", user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id, limit=limit
+        )
 
     def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
         return self._do("delete", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -477,6 +558,38 @@ class AsyncMemoryClient:
             all_scopes=all_scopes,
         )
 
+    async def recall(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str = "rag",
+        strategy_options: dict[str, Any] | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | Mapping | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+        max_context_tokens: int | None = None,
+    ) -> Recall:
+        return await self._do(
+            "recall",
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            strategy=strategy,
+            strategy_options=strategy_options,
+            preference=preference,
+            budget=budget,
+            question_date=question_date,
+            build=build,
+            all_scopes=all_scopes,
+            max_context_tokens=max_context_tokens,
+        )
+
     async def build(
         self,
         strategy: str = "rag",
@@ -492,6 +605,13 @@ class AsyncMemoryClient:
 
     async def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         return await self._do("get", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+    async def records(
+        self, *, user_id=None, agent_id=None, run_id=None, session_id: str | None = None, limit: int | None = None
+    ) -> list[Record]:
+        return await self._do(
+            "records", user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id, limit=limit
+        )
 
     async def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
         return await self._do("delete", record_id, user_id=user_id, agent_id=agent_id, run_id=run_id)

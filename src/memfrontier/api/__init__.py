@@ -16,7 +16,7 @@ are unique per scope: ``delete(record_id, user_id=...)`` can only reach the call
 """
 
 from .memory import STRATEGY_CACHE_SIZE, AsyncMemory
-from .models import Answer, BuildReport
+from .models import Answer, BuildReport, Recall
 from .rules import (
     BUILD_ADVICE,
     ambiguous_record_message,
@@ -35,6 +35,7 @@ __all__ = [
     "AsyncMemory",
     "BuildReport",
     "Memory",
+    "Recall",
     "ambiguous_record_message",
     "build_progress",
     "scope_for_add",

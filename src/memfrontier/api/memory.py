@@ -12,6 +12,7 @@ from pathlib import Path
 from ..answerer import Answerer
 from ..core.errors import EmptyScopeError, empty_scope_message
 from ..core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
+from ..core.fit import cut_to_tokens
 from ..core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, Usage, use_ledger
 from ..core.messages import messages_to_records
 from ..core.observers import AskRecord, notify_asked, observed
@@ -39,7 +40,7 @@ from ..strategies import (
     strategy_config,
     view_built,
 )
-from .models import Answer, BuildReport
+from .models import Answer, BuildReport, Recall
 from .rules import (
     BUILD_ADVICE,
     ambiguous_record_message,
@@ -62,8 +63,8 @@ STRATEGY_CACHE_SIZE = 16
 class AsyncMemory:
     """The async core. Construct with :meth:`open`.
 
-    Its verbs (``add``, ``search``, ``ask``, ``build``, ``get``, ``delete``, ``delete_all``,
-    ``usage``) are mirrored exactly by :class:`Memory` and the service's clients. Rules it owns: a
+    Its verbs (``add``, ``search``, ``ask``, ``recall``, ``build``, ``get``, ``records``, ``delete``,
+    ``delete_all``, ``usage``) are mirrored exactly by :class:`Memory` and the service's clients. Rules it owns: a
     question is refused on a scope with no records (:class:`~memfrontier.core.errors.EmptyScopeError`)
     and on a strategy view never built for the scope (:class:`~memfrontier.strategies.ViewNotBuiltError`)
     unless ``build=True``; a build whose construction's error or fallback share of some role is
@@ -341,16 +342,19 @@ class AsyncMemory:
         so "how long ago" and "what is it now" can be answered); None means now, and the time used
         is recorded in ``Answer.question_date``.
         """
-        question = text_asked("question", question)
-        scope = scope_for_read("ask", user_id, agent_id, run_id, all_scopes)
-        # a date that is not one (or not one in years 1-9999) is named now; none given: asked now
-        question_date = canonical_timestamp(
-            question_date if question_date is not None else utc_now(), what="question_date"
+        question, scope, question_date, strat, preference, budget = await self._asked(
+            "ask",
+            question,
+            user_id,
+            agent_id,
+            run_id,
+            strategy,
+            strategy_options,
+            preference,
+            budget,
+            question_date,
+            all_scopes,
         )
-        strat = await self._strategy(strategy, strategy_options)
-        # bad arguments are named before the scope is read
-        preference = Preference.of(preference)
-        budget = Budget.of(budget)
         ledger = Ledger()
         label, started = asked_name(strategy), time.time()
         try:
@@ -374,6 +378,100 @@ class AsyncMemory:
         finally:
             self._add_totals(ledger.usage())
         return ans.model_copy(update={"build": report, "strategy": label})
+
+    async def recall(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str | Strategy = "rag",
+        strategy_options: StrategyConfig | dict | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | Mapping | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+        max_context_tokens: int | None = None,
+    ) -> Recall:
+        """What ``strategy`` retrieves for ``question`` (its context m_q), without the answer call:
+        the same parameters, rules and refusals as :meth:`ask` (the budget binds the retrieval's
+        own model calls; BudgetExceededError carries what was spent). ``max_context_tokens``: the
+        context is cut to that many tokens of the answering model's tokenizer, whole lines from the
+        top (:func:`~memfrontier.core.fit.fit_lines`; a first line alone too long is cut short),
+        counted ``budget.context_truncated``; None keeps it whole. ValueError for a
+        ``max_context_tokens`` that is not an integer >= 1. What an agent framework's memory block
+        reads (:mod:`memfrontier.integrations`)."""
+        room = None if max_context_tokens is None else positive_int("max_context_tokens", max_context_tokens)
+        question, scope, question_date, strat, preference, budget = await self._asked(
+            "recall",
+            question,
+            user_id,
+            agent_id,
+            run_id,
+            strategy,
+            strategy_options,
+            preference,
+            budget,
+            question_date,
+            all_scopes,
+        )
+        ledger = Ledger()
+        t0 = time.perf_counter()
+        try:
+            report = await self._check_asked(
+                strat, scope, ledger, build=build, all_scopes=all_scopes, name=asked_name(strategy)
+            )
+            query = Query(text=question, scope=scope, question_date=question_date, all_scopes=all_scopes)
+            effective = effective_budget(strat.config, budget)
+            with use_ledger(ledger, "query"):
+                try:
+                    ctx = await strat.context(query, self.env, preference, effective)
+                except BudgetExceededError as exc:
+                    exc.usage = ledger.usage()
+                    raise
+        finally:
+            self._add_totals(ledger.usage())
+        text, truncated = ctx.text, False
+        if room is not None:
+            text, truncated = await asyncio.to_thread(cut_to_tokens, text, room, self.answerer.llm.count_tokens)
+        return Recall(
+            context=text,
+            evidence_ids=ctx.evidence_ids,
+            strategy=asked_name(strategy),
+            usage=ledger.usage(),
+            wall_s=time.perf_counter() - t0,
+            truncated=truncated,
+            question_date=question_date,
+            build=report,
+        )
+
+    async def _asked(
+        self,
+        what,
+        question,
+        user_id,
+        agent_id,
+        run_id,
+        strategy,
+        strategy_options,
+        preference,
+        budget,
+        question_date,
+        all_scopes,
+    ) -> tuple[str, Scope, str, Strategy, Preference | None, Budget]:
+        """The arguments of a question (:meth:`ask`, :meth:`recall`) checked and resolved, bad ones
+        named before the scope is read: the question's text, its scope, its date (now when None),
+        the strategy, the preference and the budget."""
+        question = text_asked("question", question)
+        scope = scope_for_read(what, user_id, agent_id, run_id, all_scopes)
+        # a date that is not one (or not one in years 1-9999) is named now; none given: asked now
+        question_date = canonical_timestamp(
+            question_date if question_date is not None else utc_now(), what="question_date"
+        )
+        strat = await self._strategy(strategy, strategy_options)
+        return question, scope, question_date, strat, Preference.of(preference), Budget.of(budget)
 
     async def _check_asked(
         self, strat: Strategy, scope: Scope, ledger: Ledger, *, build: bool, all_scopes: bool, name: str
@@ -455,6 +553,20 @@ class AsyncMemory:
         hold in scopes inside the one given (the same user's records under other agent or run ids)
         is refused with ValueError (:func:`ambiguous_record_message`): name the record's whole scope."""
         return await self._one_record("get", record_id, user_id, agent_id, run_id)
+
+    async def records(
+        self, *, user_id=None, agent_id=None, run_id=None, session_id: str | None = None, limit: int | None = None
+    ) -> list[Record]:
+        """The scope's records (those of the scopes inside it too: a user's records under any agent
+        or run id), oldest first (timestamp, then the order they were added); only session
+        ``session_id``'s when given; the latest ``limit`` when given. ValueError without a scope id
+        and for a ``limit`` that is not an integer >= 1."""
+        scope = scope_for_write("records", user_id, agent_id, run_id)
+        limit = None if limit is None else positive_int("limit", limit)
+        if session_id is not None:
+            check_id(session_id, "session_id")
+        found = await asyncio.to_thread(self.store.records, scope, session_id)
+        return found if limit is None else found[-limit:]
 
     async def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
         """Delete the caller's record ``record_id`` (ids are unique per scope, so the scope is

@@ -1,4 +1,4 @@
-"""What the facade returns: an :class:`Answer` and a :class:`BuildReport`."""
+"""What the facade returns: an :class:`Answer`, a :class:`Recall` and a :class:`BuildReport`."""
 
 from __future__ import annotations
 
@@ -37,3 +37,21 @@ class Answer(BaseModel):
     #: when the question was asked (ISO, UTC): the caller's ``question_date``, or the time ``ask`` ran
     #: when none was given; None for an undated question (:meth:`AsyncMemory.answer` without one)
     question_date: str | None = None
+
+
+class Recall(BaseModel):
+    """What a strategy retrieves for a question, with no answer call: the context m_q the answerer
+    would read (``context``, cut to ``max_context_tokens`` when asked: whole lines from the top,
+    ``truncated`` then True), the evidence record ids it was built from (all of them, also when
+    cut), ``usage`` by stage (a retrieval that calls a model, such as MemPilot's or AutoMEM's,
+    costs tokens and USD), ``wall_s`` (seconds), the name asked for (``strategy``), the question's
+    date used and the view's build report when ``build=True`` built it."""
+
+    context: str
+    evidence_ids: list[str] = Field(default_factory=list)
+    strategy: str
+    usage: Usage
+    wall_s: float
+    truncated: bool = False
+    question_date: str | None = None
+    build: BuildReport | None = None

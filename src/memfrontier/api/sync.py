@@ -14,7 +14,7 @@ from ..strategies import (
     StrategyConfig,
 )
 from .memory import AsyncMemory
-from .models import Answer, BuildReport
+from .models import Answer, BuildReport, Recall
 
 
 async def _drain() -> None:
@@ -118,6 +118,39 @@ class Memory:
             )
         )
 
+    def recall(
+        self,
+        question: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        strategy: str | Strategy = "rag",
+        strategy_options: StrategyConfig | dict | None = None,
+        preference: Preference | str | None = None,
+        budget: Budget | Mapping | None = None,
+        question_date: str | None = None,
+        build: bool = False,
+        all_scopes: bool = False,
+        max_context_tokens: int | None = None,
+    ) -> Recall:
+        return self._run(
+            self._inner.recall(
+                question,
+                user_id=user_id,
+                agent_id=agent_id,
+                run_id=run_id,
+                strategy=strategy,
+                strategy_options=strategy_options,
+                preference=preference,
+                budget=budget,
+                question_date=question_date,
+                build=build,
+                all_scopes=all_scopes,
+                max_context_tokens=max_context_tokens,
+            )
+        )
+
     def build(
         self,
         strategy: str | Strategy = "rag",
@@ -135,6 +168,13 @@ class Memory:
 
     def get(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> Record | None:
         return self._run(self._inner.get(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
+
+    def records(
+        self, *, user_id=None, agent_id=None, run_id=None, session_id: str | None = None, limit: int | None = None
+    ) -> list[Record]:
+        return self._run(
+            self._inner.records(user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id, limit=limit)
+        )
 
     def delete(self, record_id: str, *, user_id=None, agent_id=None, run_id=None) -> bool:
         return self._run(self._inner.delete(record_id, user_id=user_id, agent_id=agent_id, run_id=run_id))

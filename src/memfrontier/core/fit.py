@@ -50,3 +50,31 @@ def shrink_to_fit(text: str, room: int, count: CountTokens, factor: float = 0.9)
     while text and count(text) > room:
         text = text[: int(len(text) * factor)]
     return text
+
+
+def cut_to_tokens(
+    text: str, room: int, count: CountTokens, *, whole: CountTokens | None = None, overhead: int = 0
+) -> tuple[str, bool]:
+    """``text`` cut to fit: whole lines from the top, then, when one line is left that does not
+    fit alone, that line shrunk (:func:`shrink_to_fit`, factor 0.9). Returns ``(text, cut)``.
+
+    ``whole(text)`` (default ``count``) is what must end ``<= room``: a prompt's count when
+    ``text`` is placed in one (``overhead``: the tokens that prompt takes without it). Lines are
+    first taken by their own counts in ``room - overhead`` (:func:`fit_lines`); since the parts'
+    counts do not add up to the whole's, lines are then dropped from the tail until the whole fits.
+
+    >>> cut_to_tokens("ab\\ncde\\nf", 7, len)  # lines cost 3 + 4; 'f' would make 9
+    ('ab\\ncde', True)
+    >>> cut_to_tokens("abcdefghij", 5, len)
+    ('abcde', True)
+    """
+    whole = whole or count
+    if whole(text) <= room:
+        return text, False
+    lines = text.splitlines()
+    kept = fit_lines(lines, room - overhead, count)[0] or lines[:1]
+    while len(kept) > 1 and whole("\n".join(kept)) > room:
+        kept.pop()
+    if len(kept) == 1:
+        kept = [shrink_to_fit(kept[0], room, whole, 0.9)]
+    return "\n".join(kept), True

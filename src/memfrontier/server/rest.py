@@ -51,7 +51,7 @@ try:  # the 'serve' extra
 except ModuleNotFoundError as e:
     raise MissingExtraError("memfrontier serve", "serve", [e.name or "fastapi"]) from e
 
-from ..api import Answer, AsyncMemory, BuildReport
+from ..api import Answer, AsyncMemory, BuildReport, Recall
 from ..core.errors import ArtifactError, EmptyScopeError, RecordConflictError, StoreError, StoreUnavailableError
 from ..core.fallbacks import FallbackError
 from ..core.files import private_dir
@@ -149,8 +149,16 @@ class AskBody(BuildBody):
     all_scopes: bool = False  # refused (422), as for search
 
 
+class RecallBody(AskBody):
+    max_context_tokens: int | None = Field(default=None, ge=1)
+
+
 class SearchResult(BaseModel):
     hits: list[Hit]
+
+
+class RecordList(BaseModel):
+    records: list[Record]
 
 
 class Deleted(BaseModel):
@@ -501,6 +509,32 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         await _in_thread(request.app.state.tenants.keys.record_usage, name, ans.usage)
         return ans
 
+    @app.post(
+        "/v1/recall",
+        response_model=Recall,
+        responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}, 502: {"model": ErrorBody}},
+    )
+    async def recall(body: RecallBody, name: Tenant, request: Request) -> Recall:
+        _one_scope(body.all_scopes)
+        options = _strategy_options(request, body.strategy, body.strategy_options)
+        try:
+            got = await _memory(request).recall(
+                body.question,
+                strategy=body.strategy,
+                strategy_options=options,
+                preference=body.preference,
+                budget=body.budget,
+                question_date=body.question_date,
+                build=body.build,
+                max_context_tokens=body.max_context_tokens,
+                **_scope_kw(name, body.user_id, body.agent_id, body.run_id),
+            )
+        except FallbackError as e:
+            await _bill(request, name, e)
+            raise
+        await _in_thread(request.app.state.tenants.keys.record_usage, name, got.usage)
+        return got
+
     @app.post("/v1/build", response_model=BuildReport, responses={422: {"model": ErrorBody}, 502: {"model": ErrorBody}})
     async def build(body: BuildBody, name: Tenant, request: Request) -> BuildReport:
         options = _strategy_options(request, body.strategy, body.strategy_options)
@@ -515,6 +549,21 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
             request.app.state.tenants.keys.record_usage, name, Usage(by_stage={"construction": report.usage})
         )
         return report
+
+    @app.get("/v1/records", response_model=RecordList)
+    async def records(
+        name: Tenant,
+        request: Request,
+        user_id: ScopeIdQ = None,
+        agent_id: ScopeIdQ = None,
+        run_id: ScopeIdQ = None,
+        session_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        limit: Annotated[int | None, Query(ge=1)] = None,
+    ) -> RecordList:
+        found = await _memory(request).records(
+            session_id=session_id, limit=limit, **_scope_kw(name, user_id, agent_id, run_id)
+        )
+        return RecordList(records=[_out_record(name, r) for r in found])
 
     @app.get("/v1/records/{record_id:path}", response_model=Record, responses={404: {"model": ErrorBody}})
     async def get(
