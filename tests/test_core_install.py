@@ -52,6 +52,10 @@ EXTRA_MODULES = (
     "ray",  # ray
     "neo4j",  # neo4j
     "opentelemetry",  # otel
+    "langgraph",
+    "langchain_core",  # langgraph
+    "agents",  # agents (openai-agents)
+    "llama_index",  # llamaindex
 )
 
 _HIDE = f"""

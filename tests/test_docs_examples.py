@@ -56,6 +56,9 @@ DOCS = [
     "docs/python.md",
     "docs/service.md",
     "docs/integrations/opentelemetry.md",
+    "docs/integrations/langgraph.md",
+    "docs/integrations/openai-agents.md",
+    "docs/integrations/llamaindex.md",
 ]
 CLI = str(Path(sys.executable).with_name("memfrontier"))
 TIMEOUT_S = 600

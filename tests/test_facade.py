@@ -305,10 +305,11 @@ def test_recall_returns_the_strategys_context_without_an_answer_call_and_cuts_it
     assert got.usage.query.calls == 0 and got.strategy == "rag" and not got.truncated  # no model call
     assert got.question_date == "2026-10-01T00:00:00+00:00" and len(got.evidence_ids) == 3
     lines = got.context.splitlines()
-    count = memory.aio.answerer.llm.count_tokens
+    count = memory.count_tokens
     room = count(lines[0]) + 1  # the first line alone
     cut = memory.recall("Where does Ana live?", user_id="ana", question_date="2026-10-01", max_context_tokens=room)
     assert cut.truncated and cut.context == lines[0] and count(cut.context) <= room
+    assert cut.usage.events == {"budget.context_truncated": 1} and not got.usage.events
     assert cut.evidence_ids == got.evidence_ids  # the ids the context was built from, all of them
     for bad in (0, 2.5, "3"):
         with pytest.raises(ValueError, match="max_context_tokens"):
@@ -362,3 +363,12 @@ def test_recall_and_records_over_http_keep_to_the_tenant_and_the_scope(tmp_path,
             assert [r.text for r in await a.records(user_id="ana", limit=1)] == ["I love tiles."]
 
     asyncio.run(over_http())
+
+
+def test_search_folds_copies_unless_asked_not_to(memory):
+    memory.add(["My favourite tea is genmaicha."], user_id="ana", session_id="s1", timestamp="2026-01-01")
+    memory.add(["My favourite tea is genmaicha."], user_id="ana", session_id="s2", timestamp="2026-02-01")
+    folded = memory.search("favourite tea", user_id="ana")
+    assert len(folded) == 1 and folded[0].chunk.session_id == "s2" and len(folded[0].folded) == 1
+    both = memory.search("favourite tea", user_id="ana", fold=False)
+    assert sorted(h.chunk.session_id for h in both) == ["s1", "s2"] and all(not h.folded for h in both)

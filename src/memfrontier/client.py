@@ -195,11 +195,22 @@ class _Calls:
         )
 
     @staticmethod
-    def search(query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False) -> _Call:
+    def search(
+        query: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        k: int = 10,
+        all_scopes: bool = False,
+        fold: bool = True,
+    ) -> _Call:
         return _Call(
             "POST",
             "/v1/search",
-            _json({"query": query, "k": k, "all_scopes": all_scopes, **_scope(user_id, agent_id, run_id)}),
+            _json(
+                {"query": query, "k": k, "all_scopes": all_scopes, "fold": fold, **_scope(user_id, agent_id, run_id)}
+            ),
         )
 
     @staticmethod
@@ -380,9 +391,19 @@ class MemoryClient:
         )
 
     def search(
-        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+        self,
+        query: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        k: int = 10,
+        all_scopes: bool = False,
+        fold: bool = True,
     ) -> list[Hit]:
-        return self._do("search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+        return self._do(
+            "search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes, fold=fold
+        )
 
     def ask(
         self,
@@ -522,10 +543,18 @@ class AsyncMemoryClient:
         )
 
     async def search(
-        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+        self,
+        query: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        k: int = 10,
+        all_scopes: bool = False,
+        fold: bool = True,
     ) -> list[Hit]:
         return await self._do(
-            "search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes
+            "search", query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes, fold=fold
         )
 
     async def ask(

@@ -13,7 +13,7 @@ from ..answerer import Answerer
 from ..core.errors import EmptyScopeError, empty_scope_message
 from ..core.fallbacks import DEFAULT_THRESHOLD, FallbackError, exceeded_message, fallback_report
 from ..core.fit import cut_to_tokens
-from ..core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, Usage, use_ledger
+from ..core.ledger import USAGE_FIELDS, BudgetExceededError, Ledger, Usage, count_event, use_ledger
 from ..core.messages import messages_to_records
 from ..core.observers import AskRecord, notify_asked, observed
 from ..core.pricebook import PriceBook
@@ -179,17 +179,28 @@ class AsyncMemory:
             await warm()
 
     async def search(
-        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+        self,
+        query: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        k: int = 10,
+        all_scopes: bool = False,
+        fold: bool = True,
     ) -> list[Hit]:
         """Top-``k`` chunks of the scope by the :data:`~memfrontier.retrieve.recipes.HYBRID_RRF` recipe
         (dense + BM25, RRF k=60), near-duplicates folded (:mod:`memfrontier.retrieve.fold`): ``k``
-        distinct chunks, each the latest of its copies, the copies' ids in ``Hit.folded``. Raises
+        distinct chunks, each the latest of its copies, the copies' ids in ``Hit.folded``
+        (``fold=False``: every chunk, copies too, as a key-value store's items are). Raises
         ValueError for a ``k`` that is not an integer >= 1 (``2.5``, ``"2"``, ``True``) and without a
         scope id unless ``all_scopes=True`` (every tenant's records)."""
         k = positive_int("k", k)
         query = text_asked("query", query)  # valid Unicode in NFC, as stored text is (core.text)
         scope = scope_for_read("search", user_id, agent_id, run_id, all_scopes)
-        return await run_cpu(hybrid_search, self.store, query, scope, HYBRID_RRF, k, fold=FOLD_THRESHOLD)
+        return await run_cpu(
+            hybrid_search, self.store, query, scope, HYBRID_RRF, k, fold=FOLD_THRESHOLD if fold else None
+        )
 
     async def construct(
         self, strategy: Strategy, scope: Scope, ledger: Ledger | None = None, progress: BuildProgress | None = None
@@ -435,7 +446,10 @@ class AsyncMemory:
             self._add_totals(ledger.usage())
         text, truncated = ctx.text, False
         if room is not None:
-            text, truncated = await asyncio.to_thread(cut_to_tokens, text, room, self.answerer.llm.count_tokens)
+            text, truncated = await asyncio.to_thread(cut_to_tokens, text, room, self.count_tokens)
+            if truncated:
+                with use_ledger(ledger, "query"):
+                    count_event("budget.context_truncated")
         return Recall(
             context=text,
             evidence_ids=ctx.evidence_ids,
@@ -446,6 +460,11 @@ class AsyncMemory:
             question_date=question_date,
             build=report,
         )
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` under the answering model's tokenizer: what ``max_context_tokens`` and
+        a budget's ``max_tokens`` count."""
+        return self.answerer.llm.count_tokens(text)
 
     async def _asked(
         self,

@@ -81,10 +81,20 @@ class Memory:
         )
 
     def search(
-        self, query: str, *, user_id=None, agent_id=None, run_id=None, k: int = 10, all_scopes: bool = False
+        self,
+        query: str,
+        *,
+        user_id=None,
+        agent_id=None,
+        run_id=None,
+        k: int = 10,
+        all_scopes: bool = False,
+        fold: bool = True,
     ) -> list[Hit]:
         return self._run(
-            self._inner.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
+            self._inner.search(
+                query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes, fold=fold
+            )
         )
 
     def ask(
@@ -150,6 +160,9 @@ class Memory:
                 max_context_tokens=max_context_tokens,
             )
         )
+
+    def count_tokens(self, text: str) -> int:
+        return self._inner.count_tokens(text)
 
     def build(
         self,

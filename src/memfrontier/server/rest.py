@@ -133,6 +133,7 @@ class SearchBody(ScopeBody):
     query: AskedText
     k: int = Field(default=10, ge=1, le=200)
     all_scopes: bool = False  # the clients mirror Memory; every scope is not offered over HTTP (422)
+    fold: bool = True  # near-duplicate hits folded into the latest (Memory.search)
 
 
 class BuildBody(ScopeBody):
@@ -479,7 +480,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
     async def search(body: SearchBody, name: Tenant, request: Request) -> SearchResult:
         _one_scope(body.all_scopes)
         hits = await _memory(request).search(
-            body.query, k=body.k, **_scope_kw(name, body.user_id, body.agent_id, body.run_id)
+            body.query, k=body.k, fold=body.fold, **_scope_kw(name, body.user_id, body.agent_id, body.run_id)
         )
         return SearchResult(hits=[_out_hit(name, h) for h in hits])
 
