@@ -2,7 +2,9 @@
 path and both stores: NUL (U+0000) becomes U+FFFD in free text and is refused in an identifier; an
 empty or blank timestamp, role, id, session id or query is a ValueError (REST / MCP: 422 / an error
 result) naming the field; NaN and infinity are refused in budgets, preferences and strategy options;
-a written date that is not a complete date is an error, never a guess; files at rest are private."""
+a written date that is not a complete date is an error, never a guess, and so is one holding a
+character no date is written with (NUL...); a REST URL whose bytes are not UTF-8 is 422 on every
+route; files at rest are private. (The output rules: tests/test_cli_encoding.py, test_mcp_replies.py.)"""
 
 from __future__ import annotations
 
@@ -484,6 +486,107 @@ def test_a_mem_gallery_session_date_that_is_no_complete_date_is_an_error(tmp_pat
     }
     with pytest.raises(ValueError, match=r"timestamp '.*' is not a complete date"):
         convert_file(tmp_path / "c1.json", data)
+
+
+# --- (d2) a timestamp is a date whatever it holds: a character no date has is never read around ----
+FOREIGN = ["2024-01-01\x00", "\x002024-01-01", "2024-01-01\ufffd", "2024-01-01 @", "2024-01-01\u200b"]
+
+
+@pytest.mark.parametrize("date", FOREIGN)
+def test_a_timestamp_holding_a_character_no_date_has_is_refused_in_python_on_both_stores(mem, date):
+    """``"2024-01-01\x00"`` was stored as 2024-01-01T00:00Z: the date reader skipped the NUL."""
+    from memfrontier.core.timeutil import parse_instant
+
+    before = mem.aio.store.count()
+    with pytest.raises(ValueError, match=r"^timestamp .* is not a date: it holds"):
+        mem.add("x", user_id="dates", timestamp=date)
+    with pytest.raises(ValueError, match=r"^message 0\.timestamp .* is not a date: it holds"):
+        mem.add([{"content": "x", "timestamp": date}], user_id="dates")
+    with pytest.raises(ValueError, match=r"timestamp .* is not a date: it holds"):
+        Record(id="r", text="x", scope=Scope(user_id="dates"), timestamp=date)
+    with pytest.raises(ValueError, match=r"^question_date .* is not a date: it holds"):
+        mem.ask("When?", user_id="dates", question_date=date)
+    assert mem.aio.store.count() == before and parse_instant(date) is None
+
+
+def test_a_rest_or_mcp_timestamp_holding_a_character_no_date_has_is_refused(rest, location):
+    with _client(rest) as h:
+        for date in FOREIGN:
+            for path, body in (
+                ("/v1/memories", {"messages": "x", "timestamp": date, "user_id": "rd"}),
+                ("/v1/memories", {"messages": [{"content": "x", "timestamp": date}], "user_id": "rd"}),
+                ("/v1/ask", {"question": "When?", "question_date": date, "user_id": "rd"}),
+                ("/v1/recall", {"question": "When?", "question_date": date, "user_id": "rd"}),
+            ):
+                r = h.post(path, json=body)
+                assert r.status_code == 422 and "is not a date: it holds" in r.json()["message"], (path, body, r.text)
+    results = mcp_calls(
+        location, [("ask", {"question": "When?", "question_date": d, "user_id": "rd"}) for d in FOREIGN]
+    )
+    assert all(res.is_error and "is not a date: it holds" in _text(res) for res in results), [_text(r) for r in results]
+
+
+def test_a_dataset_date_holding_a_character_no_date_has_is_an_error(tmp_path):
+    """LoCoMo and LongMemEval read their own date forms first (LongMemEval drops the weekday in
+    parentheses): a NUL anywhere, the weekday included, is still no date."""
+    from memfrontier.eval.datasets import DatasetError
+    from memfrontier.eval.datasets.locomo import load_locomo
+    from memfrontier.eval.datasets.longmemeval import load_longmemeval
+
+    with pytest.raises(DatasetError, match=r"session_1_date_time '1:56 pm on 8 May, 2023\\x00' is not a complete"):
+        load_locomo(_locomo_file(tmp_path, "1:56 pm on 8 May, 2023\x00"))
+    good = "2023/05/23 (Tue) 19:11"
+    for bad in ("2023/05/23 (T\x00ue) 19:11", "2023/05/23 (Tue) 19:11\x00"):
+        with pytest.raises(DatasetError, match=r"haystack_dates\[0\] '.*' is not a complete date"):
+            load_longmemeval(_longmemeval_file(tmp_path, bad, good))
+
+
+# --- (d3) a URL's bytes are UTF-8: refused (422) on every route, never read with U+FFFD ------------
+NOT_UTF8 = ["%ED%A0%80", "%FF", "%C3", "%C0%AF"]  # a surrogate, no start byte, cut short, overlong
+URL_ROUTES = [  # (method, path): every route, each query parameter it reads (and one it does not)
+    ("GET", "/v1/records/{id}?user_id=ru&agent_id={bad}"),
+    ("GET", "/v1/records/{bad}?user_id=ru"),
+    ("DELETE", "/v1/records/{bad}?user_id=ru"),
+    ("GET", "/v1/records/{id}?user_id={bad}"),
+    ("GET", "/v1/records/{id}?user_id=ru&run_id={bad}"),
+    ("DELETE", "/v1/records/{id}?user_id={bad}"),
+    ("DELETE", "/v1/records/{id}?agent_id={bad}"),
+    ("DELETE", "/v1/records/{id}?user_id=ru&run_id={bad}"),
+    ("GET", "/v1/records?user_id={bad}"),
+    ("GET", "/v1/records?user_id=ru&agent_id={bad}"),
+    ("GET", "/v1/records?user_id=ru&run_id={bad}"),
+    ("GET", "/v1/records?user_id=ru&session_id={bad}"),
+    ("GET", "/v1/records?user_id=ru&limit={bad}"),
+    ("GET", "/v1/records?user_id=ru&{bad}=1"),
+    ("DELETE", "/v1/memories?user_id={bad}"),
+    ("DELETE", "/v1/memories?agent_id={bad}"),
+    ("DELETE", "/v1/memories?run_id={bad}"),
+    ("GET", "/v1/usage?since={bad}"),
+    ("POST", "/v1/search?user_id={bad}"),
+]
+
+
+def test_a_url_whose_bytes_are_not_utf8_is_422_on_every_route_and_parameter(rest):
+    """``GET /v1/records?user_id=%ED%A0%80`` read the records of the user ``"\ufffd\ufffd\ufffd"``."""
+    with _client(rest) as h:
+        r = h.post("/v1/memories", json={"messages": [{"content": "a note", "id": "rid"}], "user_id": "\ufffd" * 3})
+        assert r.status_code == 200, r.text
+        r = h.post("/v1/memories", json={"messages": [{"content": "a note", "id": "rid"}], "user_id": "ru"})
+        assert r.status_code == 200, r.text
+        for bad in NOT_UTF8:
+            for method, path in URL_ROUTES:
+                url = path.format(id="rid", bad=bad)
+                r = h.request(method, url, json={"query": "note", "user_id": "ru"} if method == "POST" else None)
+                assert r.status_code == 422, (method, url, r.status_code, r.text)
+                body = r.json()
+                assert body["error"] == "invalid" and "is not UTF-8 once percent-decoded" in body["message"]
+                assert bad in body["message"], body  # named as sent
+        # the same ids, sent as UTF-8, percent-encoded, are read as themselves
+        r = h.get("/v1/records", params={"user_id": "\ufffd" * 3})  # %EF%BF%BD x 3
+        assert r.status_code == 200 and [x["id"] for x in r.json()["records"]] == ["rid"], r.text
+        assert h.get("/v1/records/rid", params={"user_id": "ru"}).status_code == 200
+        assert h.get("/v1/records/r%C3%A9", params={"user_id": "ru"}).status_code == 404  # "ré": UTF-8, absent
+        assert h.get("/v1/records", params={"user_id": "ru"}).json()["records"][0]["id"] == "rid"  # nothing deleted
 
 
 # --- (e) files at rest: folders 0700, files 0600, whatever the umask ------------------------------

@@ -93,6 +93,49 @@ def test_exact_match():
     assert exact_match(None, "dog") is False
 
 
+# --- the Unicode-aware scorer (scorer="unicode"); the official one stays ASCII ---------------
+
+
+@pytest.mark.parametrize(
+    "prediction, gold, official, unicode",
+    [
+        # 她 住 在 东 京 (5 words) vs 东 京 (2): overlap 2, P = 2/5, R = 1 -> F1 = 2PR/(P+R) = 4/7
+        ("她住在东京", "东京", 0.0, 4 / 7),
+        ("Tokyo。", "Tokyo", 0.0, 1.0),  # "。" is punctuation (Po), not part of the word
+        # curly quotes and a dash are no words: [tokyo, she, said] vs [tokyo]: P = 1/3, R = 1 -> 1/2
+        ("“Tokyo” — she said", "Tokyo", 0.0, 0.5),
+        # 東 京 に 住 ん で い る (8) vs 東 京 (2): P = 2/8, R = 1 -> F1 = 2/5
+        ("東京に住んでいる", "東京", 0.0, 0.4),
+        ("서울에 살아요", "서울", 0.0, 0.5),  # 서 울 에 살 아 요 (6) vs 서 울: P = 1/3, R = 1 -> 1/2
+        ("ＴＯＫＹＯ", "tokyo", 0.0, 1.0),  # NFKC: fullwidth letters are letters
+        ("STRASSE", "straße", 0.0, 1.0),  # casefold: ß is ss
+        # ASCII text: both scorers read the same words ([melani, went, to, beach, in, may] vs [beach])
+        ("Melanie went to the beach in May!", "the beach", 2 / 7, 2 / 7),
+    ],
+)
+def test_the_unicode_scorer_reads_any_script_and_the_official_one_is_unchanged(prediction, gold, official, unicode):
+    assert token_f1(prediction, gold) == pytest.approx(official)
+    assert token_f1(prediction, gold, "unicode") == pytest.approx(unicode)
+    assert locomo_f1(prediction, gold, 2, "unicode") == pytest.approx(unicode)
+
+
+def test_the_unicode_scorer_in_every_category_rule_and_exact_match():
+    # category 1: the fullwidth comma separates parts once NFKC has read it as ",": gold parts 东京 and
+    # 大阪, each matched whole by a prediction part -> mean(1, 1) = 1. Officially "东京，大阪" is one
+    # part and one word, matching neither gold part -> 0.
+    assert locomo_f1("东京，大阪", "东京, 大阪", 1, "unicode") == 1.0
+    assert locomo_f1("东京，大阪", "东京, 大阪", 1) == 0.0
+    # category 1, a part of two words: prediction parts [东 京 大 阪] only; vs 东 京: P = 1/2, R = 1 -> 2/3,
+    # the same vs 大 阪 -> mean 2/3
+    assert locomo_f1("东京大阪", "东京, 大阪", 1, "unicode") == pytest.approx(2 / 3)
+    assert locomo_f1("东京", "东京；大阪", 3, "unicode") == 1.0  # category 3: gold cut before "；" (NFKC ";")
+    assert exact_match("Tokyo。", "tokyo", "unicode") and not exact_match("Tokyo。", "tokyo")
+    assert normalize_answer("“Tokyo” — she said", "unicode") == "tokyo she said"
+    assert normalize_answer("她住在东京。", "unicode") == "她 住 在 东 京"
+    with pytest.raises(ValueError, match="unknown scorer 'nfkc'"):
+        normalize_answer("x", "nfkc")
+
+
 def test_evidence_recall():
     assert evidence_recall(["a", "b", "c", "d"], ["b", "d", "x"]) == 0.5
     assert evidence_recall(["a", "a", "b"], ["a"]) == 0.5  # distinct gold ids
@@ -301,3 +344,4 @@ def test_summary_spreads_the_whole_stores_construction_over_every_question(tmp_p
     assert c["1"] == pytest.approx(0.043) and c["inf"] == pytest.approx(0.003)
     assert s["qpc_amortized"] == pytest.approx(3.846154e-3, rel=1e-6)
     assert s["metrics"]["all (1-4)"]["qpc"] == pytest.approx(0.5 / 30)  # online-only, labelled in the tables
+    assert s["config"]["scorer"] == s["provenance"]["scorer"] == "locomo"  # which scorer the F1 is by

@@ -131,3 +131,50 @@ def test_the_run_tables_fit_80_columns_without_cutting_a_header():
     for header in ("category", "judge", "recall", "×1e4/q", "QPC", "conversation", "fallback", "· 1 question"):
         assert header in text
     assert "1 questions" not in text and "1 conversation above" in text
+
+
+UNICODE_ROWS = [
+    # 她 住 在 东 京 (5 words) vs 东 京 (2): P = 2/5, R = 1 -> F1 = 4/7; officially one word each -> 0
+    {"id": "u1", "category": 2, "answer": "东京", "prediction": "她住在东京"},
+    {"id": "u2", "category": 4, "answer": "Tokyo", "prediction": "Tokyo。"},  # 1.0; officially 0
+    {"id": "u3", "category": 4, "answer": "Paris", "prediction": "in Paris"},  # ASCII: 2/3 under both
+]
+
+
+def test_score_names_its_scorer_and_the_unicode_one_reads_any_script(tmp_path):
+    f = tmp_path / "preds.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in UNICODE_ROWS), "utf-8")
+    for scorer, f1s in (("locomo", [0.0, 0.0, 2 / 3]), ("unicode", [4 / 7, 1.0, 2 / 3])):
+        out = tmp_path / scorer
+        summary = score_file(f, dataset="locomo", out=out, scorer=scorer)
+        scored = [json.loads(line) for line in (out / "scored.jsonl").read_text("utf-8").splitlines()]
+        assert [r["f1"] for r in scored] == pytest.approx(f1s)
+        written = json.loads((out / "summary.json").read_text("utf-8"))
+        assert written["config"]["scorer"] == written["provenance"]["scorer"] == scorer == summary["config"]["scorer"]
+    assert score_file(f, dataset="locomo", out=tmp_path / "d")["provenance"]["scorer"] == "locomo"  # the default
+    res = CliRunner().invoke(app, ["score", str(f), "--scorer", "unicode", "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "cli" / "summary.json").read_text())["provenance"]["scorer"] == "unicode"
+    res = CliRunner().invoke(app, ["score", str(f), "--scorer", "nfkc", "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 2 and "'nfkc' is no scorer; choose locomo or unicode" in " ".join(res.output.split())
+
+
+def test_a_runs_scorer_is_an_option_of_eval_and_frontier_and_part_of_its_identity():
+    """The default is the official scorer, absent from ``run.json`` (runs recorded before the option
+    still resume); another scorer is another run, named in ``run.json`` and the summary."""
+    from memfrontier.core.types import Question
+    from memfrontier.eval.config import EvalConfig
+    from memfrontier.eval.tasks import score_f1
+
+    assert "scorer" not in EvalConfig().identity() and EvalConfig().scorer == "locomo"
+    assert EvalConfig(scorer="unicode").identity()["scorer"] == "unicode"
+    with pytest.raises(ValueError, match="scorer"):
+        EvalConfig(scorer="nfkc")
+    q = Question(id="q", conversation_id="c", question="Where?", answer="东京", category="2")
+    assert score_f1("locomo", "她住在东京", q) == 0.0
+    assert score_f1("locomo", "她住在东京", q, "unicode") == pytest.approx(4 / 7)
+    for command in ("eval", "frontier"):
+        res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert "--scorer" in res.output, command
+        res = CliRunner().invoke(app, [command, "--scorer", "nfkc"])
+        assert res.exit_code == 2 and "is no scorer" in res.output, command

@@ -408,7 +408,9 @@ def test_openapi_and_health(service):
         "/v1/memories",
         "/v1/search",
         "/v1/ask",
+        "/v1/recall",
         "/v1/build",
+        "/v1/records",
         "/v1/records/{record_id}",
         "/v1/usage",
     }

@@ -3,6 +3,7 @@ several commands (one definition, one help text) and the one error handler every
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..core.version import __version__
+from ..eval.metrics import DEFAULT_SCORER, SCORERS
 from ..llm import DEFAULT_LLM, LLM_ENV, default_llm
 from ..strategies import NAMED_CONFIGURATIONS, STRATEGIES, check_strategy_name
 
@@ -29,7 +31,12 @@ def plain_flags(command, ctx):
 
 class Group(TyperGroup):
     """The group class of every ``memfrontier`` typer app: its commands' flags show as flags
-    (:func:`plain_flags`)."""
+    (:func:`plain_flags`), and the command line's output rule (:func:`safe_output`) holds before
+    anything is printed, help and usage errors included."""
+
+    def main(self, *args, **kwargs):
+        safe_output()
+        return super().main(*args, **kwargs)
 
     def get_params(self, ctx) -> list:
         plain_flags(self, ctx)
@@ -95,6 +102,32 @@ app.add_typer(export_app, name="export")
 app.add_typer(keys_app, name="keys")
 
 
+def encodes_everything(stream) -> bool:
+    """Whether ``stream`` (a text stream) can write every character: its encoding is a UTF one. An
+    ASCII locale (``LC_ALL=C``) or a Latin-1 one cannot."""
+    try:
+        return codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def safe_output() -> None:
+    """The output rule of every command: a standard stream that cannot write every character
+    (:func:`encodes_everything`) writes the ones it cannot as backslash escapes (``\\u041c``), as
+    Python's stderr always does, instead of failing with UnicodeEncodeError; JSON output escapes
+    them itself, so it stays JSON (:func:`print_json`). Run first by every command line (:class:`Group`)."""
+    for stream in (sys.stdout, sys.stderr):
+        if not encodes_everything(stream) and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def print_json(text: str | None = None, *, data=None, default=None) -> None:
+    """Print ``text`` (a JSON document) or ``data`` as indented JSON on stdout; a character stdout
+    cannot write (:func:`encodes_everything`) is a JSON escape (``"\\u041c"``), so the output is
+    JSON in any locale."""
+    console.print_json(text, data=data, default=default, ensure_ascii=not encodes_everything(sys.stdout))
+
+
 def _print_version(value: bool) -> None:
     if value:
         console.print(f"memfrontier {__version__}")
@@ -136,6 +169,22 @@ OPT_PRICE_AS = typer.Option(
 OPT_DATASET = typer.Option(
     "locomo",
     help="locomo | longmemeval (the oracle file) | longmemeval_s (the S setting, ~50 sessions a question) | hotpotqa | mem_gallery",
+)
+
+
+def _scorer_name(value: str) -> str:
+    if value not in SCORERS:
+        raise typer.BadParameter(f"{value!r} is no scorer; choose {' or '.join(SCORERS)}")
+    return value
+
+
+OPT_SCORER = typer.Option(
+    DEFAULT_SCORER,
+    parser=_scorer_name,
+    metavar="SCORER",
+    help="How answers are read into words for F1 and EM: locomo (the official LoCoMo scorer, ASCII: "
+    "every published number) or unicode (NFKC, casefolded, Unicode punctuation dropped, each Han, Kana "
+    "or Hangul character a word; the same on ASCII text). Recorded in summary.json.",
 )
 OPT_SPLIT = typer.Option(
     None,

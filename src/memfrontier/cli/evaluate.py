@@ -11,6 +11,7 @@ import typer
 from ..core.words import plural
 from ..strategies import STRATEGIES
 from .app import (
+    OPT_SCORER,
     OPT_STRATEGY,
     RESUME_HINT,
     STRATEGY_HELP,
@@ -20,6 +21,7 @@ from .app import (
     console,
     err,
     known_errors,
+    print_json,
 )
 from .fields import block, given, with_blocks
 from .options import (
@@ -58,7 +60,7 @@ def config_cmd(
 
     names = [strategy] if strategy else [*STRATEGIES, *NAMED_CONFIGURATIONS]
     if as_json:
-        console.print_json(data={n: fields(n) for n in names}, default=str)
+        print_json(data={n: fields(n) for n in names}, default=str)
         return
     for n in names:
         cls = strategy_class(n).config_class
@@ -346,6 +348,7 @@ def score(
         help="Scoring protocol: locomo (official per-category F1, category 5 as abstention); longmemeval or hotpotqa (plain token F1).",
     ),
     out: Path = typer.Option(Path("runs/scored"), help="Output directory: scored.jsonl and summary.json."),
+    scorer: str = OPT_SCORER,
 ):
     """Score predictions made by any memory system with our metrics (same protocol, comparable numbers)."""
     if dataset not in ("locomo", "longmemeval", "hotpotqa"):
@@ -354,6 +357,6 @@ def score(
     from ..eval.scoring import score_file
 
     with known_errors():
-        summary = score_file(file, dataset=dataset, out=out)
+        summary = score_file(file, dataset=dataset, out=out, scorer=scorer)
     console.print(summary_table(summary, title=f"scored {file.name} ({dataset})"))
     console.print(f"wrote {out / 'scored.jsonl'} and {out / 'summary.json'}")

@@ -22,6 +22,7 @@ from .app import (
     console,
     err,
     known_errors,
+    print_json,
 )
 from .fields import block, with_blocks
 from .options import (
@@ -279,10 +280,12 @@ def ask(
             f"latency proxy {built.proxy_s:.2f}s"
         )
     if as_json:
-        console.print_json(ans.model_dump_json())
+        print_json(ans.model_dump_json())
         return
+    from rich.markup import escape
+
     q = ans.usage.query
-    console.print(f"[bold]{ans.text or '(empty answer)'}[/bold]")
+    console.print(f"[bold]{escape(ans.text) or '(empty answer)'}[/bold]")  # an answer's brackets are text
     if routed := ans.meta.get("auto"):
         p = routed["predictions"][routed["configuration"]]
         console.print(
@@ -332,7 +335,7 @@ def search(
         with Memory.open(_existing_store(store), llm=NO_MODEL) as mem:
             hits = mem.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, all_scopes=all_scopes)
     if as_json:
-        console.print_json(
+        print_json(
             data=[
                 {
                     "id": h.chunk.id,

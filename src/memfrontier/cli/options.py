@@ -19,6 +19,7 @@ from .app import (
     OPT_LLM,
     OPT_PRICE_AS,
     OPT_PRICE_BOOK,
+    OPT_SCORER,
     OPT_SEED,
     OPT_SET,
     OPT_SPLIT,
@@ -58,6 +59,7 @@ def run_block(out: Path, out_help: str) -> list:
             help="Read this file (in the --dataset's format, e.g. the official LongMemEval S or M file) instead of the data root's default file.",
         ),
         seed: int = OPT_SEED,
+        scorer: str = OPT_SCORER,
         concurrency: int = OPT_CONCURRENCY,
         ray: Optional[str] = typer.Option(
             None,
@@ -91,7 +93,17 @@ def run_block(out: Path, out_help: str) -> list:
 
 #: The help panels of the run block: what is asked, of which models, at what price, how strict.
 RUN_PANELS = {
-    "Run: questions and output": ("dataset", "split", "limit", "seed", "out", "store", "data_root", "data_file"),
+    "Run: questions and output": (
+        "dataset",
+        "split",
+        "limit",
+        "seed",
+        "scorer",
+        "out",
+        "store",
+        "data_root",
+        "data_file",
+    ),
     "Run: models": ("llm", "base_url", "judge", "judge_llm", "concurrency", "ray"),
     "Run: pricing": ("price_book", "allow_unpriced", "price_as"),
     "Run: fallbacks": ("allow_fallbacks", "fallback_threshold"),

@@ -18,6 +18,7 @@ year-month-day: ``2023/13/01`` is unreadable, not 13 January.
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import date, datetime, timezone
 from functools import lru_cache
 from typing import Literal
@@ -29,6 +30,23 @@ _CANONICAL_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?\+00
 _LOOSE_DATE_RE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?=$|[T ])")
 _YEAR_FIRST_RE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
 _DAY_OR_MONTH_FIRST_RE = re.compile(r"^(\d{1,2})[-/.](\d{1,2})[-/.]\d{2,4}(?!\d)")
+
+#: The punctuation a written timestamp may hold besides letters, decimal digits and spaces
+#: (``2023-05-08T13:56:00+00:00``, ``1:56 pm on 8 May, 2023``, ``2023/05/20 (Sat) 02:21``).
+DATE_PUNCTUATION = frozenset("-/.:,+()")
+
+
+def foreign_character(text: str) -> str | None:
+    """The first character of ``text`` (surrounding whitespace aside) that no timestamp is written
+    with, or None: anything but a letter (Unicode L*, with its marks M*), a decimal digit (Nd), a
+    space (Zs) or :data:`DATE_PUNCTUATION`, e.g. NUL and other control or format characters,
+    U+FFFD, ``@`` or ``☃``. The date reader would skip it (``"2024-01-01\\x00"`` read as
+    2024-01-01), so a timestamp holding one is no timestamp."""
+    for ch in text.strip():
+        kind = unicodedata.category(ch)
+        if ch not in DATE_PUNCTUATION and kind[0] not in "LM" and kind not in ("Nd", "Zs"):
+            return ch
+    return None
 
 
 def ambiguous_numeric_date(text: str) -> bool:
@@ -158,7 +176,8 @@ def _instant(value: str | datetime | date | None) -> datetime | None:
     ISO-8601 first (:func:`parse_iso`), then :func:`read_date` without a reference for written
     dates such as ``"1:56 pm on 8 May, 2023"``: day, month and year required and relative phrases
     refused, so a partial or relative date gives None instead of borrowing today's date.
-    A ``datetime`` is converted (naive = :data:`DEFAULT_ZONE`); a ``date`` is its midnight.
+    A ``datetime`` is converted (naive = :data:`DEFAULT_ZONE`); a ``date`` is its midnight. Text
+    holding a :func:`foreign_character` (NUL, ``@``...) is unreadable, whatever else it holds.
     """
     if value is None:
         return None
@@ -167,6 +186,8 @@ def _instant(value: str | datetime | date | None) -> datetime | None:
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
     if not isinstance(value, str) or not value.strip():
+        return None
+    if foreign_character(value) is not None:  # never read around a character no date holds
         return None
     if value.lstrip()[0] in "+-":  # a signed year ("-2023-05-30") is no date of ours: never read without its sign
         return None
@@ -187,9 +208,10 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
     readable by :func:`parse_instant` becomes ``YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00``.
 
     Raises ValueError naming ``what`` and the value for an empty or blank string (no timestamp is
-    None, not ``""``), for text that is not a complete absolute date (``"N/A"``, ``"2023-13-45"``,
-    ``"2023/13/01"``, ``"Tuesday"``) and for non-text values (an int is not read as epoch seconds:
-    pass a datetime).
+    None, not ``""``), for text holding a character no date is written with
+    (:func:`foreign_character`: ``"2024-01-01\\x00"``, ``"2024-01-01 @"``), for text that is not a
+    complete absolute date (``"N/A"``, ``"2023-13-45"``, ``"2023/13/01"``, ``"Tuesday"``) and for
+    non-text values (an int is not read as epoch seconds: pass a datetime).
     """
     if value is None:
         return None
@@ -205,6 +227,11 @@ def canonical_timestamp(value, *, what: str = "timestamp") -> str | None:
             pass
     if not isinstance(value, (str, datetime, date)):
         raise ValueError(f"{what} must be an ISO-8601 string or a datetime, got {type(value).__name__} {value!r}")
+    if isinstance(value, str) and (ch := foreign_character(value)) is not None:
+        raise ValueError(
+            f"{what} {value!r} is not a date: it holds {ch!r} (U+{ord(ch):04X}); a date is written with letters, "
+            f"digits, spaces and {' '.join(sorted(DATE_PUNCTUATION))}"
+        )
     try:
         parsed = _instant(value)
     except OutOfRangeError:

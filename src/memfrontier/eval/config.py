@@ -12,6 +12,11 @@ from ..core.provenance import sha256_file
 from ..strategies import StrategyConfig, resolve_named, strategy_config
 from . import datasets
 from .fallbacks import DEFAULT_THRESHOLD
+from .metrics import DEFAULT_SCORER, Scorer
+
+#: Fields of a run's identity recorded in ``run.json`` only when they differ from these defaults, so a
+#: ``run.json`` written before the field existed still names the same run.
+IDENTITY_DEFAULTS = {"scorer": DEFAULT_SCORER}
 
 
 class EvalConfig(BaseModel):
@@ -38,6 +43,11 @@ class EvalConfig(BaseModel):
     #: a file in the dataset's format read instead of the data root's default (e.g. LongMemEval S/M)
     data_file: Path | None = None
     seed: int = 42
+    #: How answers are read into words for F1 and EM (:func:`~memfrontier.eval.metrics.normalize_answer`):
+    #: ``locomo``, the official LoCoMo scorer (ASCII), or ``unicode`` (any script). Recorded in
+    #: ``summary.json`` (``config.scorer``, ``provenance.scorer``) and, when not the default, in
+    #: ``run.json`` (another scorer is another run; :data:`IDENTITY_DEFAULTS`).
+    scorer: Scorer = DEFAULT_SCORER
     concurrency: int = 1
     #: Run ingest/construction (one task per conversation) and the questions (one task each) on
     #: Ray: ``"local"`` starts Ray on this machine, ``"auto"`` joins the running cluster, or a
@@ -136,6 +146,7 @@ class EvalConfig(BaseModel):
         }
         if files:
             ident["strategy_option_sha256"] = files
+        ident.update({k: getattr(self, k) for k, v in IDENTITY_DEFAULTS.items() if getattr(self, k) != v})
         if self.data_file is not None:  # another data file is another run (absent: the default file)
             ident["data_file_sha256"] = sha256_file(self.data_file) if Path(self.data_file).is_file() else None
         return ident

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from ..core.types import Conversation, Question
+from .metrics import DEFAULT_SCORER, Scorer
 from .summary import structured_output_modes
 from .tasks import answer_question, construct
 
@@ -42,7 +43,7 @@ class LocalExecutor:
     ``build``, ``construct``: :func:`~memfrontier.eval.tasks.construct`) and ``stop_above`` (the
     fallback threshold a doomed build stops at; None: build on), each judged with the entries of
     those built before it and the turns still to build. Questions run ``concurrency`` at a time,
-    scheduled in the given order."""
+    scheduled in the given order, scored with ``scorer`` (:data:`~memfrontier.eval.metrics.SCORERS`)."""
 
     def __init__(
         self,
@@ -54,8 +55,9 @@ class LocalExecutor:
         concurrency: int = 1,
         progress: Callable | None = None,
         stop_above: float | None = None,
+        scorer: Scorer = DEFAULT_SCORER,
     ):
-        self.mem, self.strategy, self.judge, self.dataset = mem, strategy, judge, dataset
+        self.mem, self.strategy, self.judge, self.dataset, self.scorer = mem, strategy, judge, dataset, scorer
         self.concurrency = max(1, concurrency)
         self.progress = progress
         self.stop_above = stop_above
@@ -83,7 +85,7 @@ class LocalExecutor:
 
         async def one(q: Question) -> dict:
             async with sem:
-                return await answer_question(self.mem, self.strategy, self.judge, self.dataset, q)
+                return await answer_question(self.mem, self.strategy, self.judge, self.dataset, q, self.scorer)
 
         return as_completed_in_order([one(q) for q in questions])
 

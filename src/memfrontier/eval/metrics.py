@@ -3,6 +3,9 @@
 Token F1 and EM reproduce the official LoCoMo scorer (snap-research/locomo,
 ``task_eval/evaluation.py``: ``normalize_answer``, ``f1_score``, ``f1``, ``exact_match_score``
 and the per-category rules of ``eval_question_answering``). Written from its behaviour, not copied.
+That scorer reads ASCII: an answer in Chinese is one word, ``"Tokyo。"`` is not ``"Tokyo"`` and a
+curly quote or a dash is a word. It is the default (``scorer="locomo"``), so published numbers keep
+their meaning; ``scorer="unicode"`` (:data:`SCORERS`) reads any script, and equals it on ASCII text.
 QPC is MemoryCPT Eq. 6 via :func:`memfrontier.core.cost.qpc`.
 """
 
@@ -12,15 +15,25 @@ import json
 import math
 import re
 import string
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Literal
 
+import regex
+
 from ..core.cost import qpc
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES_RE = re.compile(r"\b(a|an|the|and)\b")
+_CJK_RE = regex.compile(r"([\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}])")
+
+#: How an answer is read into words before F1 and EM (:func:`normalize_answer`): ``locomo``, the
+#: official LoCoMo scorer (ASCII; the default, and every published number's), or ``unicode``.
+Scorer = Literal["locomo", "unicode"]
+SCORERS: tuple[Scorer, ...] = ("locomo", "unicode")
+DEFAULT_SCORER: Scorer = "locomo"
 ABSTENTION_PHRASES = ("no information available", "not mentioned")
 
 
@@ -35,24 +48,47 @@ def _stem(word: str) -> str:
     return _stemmer().stem(word)
 
 
-def normalize_answer(text: object) -> str:
-    """LoCoMo normalisation: drop ",", lowercase, drop string.punctuation, drop a/an/the/and, squeeze spaces."""
-    s = str(text).replace(",", "").lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
+def _form(text: object, scorer: Scorer) -> str:
+    """``text`` as ``scorer`` reads it before splitting it into parts or words: NFKC for ``unicode``
+    (a fullwidth ``，`` or ``；`` is then ``,`` or ``;``), as written for ``locomo``."""
+    return unicodedata.normalize("NFKC", str(text)) if scorer == "unicode" else str(text)
+
+
+def normalize_answer(text: object, scorer: Scorer = DEFAULT_SCORER) -> str:
+    """An answer as space-separated words.
+
+    ``locomo`` (the official normalisation): drop ",", lowercase, drop ``string.punctuation``, drop
+    a/an/the/and, squeeze spaces. ``unicode``: NFKC and casefold, drop every punctuation character
+    (Unicode P*, and ``string.punctuation`` as above), drop a/an/the/and, then each Han, Hiragana,
+    Katakana or Hangul character is a word of its own. On ASCII text both give the same words.
+
+    >>> normalize_answer("她住在东京。", "unicode"), normalize_answer("“Tokyo” — she said", "unicode")
+    ('她 住 在 东 京', 'tokyo she said')
+    """
+    s = _form(text, scorer)
+    if scorer == "unicode":
+        s = s.casefold()
+        s = "".join(ch for ch in s if ch not in _PUNCT and unicodedata.category(ch)[0] != "P")
+        s = _CJK_RE.sub(r" \1 ", s)
+    elif scorer == "locomo":
+        s = "".join(ch for ch in s.replace(",", "").lower() if ch not in _PUNCT)
+    else:
+        raise ValueError(f"unknown scorer {scorer!r}; choose {' or '.join(SCORERS)}")
     s = _ARTICLES_RE.sub(" ", s)
     return " ".join(s.split())
 
 
-def _tokens(text: object) -> list[str]:
-    return [_stem(w) for w in normalize_answer(text).split()]
+def _tokens(text: object, scorer: Scorer) -> list[str]:
+    return [_stem(w) for w in normalize_answer(text, scorer).split()]
 
 
-def token_f1(prediction: str | None, gold: str | None) -> float:
-    """Bag-of-Porter-stemmed-tokens F1 in [0, 1] (LoCoMo ``f1_score``); 0.0 with no overlap or empty input."""
+def token_f1(prediction: str | None, gold: str | None, scorer: Scorer = DEFAULT_SCORER) -> float:
+    """Bag-of-Porter-stemmed-words F1 in [0, 1] (LoCoMo ``f1_score``), words read by ``scorer``
+    (:func:`normalize_answer`); 0.0 with no overlap or empty input."""
     if not prediction or gold is None:
         return 0.0
-    pred = _tokens(prediction)
-    ref = _tokens(gold)
+    pred = _tokens(prediction, scorer)
+    ref = _tokens(gold, scorer)
     same = sum((Counter(pred) & Counter(ref)).values())
     if same == 0:
         return 0.0
@@ -61,13 +97,13 @@ def token_f1(prediction: str | None, gold: str | None) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def multi_answer_f1(prediction: str | None, gold: str) -> float:
+def multi_answer_f1(prediction: str | None, gold: str, scorer: Scorer = DEFAULT_SCORER) -> float:
     """LoCoMo category-1 F1: split both on ","; mean over gold parts of the max F1 over prediction parts."""
     if not prediction:
         return 0.0
-    preds = [p.strip() for p in str(prediction).split(",")]
-    golds = [g.strip() for g in str(gold).split(",")]
-    return sum(max(token_f1(p, g) for p in preds) for g in golds) / len(golds)
+    preds = [p.strip() for p in _form(prediction, scorer).split(",")]
+    golds = [g.strip() for g in _form(gold, scorer).split(",")]
+    return sum(max(token_f1(p, g, scorer) for p in preds) for g in golds) / len(golds)
 
 
 def abstention_score(prediction: str | None) -> float:
@@ -76,8 +112,9 @@ def abstention_score(prediction: str | None) -> float:
     return 1.0 if any(p in low for p in ABSTENTION_PHRASES) else 0.0
 
 
-def locomo_f1(prediction: str | None, gold: str | None, category: str | int) -> float:
-    """Score one LoCoMo answer in [0, 1] as the official evaluator does, by category.
+def locomo_f1(prediction: str | None, gold: str | None, category: str | int, scorer: Scorer = DEFAULT_SCORER) -> float:
+    """Score one LoCoMo answer in [0, 1] as the official evaluator does, by category, its words
+    read by ``scorer`` (:func:`normalize_answer`).
 
     1: :func:`multi_answer_f1`; 2, 4: :func:`token_f1`; 3: token F1 against the gold cut before its
     first ";"; 5: :func:`abstention_score` (gold ignored). Empty prediction -> 0.0.
@@ -92,17 +129,17 @@ def locomo_f1(prediction: str | None, gold: str | None, category: str | int) -> 
         return 0.0
     gold = str(gold)
     if cat == "1":
-        return multi_answer_f1(prediction, gold)
+        return multi_answer_f1(prediction, gold, scorer)
     if cat == "3":
-        gold = gold.split(";")[0].strip()
-    return token_f1(prediction, gold)
+        gold = _form(gold, scorer).split(";")[0].strip()
+    return token_f1(prediction, gold, scorer)
 
 
-def exact_match(prediction: str | None, gold: str | None) -> bool:
-    """LoCoMo ``exact_match_score``: the sets of normalised (unstemmed) tokens are equal."""
+def exact_match(prediction: str | None, gold: str | None, scorer: Scorer = DEFAULT_SCORER) -> bool:
+    """LoCoMo ``exact_match_score``: the sets of normalised (unstemmed) words, read by ``scorer``, are equal."""
     if prediction is None or gold is None:
         return False
-    return set(normalize_answer(prediction).split()) == set(normalize_answer(gold).split())
+    return set(normalize_answer(prediction, scorer).split()) == set(normalize_answer(gold, scorer).split())
 
 
 def evidence_recall(gold_ids: Iterable[str], context_ids: Iterable[str]) -> float | None:

@@ -81,7 +81,7 @@ class EvalWorker:
         return conv.id, await construct(self.mem, self.strategy, conv)
 
     async def answer(self, q: Question) -> dict:
-        return await answer_question(self.mem, self.strategy, self.judge, self.cfg.dataset, q)
+        return await answer_question(self.mem, self.strategy, self.judge, self.cfg.dataset, q, self.cfg.scorer)
 
     async def structured_output_modes(self) -> dict[str, str]:
         return structured_output_modes()

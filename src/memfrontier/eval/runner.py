@@ -234,4 +234,5 @@ def open_executor(cfg: EvalConfig, mem, strategy, judge, progress, *, items: int
         concurrency=cfg.concurrency,
         progress=progress,
         stop_above=None if cfg.allow_fallbacks else cfg.fallback_threshold,
+        scorer=cfg.scorer,
     )

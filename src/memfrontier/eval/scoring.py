@@ -8,7 +8,7 @@ from pathlib import Path
 from ..core.files import private_dir
 from ..core.jsonio import read_jsonl_objects, write_json_atomic, write_text_atomic
 from ..core.provenance import provenance, sha256_file
-from .metrics import exact_match, locomo_f1, summarize, token_f1
+from .metrics import DEFAULT_SCORER, Scorer, exact_match, locomo_f1, summarize, token_f1
 
 
 class ScoreInputError(ValueError):
@@ -28,9 +28,10 @@ def gold_answer(row: dict):
     return None
 
 
-def score_row(row: dict, dataset: str) -> dict:
+def score_row(row: dict, dataset: str, scorer: Scorer = DEFAULT_SCORER) -> dict:
     """Adds ``f1`` and ``em`` to one ``{prediction, answer? (or gold?), category}`` row (LoCoMo
-    official rules); ``eval``'s own prediction rows, which hold ``gold``, score as they are."""
+    official rules, words read by ``scorer``: :func:`~memfrontier.eval.metrics.normalize_answer`);
+    ``eval``'s own prediction rows, which hold ``gold``, score as they are."""
     pred = str(row.get("prediction") or "")
     gold = gold_answer(row)
     gold = None if gold is None else str(gold)
@@ -41,21 +42,22 @@ def score_row(row: dict, dataset: str) -> dict:
             raise ScoreInputError(f"row {row.get('id', '?')}: LoCoMo scoring needs an integer 'category'") from None
         if gold is None and cat != 5:
             raise ScoreInputError(f"row {row.get('id', '?')}: category {cat} needs an 'answer' (or 'gold')")
-        f1 = locomo_f1(pred, gold or "", cat)
+        f1 = locomo_f1(pred, gold or "", cat, scorer)
     else:
         if gold is None:
             raise ScoreInputError(f"row {row.get('id', '?')}: needs an 'answer' (or 'gold')")
-        f1 = token_f1(pred, gold)
+        f1 = token_f1(pred, gold, scorer)
     return {
         **row,
         "category": str(row.get("category", "all")),
         "f1": f1,
-        "em": bool(gold is not None and exact_match(pred, gold)),
+        "em": bool(gold is not None and exact_match(pred, gold, scorer)),
     }
 
 
-def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
-    """Writes ``out/scored.jsonl`` and ``out/summary.json``; returns the summary.
+def score_file(path: Path, *, dataset: str = "locomo", out: Path, scorer: Scorer = DEFAULT_SCORER) -> dict:
+    """Writes ``out/scored.jsonl`` and ``out/summary.json`` (its ``config.scorer`` and
+    ``provenance.scorer`` name ``scorer``); returns the summary.
     Raises FileNotFoundError or ScoreInputError (with the line number)."""
     path = Path(path)
     if not path.is_file():
@@ -63,7 +65,7 @@ def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
     rows = []
     for n, row in read_jsonl_objects(path, ScoreInputError):
         try:
-            rows.append(score_row(row, dataset))
+            rows.append(score_row(row, dataset, scorer))
         except ScoreInputError as e:
             raise ScoreInputError(f"{path}:{n}: {e}") from None
     if not rows:
@@ -72,10 +74,10 @@ def score_file(path: Path, *, dataset: str = "locomo", out: Path) -> dict:
     private_dir(out)
     write_text_atomic(out / "scored.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     summary = {
-        "config": {"dataset": dataset, "split": "", "strategy": f"external:{path.name}"},
+        "config": {"dataset": dataset, "split": "", "strategy": f"external:{path.name}", "scorer": scorer},
         "questions": len(rows),
         "metrics": summarize(rows, by="category", dataset=dataset),
-        "provenance": provenance(predictions_file=str(path), predictions_sha256=sha256_file(path)),
+        "provenance": provenance(predictions_file=str(path), predictions_sha256=sha256_file(path), scorer=scorer),
     }
     write_json_atomic(out / "summary.json", summary)
     return summary

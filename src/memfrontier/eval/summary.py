@@ -88,6 +88,7 @@ def build_summary(
             data_file=str(data_file),
             data_sha256=sha256_file(data_file),
             seed=cfg.seed,
+            scorer=cfg.scorer,
             answer_model=mem.env.answer_llm.model_id,
             memory_model=mem.env.llm.model_id,
             embedding_model=mem.store.embedder.model_id,

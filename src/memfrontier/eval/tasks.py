@@ -18,14 +18,15 @@ from ..strategies import get_strategy
 from .config import EvalConfig
 from .fallbacks import FallbackError, doomed_build, fallback_report, unrecorded_units
 from .judge import judge_prompt_version, make_judge
-from .metrics import evidence_recall, exact_match, locomo_f1, token_f1
+from .metrics import DEFAULT_SCORER, Scorer, evidence_recall, exact_match, locomo_f1, token_f1
 
 
-def score_f1(dataset: str, prediction: str, q: Question) -> float:
-    """LoCoMo: the official per-category F1 (category 5 as abstention); elsewhere plain token F1."""
+def score_f1(dataset: str, prediction: str, q: Question, scorer: Scorer = DEFAULT_SCORER) -> float:
+    """LoCoMo: the official per-category F1 (category 5 as abstention); elsewhere plain token F1;
+    words read by ``scorer`` (:func:`~memfrontier.eval.metrics.normalize_answer`)."""
     if dataset == "locomo":
-        return locomo_f1(prediction, q.answer or "", int(q.category))
-    return token_f1(prediction, q.answer or "")
+        return locomo_f1(prediction, q.answer or "", int(q.category), scorer)
+    return token_f1(prediction, q.answer or "", scorer)
 
 
 def open_run(cfg: EvalConfig, open_memory=None):
@@ -182,9 +183,10 @@ def prompt_versions(strategy, dataset: str, judged: bool, dated: bool = False) -
     }
 
 
-async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> dict:
-    """Ask ``q`` in its conversation's scope, score it (and judge it when ``judge``); the
-    ``predictions.jsonl`` row (prediction, F1, EM, evidence recall, USD, usage by stage...)."""
+async def answer_question(mem, strategy, judge, dataset: str, q: Question, scorer: Scorer = DEFAULT_SCORER) -> dict:
+    """Ask ``q`` in its conversation's scope, score it with ``scorer`` (and judge it when
+    ``judge``); the ``predictions.jsonl`` row (prediction, F1, EM, evidence recall, USD, usage by
+    stage...)."""
     ledger = Ledger()
     ans = await mem.answer(
         q.question,
@@ -203,8 +205,8 @@ async def answer_question(mem, strategy, judge, dataset: str, q: Question) -> di
         "question_date": q.question_date,
         "gold": gold,
         "prediction": ans.text,
-        "f1": score_f1(dataset, ans.text, q),
-        "em": bool(gold is not None and exact_match(ans.text, gold)),
+        "f1": score_f1(dataset, ans.text, q, scorer),
+        "em": bool(gold is not None and exact_match(ans.text, gold, scorer)),
         "evidence_ids": ans.evidence_ids,
         "gold_evidence_ids": q.evidence_ids,
         "evidence_recall": evidence_recall(q.evidence_ids, ans.evidence_ids),

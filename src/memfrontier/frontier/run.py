@@ -17,8 +17,10 @@ import json
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from ..eval.config import IDENTITY_DEFAULTS
 from ..eval.datasets import DatasetError
 from ..eval.fallbacks import FallbackError
+from ..eval.metrics import DEFAULT_SCORER
 from ..eval.runner import EvalConfig, RunMismatchError, check_run, run_eval
 from ..llm import LLMError
 from ..strategies import strategy_config
@@ -194,6 +196,7 @@ async def run_frontier(
     report["title"] = (
         f"frontier ({spec.name} spec): {options.get('dataset')} {options.get('split')}, "
         f"limit {options.get('limit')}, {options.get('llm')}"
+        + (f", scorer {options['scorer']}" if options.get("scorer", DEFAULT_SCORER) != DEFAULT_SCORER else "")
     )
     report["files"] = {}
     if any(x["status"] == "ok" for x in report["rows"]):
@@ -215,7 +218,11 @@ def _recorded_options(dirs: list[Path], flags: dict, given: dict) -> tuple[dict,
     :meth:`EvalConfig.identity` less the configuration's own fields; ``flags`` where none is
     recorded), and a note when they differ among themselves or from ``given`` (the options the
     caller set)."""
-    recorded = [json.loads((d / "run.json").read_text("utf-8")) for d in dirs if (d / "run.json").is_file()]
+    recorded = [
+        {**IDENTITY_DEFAULTS, **json.loads((d / "run.json").read_text("utf-8"))}
+        for d in dirs
+        if (d / "run.json").is_file()
+    ]
     if not recorded:
         return flags, None
     keys = sorted(set().union(*recorded) - _CONFIG_KEYS)

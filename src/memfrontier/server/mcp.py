@@ -21,17 +21,24 @@ arguments are one pydantic model (``extra="forbid"``, strict: ``k=2.5``, ``k="2"
 unknown names are refused) checked before the tool runs; the message names the parameter. A bad
 argument or a known error (budget, unpriced model, store, model) comes back as an error result
 (``isError``) with its message, never as a crash or a bare "Error executing tool".
+
+Every reply is bounded, one rule for every tool (:func:`fit_reply`): at most ``reply_max_bytes``
+(default :data:`REPLY_MAX_BYTES`) of JSON. A longer one is cut, its texts to previews and, if
+need be, the tail of its lists left out, and says so (``truncated: true``, ``omitted``); the record
+ids of what it shows stay, so ``read`` fetches a record.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import explain_validation
@@ -55,6 +62,68 @@ AskStrategy = Literal["rag", "rag-turns", "rag-turns-rr", "longctx", "automem"]
 
 ScopeField = Annotated[str | None, Field(default=None, min_length=1, max_length=200)]
 
+#: The most a tool's reply may be, in bytes of its JSON as the tool's text block holds it (UTF-8,
+#: indented): about 4,000 tokens, far under what MCP hosts accept in one result.
+REPLY_MAX_BYTES = 16_000
+#: The keys whose values :func:`fit_reply` cuts (a hit's or an observation's ``text``, an ``answer``).
+TEXT_KEYS = ("text", "answer")
+#: The shortest preview :func:`fit_reply` cuts a text to before it leaves list items out.
+PREVIEW_MIN_CHARS = 80
+
+
+def reply_bytes(reply: dict) -> int:
+    """The size of ``reply`` as a tool's text block holds it: UTF-8 bytes of its indented JSON."""
+    return len(pydantic_core.to_json(reply, indent=2, fallback=str))
+
+
+def _texts(node) -> list[tuple[dict, str]]:
+    """``(dict, key)`` of every string under a :data:`TEXT_KEYS` key in ``node``, at any depth."""
+    if isinstance(node, list):
+        return [t for x in node for t in _texts(x)]
+    if not isinstance(node, dict):
+        return []
+    here = [(node, k) for k in TEXT_KEYS if isinstance(node.get(k), str)]
+    return here + [t for v in node.values() if isinstance(v, (dict, list)) for t in _texts(v)]
+
+
+def _preview(text: str, max_chars: int) -> str:
+    """``text`` whole when it fits ``max_chars``; else cut at the last space in its second half (at
+    ``max_chars`` when there is none), ending ``" ..."`` as ``read`` marks a cut record."""
+    if len(text) <= max_chars:
+        return text
+    cut = text.rfind(" ", max_chars // 2, max_chars + 1)
+    return text[: cut if cut > 0 else max_chars].rstrip() + " ..."
+
+
+def fit_reply(reply: dict, max_bytes: int = REPLY_MAX_BYTES) -> dict:
+    """``reply`` itself when :func:`reply_bytes` is at most ``max_bytes``; else a copy that fits,
+    with ``truncated: true``. Its texts (:data:`TEXT_KEYS`) are cut to the longest common preview
+    length that fits (:func:`_preview`); while even :data:`PREVIEW_MIN_CHARS` does not fit, the last
+    item of its longest list (``hits``, ``record_ids``, ``evidence_ids``) is left out, counted by
+    its key in ``omitted``. What is shown keeps its record ids (a hit's are never cut), for ``read``."""
+    if reply_bytes(reply) <= max_bytes:
+        return reply
+    out = {**copy.deepcopy(reply), "truncated": True}
+    originals = {(id(node), key): node[key] for node, key in _texts(out)}
+    omitted: dict[str, int] = {}
+
+    def cut(n: int) -> dict:  # every text to a preview of n characters
+        for node, key in _texts(out):
+            node[key] = _preview(originals[id(node), key], n)
+        return {**out, **({"omitted": omitted} if omitted else {})}
+
+    while reply_bytes(cut(PREVIEW_MIN_CHARS)) > max_bytes and (
+        lists := [(k, v) for k, v in out.items() if isinstance(v, list) and v]
+    ):
+        key, longest = max(lists, key=lambda kv: len(kv[1]))
+        longest.pop()
+        omitted[key] = omitted.get(key, 0) + 1
+    lo, hi = PREVIEW_MIN_CHARS, max((len(v) for v in originals.values()), default=PREVIEW_MIN_CHARS)
+    while lo < hi:  # the longest preview that fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if reply_bytes(cut(mid)) <= max_bytes else (lo, mid - 1)
+    return cut(lo)
+
 
 def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1)."""
@@ -77,6 +146,7 @@ class MemoryService:
         llm / base_url / price_book / allow_unpriced / price_as: models for ``ask`` (see
             :meth:`memfrontier.api.AsyncMemory.open`; ``llm`` None = its default).
         limits: caps of ``rg`` / ``read`` / ``index_query``.
+        reply_max_bytes: the bound of every tool's reply (:func:`fit_reply`).
     """
 
     def __init__(
@@ -90,6 +160,7 @@ class MemoryService:
         allow_unpriced: bool = False,
         price_as: str | None = None,
         limits: ToolLimits | None = None,
+        reply_max_bytes: int = REPLY_MAX_BYTES,
     ):
         from ..store.postgres import is_postgres_url
 
@@ -103,6 +174,7 @@ class MemoryService:
             "price_as": price_as,
         }
         self.limits = limits or ToolLimits()
+        self.reply_max_bytes = reply_max_bytes
         self._mem = None
         self._lock = asyncio.Lock()
 
@@ -248,7 +320,8 @@ def _tool_errors() -> tuple[type[BaseException], ...]:
 def build_server(service: MemoryService):
     """An ``MCPServer`` with the five tools bound to ``service``. Each tool's arguments are one
     pydantic model (:class:`SearchArgs`, ...), checked before the tool runs; a known error
-    (budget, unpriced model, model, store, unbuilt view, bad value) comes back with its message."""
+    (budget, unpriced model, model, store, unbuilt view, bad value) comes back with its message;
+    every reply is held to ``service.reply_max_bytes`` (:func:`fit_reply`)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -277,14 +350,15 @@ def build_server(service: MemoryService):
 
     def scoped_tool(model: type[ScopeArgs], description: str):
         """Register ``handler(args, scope)`` as the tool named after it, with ``model``'s fields as
-        its parameters; the scope is resolved (and checked against the pinned one) once, here."""
+        its parameters; the scope is resolved (and checked against the pinned one) and the reply
+        bounded (:func:`fit_reply`) once, here."""
 
         def deco(handler):
             async def tool(**kwargs) -> dict[str, Any]:
                 args = model.model_validate(kwargs, strict=False)
                 try:
                     scope = service.scope(args.user_id, args.agent_id, args.run_id)
-                    return await handler(args, scope)
+                    return fit_reply(await handler(args, scope), service.reply_max_bytes)
                 except ToolError:
                     raise
                 except _tool_errors() as e:
@@ -332,7 +406,8 @@ def build_server(service: MemoryService):
                     "folded": h.folded,  # the near-duplicate chunks this one (their latest) stands for
                 }
                 for h in hits
-            ]
+            ],
+            "truncated": False,  # fit_reply sets it when the hits are cut to fit
         }
 
     @scoped_tool(
@@ -399,6 +474,7 @@ def build_server(service: MemoryService):
                 "wall_s": ans.wall_s,
                 "events": ans.usage.events,
             },
+            "truncated": False,  # fit_reply sets it when the reply is cut to fit
             **(
                 {"build": {"usage": ans.build.usage.model_dump(), "fallbacks": ans.build.fallbacks}}
                 if ans.build

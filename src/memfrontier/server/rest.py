@@ -22,8 +22,8 @@ The OpenAPI schema is at ``/openapi.json`` (docs at ``/docs``).
 Tenancy, the option policy, error codes and running several workers: ``docs/service.md``
 ("The REST contract").
 
-Its length (over 500 lines): the endpoints, the error mapping and the three ASGI layers (body
-limit, keys, in-flight slots) of one app; the rules they apply are the facade's
+Its length (over 500 lines): the endpoints, the error mapping and the four ASGI layers (a URL
+that is UTF-8, body limit, keys, in-flight slots) of one app; the rules they apply are the facade's
 (:mod:`memfrontier.api.rules`), the tenant scopes live in :mod:`.tenants` and the keys in :mod:`.keys`.
 """
 
@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -211,6 +212,39 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def url_not_utf8(raw_path: bytes, query_string: bytes) -> str | None:
+    """Why a request's URL is refused, or None: its path, or a query parameter (``name=value``),
+    whose bytes once percent-decoded are not UTF-8, named in its encoded form. The server would read
+    such bytes with U+FFFD in their place, so ``/v1/records/%ED%A0%80?user_id=%ED%A0%80`` would read
+    the records of the user ``"\ufffd\ufffd\ufffd"``."""
+    parts = [("path", raw_path)] + [("query parameter", p) for p in query_string.split(b"&") if p]
+    for what, raw in parts:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as e:
+            return (
+                f"{what} {raw.decode('ascii', 'backslashreplace')!r} is not UTF-8 once percent-decoded "
+                f"({e.reason}); ids and dates in a URL are UTF-8, percent-encoded"
+            )
+    return None
+
+
+class Utf8Url:
+    """ASGI middleware: refuse with 422 ``invalid`` a request whose raw path or query string is not
+    UTF-8 once percent-decoded (:func:`url_not_utf8`), before any route reads it; every path and
+    query parameter (ids, session ids, limits) is held to the rule a JSON body already is."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            why = url_not_utf8(scope.get("raw_path") or b"", scope.get("query_string") or b"")
+            if why is not None:
+                return await _error(422, "invalid", why)(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 def _artifact_error(e: ArtifactError) -> JSONResponse:
@@ -414,6 +448,7 @@ def create_app(settings: ServeSettings, *, memory: AsyncMemory | None = None, ke
         },
     )
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Utf8Url)  # added last, so it runs first: a URL is checked before a body is read
     app.state.settings = settings
 
     handlers = [

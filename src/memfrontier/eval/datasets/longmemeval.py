@@ -23,7 +23,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from ...core.timeutil import parse_instant
+from ...core.timeutil import foreign_character, parse_instant
 from ...core.types import Conversation, Question, Record, Scope
 from . import DATASET_FILES, DatasetError, how_to_override, load_conversations
 from . import data_root as find_data_root
@@ -53,8 +53,10 @@ def parse_lme_datetime(text: str | None) -> str | None:
 
     A strict regex first, then :func:`~memfrontier.core.timeutil.parse_instant` (a complete date in
     another spelling, read in UTC). None for a partial date (``"(Mon) 17:50"``: never completed
-    from today) and an impossible one (``"2023/13/01 10:00"``: not 13 January)."""
-    if not text:
+    from today), an impossible one (``"2023/13/01 10:00"``: not 13 January) and one holding a
+    character no date is written with (:func:`~memfrontier.core.timeutil.foreign_character`, even
+    inside the weekday this reader drops)."""
+    if not text or foreign_character(text) is not None:
         return None
     m = _DATE_RE.match(text)
     if m:
