@@ -129,3 +129,47 @@ def test_real_tokenizer_budget_respected_and_no_record_split(embedder):
         first_next = embedder.count_tokens(by_id[nxt.record_ids[0]].render())
         assert cur.n_tokens + first_next > 256
     assert len(chunks) >= 3
+
+
+# -- a chunk's vector, derived from its records' vectors (store.records.chunk_vector) -------------
+
+
+def test_chunk_vector_is_the_token_weighted_mean_normalised_by_hand():
+    import numpy as np
+
+    from memfrontier.store.records import chunk_vector
+
+    e1, e2, e3 = np.eye(3, dtype=np.float32)
+    # weights 3 and 1: (3, 1, 0) / sqrt(10)
+    v = chunk_vector(np.stack([e1, e2]), [3, 1], 254)
+    assert v.dtype == np.float32 and v.shape == (3,)
+    assert v.tolist() == pytest.approx([3 / 10**0.5, 1 / 10**0.5, 0.0], abs=1e-7)
+    # weights 1, 2, 2: (1, 2, 2) / 3
+    assert chunk_vector(np.stack([e1, e2, e3]), [1, 2, 2], 254).tolist() == pytest.approx(
+        [1 / 3, 2 / 3, 2 / 3], abs=1e-7
+    )
+    # a record is weighed by what the encoder read: 300 pieces count as the window's 254
+    assert chunk_vector(np.stack([e1, e2]), [300, 254], 254).tolist() == pytest.approx(
+        [0.5**0.5, 0.5**0.5, 0], abs=1e-7
+    )
+    assert chunk_vector(np.stack([e1, e2]), [300, 127], 254).tolist() == pytest.approx(
+        [2 / 5**0.5, 1 / 5**0.5, 0], abs=1e-7
+    )
+    # a record counted at 0 tokens still weighs 1
+    assert chunk_vector(np.stack([e1, e2]), [0, 1], 254).tolist() == pytest.approx([0.5**0.5, 0.5**0.5, 0], abs=1e-7)
+    # one record (e.g. one that alone exceeds the window, its own chunk): its own vector, unchanged
+    one = np.array([[0.6, 0.8, 0.0]], dtype=np.float32)
+    assert (chunk_vector(one, [900], 254) == one[0]).all()
+    # opposite vectors: a zero mean is returned as is (cosine 0 with any query)
+    assert chunk_vector(np.stack([e1, -e1]), [5, 5], 254).tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="k >= 1"):
+        chunk_vector(np.zeros((0, 3), dtype=np.float32), [], 254)
+    with pytest.raises(ValueError, match="token counts"):
+        chunk_vector(np.stack([e1, e2]), [1], 254)
+
+
+def test_the_token_window_is_what_minilm_reads_less_its_two_special_tokens(embedder):
+    from memfrontier.store.records import token_window
+
+    assert embedder.max_seq_length == 256 and token_window(embedder) == 254
+    assert token_window(object()) == 254  # an embedder that does not say: MiniLM's

@@ -203,8 +203,9 @@ def test_a_schema_1_store_is_migrated_on_open(tmp_path, embedder):
         assert [r.text for r in s.get(["msg-1"], ALICE)] == ["I am allergic to peanuts."]
         assert s.add([Record(id="msg-1", scope=BOB, text="My sister lives in Quito.")]).added == ["msg-1"]
         assert s.count() == {"records": 2, "chunks": 2, "vectors": 2}
+        assert s.record_vectors(ALICE, ["msg-1"]).shape == s.record_vectors(BOB, ["msg-1"]).shape == (1, 384)
     db = sqlite3.connect(path / "store.db")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "3"
     db.close()
 
 

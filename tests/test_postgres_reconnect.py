@@ -83,19 +83,26 @@ def test_every_call_finds_a_new_connection_after_its_sessions_are_terminated(pg_
 
 
 def test_a_connection_cut_inside_a_transaction_runs_the_call_again(pg_database, tmp_path, minilm, monkeypatch):
-    """The session ends while an add embeds (inside its write transaction) and while a delete
-    holds its scope lock: nothing was committed, so each runs again on a new connection; the add
-    stores each record and chunk once, the delete reports what it deleted."""
+    """The session ends while an add re-chunks (inside its write transaction, its records and
+    their vectors written) and while a delete holds its scope lock: nothing was committed, so each
+    runs again on a new connection; the add stores each record and chunk once, without encoding its
+    records again (the vectors encoded before the transaction are reused), the delete reports what
+    it deleted. (The records are encoded before the write transaction: a cut there, as this test
+    made while a chunk was encoded inside it, meets no transaction.)"""
     dsn = pg_database("mid")
     s = PostgresStore(dsn, minilm, directory=tmp_path / "mid")
     cut = []
+    rechunk = s._rechunk
 
-    def progress(done, total):
+    def cutting_rechunk(c, sessions, known=None):
         if not cut:
             cut.append(terminate_sessions(dsn))
+        return rechunk(c, sessions, known)
 
-    res = s.add(HISTORY, progress=progress)
+    monkeypatch.setattr(s, "_rechunk", cutting_rechunk)
+    res = s.add(HISTORY)
     assert cut == [1] and res.added == ["s1:1", "s1:2", "s2:3"] and res.skipped == []
+    assert res.records_embedded == 3  # each record encoded once, over both attempts
     assert s.count() == {"records": 3, "chunks": 2, "vectors": 2}
 
     guard = s._guard

@@ -54,15 +54,65 @@ def ctx(env, question: str, **options):
 
 def test_turn_view_has_one_item_per_record_and_rebuilds_nothing(env):
     bank = open_turn_bank(env.store)
-    assert build_turns(bank, env.store, A) == {"added": 7, "removed": 0, "kept": 0}
-    assert build_turns(bank, env.store, A) == {"added": 0, "removed": 0, "kept": 7}
+    assert build_turns(bank, env.store, A) == {"added": 7, "removed": 0, "kept": 0, "encoded": 0}
+    assert build_turns(bank, env.store, A) == {"added": 0, "removed": 0, "kept": 7, "encoded": 0}
     items = bank.items(A, KIND)
     assert [it.source_ids for it in items] == [[r.id] for r in recs()]
     assert items[1].text == 'Ben said, "Great, I adopted a grey kitten named Pixel."'
     assert [it.meta["position"] for it in items] == [0, 1, 2, 3, 4, 0, 1]
     env.store.delete("s2:2", A)  # the delete reaches the turn view (the banks' purger)
     assert [it.source_ids for it in bank.items(A, KIND)][-1] == ["s2:1"]
-    assert build_turns(bank, env.store, A) == {"added": 0, "removed": 0, "kept": 6}
+    assert build_turns(bank, env.store, A) == {"added": 0, "removed": 0, "kept": 6, "encoded": 0}
+
+
+class CountingEmbedder:
+    """The real MiniLM, counting the texts it encodes."""
+
+    def __init__(self, inner):
+        self.inner, self.model_id, self.dim, self.texts = inner, inner.model_id, inner.dim, 0
+
+    def encode(self, texts):
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+    def count_tokens(self, text):
+        return self.inner.count_tokens(text)
+
+
+def test_the_turn_view_takes_each_turns_vector_from_the_store(tmp_path, minilm):
+    """A turn item's text is its record's render() (the text the store embedded when the record was
+    added), so the view takes the store's record vector instead of encoding the turn again; a store
+    without record vectors leaves the encoding to the bank."""
+    emb = CountingEmbedder(minilm)
+    store = SQLiteStore(tmp_path / "m", emb)
+    store.add(recs())
+    assert emb.texts == 7  # each record once
+    bank = open_turn_bank(store)
+    assert build_turns(bank, store, A) == {"added": 7, "removed": 0, "kept": 0, "encoded": 0}
+    assert emb.texts == 7  # the turn view encoded nothing
+    items, matrix = bank.vectors(A, KIND)
+    assert [it.text for it in items] == [r.render() for r in recs()]
+    stored = store.record_vectors(A, [it.source_ids[0] for it in items])
+    assert (matrix == stored).all()
+    assert abs(matrix - minilm.encode([it.text for it in items])).max() < 1e-5  # what the bank would have encoded
+    # a new turn: the store encodes it once when it is added, the view reuses that vector
+    store.add([Record(id="s2:3", scope=A, session_id="s2", speaker="Ben", text="Yes, every day.")])
+    assert emb.texts == 8
+    assert build_turns(bank, store, A)["encoded"] == 0 and emb.texts == 8
+
+    class NoRecordVectors:  # a store that keeps no record vectors (the protocol's older members only)
+        def records(self, scope):
+            return store.records(scope)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    from memfrontier.store.bank import MemoryBank
+
+    plain = MemoryBank(other / "turns.db", emb)
+    assert build_turns(plain, NoRecordVectors(), A) == {"added": 8, "removed": 0, "kept": 0, "encoded": 8}
+    assert emb.texts == 16
+    plain.close()
+    store.close()
 
 
 def test_one_turn_hit_reads_that_turn_under_its_session_date(env):

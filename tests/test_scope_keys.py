@@ -166,9 +166,12 @@ def test_version_1_store_is_migrated_on_open(tmp_path, minilm):
 
     emb = Counting(minilm)
     s = SQLiteStore(path, emb)
-    assert emb.texts == 0  # every chunk text was embedded before: vectors reused
+    # every record was embedded before (the store taken back to version 1 kept its record vectors):
+    # nothing is encoded, the rebuilt chunks' vectors are derived from them
+    assert emb.texts == 0
     db = sqlite3.connect(str(path / "store.db"))
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "3"
+    assert db.execute("SELECT count(*) FROM record_vectors").fetchone()[0] == 3
     assert sorted(r[0] for r in db.execute("SELECT DISTINCT scope_key FROM chunks")) == sorted(
         sc.key() for sc in (FIRST, SECOND, Scope(user_id="solo"))
     )

@@ -25,7 +25,7 @@ from memfrontier.retrieve.rrf import rrf_fuse
 from memfrontier.store.base import MemoryStore
 from memfrontier.store.bm25 import bm25_split
 from memfrontier.store.postgres import PostgresStore
-from memfrontier.store.records import encode
+from memfrontier.store.records import chunk_vector, encode
 from memfrontier.store.sqlite import SQLiteStore
 
 A = Scope(user_id="alice")
@@ -164,10 +164,11 @@ def test_hybrid_scores_are_rrf_of_the_two_rankings(store):
 def test_idempotent_ingest_does_not_reembed(store, emb):
     first = store.add(ALICE)
     calls, texts = emb.calls, emb.texts
-    assert calls >= 1 and texts == first.chunks_embedded == 2
+    # each record encoded once (one batched call); the two chunks' vectors derived from them
+    assert calls == 1 and texts == first.records_embedded == 4 and first.chunks_embedded == 2
     again = store.add(ALICE)
     assert again.added == [] and sorted(again.skipped) == sorted(r.id for r in ALICE)
-    assert again.chunks_built == 0 and again.chunks_embedded == 0
+    assert again.chunks_built == 0 and again.chunks_embedded == 0 and again.records_embedded == 0
     assert (emb.calls, emb.texts) == (calls, texts)
     # duplicates inside one batch: first wins, the rest counted as skipped
     dup = store.add([BOB[0], BOB[0]])
@@ -189,22 +190,25 @@ def test_encode_in_batches_longest_first_keeps_the_order(minilm):
 
 
 def test_add_reports_embedding_progress_in_records(open_store, minilm):
-    """progress(done, total) counts records (turns) through the chunks being embedded: 0 first, then
-    after each embedder batch; nothing when nothing is embedded."""
+    """progress(done, total) counts the records (turns) being embedded: 0 first, then after each
+    embedder batch; nothing when nothing is embedded. (Before record vectors it counted the records
+    of the chunks being encoded, a re-chunked session's stored ones included: now only new records
+    are encoded, the chunks' vectors derived.)"""
     emb = CountingEmbedder(minilm)
-    emb.batch_size = 1  # one chunk per batch: three chunks of two records each
+    emb.batch_size = 1  # one record per batch: six records, three chunks of two records each
     store = open_store("p", emb)
     seen = []
     res = store.add(ALICE + BOB, progress=lambda done, total: seen.append((done, total)))
-    assert res.chunks_embedded == 3 and emb.calls == 3
-    assert seen == [(0, 6), (2, 6), (4, 6), (6, 6)]
+    assert res.chunks_embedded == 3 and res.records_embedded == 6 and emb.calls == 6
+    assert seen == [(i, 6) for i in range(7)]
     seen.clear()
     assert store.add(ALICE + BOB, progress=lambda *a: seen.append(a)).added == [] and seen == []
-    store.add(
+    res = store.add(
         [turn(5, "The cello teacher moved to Porto.", session="s2", ts="2023-06-01T10:00:00")],
         progress=lambda *a: seen.append(a),
     )
-    assert seen == [(0, 3), (3, 3)]  # session s2 re-chunked: its one chunk now holds three records
+    # session s2 re-chunked (its one chunk now holds three records): only the new record is encoded
+    assert seen == [(0, 1), (1, 1)] and res.chunks_embedded == 1 and emb.calls == 7
     assert store.count() == {"records": 7, "chunks": 3, "vectors": 3}
 
 
@@ -219,9 +223,56 @@ def test_incremental_add_reuses_vectors_of_unchanged_chunks(store, emb):
     texts0 = emb.texts
     res = store.add([turn(100, "Oh, and I bought a telescope.")])
     after = {c.id for c in store.chunks(A)}
+    # the new record alone is encoded; the chunk it joins gets a vector derived from its records'
     assert res.chunks_built == 1 and res.chunks_embedded == 1 and emb.texts == texts0 + 1
     assert len(before - after) == 1 and len(after - before) == 1  # only the last chunk changed
     assert store.count() == {"records": 41, "chunks": len(after), "vectors": len(after)}
+
+
+def test_a_record_joining_the_open_chunk_costs_one_encode_and_a_mean(store, emb, minilm):
+    """The turns of a session added one by one (an agent's chat): each add encodes its one record,
+    never the open chunk they all join (before record vectors, that chunk's whole text was encoded
+    again on every add); the chunk's vector is the token-weighted mean of the records' stored
+    vectors, as one add of the whole session derives it."""
+    turns = [turn(i, f"Turn {i}: the garden needs water, said the neighbour about the roses.") for i in range(8)]
+    for t in turns:
+        res = store.add([t])
+        assert (res.records_embedded, res.chunks_built, res.chunks_embedded) == (1, 1, 1)
+    assert emb.calls == 8 and emb.texts == 8
+    [ch] = store.chunks(A)
+    vecs = store.record_vectors(A, ch.record_ids)
+    assert vecs.shape == (8, 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(vecs, minilm.encode([t.render() for t in turns]), atol=1e-5)
+    want = chunk_vector(vecs, [minilm.count_tokens(t.render()) for t in turns], 254)
+    top, cos = store.search_dense("", A, 1, query_vector=want)[0]
+    assert top.id == ch.id and cos == pytest.approx(1.0, abs=1e-6)
+
+
+def n_record_vectors(store) -> int:
+    with store._read_tx() as c:
+        return int(c.execute("SELECT count(*) FROM record_vectors").fetchone()[0])
+
+
+def test_record_vectors_are_read_in_their_own_scope_and_go_with_deletes(store, minilm):
+    mine = Record(id="x", scope=A, session_id="s1", speaker="Ann", text="I keep bees on the roof.")
+    theirs = Record(id="x", scope=B, session_id="s1", speaker="Bob", text="I race pigeons on weekends.")
+    store.add(ALICE + BOB + [mine, theirs])
+    assert n_record_vectors(store) == 8
+    # the same id in two scopes: each scope reads its own record's vector
+    np.testing.assert_allclose(store.record_vectors(A, ["x"])[0], minilm.encode([mine.render()])[0], atol=1e-5)
+    np.testing.assert_allclose(store.record_vectors(B, ["x"])[0], minilm.encode([theirs.render()])[0], atol=1e-5)
+    assert store.record_vectors(A, []).shape == (0, 384)
+    with pytest.raises(KeyError, match="alice:s1:1"):
+        store.record_vectors(B, ["alice:s1:1"])  # another scope's record
+    with pytest.raises(KeyError):
+        store.record_vectors(Scope(user_id="alice", agent_id="a1"), ["x"])  # an exact scope: not alice's own
+    assert store.delete("x", A) is True
+    with pytest.raises(KeyError):
+        store.record_vectors(A, ["x"])
+    assert store.record_vectors(B, ["x"]).shape == (1, 384) and n_record_vectors(store) == 7
+    assert store.delete_all(B) == 3 and n_record_vectors(store) == 4
+    with pytest.raises(KeyError):
+        store.record_vectors(B, ["x"])
 
 
 def test_reopen_keeps_everything_and_does_not_reembed(open_store, minilm):
@@ -421,7 +472,7 @@ def test_embedding_mismatch(open_store, minilm):
         open_store("m", CountingEmbedder(minilm, dim=128))
     assert other.calls == 0
     s2 = open_store("m", other, reembed=True)
-    assert other.texts == 2  # both chunks re-embedded
+    assert other.texts == 4  # every record re-embedded (the two chunks' vectors derived from them)
     assert s2.search_dense("cello", A, 1)[0][0].session_id == "s2"
     s2.close()
     # now the store belongs to the new id; the original one mismatches
@@ -597,9 +648,19 @@ def test_kill_9_during_ingest_keeps_whole_batches(open_store, minilm):
 
 def test_vectors_are_unit_float32(store, minilm):
     store.add(ALICE)
-    for ch in store.chunks(A):  # the stored vector is the chunk text's unit embedding: cosine 1 with itself
-        top, cos = store.search_dense("", A, 1, query_vector=minilm.encode([ch.text])[0])[0]
+    recs = {r.id: r for r in ALICE}
+    for ch in store.chunks(A):
+        # the stored vector is the token-weighted mean of the chunk's records' unit embeddings,
+        # normalised (records.chunk_vector; it replaced the embedding of the chunk's text, which the
+        # lab note measured at equal LoCoMo recall): cosine 1 with that vector computed here
+        texts = [recs[i].render() for i in ch.record_ids]
+        want = chunk_vector(minilm.encode(texts), [minilm.count_tokens(t) for t in texts], 254)
+        assert np.linalg.norm(want) == pytest.approx(1.0, abs=1e-6)
+        top, cos = store.search_dense("", A, 1, query_vector=want)[0]
         assert top.id == ch.id and cos == pytest.approx(1.0, abs=1e-5)
+        # and close to, not equal to, the embedding of the chunk's text
+        _, cos_text = store.search_dense("", A, 1, query_vector=minilm.encode([ch.text])[0])[0]
+        assert 0.8 < cos_text < 0.999
     enc = minilm.encode(["a", "b"])
     assert enc.shape == (2, 384) and enc.dtype == np.float32
     assert minilm.encode([]).shape == (0, 384)
@@ -607,13 +668,20 @@ def test_vectors_are_unit_float32(store, minilm):
 
 def test_write_path_embeds_inside_the_transaction_when_the_optimistic_pass_missed(sqlite_store, emb, monkeypatch):
     store = sqlite_store
-    # simulate a concurrent writer that changed the sessions between the two passes:
-    # the optimistic pre-embedding finds nothing, so the transaction must embed by itself
-    monkeypatch.setattr(store, "_pre_embed", lambda *a, **k: {})
+    # simulate a concurrent writer that changed the records between the two passes: the encoding
+    # before the write lock (the first _vectors_for call of the add) gives nothing, so the
+    # transaction must embed the records it inserts by itself
+    real, calls = store._vectors_for, []
+
+    def first_pass_misses(records, known, progress=None):
+        calls.append(len(records))
+        return [] if len(calls) == 1 else real(records, known, progress)
+
+    monkeypatch.setattr(store, "_vectors_for", first_pass_misses)
     res = store.add(ALICE)
-    assert res.chunks_embedded == 2 and emb.texts == 2
-    assert store.delete("alice:s2:4", A) is True  # re-chunked s2 -> one new chunk embedded in the tx
-    assert emb.texts == 3
+    assert res.chunks_embedded == 2 and emb.texts == 4 and calls[:2] == [4, 4]
+    assert store.delete("alice:s2:4", A) is True  # re-chunked s2 -> one new chunk, its vector derived
+    assert emb.texts == 4  # nothing encoded: the vector comes from the remaining record's
     assert store.count() == {"records": 3, "chunks": 2, "vectors": 2}
     assert store.search_bm25("cello", A, 5) == []
     assert store.search_bm25("Lisbon", A, 1)[0][0].record_ids == ["alice:s2:3"]
@@ -708,8 +776,17 @@ def _stats(conn) -> dict[str, tuple[int, int]]:
     return {r[0]: (r[4], r[5]) for r in rows}
 
 
+def _back_to_schema_8(conn) -> None:
+    """Undo schema 9 by hand: no record vectors, and the chunk vectors not marked derived from them
+    (as a schema-8 store's, the embeddings of the chunks' texts)."""
+    conn.execute("DROP TABLE record_vectors")
+    conn.execute("DELETE FROM meta WHERE key = 'chunk_vectors'")
+    conn.execute("DELETE FROM schema_version WHERE version > 8")
+
+
 def _back_to_schema_7(conn) -> None:
-    """Undo schema 8 by hand: no per-scope write counter (triggers, table, sequence)."""
+    """Undo schemas 9 and 8 by hand: no per-scope write counter (triggers, table, sequence)."""
+    _back_to_schema_8(conn)
     for event in ("insert", "delete"):
         conn.execute(f"DROP TRIGGER records_scope_gen_{event} ON records")
         conn.execute(f"DROP FUNCTION scope_gen_{event}()")
@@ -914,7 +991,7 @@ def test_postgres_schema_4_store_gets_postings_and_the_same_bm25(pg_database, tm
                 ).fetchall()
     assert sum(len(r) for r in reference.values()) > 20
     s = PostgresStore(dsn, minilm, directory=tmp_path / "v4")
-    assert s.schema_version() == SCHEMA_VERSION == 8
+    assert s.schema_version() == SCHEMA_VERSION == 9
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert len(_postings(conn)) == conn.execute("SELECT sum(tsv_len) FROM chunks").fetchone()[0] > 0
         assert conn.execute("SELECT to_regclass('chunks_tsv')").fetchone()[0] is None

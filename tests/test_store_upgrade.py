@@ -175,7 +175,7 @@ def test_a_migrated_store_takes_the_same_history_again_as_a_no_op(tmp_path, embe
     db = sqlite3.connect(path / "store.db")
     rows = db.execute("SELECT timestamp, text FROM records WHERE timestamp IS NOT NULL ORDER BY timestamp").fetchall()
     chunk_ts = [t for (t,) in db.execute("SELECT timestamp FROM chunks WHERE timestamp IS NOT NULL ORDER BY timestamp")]
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "3"
     db.close()
     assert rows == [
         ("2023-05-09T01:00:00+00:00", "Rufus chewed my left shoe."),

@@ -293,20 +293,37 @@ class MemoryBank:
         *,
         done: list[tuple[Scope, str, dict]] = (),
         traces: list[tuple[Scope, Trace]] = (),
+        vectors: dict[str, np.ndarray] | None = None,
     ) -> None:
         """Upsert items, delete items, mark units done and keep traces, all in one transaction.
 
         ``done``: ``(scope, unit, usage)`` marks; ``usage`` (e.g. a StageUsage dump: calls, tokens,
         USD) is what building the unit cost, so the cost of a view survives across runs.
 
-        Vectors are computed before the transaction; an item whose id exists is replaced.
-        Raises ValueError for an item with empty text.
+        Vectors are computed before the transaction (the items' :meth:`BankItem.render`, one
+        encode call); an item whose id exists is replaced. ``vectors`` (item id -> float32
+        ``(dim,)``, unit length) gives the vectors of items already embedded with this bank's
+        embedder, e.g. the store's record vectors for the turn view, whose item text is the
+        record's rendered text: those items are not encoded again.
+
+        Raises:
+            ValueError: an item has empty text, or a given vector is not of shape ``(dim,)``.
         """
         upsert = list(upsert)
+        given = vectors or {}
+        dim = int(self.embedder.dim)
         for it in upsert:
             if not it.text.strip():
                 raise ValueError(f"bank item {it.id!r} has empty text")
-        vecs = np.asarray(self.embedder.encode([it.render() for it in upsert]), dtype=np.float32) if upsert else None
+            if it.id in given and np.shape(given[it.id]) != (dim,):
+                raise ValueError(
+                    f"bank item {it.id!r}: given vector of shape {np.shape(given[it.id])}, expected ({dim},)"
+                )
+        by_id = {it.id: np.asarray(given[it.id], dtype=np.float32) for it in upsert if it.id in given}
+        todo = [it for it in upsert if it.id not in given]
+        if todo:
+            by_id.update(zip([it.id for it in todo], np.asarray(self.embedder.encode([it.render() for it in todo]))))
+        vecs = [by_id[it.id] for it in upsert]
         now = time.time()
         with self._tx() as c:
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM items").fetchone()[0]
@@ -329,7 +346,7 @@ class MemoryBank:
                         it.timestamp,
                         json.dumps(it.source_ids),
                         json.dumps(it.meta, ensure_ascii=False),
-                        vecs[n].tobytes(),
+                        np.ascontiguousarray(vecs[n], dtype=np.float32).tobytes(),
                         seq + n + 1,
                     ),
                 )

@@ -15,18 +15,22 @@ from pydantic import BaseModel, Field
 
 from ..core.types import Chunk, Record, Scope
 
-#: ``progress(done, total)`` of an ``add``: records (turns) whose chunks are embedded so far, out
-#: of the records in the chunks this add embeds (a re-chunked session counts its stored records too).
+#: ``progress(done, total)`` of an ``add``: records (turns) embedded so far, out of the records this
+#: add embeds (its new records: each is encoded once; a chunk's vector is derived from its records').
 AddProgress = Callable[[int, int], None]
 
 
 class AddResult(BaseModel):
-    """What an ``add`` changed: ids inserted, ids already present (skipped), chunks (re)built."""
+    """What an ``add`` changed: ids inserted, ids already present (skipped), chunks (re)built,
+    chunk vectors written (``chunks_embedded``: derived from their records' vectors, nothing
+    encoded; :func:`~memfrontier.store.records.chunk_vector`) and record texts encoded
+    (``records_embedded``: one per new record, a text two new records share encoded once)."""
 
     added: list[str] = Field(default_factory=list)
     skipped: list[str] = Field(default_factory=list)
     chunks_built: int = 0
     chunks_embedded: int = 0
+    records_embedded: int = 0
 
 
 @runtime_checkable
@@ -55,9 +59,11 @@ class MemoryStore(Protocol):
         ...
 
     def add(self, records: list[Record], *, progress: AddProgress | None = None) -> AddResult:
-        """Insert the records not yet stored (one transaction); ``progress(done, total)``, if
-        given, is called as their chunks are embedded (:data:`AddProgress`), before the first
-        batch of the embedder and after each; not at all when nothing needs embedding."""
+        """Insert the records not yet stored (one transaction), each with its vector (the
+        embedding of :meth:`Record.render`, encoded once, all new records of the call in one
+        batched encode); chunk vectors are derived from them. ``progress(done, total)``, if given,
+        is called as the records are embedded (:data:`AddProgress`), before the first batch of the
+        embedder and after each; not at all when nothing needs embedding."""
         ...
 
     def records(self, scope: Scope, session_id: str | None = None) -> list[Record]:
@@ -69,6 +75,13 @@ class MemoryStore(Protocol):
         ...
 
     def chunks(self, scope: Scope) -> list[Chunk]: ...
+
+    def record_vectors(self, scope: Scope, record_ids: list[str]) -> np.ndarray:
+        """The stored vectors of records of exactly ``scope`` (its key: the records' own scope),
+        float32 ``(len(record_ids), dim)`` in the order asked, each the unit embedding of the
+        record's :meth:`Record.render`, as encoded when it was added. Raises KeyError naming the
+        ids that have none there (unknown, another scope's, or not embedded yet)."""
+        ...
 
     def encode_query(self, query: str) -> np.ndarray:
         """The query's embedding, float32 ``(dim,)``."""

@@ -55,10 +55,9 @@ from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .postgres_schema import MIGRATIONS, apply_migrations, schema_version
 from .records import (
+    CHUNK_VECTORS,
     RECORD_COLUMNS,
     add_result,
-    encode,
-    encode_chunks,
     lookup_ids,
     purge_intent,
     record_row,
@@ -174,8 +173,8 @@ class PostgresStore(StoreSeam):
         embedder: as for :class:`~memfrontier.store.sqlite.SQLiteStore` (``model_id``, ``dim``,
             ``encode``, ``count_tokens``); its id and dim are recorded in ``meta``.
         chunk_tokens: chunk budget in retriever tokens (recorded; another value raises StoreError).
-        reembed: re-embed every chunk when the recorded embedding model id or dim differ, instead
-            of raising :class:`EmbeddingMismatchError`.
+        reembed: re-embed every record (and derive every chunk's vector again) when the recorded
+            embedding model id or dim differ, instead of raising :class:`EmbeddingMismatchError`.
         directory: local folder for the view files (default :func:`default_directory`).
         connect_timeout_s: how long to wait for the server (seconds): at the open, and for a new
             connection when one dropped (see the module docstring).
@@ -234,7 +233,7 @@ class PostgresStore(StoreSeam):
         except psycopg.Error as e:
             self._pool.close()
             raise StoreError(f"cannot connect to store database {self.name}: {e}") from e
-        self._open_steps(lambda: self._check_meta(reembed))
+        self._open_steps(lambda: self._check_meta(reembed), self._complete_vectors)
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -402,6 +401,7 @@ class PostgresStore(StoreSeam):
                         ("embedding_model_id", self.embedder.model_id),
                         ("embedding_dim", str(int(self.embedder.dim))),
                         ("chunk_tokens", str(self.chunk_tokens)),
+                        ("chunk_vectors", CHUNK_VECTORS),
                     ],
                 )
                 return
@@ -416,40 +416,77 @@ class PostgresStore(StoreSeam):
 
     # -- embedding helpers ----------------------------------------------------------------
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        return encode(self.embedder, texts)
+    @staticmethod
+    def _ids_in(column: str, ids: list[str]) -> tuple[str, list]:
+        """``column`` among ``ids`` (one array parameter)."""
+        return f"{column} = ANY(%s)", [list(ids)]
+
+    def _lock_scopes(self, c, scope_keys) -> None:
+        """Inside a write transaction: the scopes' advisory locks (sorted, so two writers cannot deadlock)."""
+        for key in sorted(set(scope_keys)):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
 
     @_reconnecting(idempotent=True)
     def reembed_all(self) -> int:
-        """Re-embed every chunk with the configured embedder (the vector column is recreated with its
-        dimension, HNSW index included) and record its id/dim. Returns chunks embedded."""
-        dim = int(self.embedder.dim)
+        """Re-embed every record with the configured embedder and derive every chunk's vector again
+        (the vector column recreated with its dimension, HNSW index included), recording its id/dim:
+        the record vectors are dropped and the model recorded in one transaction, then
+        :meth:`_complete_vectors` embeds the records in committed batches (an interrupted
+        re-embedding resumes on the next open with this embedder). Returns chunks whose vector was derived."""
         with self._write_tx() as c:
             c.execute("LOCK TABLE chunks IN EXCLUSIVE MODE")
-            rows = c.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
-            vecs = self._encode([t for _, t in rows])
+            c.execute("DELETE FROM record_vectors")
+            c.execute("DELETE FROM meta WHERE key = 'chunk_vectors'")
+            c.cursor().executemany(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim)))],
+            )
+        self._complete_vectors()
+        with self._read_tx() as c:
+            return int(c.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def _rederive_all(self) -> int:
+        """Every chunk's vector derived again from its records' (:meth:`_derived_vectors`), in one
+        transaction holding ``chunks`` against writes: the vector column recreated with the
+        embedder's dimension (HNSW index included, built once after the rows are written) and
+        :data:`~memfrontier.store.records.CHUNK_VECTORS` recorded; 0 when another opener did it
+        first. Returns the chunk vectors written."""
+        dim = int(self.embedder.dim)
+        n = 0
+        with self._write_tx() as c:
+            c.execute("LOCK TABLE chunks IN EXCLUSIVE MODE")
+            if self._meta(c).get("chunk_vectors") == CHUNK_VECTORS:
+                return 0
+            keys = [r[0] for r in c.execute("SELECT DISTINCT scope_key FROM chunks ORDER BY scope_key")]
             c.execute("DROP INDEX IF EXISTS chunks_embedding")
             c.execute("ALTER TABLE chunks DROP COLUMN embedding")
             c.execute(f"ALTER TABLE chunks ADD COLUMN embedding vector({dim})")
-            with c.cursor() as cur:
-                cur.executemany(
-                    "UPDATE chunks SET embedding = %s WHERE id = %s", [(v, i) for (i, _), v in zip(rows, vecs)]
-                )
+            for key in keys:
+                chunks = [
+                    _row_to_chunk(r)
+                    for r in c.execute(f"SELECT {_CHUNK_COLS} FROM chunks WHERE scope_key = %s", (key,)).fetchall()
+                ]
+                vecs = self._derived_vectors(c, key, chunks, {})
+                with c.cursor() as cur:
+                    cur.executemany(
+                        "UPDATE chunks SET embedding = %s WHERE id = %s", [(v, ch.id) for ch, v in zip(chunks, vecs)]
+                    )
+                n += len(chunks)
             c.execute("ALTER TABLE chunks ALTER COLUMN embedding SET NOT NULL")
             c.execute("CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops)")
-            c.cursor().executemany(
-                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(dim))],
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES ('chunk_vectors', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (CHUNK_VECTORS,),
             )
-        return len(rows)
+        return n
 
     # -- writes ---------------------------------------------------------------------------
 
     def _guard(self, c, scope_keys) -> None:
-        """Inside a write transaction: lock the scopes (sorted, so two writers cannot deadlock) and
-        check the embedding model is still the configured one."""
-        for key in sorted(set(scope_keys)):
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
+        """Inside a write transaction: lock the scopes (:meth:`_lock_scopes`) and check the
+        embedding model is still the configured one."""
+        self._lock_scopes(c, scope_keys)
         self._guard_embedding(c)
 
     def _existing(self, c, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Record]:
@@ -464,14 +501,16 @@ class PostgresStore(StoreSeam):
         return {(row[0], row[2]): row_to_record(row[1:]) for row in rows}
 
     def _rechunk(
-        self, c, sessions: dict[tuple[str, str], None], progress: AddProgress | None = None
+        self, c, sessions: dict[tuple[str, str], None], known: dict[str, np.ndarray] | None = None
     ) -> tuple[int, int]:
         """Inside a write transaction: rebuild the chunks of ``sessions`` ((scope key, session id))
-        from their current records; unchanged chunks keep their row and vector, new ones are
-        embedded (reporting ``progress``, see :func:`~memfrontier.store.records.encode_chunks`);
-        the postings and scope statistics follow by trigger (schema 7). Returns (chunks built, vectors
-        written)."""
+        from their current records; unchanged chunks keep their row and vector, new ones get a
+        vector derived from their records' (:meth:`_derived_vectors`; ``known``: text -> vector of
+        records encoded before the transaction); the postings and scope statistics follow by
+        trigger (schema 7). Returns (chunks built, vectors written)."""
+        known = {} if known is None else known
         new_chunks: list[tuple[Chunk, int]] = []
+        vec_of: dict[str, np.ndarray] = {}
         for key in sessions:
             rows = c.execute(
                 f"SELECT {RECORD_COLS} FROM records WHERE scope_key = %s AND session_id = %s {ORDER_RECORDS}", key
@@ -507,8 +546,9 @@ class PostgresStore(StoreSeam):
             if kept:
                 with c.cursor() as cur:
                     cur.executemany("UPDATE chunks SET timestamp = %s, first_seq = %s WHERE id = %s", kept)
-            new_chunks += [(ch, first[ch.id]) for ch in plan if ch.id not in old]
-        vecs = encode_chunks(self.embedder, [ch for ch, _ in new_chunks], progress)
+            fresh = [ch for ch in plan if ch.id not in old]
+            new_chunks += [(ch, first[ch.id]) for ch in fresh]
+            vec_of.update(zip([ch.id for ch in fresh], self._derived_vectors(c, key[0], fresh, known)))
         if new_chunks:
             with c.cursor() as cur:
                 cur.executemany(
@@ -529,9 +569,9 @@ class PostgresStore(StoreSeam):
                             ch.n_tokens,
                             seq,
                             list(ch.record_ids),
-                            v,
+                            vec_of[ch.id],
                         )
-                        for (ch, seq), v in zip(new_chunks, vecs)
+                        for ch, seq in new_chunks
                     ],
                 )
         return len(new_chunks), len(new_chunks)
@@ -540,9 +580,9 @@ class PostgresStore(StoreSeam):
         """Insert records not yet stored; re-chunk and embed only what changed. Same contract as
         :meth:`SQLiteStore.add <memfrontier.store.sqlite.SQLiteStore.add>`: ids unique per scope,
         a stored (scope, id) with the same content is skipped, with other content raises
-        :class:`RecordConflictError`; one transaction for the whole batch (all or nothing).
-        ``progress(done, total)`` follows the embedding as there (here it runs inside the write
-        transaction: it may not write to this store).
+        :class:`RecordConflictError`; one transaction for the whole batch (all or nothing). Each new
+        record is embedded once, before the write transaction, and written with its vector; chunk
+        vectors are derived from them. ``progress(done, total)`` follows the embedding as there.
 
         Raises:
             ValueError: a record is empty (no text, images, action or observation); nothing written.
@@ -557,9 +597,10 @@ class PostgresStore(StoreSeam):
 
     def _add(self, records: list[Record], progress: AddProgress | None, carried: dict) -> AddResult:
         """One attempt of :meth:`add`. ``carried``: what an earlier attempt of the same call was
-        committing when its connection dropped (``keys``, ``built``, ``embedded``). When that commit
-        took effect, its records are stored now (with this batch's content) and count as added by
-        this call, with its chunk counts, instead of as skipped."""
+        committing when its connection dropped (``keys``, ``built``, ``embedded``), and the record
+        vectors it encoded (``known``, text -> vector, reused). When that commit took effect, its
+        records are stored now (with this batch's content) and count as added by this call, with
+        its chunk counts, instead of as skipped."""
         records, uniq, n_of = self._checked_new(records)
         prior = carried.pop("keys", set())
         if prior and not prior & n_of.keys():  # one transaction: all of it took effect, or none
@@ -574,6 +615,8 @@ class PostgresStore(StoreSeam):
 
         if not n_of:
             return nothing_new()
+        known = carried.setdefault("known", {})  # rendered text -> vector: each new record encoded once
+        self._vectors_for([uniq[k] for k in n_of], known, progress)
 
         with self._write_tx() as c:
             # every scope of the batch, not only those of n_of: a record stored at the first read may
@@ -587,10 +630,11 @@ class PostgresStore(StoreSeam):
                     f"INSERT INTO records ({RECORD_COLUMNS}) VALUES ({', '.join(['%s'] * 18)})",
                     [record_row(r, k[0], n) for k, r, n in insert],
                 )
-            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r, _ in insert), progress)
+            self._store_record_vectors(c, [(k[0], r) for k, r, _ in insert], known)
+            built, embedded = self._rechunk(c, dict.fromkeys((k[0], r.session_id) for k, r, _ in insert), known)
             inserted = {k for k, _, _ in insert}
             carried.update(keys=inserted, built=built, embedded=embedded)  # what the COMMIT below carries
-        return add_result(records, uniq, inserted | done, built + built0, embedded + embedded0)
+        return add_result(records, uniq, inserted | done, built + built0, embedded + embedded0, len(known))
 
     def _delete_where(self, where: str, params: list, whole: Scope | None = None) -> int:
         """Delete the records matching ``where``, re-chunk their sessions and record a purge intent
@@ -630,6 +674,7 @@ class PostgresStore(StoreSeam):
     # -- reads (and the seam's members that read or purge, run again on a dropped connection) --
 
     records = _reconnecting(idempotent=True)(StoreSeam.records)
+    record_vectors = _reconnecting(idempotent=True)(StoreSeam.record_vectors)
     view_dir = _reconnecting(idempotent=True)(StoreSeam.view_dir)
     complete_purges = _reconnecting(idempotent=True)(StoreSeam.complete_purges)
 

@@ -264,13 +264,37 @@ _V8 = [
     _stamp("records"),
 ]
 
+# v9: a vector per record, the embedding of its rendered text (``Record.render()``), written with
+# the record and deleted with it (foreign key, cascade); float32 little-endian bytes, as the SQLite
+# store keeps them (never searched in SQL: the chunks' vectors are derived from them, and the turn
+# view takes them as its items' vectors). The migration only creates the table, which keeps an older
+# release (which would add records without vectors) out; the store then embeds the records of a
+# database that has none in committed batches (resumable) and derives every chunk's vector from
+# them (``StoreSeam._complete_vectors``; ``meta`` key ``chunk_vectors`` says when it is done).
+_V9 = [
+    """CREATE TABLE record_vectors (
+        seq bigint PRIMARY KEY REFERENCES records (seq) ON DELETE CASCADE,
+        vector bytea NOT NULL)""",
+]
+
 #: Every schema version and the statements that bring the previous version to it.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: LOG_TABLES, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8}
+MIGRATIONS: dict[int, list[str]] = {
+    1: _V1,
+    2: LOG_TABLES,
+    3: _V3,
+    4: _V4,
+    5: _V5,
+    6: _V6,
+    7: _V7,
+    8: _V8,
+    9: _V9,
+}
 # 2: the view roots' purge log; 3: BM25 statistics; 4: the full-text index without a pending list;
 # 5: BM25 postings (the full-text index dropped); 6: the postings kept by triggers on ``chunks``
 # (no posting for a lexeme over MAX_LEXEME_BYTES), resynced with the chunks, unique per (chunk, lexeme);
 # 7: the scope statistics kept by the same triggers (renamed bm25_scope_stats, resynced);
-# 8: the per-scope write counter, kept by triggers on ``records``
+# 8: the per-scope write counter, kept by triggers on ``records``; 9: record vectors (chunk vectors
+# derived from them)
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

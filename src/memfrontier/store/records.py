@@ -1,7 +1,7 @@
 """What both stores (SQLite, PostgreSQL) do the same way with records, apart from SQL: the
 records row layout, checking an ``add`` batch, a scope's rows in a table keyed by the scope key
 (:func:`scope_key_where`), conflicts, an ``add``'s result, embedding and token counting through the
-store's embedder, the embedder-mismatch message, view folders, and the purge intent a delete
+store's embedder, a chunk's vector derived from its records' (:func:`chunk_vector`), the embedder-mismatch message, view folders, and the purge intent a delete
 writes (:mod:`.purge` carries it out)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from ..core.errors import RecordConflictError, StoreError
 from ..core.files import private_dir
 from ..core.text import check_id, clean_text, require_non_blank
-from ..core.types import Chunk, ImageRef, Record, Scope
+from ..core.types import ImageRef, Record, Scope
 from .base import AddProgress, AddResult
 
 #: The columns of the ``records`` table, in the order :func:`record_row` gives their values (both stores).
@@ -200,11 +200,13 @@ def add_result(
     added_keys: set[tuple[str, str]],
     built: int,
     embedded: int,
+    records_embedded: int = 0,
 ) -> AddResult:
     """The :class:`~memfrontier.store.base.AddResult` of an ``add`` of ``records`` (``uniq``: the
     first record per (scope key, id), :func:`checked_batch`) that inserted ``added_keys``: added ids
     in batch order; skipped ids, those already stored and then each repeat of a (scope, id) inside
-    the batch; ``built`` chunks (re)built and ``embedded`` vectors written."""
+    the batch; ``built`` chunks (re)built, ``embedded`` chunk vectors written (derived) and
+    ``records_embedded`` record texts encoded."""
     skipped = [r.id for k, r in uniq.items() if k not in added_keys]
     seen: set[tuple[str, str]] = set()
     for r in records:  # repeated (scope, id) pairs inside the batch count as skipped too
@@ -217,6 +219,7 @@ def add_result(
         skipped=skipped,
         chunks_built=built,
         chunks_embedded=embedded,
+        records_embedded=records_embedded,
     )
 
 
@@ -250,23 +253,88 @@ def _encoded(embedder, texts: list[str], dim: int) -> np.ndarray:
     return vecs
 
 
-def encode_chunks(embedder, chunks: list[Chunk], progress: AddProgress | None = None) -> np.ndarray:
-    """Vectors of ``chunks``' texts (:func:`encode`), reporting ``progress(records done, records
-    total)`` (records counted through each chunk's ``record_ids``) once before the first batch and
-    after each one; with ``progress`` None, one encode call and no report."""
-    texts = [ch.text for ch in chunks]
-    if progress is None or not chunks:
+def encode_texts(embedder, texts: list[str], progress: AddProgress | None = None) -> np.ndarray:
+    """Vectors of ``texts`` (:func:`encode`), float32 ``(len(texts), dim)``, reporting
+    ``progress(texts done, texts total)`` once before the first batch and after each one (the
+    embedder's own batches, longest first); with ``progress`` None, one encode call and no report.
+    An ``add`` passes the rendered records it inserts (:meth:`Record.render`): one text per record."""
+    if progress is None or not texts:
         return encode(embedder, texts)
-    weights = [len(ch.record_ids) for ch in chunks]
-    total, done = sum(weights), 0
+    total, done = len(texts), 0
     progress(0, total)
 
     def on_batch(positions: list[int]) -> None:
         nonlocal done
-        done += sum(weights[i] for i in positions)
+        done += len(positions)
         progress(done, total)
 
     return encode(embedder, texts, on_batch)
+
+
+# -- chunk vectors derived from record vectors -------------------------------------------------
+#
+# Each record is embedded once, when it is added (the embedding of ``Record.render()``, the text a
+# chunk joins); a chunk's vector is derived from its records' vectors, never encoded. Source: the
+# design of issue 46 ("each token encoded once"; docs/architecture.md, "Vectors") and the lab note
+# in docs/changelog.md ("chunk vectors derived from their turns' vectors": on LoCoMo, evidence
+# recall of rag-k4 / rag-k8 / rag-turns-rr held within 0.01 of the encoded chunk vectors).
+
+#: What ``meta`` records (key ``chunk_vectors``) once every chunk vector of a store is
+#: :func:`chunk_vector` of its records' vectors (both stores); a store without it is migrated on open.
+CHUNK_VECTORS = "record-mean-v1"
+
+
+def token_window(embedder) -> int:
+    """Word pieces of a text the embedder reads, special tokens excluded: its ``max_seq_length``
+    less [CLS] and [SEP] (254 for all-MiniLM-L6-v2, which reads 256); 254 for an embedder that
+    does not say."""
+    return max(1, int(getattr(embedder, "max_seq_length", 256)) - 2)
+
+
+def chunk_vector(vectors: np.ndarray, n_tokens, window: int) -> np.ndarray:
+    """A chunk's vector from its records' vectors: the L2-normalised, token-weighted mean.
+
+    Args:
+        vectors: float32 ``(k, dim)``, ``k >= 1``: the records' unit vectors, in chunk order.
+        n_tokens: ``k`` ints, each record's retriever tokens (``count_tokens(render())``, the
+            ``n_tokens`` a store keeps). A record weighs ``min(max(n, 1), window)``: the encoder
+            read at most ``window`` of its word pieces (:func:`token_window`).
+        window: the encoder's window in word pieces (254 for all-MiniLM-L6-v2).
+
+    Returns:
+        float32 ``(dim,)`` of unit length; for one record (a chunk of one record, e.g. one that
+        alone exceeds the window) its own vector, unchanged. A zero mean (opposite vectors) is
+        returned as is (cosine 0 with any query).
+
+    Raises:
+        ValueError: no vectors, or ``len(n_tokens) != k``.
+
+    Source: issue 46's design and the changelog's lab note (see the comment above); equal
+    weights per token of what the encoder read, which is what mean pooling over one encoding of
+    the joined text would weigh, bar the attention across records.
+    """
+    vecs = np.asarray(vectors, dtype=np.float32)
+    if vecs.ndim != 2 or len(vecs) == 0 or len(vecs) != len(n_tokens):
+        raise ValueError(f"chunk_vector takes k >= 1 vectors and k token counts, got {vecs.shape} and {len(n_tokens)}")
+    if len(vecs) == 1:
+        return vecs[0].copy()
+    w = np.clip(np.asarray(n_tokens, dtype=np.float64), 1, max(1, int(window)))
+    mean = (w[:, None] * vecs.astype(np.float64)).sum(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return (mean / norm if norm > 0 else mean).astype(np.float32)
+
+
+def vector_blob(v: np.ndarray) -> bytes:
+    """A vector as both stores keep a record's: float32 little-endian bytes."""
+    return np.asarray(v, dtype="<f4").tobytes()
+
+
+def blob_vector(blob: bytes, dim: int, what: str) -> np.ndarray:
+    """The float32 ``(dim,)`` vector of :func:`vector_blob`'s bytes; StoreError naming ``what``
+    when the length is not ``dim`` floats (another model's vector)."""
+    if blob is None or len(blob) != 4 * int(dim):
+        raise StoreError(f"{what} has no vector of dim {dim}; reopen the store with reembed=True")
+    return np.frombuffer(bytes(blob), dtype="<f4").astype(np.float32)
 
 
 def count_tokens_many(embedder, texts: list[str]) -> list[int]:
@@ -285,7 +353,7 @@ def embedding_mismatch(store_name: str, meta: dict[str, str], embedder) -> str |
     return (
         f"store {store_name} was built with embedding model {mid!r} (dim {dim}), but the configured "
         f"embedder is {embedder.model_id!r} (dim {embedder.dim}); open it with the same "
-        f"model, or with reembed=True to re-embed every chunk"
+        f"model, or with reembed=True to re-embed every record (and derive every chunk's vector again)"
     )
 
 

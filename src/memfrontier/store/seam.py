@@ -13,7 +13,17 @@ What each store provides (its database, its SQL dialect):
 * ``_existing(c, keys)``: the stored records among ``keys`` ((scope key, record id) pairs), by key;
 * ``_delete_where(where, params, whole)``: delete the records matching ``where`` (with a purge
   intent naming them and ``whole``, the scope of a ``delete_all``) and return how many;
-* ``_store_name()``: the store as messages name it; ``reembed_all()``.
+* ``_store_name()``: the store as messages name it; ``reembed_all()``;
+* ``_ids_in(column, ids)``: ``(SQL condition, params)`` testing ``column`` against a list of ids in
+  one parameter (``json_each`` in SQLite, ``= ANY`` in PostgreSQL);
+* ``_rederive_all()``: every chunk's vector derived again from its records' (:meth:`StoreSeam._derived_vectors`),
+  in one transaction that records :data:`~memfrontier.store.records.CHUNK_VECTORS` in ``meta``.
+
+Record vectors (both stores: a ``record_vectors`` table, ``seq`` -> float32 bytes, deleted with the
+record by its foreign key): each record is embedded once, when it is added, and a chunk's vector is
+derived from its records' (:func:`~memfrontier.store.records.chunk_vector`); the members that read,
+write and complete them are here (:meth:`StoreSeam.record_vectors`, :meth:`StoreSeam._derived_vectors`,
+:meth:`StoreSeam._complete_vectors`).
 
 Columns and orders shared by both schemas are here too (:data:`RECORD_COLS`, :data:`ORDER_RECORDS`,
 :data:`ORDER_CHUNKS` and its Python twin :func:`chunk_order`), and :func:`scope_where`.
@@ -28,18 +38,25 @@ from typing import Self
 
 import numpy as np
 
-from ..core.errors import EmbeddingMismatchError
+from ..core.errors import EmbeddingMismatchError, StoreError
 from ..core.types import Chunk, Record, Scope, missing_scope_message
 from ..embed.query import encode_query
+from .base import AddProgress
 from .purge import apply_pending, purges_due
 from .records import (
+    CHUNK_VECTORS,
     Presence,
+    blob_vector,
     check_conflicts,
     checked_batch,
+    chunk_vector,
     count_tokens_many,
     embedding_mismatch,
+    encode_texts,
     lookup_ids,
     row_to_record,
+    token_window,
+    vector_blob,
     view_folder,
 )
 
@@ -54,6 +71,9 @@ RECORD_COLS = (
 ORDER_RECORDS = "ORDER BY timestamp IS NOT NULL, timestamp, seq"
 #: Chunks in store order: session time, then their first record's insertion, then id.
 ORDER_CHUNKS = "ORDER BY timestamp IS NOT NULL, timestamp, first_seq, id"
+#: Records a migration embeds per transaction (:meth:`StoreSeam._fill_record_vectors`): each batch
+#: is committed, so an interrupted migration resumes where it stopped.
+FILL_BATCH = 256
 
 
 def chunk_order(ch: Chunk, first_seq: int) -> tuple:
@@ -115,7 +135,8 @@ class StoreSeam:
 
     def _resolve_mismatch(self, msg: str | None, reembed: bool) -> None:
         """On open, after reading ``meta``: nothing when ``msg`` (the embedding mismatch) is None;
-        else re-embed every chunk when ``reembed``, or raise :class:`EmbeddingMismatchError`."""
+        else re-embed every record and derive every chunk's vector again when ``reembed``
+        (:meth:`reembed_all`), or raise :class:`EmbeddingMismatchError`."""
         if msg is None:
             return
         if not reembed:
@@ -238,6 +259,173 @@ class StoreSeam:
         where, params = self._scope_where(scope)
         return self._delete_where(where, params, whole=scope)
 
+    # -- record vectors -------------------------------------------------------------------
+
+    def _count_encoded(self, n: int) -> None:
+        """Called with the number of texts of each encode call the store makes (nothing by default)."""
+
+    def _lock_scopes(self, c, scope_keys) -> None:
+        """Inside a write transaction: serialise with the writers of ``scope_keys`` (nothing by
+        default: SQLite's write transaction is exclusive)."""
+
+    def _vectors_for(
+        self, records: list[Record], known: dict[str, np.ndarray], progress: AddProgress | None = None
+    ) -> list[np.ndarray]:
+        """The vectors of ``records``' rendered texts, float32 ``(dim,)`` each: from ``known``
+        (text -> vector) when there, the others encoded in one batched call (reporting
+        ``progress``, :func:`~memfrontier.store.records.encode_texts`) and added to ``known``."""
+        texts = [r.render() for r in records]
+        todo = [t for t in dict.fromkeys(texts) if t not in known]
+        if todo:
+            known.update(zip(todo, encode_texts(self.embedder, todo, progress)))
+            self._count_encoded(len(todo))
+        return [known[t] for t in texts]
+
+    def _vector_rows(self, c, scope_key: str, ids: list[str]) -> dict[str, tuple[int, bytes | None]]:
+        """``{record id: (retriever tokens, vector bytes or None)}`` of the records ``ids`` of the
+        exact scope ``scope_key`` (an id not stored there is absent), read in transaction ``c``."""
+        if not ids:
+            return {}
+        cond, params = self._ids_in("r.id", ids)
+        rows = c.execute(
+            "SELECT r.id, r.n_tokens, v.vector FROM records r LEFT JOIN record_vectors v ON v.seq = r.seq "
+            f"WHERE r.scope_key = {self._PH} AND {cond}",
+            [scope_key, *params],
+        ).fetchall()
+        return {rid: (int(n), blob) for rid, n, blob in rows}
+
+    def _put_record_vectors(self, c, rows: list[tuple[str, str, np.ndarray]]) -> None:
+        """Inside a write transaction: store the vectors of ``(scope key, record id, vector)`` rows
+        (a record already holding one, or gone, is left alone)."""
+        ph = self._PH
+        c.cursor().executemany(  # a cursor's: psycopg's connection has no executemany
+            f"INSERT INTO record_vectors (seq, vector) SELECT seq, {ph} FROM records "
+            f"WHERE scope_key = {ph} AND id = {ph} ON CONFLICT (seq) DO NOTHING",
+            [(vector_blob(v), key, rid) for key, rid, v in rows],
+        )
+
+    def _store_record_vectors(self, c, records: list[tuple[str, Record]], known: dict[str, np.ndarray]) -> None:
+        """Inside the write transaction of an ``add``, right after inserting ``records`` ((scope key,
+        record) pairs): write their vectors, from ``known`` (text -> vector, encoded before the
+        transaction); a record inserted without one (stored at the first read, deleted since by
+        another writer) is encoded here."""
+        vecs = self._vectors_for([r for _, r in records], known)
+        self._put_record_vectors(c, [(key, r.id, v) for (key, r), v in zip(records, vecs)])
+
+    def _derived_vectors(self, c, scope_key: str, chunks: list, known: dict[str, np.ndarray]) -> np.ndarray:
+        """Inside a write transaction: the vectors of ``chunks`` (of the exact scope ``scope_key``),
+        float32 ``(len(chunks), dim)``, each :func:`~memfrontier.store.records.chunk_vector` of its
+        records' stored vectors weighted by their stored token counts. A record without a vector (a
+        store still being migrated, a record written by an older release) is embedded here (from
+        ``known`` when its text is there) and its vector stored."""
+        dim = int(self.embedder.dim)
+        if not chunks:
+            return np.zeros((0, dim), dtype=np.float32)
+        ids = list(dict.fromkeys(rid for ch in chunks for rid in ch.record_ids))
+        rows = self._vector_rows(c, scope_key, ids)
+        unknown = [i for i in ids if i not in rows]
+        if unknown:
+            raise StoreError(f"store {self._store_name()}: chunk records {unknown[:5]!r} are not stored")
+        vecs = {i: blob_vector(b, dim, f"record {i!r}") for i, (_, b) in rows.items() if b is not None}
+        missing = [i for i in ids if i not in vecs]
+        if missing:
+            recs = list(self._existing(c, [(scope_key, i) for i in missing]).values())
+            fresh = self._vectors_for(recs, known)
+            self._put_record_vectors(c, [(scope_key, r.id, v) for r, v in zip(recs, fresh)])
+            vecs.update((r.id, np.asarray(v, dtype=np.float32)) for r, v in zip(recs, fresh))
+        window = token_window(self.embedder)
+        return np.stack(
+            [
+                chunk_vector(np.stack([vecs[i] for i in ch.record_ids]), [rows[i][0] for i in ch.record_ids], window)
+                for ch in chunks
+            ]
+        )
+
+    def record_vectors(self, scope: Scope, record_ids: list[str]) -> np.ndarray:
+        """The stored vectors of the records ``record_ids`` of exactly ``scope`` (matched by
+        :meth:`Scope.key`, the records' own scope: record ids are unique per scope), float32
+        ``(len(record_ids), dim)`` in the order asked; each is the unit embedding of the record's
+        :meth:`Record.render`, encoded once when it was added (what the turn view indexes).
+
+        Raises:
+            KeyError: ids with no vector in that scope (unknown there, or not embedded yet: a
+                store being migrated); the message names up to five.
+            ValueError: an id holds NUL or a lone surrogate (:func:`~memfrontier.store.records.lookup_ids`).
+        """
+        ids = lookup_ids(list(record_ids))
+        dim = int(self.embedder.dim)
+        with self._read_tx() as c:
+            rows = self._vector_rows(c, scope.key(), list(dict.fromkeys(ids)))
+        missing = [i for i in ids if rows.get(i, (0, None))[1] is None]
+        if missing:
+            raise KeyError(f"no stored vector for record(s) {missing[:5]!r} in scope {scope.key()}")
+        if not ids:
+            return np.zeros((0, dim), dtype=np.float32)
+        return np.stack([blob_vector(rows[i][1], dim, f"record {i!r}") for i in ids])
+
+    def _missing_vectors(self, c, limit: int) -> list[tuple[str, Record]]:
+        """Up to ``limit`` ``(scope key, record)`` pairs of records without a vector, oldest first."""
+        cols = ", ".join("r." + x.strip() for x in RECORD_COLS.split(","))
+        rows = c.execute(
+            f"SELECT r.scope_key, {cols} FROM records r WHERE NOT EXISTS "
+            f"(SELECT 1 FROM record_vectors v WHERE v.seq = r.seq) ORDER BY r.seq LIMIT {self._PH}",
+            [int(limit)],
+        ).fetchall()
+        return [(row[0], row_to_record(row[1:])) for row in rows]
+
+    def _fill_record_vectors(self) -> int:
+        """Embed every record without a vector, :data:`FILL_BATCH` at a time, each batch encoded
+        outside a transaction and written in its own (so an interrupted fill resumes where it
+        stopped), logging the progress. Returns the records embedded."""
+        with self._read_tx() as c:
+            total = int(
+                c.execute(
+                    "SELECT count(*) FROM records r WHERE NOT EXISTS (SELECT 1 FROM record_vectors v WHERE v.seq = r.seq)"
+                ).fetchone()[0]
+            )
+        done, last = 0, None
+        while True:
+            with self._read_tx() as c:
+                batch = self._missing_vectors(c, FILL_BATCH)
+            if not batch:
+                return done
+            keys = [(k, r.id) for k, r in batch]
+            if keys == last:
+                raise StoreError(f"store {self._store_name()}: record vectors could not be written for {keys[:3]!r}")
+            last = keys
+            vecs = self._vectors_for([r for _, r in batch], {})
+            with self._write_tx() as c:
+                self._lock_scopes(c, {k for k, _ in batch})
+                self._put_record_vectors(c, [(k, r.id, v) for (k, r), v in zip(batch, vecs)])
+            done += len(batch)
+            log.info("store %s: record vectors %d of %d embedded", self._store_name(), done, max(total, done))
+
+    def _complete_vectors(self) -> None:
+        """On open: when ``meta`` does not record :data:`~memfrontier.store.records.CHUNK_VECTORS`
+        (a store written before record vectors, or re-embedded with another model and not
+        finished), embed every record without a vector (:meth:`_fill_record_vectors`, resumable),
+        then derive every chunk's vector from them (:meth:`_rederive_all`, one transaction that
+        records it) and say so in the log. Nothing on a current store (one read)."""
+        with self._read_tx() as c:
+            if self._meta(c).get("chunk_vectors") == CHUNK_VECTORS:
+                return
+        name = self._store_name()
+        log.warning(
+            "store %s: its chunk vectors are not derived from record vectors yet; embedding each record "
+            "once (in batches of %d, resumable) and deriving the chunks' vectors from them",
+            name,
+            FILL_BATCH,
+        )
+        n = self._fill_record_vectors()
+        m = self._rederive_all()
+        log.warning(
+            "store %s migrated: %d record vectors embedded, %d chunk vectors derived from them (%s)",
+            name,
+            n,
+            m,
+            CHUNK_VECTORS,
+        )
+
     # -- reads ----------------------------------------------------------------------------
 
     def records(self, scope: Scope, session_id: str | None = None) -> list[Record]:
@@ -265,4 +453,4 @@ class StoreSeam:
         self.close()
 
 
-__all__ = ["ORDER_CHUNKS", "ORDER_RECORDS", "RECORD_COLS", "StoreSeam", "chunk_order", "scope_where"]
+__all__ = ["FILL_BATCH", "ORDER_CHUNKS", "ORDER_RECORDS", "RECORD_COLS", "StoreSeam", "chunk_order", "scope_where"]

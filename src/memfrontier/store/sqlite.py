@@ -2,7 +2,7 @@
 
 Layout of ``path/``::
 
-    store.db        SQLite in WAL mode: meta, records, chunks, chunk_records, chunk_vectors, scope_gen,
+    store.db        SQLite in WAL mode: meta, records, record_vectors, chunks, chunk_records, chunk_vectors, scope_gen,
                     pending_purges (delete intents whose derived-view cleanup is not finished),
                     view_roots and purges_applied (which view roots applied them, see
                     :mod:`memfrontier.store.purge`)
@@ -21,19 +21,22 @@ purge, so deleted text does not linger in free pages or the log. Two processes (
 objects) writing the same directory serialise on SQLite's write lock (``busy_timeout`` 30 s by
 default); threads sharing one store object serialise on a ``threading.RLock``.
 
-Embedding is done *optimistically outside* the write lock: a write first plans the new chunks
-from a read of the current state and embeds the chunk ids that have no vector, then takes the
-write lock, re-plans from the now-current state and embeds only what the first pass missed (a
-concurrent writer changed the same session). Chunk ids hash (scope key, session, record ids,
-text), so an unchanged chunk keeps its id and its vector is reused.
+Each record is embedded once, *outside* the write lock: an ``add`` encodes the rendered text of
+every new record in one batched call, then takes the write lock and writes the records with their
+vectors (``record_vectors``); a record the first read did not see as new (a concurrent writer
+deleted it since) is encoded inside. A chunk's vector is derived from its records' vectors
+(:func:`~memfrontier.store.records.chunk_vector`: their token-weighted mean, normalised), never
+encoded, so a record joining a session's open chunk costs its own encode and a mean. Chunk ids
+hash (scope key, session, record ids, text), so an unchanged chunk keeps its id and its vector.
 
 Scopes: a row's ``scope_key`` is :meth:`~memfrontier.core.types.Scope.key` (injective). Searches
 run on the in-memory :class:`~memfrontier.store.scope_index.ScopeIndex` (one partition per exact
 scope: chunks, vectors, BM25; exact cosine and bm25s with the searched scope's own statistics;
 fusion and recipes live in :mod:`memfrontier.retrieve.hybrid`). A write patches only the
 partitions of the scopes it changed; another process's write is detected through ``scope_gen``
-and reloads only the scopes it changed. The schema and the migration of a version-1 store are
-:mod:`memfrontier.store.sqlite_schema`.
+and reloads only the scopes it changed. The schema and the migrations of version-1 and version-2
+stores are :mod:`memfrontier.store.sqlite_schema`; a store whose chunk vectors are not derived
+from record vectors yet is completed on open (:meth:`~memfrontier.store.seam.StoreSeam._complete_vectors`).
 
 Errors: :class:`StoreError` when the database cannot be opened or written (corrupt file,
 locked beyond the timeout, the directory or ``store.db`` removed or replaced since the open: a
@@ -65,16 +68,16 @@ from ..core.types import Chunk, Record, Scope
 from .base import AddProgress, AddResult
 from .chunking import chunk_records
 from .records import (
+    CHUNK_VECTORS,
     RECORD_COLUMNS,
     Presence,
     add_result,
-    encode,
-    encode_chunks,
     lookup_ids,
     purge_intent,
     record_row,
     row_to_record,
     scope_key_where,
+    vector_blob,
 )
 from .scope_index import Partition, Patch, ScopeIndex
 from .seam import ORDER_CHUNKS, RECORD_COLS, StoreSeam, scope_where
@@ -111,7 +114,8 @@ class SQLiteStore(StoreSeam):
         chunk_tokens: chunk budget in retriever tokens (recorded; reopening with another value
             raises ``StoreError``).
         reembed: if the store was built with another embedding model id or dim, re-embed every
-            chunk with ``embedder`` instead of raising ``EmbeddingMismatchError``.
+            record with ``embedder`` and derive every chunk's vector again instead of raising
+            ``EmbeddingMismatchError``.
         busy_timeout_s: how long a write waits for another writer's lock (seconds).
 
     Raises:
@@ -139,9 +143,9 @@ class SQLiteStore(StoreSeam):
         self.busy_timeout_s = float(busy_timeout_s)
         self._lock = threading.RLock()
         self._closed = False
-        #: counters for tests and benchmarks: encode calls / texts, BM25 index builds (one per scope
-        #: rebuilt), partition loads from SQLite (one per scope read)
-        self.stats = {"encode_calls": 0, "chunks_encoded": 0, "bm25_builds": 0, "partition_loads": 0}
+        #: counters for tests and benchmarks: encode calls / record texts encoded, BM25 index builds
+        #: (one per scope rebuilt), partition loads from SQLite (one per scope read)
+        self.stats = {"encode_calls": 0, "records_encoded": 0, "bm25_builds": 0, "partition_loads": 0}
         self._index = ScopeIndex(int(embedder.dim), self.stats)  # the in-memory search state
         self._synced: int | None = None  # store generation the index reflects (None: not loaded)
         self._conn = self._connect()
@@ -150,7 +154,9 @@ class SQLiteStore(StoreSeam):
         self._db_file.remember()
         self._root = Presence(self.path, "store directory")
         self._root.remember()
-        self._open_steps(self._init_schema, lambda: self._check_embedding(reembed), self._migrate)
+        self._open_steps(
+            self._init_schema, lambda: self._check_embedding(reembed), self._migrate, self._complete_vectors
+        )
 
     # -- connection / schema --------------------------------------------------------------
 
@@ -230,6 +236,7 @@ class SQLiteStore(StoreSeam):
                         ("schema_version", str(SCHEMA_VERSION)),
                         ("generation", "0"),
                         ("chunk_tokens", str(self.chunk_tokens)),
+                        ("chunk_vectors", CHUNK_VECTORS),
                     ],
                 )
                 return
@@ -246,22 +253,32 @@ class SQLiteStore(StoreSeam):
                 )
 
     def _migrate(self) -> None:
-        """Schema 1 -> 2 (:mod:`memfrontier.store.sqlite_schema`); a no-op on a current store."""
+        """Schema 1 -> 2 -> 3 (:mod:`memfrontier.store.sqlite_schema`); a no-op on a current store.
+        Version 3 only marks the store (``record_vectors`` is created with the tables): the record
+        vectors are computed by :meth:`_complete_vectors`, the next opening step."""
         with self._read_tx() as c:
             if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
                 return
         with self._write_tx() as c:
-            if int(self._meta(c)["schema_version"]) >= SCHEMA_VERSION:
-                return
-            shared, renamed = migrate_v1(c, self._rechunk)
-        migrate_v1_files(self.path, shared, renamed)
-        log.warning("store %s migrated to schema version %d (injective scope keys)", self.path, SCHEMA_VERSION)
+            version = int(self._meta(c)["schema_version"])
+            shared = renamed = None
+            if version < 2:
+                shared, renamed = migrate_v1(c, self._rechunk)
+        if shared is not None:
+            migrate_v1_files(self.path, shared, renamed)
+            log.warning("store %s migrated to schema version 2 (injective scope keys)", self.path)
+        with self._write_tx() as c:
+            if int(self._meta(c)["schema_version"]) < SCHEMA_VERSION:
+                c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+                log.warning(
+                    "store %s migrated to schema version %d (a vector per record; chunk vectors derived from them)",
+                    self.path,
+                    SCHEMA_VERSION,
+                )
 
-    def _rechunk(self, c: sqlite3.Connection, sessions: dict, by_text: dict[str, np.ndarray]) -> None:
-        """Re-chunk ``sessions`` in transaction ``c``, reusing the vectors of known chunk texts."""
-        plans = self._plan(c, [], set(), sessions)
-        cache = {ch.id: by_text[ch.text] for p in plans.values() for ch in p.chunks if ch.text in by_text}
-        self._apply(c, [], set(), sessions, cache)
+    def _rechunk(self, c: sqlite3.Connection, sessions: dict) -> None:
+        """Re-chunk ``sessions`` in transaction ``c`` (records embedded, chunk vectors derived)."""
+        self._apply(c, [], set(), sessions, {})
 
     def _store_name(self) -> str:
         return str(self.path)
@@ -280,39 +297,55 @@ class SQLiteStore(StoreSeam):
 
     # -- embedding helpers ----------------------------------------------------------------
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        vecs = encode(self.embedder, texts)
-        self._count_encoded(len(texts))
-        return vecs
-
     def _count_encoded(self, n: int) -> None:
         if n:
             self.stats["encode_calls"] += 1
-            self.stats["chunks_encoded"] += n
+            self.stats["records_encoded"] += n
+
+    @staticmethod
+    def _ids_in(column: str, ids: list[str]) -> tuple[str, list]:
+        """``column`` among ``ids`` (one JSON parameter, no limit on the number of ids)."""
+        return f"{column} IN (SELECT value FROM json_each(?))", [json.dumps(list(ids), ensure_ascii=False)]
 
     def reembed_all(self) -> int:
-        """Re-embed every chunk with the configured embedder and record its id/dim. Returns chunks embedded."""
-        with self._read_tx() as c:
-            pre = c.execute("SELECT id, text FROM chunks").fetchall()
-        cache = dict(zip([i for i, _ in pre], self._encode([t for _, t in pre]))) if pre else {}
+        """Re-embed every record with the configured embedder, derive every chunk's vector again and
+        record the embedder's id/dim: the record vectors are dropped and the model recorded in one
+        transaction, then :meth:`_complete_vectors` embeds the records in committed batches (an
+        interrupted re-embedding resumes on the next open with this embedder). Returns chunks
+        whose vector was derived."""
         with self._write_tx() as c:
-            rows = c.execute("SELECT id, text FROM chunks").fetchall()
-            missing = [(i, t) for i, t in rows if i not in cache]
-            if missing:
-                cache.update(zip([i for i, _ in missing], self._encode([t for _, t in missing])))
-            c.execute("DELETE FROM chunk_vectors")
-            c.executemany(
-                "INSERT INTO chunk_vectors(chunk_id, vector) VALUES (?, ?)",
-                [(i, cache[i].astype("<f4").tobytes()) for i, _ in rows],
-            )
+            c.execute("DELETE FROM record_vectors")
+            c.execute("DELETE FROM meta WHERE key = 'chunk_vectors'")
             c.executemany(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                 [("embedding_model_id", self.embedder.model_id), ("embedding_dim", str(int(self.embedder.dim)))],
             )
-            self._bump(c, [r[0] for r in c.execute("SELECT DISTINCT scope_key FROM chunks")])
+        self._complete_vectors()
+        with self._read_tx() as c:
+            return int(c.execute("SELECT COUNT(*) FROM chunk_vectors").fetchone()[0])
+
+    def _rederive_all(self) -> int:
+        """Every chunk's vector derived again from its records' (:meth:`_derived_vectors`), scope by
+        scope, in one transaction that records :data:`~memfrontier.store.records.CHUNK_VECTORS`;
+        0 when another opener did it first. Returns the chunk vectors written."""
+        n = 0
+        with self._write_tx() as c:
+            if self._meta(c).get("chunk_vectors") == CHUNK_VECTORS:
+                return 0
+            keys = [r[0] for r in c.execute("SELECT DISTINCT scope_key FROM chunks ORDER BY scope_key")]
+            for key in keys:
+                chunks = self._load_chunks(c, "scope_key = ?", [key])
+                vecs = self._derived_vectors(c, key, chunks, {})
+                c.executemany(
+                    "INSERT OR REPLACE INTO chunk_vectors(chunk_id, vector) VALUES (?, ?)",
+                    [(ch.id, vector_blob(v)) for ch, v in zip(chunks, vecs)],
+                )
+                n += len(chunks)
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('chunk_vectors', ?)", (CHUNK_VECTORS,))
+            self._bump(c, keys)
             self._index.reset({})  # every vector changed
             self._synced = None
-        return len(rows)
+        return n
 
     # -- write planning -------------------------------------------------------------------
 
@@ -341,11 +374,8 @@ class SQLiteStore(StoreSeam):
         return found
 
     def _existing_vectors(self, conn: sqlite3.Connection, chunk_ids: list[str]) -> set[str]:
-        found: set[str] = set()
-        for b in _batched(chunk_ids):
-            q = f"SELECT chunk_id FROM chunk_vectors WHERE chunk_id IN ({','.join('?' * len(b))})"
-            found.update(r[0] for r in conn.execute(q, b))
-        return found
+        cond, params = self._ids_in("chunk_id", chunk_ids)
+        return {r[0] for r in conn.execute(f"SELECT chunk_id FROM chunk_vectors WHERE {cond}", params)}
 
     def _session_rows(self, conn: sqlite3.Connection, scope_key: str, session_id: str) -> list[tuple[int, Record, int]]:
         rows = conn.execute(
@@ -369,64 +399,28 @@ class SQLiteStore(StoreSeam):
         chunks = chunk_records([r for _, r, _ in rows], count, self.chunk_tokens)
         return _SessionPlan(chunks, {c.id: min(seq_of[i] for i in c.record_ids) for c in chunks})
 
-    def _plan(
-        self,
-        conn: sqlite3.Connection,
-        new: list[tuple[Record, int]],
-        delete_ids: set[tuple[str, str]],
-        sessions: dict[tuple[str, str], None],
-    ) -> dict[tuple[str, str], _SessionPlan]:
-        """New chunk lists for the touched ``sessions``; ``new`` records are included as if inserted
-        (they get sequence numbers after every existing record), ``delete_ids`` ((scope key, record
-        id) pairs) excluded."""
-        big = 1 << 60
-        by_session: dict[tuple[str, str], list[tuple[int, Record, int]]] = {}
-        for i, (rec, n) in enumerate(new):
-            by_session.setdefault((rec.scope.key(), rec.session_id), []).append((big + i, rec, n))
-        out = {}
-        for key in sessions:
-            rows = [r for r in self._session_rows(conn, *key) if (key[0], r[1].id) not in delete_ids]
-            out[key] = self._plan_session(rows + by_session.get(key, []))
-        return out
-
-    def _pre_embed(
-        self,
-        new: list[tuple[Record, int]],
-        delete_ids: set[tuple[str, str]],
-        sessions: dict,
-        progress: AddProgress | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Optimistic first pass, outside the write lock: embed planned chunks that lack a vector
-        (reporting ``progress`` as :func:`~memfrontier.store.records.encode_chunks` does)."""
-        with self._read_tx() as c:
-            plans = self._plan(c, new, delete_ids, sessions)
-            want = {ch.id: ch for p in plans.values() for ch in p.chunks}
-            have = self._existing_vectors(c, list(want))
-        todo = [ch for i, ch in want.items() if i not in have]
-        if not todo:
-            return {}
-        vecs = encode_chunks(self.embedder, todo, progress)
-        self._count_encoded(len(todo))
-        return {ch.id: v for ch, v in zip(todo, vecs)}
-
     def _apply(
         self,
         conn: sqlite3.Connection,
         insert: list[tuple[Record, int]],
         delete_ids: set[tuple[str, str]],
         sessions: dict[tuple[str, str], None],
-        cache: dict[str, np.ndarray],
+        known: dict[str, np.ndarray],
     ) -> tuple[int, int, dict[str, Patch], int]:
-        """Inside the write transaction: write records, rebuild touched sessions' chunks, vectors.
-        Returns (chunks built, vectors written, per-scope patches, generation before the write)."""
+        """Inside the write transaction: write records with their vectors (from ``known``, text ->
+        vector, encoded before the transaction; the others encoded here), delete ``delete_ids``
+        (their vectors go by the foreign key), rebuild touched sessions' chunks and derive the
+        vectors of the new ones. Returns (chunks built, chunk vectors written, per-scope patches,
+        generation before the write)."""
         if insert:
             conn.executemany(
                 f"INSERT INTO records({RECORD_COLUMNS}) VALUES ({', '.join(['?'] * 18)})",
                 [record_row(r, r.scope.key(), n) for r, n in insert],
             )
+            self._store_record_vectors(conn, [(r.scope.key(), r) for r, _ in insert], known)
         conn.executemany("DELETE FROM records WHERE scope_key = ? AND id = ?", sorted(delete_ids))
 
-        built, need = 0, []
+        built, written = 0, 0
         patches: dict[str, Patch] = {}
         first_seq: dict[str, int] = {}
         for key in sessions:
@@ -471,24 +465,20 @@ class SQLiteStore(StoreSeam):
                 )
                 built += 1
             have = self._existing_vectors(conn, list(new_ids))
-            for ch in plan.chunks:
-                if ch.id not in have:
-                    need.append(ch)
-                    if ch.id in old:  # a kept chunk without a vector: re-enter it with one
-                        patch.gone.add(ch.id)
-                        del patch.kept[ch.id]
-
-        missing = [ch for ch in need if ch.id not in cache]
-        if missing:  # a concurrent writer changed these sessions since the optimistic pass
-            cache = {**cache, **dict(zip([c.id for c in missing], self._encode([c.text for c in missing])))}
-        conn.executemany(
-            "INSERT OR REPLACE INTO chunk_vectors(chunk_id, vector) VALUES (?, ?)",
-            [(ch.id, np.asarray(cache[ch.id], dtype="<f4").tobytes()) for ch in need],
-        )
-        for ch in need:
-            patches[ch.scope.key()].new.append((ch, first_seq[ch.id], np.asarray(cache[ch.id], dtype=np.float32)))
+            need = [ch for ch in plan.chunks if ch.id not in have]
+            for ch in need:
+                if ch.id in old:  # a kept chunk without a vector: re-enter it with one
+                    patch.gone.add(ch.id)
+                    del patch.kept[ch.id]
+            vecs = self._derived_vectors(conn, key[0], need, known)
+            conn.executemany(
+                "INSERT OR REPLACE INTO chunk_vectors(chunk_id, vector) VALUES (?, ?)",
+                [(ch.id, vector_blob(v)) for ch, v in zip(need, vecs)],
+            )
+            patch.new.extend((ch, first_seq[ch.id], v) for ch, v in zip(need, vecs))
+            written += len(need)
         gen_before = self._bump(conn, patches)
-        return built, len(need), patches, gen_before
+        return built, written, patches, gen_before
 
     # -- public API: writes ---------------------------------------------------------------
 
@@ -501,12 +491,16 @@ class SQLiteStore(StoreSeam):
         Atomic: everything of the batch is written in one transaction, or nothing. Repeated
         (scope, id) pairs inside the batch keep the first (they must have the same content).
 
+        Each new record is embedded once (its :meth:`Record.render`, all new records of the call in
+        one batched encode, before the write lock) and its vector written with it; the chunks it
+        changes get vectors derived from their records' (:func:`~memfrontier.store.records.chunk_vector`).
+
         ``progress(done, total)``, if given, follows the embedding, which is most of an add's time:
-        records (turns) whose chunks are embedded so far out of those in the chunks to embed,
-        reported before the first batch of the embedder and after each one (the chunks are then
-        encoded batch by batch, longest first, the batches the embedder would make itself); not
-        called when nothing needs embedding (e.g. every record already stored). It runs in the
-        calling thread, before the write transaction: it may not write to this store.
+        records (turns) embedded so far out of the new records, reported before the first batch of
+        the embedder and after each one (batches of the embedder's size, longest first, the batches
+        it would make itself); not called when nothing needs embedding (e.g. every record already
+        stored). It runs in the calling thread, before the write transaction: it may not write to
+        this store.
 
         Raises:
             ValueError: a record has empty/whitespace text and no images (and, for a step, no
@@ -519,9 +513,8 @@ class SQLiteStore(StoreSeam):
         records, uniq, n_of = self._checked_new(records)
         if not n_of:
             return AddResult(skipped=[r.id for r in records])
-        new = [(uniq[k], n) for k, n in n_of.items()]
-        sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in new)
-        cache = self._pre_embed(new, set(), sessions, progress)
+        known: dict[str, np.ndarray] = {}  # rendered text -> vector: each new record encoded once, outside the lock
+        self._vectors_for([uniq[k] for k in n_of], known, progress)
 
         with self._write_tx() as c:
             self._guard_embedding(c)
@@ -530,10 +523,10 @@ class SQLiteStore(StoreSeam):
             if not insert:
                 return AddResult(skipped=[r.id for r in records])
             sessions = dict.fromkeys((r.scope.key(), r.session_id) for r, _ in insert)
-            built, embedded, patches, gen_before = self._apply(c, insert, set(), sessions, cache)
+            built, embedded, patches, gen_before = self._apply(c, insert, set(), sessions, known)
         with self._lock:  # committed: bring the in-memory partitions along
             self._patch(patches, gen_before)
-        return add_result(records, uniq, {(r.scope.key(), r.id) for r, _ in insert}, built, embedded)
+        return add_result(records, uniq, {(r.scope.key(), r.id) for r, _ in insert}, built, embedded, len(known))
 
     _DELETE_COLS = "id, scope_key, session_id, scope_json"
 
@@ -547,9 +540,6 @@ class SQLiteStore(StoreSeam):
             rows = c.execute(select_sql, params).fetchall()
         if not rows:
             return 0
-        keys = {(r[1], r[0]) for r in rows}
-        sessions = dict.fromkeys((r[1], r[2]) for r in rows)
-        cache = self._pre_embed([], keys, sessions)
         with self._write_tx() as c:
             self._guard_embedding(c)
             rows = c.execute(select_sql, params).fetchall()
@@ -557,7 +547,7 @@ class SQLiteStore(StoreSeam):
                 return 0
             keys = {(r[1], r[0]) for r in rows}
             sessions = dict.fromkeys((r[1], r[2]) for r in rows)
-            _, _, patches, gen_before = self._apply(c, [], keys, sessions, cache)
+            _, _, patches, gen_before = self._apply(c, [], keys, sessions, {})
             c.execute("INSERT INTO pending_purges (intent_json) VALUES (?)", (purge_intent(rows, whole),))
         with self._lock:  # committed: bring the in-memory partitions along
             self._patch(patches, gen_before)

@@ -1,7 +1,9 @@
-"""The embedded store's SQLite schema (version 2) and the migration from version 1.
+"""The embedded store's SQLite schema (version 3) and the migrations from versions 1 and 2.
 
 Tables of ``store.db``: ``meta`` (schema version, store generation, chunk budget, embedding model
-id and dim), ``records``, ``chunks``, ``chunk_records``, ``chunk_vectors``, ``scope_gen`` (the
+id and dim, how the chunk vectors were made: ``chunk_vectors``), ``records``, ``record_vectors``
+(each record's vector: the embedding of its rendered text, deleted with the record), ``chunks``,
+``chunk_records``, ``chunk_vectors`` (derived from the record vectors), ``scope_gen`` (the
 generation at which each scope last changed), ``pending_purges`` (delete intents whose
 derived-view cleanup is not finished) and the view roots' purge log (``view_roots``,
 ``purges_applied``; :mod:`memfrontier.store.purge`).
@@ -12,6 +14,12 @@ from each record's ids, ``""`` read as absent as version 1 did; record ids uniqu
 session re-chunked by the store, vectors reused for unchanged chunk texts);
 :func:`migrate_v1_files` then renames the graph folders to the new per-scope names (a folder two
 scopes shared is removed: it is rebuilt on the next build) and removes the obsolete ``bm25/``.
+
+Version 3 added ``record_vectors``: a record is embedded once, when it is added, and a chunk's
+vector is derived from its records' (:func:`memfrontier.store.records.chunk_vector`). A version-2
+store is marked version 3 (so an older release, which would add records without vectors, refuses
+it) and then completed by the store (:meth:`memfrontier.store.seam.StoreSeam._complete_vectors`:
+records embedded in committed batches, resumable; then every chunk vector derived again).
 """
 
 from __future__ import annotations
@@ -25,16 +33,14 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from ..core.timeutil import canonical_timestamp
 from ..core.types import Scope, record_id
 from .purge import LOG_TABLES
 
 #: 2: injective scope keys, record ids unique per scope (UNIQUE(scope_key, id)), scope_gen,
 #: pending_purges (view_roots and purges_applied are additive, created when missing: an older
-#: reader ignores them safely).
-SCHEMA_VERSION = 2
+#: reader ignores them safely). 3: record_vectors, chunk vectors derived from them.
+SCHEMA_VERSION = 3
 DB_NAME = "store.db"
 
 SCHEMA = """
@@ -64,6 +70,10 @@ CREATE INDEX IF NOT EXISTS records_session ON records(scope_key, session_id);
 CREATE INDEX IF NOT EXISTS records_user ON records(user_id);
 CREATE INDEX IF NOT EXISTS records_agent ON records(agent_id);
 CREATE INDEX IF NOT EXISTS records_run ON records(run_id);
+CREATE TABLE IF NOT EXISTS record_vectors (
+    seq INTEGER PRIMARY KEY REFERENCES records(seq) ON DELETE CASCADE,
+    vector BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS chunks (
     id TEXT PRIMARY KEY,
     scope_key TEXT NOT NULL,
@@ -107,7 +117,12 @@ def create_tables(c) -> None:
 def records_unique_per_scope(c) -> None:
     """Part of schema 1 -> 2: record ids become unique per scope (``UNIQUE(scope_key, id)``
     instead of a global ``UNIQUE(id)``). Schema 1 ids were globally unique, so every row is kept
-    as is; :func:`migrate_v1` recomputes the scope keys afterwards."""
+    as is; :func:`migrate_v1` recomputes the scope keys afterwards. ``record_vectors`` (created by
+    :func:`create_tables`; empty unless the store held vectors before it was taken back to version 1)
+    is made again after the new ``records``, its rows kept (``seq`` is kept): its foreign key would
+    follow the renamed table."""
+    c.execute("CREATE TEMP TABLE record_vectors_kept AS SELECT seq, vector FROM record_vectors")
+    c.execute("DROP TABLE record_vectors")
     c.execute("ALTER TABLE records RENAME TO records_v1")
     for name in ("records_session", "records_user", "records_agent", "records_run", "records_id"):
         c.execute(f"DROP INDEX IF EXISTS {name}")
@@ -120,12 +135,13 @@ def records_unique_per_scope(c) -> None:
     )
     c.execute(f"INSERT INTO records({cols}) SELECT {cols} FROM records_v1")
     c.execute("DROP TABLE records_v1")
+    c.execute("INSERT INTO record_vectors (seq, vector) SELECT seq, vector FROM record_vectors_kept")
+    c.execute("DROP TABLE record_vectors_kept")
 
 
-#: ``rechunk(c, sessions, vectors_by_text)``: re-chunk every ``(scope key, session id)`` of
-#: ``sessions`` in transaction ``c``, reusing the float32 vector of a chunk text found in
-#: ``vectors_by_text`` (the store's write planning).
-Rechunk = Callable[[object, dict, dict[str, np.ndarray]], None]
+#: ``rechunk(c, sessions)``: re-chunk every ``(scope key, session id)`` of ``sessions`` in
+#: transaction ``c`` (the store's write planning: records embedded, chunk vectors derived).
+Rechunk = Callable[[object, dict], None]
 
 
 #: What :func:`~memfrontier.core.types.record_id` gives: ``r-`` and 20 hex digits.
@@ -173,7 +189,9 @@ def migrate_v1(c, rechunk: Rechunk) -> tuple[dict[str, dict[str, Scope]], dict[s
     A record id that :func:`~memfrontier.core.types.record_id` derived from the content (found by
     recomputing it with the version-1 key and stored timestamp) is derived again from the new key
     and the canonical timestamp, as an ``add`` of the same message computes it now; other ids are
-    kept. Timestamps are rewritten in the canonical form (:func:`_v1_timestamp`)."""
+    kept. Timestamps are rewritten in the canonical form (:func:`_v1_timestamp`). Every session is
+    re-chunked (its records embedded, chunk vectors derived) and the version set to 2 (the store
+    then takes it to :data:`SCHEMA_VERSION`)."""
     records_unique_per_scope(c)
     shared: dict[str, dict[str, Scope]] = {}
     rows = c.execute(
@@ -208,14 +226,10 @@ def migrate_v1(c, rechunk: Rechunk) -> tuple[dict[str, dict[str, Scope]], dict[s
         "timestamp = ?, meta_json = ? WHERE seq = ?",
         updates,
     )
-    by_text = {
-        t: np.frombuffer(v, dtype="<f4")
-        for t, v in c.execute("SELECT c.text, v.vector FROM chunks c JOIN chunk_vectors v ON v.chunk_id = c.id")
-    }
     c.execute("DELETE FROM chunks")  # cascades to chunk_records and chunk_vectors
     sessions = dict.fromkeys(tuple(r) for r in c.execute("SELECT DISTINCT scope_key, session_id FROM records"))
-    rechunk(c, sessions, by_text)
-    c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    rechunk(c, sessions)
+    c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     return shared, renamed
 
 

@@ -12,7 +12,11 @@ as in a chunk); ``timestamp`` = the record's day time in its session
 is one day); ``source_ids`` = ``[record id]``; ``meta`` = ``{"session_id", "position"}`` (the
 record's 0-based place in its session, chronological). Item ids derive from the scope, the record
 id and the rendered text, so rebuilding adds nothing and a changed record gets a new item.
-Building needs no model call: only the embedder (construction cost in USD is zero).
+Building needs no model call and, on a store that keeps record vectors (both stores), no encode:
+an item's text is exactly its record's :meth:`Record.render` (the default style, the text the
+store embeds), so its vector is the record's, read from the store
+(:meth:`~memfrontier.store.base.MemoryStore.record_vectors`); only a record the store holds no
+vector for yet (a store being migrated) is encoded by the bank. Construction cost in USD is zero.
 
 :func:`turn_view` gives every strategy reading one store the same :class:`TurnView`: one bank (one
 copy of its in-memory indexes) and one record of which store generation each scope's items are in
@@ -24,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
+
+import numpy as np
 
 from ..core.timeutil import day_times
 from ..core.types import Record, Scope
@@ -116,17 +122,48 @@ def turn_items(records: list[Record]) -> list[BankItem]:
     return out
 
 
+def stored_vectors(store, items: list[BankItem]) -> dict[str, np.ndarray]:
+    """The store's record vectors of turn ``items`` (item id -> float32 ``(dim,)``), read per exact
+    scope (:meth:`~memfrontier.store.base.MemoryStore.record_vectors`). An item's text is its
+    record's :meth:`Record.render` (:func:`turn_items`), the text the store embedded, so the vector
+    is the one the bank would encode. The items of a scope with a record that has no stored vector
+    (a store without record vectors, one being migrated, a record deleted since it was read) are
+    left out: the bank encodes them."""
+    reader = getattr(store, "record_vectors", None)
+    if reader is None:
+        return {}
+    by_scope: dict[str, list[BankItem]] = {}
+    for it in items:
+        by_scope.setdefault(it.scope.key(), []).append(it)
+    out: dict[str, np.ndarray] = {}
+    for group in by_scope.values():
+        try:
+            vecs = reader(group[0].scope, [it.source_ids[0] for it in group])
+        except KeyError:
+            continue
+        out.update(zip([it.id for it in group], vecs))
+    return out
+
+
 def build_turns(bank: MemoryBank, store, scope: Scope) -> dict[str, int]:
     """Bring the turn items of ``scope`` in line with the store's records: items of new or changed
-    records added (embedded), items of records gone removed, the rest kept; one
-    :meth:`MemoryBank.apply`. Returns ``{"added", "removed", "kept"}``."""
+    records added (with the store's record vectors, :func:`stored_vectors`: nothing encoded when
+    it has them all), items of records gone removed, the rest kept; one :meth:`MemoryBank.apply`.
+    Returns ``{"added", "removed", "kept", "encoded"}`` (``encoded``: added items the bank had to
+    embed itself)."""
     want = {it.id: it for it in turn_items(store.records(scope)) if it.text.strip()}
     have = {it.id for it in bank.items(scope, KIND)}
     stale = sorted(have - set(want))
     todo = [it for i, it in want.items() if i not in have]
+    given = stored_vectors(store, todo) if todo else {}
     if todo or stale:
-        bank.apply(upsert=todo, delete_ids=stale)
-    return {"added": len(todo), "removed": len(stale), "kept": len(have) - len(stale)}
+        bank.apply(upsert=todo, delete_ids=stale, vectors=given)
+    return {
+        "added": len(todo),
+        "removed": len(stale),
+        "kept": len(have) - len(stale),
+        "encoded": len(todo) - len(given),
+    }
 
 
 __all__ = [
@@ -135,6 +172,7 @@ __all__ = [
     "TurnView",
     "build_turns",
     "open_turn_bank",
+    "stored_vectors",
     "turn_item_id",
     "turn_items",
     "turn_view",
