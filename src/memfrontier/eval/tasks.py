@@ -63,7 +63,7 @@ async def construct(
 
     ``progress(event, **info)`` (optional, :func:`~memfrontier.eval.runner.run_eval`'s callback) gets ``embed`` events while
     the records are embedded (``conversation``, ``sessions``, ``done`` and ``total``: records
-    whose chunks are embedded so far / to embed; from the ingest's worker thread; none when
+    embedded so far / to embed, each once; from the ingest's worker thread; none when
     every record is already stored), then ``build`` (``conversation``) before the strategy's
     offline construction, then a ``construct`` event after each of its steps (``conversation``,
     ``done``, ``total``, ``unit``: :data:`~memfrontier.strategies.base.BuildProgress`'s; ``calls``
