@@ -115,6 +115,7 @@ def found():
         "frontier-locomo-full-1.5b",
         "frontier-lme-1.5b",
         "frontier-lme-s-1.5b",
+        "frontier-lme-s-full-1.5b",
     }, sorted(found)
     return found
 
