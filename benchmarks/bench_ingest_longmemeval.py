@@ -1,5 +1,5 @@
 """Ingest of a LongMemEval_S question and the build of its view, against the embedder's raw
-batched encode of the same turns in the same run (issue 46: <= 10 s on two cores, quiet).
+batched encode of the same turns in the same run (the goal: <= 10 s on two cores, quiet).
 
 The question is the S file's (``longmemeval/longmemeval_s_dev.json.gz``) ``--question``-th item
 (default 0, the first: 51 sessions, 514 turns), written alone as a LongMemEval-format JSON file in

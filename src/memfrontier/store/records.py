@@ -274,9 +274,9 @@ def encode_texts(embedder, texts: list[str], progress: AddProgress | None = None
 # -- chunk vectors derived from record vectors -------------------------------------------------
 #
 # Each record is embedded once, when it is added (the embedding of ``Record.render()``, the text a
-# chunk joins); a chunk's vector is derived from its records' vectors, never encoded. Source: the
-# design of issue 46 ("each token encoded once"; docs/architecture.md, "Vectors") and the lab note
-# in docs/changelog.md ("chunk vectors derived from their turns' vectors": on LoCoMo, evidence
+# chunk joins); a chunk's vector is derived from its records' vectors, never encoded, so adding a
+# turn to a session's open chunk costs one encode of that turn instead of the whole chunk's again.
+# Source: docs/architecture.md ("Vectors") and the lab note in docs/changelog.md ("chunk vectors derived from their turns' vectors": on LoCoMo, evidence
 # recall of rag-k4 / rag-k8 / rag-turns-rr held within 0.01 of the encoded chunk vectors).
 
 #: What ``meta`` records (key ``chunk_vectors``) once every chunk vector of a store is
@@ -309,7 +309,7 @@ def chunk_vector(vectors: np.ndarray, n_tokens, window: int) -> np.ndarray:
     Raises:
         ValueError: no vectors, or ``len(n_tokens) != k``.
 
-    Source: issue 46's design and the changelog's lab note (see the comment above); equal
+    Source: docs/architecture.md ("Vectors") and the changelog's lab note (see the comment above); equal
     weights per token of what the encoder read, which is what mean pooling over one encoding of
     the joined text would weigh, bar the attention across records.
     """
