@@ -7,6 +7,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..answerer import Answerer
@@ -20,7 +21,7 @@ from ..core.pricebook import PriceBook
 from ..core.text import check_id
 from ..core.threads import run_cpu
 from ..core.timeutil import canonical_timestamp, utc_now
-from ..core.types import Budget, Hit, Preference, Record, Scope, missing_scope_message
+from ..core.types import Budget, Context, Hit, Preference, Record, Scope, missing_scope_message
 from ..llm import default_llm, make_llm
 from ..llm.base import ChatClient
 from ..llm.metered import MeteredLLM
@@ -435,21 +436,15 @@ class AsyncMemory:
                 strat, scope, ledger, build=build, all_scopes=all_scopes, name=asked_name(strategy)
             )
             query = Query(text=question, scope=scope, question_date=question_date, all_scopes=all_scopes)
-            effective = effective_budget(strat.config, budget)
-            with use_ledger(ledger, "query"):
-                try:
-                    ctx = await strat.context(query, self.env, preference, effective)
-                except BudgetExceededError as exc:
-                    exc.usage = ledger.usage()
-                    raise
+            ctx = await self._context(strat, query, preference, effective_budget(strat.config, budget), ledger)
+            text, truncated = ctx.text, False
+            if room is not None:
+                text, truncated = await asyncio.to_thread(cut_to_tokens, text, room, self.count_tokens)
+                if truncated:
+                    with use_ledger(ledger, "query"):
+                        count_event("budget.context_truncated")
         finally:
             self._add_totals(ledger.usage())
-        text, truncated = ctx.text, False
-        if room is not None:
-            text, truncated = await asyncio.to_thread(cut_to_tokens, text, room, self.count_tokens)
-            if truncated:
-                with use_ledger(ledger, "query"):
-                    count_event("budget.context_truncated")
         return Recall(
             context=text,
             evidence_ids=ctx.evidence_ids,
@@ -460,6 +455,15 @@ class AsyncMemory:
             question_date=question_date,
             build=report,
         )
+
+    async def _context(
+        self, strategy: Strategy, query: Query, preference: Preference | None, budget: Budget, ledger: Ledger
+    ) -> Context:
+        """``strategy``'s context for ``query`` under ``budget`` (already made stricter by its
+        config's caps), its calls recorded in ``ledger`` at stage ``query`` (the step :meth:`answer`
+        and :meth:`recall` share)."""
+        with _billed_refusals(ledger):
+            return await strategy.context(query, self.env, preference, budget)
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the answering model's tokenizer: what ``max_context_tokens`` and
@@ -543,13 +547,9 @@ class AsyncMemory:
         t0, started = time.perf_counter(), time.time()
         text = error = None
         try:
-            with use_ledger(ledger, "query"):
-                try:
-                    ctx = await strategy.context(query, self.env, pref, budget)
-                    text = await self.answerer.answer(question, ctx, budget, question_date)
-                except BudgetExceededError as exc:  # refused: what was spent before, and the refusal's event
-                    exc.usage = ledger.usage()
-                    raise
+            ctx = await self._context(strategy, query, pref, budget, ledger)
+            with _billed_refusals(ledger):
+                text = await self.answerer.answer(question, ctx, budget, question_date)
         except BaseException as exc:
             error = exc
             raise
@@ -620,6 +620,18 @@ class AsyncMemory:
 
     def close(self) -> None:
         self.store.close()
+
+
+@contextmanager
+def _billed_refusals(ledger: Ledger):
+    """Run the enclosed calls under ``ledger`` at stage ``query``; a refusal for the budget
+    (BudgetExceededError) leaves with what was spent before it and the refusal's event."""
+    with use_ledger(ledger, "query"):
+        try:
+            yield
+        except BudgetExceededError as exc:
+            exc.usage = ledger.usage()
+            raise
 
 
 def _observe(
