@@ -104,3 +104,64 @@ def test_backend_choice(monkeypatch):
 def test_pooling_follows_the_model_configs(pair):
     p = onnx_minilm.Pooling.read(onnx_minilm.Path(pair[1].model_path))
     assert (p.mode, p.normalize, p.max_seq_length, p.dim) == ("mean", True, 256, 384)
+
+
+@pytest.mark.data
+def test_int8_vectors_are_named_apart_and_rank_like_float32(tmp_path, monkeypatch, pair):
+    """The int8 graph: quantized from the verified float32 graph, kept with a manifest naming its
+    source, its vectors near float32's (cosine, top-10 over a small store) under another model id."""
+    import shutil
+
+    _, f32 = pair
+    model = onnx_minilm.Path(f32.model_path)
+    # a cache of its own holding the verified float32 graph (copied with its mtime: no re-export)
+    verified = onnx_minilm.exported_model(model, lambda: _load_model(str(model), "cpu"))
+    mine = onnx_minilm._export_dir(model, tmp_path)
+    mine.mkdir(parents=True)
+    for name in ("model.onnx", "model.onnx.json"):
+        shutil.copy2(verified.with_name(name), mine / name)
+    monkeypatch.setenv("MEMFRONTIER_EMBED_CACHE", str(tmp_path))
+    onnx_minilm._ENCODERS.clear()
+    try:
+        q8 = MiniLMEmbedder(precision="int8")
+        assert q8.model_id == "sentence-transformers/all-MiniLM-L6-v2+int8" != f32.model_id
+        texts = _real_texts()
+        a, b = f32.encode(texts), q8.encode(texts)
+        assert q8.active_backend == "onnx" and b.shape == a.shape and b.dtype == np.float32
+        cos = (a * b).sum(axis=1)
+        assert cos.mean() > 0.985 and cos.min() > 0.95  # measured: 0.992 / 0.98 on LoCoMo turns
+        assert float(np.abs(a - b).max()) > 1e-3  # not float32's vectors: hence the other id
+        queries = texts[200:230]
+        top_a = np.argsort(-(f32.encode(queries) @ a[:200].T), axis=1)[:, :10]
+        top_b = np.argsort(-(q8.encode(queries) @ b[:200].T), axis=1)[:, :10]
+        overlap = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top_a, top_b)])
+        assert overlap >= 0.8
+        # the quantized file is checked against its manifest and its source graph's sha256
+        graph = onnx_minilm.quantized_model(model, None)
+        source = graph.with_name("model.onnx")
+        assert onnx_minilm._int8_verified(graph, source)
+        manifest = json.loads(graph.with_name("model.int8.onnx.json").read_text())
+        assert manifest["source_sha256"] == json.loads(source.with_name("model.onnx.json").read_text())["sha256"]
+        assert manifest["min_probe_cosine"] >= onnx_minilm.INT8_MIN_COSINE
+        manifest["source_sha256"] = "0" * 64  # a re-exported float32 graph: quantized again
+        graph.with_name("model.int8.onnx.json").write_text(json.dumps(manifest))
+        assert not onnx_minilm._int8_verified(graph, source)
+        assert onnx_minilm.quantized_model(model, None) == graph and onnx_minilm._int8_verified(graph, source)
+    finally:
+        onnx_minilm._ENCODERS.clear()
+
+
+def test_precision_choice(monkeypatch):
+    from memfrontier.embed.minilm import embed_precision
+
+    monkeypatch.delenv("MEMFRONTIER_EMBED_PRECISION", raising=False)
+    assert embed_precision() == "float32" and embed_precision("INT8") == "int8"
+    assert MiniLMEmbedder().model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    monkeypatch.setenv("MEMFRONTIER_EMBED_PRECISION", "int8")
+    e = MiniLMEmbedder()
+    assert (e.precision, e.backend) == ("int8", "onnx")  # auto does not fall back to torch with int8
+    with pytest.raises(ValueError, match="int8 runs on ONNX Runtime on CPU only"):
+        MiniLMEmbedder(backend="torch")
+    monkeypatch.setenv("MEMFRONTIER_EMBED_PRECISION", "fp4")
+    with pytest.raises(ValueError, match="MEMFRONTIER_EMBED_PRECISION must be one of float32, int8"):
+        MiniLMEmbedder()

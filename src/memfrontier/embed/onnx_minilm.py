@@ -24,6 +24,14 @@ are read too) -> Normalize (L2) if the module is listed. Inputs are tokenized by
 per batch. The vectors match sentence-transformers' to ~1e-7, so a store built with either backend
 reads with the other: the embedder's ``model_id`` is the same and no store needs migrating.
 
+**INT8 weights.** :func:`quantized_model` derives a second graph from the verified float32 one
+with ONNX Runtime's own dynamic quantization (``quantize_dynamic``: int8 weights per output
+channel, activations quantized per batch), keeps it only if its vectors stay within
+:data:`INT8_MIN_COSINE` of the float32 graph's on the probe texts, and records the float32 graph's
+sha256, the recipe and the quantizer's version in its manifest (a changed source re-quantizes).
+Its vectors are *not* sentence-transformers': the embedder names them with another model id
+(``...+int8``) so a store records which vectors it holds.
+
 **Threads.** ONNX Runtime's intra-op threads are per session (not process-wide like torch's): the
 count is :func:`memfrontier.core.threads.torch_threads` (``$MEMFRONTIER_TORCH_THREADS``, default 1),
 inter-op 1, and its pool never spins (``session.intra_op.allow_spinning=0``, the ONNX Runtime
@@ -49,6 +57,14 @@ EMBED_CACHE_ENV = "MEMFRONTIER_EMBED_CACHE"
 PARITY_ATOL = 1e-5
 #: Version of the export recipe (input names, opset, wrapper): a change re-exports.
 EXPORT_VERSION = 2
+#: Version of the int8 recipe (quantizer options): a change quantizes again.
+QUANT_VERSION = 1
+#: An int8 graph is kept only if every probe's cosine to the float32 graph's vector is at least this
+#: (a sanity bound: a short text like "ok" reaches ~0.97, real turns 0.99 on average; a broken
+#: graph far less. Retrieval quality is measured by benchmarks/bench_retrieval.py).
+INT8_MIN_COSINE = 0.9
+#: Weight precisions of the graph: the export itself, or its int8 quantization.
+PRECISIONS = ("float32", "int8")
 _OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PROBES = [
@@ -301,6 +317,90 @@ def exported_model(model_path: str | os.PathLike, load_torch_model, cache: str |
     return onnx_path
 
 
+def _int8_verified(path: Path, source: Path) -> bool:
+    """Whether ``path`` is the int8 graph its manifest describes, quantized by this recipe from the
+    float32 graph ``source`` as it is now (size+mtime, else sha256, as :func:`_verified`)."""
+    try:
+        m = json.loads(_manifest_path(path).read_text())
+        st, src = path.stat(), json.loads(_manifest_path(source).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(m, dict) or m.get("quant_version") != QUANT_VERSION or m.get("source_sha256") != src.get("sha256"):
+        return False
+    if st.st_size != m.get("size_bytes"):
+        return False
+    return st.st_mtime_ns == m.get("mtime_ns") or _sha256_file(path) == m.get("sha256")
+
+
+def quantize_int8(model_path: str | os.PathLike, source: str | os.PathLike, out: str | os.PathLike) -> dict:
+    """Quantize the float32 graph ``source`` to int8 weights (``onnxruntime.quantization.
+    quantize_dynamic``, QInt8, per channel) into ``out`` (atomically), check it against ``source``
+    on the probe texts and write its manifest. Returns the manifest.
+
+    Raises :class:`OnnxExportError` if quantizing fails or a probe's cosine to the float32 vector
+    is below :data:`INT8_MIN_COSINE` (then nothing is left at ``out``)."""
+    source, out = Path(source), Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=".quant-", suffix=".onnx", dir=out.parent)
+    os.close(fd)
+    try:
+        import logging
+
+        import onnxruntime
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quiet = logging.getLogger()  # the quantizer logs a pre-processing hint through the root logger
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            quantize_dynamic(str(source), tmp, weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            quiet.setLevel(level)
+        ref = OnnxEncoder(model_path, source, threads=1).encode(_PROBES)
+        got = OnnxEncoder(model_path, tmp, threads=1).encode(_PROBES)
+        cos = float((ref * got).sum(axis=1).min())
+        if not cos >= INT8_MIN_COSINE:
+            raise OnnxExportError(f"int8 graph's vectors reach cosine {cos:.4f} to float32's (< {INT8_MIN_COSINE})")
+        data = Path(tmp).read_bytes()
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except OnnxExportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any quantizer failure becomes one error the caller handles
+        raise OnnxExportError(f"int8 quantization of {source} failed: {type(e).__name__}: {e}") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    manifest = {
+        "quant_version": QUANT_VERSION,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size_bytes": len(data),
+        "mtime_ns": out.stat().st_mtime_ns,
+        "recipe": "quantize_dynamic(weight_type=QInt8, per_channel=True)",
+        "onnxruntime": onnxruntime.__version__,
+        "min_probe_cosine": cos,
+        "source_sha256": json.loads(_manifest_path(source).read_text())["sha256"],
+    }
+    tmpm = _manifest_path(out).with_suffix(".tmp")
+    tmpm.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmpm, _manifest_path(out))
+    return manifest
+
+
+def quantized_model(model_path: str | os.PathLike, load_torch_model, cache: str | os.PathLike | None = None) -> Path:
+    """The verified int8 graph of the model at ``model_path``, derived from :func:`exported_model`'s
+    float32 graph (quantized first if missing, altered or stale). Raises :class:`OnnxExportError`."""
+    source = exported_model(model_path, load_torch_model, cache)
+    out = source.with_name("model.int8.onnx")
+    if _int8_verified(out, source):
+        return out
+    with _file_lock(source.with_name(".lock")):
+        if not _int8_verified(out, source):
+            quantize_int8(model_path, source, out)
+        if not _int8_verified(out, source):  # pragma: no cover - the file changed under us
+            raise OnnxExportError(f"{out} does not match its manifest right after quantizing")
+    return out
+
+
 # --- the encoder -------------------------------------------------------------------------------
 class OnnxEncoder:
     """Tokenizer + ONNX Runtime session + pooling of one model: ``encode(texts)`` -> float32
@@ -360,26 +460,31 @@ class OnnxEncoder:
 
 
 _LOCK = threading.Lock()
-_ENCODERS: dict[tuple[str, int], OnnxEncoder] = {}
+_ENCODERS: dict[tuple[str, int, str], OnnxEncoder] = {}
 
 
-def load_encoder(model_path: str | os.PathLike, threads: int, load_torch_model) -> OnnxEncoder:
-    """The per-process :class:`OnnxEncoder` of ``model_path`` with ``threads`` intra-op threads
-    (exported on first use with ``load_torch_model``; see :func:`exported_model`)."""
-    key = (str(model_path), int(threads))
+def load_encoder(model_path: str | os.PathLike, threads: int, load_torch_model, precision: str = "float32") -> OnnxEncoder:
+    """The per-process :class:`OnnxEncoder` of ``model_path`` with ``threads`` intra-op threads and
+    ``precision`` weights (one of :data:`PRECISIONS`; exported, and quantized, on first use with
+    ``load_torch_model``: see :func:`exported_model`, :func:`quantized_model`)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    key = (str(model_path), int(threads), precision)
     with _LOCK:
         enc = _ENCODERS.get(key)
         if enc is None:
-            enc = _ENCODERS[key] = OnnxEncoder(
-                model_path, exported_model(model_path, load_torch_model), threads=threads
-            )
+            graph = (quantized_model if precision == "int8" else exported_model)(model_path, load_torch_model)
+            enc = _ENCODERS[key] = OnnxEncoder(model_path, graph, threads=threads)
         return enc
 
 
 __all__ = [
     "EMBED_CACHE_ENV",
     "EXPORT_VERSION",
+    "INT8_MIN_COSINE",
     "PARITY_ATOL",
+    "PRECISIONS",
+    "QUANT_VERSION",
     "OnnxEncoder",
     "OnnxExportError",
     "Pooling",
@@ -387,4 +492,6 @@ __all__ = [
     "export_onnx",
     "exported_model",
     "load_encoder",
+    "quantize_int8",
+    "quantized_model",
 ]
