@@ -325,7 +325,11 @@ def _int8_verified(path: Path, source: Path) -> bool:
         st, src = path.stat(), json.loads(_manifest_path(source).read_text())
     except (OSError, ValueError):
         return False
-    if not isinstance(m, dict) or m.get("quant_version") != QUANT_VERSION or m.get("source_sha256") != src.get("sha256"):
+    if (
+        not isinstance(m, dict)
+        or m.get("quant_version") != QUANT_VERSION
+        or m.get("source_sha256") != src.get("sha256")
+    ):
         return False
     if st.st_size != m.get("size_bytes"):
         return False
@@ -463,7 +467,9 @@ _LOCK = threading.Lock()
 _ENCODERS: dict[tuple[str, int, str], OnnxEncoder] = {}
 
 
-def load_encoder(model_path: str | os.PathLike, threads: int, load_torch_model, precision: str = "float32") -> OnnxEncoder:
+def load_encoder(
+    model_path: str | os.PathLike, threads: int, load_torch_model, precision: str = "float32"
+) -> OnnxEncoder:
     """The per-process :class:`OnnxEncoder` of ``model_path`` with ``threads`` intra-op threads and
     ``precision`` weights (one of :data:`PRECISIONS`; exported, and quantized, on first use with
     ``load_torch_model``: see :func:`exported_model`, :func:`quantized_model`)."""
