@@ -51,12 +51,16 @@ from pathlib import Path
 
 import numpy as np
 
+from .coalesce import Coalescer
+
 #: Environment variable: the directory of exported ONNX graphs (default ``~/.cache/memfrontier/embed``).
 EMBED_CACHE_ENV = "MEMFRONTIER_EMBED_CACHE"
 #: An export is kept only if its vectors differ from sentence-transformers' by less than this.
 PARITY_ATOL = 1e-5
 #: Version of the export recipe (input names, opset, wrapper): a change re-exports.
 EXPORT_VERSION = 2
+#: Texts per ``session.run``: the encoder sorts a call's texts by length and pads each batch.
+BATCH_SIZE = 64
 #: Version of the int8 recipe (quantizer options): a change quantizes again.
 QUANT_VERSION = 1
 #: An int8 graph is kept only if every probe's cosine to the float32 graph's vector is at least this
@@ -433,9 +437,22 @@ class OnnxEncoder:
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
         self.threads = int(threads)
+        self.batch_size = BATCH_SIZE
+        lanes = max(1, (os.cpu_count() or 1) // self.threads)
+        self.coalescer = Coalescer(lambda texts: self.encode_batch(texts, self.batch_size), lanes)
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        """float32 (len(texts), dim); texts stripped as sentence-transformers strips them."""
+    def encode(self, texts: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
+        """float32 (len(texts), dim); texts stripped as sentence-transformers strips them. Calls
+        from concurrent threads are encoded together (:class:`~memfrontier.embed.coalesce.Coalescer`,
+        at most one batch per core at a time) when ``batch_size`` is the encoder's."""
+        if not texts:
+            return np.zeros((0, self.pooling.dim), dtype=np.float32)
+        if batch_size != self.batch_size:
+            return self.encode_batch(texts, batch_size)
+        return self.coalescer(texts)
+
+    def encode_batch(self, texts: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
+        """:meth:`encode` in this thread, now: sorted by length, padded per batch of ``batch_size``."""
         if not texts:
             return np.zeros((0, self.pooling.dim), dtype=np.float32)
         encs = self.tokenizer.encode_batch([t.strip() for t in texts])
