@@ -148,8 +148,12 @@ def _load_tokenizer(path: str):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2, offline, on CPU, batch size 64, through ONNX Runtime or sentence-transformers
+    """all-MiniLM-L6-v2, offline, on CPU, through ONNX Runtime or sentence-transformers
     (``backend``: see the module docstring; the vectors are the same).
+
+    ``batch_size`` (64): texts per torch batch, and per progress report of a store's ``add``; the
+    ONNX encoder pads its own batches (:data:`.onnx_minilm.BATCH_SIZE`), merges the calls of
+    concurrent threads and runs a large call's batches on every core (:mod:`.coalesce`).
 
     The model and its tokenizer load lazily (first ``encode`` / ``count_tokens``) and are cached
     per process. ``dim`` (384) is read from the bundled pooling config without loading the model.
@@ -253,7 +257,7 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         onnx = self._onnx_encoder()
         if onnx is not None:
-            return onnx.encode([clean_text(t) for t in texts], batch_size=self.batch_size)
+            return onnx.encode([clean_text(t) for t in texts])  # its own batches, shared between threads
         vecs = self.model.encode(
             [clean_text(t) for t in texts],  # a lone surrogate (a search query) would crash the tokenizer
             batch_size=self.batch_size,
