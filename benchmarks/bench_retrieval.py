@@ -153,6 +153,7 @@ async def run_set(env, convs, labels, count_tokens, measured=None) -> dict[str, 
             "overhead_ms_p50": pct(ms, 0.5),
             "overhead_ms_p95": pct(ms, 0.95),
             "rerank_declined": ledger.events.get("rerank.declined", 0),
+            "recall_by_question": per_question[label],  # paired comparisons across runs (compare_retrieval.py)
         }
         if REFERENCE in per_question and label != REFERENCE:
             out[label]["d_recall_vs_ref"] = paired_diff_ci(per_question[label], per_question[REFERENCE])
