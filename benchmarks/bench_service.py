@@ -58,21 +58,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data_dir: Path, port: int, workers: int, store: str | None) -> subprocess.Popen:
-    argv = [
-        sys.executable,
-        "-m",
-        "memfrontier.cli",
-        "serve",
-        "--data-dir",
-        str(data_dir),
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-        "--max-in-flight",
-        "64",
-    ] + (["--store", store] if store else [])
+def start(data_dir: Path, port: int, workers: int, store: str | None, extra: list[str] = ()) -> subprocess.Popen:
+    """``memfrontier serve`` on ``data_dir`` (``extra``: more serve options), once it answers /healthz."""
+    argv = (
+        [
+            sys.executable,
+            "-m",
+            "memfrontier.cli",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--max-in-flight",
+            "64",
+        ]
+        + (["--store", store] if store else [])
+        + list(extra)
+    )
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 180
     while time.time() < deadline:
