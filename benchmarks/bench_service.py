@@ -59,7 +59,8 @@ def free_port() -> int:
 
 
 def start(data_dir: Path, port: int, workers: int, store: str | None, extra: list[str] = ()) -> subprocess.Popen:
-    """``memfrontier serve`` on ``data_dir`` (``extra``: more serve options), once it answers /healthz."""
+    """``memfrontier serve`` on ``data_dir`` (``extra``: more serve options), once it answers /healthz.
+    Its log goes to ``data_dir/serve.log`` (a pipe nobody reads would block the server once full)."""
     argv = (
         [
             sys.executable,
@@ -78,11 +79,13 @@ def start(data_dir: Path, port: int, workers: int, store: str | None, extra: lis
         + (["--store", store] if store else [])
         + list(extra)
     )
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    log = data_dir / "serve.log"
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     deadline = time.time() + 180
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError("serve exited: " + proc.stderr.read().decode()[-2000:])
+            raise RuntimeError("serve exited: " + log.read_text("utf-8", "replace")[-2000:])
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 return proc

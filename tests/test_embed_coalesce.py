@@ -51,6 +51,24 @@ def test_calls_that_wait_for_a_busy_lane_go_in_one_batch():
     assert sorted(log[1]) == sorted(f"{i}-{j}" for i in range(1, 8) for j in range(i % 3 + 1))
 
 
+def test_many_threads_on_two_lanes_each_get_their_own_rows():
+    """Calls taken into a batch wait off the queue while a lane is free (the case of a service's
+    CPU pool larger than its cores)."""
+    log: list[list[str]] = []
+    c = Coalescer(_slow_run(log, 0.002), lanes=2)
+
+    def call(i: int) -> bool:
+        for n in range(20):
+            if c([f"{i}-{n}", f"{i}-{n + 1}"]).tolist() != [[float(i), float(n)], [float(i), float(n + 1)]]:
+                return False
+        return True
+
+    with ThreadPoolExecutor(12) as pool:
+        assert all(pool.map(call, range(12)))
+    assert c.stats["calls"] == 240 and c.stats["texts"] == 480
+    assert c.stats["batches"] < 240  # calls that waited went together
+
+
 def test_max_texts_bounds_a_batch_of_waiting_calls_but_not_one_large_call():
     log: list[list[str]] = []
     c = Coalescer(_slow_run(log), lanes=1, max_texts=4)

@@ -55,8 +55,8 @@ class Coalescer:
         with self._cv:
             self._waiting.append(me)
             self.stats["calls"] += 1
-            while not me.done and not (self._running < self.lanes and self._waiting[0] is me):
-                self._cv.wait()
+            while not me.done and not (self._running < self.lanes and self._waiting and self._waiting[0] is me):
+                self._cv.wait()  # (taken into a batch, a call waits off the queue until that batch is done)
             if me.done:
                 return self._result(me)
             batch, n = [], 0
