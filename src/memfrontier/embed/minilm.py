@@ -51,26 +51,27 @@ EMBED_PRECISION_ENV = "MEMFRONTIER_EMBED_PRECISION"
 PRECISIONS = ("float32", "int8")
 
 
+def _setting(explicit: str | None, env: str, default: str, allowed: tuple[str, ...], name: str) -> str:
+    """``explicit`` if given, else ``$env``, else ``default``, lower-cased; ValueError naming where
+    the value came from if it is not one of ``allowed``."""
+    raw = explicit if explicit is not None else (os.environ.get(env) or "").strip() or default
+    value = str(raw).strip().lower()
+    if value not in allowed:
+        source = name if explicit is not None else env
+        raise ValueError(f"{source} must be one of {', '.join(allowed)}, got {raw!r}")
+    return value
+
+
 def embed_backend(explicit: str | None = None) -> str:
     """``explicit`` if given, else ``$MEMFRONTIER_EMBED_BACKEND``, else ``auto``; ValueError if
     it is not one of :data:`BACKENDS`."""
-    raw = explicit if explicit is not None else (os.environ.get(EMBED_BACKEND_ENV) or "").strip() or "auto"
-    value = str(raw).strip().lower()
-    if value not in BACKENDS:
-        source = "backend" if explicit is not None else EMBED_BACKEND_ENV
-        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)}, got {raw!r}")
-    return value
+    return _setting(explicit, EMBED_BACKEND_ENV, "auto", BACKENDS, "backend")
 
 
 def embed_precision(explicit: str | None = None) -> str:
     """``explicit`` if given, else ``$MEMFRONTIER_EMBED_PRECISION``, else ``float32``; ValueError
     if it is not one of :data:`PRECISIONS`."""
-    raw = explicit if explicit is not None else (os.environ.get(EMBED_PRECISION_ENV) or "").strip() or "float32"
-    value = str(raw).strip().lower()
-    if value not in PRECISIONS:
-        source = "precision" if explicit is not None else EMBED_PRECISION_ENV
-        raise ValueError(f"{source} must be one of {', '.join(PRECISIONS)}, got {raw!r}")
-    return value
+    return _setting(explicit, EMBED_PRECISION_ENV, "float32", PRECISIONS, "precision")
 
 
 def minilm_model_id(precision: str = "float32") -> str:

@@ -197,6 +197,27 @@ def _file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _graph_file(out: Path, what: str):
+    """Yield a temporary path beside ``out``; when the block returns, the file there becomes
+    ``out`` (readable by all, atomically). Any error but :class:`OnnxExportError` is raised as
+    one (``what`` failed); nothing is left behind on error."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".graph-", suffix=".onnx", dir=out.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is readable like any download
+        os.replace(tmp, out)
+    except OnnxExportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any exporter or quantizer failure becomes one error the caller handles
+        raise OnnxExportError(f"{what} failed: {type(e).__name__}: {e}") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def export_onnx(st, model_path: str | os.PathLike, onnx_path: str | os.PathLike) -> dict:
     """Export the transformer of ``st``, the ``SentenceTransformer`` loaded from ``model_path``,
     to ``onnx_path`` (written atomically), check it against ``st.encode`` on probe texts and write
@@ -220,10 +241,7 @@ def export_onnx(st, model_path: str | os.PathLike, onnx_path: str | os.PathLike)
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
 
-    onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=onnx_path.parent)
-    os.close(fd)
-    try:
+    with _graph_file(onnx_path, f"ONNX export of {model_path}") as tmp:
         ids = torch.ones(2, 8, dtype=torch.long)
         axes = {k: {0: "batch", 1: "sequence"} for k in (*_INPUTS, "last_hidden_state")}
         import warnings
@@ -249,15 +267,6 @@ def export_onnx(st, model_path: str | os.PathLike, onnx_path: str | os.PathLike)
         diff = float(np.abs(ref - got).max())
         if not diff < PARITY_ATOL:
             raise OnnxExportError(f"exported graph differs from sentence-transformers by {diff:.2e} (>= {PARITY_ATOL})")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is readable like any download
-        os.replace(tmp, onnx_path)
-    except OnnxExportError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any exporter failure becomes one error the caller handles
-        raise OnnxExportError(f"ONNX export of {model_path} failed: {type(e).__name__}: {e}") from e
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
     wst, ost = weights.stat(), onnx_path.stat()
     manifest = {
         "export_version": EXPORT_VERSION,
@@ -350,9 +359,7 @@ def quantize_int8(model_path: str | os.PathLike, source: str | os.PathLike, out:
     Raises :class:`OnnxExportError` if quantizing fails or a probe's cosine to the float32 vector
     is below :data:`INT8_MIN_COSINE` (then nothing is left at ``out``)."""
     source, out = Path(source), Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=".quant-", suffix=".onnx", dir=out.parent)
-    os.close(fd)
-    try:
+    with _graph_file(out, f"int8 quantization of {source}") as tmp:
         import logging
 
         import onnxruntime
@@ -371,15 +378,6 @@ def quantize_int8(model_path: str | os.PathLike, source: str | os.PathLike, out:
         if not cos >= INT8_MIN_COSINE:
             raise OnnxExportError(f"int8 graph's vectors reach cosine {cos:.4f} to float32's (< {INT8_MIN_COSINE})")
         data = Path(tmp).read_bytes()
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except OnnxExportError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any quantizer failure becomes one error the caller handles
-        raise OnnxExportError(f"int8 quantization of {source} failed: {type(e).__name__}: {e}") from e
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
     manifest = {
         "quant_version": QUANT_VERSION,
         "sha256": hashlib.sha256(data).hexdigest(),
