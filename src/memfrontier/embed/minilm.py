@@ -293,12 +293,13 @@ class MiniLMEmbedder:
 
 def main() -> None:
     """``python -m memfrontier.embed.minilm``: export the ONNX graph of the bundled model into the
-    cache, and its int8 quantization (each if it is not there and verified yet), and print where
-    they are. The install script runs it."""
+    cache (if it is not there and verified yet), and its int8 quantization when
+    ``$MEMFRONTIER_EMBED_PRECISION`` is ``int8``, and print where they are. The install script runs it."""
     from .onnx_minilm import exported_model, quantized_model
 
     path = minilm_model_path()
-    for make in (exported_model, quantized_model):
+    makers = [exported_model] + ([quantized_model] if embed_precision() == "int8" else [])
+    for make in makers:
         onnx = make(path, lambda: _load_model(str(path), "cpu"))
         print(f"{onnx} ({onnx.stat().st_size / 1e6:.1f} MB, verified)")
 
