@@ -113,6 +113,7 @@ def found():
     assert {d for d, _ in found} == {
         "frontier-locomo-1.5b",
         "frontier-locomo-full-1.5b",
+        "frontier-locomo-derived-1.5b",
         "frontier-lme-1.5b",
         "frontier-lme-s-1.5b",
         "frontier-lme-s-full-1.5b",
