@@ -136,6 +136,14 @@ def test_int8_vectors_are_named_apart_and_rank_like_float32(tmp_path, monkeypatc
         top_b = np.argsort(-(q8.encode(queries) @ b[:200].T), axis=1)[:, :10]
         overlap = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top_a, top_b)])
         assert overlap >= 0.8
+        # one text per run: a text's int8 vector does not depend on what it is encoded with
+        from concurrent.futures import ThreadPoolExecutor
+
+        alone = np.concatenate([q8.encode([t]) for t in texts[:24]])
+        assert float(np.abs(q8.encode(texts[:24]) - alone).max()) == 0.0
+        with ThreadPoolExecutor(8) as pool:
+            together = np.concatenate(list(pool.map(lambda i: q8.encode(texts[i : i + 3]), range(0, 24, 3))))
+        assert float(np.abs(together - alone).max()) == 0.0
         # the quantized file is checked against its manifest and its source graph's sha256
         graph = onnx_minilm.quantized_model(model, None)
         source = graph.with_name("model.onnx")

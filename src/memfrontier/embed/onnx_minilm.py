@@ -30,7 +30,10 @@ channel, activations quantized per batch), keeps it only if its vectors stay wit
 :data:`INT8_MIN_COSINE` of the float32 graph's on the probe texts, and records the float32 graph's
 sha256, the recipe and the quantizer's version in its manifest (a changed source re-quantizes).
 Its vectors are *not* sentence-transformers': the embedder names them with another model id
-(``...+int8``) so a store records which vectors it holds.
+(``...+int8``) so a store records which vectors it holds. Dynamic quantization scales each run's
+activations as one tensor, so an int8 encoder runs one text per ``session.run``
+(:func:`load_encoder`): batched with other texts and their padding, a text's vector would depend on
+its companions (cosine ~0.96-0.99 to its vector alone).
 
 **Threads.** ONNX Runtime's intra-op threads are per session (not process-wide like torch's): the
 count is :func:`memfrontier.core.threads.torch_threads` (``$MEMFRONTIER_TORCH_THREADS``, default 1),
@@ -373,7 +376,7 @@ def quantize_int8(model_path: str | os.PathLike, source: str | os.PathLike, out:
         finally:
             quiet.setLevel(level)
         ref = OnnxEncoder(model_path, source, threads=1).encode(_PROBES)
-        got = OnnxEncoder(model_path, tmp, threads=1).encode(_PROBES)
+        got = OnnxEncoder(model_path, tmp, threads=1, batch_size=1).encode(_PROBES)
         cos = float((ref * got).sum(axis=1).min())
         if not cos >= INT8_MIN_COSINE:
             raise OnnxExportError(f"int8 graph's vectors reach cosine {cos:.4f} to float32's (< {INT8_MIN_COSINE})")
@@ -414,7 +417,9 @@ class OnnxEncoder:
     """Tokenizer + ONNX Runtime session + pooling of one model: ``encode(texts)`` -> float32
     ``(n, dim)`` like ``SentenceTransformer.encode``. ``graph``: the ONNX file."""
 
-    def __init__(self, model_path: str | os.PathLike, graph: str | os.PathLike, *, threads: int = 1):
+    def __init__(
+        self, model_path: str | os.PathLike, graph: str | os.PathLike, *, threads: int = 1, batch_size: int = BATCH_SIZE
+    ):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -437,17 +442,17 @@ class OnnxEncoder:
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
         self.threads = int(threads)
-        self.batch_size = BATCH_SIZE
+        self.batch_size = int(batch_size)
         lanes = max(1, (os.cpu_count() or 1) // self.threads)
         self.coalescer = Coalescer(lambda texts: self.encode_batch(texts, self.batch_size), lanes)
 
-    def encode(self, texts: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         """float32 (len(texts), dim); texts stripped as sentence-transformers strips them. Calls
         from concurrent threads are encoded together (:class:`~memfrontier.embed.coalesce.Coalescer`,
         at most one batch per core at a time) when ``batch_size`` is the encoder's."""
         if not texts:
             return np.zeros((0, self.pooling.dim), dtype=np.float32)
-        if batch_size != self.batch_size:
+        if batch_size is not None and batch_size != self.batch_size:
             return self.encode_batch(texts, batch_size)
         return self.coalescer(texts)
 
@@ -494,11 +499,12 @@ class OnnxEncoder:
 _LOCK = threading.Lock()
 _ENCODERS: dict[tuple[str, int, str], OnnxEncoder] = {}
 _BULK: dict[int, ThreadPoolExecutor] = {}
+_BULK_LOCK = threading.Lock()  # not _LOCK: an encoder is first used (export checks) while _LOCK is held
 
 
 def _bulk_pool(lanes: int) -> ThreadPoolExecutor:
     """The process-wide threads that run the batches of one large encode call side by side."""
-    with _LOCK:
+    with _BULK_LOCK:
         pool = _BULK.get(lanes)
         if pool is None:
             pool = _BULK[lanes] = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="memfrontier-encode")
@@ -517,8 +523,13 @@ def load_encoder(
     with _LOCK:
         enc = _ENCODERS.get(key)
         if enc is None:
-            graph = (quantized_model if precision == "int8" else exported_model)(model_path, load_torch_model)
-            enc = _ENCODERS[key] = OnnxEncoder(model_path, graph, threads=threads)
+            if precision == "int8":
+                # one text per run: dynamic quantization scales a run's activations as one tensor, so a
+                # text batched with others (and their padding) would get another vector than alone
+                graph, size = quantized_model(model_path, load_torch_model), 1
+            else:
+                graph, size = exported_model(model_path, load_torch_model), BATCH_SIZE
+            enc = _ENCODERS[key] = OnnxEncoder(model_path, graph, threads=threads, batch_size=size)
         return enc
 
 
